@@ -1,0 +1,5 @@
+//! scenario-run: end-to-end scenarios for agent sandbox platforms, as data.
+
+pub mod diag;
+pub mod provider;
+pub mod report;

@@ -1,0 +1,1 @@
+//! The local provider (to be written).

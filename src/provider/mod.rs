@@ -1,0 +1,265 @@
+//! The provider seam: where sandboxes live.
+//!
+//! Everything the steps do to a sandbox goes through [`Provider`], addressed by sandbox id so
+//! that the same trait serves the local provider, the E2B-protocol client and the local
+//! E2B-compatible server. Providers report failures as [`ProviderError`], whose kind decides
+//! the scenario outcome (a missing file is a step failure; a broken provider is an ERROR).
+
+pub mod local;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+/// What went wrong, as far as the runner needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The thing asked for does not exist (file, sandbox, process). A step failure.
+    NotFound,
+    /// The request was wrong (bad path, bad argument). A step failure.
+    Invalid,
+    /// The operation ran out of time.
+    Timeout,
+    /// Credentials were refused.
+    Auth,
+    /// The provider or its infrastructure broke. Makes the scenario ERROR.
+    Infra,
+    /// The provider does not support the operation.
+    Unsupported,
+}
+
+/// An error from a provider: a kind and a lowercase message that reads after "failed to …".
+#[derive(Debug, Clone)]
+pub struct ProviderError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ProviderError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Invalid, message)
+    }
+    pub fn infra(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Infra, message)
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unsupported, message)
+    }
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+impl From<std::io::Error> for ProviderError {
+    fn from(e: std::io::Error) -> Self {
+        let kind = match e.kind() {
+            std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => ErrorKind::Invalid,
+            std::io::ErrorKind::TimedOut => ErrorKind::Timeout,
+            _ => ErrorKind::Infra,
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
+
+/// Optional features a provider may lack; scenarios list them under `requires.capabilities`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Capability {
+    Ports,
+    Files,
+    Processes,
+    RunCode,
+    Build,
+}
+
+impl Capability {
+    pub const ALL: &'static [Capability] =
+        &[Capability::Ports, Capability::Files, Capability::Processes, Capability::RunCode, Capability::Build];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::Ports => "ports",
+            Capability::Files => "files",
+            Capability::Processes => "processes",
+            Capability::RunCode => "run-code",
+            Capability::Build => "build",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|c| c.name() == s)
+    }
+}
+
+/// `create` arguments after rendering.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CreateRequest {
+    pub template: String,
+    /// Seconds until the sandbox expires by itself; `None` means the provider default.
+    pub timeout_secs: Option<u64>,
+    pub metadata: BTreeMap<String, String>,
+    /// Environment of every process in the sandbox.
+    pub envs: BTreeMap<String, String>,
+    pub cpu: Option<u32>,
+    pub memory_mb: Option<u64>,
+}
+
+/// What a provider says about one sandbox.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SandboxInfo {
+    pub id: String,
+    pub template: String,
+    pub metadata: BTreeMap<String, String>,
+    /// Unix seconds.
+    pub started_at: u64,
+    /// Unix seconds when the sandbox expires.
+    pub end_at: u64,
+    pub state: String,
+}
+
+/// `exec` arguments after rendering.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ExecRequest {
+    pub cmd: String,
+    pub cwd: Option<String>,
+    pub envs: BTreeMap<String, String>,
+    pub user: Option<String>,
+    pub stdin: Option<Vec<u8>>,
+    /// Kill the command after this long; the result then has `timed_out`.
+    pub timeout: Option<Duration>,
+}
+
+/// One chunk of live output from a running command.
+#[derive(Debug, Clone)]
+pub enum OutputChunk {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+}
+
+/// A finished command.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ExecResult {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// `None` when killed by a signal or still unknown.
+    pub exit_code: Option<i32>,
+    /// Signal number that ended it, if any.
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub pid: u32,
+}
+
+/// A process started by `exec` in the sandbox.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub cmd: String,
+    pub running: bool,
+    pub exit_code: Option<i32>,
+}
+
+/// One entry of a directory listing, or the result of a stat.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FileEntry {
+    pub name: String,
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// `file`, `dir` or `symlink`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub size: u64,
+    /// Permission bits, e.g. 0o644.
+    pub mode: u32,
+    /// Unix seconds.
+    pub modified: u64,
+}
+
+/// Counters a provider keeps about itself, for reports and tests.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ProviderStats {
+    pub created: u64,
+    pub destroyed: u64,
+    pub live: u64,
+    /// Highest number of sandboxes alive at one moment.
+    pub peak_live: u64,
+}
+
+/// Where sandboxes live. All methods are cancel-safe to drop: the runner wraps every call in a
+/// timeout, and a dropped `create` must not leak a sandbox (the provider tracks what it made
+/// and [`Provider::destroy_all`] kills it).
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// `local`, `docker`, `e2b`, `alicloud`.
+    fn name(&self) -> &str;
+    fn capabilities(&self) -> &[Capability];
+    /// Names of environment variables that must be set for this provider to work.
+    fn required_credentials(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    async fn create(&self, req: CreateRequest) -> Result<SandboxInfo>;
+    /// Attach to an existing sandbox (resume it if the provider pauses sandboxes).
+    async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo>;
+    async fn info(&self, id: &str) -> Result<SandboxInfo>;
+    /// Sandboxes whose metadata contains every pair of `metadata`.
+    async fn list(&self, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>>;
+    /// Returns false if the sandbox did not exist.
+    async fn kill(&self, id: &str) -> Result<bool>;
+    async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()>;
+
+    /// Run a command to completion through `/bin/bash -l -c`. Live output goes to `output` if
+    /// given (the result still holds all of it).
+    async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    ) -> Result<ExecResult>;
+    /// Start a command in the background; returns its pid in the sandbox.
+    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32>;
+    /// Processes started by `exec`/`spawn` that are still known to the provider.
+    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>>;
+    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()>;
+    /// Wait for a background process to end (up to `timeout`); returns its output so far.
+    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult>;
+
+    /// Relative paths are relative to the sandbox user's home (`/home/user`). Parent
+    /// directories are created.
+    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry>;
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>>;
+    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileEntry>>;
+    async fn stat(&self, id: &str, path: &str) -> Result<FileEntry>;
+    async fn exists(&self, id: &str, path: &str) -> Result<bool>;
+    async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry>;
+    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry>;
+    async fn remove(&self, id: &str, path: &str) -> Result<()>;
+
+    /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
+    async fn port_url(&self, id: &str, port: u16) -> Result<String>;
+
+    /// Kill every sandbox this provider created and has not destroyed yet. Used on shutdown.
+    async fn destroy_all(&self) -> usize;
+    /// Synchronous, signal-safe-enough last resort for a second Ctrl-C: kill what is left
+    /// without waiting.
+    fn destroy_all_now(&self) {}
+    fn stats(&self) -> ProviderStats;
+}

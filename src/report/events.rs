@@ -1,0 +1,201 @@
+//! The one interface between the runner and the reporters.
+//!
+//! Workers never print: the runner turns what happens into [`Event`]s, already masked (no
+//! secret value reaches this type), and the reporters render them. The final
+//! [`RunSummary`] is also what the JUnit, JSON and evidence writers read.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::diag::Location;
+use crate::provider::ProviderStats;
+
+/// How a scenario ended (§5 of the language).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Passed,
+    Failed,
+    Error,
+    Skipped,
+    Xfail,
+    Xpass,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 6] =
+        [Outcome::Passed, Outcome::Failed, Outcome::Error, Outcome::Skipped, Outcome::Xfail, Outcome::Xpass];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Passed => "PASSED",
+            Outcome::Failed => "FAILED",
+            Outcome::Error => "ERROR",
+            Outcome::Skipped => "SKIPPED",
+            Outcome::Xfail => "XFAIL",
+            Outcome::Xpass => "XPASS",
+        }
+    }
+}
+
+/// Which list of the scenario a step came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Setup,
+    Steps,
+    Finally,
+    /// Work the runner does itself: destroying sandboxes at the end.
+    Cleanup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    Passed,
+    /// An assertion or expectation did not hold.
+    Failed,
+    /// Infrastructure broke, or the step could not be carried out.
+    Error,
+    /// `if:` was false, or an earlier failure stopped the scenario.
+    Skipped,
+}
+
+/// Expected vs actual for a failed comparison; reporters show a diff when either is multi-line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Mismatch {
+    pub expected: String,
+    pub actual: String,
+}
+
+/// Everything known about one executed (or skipped) step.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRecord {
+    pub index: usize,
+    pub phase: Phase,
+    /// Step kind, e.g. `exec`.
+    pub kind: String,
+    /// Display label: the step's `name`, else a short rendering such as `exec: echo hi`.
+    pub label: String,
+    pub id: Option<String>,
+    pub location: Location,
+    pub status: StepStatus,
+    /// Arguments after template rendering.
+    pub args: serde_json::Value,
+    /// Outputs, as later steps see them under `steps.<id>`.
+    pub outputs: serde_json::Value,
+    /// Why it failed or was skipped.
+    pub message: Option<String>,
+    pub mismatch: Option<Mismatch>,
+    /// 1 unless `retry`/`eventually` ran it more than once.
+    pub attempts: u32,
+    /// Milliseconds since the scenario started.
+    pub start_ms: u64,
+    pub duration_ms: u64,
+    /// true when `continue_on_error` let the scenario go on after this failure.
+    pub continued: bool,
+}
+
+/// The failing step of a scenario, for the summary table and JUnit.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    pub step: String,
+    pub location: Location,
+    pub message: String,
+    pub mismatch: Option<Mismatch>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KnownIssueInfo {
+    pub id: Option<String>,
+    pub reason: String,
+    pub strict: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioResult {
+    /// Position in the plan; reports are ordered by it.
+    pub index: usize,
+    /// Full name including the matrix cell, e.g. `exit codes[template=base]`.
+    pub name: String,
+    pub description: Option<String>,
+    pub location: Location,
+    pub tags: Vec<String>,
+    pub matrix: BTreeMap<String, String>,
+    pub outcome: Outcome,
+    /// Skip reason, or the failure message, or the XFAIL reason.
+    pub reason: Option<String>,
+    pub failure: Option<Failure>,
+    pub known_issue: Option<KnownIssueInfo>,
+    pub steps: Vec<StepRecord>,
+    /// Ids of every sandbox the scenario created.
+    pub sandboxes: Vec<String>,
+    /// Unix milliseconds.
+    pub started_at_ms: u64,
+    pub duration_ms: u64,
+    /// The run was interrupted while this scenario ran (or before it started).
+    pub interrupted: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub total: usize,
+    pub passed: usize,
+    pub failed: usize,
+    pub error: usize,
+    pub skipped: usize,
+    pub xfail: usize,
+    pub xpass: usize,
+}
+
+impl Totals {
+    pub fn from_results(results: &[ScenarioResult]) -> Self {
+        let mut t = Totals { total: results.len(), ..Default::default() };
+        for r in results {
+            match r.outcome {
+                Outcome::Passed => t.passed += 1,
+                Outcome::Failed => t.failed += 1,
+                Outcome::Error => t.error += 1,
+                Outcome::Skipped => t.skipped += 1,
+                Outcome::Xfail => t.xfail += 1,
+                Outcome::Xpass => t.xpass += 1,
+            }
+        }
+        t
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub provider: String,
+    pub concurrency: usize,
+    /// Unix milliseconds.
+    pub started_at_ms: u64,
+    pub duration_ms: u64,
+    pub interrupted: bool,
+    pub totals: Totals,
+    pub exit_code: i32,
+    pub provider_stats: ProviderStats,
+    /// Ordered by plan index.
+    pub results: Vec<ScenarioResult>,
+}
+
+/// What the runner tells the reporters, in order.
+#[derive(Debug, Clone)]
+pub enum Event {
+    RunStarted { run_id: String, provider: String, total: usize, concurrency: usize },
+    ScenarioStarted { index: usize, name: String },
+    StepStarted { index: usize, step: usize, phase: Phase, label: String },
+    StepFinished { index: usize, record: StepRecord },
+    ScenarioFinished { result: ScenarioResult },
+    /// First Ctrl-C/SIGTERM: no new scenarios start; running ones clean up.
+    Interrupted { signal: String },
+    RunFinished { summary: RunSummary },
+}
+
+/// A consumer of events. Exactly one reporter owns the terminal.
+pub trait Reporter: Send {
+    fn handle(&mut self, event: &Event);
+}

@@ -1,0 +1,3 @@
+//! Reporters: the live terminal view, the summary table, and the JUnit, JSON and evidence files.
+
+pub mod events;
