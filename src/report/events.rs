@@ -24,8 +24,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 6] =
-        [Outcome::Passed, Outcome::Failed, Outcome::Error, Outcome::Skipped, Outcome::Xfail, Outcome::Xpass];
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Passed,
+        Outcome::Failed,
+        Outcome::Error,
+        Outcome::Skipped,
+        Outcome::Xfail,
+        Outcome::Xpass,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -151,7 +157,10 @@ pub struct Totals {
 
 impl Totals {
     pub fn from_results(results: &[ScenarioResult]) -> Self {
-        let mut t = Totals { total: results.len(), ..Default::default() };
+        let mut t = Totals {
+            total: results.len(),
+            ..Default::default()
+        };
         for r in results {
             match r.outcome {
                 Outcome::Passed => t.passed += 1,
@@ -185,14 +194,36 @@ pub struct RunSummary {
 /// What the runner tells the reporters, in order.
 #[derive(Debug, Clone)]
 pub enum Event {
-    RunStarted { run_id: String, provider: String, total: usize, concurrency: usize },
-    ScenarioStarted { index: usize, name: String },
-    StepStarted { index: usize, step: usize, phase: Phase, label: String },
-    StepFinished { index: usize, record: StepRecord },
-    ScenarioFinished { result: ScenarioResult },
+    RunStarted {
+        run_id: String,
+        provider: String,
+        total: usize,
+        concurrency: usize,
+    },
+    ScenarioStarted {
+        index: usize,
+        name: String,
+    },
+    StepStarted {
+        index: usize,
+        step: usize,
+        phase: Phase,
+        label: String,
+    },
+    StepFinished {
+        index: usize,
+        record: StepRecord,
+    },
+    ScenarioFinished {
+        result: ScenarioResult,
+    },
     /// First Ctrl-C/SIGTERM: no new scenarios start; running ones clean up.
-    Interrupted { signal: String },
-    RunFinished { summary: RunSummary },
+    Interrupted {
+        signal: String,
+    },
+    RunFinished {
+        summary: RunSummary,
+    },
 }
 
 /// A consumer of events. Exactly one reporter owns the terminal.

@@ -1,0 +1,216 @@
+//! Selection: `-k` name expressions, `-t` tag expressions, and `--shard K/N`.
+//!
+//! Both expression kinds share one tiny grammar: `a and not (b or c)`. For `-t` a word is a
+//! tag; for `-k` a word matches when it is a substring of the scenario name (as in pytest).
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    Word(String),
+    Not(Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+}
+
+impl Expr {
+    pub fn parse(text: &str) -> Result<Expr, String> {
+        let tokens = tokenize(text);
+        if tokens.is_empty() {
+            return Err("empty expression".into());
+        }
+        let mut p = P { tokens, pos: 0 };
+        let e = p.or()?;
+        if let Some(t) = p.tokens.get(p.pos) {
+            return Err(format!("unexpected `{t}` in `{text}`"));
+        }
+        Ok(e)
+    }
+
+    pub fn eval(&self, word: &dyn Fn(&str) -> bool) -> bool {
+        match self {
+            Expr::Word(w) => word(w),
+            Expr::Not(e) => !e.eval(word),
+            Expr::And(a, b) => a.eval(word) && b.eval(word),
+            Expr::Or(a, b) => a.eval(word) || b.eval(word),
+        }
+    }
+}
+
+fn tokenize(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in text.chars() {
+        if c == '(' || c == ')' || c.is_whitespace() {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            if !c.is_whitespace() {
+                out.push(c.to_string());
+            }
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+struct P {
+    tokens: Vec<String>,
+    pos: usize,
+}
+
+impl P {
+    fn peek(&self) -> Option<&str> {
+        self.tokens.get(self.pos).map(String::as_str)
+    }
+    fn or(&mut self) -> Result<Expr, String> {
+        let mut left = self.and()?;
+        while self.peek() == Some("or") {
+            self.pos += 1;
+            left = Expr::Or(Box::new(left), Box::new(self.and()?));
+        }
+        Ok(left)
+    }
+    fn and(&mut self) -> Result<Expr, String> {
+        let mut left = self.not()?;
+        while self.peek() == Some("and") {
+            self.pos += 1;
+            left = Expr::And(Box::new(left), Box::new(self.not()?));
+        }
+        Ok(left)
+    }
+    fn not(&mut self) -> Result<Expr, String> {
+        if self.peek() == Some("not") {
+            self.pos += 1;
+            return Ok(Expr::Not(Box::new(self.not()?)));
+        }
+        self.atom()
+    }
+    fn atom(&mut self) -> Result<Expr, String> {
+        match self.peek() {
+            Some("(") => {
+                self.pos += 1;
+                let e = self.or()?;
+                if self.peek() != Some(")") {
+                    return Err("missing `)`".into());
+                }
+                self.pos += 1;
+                Ok(e)
+            }
+            Some(t @ (")" | "and" | "or")) => Err(format!("unexpected `{t}`")),
+            Some(w) => {
+                let w = w.to_string();
+                self.pos += 1;
+                Ok(Expr::Word(w))
+            }
+            None => Err("expression ends too early".into()),
+        }
+    }
+}
+
+/// `--shard K/N` (1-based K).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (k, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("expected K/N, got `{s}`"))?;
+        let index: u64 = k
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad shard index `{k}`"))?;
+        let count: u64 = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad shard count `{n}`"))?;
+        if count == 0 || index == 0 || index > count {
+            return Err(format!(
+                "shard must satisfy 1 <= K <= N, got {index}/{count}"
+            ));
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl Shard {
+    /// Stable across machines and runs: FNV-1a of the scenario name, never the file order or
+    /// a randomly seeded hasher.
+    pub fn contains(&self, name: &str) -> bool {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in name.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        h % self.count == self.index - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(expr: &str, tags: &[&str]) -> bool {
+        Expr::parse(expr).unwrap().eval(&|w| tags.contains(&w))
+    }
+
+    #[test]
+    fn boolean_tag_expressions() {
+        assert!(tags("commands and not slow", &["commands", "fast"]));
+        assert!(!tags("commands and not slow", &["commands", "slow"]));
+        assert!(tags("files or (commands and slow)", &["commands", "slow"]));
+        assert!(!tags("not (a or b)", &["b"]));
+    }
+
+    #[test]
+    fn bad_expressions_are_errors() {
+        assert!(Expr::parse("a and").is_err());
+        assert!(Expr::parse("(a").is_err());
+        assert!(Expr::parse("a b").is_err());
+        assert!(Expr::parse("").is_err());
+    }
+
+    #[test]
+    fn shards_partition_and_are_stable() {
+        let names: Vec<String> = (0..200).map(|i| format!("scenario {i}")).collect();
+        let shards: Vec<Shard> = (1..=3).map(|k| format!("{k}/3").parse().unwrap()).collect();
+        for n in &names {
+            assert_eq!(shards.iter().filter(|s| s.contains(n)).count(), 1);
+        }
+        // Pinned to the FNV-1a test vectors: changing the hash would reshuffle every CI matrix.
+        let which: Vec<u64> = ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                (1..=4)
+                    .find(|k| {
+                        Shard {
+                            index: *k,
+                            count: 4,
+                        }
+                        .contains(n)
+                    })
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(which, vec![which_fnv("a"), which_fnv("b"), which_fnv("c")]);
+        assert!("0/3".parse::<Shard>().is_err());
+        assert!("4/3".parse::<Shard>().is_err());
+    }
+
+    fn which_fnv(name: &str) -> u64 {
+        // FNV-1a 64-bit test vectors for "a", "b", "c".
+        match name {
+            "a" => 0xaf63dc4c8601ec8c % 4 + 1,
+            "b" => 0xaf63df4c8601f1a5 % 4 + 1,
+            "c" => 0xaf63de4c8601eff2 % 4 + 1,
+            _ => unreachable!(),
+        }
+    }
+}

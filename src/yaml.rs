@@ -1,0 +1,370 @@
+//! YAML text to a spanned node tree.
+//!
+//! Later phases never see raw YAML: they see [`Node`]s that remember where they came from, so
+//! every semantic error (unknown step, wrong type, template error) can point at
+//! `file:line:col`. We build the tree from `saphyr-parser` events ourselves rather than going
+//! through serde, because serde's flatten/untagged paths lose positions, and because the step
+//! registry, not a derive, decides which fields a step has.
+
+use std::collections::HashMap;
+
+use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+
+use crate::diag::{Diagnostic, Source};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Node>),
+    Map(Vec<(Node, Node)>),
+}
+
+/// A YAML value and where it starts (1-based line and column) and how long it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub value: Value,
+    pub line: u32,
+    pub col: u32,
+    pub len: usize,
+    /// Block scalars (`|`, `>`) start their content on the next line.
+    pub block: bool,
+}
+
+impl Node {
+    pub fn type_name(&self) -> &'static str {
+        match &self.value {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a number",
+            Value::Str(_) => "a string",
+            Value::Seq(_) => "a list",
+            Value::Map(_) => "a mapping",
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.value {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_map(&self) -> Option<&[(Node, Node)]> {
+        match &self.value {
+            Value::Map(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    pub fn as_seq(&self) -> Option<&[Node]> {
+        match &self.value {
+            Value::Seq(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The key's text, for map keys (non-string keys render as YAML would print them).
+    pub fn key_text(&self) -> String {
+        match &self.value {
+            Value::Str(s) => s.clone(),
+            Value::Null => "null".into(),
+            Value::Bool(b) => b.to_string(),
+            Value::Int(i) => i.to_string(),
+            Value::Float(f) => f.to_string(),
+            _ => "<complex key>".into(),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        self.as_map()?
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| v)
+    }
+
+    /// A diagnostic pointing at this node.
+    pub fn diag(&self, source: &Source, message: impl Into<String>) -> Diagnostic {
+        Diagnostic::new(source, self.line, self.col, self.len, message)
+    }
+
+    /// Plain JSON form (templates left as they are).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match &self.value {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(i) => J::from(*i),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+            Value::Str(s) => J::String(s.clone()),
+            Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
+            Value::Map(m) => {
+                J::Object(m.iter().map(|(k, v)| (k.key_text(), v.to_json())).collect())
+            }
+        }
+    }
+}
+
+/// Parse every document of a YAML stream. Errors are diagnostics; the first syntax error ends
+/// parsing of that file (the rest of the file cannot be trusted), but duplicate keys are
+/// collected.
+pub fn parse(source: &Source) -> Result<Vec<Node>, Vec<Diagnostic>> {
+    let mut builder = Builder {
+        source,
+        stack: Vec::new(),
+        docs: Vec::new(),
+        anchors: HashMap::new(),
+        diags: Vec::new(),
+    };
+    let mut parser = Parser::new_from_str(&source.text);
+    while let Some(event) = parser.next_event() {
+        match event {
+            Ok((event, span)) => builder.event(event, span),
+            Err(e) => {
+                let m = e.marker();
+                let (line, col) = (m.line() as u32, m.col() as u32 + 1);
+                let mut d = Diagnostic::new(
+                    source,
+                    line.max(1),
+                    col,
+                    1,
+                    format!("invalid YAML: {}", e.info()),
+                );
+                let line_text = source.line_text(line).unwrap_or("");
+                if e.info().contains("tab")
+                    || line_text.starts_with('\t')
+                    || line_text.trim_start_matches(' ').starts_with('\t')
+                {
+                    d = d.help("YAML indentation must use spaces, not tabs");
+                } else if line_text.contains("{{") {
+                    d = d.help(
+                        "quote values that start with a template: `exec: \"{{ vars.cmd }}\"`",
+                    );
+                }
+                builder.diags.push(d);
+                return Err(builder.diags);
+            }
+        }
+    }
+    if builder.diags.is_empty() {
+        Ok(builder.docs)
+    } else {
+        Err(builder.diags)
+    }
+}
+
+enum Frame {
+    Seq(Node, usize),
+    Map(Node, usize, Option<Node>),
+}
+
+struct Builder<'a> {
+    source: &'a Source,
+    stack: Vec<Frame>,
+    docs: Vec<Node>,
+    anchors: HashMap<usize, Node>,
+    diags: Vec<Diagnostic>,
+}
+
+fn node_at(span: Span, value: Value) -> Node {
+    Node {
+        value,
+        line: span.start.line() as u32,
+        col: span.start.col() as u32 + 1,
+        len: span.len().max(1),
+        block: false,
+    }
+}
+
+impl Builder<'_> {
+    fn event(&mut self, event: Event<'_>, span: Span) {
+        match event {
+            Event::Scalar(text, style, anchor, tag) => {
+                let tag_str = tag.as_ref().map(|t| t.suffix.clone());
+                let value = resolve_scalar(&text, style, tag_str.as_deref());
+                let mut node = node_at(span, value);
+                node.block = matches!(style, ScalarStyle::Literal | ScalarStyle::Folded);
+                if matches!(style, ScalarStyle::Plain) {
+                    node.len = text.chars().count().max(1);
+                }
+                self.push_value(node, anchor);
+            }
+            Event::SequenceStart(anchor, _) => {
+                self.stack
+                    .push(Frame::Seq(node_at(span, Value::Seq(Vec::new())), anchor));
+            }
+            Event::MappingStart(anchor, _) => {
+                self.stack.push(Frame::Map(
+                    node_at(span, Value::Map(Vec::new())),
+                    anchor,
+                    None,
+                ));
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some(frame) = self.stack.pop() {
+                    let (node, anchor) = match frame {
+                        Frame::Seq(n, a) => (n, a),
+                        Frame::Map(n, a, _) => (n, a),
+                    };
+                    self.push_value(node, anchor);
+                }
+            }
+            Event::Alias(id) => {
+                let node = match self.anchors.get(&id) {
+                    Some(n) => Node {
+                        line: span.start.line() as u32,
+                        col: span.start.col() as u32 + 1,
+                        ..n.clone()
+                    },
+                    None => node_at(span, Value::Null),
+                };
+                self.push_value(node, 0);
+            }
+            Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart(_)
+            | Event::DocumentEnd
+            | Event::Nothing => {}
+        }
+    }
+
+    fn push_value(&mut self, node: Node, anchor: usize) {
+        if anchor > 0 {
+            self.anchors.insert(anchor, node.clone());
+        }
+        match self.stack.last_mut() {
+            None => self.docs.push(node),
+            Some(Frame::Seq(seq, _)) => {
+                if let Value::Seq(items) = &mut seq.value {
+                    items.push(node);
+                }
+            }
+            Some(Frame::Map(map, _, pending)) => match pending.take() {
+                None => *pending = Some(node),
+                Some(key) => {
+                    if let Value::Map(entries) = &mut map.value {
+                        if let Some((first, _)) = entries.iter().find(|(k, _)| k.value == key.value)
+                        {
+                            let d = key
+                                .diag(self.source, format!("duplicate key `{}`", key.key_text()))
+                                .label("defined again here")
+                                .help(format!(
+                                    "the first `{}` is at line {}",
+                                    key.key_text(),
+                                    first.line
+                                ));
+                            self.diags.push(d);
+                        }
+                        entries.push((key, node));
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// YAML 1.2 core schema resolution for plain scalars; quoted and block scalars are strings.
+fn resolve_scalar(text: &str, style: ScalarStyle, tag: Option<&str>) -> Value {
+    match tag {
+        Some("str") => return Value::Str(text.to_string()),
+        Some("int") => {
+            return text
+                .parse()
+                .map(Value::Int)
+                .unwrap_or_else(|_| Value::Str(text.to_string()))
+        }
+        _ => {}
+    }
+    if !matches!(style, ScalarStyle::Plain) {
+        return Value::Str(text.to_string());
+    }
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        ".inf" | "+.inf" | ".Inf" | "+.Inf" => return Value::Float(f64::INFINITY),
+        "-.inf" | "-.Inf" => return Value::Float(f64::NEG_INFINITY),
+        ".nan" | ".NaN" => return Value::Float(f64::NAN),
+        _ => {}
+    }
+    if let Some(hex) = text.strip_prefix("0x") {
+        if let Ok(i) = i64::from_str_radix(hex, 16) {
+            return Value::Int(i);
+        }
+    }
+    if let Some(oct) = text.strip_prefix("0o") {
+        if let Ok(i) = i64::from_str_radix(oct, 8) {
+            return Value::Int(i);
+        }
+    }
+    let numeric = text
+        .bytes()
+        .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+        && text.bytes().any(|b| b.is_ascii_digit());
+    if numeric {
+        if let Ok(i) = text.parse::<i64>() {
+            return Value::Int(i);
+        }
+        if let Ok(f) = text.parse::<f64>() {
+            return Value::Float(f);
+        }
+    }
+    Value::Str(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(text: &str) -> Node {
+        let src = Source::new("t.yaml", text);
+        parse(&src).unwrap().remove(0)
+    }
+
+    #[test]
+    fn keeps_positions_of_nested_values() {
+        let n = one("name: x\nsteps:\n  - exec: echo hi\n    id: a\n");
+        let steps = n.get("steps").unwrap().as_seq().unwrap();
+        let (k, v) = &steps[0].as_map().unwrap()[0];
+        assert_eq!((k.line, k.col, k.len), (3, 5, 4));
+        assert_eq!((v.line, v.col), (3, 11));
+        assert_eq!(v.as_str(), Some("echo hi"));
+    }
+
+    #[test]
+    fn resolves_core_schema_scalars() {
+        let n = one("a: 3\nb: '3'\nc: true\nd: ~\ne: 1.5\nf: 30s\n");
+        assert_eq!(n.get("a").unwrap().value, Value::Int(3));
+        assert_eq!(n.get("b").unwrap().value, Value::Str("3".into()));
+        assert_eq!(n.get("c").unwrap().value, Value::Bool(true));
+        assert_eq!(n.get("d").unwrap().value, Value::Null);
+        assert_eq!(n.get("e").unwrap().value, Value::Float(1.5));
+        assert_eq!(n.get("f").unwrap().value, Value::Str("30s".into()));
+    }
+
+    #[test]
+    fn tabs_are_reported_with_a_hint() {
+        let src = Source::new("t.yaml", "name: x\nsteps:\n\t- exec: hi\n");
+        let d = parse(&src).unwrap_err();
+        assert_eq!(d[0].location.line, 3);
+        assert!(d[0].help.as_deref().unwrap().contains("tabs"), "{:?}", d[0]);
+    }
+
+    #[test]
+    fn duplicate_keys_are_reported() {
+        let src = Source::new("t.yaml", "name: x\nname: y\n");
+        let d = parse(&src).unwrap_err();
+        assert_eq!((d[0].location.line, d[0].location.col), (2, 1));
+        assert!(d[0].message.contains("duplicate key `name`"));
+    }
+
+    #[test]
+    fn several_documents() {
+        let src = Source::new("t.yaml", "name: a\n---\nname: b\n");
+        assert_eq!(parse(&src).unwrap().len(), 2);
+    }
+}
