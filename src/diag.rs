@@ -39,10 +39,7 @@ pub struct Source {
 
 impl Source {
     pub fn new(path: impl Into<String>, text: impl Into<String>) -> Arc<Self> {
-        Arc::new(Self {
-            path: path.into(),
-            text: text.into(),
-        })
+        Arc::new(Self { path: path.into(), text: text.into() })
     }
 
     pub fn line_text(&self, line: u32) -> Option<&str> {
@@ -64,19 +61,9 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
-    pub fn new(
-        source: &Source,
-        line: u32,
-        col: u32,
-        len: usize,
-        message: impl Into<String>,
-    ) -> Self {
+    pub fn new(source: &Source, line: u32, col: u32, len: usize, message: impl Into<String>) -> Self {
         Self {
-            location: Location {
-                file: source.path.clone(),
-                line,
-                col,
-            },
+            location: Location { file: source.path.clone(), line, col },
             len: len.max(1),
             message: message.into(),
             label: None,
@@ -112,9 +99,7 @@ impl Diagnostic {
             let _ = writeln!(out, "{pad} |");
             let _ = writeln!(out, "{num} | {shown}");
             let caret_pad = " ".repeat(self.location.col.saturating_sub(1) as usize);
-            let width = self
-                .len
-                .min(shown.chars().count().saturating_sub(caret_pad.len()).max(1));
+            let width = self.len.min(shown.chars().count().saturating_sub(caret_pad.len()).max(1));
             let _ = write!(out, "{pad} | {caret_pad}{}", "^".repeat(width));
             if let Some(label) = &self.label {
                 let _ = write!(out, " {label}");
@@ -129,10 +114,7 @@ impl Diagnostic {
 }
 
 /// The closest candidate to `word`, if it is close enough to be a likely typo.
-pub fn did_you_mean<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
         let d = levenshtein(word, c);
@@ -158,9 +140,7 @@ fn levenshtein(a: &str, b: &str) -> usize {
     for i in 1..=a.len() {
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
+            let mut v = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
                 v = v.min(d[i - 2][j - 2] + 1);
             }
@@ -190,10 +170,7 @@ mod tests {
             .help("did you mean `exec`?");
         let text = d.render();
         assert!(text.contains("--> a.yaml:3:5"), "{text}");
-        assert!(
-            text.contains("3 |   - exce: hi\n  |     ^^^^ unknown step kind"),
-            "{text}"
-        );
+        assert!(text.contains("3 |   - exce: hi\n  |     ^^^^ unknown step kind"), "{text}");
         assert!(text.ends_with("= help: did you mean `exec`?\n"), "{text}");
     }
 }

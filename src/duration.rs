@@ -17,29 +17,19 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = t;
     while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         if num_end == 0 {
             return Err(format!("invalid duration `{t}`"));
         }
-        let n: f64 = rest[..num_end]
-            .parse()
-            .map_err(|_| format!("invalid duration `{t}`"))?;
+        let n: f64 = rest[..num_end].parse().map_err(|_| format!("invalid duration `{t}`"))?;
         rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let unit_end = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let factor = match &rest[..unit_end] {
             "ms" => 0.001,
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            "" => {
-                return Err(format!(
-                    "invalid duration `{t}`: a unit is missing after {n}"
-                ))
-            }
+            "" => return Err(format!("invalid duration `{t}`: a unit is missing after {n}")),
             u => return Err(format!("invalid duration `{t}`: unknown unit `{u}`")),
         };
         total += Duration::from_secs_f64(n * factor);

@@ -2,9 +2,12 @@
 
 pub mod diag;
 pub mod duration;
+pub mod mask;
 pub mod matcher;
+pub mod model;
 pub mod provider;
 pub mod report;
 pub mod select;
+pub mod steps;
 pub mod template;
 pub mod yaml;

@@ -12,25 +12,16 @@ use crate::report::events::Mismatch;
 use crate::yaml::{Node, Value};
 
 pub const KEYS: &[(&str, &str)] = &[
-    (
-        "equals",
-        "the whole value equals this (strings compare exactly, including newlines)",
-    ),
+    ("equals", "the whole value equals this (strings compare exactly, including newlines)"),
     ("contains", "the text contains this substring"),
     ("not_contains", "the text does not contain this substring"),
-    (
-        "matches",
-        "the text matches this regular expression (Rust regex syntax; anywhere unless anchored)",
-    ),
+    ("matches", "the text matches this regular expression (Rust regex syntax; anywhere unless anchored)"),
     ("starts_with", "the text starts with this"),
     ("ends_with", "the text ends with this"),
     ("empty", "true: the text is empty; false: it is not"),
     ("lines", "a count of lines, or the exact list of lines"),
     ("length", "the length in characters"),
-    (
-        "json",
-        "parse the text as JSON and check paths: [{ path: \"$.a.b\", equals: 1 }]",
-    ),
+    ("json", "parse the text as JSON and check paths: [{ path: \"$.a.b\", equals: 1 }]"),
     ("not", "the inner matcher must fail"),
     ("all", "every matcher in the list holds"),
     ("any", "at least one matcher in the list holds"),
@@ -77,10 +68,7 @@ pub struct MatchFailure {
 fn fail(message: impl Into<String>, expected: Option<String>, actual: &str) -> MatchFailure {
     MatchFailure {
         message: message.into(),
-        mismatch: expected.map(|e| Mismatch {
-            expected: e,
-            actual: actual.to_string(),
-        }),
+        mismatch: expected.map(|e| Mismatch { expected: e, actual: actual.to_string() }),
     }
 }
 
@@ -108,16 +96,8 @@ impl Matcher {
         };
         let mut clauses = Vec::new();
         for (k, v) in obj {
-            let s = || {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| format!("`{k}` expects a string"))
-            };
-            let n = || {
-                v.as_u64()
-                    .map(|n| n as usize)
-                    .ok_or_else(|| format!("`{k}` expects a non-negative integer"))
-            };
+            let s = || v.as_str().map(str::to_string).ok_or_else(|| format!("`{k}` expects a string"));
+            let n = || v.as_u64().map(|n| n as usize).ok_or_else(|| format!("`{k}` expects a non-negative integer"));
             let list = || -> Result<Vec<Matcher>, String> {
                 v.as_array()
                     .ok_or_else(|| format!("`{k}` expects a list of matchers"))?
@@ -129,9 +109,7 @@ impl Matcher {
                 "equals" => Clause::Equals(v.clone()),
                 "contains" => Clause::Contains(text_of(v)),
                 "not_contains" => Clause::NotContains(text_of(v)),
-                "matches" => {
-                    Clause::Matches(Regex::new(&s()?).map_err(|e| format!("invalid regex: {e}"))?)
-                }
+                "matches" => Clause::Matches(Regex::new(&s()?).map_err(|e| format!("invalid regex: {e}"))?),
                 "starts_with" => Clause::StartsWith(text_of(v)),
                 "ends_with" => Clause::EndsWith(text_of(v)),
                 "empty" => Clause::Empty(v.as_bool().ok_or("`empty` expects true or false")?),
@@ -141,19 +119,12 @@ impl Matcher {
                 },
                 "length" => Clause::Length(n()?),
                 "json" => {
-                    let items = v
-                        .as_array()
-                        .ok_or("`json` expects a list of { path, <matcher> }")?;
+                    let items = v.as_array().ok_or("`json` expects a list of { path, <matcher> }")?;
                     let mut checks = Vec::new();
                     for item in items {
-                        let o = item
-                            .as_object()
-                            .ok_or("each `json` entry is a mapping with `path`")?;
-                        let path = o
-                            .get("path")
-                            .and_then(J::as_str)
-                            .ok_or("each `json` entry needs `path`")?
-                            .to_string();
+                        let o = item.as_object().ok_or("each `json` entry is a mapping with `path`")?;
+                        let path =
+                            o.get("path").and_then(J::as_str).ok_or("each `json` entry needs `path`")?.to_string();
                         parse_path(&path)?;
                         let exists = o.get("exists").and_then(J::as_bool);
                         let rest: serde_json::Map<String, J> = o
@@ -161,16 +132,8 @@ impl Matcher {
                             .filter(|(k, _)| !JSON_ENTRY_EXTRA.contains(&k.as_str()))
                             .map(|(k, v)| (k.clone(), v.clone()))
                             .collect();
-                        let matcher = if rest.is_empty() {
-                            None
-                        } else {
-                            Some(Matcher::from_json(&J::Object(rest))?)
-                        };
-                        checks.push(JsonCheck {
-                            path,
-                            exists,
-                            matcher,
-                        });
+                        let matcher = if rest.is_empty() { None } else { Some(Matcher::from_json(&J::Object(rest))?) };
+                        checks.push(JsonCheck { path, exists, matcher });
                     }
                     Clause::Json(checks)
                 }
@@ -212,48 +175,29 @@ impl Clause {
                 let equal = match (exp, actual) {
                     (J::String(e), a) => *e == text_of(a),
                     (e, J::String(a)) => {
-                        serde_json::from_str::<J>(a)
-                            .map(|a| &a == e)
-                            .unwrap_or(false)
-                            || text_of(e) == *a
+                        serde_json::from_str::<J>(a).map(|a| &a == e).unwrap_or(false) || text_of(e) == *a
                     }
                     (e, a) => loose_eq(e, a),
                 };
-                ok(
-                    equal,
-                    format!(
-                        "expected {} to equal {}",
-                        short(&text),
-                        short(&text_of(exp))
-                    ),
-                    Some(text_of(exp)),
-                )
+                ok(equal, format!("expected {} to equal {}", short(&text), short(&text_of(exp))), Some(text_of(exp)))
             }
             Clause::Contains(s) => ok(
                 text.contains(s.as_str()),
                 format!("expected {} to contain {}", short(&text), short(s)),
                 Some(s.clone()),
             ),
-            Clause::NotContains(s) => ok(
-                !text.contains(s.as_str()),
-                format!("expected {} not to contain {}", short(&text), short(s)),
-                None,
-            ),
-            Clause::Matches(re) => ok(
-                re.is_match(&text),
-                format!("expected {} to match /{}/", short(&text), re.as_str()),
-                None,
-            ),
-            Clause::StartsWith(s) => ok(
-                text.starts_with(s.as_str()),
-                format!("expected {} to start with {}", short(&text), short(s)),
-                None,
-            ),
-            Clause::EndsWith(s) => ok(
-                text.ends_with(s.as_str()),
-                format!("expected {} to end with {}", short(&text), short(s)),
-                None,
-            ),
+            Clause::NotContains(s) => {
+                ok(!text.contains(s.as_str()), format!("expected {} not to contain {}", short(&text), short(s)), None)
+            }
+            Clause::Matches(re) => {
+                ok(re.is_match(&text), format!("expected {} to match /{}/", short(&text), re.as_str()), None)
+            }
+            Clause::StartsWith(s) => {
+                ok(text.starts_with(s.as_str()), format!("expected {} to start with {}", short(&text), short(s)), None)
+            }
+            Clause::EndsWith(s) => {
+                ok(text.ends_with(s.as_str()), format!("expected {} to end with {}", short(&text), short(s)), None)
+            }
             Clause::Empty(want) => {
                 let msg = if *want {
                     format!("expected empty, got {}", short(&text))
@@ -274,11 +218,7 @@ impl Clause {
                 }
                 ok(
                     got == *lines,
-                    format!(
-                        "expected {} lines as listed, got {}",
-                        lines.len(),
-                        got.len()
-                    ),
+                    format!("expected {} lines as listed, got {}", lines.len(), got.len()),
                     Some(expected),
                 )
             }
@@ -288,9 +228,8 @@ impl Clause {
             }
             Clause::Json(checks) => {
                 let doc: J = match actual {
-                    J::String(s) => serde_json::from_str(s).map_err(|e| {
-                        fail(format!("expected JSON, got {} ({e})", short(s)), None, s)
-                    })?,
+                    J::String(s) => serde_json::from_str(s)
+                        .map_err(|e| fail(format!("expected JSON, got {} ({e})", short(s)), None, s))?,
                     other => other.clone(),
                 };
                 for check in checks {
@@ -299,11 +238,7 @@ impl Clause {
                         if found.is_some() != want {
                             let msg = if want { "to exist" } else { "not to exist" };
                             return Err(fail(
-                                format!(
-                                    "expected {} {msg} in {}",
-                                    check.path,
-                                    short(&doc.to_string())
-                                ),
+                                format!("expected {} {msg} in {}", check.path, short(&doc.to_string())),
                                 None,
                                 &text,
                             ));
@@ -317,20 +252,14 @@ impl Clause {
                                 &text,
                             ));
                         };
-                        m.check(v).map_err(|f| MatchFailure {
-                            message: format!("at {}: {}", check.path, f.message),
-                            ..f
-                        })?;
+                        m.check(v)
+                            .map_err(|f| MatchFailure { message: format!("at {}: {}", check.path, f.message), ..f })?;
                     }
                 }
                 Ok(())
             }
             Clause::Not(m) => match m.check(actual) {
-                Ok(()) => Err(fail(
-                    format!("expected {} not to match {:?}", short(&text), m),
-                    None,
-                    &text,
-                )),
+                Ok(()) => Err(fail(format!("expected {} not to match {:?}", short(&text), m), None, &text)),
                 Err(_) => Ok(()),
             },
             Clause::All(ms) => ms.iter().try_for_each(|m| m.check(actual)),
@@ -342,11 +271,7 @@ impl Clause {
                         Err(f) => reasons.push(f.message),
                     }
                 }
-                Err(fail(
-                    format!("no alternative matched: {}", reasons.join("; ")),
-                    None,
-                    &text,
-                ))
+                Err(fail(format!("no alternative matched: {}", reasons.join("; ")), None, &text))
             }
         }
     }
@@ -429,20 +354,14 @@ pub fn validate(node: &Node, src: &Source, diags: &mut Vec<Diagnostic>) {
     let Some(map) = node.as_map() else {
         if matches!(node.value, Value::Seq(_)) {
             diags.push(
-                node.diag(
-                    src,
-                    "a matcher is a mapping such as `{ contains: ok }`, not a list",
-                )
-                .label("expected a mapping"),
+                node.diag(src, "a matcher is a mapping such as `{ contains: ok }`, not a list")
+                    .label("expected a mapping"),
             );
         }
         return;
     };
     if map.is_empty() {
-        diags.push(
-            node.diag(src, "empty matcher")
-                .help(format!("use one of: {}", key_names().join(", "))),
-        );
+        diags.push(node.diag(src, "empty matcher").help(format!("use one of: {}", key_names().join(", "))));
     }
     for (k, v) in map {
         let key = k.key_text();
@@ -456,22 +375,13 @@ fn key_names() -> Vec<&'static str> {
 
 fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<Diagnostic>) {
     let want = |what: &str| {
-        v.diag(
-            src,
-            format!("`{key}` expects {what}, found {}", v.type_name()),
-        )
-        .label(format!("expected {what}"))
+        v.diag(src, format!("`{key}` expects {what}, found {}", v.type_name())).label(format!("expected {what}"))
     };
-    let scalar = matches!(
-        v.value,
-        Value::Str(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_)
-    );
+    let scalar = matches!(v.value, Value::Str(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_));
     let templ = v.as_str().is_some_and(is_template);
     match key {
         "equals" => {}
-        "contains" | "not_contains" | "starts_with" | "ends_with" if !scalar => {
-            diags.push(want("a string"))
-        }
+        "contains" | "not_contains" | "starts_with" | "ends_with" if !scalar => diags.push(want("a string")),
         "matches" => match v.as_str() {
             Some(re) if !is_template(re) => {
                 if let Err(e) = Regex::new(re) {
@@ -486,63 +396,56 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
             Some(_) => {}
             None => diags.push(want("a regular expression string")),
         },
-        "empty" if !matches!(v.value, Value::Bool(_)) && !templ => {
-            diags.push(want("true or false"))
-        }
+        "empty" if !matches!(v.value, Value::Bool(_)) && !templ => diags.push(want("true or false")),
         "lines" if !matches!(v.value, Value::Int(_) | Value::Seq(_)) && !templ => {
             diags.push(want("a count or a list of lines"))
         }
         "length" if !matches!(v.value, Value::Int(_)) && !templ => diags.push(want("an integer")),
-        "json" => {
-            match v.as_seq() {
-                Some(items) => {
-                    for item in items {
-                        let Some(m) = item.as_map() else {
-                            diags.push(item.diag(src, "each `json` entry is a mapping like `{ path: \"$.a\", equals: 1 }`"));
-                            continue;
-                        };
-                        match item.get("path") {
-                            None => diags.push(
-                                item.diag(src, "missing `path` in `json` entry")
-                                    .help("add `path: \"$.field\"`"),
-                            ),
-                            Some(p) => {
-                                if let Some(ps) = p.as_str().filter(|s| !is_template(s)) {
-                                    if let Err(e) = parse_path(ps) {
-                                        diags.push(p.diag(src, e));
-                                    }
-                                }
-                            }
+        "json" => match v.as_seq() {
+            Some(items) => {
+                for item in items {
+                    let Some(m) = item.as_map() else {
+                        diags
+                            .push(item.diag(src, "each `json` entry is a mapping like `{ path: \"$.a\", equals: 1 }`"));
+                        continue;
+                    };
+                    match item.get("path") {
+                        None => {
+                            diags.push(item.diag(src, "missing `path` in `json` entry").help("add `path: \"$.field\"`"))
                         }
-                        for (ek, ev) in m {
-                            let ek_text = ek.key_text();
-                            if ek_text == "path" {
-                                continue;
-                            }
-                            if ek_text == "exists" {
-                                if !matches!(ev.value, Value::Bool(_)) {
-                                    diags.push(ev.diag(src, "`exists` expects true or false"));
+                        Some(p) => {
+                            if let Some(ps) = p.as_str().filter(|s| !is_template(s)) {
+                                if let Err(e) = parse_path(ps) {
+                                    diags.push(p.diag(src, e));
                                 }
-                                continue;
                             }
-                            validate_clause(&ek_text, ek, ev, src, diags);
                         }
                     }
+                    for (ek, ev) in m {
+                        let ek_text = ek.key_text();
+                        if ek_text == "path" {
+                            continue;
+                        }
+                        if ek_text == "exists" {
+                            if !matches!(ev.value, Value::Bool(_)) {
+                                diags.push(ev.diag(src, "`exists` expects true or false"));
+                            }
+                            continue;
+                        }
+                        validate_clause(&ek_text, ek, ev, src, diags);
+                    }
                 }
-                None => diags.push(want("a list of { path, <matcher> } entries")),
             }
-        }
+            None => diags.push(want("a list of { path, <matcher> } entries")),
+        },
         "not" => validate(v, src, diags),
         "all" | "any" => match v.as_seq() {
             Some(items) => items.iter().for_each(|m| validate(m, src, diags)),
             None => diags.push(want("a list of matchers")),
         },
-        "contains" | "not_contains" | "starts_with" | "ends_with" | "empty" | "lines"
-        | "length" => {}
+        "contains" | "not_contains" | "starts_with" | "ends_with" | "empty" | "lines" | "length" => {}
         other => {
-            let mut d = k
-                .diag(src, format!("unknown matcher `{other}`"))
-                .label("unknown matcher");
+            let mut d = k.diag(src, format!("unknown matcher `{other}`")).label("unknown matcher");
             d = match did_you_mean(other, key_names()) {
                 Some(s) => d.help(format!("did you mean `{s}`?")),
                 None => d.help(format!("matchers are: {}", key_names().join(", "))),
@@ -565,11 +468,7 @@ mod tests {
     fn text_matchers() {
         assert!(m(json!({"equals": "hi\n"})).check_text("hi\n").is_ok());
         assert!(m(json!({"equals": "hi"})).check_text("hi\n").is_err());
-        assert!(
-            m(json!({"contains": "ll", "starts_with": "he", "ends_with": "lo"}))
-                .check_text("hello")
-                .is_ok()
-        );
+        assert!(m(json!({"contains": "ll", "starts_with": "he", "ends_with": "lo"})).check_text("hello").is_ok());
         assert!(m(json!({"not_contains": "x"})).check_text("hello").is_ok());
         assert!(m(json!({"not_contains": "l"})).check_text("hello").is_err());
         assert!(m(json!({"matches": "^h.*o$"})).check_text("hello").is_ok());
@@ -582,58 +481,30 @@ mod tests {
 
     #[test]
     fn combinators() {
-        assert!(m(json!({"not": {"contains": "x"}}))
-            .check_text("abc")
-            .is_ok());
-        assert!(m(json!({"not": {"contains": "a"}}))
-            .check_text("abc")
-            .is_err());
-        assert!(m(json!({"any": [{"equals": "x"}, {"contains": "b"}]}))
-            .check_text("abc")
-            .is_ok());
-        assert!(m(json!({"all": [{"contains": "a"}, {"contains": "z"}]}))
-            .check_text("abc")
-            .is_err());
+        assert!(m(json!({"not": {"contains": "x"}})).check_text("abc").is_ok());
+        assert!(m(json!({"not": {"contains": "a"}})).check_text("abc").is_err());
+        assert!(m(json!({"any": [{"equals": "x"}, {"contains": "b"}]})).check_text("abc").is_ok());
+        assert!(m(json!({"all": [{"contains": "a"}, {"contains": "z"}]})).check_text("abc").is_err());
     }
 
     #[test]
     fn json_paths() {
         let body = r#"{"a":{"b":[1,{"c":"x"}]},"n":2}"#;
-        assert!(m(
-            json!({"json": [{"path": "$.a.b[1].c", "equals": "x"}, {"path": "$.n", "equals": 2}]})
-        )
-        .check_text(body)
-        .is_ok());
-        assert!(m(json!({"json": [{"path": "$.n", "equals": 3}]}))
-            .check_text(body)
-            .is_err());
-        assert!(m(json!({"json": [{"path": "$.zz", "exists": false}]}))
+        assert!(m(json!({"json": [{"path": "$.a.b[1].c", "equals": "x"}, {"path": "$.n", "equals": 2}]}))
             .check_text(body)
             .is_ok());
-        assert!(m(json!({"json": [{"path": "$.a", "exists": true}]}))
-            .check_text(body)
-            .is_ok());
-        assert!(m(json!({"json": [{"path": "$[\"n\"]", "matches": "^2$"}]}))
-            .check_text(body)
-            .is_ok());
-        let f = m(json!({"json": [{"path": "$.n", "equals": 3}]}))
-            .check_text(body)
-            .unwrap_err();
+        assert!(m(json!({"json": [{"path": "$.n", "equals": 3}]})).check_text(body).is_err());
+        assert!(m(json!({"json": [{"path": "$.zz", "exists": false}]})).check_text(body).is_ok());
+        assert!(m(json!({"json": [{"path": "$.a", "exists": true}]})).check_text(body).is_ok());
+        assert!(m(json!({"json": [{"path": "$[\"n\"]", "matches": "^2$"}]})).check_text(body).is_ok());
+        let f = m(json!({"json": [{"path": "$.n", "equals": 3}]})).check_text(body).unwrap_err();
         assert!(f.message.starts_with("at $.n:"), "{}", f.message);
     }
 
     #[test]
     fn equals_failure_carries_expected_and_actual() {
-        let f = m(json!({"equals": "a\nb\n"}))
-            .check_text("a\nc\n")
-            .unwrap_err();
-        assert_eq!(
-            f.mismatch,
-            Some(Mismatch {
-                expected: "a\nb\n".into(),
-                actual: "a\nc\n".into()
-            })
-        );
+        let f = m(json!({"equals": "a\nb\n"})).check_text("a\nc\n").unwrap_err();
+        assert_eq!(f.mismatch, Some(Mismatch { expected: "a\nb\n".into(), actual: "a\nc\n".into() }));
     }
 
     #[test]
@@ -645,10 +516,6 @@ mod tests {
         assert_eq!(diags.len(), 2);
         assert_eq!(diags[0].help.as_deref(), Some("did you mean `contains`?"));
         assert_eq!((diags[0].location.line, diags[0].location.col), (2, 3));
-        assert!(
-            diags[1].message.starts_with("invalid regex"),
-            "{}",
-            diags[1].message
-        );
+        assert!(diags[1].message.starts_with("invalid regex"), "{}", diags[1].message);
     }
 }

@@ -120,21 +120,11 @@ pub struct Shard {
 impl std::str::FromStr for Shard {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (k, n) = s
-            .split_once('/')
-            .ok_or_else(|| format!("expected K/N, got `{s}`"))?;
-        let index: u64 = k
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad shard index `{k}`"))?;
-        let count: u64 = n
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad shard count `{n}`"))?;
+        let (k, n) = s.split_once('/').ok_or_else(|| format!("expected K/N, got `{s}`"))?;
+        let index: u64 = k.trim().parse().map_err(|_| format!("bad shard index `{k}`"))?;
+        let count: u64 = n.trim().parse().map_err(|_| format!("bad shard count `{n}`"))?;
         if count == 0 || index == 0 || index > count {
-            return Err(format!(
-                "shard must satisfy 1 <= K <= N, got {index}/{count}"
-            ));
+            return Err(format!("shard must satisfy 1 <= K <= N, got {index}/{count}"));
         }
         Ok(Shard { index, count })
     }
@@ -187,17 +177,7 @@ mod tests {
         // Pinned to the FNV-1a test vectors: changing the hash would reshuffle every CI matrix.
         let which: Vec<u64> = ["a", "b", "c"]
             .iter()
-            .map(|n| {
-                (1..=4)
-                    .find(|k| {
-                        Shard {
-                            index: *k,
-                            count: 4,
-                        }
-                        .contains(n)
-                    })
-                    .unwrap()
-            })
+            .map(|n| (1..=4).find(|k| Shard { index: *k, count: 4 }.contains(n)).unwrap())
             .collect();
         assert_eq!(which, vec![which_fnv("a"), which_fnv("b"), which_fnv("c")]);
         assert!("0/3".parse::<Shard>().is_err());

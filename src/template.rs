@@ -19,16 +19,7 @@ use serde_json::Value as J;
 use crate::diag::{did_you_mean, Diagnostic, Source};
 use crate::yaml::{Node, Value};
 
-pub const ROOTS: &[&str] = &[
-    "vars",
-    "env",
-    "matrix",
-    "steps",
-    "sandbox",
-    "sandboxes",
-    "run",
-    "scenario",
-];
+pub const ROOTS: &[&str] = &["vars", "env", "matrix", "steps", "sandbox", "sandboxes", "run", "scenario"];
 
 pub fn is_template(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
@@ -40,22 +31,16 @@ pub fn env() -> &'static Environment<'static> {
     ENV.get_or_init(|| {
         let mut e = Environment::new();
         e.set_undefined_behavior(UndefinedBehavior::Strict);
-        e.add_filter("b64encode", |s: String| {
-            base64::engine::general_purpose::STANDARD.encode(s)
-        });
+        e.add_filter("b64encode", |s: String| base64::engine::general_purpose::STANDARD.encode(s));
         e.add_filter("b64decode", |s: String| -> Result<String, Error> {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(s.trim())
-                .map_err(|e| {
-                    Error::new(ErrorKind::InvalidOperation, format!("invalid base64: {e}"))
-                })?;
-            String::from_utf8(bytes)
-                .map_err(|_| Error::new(ErrorKind::InvalidOperation, "decoded base64 is not UTF-8"))
+                .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("invalid base64: {e}")))?;
+            String::from_utf8(bytes).map_err(|_| Error::new(ErrorKind::InvalidOperation, "decoded base64 is not UTF-8"))
         });
         e.add_filter("fromjson", |s: String| -> Result<MValue, Error> {
-            let v: J = serde_json::from_str(&s).map_err(|e| {
-                Error::new(ErrorKind::InvalidOperation, format!("invalid JSON: {e}"))
-            })?;
+            let v: J = serde_json::from_str(&s)
+                .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("invalid JSON: {e}")))?;
             Ok(MValue::from(minijinja::value::Serde(v)))
         });
         e
@@ -90,29 +75,19 @@ impl Object for SandboxView {
     ) -> Result<MValue, Error> {
         let port = || -> Result<u16, Error> {
             args.first()
-                .and_then(|v| {
-                    u16::try_from(v.clone())
-                        .ok()
-                        .or_else(|| v.as_str()?.parse().ok())
-                })
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidOperation,
-                        format!("{method}() takes a port number"),
-                    )
-                })
+                .and_then(|v| u16::try_from(v.clone()).ok().or_else(|| v.as_str()?.parse().ok()))
+                .ok_or_else(|| Error::new(ErrorKind::InvalidOperation, format!("{method}() takes a port number")))
         };
         match method {
             "url" | "host" => {
                 let p = port()?;
                 let url = self.urls.get(&p).ok_or_else(|| {
-                    Error::new(ErrorKind::InvalidOperation, format!("port {p} was not resolved; write the port as a number literal: {method}({p})"))
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        format!("port {p} was not resolved; write the port as a number literal: {method}({p})"),
+                    )
                 })?;
-                Ok(MValue::from(if method == "url" {
-                    url.clone()
-                } else {
-                    strip_scheme(url).to_string()
-                }))
+                Ok(MValue::from(if method == "url" { url.clone() } else { strip_scheme(url).to_string() }))
             }
             _ => Err(Error::from(ErrorKind::UnknownMethod)),
         }
@@ -124,18 +99,14 @@ impl Object for SandboxView {
 }
 
 pub fn strip_scheme(url: &str) -> &str {
-    url.split_once("://")
-        .map_or(url, |(_, rest)| rest)
-        .trim_end_matches('/')
+    url.split_once("://").map_or(url, |(_, rest)| rest).trim_end_matches('/')
 }
 
 /// Literal ports used in `url(N)` / `host(N)` calls, to resolve before rendering.
 pub fn ports_in(text: &str) -> Vec<u16> {
     static RE: OnceLock<regex::Regex> = OnceLock::new();
     let re = RE.get_or_init(|| regex::Regex::new(r"\b(?:url|host)\(\s*(\d{1,5})\s*\)").unwrap());
-    re.captures_iter(text)
-        .filter_map(|c| c[1].parse().ok())
-        .collect()
+    re.captures_iter(text).filter_map(|c| c[1].parse().ok()).collect()
 }
 
 /// A rendering failure, with the position inside the template when minijinja knows it.
@@ -172,28 +143,17 @@ pub fn render_str(s: &str, ctx: &MValue) -> Result<J, RenderError> {
     if !is_template(s) {
         return Ok(J::String(s.to_string()));
     }
-    let err = |e: Error| RenderError {
-        message: describe(&e),
-        line_in_template: e.line(),
-    };
+    let err = |e: Error| RenderError { message: describe(&e), line_in_template: e.line() };
     if let Some(expr) = single_expression(s) {
         let compiled = env().compile_expression(expr).map_err(err)?;
         let v = compiled.eval(ctx.clone()).map_err(err)?;
         if v.is_undefined() {
-            return Err(RenderError {
-                message: format!("undefined value: `{expr}`"),
-                line_in_template: Some(1),
-            });
+            return Err(RenderError { message: format!("undefined value: `{expr}`"), line_in_template: Some(1) });
         }
-        if v.as_object()
-            .is_some_and(|o| o.downcast_ref::<SandboxView>().is_some())
-        {
+        if v.as_object().is_some_and(|o| o.downcast_ref::<SandboxView>().is_some()) {
             return Ok(J::String(v.to_string()));
         }
-        return serde_json::to_value(&v).map_err(|e| RenderError {
-            message: e.to_string(),
-            line_in_template: None,
-        });
+        return serde_json::to_value(&v).map_err(|e| RenderError { message: e.to_string(), line_in_template: None });
     }
     env().render_str(s, ctx.clone()).map(J::String).map_err(err)
 }
@@ -201,10 +161,7 @@ pub fn render_str(s: &str, ctx: &MValue) -> Result<J, RenderError> {
 /// Evaluate a condition (`if:`, `assert: { that: }`). Braces are optional.
 pub fn eval_bool(expr: &str, ctx: &MValue) -> Result<bool, RenderError> {
     let e = single_expression(expr).unwrap_or(expr.trim());
-    let err = |e: Error| RenderError {
-        message: describe(&e),
-        line_in_template: e.line(),
-    };
+    let err = |e: Error| RenderError { message: describe(&e), line_in_template: e.line() };
     let compiled = env().compile_expression(e).map_err(err)?;
     Ok(compiled.eval(ctx.clone()).map_err(err)?.is_true())
 }
@@ -216,11 +173,7 @@ pub fn render_node(node: &Node, ctx: &MValue) -> Result<J, (RenderError, u32, u3
             let (line, col) = position(node, e.line_in_template);
             (e, line, col)
         }),
-        Value::Seq(items) => items
-            .iter()
-            .map(|n| render_node(n, ctx))
-            .collect::<Result<Vec<_>, _>>()
-            .map(J::Array),
+        Value::Seq(items) => items.iter().map(|n| render_node(n, ctx)).collect::<Result<Vec<_>, _>>().map(J::Array),
         Value::Map(m) => {
             let mut out = serde_json::Map::new();
             for (k, v) in m {
@@ -235,9 +188,7 @@ pub fn render_node(node: &Node, ctx: &MValue) -> Result<J, (RenderError, u32, u3
 /// Position in the file of a line inside a templated scalar.
 pub fn position(node: &Node, line_in_template: Option<usize>) -> (u32, u32) {
     match line_in_template {
-        Some(l) if l > 1 || node.block => {
-            (node.line + l as u32 - 1 + u32::from(node.block), node.col)
-        }
+        Some(l) if l > 1 || node.block => (node.line + l as u32 - 1 + u32::from(node.block), node.col),
         _ => (node.line, node.col),
     }
 }
@@ -260,25 +211,17 @@ pub fn check(node: &Node, text: &str, scope: &Scope, src: &Source, diags: &mut V
         return;
     }
     let compiled = match single_expression(text) {
-        Some(expr) => env()
-            .compile_expression(expr)
-            .map(|e| e.undeclared_variables(true)),
-        None => env()
-            .template_from_str(text)
-            .map(|t| t.undeclared_variables(true)),
+        Some(expr) => env().compile_expression(expr).map(|e| e.undeclared_variables(true)),
+        None => env().template_from_str(text).map(|t| t.undeclared_variables(true)),
     };
     let names = match compiled {
         Ok(names) => names,
         Err(e) => {
             let (line, col) = position(node, e.line());
-            let mut d = Diagnostic::new(
-                src,
-                line,
-                col,
-                node.len,
-                format!("template syntax error: {}", describe(&e)),
-            );
-            d = d.label("in this template").help("templates use minijinja (Jinja2) syntax: `{{ vars.name }}`, `{{ steps.id.stdout | trim }}`");
+            let mut d = Diagnostic::new(src, line, col, node.len, format!("template syntax error: {}", describe(&e)));
+            d = d
+                .label("in this template")
+                .help("templates use minijinja (Jinja2) syntax: `{{ vars.name }}`, `{{ steps.id.stdout | trim }}`");
             diags.push(d);
             return;
         }
@@ -288,11 +231,7 @@ pub fn check(node: &Node, text: &str, scope: &Scope, src: &Source, diags: &mut V
     for name in names {
         if let Some(msg) = check_name(&name, scope) {
             let (message, help) = msg;
-            diags.push(
-                node.diag(src, message)
-                    .label("in this template")
-                    .help_opt(help),
-            );
+            diags.push(node.diag(src, message).label("in this template").help_opt(help));
         }
     }
 }
@@ -302,14 +241,10 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
     let root = parts.next()?;
     let second = parts.next();
     let third = parts.next();
-    let mean = |word: &str, cands: Vec<&str>| {
-        did_you_mean(word, cands).map(|s| format!("did you mean `{s}`?"))
-    };
+    let mean = |word: &str, cands: Vec<&str>| did_you_mean(word, cands).map(|s| format!("did you mean `{s}`?"));
     if !ROOTS.contains(&root) {
         let help = if scope.vars.contains(root) {
-            Some(format!(
-                "variables live under `vars`: did you mean `vars.{root}`?"
-            ))
+            Some(format!("variables live under `vars`: did you mean `vars.{root}`?"))
         } else {
             mean(root, ROOTS.to_vec()).or_else(|| Some(format!("available: {}", ROOTS.join(", "))))
         };
@@ -319,12 +254,8 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
     match root {
         "vars" if !scope.vars.contains(second) => Some((
             format!("undefined variable `vars.{second}`"),
-            mean(second, scope.vars.iter().map(String::as_str).collect()).or_else(|| {
-                Some(
-                    "define it under `vars:` in the file, with a `set` step, or with `--var`"
-                        .into(),
-                )
-            }),
+            mean(second, scope.vars.iter().map(String::as_str).collect())
+                .or_else(|| Some("define it under `vars:` in the file, with a `set` step, or with `--var`".into())),
         )),
         "matrix" if !scope.matrix.contains(second) => Some((
             format!("undefined variable `matrix.{second}`"),
@@ -332,10 +263,7 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
                 Some(if scope.matrix.is_empty() {
                     "this scenario has no `matrix:`".into()
                 } else {
-                    format!(
-                        "matrix keys: {}",
-                        scope.matrix.iter().cloned().collect::<Vec<_>>().join(", ")
-                    )
+                    format!("matrix keys: {}", scope.matrix.iter().cloned().collect::<Vec<_>>().join(", "))
                 })
             }),
         )),
@@ -369,10 +297,9 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
             format!("sandbox has no field `{second}`"),
             Some("a sandbox has `id`, `template`, `alias`, `url(port)`, `host(port)`".into()),
         )),
-        "run" if !["id", "tag"].contains(&second) => Some((
-            format!("undefined variable `run.{second}`"),
-            Some("run has `id` and `tag`".into()),
-        )),
+        "run" if !["id", "tag"].contains(&second) => {
+            Some((format!("undefined variable `run.{second}`"), Some("run has `id` and `tag`".into())))
+        }
         "scenario" if !["name", "file", "description"].contains(&second) => Some((
             format!("undefined variable `scenario.{second}`"),
             Some("scenario has `name`, `file` and `description`".into()),
@@ -390,14 +317,8 @@ mod tests {
     fn lone_expression_keeps_type() {
         let ctx = context! { vars => context! { port => 8000, name => "x" } };
         assert_eq!(render_str("{{ vars.port }}", &ctx).unwrap(), J::from(8000));
-        assert_eq!(
-            render_str("p{{ vars.port }}", &ctx).unwrap(),
-            J::from("p8000")
-        );
-        assert_eq!(
-            render_str("{{ vars.name | upper }}", &ctx).unwrap(),
-            J::from("X")
-        );
+        assert_eq!(render_str("p{{ vars.port }}", &ctx).unwrap(), J::from("p8000"));
+        assert_eq!(render_str("{{ vars.name | upper }}", &ctx).unwrap(), J::from("X"));
     }
 
     #[test]
@@ -416,57 +337,32 @@ mod tests {
             urls: HashMap::from([(8000, "http://127.0.0.1:4000".into())]),
         };
         let ctx = context! { sandbox => MValue::from_object(sb) };
-        assert_eq!(
-            render_str("{{ sandbox.url(8000) }}/x", &ctx).unwrap(),
-            J::from("http://127.0.0.1:4000/x")
-        );
-        assert_eq!(
-            render_str("{{ sandbox.host(8000) }}", &ctx).unwrap(),
-            J::from("127.0.0.1:4000")
-        );
+        assert_eq!(render_str("{{ sandbox.url(8000) }}/x", &ctx).unwrap(), J::from("http://127.0.0.1:4000/x"));
+        assert_eq!(render_str("{{ sandbox.host(8000) }}", &ctx).unwrap(), J::from("127.0.0.1:4000"));
         assert_eq!(render_str("{{ sandbox }}", &ctx).unwrap(), J::from("sb1"));
         assert!(render_str("{{ sandbox.url(9) }}", &ctx).is_err());
-        assert_eq!(
-            ports_in("{{ sandbox.url(8000) }} {{ sandboxes.a.host( 9000 ) }}"),
-            vec![8000, 9000]
-        );
+        assert_eq!(ports_in("{{ sandbox.url(8000) }} {{ sandboxes.a.host( 9000 ) }}"), vec![8000, 9000]);
     }
 
     #[test]
     fn filters() {
         let ctx = context! {};
-        assert_eq!(
-            render_str("{{ 'hi' | b64encode }}", &ctx).unwrap(),
-            J::from("aGk=")
-        );
-        assert_eq!(
-            render_str("{{ ('{\"a\": 2}' | fromjson).a }}", &ctx).unwrap(),
-            J::from(2)
-        );
+        assert_eq!(render_str("{{ 'hi' | b64encode }}", &ctx).unwrap(), J::from("aGk="));
+        assert_eq!(render_str("{{ ('{\"a\": 2}' | fromjson).a }}", &ctx).unwrap(), J::from(2));
     }
 
     #[test]
     fn static_check_finds_typos_and_unknown_steps() {
-        let src = Source::new(
-            "t.yaml",
-            "x: \"{{ vars.greting }} {{ steps.nope.stdout }} {{ foo }}\"\n",
-        );
+        let src = Source::new("t.yaml", "x: \"{{ vars.greting }} {{ steps.nope.stdout }} {{ foo }}\"\n");
         let node = crate::yaml::parse(&src).unwrap().remove(0);
         let v = node.get("x").unwrap();
-        let scope = Scope {
-            vars: ["greeting".to_string()].into(),
-            ..Default::default()
-        };
+        let scope = Scope { vars: ["greeting".to_string()].into(), ..Default::default() };
         let mut diags = Vec::new();
         check(v, v.as_str().unwrap(), &scope, &src, &mut diags);
         let msgs: Vec<_> = diags.iter().map(|d| d.message.as_str()).collect();
         assert_eq!(
             msgs,
-            [
-                "undefined variable `foo`",
-                "reference to unknown step id `nope`",
-                "undefined variable `vars.greting`"
-            ]
+            ["undefined variable `foo`", "reference to unknown step id `nope`", "undefined variable `vars.greting`"]
         );
         assert_eq!(diags[2].help.as_deref(), Some("did you mean `greeting`?"));
     }
@@ -479,10 +375,6 @@ mod tests {
         let mut diags = Vec::new();
         check(v, v.as_str().unwrap(), &Scope::default(), &src, &mut diags);
         assert_eq!(diags.len(), 1);
-        assert!(
-            diags[0].message.starts_with("template syntax error"),
-            "{}",
-            diags[0].message
-        );
+        assert!(diags[0].message.starts_with("template syntax error"), "{}", diags[0].message);
     }
 }

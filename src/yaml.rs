@@ -81,10 +81,7 @@ impl Node {
     }
 
     pub fn get(&self, key: &str) -> Option<&Node> {
-        self.as_map()?
-            .iter()
-            .find(|(k, _)| k.as_str() == Some(key))
-            .map(|(_, v)| v)
+        self.as_map()?.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
     }
 
     /// A diagnostic pointing at this node.
@@ -102,9 +99,7 @@ impl Node {
             Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
             Value::Str(s) => J::String(s.clone()),
             Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
-            Value::Map(m) => {
-                J::Object(m.iter().map(|(k, v)| (k.key_text(), v.to_json())).collect())
-            }
+            Value::Map(m) => J::Object(m.iter().map(|(k, v)| (k.key_text(), v.to_json())).collect()),
         }
     }
 }
@@ -113,13 +108,8 @@ impl Node {
 /// parsing of that file (the rest of the file cannot be trusted), but duplicate keys are
 /// collected.
 pub fn parse(source: &Source) -> Result<Vec<Node>, Vec<Diagnostic>> {
-    let mut builder = Builder {
-        source,
-        stack: Vec::new(),
-        docs: Vec::new(),
-        anchors: HashMap::new(),
-        diags: Vec::new(),
-    };
+    let mut builder =
+        Builder { source, stack: Vec::new(), docs: Vec::new(), anchors: HashMap::new(), diags: Vec::new() };
     let mut parser = Parser::new_from_str(&source.text);
     while let Some(event) = parser.next_event() {
         match event {
@@ -127,13 +117,7 @@ pub fn parse(source: &Source) -> Result<Vec<Node>, Vec<Diagnostic>> {
             Err(e) => {
                 let m = e.marker();
                 let (line, col) = (m.line() as u32, m.col() as u32 + 1);
-                let mut d = Diagnostic::new(
-                    source,
-                    line.max(1),
-                    col,
-                    1,
-                    format!("invalid YAML: {}", e.info()),
-                );
+                let mut d = Diagnostic::new(source, line.max(1), col, 1, format!("invalid YAML: {}", e.info()));
                 let line_text = source.line_text(line).unwrap_or("");
                 if e.info().contains("tab")
                     || line_text.starts_with('\t')
@@ -141,9 +125,7 @@ pub fn parse(source: &Source) -> Result<Vec<Node>, Vec<Diagnostic>> {
                 {
                     d = d.help("YAML indentation must use spaces, not tabs");
                 } else if line_text.contains("{{") {
-                    d = d.help(
-                        "quote values that start with a template: `exec: \"{{ vars.cmd }}\"`",
-                    );
+                    d = d.help("quote values that start with a template: `exec: \"{{ vars.cmd }}\"`");
                 }
                 builder.diags.push(d);
                 return Err(builder.diags);
@@ -194,15 +176,10 @@ impl Builder<'_> {
                 self.push_value(node, anchor);
             }
             Event::SequenceStart(anchor, _) => {
-                self.stack
-                    .push(Frame::Seq(node_at(span, Value::Seq(Vec::new())), anchor));
+                self.stack.push(Frame::Seq(node_at(span, Value::Seq(Vec::new())), anchor));
             }
             Event::MappingStart(anchor, _) => {
-                self.stack.push(Frame::Map(
-                    node_at(span, Value::Map(Vec::new())),
-                    anchor,
-                    None,
-                ));
+                self.stack.push(Frame::Map(node_at(span, Value::Map(Vec::new())), anchor, None));
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 if let Some(frame) = self.stack.pop() {
@@ -215,20 +192,12 @@ impl Builder<'_> {
             }
             Event::Alias(id) => {
                 let node = match self.anchors.get(&id) {
-                    Some(n) => Node {
-                        line: span.start.line() as u32,
-                        col: span.start.col() as u32 + 1,
-                        ..n.clone()
-                    },
+                    Some(n) => Node { line: span.start.line() as u32, col: span.start.col() as u32 + 1, ..n.clone() },
                     None => node_at(span, Value::Null),
                 };
                 self.push_value(node, 0);
             }
-            Event::StreamStart
-            | Event::StreamEnd
-            | Event::DocumentStart(_)
-            | Event::DocumentEnd
-            | Event::Nothing => {}
+            Event::StreamStart | Event::StreamEnd | Event::DocumentStart(_) | Event::DocumentEnd | Event::Nothing => {}
         }
     }
 
@@ -247,16 +216,11 @@ impl Builder<'_> {
                 None => *pending = Some(node),
                 Some(key) => {
                     if let Value::Map(entries) = &mut map.value {
-                        if let Some((first, _)) = entries.iter().find(|(k, _)| k.value == key.value)
-                        {
+                        if let Some((first, _)) = entries.iter().find(|(k, _)| k.value == key.value) {
                             let d = key
                                 .diag(self.source, format!("duplicate key `{}`", key.key_text()))
                                 .label("defined again here")
-                                .help(format!(
-                                    "the first `{}` is at line {}",
-                                    key.key_text(),
-                                    first.line
-                                ));
+                                .help(format!("the first `{}` is at line {}", key.key_text(), first.line));
                             self.diags.push(d);
                         }
                         entries.push((key, node));
@@ -271,12 +235,7 @@ impl Builder<'_> {
 fn resolve_scalar(text: &str, style: ScalarStyle, tag: Option<&str>) -> Value {
     match tag {
         Some("str") => return Value::Str(text.to_string()),
-        Some("int") => {
-            return text
-                .parse()
-                .map(Value::Int)
-                .unwrap_or_else(|_| Value::Str(text.to_string()))
-        }
+        Some("int") => return text.parse().map(Value::Int).unwrap_or_else(|_| Value::Str(text.to_string())),
         _ => {}
     }
     if !matches!(style, ScalarStyle::Plain) {
@@ -301,10 +260,8 @@ fn resolve_scalar(text: &str, style: ScalarStyle, tag: Option<&str>) -> Value {
             return Value::Int(i);
         }
     }
-    let numeric = text
-        .bytes()
-        .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
-        && text.bytes().any(|b| b.is_ascii_digit());
+    let numeric =
+        text.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b)) && text.bytes().any(|b| b.is_ascii_digit());
     if numeric {
         if let Ok(i) = text.parse::<i64>() {
             return Value::Int(i);

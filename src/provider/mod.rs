@@ -42,10 +42,7 @@ pub struct ProviderError {
 
 impl ProviderError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
+        Self { kind, message: message.into() }
     }
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, message)
@@ -73,9 +70,7 @@ impl From<std::io::Error> for ProviderError {
     fn from(e: std::io::Error) -> Self {
         let kind = match e.kind() {
             std::io::ErrorKind::NotFound => ErrorKind::NotFound,
-            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
-                ErrorKind::Invalid
-            }
+            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => ErrorKind::Invalid,
             std::io::ErrorKind::TimedOut => ErrorKind::Timeout,
             _ => ErrorKind::Infra,
         };
@@ -97,13 +92,8 @@ pub enum Capability {
 }
 
 impl Capability {
-    pub const ALL: &'static [Capability] = &[
-        Capability::Ports,
-        Capability::Files,
-        Capability::Processes,
-        Capability::RunCode,
-        Capability::Build,
-    ];
+    pub const ALL: &'static [Capability] =
+        &[Capability::Ports, Capability::Files, Capability::Processes, Capability::RunCode, Capability::Build];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -254,13 +244,7 @@ pub trait Provider: Send + Sync {
 
     /// Relative paths are relative to the sandbox user's home (`/home/user`). Parent
     /// directories are created.
-    async fn write_file(
-        &self,
-        id: &str,
-        path: &str,
-        data: Vec<u8>,
-        mode: Option<u32>,
-    ) -> Result<FileEntry>;
+    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry>;
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>>;
     async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileEntry>>;
     async fn stat(&self, id: &str, path: &str) -> Result<FileEntry>;

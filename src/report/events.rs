@@ -24,14 +24,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 6] = [
-        Outcome::Passed,
-        Outcome::Failed,
-        Outcome::Error,
-        Outcome::Skipped,
-        Outcome::Xfail,
-        Outcome::Xpass,
-    ];
+    pub const ALL: [Outcome; 6] =
+        [Outcome::Passed, Outcome::Failed, Outcome::Error, Outcome::Skipped, Outcome::Xfail, Outcome::Xpass];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -157,10 +151,7 @@ pub struct Totals {
 
 impl Totals {
     pub fn from_results(results: &[ScenarioResult]) -> Self {
-        let mut t = Totals {
-            total: results.len(),
-            ..Default::default()
-        };
+        let mut t = Totals { total: results.len(), ..Default::default() };
         for r in results {
             match r.outcome {
                 Outcome::Passed => t.passed += 1,

@@ -1,0 +1,125 @@
+//! The typed, spanned scenario model, and the loader that builds it from files.
+//!
+//! `load` reads every file, parses and validates all of them, and returns either the
+//! scenarios or every diagnostic at once; nothing runs if anything is invalid.
+
+mod load;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value as J;
+
+use crate::diag::{Location, Source};
+use crate::steps::StepKind;
+use crate::yaml::Node;
+
+pub use load::{expand_paths, load, LoadOptions, Loaded};
+
+#[derive(Debug, Clone, Default)]
+pub struct Requires {
+    pub env: Vec<String>,
+    pub providers: Vec<String>,
+    pub capabilities: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct KnownIssue {
+    pub id: Option<String>,
+    pub reason: String,
+    pub strict: bool,
+    pub until: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    pub attempts: u32,
+    pub delay: Duration,
+    pub backoff: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Eventually {
+    pub within: Duration,
+    pub every: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub kind: &'static StepKind,
+    pub location: Location,
+    /// The step's arguments as a mapping (shorthand already expanded).
+    pub args: Node,
+    pub id: Option<String>,
+    pub label: String,
+    pub sandbox: Option<String>,
+    pub timeout: Option<Duration>,
+    pub retry: Option<Retry>,
+    pub eventually: Option<Eventually>,
+    /// `if:` expression, and where it is.
+    pub condition: Option<(String, Node)>,
+    pub continue_on_error: bool,
+}
+
+#[derive(Debug)]
+pub struct Scenario {
+    pub source: Arc<Source>,
+    pub name: String,
+    pub description: Option<String>,
+    pub location: Location,
+    pub tags: Vec<String>,
+    pub timeout: Option<Duration>,
+    pub requires: Requires,
+    pub known_issue: Option<KnownIssue>,
+    pub vars: serde_json::Map<String, J>,
+    /// Names of environment variables whose values are masked, beyond the automatic ones.
+    pub secrets: Vec<String>,
+    pub matrix: Vec<(String, Vec<J>)>,
+    pub setup: Vec<Step>,
+    pub steps: Vec<Step>,
+    pub finally: Vec<Step>,
+    /// Upper bound on sandboxes alive at once in this scenario (number of create steps).
+    pub sandbox_need: usize,
+}
+
+/// One runnable case: a scenario with one matrix cell.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub scenario: Arc<Scenario>,
+    pub name: String,
+    pub matrix: BTreeMap<String, J>,
+}
+
+impl Scenario {
+    /// Matrix expansion: one case per combination, named `name[k=v,k2=v2]`.
+    pub fn cases(self: &Arc<Self>) -> Vec<Case> {
+        let mut cells: Vec<BTreeMap<String, J>> = vec![BTreeMap::new()];
+        for (key, values) in &self.matrix {
+            cells = cells
+                .into_iter()
+                .flat_map(|cell| {
+                    values.iter().map(move |v| {
+                        let mut c = cell.clone();
+                        c.insert(key.clone(), v.clone());
+                        c
+                    })
+                })
+                .collect();
+        }
+        cells
+            .into_iter()
+            .map(|cell| {
+                let name = if cell.is_empty() {
+                    self.name.clone()
+                } else {
+                    let order: Vec<String> =
+                        self.matrix.iter().map(|(k, _)| format!("{k}={}", crate::steps::text(&cell[k]))).collect();
+                    format!("{}[{}]", self.name, order.join(","))
+                };
+                Case { scenario: self.clone(), name, matrix: cell }
+            })
+            .collect()
+    }
+}

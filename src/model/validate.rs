@@ -1,0 +1,799 @@
+//! Spanned tree to [`Scenario`], with every problem reported as a diagnostic.
+//!
+//! The step registry decides which fields a step has and their types; this module walks the
+//! tree once, collecting diagnostics instead of stopping at the first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value as J;
+
+use super::{Eventually, KnownIssue, Requires, Retry, Scenario, Step};
+use crate::diag::{did_you_mean, Diagnostic, Location, Source};
+use crate::steps::registry::{self, Field, FieldType, COMMON_KEYS};
+use crate::template::{self, Scope};
+use crate::yaml::{self, Node, Value};
+
+use super::load::LoadOptions;
+
+const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "tags",
+    "timeout",
+    "requires",
+    "known_issue",
+    "vars",
+    "secrets",
+    "matrix",
+    "setup",
+    "steps",
+    "finally",
+];
+pub const PROVIDERS: &[&str] = &["local", "docker", "e2b", "alicloud"];
+
+struct Ctx<'a> {
+    src: &'a Arc<Source>,
+    diags: Vec<Diagnostic>,
+}
+
+impl Ctx<'_> {
+    fn push(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    fn err(&mut self, node: &Node, msg: impl Into<String>) -> &mut Diagnostic {
+        self.diags.push(node.diag(self.src, msg));
+        self.diags.last_mut().expect("just pushed")
+    }
+
+    fn wrong_type(&mut self, node: &Node, what: &str, key: &str) {
+        let d = node
+            .diag(self.src, format!("`{key}` must be {what}, found {}", node.type_name()))
+            .label(format!("expected {what}"));
+        self.push(d);
+    }
+
+    fn unknown_key(&mut self, key: &Node, known: &[&str], context: &str) {
+        let k = key.key_text();
+        let mut d = key.diag(self.src, format!("unknown field `{k}` {context}")).label("unknown field");
+        d = match did_you_mean(&k, known.iter().copied()) {
+            Some(s) => d.help(format!("did you mean `{s}`?")),
+            None => d.help(format!("known fields: {}", known.join(", "))),
+        };
+        self.push(d);
+    }
+
+    fn string(&mut self, node: &Node, key: &str) -> Option<String> {
+        match &node.value {
+            Value::Str(s) => Some(s.clone()),
+            Value::Int(_) | Value::Float(_) | Value::Bool(_) => Some(node.key_text()),
+            _ => {
+                self.wrong_type(node, "a string", key);
+                None
+            }
+        }
+    }
+
+    fn string_list(&mut self, node: &Node, key: &str) -> Vec<String> {
+        match &node.value {
+            Value::Seq(items) => items.iter().filter_map(|i| self.string(i, key)).collect(),
+            Value::Str(s) => vec![s.clone()],
+            _ => {
+                self.wrong_type(node, "a list of strings", key);
+                Vec::new()
+            }
+        }
+    }
+
+    fn duration(&mut self, node: &Node, key: &str) -> Option<Duration> {
+        match &node.value {
+            Value::Int(i) if *i >= 0 => Some(Duration::from_secs(*i as u64)),
+            Value::Float(f) if *f >= 0.0 => Some(Duration::from_secs_f64(*f)),
+            Value::Str(s) if template::is_template(s) => None,
+            Value::Str(s) => match crate::duration::parse(s) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    let d = node
+                        .diag(self.src, format!("bad duration for `{key}`: {e}"))
+                        .label("not a duration")
+                        .help(crate::duration::HINT);
+                    self.push(d);
+                    None
+                }
+            },
+            _ => {
+                let d = node
+                    .diag(self.src, format!("bad duration for `{key}`: found {}", node.type_name()))
+                    .help(crate::duration::HINT);
+                self.push(d);
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, node: &Node, key: &str) -> Option<bool> {
+        match &node.value {
+            Value::Bool(b) => Some(*b),
+            _ => {
+                self.wrong_type(node, "true or false", key);
+                None
+            }
+        }
+    }
+}
+
+/// Validate one file (one or more YAML documents).
+pub fn file(src: &Arc<Source>, opts: &LoadOptions) -> Result<Vec<Scenario>, Vec<Diagnostic>> {
+    let docs = yaml::parse(src)?;
+    let mut cx = Ctx { src, diags: Vec::new() };
+    let docs: Vec<Node> = docs.into_iter().filter(|d| d.value != Value::Null).collect();
+    if docs.is_empty() {
+        let d = Diagnostic::new(src, 1, 1, 1, "empty file: a scenario needs `name` and `steps`")
+            .help("start with:\nname: my scenario\nsteps:\n  - create: base\n  - exec: echo hello");
+        return Err(vec![d]);
+    }
+    let stem =
+        std::path::Path::new(&src.path).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let count = docs.len();
+    let mut out = Vec::new();
+    for (i, doc) in docs.iter().enumerate() {
+        let default_name = if count > 1 { format!("{stem}#{}", i + 1) } else { stem.clone() };
+        if let Some(s) = scenario(&mut cx, doc, default_name, opts) {
+            out.push(s);
+        }
+    }
+    if cx.diags.is_empty() {
+        Ok(out)
+    } else {
+        Err(cx.diags)
+    }
+}
+
+fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptions) -> Option<Scenario> {
+    let Some(map) = doc.as_map() else {
+        let d = doc
+            .diag(cx.src, "a scenario is a mapping with `name` and `steps`")
+            .label(format!("found {}", doc.type_name()));
+        cx.push(d);
+        return None;
+    };
+    for (k, _) in map {
+        if !TOP_KEYS.contains(&k.key_text().as_str()) {
+            let kt = k.key_text();
+            if registry::lookup(&kt).is_some() {
+                let d =
+                    k.diag(cx.src, format!("step `{kt}` outside of `steps`")).help("steps go in a list under `steps:`");
+                cx.push(d);
+            } else {
+                cx.unknown_key(k, TOP_KEYS, "in scenario");
+            }
+        }
+    }
+    let mut location = Location { file: cx.src.path.clone(), line: doc.line, col: doc.col };
+    let mut name = default_name;
+    if let Some(n) = doc.get("name") {
+        if let Some(s) = cx.string(n, "name") {
+            name = s;
+            location = Location { file: cx.src.path.clone(), line: n.line, col: n.col };
+        }
+    }
+    let description = doc.get("description").and_then(|n| cx.string(n, "description"));
+    let tags = doc.get("tags").map(|n| cx.string_list(n, "tags")).unwrap_or_default();
+    let timeout = doc.get("timeout").and_then(|n| cx.duration(n, "timeout"));
+    let requires = doc.get("requires").map(|n| requires(cx, n)).unwrap_or_default();
+    let known_issue = doc.get("known_issue").and_then(|n| known_issue(cx, n, &opts.today));
+    let mut vars = serde_json::Map::new();
+    if let Some(v) = doc.get("vars") {
+        match v.as_map() {
+            Some(m) => m.iter().for_each(|(k, v)| {
+                vars.insert(k.key_text(), v.to_json());
+            }),
+            None => cx.wrong_type(v, "a mapping of names to values", "vars"),
+        }
+    }
+    let secrets = doc.get("secrets").map(|n| cx.string_list(n, "secrets")).unwrap_or_default();
+    let mut matrix = Vec::new();
+    if let Some(m) = doc.get("matrix") {
+        match m.as_map() {
+            Some(entries) => {
+                for (k, v) in entries {
+                    match v.as_seq() {
+                        Some(items) if !items.is_empty() => {
+                            matrix.push((k.key_text(), items.iter().map(Node::to_json).collect::<Vec<J>>()))
+                        }
+                        Some(_) => {
+                            cx.err(v, format!("matrix `{}` has no values", k.key_text()));
+                        }
+                        None => cx.wrong_type(v, "a list of values", &format!("matrix.{}", k.key_text())),
+                    }
+                }
+            }
+            None => cx.wrong_type(m, "a mapping of names to lists", "matrix"),
+        }
+    }
+
+    let mut scope = Scope {
+        vars: vars.keys().cloned().chain(opts.cli_vars.iter().cloned()).collect(),
+        matrix: matrix.iter().map(|(k, _)| k.clone()).collect(),
+        ..Default::default()
+    };
+    // Ids anywhere in the file, so a forward reference gets the better message.
+    for list in ["setup", "steps", "finally"] {
+        for step in doc.get(list).and_then(Node::as_seq).unwrap_or_default() {
+            if let Some(id) = step.get("id").and_then(Node::as_str) {
+                scope.later_steps.insert(id.to_string());
+            }
+        }
+    }
+    let mut ids: BTreeMap<String, u32> = BTreeMap::new();
+    let mut sandboxes = 0usize;
+    let mut lists: [Vec<Step>; 3] = Default::default();
+    for (slot, list) in ["setup", "steps", "finally"].iter().enumerate() {
+        let Some(node) = doc.get(list) else { continue };
+        if node.value == Value::Null {
+            continue;
+        }
+        let Some(items) = node.as_seq() else {
+            cx.wrong_type(node, "a list of steps", list);
+            continue;
+        };
+        for item in items {
+            if let Some(step) = step(cx, item, &mut scope, &mut ids, &mut sandboxes) {
+                lists[slot].push(step);
+            }
+        }
+    }
+    let [setup, steps, finally] = lists;
+    match doc.get("steps") {
+        None => {
+            let d = doc
+                .diag(cx.src, format!("scenario `{name}` has no `steps`"))
+                .help("add `steps:` with at least one step");
+            cx.push(d);
+        }
+        Some(n) if n.as_seq().is_some_and(<[Node]>::is_empty) || n.value == Value::Null => {
+            cx.err(n, format!("scenario `{name}` has no steps")).help =
+                Some("add at least one step under `steps:`".into());
+        }
+        _ => {}
+    }
+    Some(Scenario {
+        source: cx.src.clone(),
+        name,
+        description,
+        location,
+        tags,
+        timeout,
+        requires,
+        known_issue,
+        vars,
+        secrets,
+        matrix,
+        setup,
+        steps,
+        finally,
+        sandbox_need: sandboxes,
+    })
+}
+
+fn requires(cx: &mut Ctx<'_>, node: &Node) -> Requires {
+    let mut r = Requires::default();
+    let Some(map) = node.as_map() else {
+        cx.wrong_type(node, "a mapping with env, providers, capabilities", "requires");
+        return r;
+    };
+    for (k, v) in map {
+        match k.key_text().as_str() {
+            "env" => r.env = cx.string_list(v, "requires.env"),
+            "providers" => {
+                r.providers = cx.string_list(v, "requires.providers");
+                for (i, p) in r.providers.iter().enumerate() {
+                    if !PROVIDERS.contains(&p.as_str()) {
+                        let at = v.as_seq().and_then(|s| s.get(i)).unwrap_or(v);
+                        let help = did_you_mean(p, PROVIDERS.iter().copied()).map_or_else(
+                            || format!("providers are: {}", PROVIDERS.join(", ")),
+                            |s| format!("did you mean `{s}`?"),
+                        );
+                        let d = at.diag(cx.src, format!("unknown provider `{p}`")).help(help);
+                        cx.push(d);
+                    }
+                }
+            }
+            "capabilities" => {
+                r.capabilities = cx.string_list(v, "requires.capabilities");
+                let known: Vec<&str> = crate::provider::Capability::ALL.iter().map(|c| c.name()).collect();
+                for (i, c) in r.capabilities.iter().enumerate() {
+                    if !known.contains(&c.as_str()) {
+                        let at = v.as_seq().and_then(|s| s.get(i)).unwrap_or(v);
+                        let help = did_you_mean(c, known.iter().copied()).map_or_else(
+                            || format!("capabilities are: {}", known.join(", ")),
+                            |s| format!("did you mean `{s}`?"),
+                        );
+                        let d = at.diag(cx.src, format!("unknown capability `{c}`")).help(help);
+                        cx.push(d);
+                    }
+                }
+            }
+            _ => cx.unknown_key(k, &["env", "providers", "capabilities"], "in `requires`"),
+        }
+    }
+    r
+}
+
+fn known_issue(cx: &mut Ctx<'_>, node: &Node, today: &str) -> Option<KnownIssue> {
+    let Some(map) = node.as_map() else {
+        cx.wrong_type(node, "a mapping with id, reason, strict, until", "known_issue");
+        return None;
+    };
+    let mut ki = KnownIssue { id: None, reason: String::new(), strict: false, until: None };
+    for (k, v) in map {
+        match k.key_text().as_str() {
+            "id" => ki.id = cx.string(v, "known_issue.id"),
+            "reason" => ki.reason = cx.string(v, "known_issue.reason").unwrap_or_default(),
+            "strict" => ki.strict = cx.boolean(v, "known_issue.strict").unwrap_or(false),
+            "until" => {
+                let Some(s) = cx.string(v, "known_issue.until") else { continue };
+                let valid = s.len() == 10
+                    && s.as_bytes()[4] == b'-'
+                    && s.as_bytes()[7] == b'-'
+                    && s.chars().filter(char::is_ascii_digit).count() == 8;
+                if !valid {
+                    cx.err(v, format!("`until` must be a date like 2027-03-01, found `{s}`"));
+                } else if !today.is_empty() && s.as_str() < today {
+                    let what = ki.id.clone().map_or("known issue".to_string(), |id| format!("known issue {id}"));
+                    cx.err(v, format!("{what} expired on {s}")).help =
+                        Some("fix the issue and remove `known_issue`, or move `until` to a later date".into());
+                }
+                ki.until = Some(s);
+            }
+            _ => cx.unknown_key(k, &["id", "reason", "strict", "until"], "in `known_issue`"),
+        }
+    }
+    if ki.reason.is_empty() {
+        cx.err(node, "`known_issue` needs a `reason`").help =
+            Some("say what is known to be broken, e.g. `reason: envd reports -1 for SIGTERM`".into());
+    }
+    Some(ki)
+}
+
+fn step(
+    cx: &mut Ctx<'_>,
+    item: &Node,
+    scope: &mut Scope,
+    ids: &mut BTreeMap<String, u32>,
+    sandboxes: &mut usize,
+) -> Option<Step> {
+    let Some(map) = item.as_map() else {
+        let kind = item.as_str().and_then(registry::lookup);
+        let d = item
+            .diag(cx.src, "a step is a mapping like `- exec: echo hi`")
+            .label(format!("found {}", item.type_name()));
+        let d = match kind {
+            Some(k) => d.help(format!("write `- {}: {{}}` or give it arguments", k.name)),
+            None => d,
+        };
+        cx.push(d);
+        return None;
+    };
+    let common: Vec<&str> = COMMON_KEYS.iter().map(|(k, _)| *k).collect();
+    let mut kind_entries = Vec::new();
+    for (k, v) in map {
+        let kt = k.key_text();
+        if !common.contains(&kt.as_str()) {
+            kind_entries.push((k, v, kt));
+        }
+    }
+    let kinds: Vec<&str> = registry::names().collect();
+    let known: Vec<_> = kind_entries.iter().filter(|(_, _, t)| registry::lookup(t).is_some()).collect();
+    let (kind, knode, args) = match known.len() {
+        1 => {
+            let (k, v, t) = known[0];
+            let kind = registry::lookup(t).expect("checked");
+            for (ok, _, ot) in kind_entries.iter().filter(|(_, _, o)| o != t) {
+                let field_of_kind =
+                    kind.field(ot).is_some() || (kind.matcher && crate::matcher::KEYS.iter().any(|(m, _)| m == ot));
+                let mut d =
+                    ok.diag(cx.src, format!("unknown key `{ot}` on a `{}` step", kind.name)).label("unknown key");
+                d = if field_of_kind {
+                    d.help(format!(
+                        "`{ot}` is a field of `{}`: put it inside, as `{}: {{ {ot}: … }}`",
+                        kind.name, kind.name
+                    ))
+                } else {
+                    match did_you_mean(ot, common.iter().copied()) {
+                        Some(s) => d.help(format!("did you mean `{s}`?")),
+                        None => d.help(format!("keys beside the step kind are: {}", common.join(", "))),
+                    }
+                };
+                cx.push(d);
+            }
+            (kind, k, v)
+        }
+        0 => {
+            match kind_entries.first() {
+                Some((k, _, t)) => {
+                    let mut d = k.diag(cx.src, format!("unknown step kind `{t}`")).label("unknown step kind");
+                    d = match did_you_mean(t, kinds.iter().copied()) {
+                        Some(s) => d.help(format!("did you mean `{s}`?")),
+                        None => d.help("run `scenario-run steps` to list step kinds"),
+                    };
+                    cx.push(d);
+                }
+                None => {
+                    cx.err(item, "step has no kind").help = Some(format!("a step is one of: {}", kinds.join(", ")));
+                }
+            }
+            return None;
+        }
+        _ => {
+            let (k, _, _) = known[1];
+            let names: Vec<&str> = known.iter().map(|(_, _, t)| t.as_str()).collect();
+            cx.err(k, format!("a step has exactly one kind, found {}", names.join(" and "))).help =
+                Some("split it into two steps, each starting with `- `".into());
+            return None;
+        }
+    };
+    let location = Location { file: cx.src.path.clone(), line: knode.line, col: knode.col };
+
+    // Shorthand: a scalar is the main field; null is no arguments.
+    let args: &Node = args;
+    let args = match &args.value {
+        Value::Map(_) => args.clone(),
+        Value::Null => Node { value: Value::Map(Vec::new()), ..args.clone() },
+        Value::Seq(_) => {
+            cx.err(args, format!("`{}` takes a mapping of fields, not a list", kind.name)).help =
+                Some(format!("example:\n{}", kind.example));
+            return None;
+        }
+        _ if kind.free_keys => {
+            cx.err(args, format!("`{}` takes a mapping of names to values", kind.name));
+            return None;
+        }
+        _ => match kind.main {
+            Some(main) => {
+                let key = Node { value: Value::Str(main.to_string()), ..args.clone() };
+                Node { value: Value::Map(vec![(key, args.clone())]), ..args.clone() }
+            }
+            None => {
+                cx.err(args, format!("`{}` takes a mapping of fields", kind.name)).help =
+                    Some(format!("example:\n{}", kind.example));
+                return None;
+            }
+        },
+    };
+
+    // Common keys.
+    let mut st = Step {
+        kind,
+        location,
+        label: String::new(),
+        args,
+        id: None,
+        sandbox: None,
+        timeout: None,
+        retry: None,
+        eventually: None,
+        condition: None,
+        continue_on_error: false,
+    };
+    let mut name = None;
+    for (k, v) in map {
+        match k.key_text().as_str() {
+            "id" => {
+                let Some(id) = cx.string(v, "id") else { continue };
+                let ok = !id.is_empty()
+                    && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !id.starts_with(|c: char| c.is_ascii_digit());
+                if !ok {
+                    cx.err(v, format!("step id `{id}` must be letters, digits and `_` (not starting with a digit)"))
+                        .help = Some("ids are used in templates: {{ steps.<id>.stdout }}".into());
+                }
+                if let Some(first) = ids.get(&id) {
+                    let first = *first;
+                    cx.err(v, format!("duplicate step id `{id}`")).help =
+                        Some(format!("the first step with this id is at line {first}"));
+                } else {
+                    ids.insert(id.clone(), v.line);
+                }
+                st.id = Some(id);
+            }
+            "name" => name = cx.string(v, "name"),
+            "sandbox" => {
+                let Some(alias) = cx.string(v, "sandbox") else { continue };
+                if !template::is_template(&alias) && !scope.aliases.contains(&alias) {
+                    let help = did_you_mean(&alias, scope.aliases.iter().map(String::as_str)).map_or_else(
+                        || "name a sandbox with `create: { as: <alias> }` before this step".to_string(),
+                        |s| format!("did you mean `{s}`?"),
+                    );
+                    cx.err(v, format!("unknown sandbox alias `{alias}`")).help = Some(help);
+                }
+                st.sandbox = Some(alias);
+            }
+            "timeout" => st.timeout = cx.duration(v, "timeout"),
+            "retry" => st.retry = retry(cx, v),
+            "eventually" => {
+                if !kind.eventual {
+                    cx.err(k, format!("`{}` cannot be polled with `eventually`", kind.name)).help = Some(
+                        "use `retry` for steps that change state; `eventually` is for checks that become true".into(),
+                    );
+                }
+                st.eventually = eventually(cx, v);
+            }
+            "if" => match &v.value {
+                Value::Str(s) => {
+                    let expr = if template::is_template(s) { s.clone() } else { format!("{{{{ {s} }}}}") };
+                    template::check(v, &expr, scope, cx.src, &mut cx.diags);
+                    st.condition = Some((s.clone(), v.clone()));
+                }
+                Value::Bool(b) => st.condition = Some((b.to_string(), v.clone())),
+                _ => cx.wrong_type(v, "an expression", "if"),
+            },
+            "continue_on_error" => st.continue_on_error = cx.boolean(v, "continue_on_error").unwrap_or(false),
+            _ => {}
+        }
+    }
+
+    // Fields of the kind.
+    fields(cx, kind.name, &st.args, kind.fields, kind.matcher, kind.free_keys, scope);
+
+    // A step that needs a sandbox must come after one exists.
+    let names_target = st.args.get("id").is_some() || st.args.get("url").is_some();
+    if kind.uses_sandbox
+        && !names_target
+        && scope.aliases.is_empty()
+        && *sandboxes == 0
+        && !scope.steps.contains_key("\0sandbox")
+    {
+        cx.err(knode, format!("`{}` needs a sandbox, but none is created before it", kind.name)).help =
+            Some("add `- create: base` before this step".into());
+    }
+    if kind.name == "create" || kind.name == "connect" {
+        if kind.name == "create" {
+            *sandboxes += 1;
+        }
+        scope.steps.insert("\0sandbox".into(), Vec::new());
+        if let Some(alias) = st.args.get("as").and_then(Node::as_str) {
+            scope.aliases.insert(alias.to_string());
+        }
+    }
+    if kind.name == "set" {
+        if let Some(m) = st.args.as_map() {
+            scope.vars.extend(m.iter().map(|(k, _)| k.key_text()));
+        }
+    }
+    if let Some(id) = &st.id {
+        scope.steps.insert(id.clone(), kind.outputs.iter().map(|(n, _)| n.to_string()).collect());
+    }
+    st.label = name.unwrap_or_else(|| label(kind.name, &st.args, kind.main));
+    Some(st)
+}
+
+/// `exec: echo hi`-style label, cut to a readable length.
+fn label(kind: &str, args: &Node, main: Option<&str>) -> String {
+    let main_val = main.and_then(|m| args.get(m)).map(|v| v.key_text());
+    let detail = match (kind, main_val) {
+        (_, Some(v)) => v,
+        ("files", _) => format!(
+            "{} {}",
+            args.get("op").map(Node::key_text).unwrap_or_default(),
+            args.get("path").map(Node::key_text).unwrap_or_default()
+        ),
+        ("http", _) | ("http-get", _) => {
+            let target = args.get("url").map(Node::key_text).or_else(|| {
+                args.get("port")
+                    .map(|p| format!(":{}{}", p.key_text(), args.get("path").map(Node::key_text).unwrap_or_default()))
+            });
+            format!("{} {}", args.get("method").map(Node::key_text).unwrap_or_default(), target.unwrap_or_default())
+                .trim()
+                .to_string()
+        }
+        (_, None) => args.get("path").map(Node::key_text).unwrap_or_default(),
+    };
+    let one_line = detail.lines().next().unwrap_or("").trim().to_string();
+    let mut short: String = one_line.chars().take(60).collect();
+    if short.len() < one_line.len() || detail.lines().count() > 1 {
+        short.push('…');
+    }
+    if short.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}: {short}")
+    }
+}
+
+fn retry(cx: &mut Ctx<'_>, v: &Node) -> Option<Retry> {
+    let mut r = Retry { attempts: 3, delay: Duration::from_secs(1), backoff: 1.0 };
+    match &v.value {
+        Value::Int(n) if *n >= 1 => r.attempts = *n as u32,
+        Value::Map(m) => {
+            for (k, val) in m {
+                match k.key_text().as_str() {
+                    "attempts" => match val.value {
+                        Value::Int(n) if n >= 1 => r.attempts = n as u32,
+                        _ => cx.wrong_type(val, "a positive integer", "retry.attempts"),
+                    },
+                    "delay" => r.delay = cx.duration(val, "retry.delay").unwrap_or(r.delay),
+                    "backoff" => match val.value {
+                        Value::Int(n) if n >= 1 => r.backoff = n as f64,
+                        Value::Float(f) if f >= 1.0 => r.backoff = f,
+                        _ => cx.wrong_type(val, "a number >= 1", "retry.backoff"),
+                    },
+                    _ => cx.unknown_key(k, &["attempts", "delay", "backoff"], "in `retry`"),
+                }
+            }
+        }
+        _ => {
+            cx.wrong_type(v, "a count or { attempts, delay, backoff }", "retry");
+            return None;
+        }
+    }
+    Some(r)
+}
+
+fn eventually(cx: &mut Ctx<'_>, v: &Node) -> Option<Eventually> {
+    let mut e = Eventually { within: Duration::from_secs(30), every: Duration::from_millis(500) };
+    match &v.value {
+        Value::Map(m) => {
+            for (k, val) in m {
+                match k.key_text().as_str() {
+                    "within" => e.within = cx.duration(val, "eventually.within").unwrap_or(e.within),
+                    "every" => e.every = cx.duration(val, "eventually.every").unwrap_or(e.every),
+                    _ => cx.unknown_key(k, &["within", "every"], "in `eventually`"),
+                }
+            }
+        }
+        _ => e.within = cx.duration(v, "eventually")?,
+    }
+    Some(e)
+}
+
+/// Check the fields of a step (or of a nested object) against the registry.
+fn fields(cx: &mut Ctx<'_>, owner: &str, args: &Node, spec: &[Field], matcher: bool, free: bool, scope: &Scope) {
+    let Some(map) = args.as_map() else { return };
+    let mut seen = BTreeSet::new();
+    let mut matcher_entries = Vec::new();
+    let mut known: Vec<&str> = spec.iter().map(|f| f.name).collect();
+    if matcher {
+        known.extend(crate::matcher::KEYS.iter().map(|(k, _)| *k));
+    }
+    for (k, v) in map {
+        let kt = k.key_text();
+        seen.insert(kt.clone());
+        if free {
+            templates(cx, v, scope);
+            continue;
+        }
+        match spec.iter().find(|f| f.name == kt) {
+            Some(field) => field_value(cx, owner, field, v, scope),
+            None if matcher && crate::matcher::KEYS.iter().any(|(m, _)| *m == kt) => {
+                matcher_entries.push((k.clone(), v.clone()));
+                templates(cx, v, scope);
+            }
+            None => cx.unknown_key(k, &known, &format!("for `{owner}`")),
+        }
+    }
+    for f in spec.iter().filter(|f| f.required) {
+        if !seen.contains(f.name) {
+            let d = args
+                .diag(cx.src, format!("missing required field `{}` for `{owner}`", f.name))
+                .help(format!("`{}`: {}", f.name, f.doc));
+            cx.push(d);
+        }
+    }
+    if matcher {
+        if !matcher_entries.is_empty() {
+            let node = Node { value: Value::Map(matcher_entries), ..args.clone() };
+            crate::matcher::validate(&node, cx.src, &mut cx.diags);
+        } else if owner != "assert-file" {
+            let keys: Vec<&str> = crate::matcher::KEYS.iter().map(|(k, _)| *k).collect();
+            let d = args
+                .diag(cx.src, format!("`{owner}` needs a matcher"))
+                .help(format!("for example `{{ contains: ok }}`; matchers: {}", keys.join(", ")));
+            cx.push(d);
+        }
+    }
+}
+
+fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &Scope) {
+    let key = field.name;
+    let templ = v.as_str().is_some_and(template::is_template);
+    match field.ty {
+        FieldType::Str => {
+            if cx.string(v, key).is_some() {
+                templates(cx, v, scope);
+            }
+        }
+        FieldType::Int => match &v.value {
+            Value::Int(_) => {}
+            Value::Str(_) if templ => templates(cx, v, scope),
+            _ => cx.wrong_type(v, "an integer", key),
+        },
+        FieldType::Bool => match &v.value {
+            Value::Bool(_) => {}
+            Value::Str(_) if templ => templates(cx, v, scope),
+            _ => cx.wrong_type(v, "true or false", key),
+        },
+        FieldType::Duration => {
+            if templ {
+                templates(cx, v, scope);
+            } else {
+                cx.duration(v, key);
+            }
+        }
+        FieldType::StrMap => match v.as_map() {
+            Some(m) => {
+                for (_, val) in m {
+                    if matches!(val.value, Value::Map(_) | Value::Seq(_)) {
+                        cx.wrong_type(val, "a string", &format!("{key} values"));
+                    } else {
+                        templates(cx, val, scope);
+                    }
+                }
+            }
+            None => cx.wrong_type(v, "a mapping of strings", key),
+        },
+        FieldType::Matcher => {
+            if v.as_map().is_some() {
+                crate::matcher::validate(v, cx.src, &mut cx.diags);
+            }
+            templates(cx, v, scope);
+        }
+        FieldType::Enum(options) => match v.as_str() {
+            Some(s) if templ || options.contains(&s) || options.iter().any(|o| o.eq_ignore_ascii_case(s)) => {
+                templates(cx, v, scope)
+            }
+            Some(s) => {
+                let help = did_you_mean(s, options.iter().copied())
+                    .map_or_else(|| format!("one of: {}", options.join(", ")), |o| format!("did you mean `{o}`?"));
+                let d = v
+                    .diag(cx.src, format!("invalid value `{s}` for `{key}` of `{owner}`"))
+                    .label("not allowed")
+                    .help(help);
+                cx.push(d);
+            }
+            None => cx.wrong_type(v, &format!("one of {}", options.join(", ")), key),
+        },
+        FieldType::IntOrName => match &v.value {
+            Value::Int(_) | Value::Str(_) => templates(cx, v, scope),
+            _ => cx.wrong_type(v, "a number or a name", key),
+        },
+        FieldType::Expr => match v.as_str() {
+            Some(s) => {
+                let expr = if template::is_template(s) { s.to_string() } else { format!("{{{{ {s} }}}}") };
+                template::check(v, &expr, scope, cx.src, &mut cx.diags);
+            }
+            None if matches!(v.value, Value::Bool(_)) => {}
+            None => cx.wrong_type(v, "an expression", key),
+        },
+        FieldType::Any => {
+            if key == "json" {
+                if v.as_seq().is_some() {
+                    let wrapped = Node {
+                        value: Value::Map(vec![(Node { value: Value::Str("json".into()), ..v.clone() }, v.clone())]),
+                        ..v.clone()
+                    };
+                    crate::matcher::validate(&wrapped, cx.src, &mut cx.diags);
+                } else {
+                    cx.wrong_type(v, "a list of { path, <matcher> } checks", key);
+                }
+            }
+            templates(cx, v, scope)
+        }
+        FieldType::Object(spec) => match v.as_map() {
+            Some(_) => fields(cx, &format!("{owner}.{key}"), v, spec, false, false, scope),
+            None => cx.wrong_type(v, "a mapping", key),
+        },
+    }
+}
+
+/// Check every templated string under a node.
+fn templates(cx: &mut Ctx<'_>, v: &Node, scope: &Scope) {
+    match &v.value {
+        Value::Str(s) => template::check(v, s, scope, cx.src, &mut cx.diags),
+        Value::Seq(items) => items.iter().for_each(|i| templates(cx, i, scope)),
+        Value::Map(m) => m.iter().for_each(|(_, val)| templates(cx, val, scope)),
+        _ => {}
+    }
+}

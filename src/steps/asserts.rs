@@ -1,0 +1,109 @@
+//! Assertion steps: assert-stdout, assert-stderr, assert-exit, assert-file, assert.
+
+use serde_json::{json, Value as J};
+
+use super::{Args, StepCtx, StepError, StepResult};
+use crate::matcher::Matcher;
+use crate::provider::ErrorKind;
+
+/// The exec outputs an assertion checks: `of: <id>`, else the most recent command.
+fn subject<'a>(ctx: &'a StepCtx, a: &Args<'_>) -> Result<&'a J, StepError> {
+    match a.opt_str("of") {
+        Some(id) => ctx.outputs.get(&id).ok_or_else(|| StepError::error(format!("step `{id}` has not run"))),
+        None => ctx
+            .last_exec
+            .as_ref()
+            .ok_or_else(|| StepError::error("no command has run yet: add an `exec` step before this assertion")),
+    }
+}
+
+/// The matcher part of an assertion's arguments: everything but the listed keys.
+fn matcher_of(args: &J, skip: &[&str]) -> Result<Option<Matcher>, StepError> {
+    let Some(obj) = args.as_object() else { return Ok(None) };
+    let rest: serde_json::Map<String, J> =
+        obj.iter().filter(|(k, _)| !skip.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    Matcher::from_json(&J::Object(rest)).map(Some).map_err(StepError::error)
+}
+
+async fn assert_stream(ctx: &mut StepCtx, args: &J, stream: &str) -> StepResult {
+    let a = Args(args);
+    let out = subject(ctx, &a)?;
+    let text = out.get(stream).and_then(J::as_str).unwrap_or_default().to_string();
+    let m = matcher_of(args, &["of"])?.ok_or_else(|| StepError::error("no matcher given"))?;
+    m.check_text(&text).map_err(|f| StepError::from(f))?;
+    Ok(J::Null)
+}
+
+pub async fn assert_stdout(ctx: &mut StepCtx, args: &J) -> StepResult {
+    assert_stream(ctx, args, "stdout").await
+}
+
+pub async fn assert_stderr(ctx: &mut StepCtx, args: &J) -> StepResult {
+    assert_stream(ctx, args, "stderr").await
+}
+
+pub async fn assert_exit(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let want = a.int("code")?;
+    let out = subject(ctx, &a)?;
+    let got = out.get("exit_code").and_then(J::as_i64);
+    if got != Some(want) {
+        let got_text = match (got, out.get("signal").and_then(J::as_i64)) {
+            (Some(c), _) => c.to_string(),
+            (None, Some(s)) => format!("none (killed by signal {s})"),
+            (None, None) => "none (still running or unknown)".into(),
+        };
+        let mut e = StepError::fail(format!("expected exit code {want}, got {got_text}"));
+        e.mismatch = Some(crate::report::events::Mismatch { expected: want.to_string(), actual: got_text });
+        return Err(e);
+    }
+    Ok(J::Null)
+}
+
+pub async fn assert_file(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let path = a.str("path")?;
+    let id = ctx.sandbox_id()?;
+    let must_exist = a.get("exists").map(|_| a.bool("exists")).transpose()?.unwrap_or(true);
+    let read = ctx.provider.read_file(&id, &path).await;
+    match (read, must_exist) {
+        (Err(e), false) if e.kind == ErrorKind::NotFound => Ok(json!({ "content": null, "size": null })),
+        (Ok(_), false) => Err(StepError::fail(format!("expected {path} not to exist, but it does"))),
+        (Err(e), true) if e.kind == ErrorKind::NotFound => {
+            Err(StepError::fail(format!("expected {path} to exist: {}", e.message)))
+        }
+        (Err(e), _) => Err(e.into()),
+        (Ok(data), true) => {
+            let text = String::from_utf8_lossy(&data).into_owned();
+            let outputs = json!({ "content": text, "size": data.len() });
+            if let Some(m) = matcher_of(args, &["path", "exists"])? {
+                m.check_text(&text).map_err(|f| StepError::from(f).with_outputs(outputs.clone()))?;
+            }
+            Ok(outputs)
+        }
+    }
+}
+
+pub async fn assert(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let value = a.get("that").ok_or_else(|| StepError::error("missing `that`"))?;
+    let holds = match value {
+        J::Bool(b) => *b,
+        J::String(expr) => crate::template::eval_bool(expr, &ctx.template_ctx)
+            .map_err(|e| StepError::error(format!("cannot evaluate `{expr}`: {}", e.message)))?,
+        J::Null => false,
+        J::Number(n) => n.as_f64() != Some(0.0),
+        J::Array(v) => !v.is_empty(),
+        J::Object(m) => !m.is_empty(),
+    };
+    if holds {
+        return Ok(J::Null);
+    }
+    let original = ctx.current_source.clone().unwrap_or_else(|| super::text(value));
+    Err(StepError::fail(
+        a.opt_str("message").map_or_else(|| format!("assertion failed: {original}"), |m| format!("{m} ({original})")),
+    ))
+}

@@ -1,0 +1,112 @@
+//! Command steps: exec (foreground and background), process-list, signal, wait.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value as J};
+
+use super::{exec_outputs, Args, StepCtx, StepError, StepResult};
+use crate::provider::ExecRequest;
+
+pub async fn exec(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let req = ExecRequest {
+        cmd: a.str("cmd")?,
+        cwd: a.opt_str("cwd"),
+        envs: a.str_map("env")?,
+        user: a.opt_str("user"),
+        stdin: a.opt_str("stdin").map(String::into_bytes),
+        timeout: Some(a.opt_duration("timeout")?.unwrap_or(ctx.exec_timeout)),
+    };
+    let id = ctx.sandbox_id()?;
+    if a.bool("background")? {
+        let pid = ctx.provider.spawn(&id, ExecRequest { timeout: None, ..req }).await?;
+        return Ok(
+            json!({ "pid": pid, "stdout": "", "stderr": "", "exit_code": null, "signal": null, "timed_out": false, "duration_ms": 0 }),
+        );
+    }
+    let limit = req.timeout;
+    let started = Instant::now();
+    let result = ctx.provider.exec(&id, req, None).await?;
+    let outputs = exec_outputs(&result, started.elapsed());
+    if result.timed_out {
+        let limit = limit.map(crate::duration::human).unwrap_or_default();
+        return Err(StepError::fail(format!("command timed out after {limit}")).with_outputs(outputs));
+    }
+    if let Some(want) = a.opt_int("exit_code")? {
+        if result.exit_code != Some(want as i32) {
+            let got =
+                result.exit_code.map_or_else(|| format!("signal {}", result.signal.unwrap_or(0)), |c| c.to_string());
+            let stderr = super::lossy(&result.stderr);
+            let tail: String =
+                stderr.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+            let mut msg = format!("expected exit code {want}, got {got}");
+            if !tail.is_empty() {
+                msg.push_str(&format!("; stderr: {tail}"));
+            }
+            return Err(StepError::fail(msg).with_outputs(outputs));
+        }
+    }
+    Ok(outputs)
+}
+
+pub async fn process_list(ctx: &mut StepCtx, _args: &J) -> StepResult {
+    let id = ctx.sandbox_id()?;
+    let procs = ctx.provider.process_list(&id).await?;
+    let running: Vec<u32> = procs.iter().filter(|p| p.running).map(|p| p.pid).collect();
+    Ok(json!({ "pids": running, "count": running.len(), "processes": procs }))
+}
+
+/// Signal names authors write, to numbers.
+pub fn signal_number(v: &J) -> Result<i32, StepError> {
+    if let Some(n) = v.as_i64() {
+        return Ok(n as i32);
+    }
+    let s = super::text(v);
+    let s = s.trim().trim_start_matches("SIG").to_ascii_uppercase();
+    if let Ok(n) = s.parse() {
+        return Ok(n);
+    }
+    Ok(match s.as_str() {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "STOP" => libc::SIGSTOP,
+        "CONT" => libc::SIGCONT,
+        other => {
+            return Err(StepError::error(format!(
+                "unknown signal `{other}`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number"
+            )))
+        }
+    })
+}
+
+pub async fn signal(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let pid = a.int("pid")? as u32;
+    let sig = match a.get("signal") {
+        Some(v) => signal_number(v)?,
+        None => libc::SIGTERM,
+    };
+    let id = ctx.sandbox_id()?;
+    ctx.provider.signal(&id, pid, sig).await?;
+    Ok(json!({ "pid": pid, "signal": sig }))
+}
+
+pub async fn wait(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let pid = a.int("pid")? as u32;
+    let limit = a.opt_duration("timeout")?.unwrap_or(Duration::from_secs(30));
+    let id = ctx.sandbox_id()?;
+    let started = Instant::now();
+    let result = ctx.provider.wait(&id, pid, limit).await?;
+    let outputs = exec_outputs(&result, started.elapsed());
+    if result.timed_out {
+        return Err(StepError::fail(format!("process {pid} still running after {}", crate::duration::human(limit)))
+            .with_outputs(outputs));
+    }
+    Ok(outputs)
+}

@@ -1,0 +1,88 @@
+//! File steps: write-file, read-file, files.
+
+use base64::Engine as _;
+use serde_json::{json, Value as J};
+
+use super::{Args, StepCtx, StepError, StepResult};
+use crate::provider::FileEntry;
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+pub fn parse_mode(s: &str) -> Result<u32, StepError> {
+    let t = s.trim().trim_start_matches("0o");
+    u32::from_str_radix(t, 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| StepError::error(format!("`mode` must be octal permission bits like \"0644\", got {s:?}")))
+}
+
+fn entry_json(e: &FileEntry) -> J {
+    json!({ "name": e.name, "path": e.path, "type": e.kind, "size": e.size, "mode": format!("{:04o}", e.mode), "modified": e.modified })
+}
+
+pub async fn write_file(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let path = a.str("path")?;
+    let sources = ["content", "content_base64", "from"].iter().filter(|k| a.get(k).is_some()).count();
+    if sources > 1 {
+        return Err(StepError::error("give only one of `content`, `content_base64`, `from`"));
+    }
+    let data = if let Some(b) = a.opt_str("content_base64") {
+        b64().decode(b.trim()).map_err(|e| StepError::error(format!("`content_base64` is not valid base64: {e}")))?
+    } else if let Some(from) = a.opt_str("from") {
+        let p = ctx.scenario_dir.join(&from);
+        tokio::fs::read(&p)
+            .await
+            .map_err(|e| StepError::error(format!("cannot read local file {}: {e}", p.display())))?
+    } else {
+        a.opt_str("content").unwrap_or_default().into_bytes()
+    };
+    let mode = a.opt_str("mode").map(|m| parse_mode(&m)).transpose()?;
+    let size = data.len();
+    let id = ctx.sandbox_id()?;
+    let entry = ctx.provider.write_file(&id, &path, data, mode).await?;
+    Ok(json!({ "path": entry.path, "size": size }))
+}
+
+pub async fn read_file(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let path = a.str("path")?;
+    let id = ctx.sandbox_id()?;
+    let data = ctx.provider.read_file(&id, &path).await?;
+    let content = match a.opt_str("encoding").as_deref() {
+        Some("base64") => b64().encode(&data),
+        _ => String::from_utf8(data.clone())
+            .map_err(|_| StepError::fail(format!("{path} is not UTF-8 text; read it with `encoding: base64`")))?,
+    };
+    Ok(json!({ "content": content, "size": data.len() }))
+}
+
+pub async fn files(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let op = a.str("op")?;
+    let path = a.str("path")?;
+    let id = ctx.sandbox_id()?;
+    let p = &ctx.provider;
+    Ok(match op.as_str() {
+        "list" => {
+            let mut entries = p.list_dir(&id, &path).await?;
+            entries.sort_by(|x, y| x.name.cmp(&y.name));
+            let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+            json!({ "entries": entries.iter().map(entry_json).collect::<Vec<_>>(), "names": names, "count": entries.len() })
+        }
+        "stat" => entry_json(&p.stat(&id, &path).await?),
+        "mkdir" => entry_json(&p.make_dir(&id, &path).await?),
+        "move" => {
+            let to = a.opt_str("to").ok_or_else(|| StepError::error("`move` needs `to`"))?;
+            entry_json(&p.rename(&id, &path, &to).await?)
+        }
+        "remove" => {
+            p.remove(&id, &path).await?;
+            json!({ "path": path, "removed": true })
+        }
+        "exists" => json!({ "path": path, "exists": p.exists(&id, &path).await? }),
+        other => return Err(StepError::error(format!("unknown op `{other}`"))),
+    })
+}

@@ -1,0 +1,123 @@
+//! Lifecycle steps: create, connect, info, list, kill, set-timeout.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value as J};
+
+use super::{Args, SandboxRef, StepCtx, StepError, StepResult};
+use crate::provider::{CreateRequest, SandboxInfo};
+
+const DEFAULT_LIFETIME_SECS: u64 = 300;
+
+fn info_json(i: &SandboxInfo) -> J {
+    json!({
+        "id": i.id, "template": i.template, "metadata": i.metadata,
+        "started_at": i.started_at, "end_at": i.end_at, "state": i.state,
+    })
+}
+
+fn push_sandbox(ctx: &mut StepCtx, sb: SandboxRef) {
+    ctx.sandboxes.push(sb);
+    ctx.current = Some(ctx.sandboxes.len() - 1);
+    ctx.target = ctx.current;
+}
+
+pub async fn create(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let template = a.opt_str("template").unwrap_or_else(|| "base".into());
+    let mut metadata = a.str_map("metadata")?;
+    metadata.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
+    let req = CreateRequest {
+        template: template.clone(),
+        timeout_secs: Some(a.opt_duration("timeout")?.map_or(DEFAULT_LIFETIME_SECS, |d| d.as_secs().max(1))),
+        metadata,
+        envs: a.str_map("envs")?,
+        cpu: a.opt_int("cpu")?.map(|v| v as u32),
+        memory_mb: a.opt_int("memory")?.map(|v| v as u64),
+    };
+    let info = ctx.provider.create(req).await?;
+    let alias = a.opt_str("as");
+    push_sandbox(
+        ctx,
+        SandboxRef {
+            alias: alias.clone(),
+            id: info.id.clone(),
+            template: info.template.clone(),
+            keep: a.bool("keep")?,
+            killed: false,
+            urls: HashMap::new(),
+        },
+    );
+    Ok(json!({ "id": info.id, "template": info.template, "alias": alias }))
+}
+
+pub async fn connect(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let id = a.str("id")?;
+    let info = ctx.provider.connect(&id, a.opt_duration("timeout")?.map(|d| d.as_secs())).await?;
+    let existing = ctx.sandboxes.iter().position(|s| s.id == info.id);
+    let alias = a.opt_str("as");
+    match existing {
+        Some(i) if alias.is_none() => {
+            ctx.current = Some(i);
+            ctx.target = Some(i);
+        }
+        _ => {
+            // Connected sandboxes belong to someone else unless `owned: true`.
+            let keep = !a.bool("owned")? && existing.is_none();
+            push_sandbox(
+                ctx,
+                SandboxRef {
+                    alias,
+                    id: info.id.clone(),
+                    template: info.template.clone(),
+                    keep,
+                    killed: false,
+                    urls: HashMap::new(),
+                },
+            );
+        }
+    }
+    Ok(info_json(&info))
+}
+
+fn target_id(ctx: &StepCtx, a: &Args<'_>) -> Result<String, StepError> {
+    match a.opt_str("id") {
+        Some(id) => Ok(id),
+        None => ctx.sandbox_id(),
+    }
+}
+
+pub async fn info(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let id = target_id(ctx, &Args(args))?;
+    Ok(info_json(&ctx.provider.info(&id).await?))
+}
+
+pub async fn list(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let mut filter = a.str_map("metadata")?;
+    if filter.is_empty() && !a.bool("all")? {
+        filter.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
+    }
+    let list = ctx.provider.list(&filter).await?;
+    let ids: Vec<&str> = list.iter().map(|i| i.id.as_str()).collect();
+    Ok(json!({ "ids": ids, "count": list.len(), "sandboxes": list.iter().map(info_json).collect::<Vec<_>>() }))
+}
+
+pub async fn kill(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let id = target_id(ctx, &Args(args))?;
+    let killed = ctx.provider.kill(&id).await?;
+    for sb in ctx.sandboxes.iter_mut().filter(|s| s.id == id) {
+        sb.killed = true;
+    }
+    Ok(json!({ "killed": killed }))
+}
+
+pub async fn set_timeout(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let secs = a.opt_duration("timeout")?.ok_or_else(|| StepError::error("missing `timeout`"))?.as_secs().max(1);
+    let id = ctx.sandbox_id()?;
+    ctx.provider.set_timeout(&id, secs).await?;
+    let info = ctx.provider.info(&id).await?;
+    Ok(json!({ "end_at": info.end_at }))
+}

@@ -1,0 +1,225 @@
+//! Step kinds: the registry table and one file per family of steps.
+//!
+//! A step function receives its arguments already rendered (templates expanded) as JSON and
+//! the scenario's [`StepCtx`]; it returns its outputs, or a [`StepError`] that is data: a
+//! failed expectation or a broken provider, never a panic.
+
+pub mod asserts;
+pub mod code;
+pub mod exec;
+pub mod files;
+pub mod http;
+pub mod lifecycle;
+pub mod misc;
+pub mod registry;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value as J};
+
+use crate::matcher::MatchFailure;
+use crate::provider::{ErrorKind, Provider, ProviderError};
+use crate::report::events::Mismatch;
+
+pub use registry::{FieldType, StepKind, REGISTRY};
+
+/// Failed (an expectation did not hold) or Error (the step could not be carried out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Fail,
+    Error,
+}
+
+#[derive(Debug, Clone)]
+pub struct StepError {
+    pub severity: Severity,
+    pub message: String,
+    pub mismatch: Option<Mismatch>,
+    /// Outputs gathered before the failure (e.g. the HTTP response that did not match).
+    pub outputs: Option<J>,
+}
+
+impl StepError {
+    pub fn fail(message: impl Into<String>) -> Self {
+        Self { severity: Severity::Fail, message: message.into(), mismatch: None, outputs: None }
+    }
+    pub fn error(message: impl Into<String>) -> Self {
+        Self { severity: Severity::Error, message: message.into(), mismatch: None, outputs: None }
+    }
+    pub fn with_outputs(mut self, outputs: J) -> Self {
+        self.outputs = Some(outputs);
+        self
+    }
+}
+
+impl From<MatchFailure> for StepError {
+    fn from(f: MatchFailure) -> Self {
+        Self { severity: Severity::Fail, message: f.message, mismatch: f.mismatch, outputs: None }
+    }
+}
+
+impl From<ProviderError> for StepError {
+    fn from(e: ProviderError) -> Self {
+        let severity = match e.kind {
+            ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::Timeout => Severity::Fail,
+            ErrorKind::Auth | ErrorKind::Infra | ErrorKind::Unsupported => Severity::Error,
+        };
+        let message = if e.kind == ErrorKind::Auth && !e.message.contains("authentication failed") {
+            format!("authentication failed: {}", e.message)
+        } else {
+            e.message
+        };
+        Self { severity, message, mismatch: None, outputs: None }
+    }
+}
+
+pub type StepResult = Result<J, StepError>;
+
+/// A sandbox the scenario created or connected to.
+#[derive(Debug, Clone)]
+pub struct SandboxRef {
+    pub alias: Option<String>,
+    pub id: String,
+    pub template: String,
+    /// `create { keep: true }`: not destroyed at the end.
+    pub keep: bool,
+    /// Killed by a `kill` step already.
+    pub killed: bool,
+    /// Port URLs resolved so far.
+    pub urls: HashMap<u16, String>,
+}
+
+/// Per-scenario state the steps read and change.
+pub struct StepCtx {
+    pub provider: Arc<dyn Provider>,
+    pub http: reqwest::Client,
+    pub sandboxes: Vec<SandboxRef>,
+    /// The sandbox a step uses by default: the most recently created.
+    pub current: Option<usize>,
+    /// The sandbox chosen for the running step (its `sandbox:` key, else `current`).
+    pub target: Option<usize>,
+    /// Outputs of the most recent `exec`/`run-code`/`wait`, for `assert-stdout` and friends.
+    pub last_exec: Option<J>,
+    /// `steps.<id>` outputs.
+    pub outputs: BTreeMap<String, J>,
+    /// `vars`, including those bound by `set`.
+    pub vars: serde_json::Map<String, J>,
+    /// The run's metadata tag (`e2e`, run id).
+    pub run_tag: (String, String),
+    /// Folder of the scenario file, for `write-file { from: }`.
+    pub scenario_dir: PathBuf,
+    /// Default limit for a foreground command.
+    pub exec_timeout: Duration,
+    /// The template context as of this step, for expression steps (`assert`).
+    pub template_ctx: minijinja::Value,
+    /// The step's main argument as written (before rendering), for messages.
+    pub current_source: Option<String>,
+}
+
+impl StepCtx {
+    /// The sandbox this step works on, or a clear error if there is none.
+    pub fn sandbox(&self) -> Result<&SandboxRef, StepError> {
+        let i = self.target.ok_or_else(|| StepError::error("no sandbox: add a `create` step first"))?;
+        Ok(&self.sandboxes[i])
+    }
+
+    pub fn sandbox_id(&self) -> Result<String, StepError> {
+        Ok(self.sandbox()?.id.clone())
+    }
+}
+
+/// Typed access to rendered arguments. Templated values arrive as strings, so numbers and
+/// booleans also accept their string forms.
+pub struct Args<'a>(pub &'a J);
+
+impl<'a> Args<'a> {
+    pub fn get(&self, key: &str) -> Option<&'a J> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    pub fn opt_str(&self, key: &str) -> Option<String> {
+        self.get(key).map(text)
+    }
+
+    pub fn str(&self, key: &str) -> Result<String, StepError> {
+        self.opt_str(key).ok_or_else(|| StepError::error(format!("missing `{key}`")))
+    }
+
+    pub fn opt_int(&self, key: &str) -> Result<Option<i64>, StepError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(J::Number(n)) => {
+                n.as_i64().map(Some).ok_or_else(|| StepError::error(format!("`{key}` must be an integer")))
+            }
+            Some(v) => text(v)
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| StepError::error(format!("`{key}` must be an integer, got {v}"))),
+        }
+    }
+
+    pub fn int(&self, key: &str) -> Result<i64, StepError> {
+        self.opt_int(key)?.ok_or_else(|| StepError::error(format!("missing `{key}`")))
+    }
+
+    pub fn bool(&self, key: &str) -> Result<bool, StepError> {
+        match self.get(key) {
+            None => Ok(false),
+            Some(J::Bool(b)) => Ok(*b),
+            Some(v) => match text(v).trim() {
+                "true" | "True" | "yes" | "1" => Ok(true),
+                "false" | "False" | "no" | "0" | "" => Ok(false),
+                other => Err(StepError::error(format!("`{key}` must be true or false, got {other:?}"))),
+            },
+        }
+    }
+
+    /// A duration: `30s`, `2m`, or a number of seconds.
+    pub fn opt_duration(&self, key: &str) -> Result<Option<Duration>, StepError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(J::Number(n)) => Ok(n.as_f64().map(Duration::from_secs_f64)),
+            Some(v) => {
+                crate::duration::parse(&text(v)).map(Some).map_err(|e| StepError::error(format!("`{key}`: {e}")))
+            }
+        }
+    }
+
+    pub fn str_map(&self, key: &str) -> Result<BTreeMap<String, String>, StepError> {
+        match self.get(key) {
+            None => Ok(BTreeMap::new()),
+            Some(J::Object(m)) => Ok(m.iter().map(|(k, v)| (k.clone(), text(v))).collect()),
+            Some(v) => Err(StepError::error(format!("`{key}` must be a mapping, got {v}"))),
+        }
+    }
+}
+
+/// The text form of a value: strings as they are, everything else as JSON.
+pub fn text(v: &J) -> String {
+    match v {
+        J::String(s) => s.clone(),
+        J::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Bytes as a string for outputs: UTF-8 when valid, lossy otherwise.
+pub fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub fn exec_outputs(r: &crate::provider::ExecResult, duration: Duration) -> J {
+    json!({
+        "stdout": lossy(&r.stdout),
+        "stderr": lossy(&r.stderr),
+        "exit_code": r.exit_code,
+        "signal": r.signal,
+        "timed_out": r.timed_out,
+        "pid": r.pid,
+        "duration_ms": duration.as_millis() as u64,
+    })
+}

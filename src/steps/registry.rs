@@ -1,0 +1,596 @@
+//! The one table of step kinds.
+//!
+//! [`REGISTRY`] is the single source for dispatch, validation (fields, types, did-you-mean),
+//! `scenario-run steps` and the JSON Schema. Adding a step kind means adding a row here and
+//! its function; nothing else needs to know.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value as J;
+
+use super::{StepCtx, StepResult};
+
+pub type BoxFut<'a> = Pin<Box<dyn Future<Output = StepResult> + Send + 'a>>;
+pub type RunFn = for<'a> fn(&'a mut StepCtx, &'a J) -> BoxFut<'a>;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldType {
+    Str,
+    Int,
+    Bool,
+    /// `30s`, `2m`, or a number of seconds.
+    Duration,
+    /// Map of string to string (scalars are accepted and turned into strings).
+    StrMap,
+    /// A matcher (§3): a mapping, or a scalar meaning `equals`.
+    Matcher,
+    /// One of a fixed set of strings.
+    Enum(&'static [&'static str]),
+    /// An integer or one of a few names (`signal: TERM`).
+    IntOrName,
+    /// An expression (no braces needed), like `if:`.
+    Expr,
+    /// Anything (request bodies, `set` values).
+    Any,
+    /// A nested mapping with its own fields.
+    Object(&'static [Field]),
+}
+
+impl FieldType {
+    pub fn describe(&self) -> String {
+        match self {
+            FieldType::Str => "string".into(),
+            FieldType::Int => "integer".into(),
+            FieldType::Bool => "boolean".into(),
+            FieldType::Duration => "duration".into(),
+            FieldType::StrMap => "map of strings".into(),
+            FieldType::Matcher => "matcher".into(),
+            FieldType::Enum(v) => v.join("|"),
+            FieldType::IntOrName => "integer or name".into(),
+            FieldType::Any => "any".into(),
+            FieldType::Expr => "expression".into(),
+            FieldType::Object(_) => "mapping".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Field {
+    pub name: &'static str,
+    pub ty: FieldType,
+    pub required: bool,
+    pub doc: &'static str,
+}
+
+const fn f(name: &'static str, ty: FieldType, doc: &'static str) -> Field {
+    Field { name, ty, required: false, doc }
+}
+
+const fn req(name: &'static str, ty: FieldType, doc: &'static str) -> Field {
+    Field { name, ty, required: true, doc }
+}
+
+pub struct StepKind {
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// The field a scalar argument stands for (`exec: echo hi` = `exec: { cmd: echo hi }`).
+    pub main: Option<&'static str>,
+    pub fields: &'static [Field],
+    /// Besides `fields`, the step's mapping is a matcher (assert-stdout and friends).
+    pub matcher: bool,
+    /// Arbitrary keys (the `set` step binds any names).
+    pub free_keys: bool,
+    pub outputs: &'static [(&'static str, &'static str)],
+    /// Works on a sandbox (so `sandbox:` applies and one must exist).
+    pub uses_sandbox: bool,
+    /// May be polled with `eventually:`.
+    pub eventual: bool,
+    /// Sets the scenario's "last command" that assert-stdout/-stderr/-exit read.
+    pub sets_last: bool,
+    pub example: &'static str,
+    pub run: RunFn,
+}
+
+impl std::fmt::Debug for StepKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl StepKind {
+    pub fn field(&self, name: &str) -> Option<&'static Field> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+}
+
+/// Keys every step may carry beside its kind.
+pub const COMMON_KEYS: &[(&str, &str)] = &[
+    ("id", "name for its outputs: {{ steps.<id>.stdout }}"),
+    ("name", "display name in reports"),
+    ("sandbox", "which sandbox (alias from `create … as:`); default: the most recently created"),
+    ("timeout", "per-step limit (`30s`, `2m`)"),
+    ("retry", "{ attempts: 5, delay: 1s, backoff: 2.0 }: re-run the step on failure"),
+    ("eventually", "`30s` or { within: 30s, every: 500ms }: poll until the step passes"),
+    ("if", "expression; false => the step is SKIPPED"),
+    ("continue_on_error", "record the failure and carry on"),
+];
+
+const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
+
+const HTTP_EXPECT: &[Field] = &[
+    f("status", FieldType::Any, "expected status code, or a list of allowed codes"),
+    f("body", FieldType::Matcher, "matcher for the response body"),
+    f("json", FieldType::Any, "list of { path: \"$.a\", <matcher> } checks on the JSON body"),
+    f("headers", FieldType::StrMap, "headers that must be present; values are substrings to find"),
+];
+
+const HTTP_FIELDS_COMMON: [Field; 7] = [
+    f("port", FieldType::Int, "port inside the sandbox; resolved to the sandbox's host for that port"),
+    f("path", FieldType::Str, "path (and query) appended to the port's URL, default `/`"),
+    f("url", FieldType::Str, "full URL instead of port + path"),
+    f("headers", FieldType::StrMap, "request headers"),
+    f("body", FieldType::Any, "request body: a string, or a mapping/list sent as JSON"),
+    f("expect", FieldType::Object(HTTP_EXPECT), "expectations on the response"),
+    f("request_timeout", FieldType::Duration, "limit for one request (default 30s)"),
+];
+
+const HTTP_OUTPUTS: &[(&str, &str)] = &[
+    ("status", "status code"),
+    ("body", "response body as text"),
+    ("headers", "response headers (lowercase names)"),
+    ("json", "the body parsed as JSON, or null"),
+    ("url", "the URL requested"),
+];
+
+const EXEC_OUTPUTS: &[(&str, &str)] = &[
+    ("stdout", "standard output"),
+    ("stderr", "standard error"),
+    ("exit_code", "exit code (null if killed by a signal)"),
+    ("signal", "signal number that ended it, or null"),
+    ("timed_out", "true if the command's timeout killed it"),
+    ("pid", "process id in the sandbox"),
+    ("duration_ms", "wall time"),
+];
+
+const INFO_OUTPUTS: &[(&str, &str)] = &[
+    ("id", "sandbox id"),
+    ("template", "template"),
+    ("metadata", "metadata map"),
+    ("started_at", "unix seconds"),
+    ("end_at", "unix seconds when it expires"),
+    ("state", "running or paused"),
+];
+
+macro_rules! run_fn {
+    ($path:path) => {{
+        fn run<'a>(ctx: &'a mut StepCtx, args: &'a J) -> BoxFut<'a> {
+            Box::pin($path(ctx, args))
+        }
+        run as RunFn
+    }};
+}
+
+use super::{asserts, code, exec, files, http, lifecycle, misc};
+
+pub static REGISTRY: &[StepKind] = &[
+    StepKind {
+        name: "create",
+        summary: "create a sandbox from a template; it is destroyed when the scenario ends unless `keep: true`",
+        main: Some("template"),
+        fields: &[
+            f("template", FieldType::Str, "template name or id (default `base`)"),
+            f("as", FieldType::Str, "alias for `sandbox:` and `{{ sandboxes.<alias> }}`"),
+            f("timeout", FieldType::Duration, "sandbox lifetime before it expires by itself (default 5m)"),
+            f("metadata", FieldType::StrMap, "metadata; always gains the run tag e2e=<run id>"),
+            f("envs", FieldType::StrMap, "environment of every process in the sandbox"),
+            f("keep", FieldType::Bool, "do not destroy at the end of the scenario"),
+            f("cpu", FieldType::Int, "CPU count, where the provider supports it"),
+            f("memory", FieldType::Int, "memory in MiB, where the provider supports it"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("id", "sandbox id"), ("template", "template"), ("alias", "alias or null")],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- create: { template: base, as: sb, envs: { FOO: bar } }",
+        run: run_fn!(lifecycle::create),
+    },
+    StepKind {
+        name: "connect",
+        summary: "attach to an existing sandbox by id (it is not destroyed at the end unless `owned: true`)",
+        main: Some("id"),
+        fields: &[
+            req("id", FieldType::Str, "sandbox id"),
+            f("as", FieldType::Str, "alias"),
+            f("timeout", FieldType::Duration, "new lifetime from now"),
+            f("owned", FieldType::Bool, "destroy it at the end of the scenario like a created one"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: INFO_OUTPUTS,
+        uses_sandbox: false,
+        eventual: true,
+        sets_last: false,
+        example: "- connect: { id: \"{{ steps.made.id }}\", as: again }",
+        run: run_fn!(lifecycle::connect),
+    },
+    StepKind {
+        name: "info",
+        summary: "read a sandbox's info",
+        main: Some("id"),
+        fields: &[f("id", FieldType::Str, "sandbox id (default: the step's sandbox)")],
+        matcher: false,
+        free_keys: false,
+        outputs: INFO_OUTPUTS,
+        uses_sandbox: true,
+        eventual: true,
+        sets_last: false,
+        example: "- info: {}\n  id: about",
+        run: run_fn!(lifecycle::info),
+    },
+    StepKind {
+        name: "list",
+        summary: "list sandboxes whose metadata matches (default: this run's tag)",
+        main: None,
+        fields: &[
+            f("metadata", FieldType::StrMap, "metadata filter; every pair must match"),
+            f("all", FieldType::Bool, "no filter at all, not even the run tag"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("ids", "list of sandbox ids"), ("count", "number of sandboxes"), ("sandboxes", "list of info objects")],
+        uses_sandbox: false,
+        eventual: true,
+        sets_last: false,
+        example: "- list: { metadata: { team: qa } }\n  id: mine",
+        run: run_fn!(lifecycle::list),
+    },
+    StepKind {
+        name: "kill",
+        summary: "destroy a sandbox now",
+        main: Some("id"),
+        fields: &[f("id", FieldType::Str, "sandbox id (default: the step's sandbox)")],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("killed", "false if it did not exist")],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: false,
+        example: "- kill: {}",
+        run: run_fn!(lifecycle::kill),
+    },
+    StepKind {
+        name: "set-timeout",
+        summary: "change when the sandbox expires, counted from now",
+        main: Some("timeout"),
+        fields: &[req("timeout", FieldType::Duration, "new lifetime from now")],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("end_at", "unix seconds when it now expires")],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: false,
+        example: "- set-timeout: 10m",
+        run: run_fn!(lifecycle::set_timeout),
+    },
+    StepKind {
+        name: "exec",
+        summary: "run a command through `/bin/bash -l -c` in the sandbox; a non-zero exit is recorded, not a failure (use assert-exit or `exit_code:`)",
+        main: Some("cmd"),
+        fields: &[
+            req("cmd", FieldType::Str, "shell command"),
+            f("cwd", FieldType::Str, "working directory (default /home/user)"),
+            f("env", FieldType::StrMap, "extra environment variables"),
+            f("user", FieldType::Str, "user to run as, where the provider supports it"),
+            f("stdin", FieldType::Str, "text fed to standard input"),
+            f("timeout", FieldType::Duration, "kill the command after this long (the step fails)"),
+            f("background", FieldType::Bool, "start it and go on; outputs `pid` for wait/signal"),
+            f("exit_code", FieldType::Int, "expected exit code; the step fails otherwise"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: EXEC_OUTPUTS,
+        uses_sandbox: true,
+        eventual: true,
+        sets_last: true,
+        example: "- exec: echo hello; echo oops >&2; exit 3\n  id: first",
+        run: run_fn!(exec::exec),
+    },
+    StepKind {
+        name: "process-list",
+        summary: "list the processes started by exec in the sandbox",
+        main: None,
+        fields: &[],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("pids", "pids of running processes"), ("processes", "list of { pid, cmd, running, exit_code }"), ("count", "number running")],
+        uses_sandbox: true,
+        eventual: true,
+        sets_last: false,
+        example: "- process-list: {}\n  id: procs",
+        run: run_fn!(exec::process_list),
+    },
+    StepKind {
+        name: "signal",
+        summary: "send a signal to a background process",
+        main: Some("pid"),
+        fields: &[
+            req("pid", FieldType::Int, "process id (from a background exec)"),
+            f("signal", FieldType::IntOrName, "TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT, or a number"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("pid", "pid"), ("signal", "signal number sent")],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: false,
+        example: "- signal: { pid: \"{{ steps.server.pid }}\", signal: TERM }",
+        run: run_fn!(exec::signal),
+    },
+    StepKind {
+        name: "wait",
+        summary: "wait for a background process to end; its output becomes the last command's",
+        main: Some("pid"),
+        fields: &[
+            req("pid", FieldType::Int, "process id"),
+            f("timeout", FieldType::Duration, "how long to wait (default 30s); the step fails after"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: EXEC_OUTPUTS,
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: true,
+        example: "- wait: \"{{ steps.job.pid }}\"",
+        run: run_fn!(exec::wait),
+    },
+    StepKind {
+        name: "write-file",
+        summary: "write a file in the sandbox (parents are created)",
+        main: None,
+        fields: &[
+            req("path", FieldType::Str, "path; relative paths are under /home/user"),
+            f("content", FieldType::Str, "text content"),
+            f("content_base64", FieldType::Str, "binary content, base64"),
+            f("from", FieldType::Str, "a local file, relative to the scenario file"),
+            f("mode", FieldType::Str, "permission bits in octal, e.g. \"0755\""),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("path", "absolute path"), ("size", "bytes written")],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: false,
+        example: "- write-file: { path: /tmp/hello.txt, content: \"hi\\n\" }",
+        run: run_fn!(files::write_file),
+    },
+    StepKind {
+        name: "read-file",
+        summary: "read a file from the sandbox",
+        main: Some("path"),
+        fields: &[
+            req("path", FieldType::Str, "path"),
+            f("encoding", FieldType::Enum(&["text", "base64"]), "`text` (default) or `base64` for binary content"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("content", "the content (text, or base64)"), ("size", "bytes")],
+        uses_sandbox: true,
+        eventual: true,
+        sets_last: false,
+        example: "- read-file: /tmp/hello.txt\n  id: hello",
+        run: run_fn!(files::read_file),
+    },
+    StepKind {
+        name: "files",
+        summary: "filesystem operations: list, stat, mkdir, move, remove, exists",
+        main: None,
+        fields: &[
+            req("op", FieldType::Enum(&["list", "stat", "mkdir", "move", "remove", "exists"]), "operation"),
+            req("path", FieldType::Str, "path"),
+            f("to", FieldType::Str, "destination for `move`"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[
+            ("entries", "list: entries { name, path, type, size, mode, modified }"),
+            ("names", "list: entry names, sorted"),
+            ("exists", "exists: true or false"),
+            ("type", "stat/mkdir/move: file, dir or symlink"),
+            ("size", "stat: size in bytes"),
+            ("mode", "stat: permission bits as octal text, e.g. \"0644\""),
+            ("path", "the (new) absolute path"),
+        ],
+        uses_sandbox: true,
+        eventual: true,
+        sets_last: false,
+        example: "- files: { op: list, path: /tmp }\n  id: tmp",
+        run: run_fn!(files::files),
+    },
+    StepKind {
+        name: "assert-stdout",
+        summary: "check a command's stdout with a matcher (a scalar means `equals`)",
+        main: Some("equals"),
+        fields: &[MATCHER_OF],
+        matcher: true,
+        free_keys: false,
+        outputs: &[],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- assert-stdout: { equals: \"hello\\n\" }",
+        run: run_fn!(asserts::assert_stdout),
+    },
+    StepKind {
+        name: "assert-stderr",
+        summary: "check a command's stderr with a matcher (a scalar means `equals`)",
+        main: Some("equals"),
+        fields: &[MATCHER_OF],
+        matcher: true,
+        free_keys: false,
+        outputs: &[],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- assert-stderr: { contains: oops }",
+        run: run_fn!(asserts::assert_stderr),
+    },
+    StepKind {
+        name: "assert-exit",
+        summary: "check a command's exit code",
+        main: Some("code"),
+        fields: &[req("code", FieldType::Int, "expected exit code"), MATCHER_OF],
+        matcher: false,
+        free_keys: false,
+        outputs: &[],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- assert-exit: 3",
+        run: run_fn!(asserts::assert_exit),
+    },
+    StepKind {
+        name: "assert-file",
+        summary: "check a file in the sandbox with a matcher, or that it does not exist",
+        main: Some("path"),
+        fields: &[req("path", FieldType::Str, "path"), f("exists", FieldType::Bool, "false: the file must not exist")],
+        matcher: true,
+        free_keys: false,
+        outputs: &[("content", "the file's text"), ("size", "bytes")],
+        uses_sandbox: true,
+        eventual: true,
+        sets_last: false,
+        example: "- assert-file: { path: /tmp/hello.txt, contains: hi }",
+        run: run_fn!(asserts::assert_file),
+    },
+    StepKind {
+        name: "assert",
+        summary: "check any expression",
+        main: Some("that"),
+        fields: &[req("that", FieldType::Expr, "expression, e.g. `steps.a.exit_code == 0`"), f("message", FieldType::Str, "message shown when it is false")],
+        matcher: false,
+        free_keys: false,
+        outputs: &[],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- assert: { that: \"steps.tmp.names | length > 0\", message: no files in /tmp }",
+        run: run_fn!(asserts::assert),
+    },
+    StepKind {
+        name: "http-get",
+        summary: "GET a URL, or a port inside the sandbox, and check the response",
+        main: Some("url"),
+        fields: &HTTP_FIELDS_COMMON,
+        matcher: false,
+        free_keys: false,
+        outputs: HTTP_OUTPUTS,
+        uses_sandbox: true,
+        eventual: true,
+        sets_last: false,
+        example: "- http-get: { port: 8000, path: /health, expect: { status: 200, body: { contains: ok } } }\n  eventually: 10s",
+        run: run_fn!(http::http_get),
+    },
+    StepKind {
+        name: "http",
+        summary: "an HTTP request with any method",
+        main: None,
+        fields: &{
+            let mut fields = [req("method", FieldType::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]), "HTTP method"); 8];
+            let mut i = 0;
+            while i < HTTP_FIELDS_COMMON.len() {
+                fields[i + 1] = HTTP_FIELDS_COMMON[i];
+                i += 1;
+            }
+            fields
+        },
+        matcher: false,
+        free_keys: false,
+        outputs: HTTP_OUTPUTS,
+        uses_sandbox: true,
+        eventual: true,
+        sets_last: false,
+        example: "- http: { method: POST, port: 8000, path: /echo, body: { a: 1 }, expect: { status: 201 } }",
+        run: run_fn!(http::http),
+    },
+    StepKind {
+        name: "set",
+        summary: "bind variables (under `vars`) from values or expressions",
+        main: None,
+        fields: &[],
+        matcher: false,
+        free_keys: true,
+        outputs: &[],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- set: { who: \"{{ steps.me.stdout | trim }}\" }",
+        run: run_fn!(misc::set),
+    },
+    StepKind {
+        name: "sleep",
+        summary: "wait a fixed time (prefer `eventually` on the step that waits for something)",
+        main: Some("duration"),
+        fields: &[req("duration", FieldType::Duration, "how long")],
+        matcher: false,
+        free_keys: false,
+        outputs: &[],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- sleep: 500ms",
+        run: run_fn!(misc::sleep),
+    },
+    StepKind {
+        name: "run-code",
+        summary: "execute code in the sandbox like a code interpreter: the last expression's value is the result",
+        main: Some("code"),
+        fields: &[
+            req("code", FieldType::Str, "source code"),
+            f("language", FieldType::Enum(&["python"]), "language (default python)"),
+            f("timeout", FieldType::Duration, "limit for the run"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[
+            ("stdout", "printed output"),
+            ("stderr", "error output"),
+            ("results", "list of results; the last expression's value as { text, json }"),
+            ("text", "text of the last result, or null"),
+            ("error", "{ name, value, traceback } if it raised, else null"),
+        ],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: true,
+        example: "- run-code: |\n    import json\n    json.dumps({\"sum\": 1 + 2})\n  id: calc",
+        run: run_fn!(code::run_code),
+    },
+];
+
+pub fn lookup(name: &str) -> Option<&'static StepKind> {
+    REGISTRY.iter().find(|k| k.name == name)
+}
+
+pub fn names() -> impl Iterator<Item = &'static str> {
+    REGISTRY.iter().map(|k| k.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_main_fields_exist() {
+        let mut seen = std::collections::BTreeSet::new();
+        for k in REGISTRY {
+            assert!(seen.insert(k.name), "duplicate kind {}", k.name);
+            if let Some(m) = k.main {
+                assert!(k.field(m).is_some() || k.matcher, "{}: main field {m} missing", k.name);
+            }
+        }
+        assert_eq!(lookup("http").unwrap().fields[0].name, "method");
+        assert_eq!(lookup("http").unwrap().fields.len(), 8);
+    }
+}
