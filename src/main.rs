@@ -1,1 +1,409 @@
-fn main() {}
+//! The command line: parsing, wiring, exit codes. Everything else lives in the library.
+
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use scenario_run::diag::Diagnostic;
+use scenario_run::mask::Masker;
+use scenario_run::model::{self, Case, LoadOptions};
+use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
+use scenario_run::provider::Provider;
+use scenario_run::report::events::{Event, Reporter};
+use scenario_run::report::human::{HumanOptions, HumanReporter};
+use scenario_run::runner::{self, RunConfig};
+use scenario_run::select::{Expr, Shard};
+use scenario_run::{config, schema};
+
+const EXIT_USAGE: u8 = 2;
+const EXIT_INVALID: u8 = 3;
+const EXIT_INFRA: u8 = 4;
+
+#[derive(Parser)]
+#[command(name = "scenario-run", version, about = "End-to-end scenarios for agent sandbox platforms, written as YAML data")]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenarios (the default when no command is given).
+    Run(RunArgs),
+    /// Validate scenario files without running anything (exit 3 if any is invalid).
+    Check(CheckArgs),
+    /// List step kinds with their fields, outputs and an example.
+    Steps {
+        /// Show only this kind.
+        kind: Option<String>,
+    },
+    /// Write the JSON Schema for scenario files (default: schema/scenario.schema.json).
+    Schema {
+        /// Where to write it; `-` for standard output.
+        #[arg(long, default_value = schema::SCHEMA_PATH)]
+        out: String,
+        /// Do not write: exit 1 if the file differs from what would be written.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+#[derive(Args, Clone)]
+struct CheckArgs {
+    /// Scenario files, folders (searched recursively) or globs.
+    #[arg(default_value = "scenarios")]
+    paths: Vec<String>,
+    /// Set a variable: `--var name=value` (visible as `vars.name`).
+    #[arg(long = "var", value_name = "K=V")]
+    vars: Vec<String>,
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    /// Scenario files, folders (searched recursively) or globs.
+    #[arg(default_value = "scenarios")]
+    paths: Vec<String>,
+    /// Scenarios in flight at once; also the most sandboxes alive at once.
+    #[arg(short = 'j', long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
+    /// Only scenarios whose name matches: words are substrings; and, or, not, ( ).
+    #[arg(short = 'k', value_name = "EXPR")]
+    name_expr: Option<String>,
+    /// Only scenarios whose tags satisfy the expression, e.g. 'commands and not slow'.
+    #[arg(short = 't', long = "tags", value_name = "EXPR")]
+    tags: Option<String>,
+    /// Run only shard K of N (1-based); stable across machines.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<Shard>,
+    /// Print the selected scenarios and exit.
+    #[arg(long)]
+    list: bool,
+    /// Stop starting new scenarios after the first failure or error.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Where sandboxes live.
+    #[arg(long, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
+    provider: String,
+    /// Write a JUnit XML report.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Write a JSON report (versioned schema).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write one evidence file per scenario into DIR.
+    #[arg(long, value_name = "DIR")]
+    evidence: Option<PathBuf>,
+    /// Plain lines instead of the live progress view.
+    #[arg(long)]
+    no_progress: bool,
+    /// Print each scenario's start as well as its end.
+    #[arg(short, long)]
+    verbose: bool,
+    /// Colour: auto, always, never.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    color: String,
+    /// More variables from a dotenv file (after ./.env; the environment still wins).
+    #[arg(long = "env-file", value_name = "FILE")]
+    env_files: Vec<String>,
+    /// Set a variable: `--var name=value` (visible as `vars.name`).
+    #[arg(long = "var", value_name = "K=V")]
+    vars: Vec<String>,
+    /// Default per-step limit.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    step_timeout: Duration,
+    /// Default per-scenario limit (a scenario's `timeout:` wins).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    scenario_timeout: Duration,
+    /// Default limit for one foreground command.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    exec_timeout: Duration,
+    /// Time for `finally` and cleanup after Ctrl-C or a scenario timeout.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    grace_period: Duration,
+    /// Local provider isolation: auto (namespaces when the host allows), namespaces, none.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
+    isolation: String,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    scenario_run::duration::parse(s)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Some(Command::Check(args)) => check(args),
+        Some(Command::Steps { kind }) => match schema::steps_reference(kind.as_deref()) {
+            Ok(text) => {
+                print!("{text}");
+                0
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                EXIT_USAGE
+            }
+        },
+        Some(Command::Schema { out, check }) => write_schema(&out, check),
+        Some(Command::Run(args)) => run(args),
+        None => run(cli.run),
+    };
+    ExitCode::from(code)
+}
+
+fn write_schema(out: &str, check: bool) -> u8 {
+    let text = schema::schema_text();
+    if out == "-" {
+        print!("{text}");
+        return 0;
+    }
+    if check {
+        return match std::fs::read_to_string(out) {
+            Ok(existing) if existing == text => 0,
+            _ => {
+                eprintln!("error: {out} is stale: run `scenario-run schema`");
+                1
+            }
+        };
+    }
+    if let Some(dir) = Path::new(out).parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match std::fs::write(out, text) {
+        Ok(()) => {
+            eprintln!("wrote {out}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: cannot write {out}: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn print_diagnostics(diags: &[Diagnostic], masker: &Masker) {
+    let files: BTreeSet<&str> = diags.iter().map(|d| d.location.file.as_str()).collect();
+    for d in diags {
+        eprintln!("{}", masker.mask(&d.render()));
+    }
+    let n = diags.len();
+    eprintln!(
+        "error: {n} problem{} in {} file{}; nothing was run",
+        if n == 1 { "" } else { "s" },
+        files.len(),
+        if files.len() == 1 { "" } else { "s" }
+    );
+}
+
+/// Parse `--var`s, expand paths and validate. Err is the exit code.
+fn load(paths: &[String], vars: &[String], masker: &Masker) -> Result<(model::Loaded, serde_json::Map<String, serde_json::Value>), u8> {
+    let mut cli_vars = serde_json::Map::new();
+    for v in vars {
+        match config::parse_var(v) {
+            Ok((k, val)) => {
+                cli_vars.insert(k, val);
+            }
+            Err(e) => {
+                eprintln!("error: --var {e}");
+                return Err(EXIT_USAGE);
+            }
+        }
+    }
+    let files = model::expand_paths(paths).map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_USAGE
+    })?;
+    let opts = LoadOptions { cli_vars: cli_vars.keys().cloned().collect(), today: config::today() };
+    match model::load(&files, &opts) {
+        Ok(loaded) => Ok((loaded, cli_vars)),
+        Err(diags) => {
+            print_diagnostics(&diags, masker);
+            Err(EXIT_INVALID)
+        }
+    }
+}
+
+fn check(args: CheckArgs) -> u8 {
+    let env = config::environment(Path::new(".env"), &[]).unwrap_or_default();
+    let masker = Masker::from_env(&env, &[]);
+    match load(&args.paths, &args.vars, &masker) {
+        Ok((loaded, _)) => {
+            println!("ok: {} scenarios ({} cases) in {} files", loaded.scenarios.len(), loaded.cases.len(), loaded.files);
+            0
+        }
+        Err(code) => code,
+    }
+}
+
+fn select(cases: Vec<Case>, args: &RunArgs) -> Result<Vec<Case>, String> {
+    let name_expr = args.name_expr.as_deref().map(Expr::parse).transpose().map_err(|e| format!("-k: {e}"))?;
+    let tag_expr = args.tags.as_deref().map(Expr::parse).transpose().map_err(|e| format!("--tags: {e}"))?;
+    Ok(cases
+        .into_iter()
+        .filter(|c| name_expr.as_ref().is_none_or(|e| e.eval(&|w| c.name.contains(w))))
+        .filter(|c| tag_expr.as_ref().is_none_or(|e| e.eval(&|w| c.scenario.tags.iter().any(|t| t == w))))
+        .filter(|c| args.shard.is_none_or(|s| s.contains(&c.name)))
+        .collect())
+}
+
+fn make_provider(args: &RunArgs) -> Result<Arc<dyn Provider>, String> {
+    match args.provider.as_str() {
+        "local" => {
+            let isolation = match args.isolation.as_str() {
+                "namespaces" => Isolation::Namespaces,
+                "none" => Isolation::None,
+                _ => Isolation::Auto,
+            };
+            let p = LocalProvider::new(LocalOptions { isolation, ..LocalOptions::default() }).map_err(|e| format!("local provider: {e}"))?;
+            if let Some(w) = p.warning() {
+                eprintln!("warning: {w}");
+            }
+            Ok(Arc::new(p))
+        }
+        "docker" | "e2b" | "alicloud" => Err(format!("provider `{}` is not available in this build yet", args.provider)),
+        other => Err(format!("unknown provider `{other}`: use local, docker, e2b or alicloud")),
+    }
+}
+
+fn run(args: RunArgs) -> u8 {
+    let env = match config::environment(Path::new(".env"), &args.env_files) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let base_masker = Masker::from_env(&env, &[]);
+    let (loaded, cli_vars) = match load(&args.paths, &args.vars, &base_masker) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let secret_names: Vec<String> = loaded.scenarios.iter().flat_map(|s| s.secrets.iter().cloned()).collect();
+    let masker = Arc::new(Masker::from_env(&env, &secret_names));
+    let cases = match select(loaded.cases, &args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    if args.list {
+        for c in &cases {
+            let tags = if c.scenario.tags.is_empty() { String::new() } else { format!("  [{}]", c.scenario.tags.join(", ")) };
+            println!("{}  {}{tags}", c.name, c.scenario.location);
+        }
+        eprintln!("{} scenarios selected", cases.len());
+        return 0;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
+    rt.block_on(async move {
+        let provider = match make_provider(&args) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_INFRA;
+            }
+        };
+        let cfg = Arc::new(RunConfig {
+            provider: provider.clone(),
+            concurrency: args.concurrency as usize,
+            fail_fast: args.fail_fast,
+            run_id: config::run_id(&env),
+            env,
+            cli_vars,
+            masker: masker.clone(),
+            step_timeout: args.step_timeout,
+            scenario_timeout: args.scenario_timeout,
+            exec_timeout: args.exec_timeout,
+            grace: args.grace_period,
+        });
+        let tty = std::io::stdout().is_terminal();
+        let color = match args.color.as_str() {
+            "always" => true,
+            "never" => false,
+            _ => tty && std::env::var_os("NO_COLOR").is_none(),
+        };
+        let mut reporter = HumanReporter::new(
+            HumanOptions { progress: tty && !args.no_progress, color, verbose: args.verbose },
+            Box::new(std::io::stdout()),
+        );
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+        let cancel = CancellationToken::new();
+        spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone());
+        let printer = tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                reporter.handle(&ev);
+                if matches!(ev, Event::RunFinished { .. }) {
+                    break;
+                }
+            }
+        });
+        let summary = runner::run(cfg, cases, tx, cancel).await;
+        let _ = printer.await;
+        let mut code = summary.exit_code as u8;
+        if let Err(e) = write_reports(&summary, &args) {
+            eprintln!("error: {e}");
+            if code == 0 {
+                code = EXIT_INFRA;
+            }
+        }
+        code
+    })
+}
+
+fn write_reports(summary: &scenario_run::report::events::RunSummary, args: &RunArgs) -> Result<(), String> {
+    use scenario_run::report::{evidence, json, junit};
+    let create = |p: &Path| -> Result<std::io::BufWriter<std::fs::File>, String> {
+        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        std::fs::File::create(p).map(std::io::BufWriter::new).map_err(|e| format!("cannot write {}: {e}", p.display()))
+    };
+    if let Some(p) = &args.junit {
+        let mut w = create(p)?;
+        junit::write_junit(summary, &mut w).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.json {
+        let mut w = create(p)?;
+        json::write_json(summary, &mut w).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    if let Some(dir) = &args.evidence {
+        evidence::write_evidence(summary, dir).map_err(|e| format!("cannot write evidence to {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// First SIGINT/SIGTERM: stop scheduling, let cases run `finally` and destroy their
+/// sandboxes. Second: destroy what is left without waiting and exit 130 at once.
+fn spawn_signal_handler(cancel: CancellationToken, provider: Arc<dyn Provider>, tx: tokio::sync::mpsc::UnboundedSender<Event>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    tokio::spawn(async move {
+        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            return;
+        };
+        let mut count = 0;
+        loop {
+            let name = tokio::select! {
+                _ = int.recv() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            };
+            count += 1;
+            if count == 1 {
+                let _ = tx.send(Event::Interrupted { signal: name.to_string() });
+                cancel.cancel();
+            } else {
+                eprintln!("\nscenario-run: second {name}: destroying sandboxes and exiting now");
+                provider.destroy_all_now();
+                std::process::exit(130);
+            }
+        }
+    });
+}

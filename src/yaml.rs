@@ -124,6 +124,8 @@ pub fn parse(source: &Source) -> Result<Vec<Node>, Vec<Diagnostic>> {
                     || line_text.trim_start_matches(' ').starts_with('\t')
                 {
                     d = d.help("YAML indentation must use spaces, not tabs");
+                } else if e.info().contains("mapping values are not allowed") {
+                    d = d.help("a `: ` inside a plain value starts a mapping: quote the whole value, or use a block scalar (`>-`)");
                 } else if line_text.contains("{{") {
                     d = d.help("quote values that start with a template: `exec: \"{{ vars.cmd }}\"`");
                 }

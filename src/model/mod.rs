@@ -6,6 +6,8 @@
 mod load;
 mod validate;
 
+pub use validate::PROVIDERS;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

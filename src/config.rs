@@ -1,0 +1,120 @@
+//! Configuration: `.env` files, the environment, `--var`, and the run id.
+//!
+//! Precedence, lowest to highest: `.env` in the working directory, then each `--env-file` in
+//! order, then the process environment (a variable set in the shell always wins).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Parse a dotenv file: `KEY=value`, optional `export `, `#` comments, single or double quotes
+/// (double quotes understand `\n`, `\"`, `\\`).
+pub fn parse_dotenv(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let (k, v) = line.split_once('=').ok_or_else(|| format!("line {}: expected KEY=value", i + 1))?;
+        let key = k.trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("line {}: invalid variable name `{key}`", i + 1));
+        }
+        let v = v.trim();
+        let value = if let Some(inner) = v.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+            inner.replace("\\n", "\n").replace("\\\"", "\"").replace("\\\\", "\\")
+        } else if let Some(inner) = v.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')) {
+            inner.to_string()
+        } else {
+            // Unquoted: a ` #` starts a comment.
+            v.split(" #").next().unwrap_or("").trim().to_string()
+        };
+        out.insert(key.to_string(), value);
+    }
+    Ok(out)
+}
+
+/// The environment scenarios see.
+pub fn environment(cwd_env: &Path, extra: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut env = BTreeMap::new();
+    if cwd_env.is_file() {
+        let text = std::fs::read_to_string(cwd_env).map_err(|e| format!("cannot read {}: {e}", cwd_env.display()))?;
+        env.extend(parse_dotenv(&text).map_err(|e| format!("{}: {e}", cwd_env.display()))?);
+    }
+    for f in extra {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("cannot read --env-file {f}: {e}"))?;
+        env.extend(parse_dotenv(&text).map_err(|e| format!("{f}: {e}"))?);
+    }
+    env.extend(std::env::vars());
+    Ok(env)
+}
+
+/// `--var k=v`; the value is parsed as YAML-ish scalar (numbers and booleans keep their type).
+pub fn parse_var(s: &str) -> Result<(String, serde_json::Value), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("expected k=v, got `{s}`"))?;
+    let value = match v {
+        "true" => serde_json::Value::Bool(true),
+        "false" => serde_json::Value::Bool(false),
+        _ => v.parse::<i64>().map(serde_json::Value::from).unwrap_or_else(|_| serde_json::Value::String(v.to_string())),
+    };
+    Ok((k.trim().to_string(), value))
+}
+
+/// `E2E_RUN_ID`, or a fresh short id: lowercase, safe in metadata and host names.
+pub fn run_id(env: &BTreeMap<String, String>) -> String {
+    if let Some(id) = env.get("E2E_RUN_ID").filter(|v| !v.is_empty()) {
+        return id.clone();
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in nanos.to_le_bytes().iter().chain(std::process::id().to_le_bytes().iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("sr-{:08x}", h as u32)
+}
+
+/// Today's date, UTC, as YYYY-MM-DD (civil-from-days, no time zone database needed).
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let z = (secs / 86400) as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dotenv_forms() {
+        let env = parse_dotenv("# c\nA=1\nexport B = two # note\nC=\"x\\ny\"\nD='$raw'\n\n").unwrap();
+        assert_eq!(env["A"], "1");
+        assert_eq!(env["B"], "two");
+        assert_eq!(env["C"], "x\ny");
+        assert_eq!(env["D"], "$raw");
+        assert!(parse_dotenv("NOEQUALS\n").unwrap_err().contains("line 1"));
+    }
+
+    #[test]
+    fn vars_keep_simple_types() {
+        assert_eq!(parse_var("n=3").unwrap().1, serde_json::json!(3));
+        assert_eq!(parse_var("s=a=b").unwrap(), ("s".into(), serde_json::json!("a=b")));
+        assert!(parse_var("novalue").is_err());
+    }
+
+    #[test]
+    fn today_is_a_date() {
+        let t = today();
+        assert_eq!(t.len(), 10);
+        assert!(t.as_str() > "2025-01-01");
+    }
+}

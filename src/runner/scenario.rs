@@ -1,0 +1,549 @@
+//! One case from start to end: requirements, steps, `finally`, cleanup, outcome.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use minijinja::value::{Serde, Value as MValue};
+use serde_json::{json, Value as J};
+use tokio::sync::mpsc;
+use tokio::time::Instant as TInstant;
+use tokio_util::sync::CancellationToken;
+
+use super::{now_ms, RunConfig};
+use crate::model::{Case, Step};
+use crate::provider::Capability;
+use crate::report::events::{Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus};
+use crate::steps::{Severity, StepCtx, StepError};
+use crate::template::{self, SandboxView};
+
+/// A result for a case that did not run.
+pub fn skipped_result(case: &Case, index: usize, reason: String) -> ScenarioResult {
+    let sc = &case.scenario;
+    ScenarioResult {
+        index,
+        name: case.name.clone(),
+        description: sc.description.clone(),
+        location: sc.location.clone(),
+        tags: sc.tags.clone(),
+        matrix: case.matrix.iter().map(|(k, v)| (k.clone(), crate::steps::text(v))).collect(),
+        outcome: Outcome::Skipped,
+        reason: Some(reason),
+        failure: None,
+        known_issue: sc.known_issue.as_ref().map(|k| KnownIssueInfo { id: k.id.clone(), reason: k.reason.clone(), strict: k.strict }),
+        steps: Vec::new(),
+        sandboxes: Vec::new(),
+        started_at_ms: now_ms(),
+        duration_ms: 0,
+        interrupted: false,
+    }
+}
+
+/// Why a case cannot run here, if it cannot.
+fn unmet_requirements(cfg: &RunConfig, case: &Case) -> Option<String> {
+    let req = &case.scenario.requires;
+    let provider = cfg.provider.name();
+    if !req.providers.is_empty() && !req.providers.iter().any(|p| p == provider) {
+        return Some(format!("requires provider {} (running on {provider})", req.providers.join(" or ")));
+    }
+    let mut missing: Vec<String> = cfg.provider.required_credentials();
+    missing.extend(req.env.iter().cloned());
+    missing.retain(|name| cfg.env.get(name).is_none_or(|v| v.is_empty()));
+    missing.dedup();
+    if !missing.is_empty() {
+        return Some(format!("missing credentials [{}]", missing.join(", ")));
+    }
+    let caps = cfg.provider.capabilities();
+    let lacking: Vec<&str> =
+        req.capabilities.iter().filter(|c| Capability::parse(c).is_none_or(|c| !caps.contains(&c))).map(String::as_str).collect();
+    if !lacking.is_empty() {
+        return Some(format!("provider {provider} lacks capability [{}]", lacking.join(", ")));
+    }
+    None
+}
+
+/// How a step list ended.
+enum Stop {
+    /// Ran to the end (failures may have been continued past).
+    Done,
+    Failed,
+    TimedOut,
+    Interrupted,
+}
+
+struct CaseRun<'a> {
+    cfg: &'a RunConfig,
+    case: &'a Case,
+    index: usize,
+    events: &'a mpsc::UnboundedSender<Event>,
+    ctx: StepCtx,
+    records: Vec<StepRecord>,
+    /// The first failure decides the outcome: (severity, failure).
+    failure: Option<(Severity, Failure)>,
+    started: Instant,
+    base: BTreeMap<&'static str, MValue>,
+    step_values: BTreeMap<String, MValue>,
+}
+
+pub async fn run_case(
+    cfg: &RunConfig,
+    case: Case,
+    index: usize,
+    events: &mpsc::UnboundedSender<Event>,
+    cancel: &CancellationToken,
+) -> ScenarioResult {
+    let sc = case.scenario.clone();
+    if let Some(reason) = unmet_requirements(cfg, &case) {
+        return skipped_result(&case, index, reason);
+    }
+    let _ = events.send(Event::ScenarioStarted { index, name: case.name.clone() });
+    let started_at_ms = now_ms();
+    let mut vars = sc.vars.clone();
+    for (k, v) in &cfg.cli_vars {
+        vars.insert(k.clone(), v.clone());
+    }
+    let scenario_dir = std::path::Path::new(&sc.source.path).parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let mut base = BTreeMap::new();
+    base.insert("env", MValue::from(Serde(&cfg.env)));
+    base.insert("matrix", MValue::from(Serde(&case.matrix)));
+    base.insert("run", MValue::from(Serde(json!({ "id": cfg.run_id, "tag": format!("e2e={}", cfg.run_id) }))));
+    base.insert(
+        "scenario",
+        MValue::from(Serde(json!({ "name": case.name, "file": sc.source.path, "description": sc.description }))),
+    );
+    let ctx = StepCtx {
+        provider: cfg.provider.clone(),
+        http: http_client(),
+        sandboxes: Vec::new(),
+        current: None,
+        target: None,
+        last_exec: None,
+        outputs: BTreeMap::new(),
+        vars,
+        run_tag: ("e2e".into(), cfg.run_id.clone()),
+        scenario_dir,
+        exec_timeout: cfg.exec_timeout,
+        template_ctx: MValue::UNDEFINED,
+        current_source: None,
+    };
+    let mut run = CaseRun {
+        cfg,
+        case: &case,
+        index,
+        events,
+        ctx,
+        records: Vec::new(),
+        failure: None,
+        started: Instant::now(),
+        base,
+        step_values: BTreeMap::new(),
+    };
+    let limit = sc.timeout.unwrap_or(cfg.scenario_timeout);
+    let deadline = TInstant::now() + limit;
+
+    let mut stop = run.list(&sc.setup, Phase::Setup, deadline, cancel).await;
+    if matches!(stop, Stop::Done) {
+        stop = run.list(&sc.steps, Phase::Steps, deadline, cancel).await;
+    } else {
+        run.skip_all(&sc.steps, Phase::Steps, "setup did not complete");
+    }
+    if let Stop::TimedOut = stop {
+        run.fail_scenario(Severity::Fail, format!("scenario timed out after {}", crate::duration::human(limit)));
+    }
+    // `finally` always runs; after an interrupt or timeout it gets the grace period.
+    let interrupted = matches!(stop, Stop::Interrupted) || cancel.is_cancelled();
+    let finally_deadline = if matches!(stop, Stop::TimedOut | Stop::Interrupted) {
+        TInstant::now() + cfg.grace
+    } else {
+        TInstant::now() + cfg.grace.max(Duration::from_secs(300))
+    };
+    let never = CancellationToken::new();
+    run.list(&sc.finally, Phase::Finally, finally_deadline, &never).await;
+    run.cleanup().await;
+
+    let sandboxes = run.ctx.sandboxes.iter().map(|s| s.id.clone()).collect();
+    let (mut outcome, mut reason, failure) = match run.failure.take() {
+        None => (Outcome::Passed, None, None),
+        Some((sev, f)) => {
+            let o = if sev == Severity::Fail { Outcome::Failed } else { Outcome::Error };
+            (o, Some(f.message.clone()), Some(f))
+        }
+    };
+    if interrupted && outcome == Outcome::Passed {
+        outcome = Outcome::Error;
+        reason = Some("interrupted".into());
+    }
+    let known_issue = sc.known_issue.as_ref().map(|k| KnownIssueInfo { id: k.id.clone(), reason: k.reason.clone(), strict: k.strict });
+    if let Some(ki) = &known_issue {
+        match outcome {
+            Outcome::Failed => {
+                outcome = Outcome::Xfail;
+                let id = ki.id.as_ref().map(|i| format!("{i}: ")).unwrap_or_default();
+                reason = Some(format!("{id}{} (failed: {})", ki.reason, reason.unwrap_or_default()));
+            }
+            Outcome::Passed if !interrupted => {
+                outcome = Outcome::Xpass;
+                let id = ki.id.as_ref().map(|i| format!("{i} ")).unwrap_or_default();
+                reason = Some(format!("known issue {id}did not reproduce{}", if ki.strict { " (strict)" } else { "" }));
+            }
+            _ => {}
+        }
+    }
+    ScenarioResult {
+        index,
+        name: case.name.clone(),
+        description: sc.description.clone(),
+        location: sc.location.clone(),
+        tags: sc.tags.clone(),
+        matrix: case.matrix.iter().map(|(k, v)| (k.clone(), crate::steps::text(v))).collect(),
+        outcome,
+        reason: reason.map(|r| cfg.masker.mask(&r).into_owned()),
+        failure,
+        known_issue,
+        steps: run.records,
+        sandboxes,
+        started_at_ms,
+        duration_ms: run.started.elapsed().as_millis() as u64,
+        interrupted,
+    }
+}
+
+fn http_client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .no_proxy()
+                .build()
+                .expect("HTTP client builds with static settings")
+        })
+        .clone()
+}
+
+impl CaseRun<'_> {
+    fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn fail_scenario(&mut self, sev: Severity, message: String) {
+        if self.failure.is_none() {
+            let step = self.records.last().map(|r| r.label.clone()).unwrap_or_else(|| "scenario".into());
+            let location = self.records.last().map(|r| r.location.clone()).unwrap_or_else(|| self.case.scenario.location.clone());
+            self.failure = Some((sev, Failure { step, location, message, mismatch: None }));
+        }
+    }
+
+    fn skip_all(&mut self, steps: &[Step], phase: Phase, why: &str) {
+        for (i, step) in steps.iter().enumerate() {
+            let rec = self.record(step, i, phase, StepStatus::Skipped, J::Null, J::Null, Some(why.to_string()), 0, 0, 0);
+            self.push_record(rec);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        step: &Step,
+        index: usize,
+        phase: Phase,
+        status: StepStatus,
+        mut args: J,
+        mut outputs: J,
+        message: Option<String>,
+        attempts: u32,
+        start_ms: u64,
+        duration_ms: u64,
+    ) -> StepRecord {
+        let m = &self.cfg.masker;
+        m.mask_json(&mut args);
+        m.mask_json(&mut outputs);
+        StepRecord {
+            index,
+            phase,
+            kind: step.kind.name.to_string(),
+            label: m.mask(&step.label).into_owned(),
+            id: step.id.clone(),
+            location: step.location.clone(),
+            status,
+            args,
+            outputs,
+            message: message.map(|s| m.mask(&s).into_owned()),
+            mismatch: None,
+            attempts,
+            start_ms,
+            duration_ms,
+            continued: false,
+        }
+    }
+
+    fn push_record(&mut self, rec: StepRecord) {
+        let _ = self.events.send(Event::StepFinished { index: self.index, record: rec.clone() });
+        self.records.push(rec);
+    }
+
+    /// The template context as of now.
+    fn template_ctx(&self) -> MValue {
+        let mut map: BTreeMap<&str, MValue> = self.base.clone();
+        map.insert("vars", MValue::from(Serde(&self.ctx.vars)));
+        map.insert("steps", MValue::from(self.step_values.clone()));
+        let views: Vec<MValue> = self.ctx.sandboxes.iter().map(|s| MValue::from_object(view(s))).collect();
+        let aliases: BTreeMap<String, MValue> = self
+            .ctx
+            .sandboxes
+            .iter()
+            .zip(&views)
+            .filter_map(|(s, v)| s.alias.clone().map(|a| (a, v.clone())))
+            .collect();
+        map.insert("sandboxes", MValue::from(aliases));
+        if let Some(i) = self.ctx.target {
+            map.insert("sandbox", views[i].clone());
+        }
+        MValue::from(map)
+    }
+
+    async fn list(&mut self, steps: &[Step], phase: Phase, deadline: TInstant, cancel: &CancellationToken) -> Stop {
+        for (i, step) in steps.iter().enumerate() {
+            if cancel.is_cancelled() {
+                self.skip_all(&steps[i..], phase, "interrupted");
+                return Stop::Interrupted;
+            }
+            let _ = self.events.send(Event::StepStarted {
+                index: self.index,
+                step: i,
+                phase,
+                label: self.cfg.masker.mask(&step.label).into_owned(),
+            });
+            let outcome = tokio::select! {
+                r = self.step(step, i, phase) => Some(r),
+                _ = tokio::time::sleep_until(deadline) => None,
+                _ = cancel.cancelled() => None,
+            };
+            let Some(failed) = outcome else {
+                // The step was dropped mid-flight: record why.
+                let interrupted = cancel.is_cancelled();
+                let why = if interrupted { "interrupted" } else { "scenario deadline reached" };
+                let mut rec = self.record(step, i, phase, StepStatus::Error, J::Null, J::Null, Some(why.into()), 1, self.elapsed_ms(), 0);
+                if !interrupted && phase != Phase::Finally {
+                    rec.status = StepStatus::Failed;
+                }
+                self.push_record(rec);
+                self.skip_all(&steps[i + 1..], phase, why);
+                if phase == Phase::Finally && !interrupted {
+                    self.fail_scenario(Severity::Error, format!("finally did not finish within {}", crate::duration::human(self.cfg.grace)));
+                }
+                return if interrupted { Stop::Interrupted } else { Stop::TimedOut };
+            };
+            if failed && phase != Phase::Finally {
+                self.skip_all(&steps[i + 1..], phase, "an earlier step failed");
+                return Stop::Failed;
+            }
+        }
+        Stop::Done
+    }
+
+    /// Run one step with `if`, rendering, `retry`/`eventually` and its timeout. Returns true
+    /// when the step failed and the scenario must stop.
+    async fn step(&mut self, step: &Step, index: usize, phase: Phase) -> bool {
+        let start_ms = self.elapsed_ms();
+        let t0 = Instant::now();
+        // Which sandbox.
+        self.ctx.target = match &step.sandbox {
+            Some(alias) => match self.ctx.sandboxes.iter().rposition(|s| s.alias.as_deref() == Some(alias)) {
+                Some(i) => Some(i),
+                None => {
+                    let e = StepError::error(format!("unknown sandbox alias `{alias}` (not created yet, or its create failed)"));
+                    return self.finish(step, index, phase, J::Null, Err(e), 1, start_ms, t0);
+                }
+            },
+            None => self.ctx.current,
+        };
+        self.resolve_ports(step).await;
+        let tctx = self.template_ctx();
+        if let Some((expr, node)) = &step.condition {
+            match template::eval_bool(expr, &tctx) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let rec = self.record(step, index, phase, StepStatus::Skipped, J::Null, J::Null, Some(format!("if: {expr} is false")), 0, start_ms, 0);
+                    self.push_record(rec);
+                    return false;
+                }
+                Err(e) => {
+                    let (line, col) = template::position(node, e.line_in_template);
+                    let err = StepError::error(format!("cannot evaluate `if: {expr}` at {}:{line}:{col}: {}", self.case.scenario.source.path, e.message));
+                    return self.finish(step, index, phase, J::Null, Err(err), 1, start_ms, t0);
+                }
+            }
+        }
+        let args = match template::render_node(&step.args, &tctx) {
+            Ok(a) => a,
+            Err((e, line, col)) => {
+                let err = StepError::error(format!("template error at {}:{line}:{col}: {}", self.case.scenario.source.path, e.message));
+                return self.finish(step, index, phase, J::Null, Err(err), 1, start_ms, t0);
+            }
+        };
+        self.ctx.template_ctx = tctx;
+        self.ctx.current_source = step.kind.main.and_then(|m| step.args.get(m)).and_then(|n| n.as_str()).map(str::to_string);
+        let limit = step.timeout.unwrap_or(self.cfg.step_timeout);
+        let mut attempts = 0u32;
+        let result = if let Some(ev) = step.eventually {
+            let until = Instant::now() + ev.within;
+            loop {
+                attempts += 1;
+                let r = self.attempt(step, &args, limit).await;
+                if r.is_ok() || Instant::now() + ev.every >= until {
+                    break r.map_err(|mut e| {
+                        e.message = format!("did not pass within {} ({attempts} attempts): {}", crate::duration::human(ev.within), e.message);
+                        e
+                    });
+                }
+                tokio::time::sleep(ev.every).await;
+            }
+        } else {
+            let retry = step.retry.unwrap_or(crate::model::Retry { attempts: 1, delay: Duration::ZERO, backoff: 1.0 });
+            let mut delay = retry.delay;
+            loop {
+                attempts += 1;
+                let r = self.attempt(step, &args, limit).await;
+                if r.is_ok() || attempts >= retry.attempts {
+                    break r;
+                }
+                tokio::time::sleep(delay).await;
+                delay = delay.mul_f64(retry.backoff);
+            }
+        };
+        self.finish(step, index, phase, args, result, attempts, start_ms, t0)
+    }
+
+    async fn attempt(&mut self, step: &Step, args: &J, limit: Duration) -> Result<J, StepError> {
+        match tokio::time::timeout(limit, (step.kind.run)(&mut self.ctx, args)).await {
+            Ok(r) => r,
+            Err(_) => Err(StepError::fail(format!("step timed out after {}", crate::duration::human(limit)))),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(&mut self, step: &Step, index: usize, phase: Phase, args: J, result: Result<J, StepError>, attempts: u32, start_ms: u64, t0: Instant) -> bool {
+        let duration_ms = t0.elapsed().as_millis() as u64;
+        match result {
+            Ok(outputs) => {
+                let background = args.get("background").is_some_and(|b| b.as_bool() == Some(true) || b.as_str() == Some("true"));
+                if step.kind.sets_last && !background {
+                    self.ctx.last_exec = Some(outputs.clone());
+                }
+                if let Some(id) = &step.id {
+                    self.ctx.outputs.insert(id.clone(), outputs.clone());
+                    self.step_values.insert(id.clone(), MValue::from(Serde(&outputs)));
+                }
+                let rec = self.record(step, index, phase, StepStatus::Passed, args, outputs, None, attempts, start_ms, duration_ms);
+                self.push_record(rec);
+                false
+            }
+            Err(e) => {
+                let outputs = e.outputs.clone().unwrap_or(J::Null);
+                if step.kind.sets_last && !outputs.is_null() {
+                    self.ctx.last_exec = Some(outputs.clone());
+                }
+                if let (Some(id), false) = (&step.id, outputs.is_null()) {
+                    self.ctx.outputs.insert(id.clone(), outputs.clone());
+                    self.step_values.insert(id.clone(), MValue::from(Serde(&outputs)));
+                }
+                let status = if e.severity == Severity::Fail { StepStatus::Failed } else { StepStatus::Error };
+                let mut rec = self.record(step, index, phase, status, args, outputs, Some(e.message.clone()), attempts, start_ms, duration_ms);
+                rec.mismatch = e.mismatch.map(|mut m| {
+                    m.expected = self.cfg.masker.mask(&m.expected).into_owned();
+                    m.actual = self.cfg.masker.mask(&m.actual).into_owned();
+                    m
+                });
+                rec.continued = step.continue_on_error;
+                // `continue_on_error`: recorded, but it does not decide the outcome.
+                if self.failure.is_none() && !step.continue_on_error {
+                    self.failure = Some((
+                        e.severity,
+                        Failure {
+                            step: rec.label.clone(),
+                            location: rec.location.clone(),
+                            message: rec.message.clone().unwrap_or_default(),
+                            mismatch: rec.mismatch.clone(),
+                        },
+                    ));
+                }
+                self.push_record(rec);
+                !step.continue_on_error
+            }
+        }
+    }
+
+    /// Resolve the literal ports a step's templates use (`url(8000)`), since providers are
+    /// async and templates are not.
+    async fn resolve_ports(&mut self, step: &Step) {
+        let mut ports = Vec::new();
+        collect_ports(&step.args, &mut ports);
+        if ports.is_empty() {
+            return;
+        }
+        for sb in self.ctx.sandboxes.iter_mut().filter(|s| !s.killed) {
+            for &p in &ports {
+                if let std::collections::hash_map::Entry::Vacant(e) = sb.urls.entry(p) {
+                    if let Ok(Ok(url)) = tokio::time::timeout(Duration::from_secs(30), self.ctx.provider.port_url(&sb.id, p)).await {
+                        e.insert(url);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Destroy every sandbox this case made, unless kept.
+    async fn cleanup(&mut self) {
+        let doomed: Vec<(String, bool)> = self.ctx.sandboxes.iter().filter(|s| !s.killed).map(|s| (s.id.clone(), s.keep)).collect();
+        for (id, keep) in doomed {
+            if keep {
+                continue;
+            }
+            let t0 = Instant::now();
+            let r = tokio::time::timeout(Duration::from_secs(60), self.ctx.provider.kill(&id)).await;
+            let (status, message) = match r {
+                Ok(Ok(_)) => (StepStatus::Passed, None),
+                Ok(Err(e)) => (StepStatus::Error, Some(format!("failed to destroy sandbox {id}: {e}"))),
+                Err(_) => (StepStatus::Error, Some(format!("destroying sandbox {id} timed out"))),
+            };
+            for sb in self.ctx.sandboxes.iter_mut().filter(|s| s.id == id) {
+                sb.killed = true;
+            }
+            let rec = StepRecord {
+                index: self.records.len(),
+                phase: Phase::Cleanup,
+                kind: "destroy".into(),
+                label: format!("destroy {id}"),
+                id: None,
+                location: self.case.scenario.location.clone(),
+                status,
+                args: json!({ "id": id }),
+                outputs: J::Null,
+                message: message.clone(),
+                mismatch: None,
+                attempts: 1,
+                start_ms: self.elapsed_ms(),
+                duration_ms: t0.elapsed().as_millis() as u64,
+                continued: false,
+            };
+            self.push_record(rec);
+            if let Some(m) = message {
+                self.fail_scenario(Severity::Error, m);
+            }
+        }
+    }
+}
+
+fn view(s: &crate::steps::SandboxRef) -> SandboxView {
+    SandboxView { id: s.id.clone(), template: s.template.clone(), alias: s.alias.clone(), urls: s.urls.clone() }
+}
+
+fn collect_ports(node: &crate::yaml::Node, out: &mut Vec<u16>) {
+    use crate::yaml::Value;
+    match &node.value {
+        Value::Str(s) => out.extend(template::ports_in(s)),
+        Value::Seq(items) => items.iter().for_each(|n| collect_ports(n, out)),
+        Value::Map(m) => m.iter().for_each(|(_, v)| collect_ports(v, out)),
+        _ => {}
+    }
+}
