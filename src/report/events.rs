@@ -185,14 +185,36 @@ pub struct RunSummary {
 /// What the runner tells the reporters, in order.
 #[derive(Debug, Clone)]
 pub enum Event {
-    RunStarted { run_id: String, provider: String, total: usize, concurrency: usize },
-    ScenarioStarted { index: usize, name: String },
-    StepStarted { index: usize, step: usize, phase: Phase, label: String },
-    StepFinished { index: usize, record: StepRecord },
-    ScenarioFinished { result: ScenarioResult },
+    RunStarted {
+        run_id: String,
+        provider: String,
+        total: usize,
+        concurrency: usize,
+    },
+    ScenarioStarted {
+        index: usize,
+        name: String,
+    },
+    StepStarted {
+        index: usize,
+        step: usize,
+        phase: Phase,
+        label: String,
+    },
+    StepFinished {
+        index: usize,
+        record: StepRecord,
+    },
+    ScenarioFinished {
+        result: ScenarioResult,
+    },
     /// First Ctrl-C/SIGTERM: no new scenarios start; running ones clean up.
-    Interrupted { signal: String },
-    RunFinished { summary: RunSummary },
+    Interrupted {
+        signal: String,
+    },
+    RunFinished {
+        summary: RunSummary,
+    },
 }
 
 /// A consumer of events. Exactly one reporter owns the terminal.
