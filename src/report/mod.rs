@@ -1,3 +1,8 @@
 //! Reporters: the live terminal view, the summary table, and the JUnit, JSON and evidence files.
 
 pub mod events;
+pub mod format;
+pub mod summary;
+
+#[cfg(test)]
+pub(crate) mod fixture;
