@@ -17,7 +17,7 @@ pub fn step(index: usize, label: &str, status: StepStatus, location: Location) -
     StepRecord {
         index,
         phase: Phase::Steps,
-        kind: label.split(':').next().unwrap_or("exec").to_string(),
+        kind: label.split_once(':').map_or("assert", |(k, _)| k).to_string(),
         label: label.to_string(),
         id: None,
         location,

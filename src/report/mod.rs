@@ -2,6 +2,7 @@
 
 pub mod events;
 pub mod format;
+pub mod junit;
 pub mod summary;
 
 #[cfg(test)]
