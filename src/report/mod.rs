@@ -1,7 +1,9 @@
 //! Reporters: the live terminal view, the summary table, and the JUnit, JSON and evidence files.
 
 pub mod events;
+pub mod evidence;
 pub mod format;
+pub mod json;
 pub mod junit;
 pub mod summary;
 
