@@ -3,6 +3,7 @@
 pub mod events;
 pub mod evidence;
 pub mod format;
+pub mod human;
 pub mod json;
 pub mod junit;
 pub mod summary;
