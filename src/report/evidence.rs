@@ -15,7 +15,7 @@
 //! File names are `<index>-<slug>.json`: the index zero-padded to three digits so names sort
 //! in plan order, the slug made of lowercase ASCII letters, digits and `-` (at most 60
 //! characters), so it is safe on every file system. Names are unique within a run.
-//! `schema_version` is [`JSON_SCHEMA_VERSION`](super::json::JSON_SCHEMA_VERSION); the
+//! `schema_version` is [`JSON_SCHEMA_VERSION`]; the
 //! scenario object has the shape documented in [`super::json`].
 
 use std::collections::HashSet;
