@@ -1,4 +1,7 @@
 //! scenario-run: end-to-end scenarios for agent sandbox platforms, as data.
+//!
+//! Flow: load -> parse -> validate (all diagnostics at once) -> plan -> execute (events) ->
+//! report -> exit code. `check` stops after the plan.
 
 pub mod config;
 pub mod diag;
@@ -7,8 +10,8 @@ pub mod mask;
 pub mod matcher;
 pub mod model;
 pub mod provider;
-pub mod runner;
 pub mod report;
+pub mod runner;
 pub mod schema;
 pub mod select;
 pub mod steps;
