@@ -107,7 +107,11 @@ impl Diagnostic {
             out.push('\n');
         }
         if let Some(help) = &self.help {
-            let _ = writeln!(out, "{pad} = help: {help}");
+            let mut lines = help.lines();
+            let _ = writeln!(out, "{pad} = help: {}", lines.next().unwrap_or(""));
+            for line in lines {
+                let _ = writeln!(out, "{pad}         {line}");
+            }
         }
         out
     }

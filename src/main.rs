@@ -26,7 +26,11 @@ const EXIT_INVALID: u8 = 3;
 const EXIT_INFRA: u8 = 4;
 
 #[derive(Parser)]
-#[command(name = "scenario-run", version, about = "End-to-end scenarios for agent sandbox platforms, written as YAML data")]
+#[command(
+    name = "scenario-run",
+    version,
+    about = "End-to-end scenarios for agent sandbox platforms, written as YAML data"
+)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 struct Cli {
     #[command(subcommand)]
@@ -204,7 +208,11 @@ fn print_diagnostics(diags: &[Diagnostic], masker: &Masker) {
 }
 
 /// Parse `--var`s, expand paths and validate. Err is the exit code.
-fn load(paths: &[String], vars: &[String], masker: &Masker) -> Result<(model::Loaded, serde_json::Map<String, serde_json::Value>), u8> {
+fn load(
+    paths: &[String],
+    vars: &[String],
+    masker: &Masker,
+) -> Result<(model::Loaded, serde_json::Map<String, serde_json::Value>), u8> {
     let mut cli_vars = serde_json::Map::new();
     for v in vars {
         match config::parse_var(v) {
@@ -236,7 +244,12 @@ fn check(args: CheckArgs) -> u8 {
     let masker = Masker::from_env(&env, &[]);
     match load(&args.paths, &args.vars, &masker) {
         Ok((loaded, _)) => {
-            println!("ok: {} scenarios ({} cases) in {} files", loaded.scenarios.len(), loaded.cases.len(), loaded.files);
+            println!(
+                "ok: {} scenarios ({} cases) in {} files",
+                loaded.scenarios.len(),
+                loaded.cases.len(),
+                loaded.files
+            );
             0
         }
         Err(code) => code,
@@ -262,13 +275,16 @@ fn make_provider(args: &RunArgs) -> Result<Arc<dyn Provider>, String> {
                 "none" => Isolation::None,
                 _ => Isolation::Auto,
             };
-            let p = LocalProvider::new(LocalOptions { isolation, ..LocalOptions::default() }).map_err(|e| format!("local provider: {e}"))?;
+            let p = LocalProvider::new(LocalOptions { isolation, ..LocalOptions::default() })
+                .map_err(|e| format!("local provider: {e}"))?;
             if let Some(w) = p.warning() {
                 eprintln!("warning: {w}");
             }
             Ok(Arc::new(p))
         }
-        "docker" | "e2b" | "alicloud" => Err(format!("provider `{}` is not available in this build yet", args.provider)),
+        "docker" | "e2b" | "alicloud" => {
+            Err(format!("provider `{}` is not available in this build yet", args.provider))
+        }
         other => Err(format!("unknown provider `{other}`: use local, docker, e2b or alicloud")),
     }
 }
@@ -297,7 +313,8 @@ fn run(args: RunArgs) -> u8 {
     };
     if args.list {
         for c in &cases {
-            let tags = if c.scenario.tags.is_empty() { String::new() } else { format!("  [{}]", c.scenario.tags.join(", ")) };
+            let tags =
+                if c.scenario.tags.is_empty() { String::new() } else { format!("  [{}]", c.scenario.tags.join(", ")) };
             println!("{}  {}{tags}", c.name, c.scenario.location);
         }
         eprintln!("{} scenarios selected", cases.len());
@@ -376,14 +393,19 @@ fn write_reports(summary: &scenario_run::report::events::RunSummary, args: &RunA
         json::write_json(summary, &mut w).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
     if let Some(dir) = &args.evidence {
-        evidence::write_evidence(summary, dir).map_err(|e| format!("cannot write evidence to {}: {e}", dir.display()))?;
+        evidence::write_evidence(summary, dir)
+            .map_err(|e| format!("cannot write evidence to {}: {e}", dir.display()))?;
     }
     Ok(())
 }
 
 /// First SIGINT/SIGTERM: stop scheduling, let cases run `finally` and destroy their
 /// sandboxes. Second: destroy what is left without waiting and exit 130 at once.
-fn spawn_signal_handler(cancel: CancellationToken, provider: Arc<dyn Provider>, tx: tokio::sync::mpsc::UnboundedSender<Event>) {
+fn spawn_signal_handler(
+    cancel: CancellationToken,
+    provider: Arc<dyn Provider>,
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(async move {
         let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {

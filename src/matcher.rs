@@ -386,7 +386,7 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
             Some(re) if !is_template(re) => {
                 if let Err(e) = Regex::new(re) {
                     let msg = e.to_string();
-                    let last = msg.lines().last().unwrap_or("").trim().to_string();
+                    let last = msg.lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
                     diags.push(
                         v.diag(src, format!("invalid regex in `matches`: {last}"))
                             .label("not a valid regular expression"),

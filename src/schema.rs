@@ -20,7 +20,9 @@ fn field_schema(f: &Field) -> J {
         FieldType::Int => templated(json!({ "type": "integer" })),
         FieldType::Bool => templated(json!({ "type": "boolean" })),
         FieldType::Duration => json!({ "$ref": "#/definitions/duration" }),
-        FieldType::StrMap => json!({ "type": "object", "additionalProperties": { "type": ["string", "number", "boolean"] } }),
+        FieldType::StrMap => {
+            json!({ "type": "object", "additionalProperties": { "type": ["string", "number", "boolean"] } })
+        }
         FieldType::Matcher => json!({ "$ref": "#/definitions/matcher" }),
         FieldType::Enum(options) => templated(json!({ "enum": options })),
         FieldType::IntOrName => json!({ "type": ["integer", "string"] }),
@@ -109,10 +111,14 @@ pub fn schema() -> J {
     for (k, doc) in crate::matcher::KEYS {
         let s = match *k {
             "equals" => json!({}),
-            "contains" | "not_contains" | "starts_with" | "ends_with" => json!({ "type": ["string", "number", "boolean"] }),
+            "contains" | "not_contains" | "starts_with" | "ends_with" => {
+                json!({ "type": ["string", "number", "boolean"] })
+            }
             "matches" => json!({ "type": "string", "format": "regex" }),
             "empty" => json!({ "type": "boolean" }),
-            "lines" => json!({ "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "array", "items": { "type": "string" } }] }),
+            "lines" => {
+                json!({ "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "array", "items": { "type": "string" } }] })
+            }
             "length" => json!({ "type": "integer", "minimum": 0 }),
             "json" => json!({ "$ref": "#/definitions/json_checks" }),
             "not" => json!({ "$ref": "#/definitions/matcher" }),
@@ -172,7 +178,9 @@ pub fn steps_reference(only: Option<&str>) -> Result<String, String> {
     let mut out = String::new();
     let kinds: Vec<&StepKind> = match only {
         Some(name) => vec![crate::steps::registry::lookup(name).ok_or_else(|| {
-            let hint = crate::diag::did_you_mean(name, crate::steps::registry::names()).map(|s| format!("; did you mean `{s}`?")).unwrap_or_default();
+            let hint = crate::diag::did_you_mean(name, crate::steps::registry::names())
+                .map(|s| format!("; did you mean `{s}`?"))
+                .unwrap_or_default();
             format!("unknown step kind `{name}`{hint}")
         })?],
         None => REGISTRY.iter().collect(),
@@ -190,7 +198,11 @@ pub fn steps_reference(only: Option<&str>) -> Result<String, String> {
             }
         }
         if k.matcher {
-            let _ = writeln!(out, "    + matcher keys: {}", crate::matcher::KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", "));
+            let _ = writeln!(
+                out,
+                "    + matcher keys: {}",
+                crate::matcher::KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+            );
         }
         if k.free_keys {
             let _ = writeln!(out, "  fields: any names; each value is bound under `vars`");

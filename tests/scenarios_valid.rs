@@ -24,6 +24,10 @@ fn shipped_scenarios_are_valid() {
 
 #[test]
 fn checked_in_schema_is_fresh() {
-    let on_disk = std::fs::read_to_string(scenario_run::schema::SCHEMA_PATH).expect("schema/scenario.schema.json is checked in");
-    assert!(on_disk == scenario_run::schema::schema_text(), "schema/scenario.schema.json is stale: run `cargo run -- schema`");
+    let on_disk =
+        std::fs::read_to_string(scenario_run::schema::SCHEMA_PATH).expect("schema/scenario.schema.json is checked in");
+    assert!(
+        on_disk == scenario_run::schema::schema_text(),
+        "schema/scenario.schema.json is stale: run `cargo run -- schema`"
+    );
 }

@@ -654,6 +654,7 @@ fn fields(cx: &mut Ctx<'_>, owner: &str, args: &Node, spec: &[Field], matcher: b
     let Some(map) = args.as_map() else { return };
     let mut seen = BTreeSet::new();
     let mut matcher_entries = Vec::new();
+    let mut unknown = 0;
     let mut known: Vec<&str> = spec.iter().map(|f| f.name).collect();
     if matcher {
         known.extend(crate::matcher::KEYS.iter().map(|(k, _)| *k));
@@ -671,7 +672,10 @@ fn fields(cx: &mut Ctx<'_>, owner: &str, args: &Node, spec: &[Field], matcher: b
                 matcher_entries.push((k.clone(), v.clone()));
                 templates(cx, v, scope);
             }
-            None => cx.unknown_key(k, &known, &format!("for `{owner}`")),
+            None => {
+                unknown += 1;
+                cx.unknown_key(k, &known, &format!("for `{owner}`"));
+            }
         }
     }
     for f in spec.iter().filter(|f| f.required) {
@@ -686,7 +690,7 @@ fn fields(cx: &mut Ctx<'_>, owner: &str, args: &Node, spec: &[Field], matcher: b
         if !matcher_entries.is_empty() {
             let node = Node { value: Value::Map(matcher_entries), ..args.clone() };
             crate::matcher::validate(&node, cx.src, &mut cx.diags);
-        } else if owner != "assert-file" {
+        } else if owner != "assert-file" && unknown == 0 {
             let keys: Vec<&str> = crate::matcher::KEYS.iter().map(|(k, _)| *k).collect();
             let d = args
                 .diag(cx.src, format!("`{owner}` needs a matcher"))
@@ -701,8 +705,21 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
     let templ = v.as_str().is_some_and(template::is_template);
     match field.ty {
         FieldType::Str => {
-            if cx.string(v, key).is_some() {
+            if let Some(text) = cx.string(v, key) {
                 templates(cx, v, scope);
+                if key == "of" && !template::is_template(&text) && !scope.steps.contains_key(&text) {
+                    let help =
+                        did_you_mean(&text, scope.steps.keys().map(String::as_str).filter(|k| !k.starts_with('\0')))
+                            .map_or_else(
+                                || "`of` names the `id` of an earlier exec step".to_string(),
+                                |s| format!("did you mean `{s}`?"),
+                            );
+                    let d = v
+                        .diag(cx.src, format!("reference to unknown step id `{text}`"))
+                        .label("no earlier step has this id")
+                        .help(help);
+                    cx.push(d);
+                }
             }
         }
         FieldType::Int => match &v.value {

@@ -55,7 +55,8 @@ pub fn exit_code(results: &[ScenarioResult], interrupted: bool) -> i32 {
         return 130;
     }
     let failed = results.iter().any(|r| {
-        r.outcome == Outcome::Failed || (r.outcome == Outcome::Xpass && r.known_issue.as_ref().is_some_and(|k| k.strict))
+        r.outcome == Outcome::Failed
+            || (r.outcome == Outcome::Xpass && r.known_issue.as_ref().is_some_and(|k| k.strict))
     });
     if failed {
         1
@@ -67,7 +68,12 @@ pub fn exit_code(results: &[ScenarioResult], interrupted: bool) -> i32 {
 }
 
 /// Run every case; events go to `events` in order; returns the summary.
-pub async fn run(cfg: Arc<RunConfig>, cases: Vec<Case>, events: mpsc::UnboundedSender<Event>, cancel: CancellationToken) -> RunSummary {
+pub async fn run(
+    cfg: Arc<RunConfig>,
+    cases: Vec<Case>,
+    events: mpsc::UnboundedSender<Event>,
+    cancel: CancellationToken,
+) -> RunSummary {
     let started = Instant::now();
     let started_at_ms = now_ms();
     let _ = events.send(Event::RunStarted {
@@ -121,7 +127,8 @@ pub async fn run(cfg: Arc<RunConfig>, cases: Vec<Case>, events: mpsc::UnboundedS
     }
     let interrupted_left = cancel.is_cancelled();
     for (index, case) in pending {
-        let reason = if interrupted_left { "interrupted before it started" } else { "not run: --fail-fast stopped the run" };
+        let reason =
+            if interrupted_left { "interrupted before it started" } else { "not run: --fail-fast stopped the run" };
         results.push(not_run(&case, index, reason, interrupted_left, &events));
     }
     while let Some(done) = set.join_next().await {
@@ -153,7 +160,13 @@ pub async fn run(cfg: Arc<RunConfig>, cases: Vec<Case>, events: mpsc::UnboundedS
     summary
 }
 
-fn not_run(case: &Case, index: usize, reason: &str, interrupted: bool, events: &mpsc::UnboundedSender<Event>) -> ScenarioResult {
+fn not_run(
+    case: &Case,
+    index: usize,
+    reason: &str,
+    interrupted: bool,
+    events: &mpsc::UnboundedSender<Event>,
+) -> ScenarioResult {
     let mut r = skipped_result(case, index, reason.to_string());
     r.interrupted = interrupted;
     let _ = events.send(Event::ScenarioFinished { result: r.clone() });

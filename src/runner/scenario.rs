@@ -29,7 +29,11 @@ pub fn skipped_result(case: &Case, index: usize, reason: String) -> ScenarioResu
         outcome: Outcome::Skipped,
         reason: Some(reason),
         failure: None,
-        known_issue: sc.known_issue.as_ref().map(|k| KnownIssueInfo { id: k.id.clone(), reason: k.reason.clone(), strict: k.strict }),
+        known_issue: sc.known_issue.as_ref().map(|k| KnownIssueInfo {
+            id: k.id.clone(),
+            reason: k.reason.clone(),
+            strict: k.strict,
+        }),
         steps: Vec::new(),
         sandboxes: Vec::new(),
         started_at_ms: now_ms(),
@@ -53,8 +57,12 @@ fn unmet_requirements(cfg: &RunConfig, case: &Case) -> Option<String> {
         return Some(format!("missing credentials [{}]", missing.join(", ")));
     }
     let caps = cfg.provider.capabilities();
-    let lacking: Vec<&str> =
-        req.capabilities.iter().filter(|c| Capability::parse(c).is_none_or(|c| !caps.contains(&c))).map(String::as_str).collect();
+    let lacking: Vec<&str> = req
+        .capabilities
+        .iter()
+        .filter(|c| Capability::parse(c).is_none_or(|c| !caps.contains(&c)))
+        .map(String::as_str)
+        .collect();
     if !lacking.is_empty() {
         return Some(format!("provider {provider} lacks capability [{}]", lacking.join(", ")));
     }
@@ -172,7 +180,11 @@ pub async fn run_case(
         outcome = Outcome::Error;
         reason = Some("interrupted".into());
     }
-    let known_issue = sc.known_issue.as_ref().map(|k| KnownIssueInfo { id: k.id.clone(), reason: k.reason.clone(), strict: k.strict });
+    let known_issue = sc.known_issue.as_ref().map(|k| KnownIssueInfo {
+        id: k.id.clone(),
+        reason: k.reason.clone(),
+        strict: k.strict,
+    });
     if let Some(ki) = &known_issue {
         match outcome {
             Outcome::Failed => {
@@ -228,14 +240,16 @@ impl CaseRun<'_> {
     fn fail_scenario(&mut self, sev: Severity, message: String) {
         if self.failure.is_none() {
             let step = self.records.last().map(|r| r.label.clone()).unwrap_or_else(|| "scenario".into());
-            let location = self.records.last().map(|r| r.location.clone()).unwrap_or_else(|| self.case.scenario.location.clone());
+            let location =
+                self.records.last().map(|r| r.location.clone()).unwrap_or_else(|| self.case.scenario.location.clone());
             self.failure = Some((sev, Failure { step, location, message, mismatch: None }));
         }
     }
 
     fn skip_all(&mut self, steps: &[Step], phase: Phase, why: &str) {
         for (i, step) in steps.iter().enumerate() {
-            let rec = self.record(step, i, phase, StepStatus::Skipped, J::Null, J::Null, Some(why.to_string()), 0, 0, 0);
+            let rec =
+                self.record(step, i, phase, StepStatus::Skipped, J::Null, J::Null, Some(why.to_string()), 0, 0, 0);
             self.push_record(rec);
         }
     }
@@ -322,14 +336,28 @@ impl CaseRun<'_> {
                 // The step was dropped mid-flight: record why.
                 let interrupted = cancel.is_cancelled();
                 let why = if interrupted { "interrupted" } else { "scenario deadline reached" };
-                let mut rec = self.record(step, i, phase, StepStatus::Error, J::Null, J::Null, Some(why.into()), 1, self.elapsed_ms(), 0);
+                let mut rec = self.record(
+                    step,
+                    i,
+                    phase,
+                    StepStatus::Error,
+                    J::Null,
+                    J::Null,
+                    Some(why.into()),
+                    1,
+                    self.elapsed_ms(),
+                    0,
+                );
                 if !interrupted && phase != Phase::Finally {
                     rec.status = StepStatus::Failed;
                 }
                 self.push_record(rec);
                 self.skip_all(&steps[i + 1..], phase, why);
                 if phase == Phase::Finally && !interrupted {
-                    self.fail_scenario(Severity::Error, format!("finally did not finish within {}", crate::duration::human(self.cfg.grace)));
+                    self.fail_scenario(
+                        Severity::Error,
+                        format!("finally did not finish within {}", crate::duration::human(self.cfg.grace)),
+                    );
                 }
                 return if interrupted { Stop::Interrupted } else { Stop::TimedOut };
             };
@@ -351,7 +379,9 @@ impl CaseRun<'_> {
             Some(alias) => match self.ctx.sandboxes.iter().rposition(|s| s.alias.as_deref() == Some(alias)) {
                 Some(i) => Some(i),
                 None => {
-                    let e = StepError::error(format!("unknown sandbox alias `{alias}` (not created yet, or its create failed)"));
+                    let e = StepError::error(format!(
+                        "unknown sandbox alias `{alias}` (not created yet, or its create failed)"
+                    ));
                     return self.finish(step, index, phase, J::Null, Err(e), 1, start_ms, t0);
                 }
             },
@@ -363,13 +393,27 @@ impl CaseRun<'_> {
             match template::eval_bool(expr, &tctx) {
                 Ok(true) => {}
                 Ok(false) => {
-                    let rec = self.record(step, index, phase, StepStatus::Skipped, J::Null, J::Null, Some(format!("if: {expr} is false")), 0, start_ms, 0);
+                    let rec = self.record(
+                        step,
+                        index,
+                        phase,
+                        StepStatus::Skipped,
+                        J::Null,
+                        J::Null,
+                        Some(format!("if: {expr} is false")),
+                        0,
+                        start_ms,
+                        0,
+                    );
                     self.push_record(rec);
                     return false;
                 }
                 Err(e) => {
                     let (line, col) = template::position(node, e.line_in_template);
-                    let err = StepError::error(format!("cannot evaluate `if: {expr}` at {}:{line}:{col}: {}", self.case.scenario.source.path, e.message));
+                    let err = StepError::error(format!(
+                        "cannot evaluate `if: {expr}` at {}:{line}:{col}: {}",
+                        self.case.scenario.source.path, e.message
+                    ));
                     return self.finish(step, index, phase, J::Null, Err(err), 1, start_ms, t0);
                 }
             }
@@ -377,12 +421,16 @@ impl CaseRun<'_> {
         let args = match template::render_node(&step.args, &tctx) {
             Ok(a) => a,
             Err((e, line, col)) => {
-                let err = StepError::error(format!("template error at {}:{line}:{col}: {}", self.case.scenario.source.path, e.message));
+                let err = StepError::error(format!(
+                    "template error at {}:{line}:{col}: {}",
+                    self.case.scenario.source.path, e.message
+                ));
                 return self.finish(step, index, phase, J::Null, Err(err), 1, start_ms, t0);
             }
         };
         self.ctx.template_ctx = tctx;
-        self.ctx.current_source = step.kind.main.and_then(|m| step.args.get(m)).and_then(|n| n.as_str()).map(str::to_string);
+        self.ctx.current_source =
+            step.kind.main.and_then(|m| step.args.get(m)).and_then(|n| n.as_str()).map(str::to_string);
         let limit = step.timeout.unwrap_or(self.cfg.step_timeout);
         let mut attempts = 0u32;
         let result = if let Some(ev) = step.eventually {
@@ -392,7 +440,11 @@ impl CaseRun<'_> {
                 let r = self.attempt(step, &args, limit).await;
                 if r.is_ok() || Instant::now() + ev.every >= until {
                     break r.map_err(|mut e| {
-                        e.message = format!("did not pass within {} ({attempts} attempts): {}", crate::duration::human(ev.within), e.message);
+                        e.message = format!(
+                            "did not pass within {} ({attempts} attempts): {}",
+                            crate::duration::human(ev.within),
+                            e.message
+                        );
                         e
                     });
                 }
@@ -422,11 +474,22 @@ impl CaseRun<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn finish(&mut self, step: &Step, index: usize, phase: Phase, args: J, result: Result<J, StepError>, attempts: u32, start_ms: u64, t0: Instant) -> bool {
+    fn finish(
+        &mut self,
+        step: &Step,
+        index: usize,
+        phase: Phase,
+        args: J,
+        result: Result<J, StepError>,
+        attempts: u32,
+        start_ms: u64,
+        t0: Instant,
+    ) -> bool {
         let duration_ms = t0.elapsed().as_millis() as u64;
         match result {
             Ok(outputs) => {
-                let background = args.get("background").is_some_and(|b| b.as_bool() == Some(true) || b.as_str() == Some("true"));
+                let background =
+                    args.get("background").is_some_and(|b| b.as_bool() == Some(true) || b.as_str() == Some("true"));
                 if step.kind.sets_last && !background {
                     self.ctx.last_exec = Some(outputs.clone());
                 }
@@ -434,7 +497,18 @@ impl CaseRun<'_> {
                     self.ctx.outputs.insert(id.clone(), outputs.clone());
                     self.step_values.insert(id.clone(), MValue::from(Serde(&outputs)));
                 }
-                let rec = self.record(step, index, phase, StepStatus::Passed, args, outputs, None, attempts, start_ms, duration_ms);
+                let rec = self.record(
+                    step,
+                    index,
+                    phase,
+                    StepStatus::Passed,
+                    args,
+                    outputs,
+                    None,
+                    attempts,
+                    start_ms,
+                    duration_ms,
+                );
                 self.push_record(rec);
                 false
             }
@@ -448,7 +522,18 @@ impl CaseRun<'_> {
                     self.step_values.insert(id.clone(), MValue::from(Serde(&outputs)));
                 }
                 let status = if e.severity == Severity::Fail { StepStatus::Failed } else { StepStatus::Error };
-                let mut rec = self.record(step, index, phase, status, args, outputs, Some(e.message.clone()), attempts, start_ms, duration_ms);
+                let mut rec = self.record(
+                    step,
+                    index,
+                    phase,
+                    status,
+                    args,
+                    outputs,
+                    Some(e.message.clone()),
+                    attempts,
+                    start_ms,
+                    duration_ms,
+                );
                 rec.mismatch = e.mismatch.map(|mut m| {
                     m.expected = self.cfg.masker.mask(&m.expected).into_owned();
                     m.actual = self.cfg.masker.mask(&m.actual).into_owned();
@@ -484,7 +569,9 @@ impl CaseRun<'_> {
         for sb in self.ctx.sandboxes.iter_mut().filter(|s| !s.killed) {
             for &p in &ports {
                 if let std::collections::hash_map::Entry::Vacant(e) = sb.urls.entry(p) {
-                    if let Ok(Ok(url)) = tokio::time::timeout(Duration::from_secs(30), self.ctx.provider.port_url(&sb.id, p)).await {
+                    if let Ok(Ok(url)) =
+                        tokio::time::timeout(Duration::from_secs(30), self.ctx.provider.port_url(&sb.id, p)).await
+                    {
                         e.insert(url);
                     }
                 }
@@ -494,7 +581,8 @@ impl CaseRun<'_> {
 
     /// Destroy every sandbox this case made, unless kept.
     async fn cleanup(&mut self) {
-        let doomed: Vec<(String, bool)> = self.ctx.sandboxes.iter().filter(|s| !s.killed).map(|s| (s.id.clone(), s.keep)).collect();
+        let doomed: Vec<(String, bool)> =
+            self.ctx.sandboxes.iter().filter(|s| !s.killed).map(|s| (s.id.clone(), s.keep)).collect();
         for (id, keep) in doomed {
             if keep {
                 continue;

@@ -1,0 +1,62 @@
+//! Helpers for tests that run the real binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_scenario-run"))
+}
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The binary, run from the project root with a clean, predictable environment.
+pub fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(bin());
+    c.current_dir(root()).args(args).env("NO_COLOR", "1").env_remove("E2E_RUN_ID");
+    c
+}
+
+pub fn run(args: &[&str]) -> Output {
+    cmd(args).output().expect("binary runs")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Replace what varies between runs (durations, run ids, sandbox ids, times) so output can
+/// be compared with an expected file.
+pub fn redact(s: &str) -> String {
+    let rules: &[(&str, &str)] = &[
+        (r"\b\d+(\.\d+)?s\b", "<dur>"),
+        (r"\b\d+m\d{2}s\b", "<dur>"),
+        (r"sr-[0-9a-f]{8}", "<run-id>"),
+        (r"sb-[0-9a-z]+", "<sandbox>"),
+        (r#"timestamp="[^"]*""#, r#"timestamp="<ts>""#),
+        (r#"hostname="[^"]*""#, r#"hostname="<host>""#),
+        (r#"time="[^"]*""#, r#"time="<t>""#),
+    ];
+    let mut out = s.to_string();
+    for (re, to) in rules {
+        out = regex::Regex::new(re).unwrap().replace_all(&out, *to).into_owned();
+    }
+    out
+}
+
+/// Compare with an expected file; `UPDATE_EXPECT=1` rewrites it instead.
+pub fn expect_file(path: &Path, actual: &str) {
+    if std::env::var_os("UPDATE_EXPECT").is_some() {
+        std::fs::write(path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(path)
+        .unwrap_or_else(|_| panic!("missing {}; run with UPDATE_EXPECT=1", path.display()));
+    if expected != actual {
+        let diff =
+            similar::TextDiff::from_lines(&expected, actual).unified_diff().header("expected", "actual").to_string();
+        panic!("{} differs (UPDATE_EXPECT=1 rewrites it):\n{diff}", path.display());
+    }
+}
