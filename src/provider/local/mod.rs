@@ -1,1 +1,666 @@
-//! The local provider (to be written).
+//! The local provider: sandboxes on this machine, isolated with Linux namespaces.
+//!
+//! [`LocalProvider`] owns the registry of sandboxes it created, their lifecycle (creation,
+//! expiry at their end time, kill, shutdown) and the counters behind [`Provider::stats`]. The
+//! pieces live in submodules:
+//!
+//! * `sandbox` — starting one namespaced sandbox (bubblewrap over a private-mount-namespace
+//!   overlay of `/`; see there for why bwrap), probing whether that works, stopping it;
+//! * `process` — running commands inside (via nsenter), the process table, timeouts;
+//! * `files` — the sandbox's files from the host via `/proc/<pid1>/root` and
+//!   `openat2(RESOLVE_IN_ROOT)`;
+//! * `forward` — host loopback ports forwarded into the sandbox's network namespace;
+//! * `sys` — the few raw system calls (pidfd, openat2, getrandom) and the spawner thread.
+//!
+//! # Isolation
+//!
+//! With [`Isolation::Namespaces`] each sandbox has its own writable root view (an overlay over
+//! the host's `/`, so templates are "the host, copy-on-write"), a private `/tmp`, its own
+//! `/home/user` (HOME and default cwd), its own PID namespace (killing the sandbox kills every
+//! process in it), its own network namespace (only `lo`, up; ports are reached through
+//! [`Provider::port_url`]), and its own IPC/UTS/cgroup namespaces. Two sandboxes can write
+//! the same absolute path and bind the same port without noticing each other. This needs root
+//! (`CAP_SYS_ADMIN`), `bwrap` and `nsenter`.
+//!
+//! [`Isolation::Auto`] probes once whether that works and otherwise falls back to
+//! [`Isolation::None`] with one warning ([`LocalProvider::warning`]). Without isolation a
+//! sandbox is only a per-sandbox directory pair, and this is what is lost:
+//!
+//! * **filesystem**: only `/home/user` and `/tmp` (and paths below them) are private — the
+//!   file operations rewrite them to the sandbox's directories and processes get HOME, cwd
+//!   and TMPDIR pointing there. Every other path is the host's own, shared by all sandboxes
+//!   and writable with the runner's rights; commands that spell out `/home/user` or `/tmp`
+//!   literally reach the host's directories.
+//! * **network**: sandboxes share the host's network; two sandboxes cannot bind the same
+//!   port, and `port_url` is simply `http://127.0.0.1:<port>`.
+//! * **processes**: sandboxes share the host's PID space; pids are host pids, processes can
+//!   see and signal each other, and kill only reaches the process groups the provider started
+//!   (a process that calls `setsid`/`setpgid` escapes it).
+//!
+//! # Waiting
+//!
+//! Every wait on something external has a timeout, blocking filesystem work runs under
+//! `spawn_blocking`, and children are tokio processes. The one exception is the isolation
+//! probe in the synchronous constructor (tens of milliseconds, once per state directory).
+//!
+//! The `user` field of an exec request is ignored: every command runs as the invoking user
+//! (root, for namespaces).
+
+mod files;
+mod forward;
+mod process;
+mod sandbox;
+mod sys;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use super::{
+    Capability, CreateRequest, ExecRequest, ExecResult, FileEntry, OutputChunk, ProcessInfo, Provider, ProviderError,
+    ProviderStats, Result, SandboxInfo,
+};
+use files::Root;
+use process::{ProcTable, Target};
+use sandbox::{Layout, NsSandbox};
+
+/// Sandbox lifetime when `create` does not say.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+
+/// How sandboxes are isolated from the host and from each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Namespaces if they work here, else no isolation (with a warning).
+    #[default]
+    Auto,
+    /// Namespaces or fail.
+    Namespaces,
+    /// Per-sandbox directories only; see the module documentation for what is lost.
+    None,
+}
+
+/// Options of [`LocalProvider::new`].
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Where per-sandbox state lives (overlay layers, home directories). Default:
+    /// `$SCENARIO_RUN_STATE_DIR`, else `/tmp/scenario-run-<uid>`.
+    pub state_dir: PathBuf,
+    pub isolation: Isolation,
+}
+
+impl LocalOptions {
+    pub fn default_state_dir() -> PathBuf {
+        match std::env::var_os("SCENARIO_RUN_STATE_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            // SAFETY: getuid cannot fail.
+            _ => PathBuf::from(format!("/tmp/scenario-run-{}", unsafe { libc::getuid() })),
+        }
+    }
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        Self { state_dir: Self::default_state_dir(), isolation: Isolation::Auto }
+    }
+}
+
+/// Sandboxes on this machine. See the module documentation.
+pub struct LocalProvider {
+    inner: Arc<Inner>,
+    isolation: Isolation,
+    warning: Option<String>,
+}
+
+struct Inner {
+    state_dir: PathBuf,
+    namespaces: bool,
+    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
+    stats: Mutex<ProviderStats>,
+    in_flight: AtomicUsize,
+    in_flight_changed: Notify,
+    shutting_down: AtomicBool,
+}
+
+enum Iso {
+    Ns { ns: Box<NsSandbox>, fwd: forward::Forwarder },
+    Plain { home: PathBuf, tmp: PathBuf, bash_env: PathBuf },
+}
+
+struct Sandbox {
+    id: String,
+    template: String,
+    metadata: BTreeMap<String, String>,
+    /// Base environment plus the create-time envs.
+    envs: BTreeMap<String, String>,
+    started_at: u64,
+    end_at_ms: Mutex<u64>,
+    deadline_changed: Notify,
+    dir: PathBuf,
+    iso: Iso,
+    procs: ProcTable,
+    gone: AtomicBool,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn no_sandbox(id: &str) -> ProviderError {
+    ProviderError::not_found(format!("no such sandbox: {id}"))
+}
+
+/// Probe results by state directory: "probes once".
+fn probe_cached(state_dir: &Path) -> std::result::Result<(), String> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, std::result::Result<(), String>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(r) = cache.lock().expect("probe cache").get(state_dir) {
+        return r.clone();
+    }
+    let r = sandbox::probe(state_dir);
+    cache.lock().expect("probe cache").insert(state_dir.to_path_buf(), r.clone());
+    r
+}
+
+impl LocalProvider {
+    /// Prepares the state directory and settles the isolation (probing namespaces for
+    /// [`Isolation::Auto`] and [`Isolation::Namespaces`]).
+    pub fn new(opts: LocalOptions) -> Result<Self> {
+        std::fs::create_dir_all(&opts.state_dir).map_err(|e| {
+            ProviderError::infra(format!("cannot create state directory {}: {e}", opts.state_dir.display()))
+        })?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o700));
+        }
+        let (isolation, warning) = match opts.isolation {
+            Isolation::None => (Isolation::None, None),
+            Isolation::Namespaces => {
+                probe_cached(&opts.state_dir)
+                    .map_err(|why| ProviderError::infra(format!("namespaces are not usable here: {why}")))?;
+                (Isolation::Namespaces, None)
+            }
+            Isolation::Auto => match probe_cached(&opts.state_dir) {
+                Ok(()) => (Isolation::Namespaces, None),
+                Err(why) => (
+                    Isolation::None,
+                    Some(format!(
+                        "local sandboxes are NOT isolated ({why}): they share the host's network and ports, \
+                         its PID space and its root filesystem; only /home/user and /tmp are per-sandbox \
+                         directories. Run as root with bubblewrap and nsenter installed for isolation."
+                    )),
+                ),
+            },
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                state_dir: opts.state_dir,
+                namespaces: isolation == Isolation::Namespaces,
+                sandboxes: Mutex::new(HashMap::new()),
+                stats: Mutex::new(ProviderStats::default()),
+                in_flight: AtomicUsize::new(0),
+                in_flight_changed: Notify::new(),
+                shutting_down: AtomicBool::new(false),
+            }),
+            isolation,
+            warning,
+        })
+    }
+
+    /// The one warning to show when [`Isolation::Auto`] fell back to no isolation.
+    pub fn warning(&self) -> Option<String> {
+        self.warning.clone()
+    }
+
+    /// The isolation in effect ([`Isolation::Namespaces`] or [`Isolation::None`]).
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        &self.inner.state_dir
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
+        self.inner.get(id)
+    }
+}
+
+impl Sandbox {
+    fn info(&self) -> SandboxInfo {
+        SandboxInfo {
+            id: self.id.clone(),
+            template: self.template.clone(),
+            metadata: self.metadata.clone(),
+            started_at: self.started_at,
+            end_at: self.end_at_ms.lock().expect("end_at").div_ceil(1000),
+            state: "running".into(),
+        }
+    }
+
+    fn alive(&self) -> bool {
+        !self.gone.load(Ordering::SeqCst)
+            && match &self.iso {
+                Iso::Ns { ns, .. } => ns.alive(),
+                Iso::Plain { .. } => true,
+            }
+    }
+
+    fn target(&self) -> Target {
+        match &self.iso {
+            Iso::Ns { ns, .. } => Target::Ns { pid1: ns.pid1.pid() },
+            Iso::Plain { bash_env, .. } => Target::Plain { bash_env: bash_env.clone() },
+        }
+    }
+
+    fn root(&self) -> Result<Root> {
+        if !self.alive() {
+            return Err(ProviderError::infra(format!("sandbox {} is not running", self.id)));
+        }
+        Ok(match &self.iso {
+            Iso::Ns { ns, .. } => Root::Proc(ns.pid1.pid()),
+            Iso::Plain { home, tmp, .. } => Root::Plain { home: home.clone(), tmp: tmp.clone() },
+        })
+    }
+
+    /// The working directory as the launcher must name it.
+    fn cwd(&self, cwd: Option<&str>) -> Result<String> {
+        let abs = files::normalize(cwd.unwrap_or(files::HOME))?;
+        Ok(match &self.iso {
+            Iso::Ns { .. } => abs,
+            Iso::Plain { home, tmp, .. } => Root::plain_path(home, tmp, &abs).display().to_string(),
+        })
+    }
+
+    fn set_end(&self, end_ms: u64) {
+        *self.end_at_ms.lock().expect("end_at") = end_ms;
+        self.deadline_changed.notify_one();
+    }
+
+    /// Kills everything in the sandbox and removes its state. Idempotent.
+    async fn teardown(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+        self.deadline_changed.notify_one();
+        match &self.iso {
+            Iso::Ns { ns, fwd } => {
+                fwd.stop();
+                ns.stop().await;
+            }
+            Iso::Plain { .. } => self.procs.kill_groups(),
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        for p in self.procs.all() {
+            if !p.finished() {
+                p.kill_tree();
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                p.wait_done(left).await;
+            }
+        }
+        let dir = self.dir.clone();
+        let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir));
+        let _ = tokio::time::timeout(Duration::from_secs(10), rm).await;
+    }
+
+    /// Synchronous last resort.
+    fn kill_now(&self) {
+        match &self.iso {
+            Iso::Ns { ns, .. } => ns.stop_now(),
+            Iso::Plain { .. } => self.procs.kill_groups(),
+        }
+    }
+}
+
+impl Inner {
+    fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
+        self.sandboxes.lock().expect("sandboxes").get(id).cloned().ok_or_else(|| no_sandbox(id))
+    }
+
+    async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
+        let id = format!("sbx-{}", sys::random_hex(6));
+        let dir = self.state_dir.join(&id);
+        let mut envs;
+        let iso = if self.namespaces {
+            let layout = Layout::new(&dir);
+            let l = layout.clone();
+            tokio::task::spawn_blocking(move || l.create())
+                .await
+                .map_err(|e| ProviderError::infra(e.to_string()))?
+                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+            let ns = match NsSandbox::start(layout).await {
+                Ok(ns) => ns,
+                Err(e) => {
+                    let _ = tokio::fs::remove_dir_all(&dir).await;
+                    return Err(e);
+                }
+            };
+            envs = process::base_env(files::HOME);
+            Iso::Ns { fwd: forward::Forwarder::new(ns.pid1.pid()), ns: Box::new(ns) }
+        } else {
+            let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
+            let (h, t, b) = (home.clone(), tmp.clone(), bash_env.clone());
+            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                std::fs::create_dir_all(&h)?;
+                std::fs::create_dir_all(&t)?;
+                std::fs::write(&b, process::BASH_ENV_SCRIPT)
+            })
+            .await
+            .map_err(|e| ProviderError::infra(e.to_string()))?
+            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+            envs = process::base_env(&home.display().to_string());
+            envs.insert("TMPDIR".into(), tmp.display().to_string());
+            Iso::Plain { home, tmp, bash_env }
+        };
+        envs.extend(req.envs.clone());
+        let now = now_ms();
+        let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
+        let sb = Arc::new(Sandbox {
+            id: id.clone(),
+            template: if req.template.is_empty() { "base".into() } else { req.template.clone() },
+            metadata: req.metadata.clone(),
+            envs,
+            started_at: now / 1000,
+            end_at_ms: Mutex::new(now.saturating_add(timeout_ms)),
+            deadline_changed: Notify::new(),
+            dir,
+            iso,
+            procs: ProcTable::default(),
+            gone: AtomicBool::new(false),
+        });
+        {
+            // Register and count under one lock so peak_live is exact.
+            let mut map = self.sandboxes.lock().expect("sandboxes");
+            map.insert(id.clone(), sb.clone());
+            let mut st = self.stats.lock().expect("stats");
+            st.created += 1;
+            st.live += 1;
+            st.peak_live = st.peak_live.max(st.live);
+        }
+        tokio::spawn(expire(Arc::downgrade(self), sb.clone()));
+        Ok(sb)
+    }
+
+    /// Unregisters and tears down `id`; false if unknown.
+    async fn kill(&self, id: &str) -> bool {
+        let Some(sb) = self.sandboxes.lock().expect("sandboxes").remove(id) else {
+            return false;
+        };
+        sb.teardown().await;
+        let mut st = self.stats.lock().expect("stats");
+        st.destroyed += 1;
+        st.live = st.live.saturating_sub(1);
+        true
+    }
+
+    fn kill_all_now(&self) {
+        for sb in self.sandboxes.lock().expect("sandboxes").values() {
+            sb.kill_now();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Dropped without destroy_all: do not leave processes behind.
+        self.kill_all_now();
+    }
+}
+
+/// Kills `sb` at its end time (which `set_timeout` may move).
+async fn expire(inner: Weak<Inner>, sb: Arc<Sandbox>) {
+    loop {
+        if sb.gone.load(Ordering::SeqCst) {
+            return;
+        }
+        let end = *sb.end_at_ms.lock().expect("end_at");
+        let now = now_ms();
+        if now >= end {
+            if let Some(inner) = inner.upgrade() {
+                inner.kill(&sb.id).await;
+            }
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(end - now)) => {}
+            _ = sb.deadline_changed.notified() => {}
+        }
+    }
+}
+
+/// Decrements the in-flight create counter even if the create task panics.
+struct InFlight(Arc<Inner>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.in_flight_changed.notify_waiters();
+    }
+}
+
+#[async_trait]
+impl Provider for LocalProvider {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    fn capabilities(&self) -> &[Capability] {
+        &[Capability::Ports, Capability::Files, Capability::Processes]
+    }
+
+    async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+        for k in req.envs.keys() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
+            }
+        }
+        // The work runs in its own task so that a caller dropping this future cannot leave a
+        // half-made sandbox behind: the task finishes, and kills the sandbox if nobody is
+        // waiting for it any more.
+        let inner = self.inner.clone();
+        inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(inner.clone());
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let _guard = guard;
+            match inner.create_sandbox(req).await {
+                Ok(sb) => {
+                    if inner.shutting_down.load(Ordering::SeqCst) {
+                        inner.kill(&sb.id).await;
+                        let _ = tx.send(Err(ProviderError::infra("provider is shutting down")));
+                    } else if tx.send(Ok(sb.info())).is_err() {
+                        inner.kill(&sb.id).await;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        });
+        rx.await.map_err(|_| ProviderError::infra("sandbox creation failed unexpectedly"))?
+    }
+
+    async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo> {
+        let sb = self.get(id)?;
+        if !sb.alive() {
+            // Died under us (e.g. pid 1 killed from outside): clean up and report it gone.
+            self.inner.kill(id).await;
+            return Err(no_sandbox(id));
+        }
+        if let Some(t) = timeout_secs {
+            sb.set_end(now_ms().saturating_add(t.saturating_mul(1000)));
+        }
+        Ok(sb.info())
+    }
+
+    async fn info(&self, id: &str) -> Result<SandboxInfo> {
+        Ok(self.get(id)?.info())
+    }
+
+    async fn list(&self, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>> {
+        let map = self.inner.sandboxes.lock().expect("sandboxes");
+        let mut out: Vec<SandboxInfo> = map
+            .values()
+            .filter(|sb| metadata.iter().all(|(k, v)| sb.metadata.get(k) == Some(v)))
+            .map(|sb| sb.info())
+            .collect();
+        out.sort_by_key(|i| (i.started_at, i.id.clone()));
+        Ok(out)
+    }
+
+    async fn kill(&self, id: &str) -> Result<bool> {
+        Ok(self.inner.kill(id).await)
+    }
+
+    async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        self.get(id)?.set_end(now_ms().saturating_add(timeout_secs.saturating_mul(1000)));
+        Ok(())
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    ) -> Result<ExecResult> {
+        let sb = self.get(id)?;
+        let mut env = sb.envs.clone();
+        env.extend(req.envs.clone());
+        let cwd = sb.cwd(req.cwd.as_deref())?;
+        let p = process::launch(&sb.target(), &env, &cwd, &req, output).await?;
+        sb.procs.insert(p.clone());
+        let mut guard = process::KillOnDrop(Some(p.clone()));
+        let result = process::finish(&p, req.timeout).await;
+        guard.0 = None;
+        sb.procs.remove(&p);
+        Ok(result)
+    }
+
+    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32> {
+        let sb = self.get(id)?;
+        let mut env = sb.envs.clone();
+        env.extend(req.envs.clone());
+        let cwd = sb.cwd(req.cwd.as_deref())?;
+        let p = process::launch(&sb.target(), &env, &cwd, &req, None).await?;
+        sb.procs.insert(p.clone());
+        if let Some(t) = req.timeout {
+            let p = p.clone();
+            tokio::spawn(async move {
+                if !p.wait_done(t).await {
+                    p.kill_tree();
+                }
+            });
+        }
+        Ok(p.pid)
+    }
+
+    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {
+        Ok(self.get(id)?.procs.list())
+    }
+
+    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
+        self.get(id)?.procs.get(pid)?.signal(signal)
+    }
+
+    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult> {
+        let p = self.get(id)?.procs.get(pid)?;
+        let done = p.wait_done(timeout).await;
+        Ok(p.result(!done))
+    }
+
+    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.write(&abs, &data, mode)).await
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.read(&abs)).await
+    }
+
+    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileEntry>> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.list(&abs)).await
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> Result<FileEntry> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.stat(&abs)).await
+    }
+
+    async fn exists(&self, id: &str, path: &str) -> Result<bool> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.exists(&abs)).await
+    }
+
+    async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.make_dir(&abs)).await
+    }
+
+    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry> {
+        let root = self.get(id)?.root()?;
+        let (from, to) = (files::normalize(from)?, files::normalize(to)?);
+        blocking(move || root.rename(&from, &to)).await
+    }
+
+    async fn remove(&self, id: &str, path: &str) -> Result<()> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.remove(&abs)).await
+    }
+
+    async fn port_url(&self, id: &str, port: u16) -> Result<String> {
+        let sb = self.get(id)?;
+        if !sb.alive() {
+            return Err(ProviderError::infra(format!("sandbox {id} is not running")));
+        }
+        match &sb.iso {
+            Iso::Ns { fwd, .. } => Ok(format!("http://127.0.0.1:{}", fwd.host_port(port).await?)),
+            Iso::Plain { .. } => Ok(format!("http://127.0.0.1:{port}")),
+        }
+    }
+
+    async fn destroy_all(&self) -> usize {
+        let inner = &self.inner;
+        inner.shutting_down.store(true, Ordering::SeqCst);
+        let mut count = 0;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ids: Vec<String> = inner.sandboxes.lock().expect("sandboxes").keys().cloned().collect();
+            let mut set = tokio::task::JoinSet::new();
+            for id in ids {
+                let inner = inner.clone();
+                set.spawn(async move { inner.kill(&id).await });
+            }
+            while let Some(r) = set.join_next().await {
+                if matches!(r, Ok(true)) {
+                    count += 1;
+                }
+            }
+            // Creations still under way register (and, seeing the flag, kill) their sandbox.
+            while inner.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+                let changed = inner.in_flight_changed.notified();
+                let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
+            }
+            if inner.sandboxes.lock().expect("sandboxes").is_empty() || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+        }
+        inner.shutting_down.store(false, Ordering::SeqCst);
+        count
+    }
+
+    fn destroy_all_now(&self) {
+        self.inner.kill_all_now();
+    }
+
+    fn stats(&self) -> ProviderStats {
+        self.inner.stats.lock().expect("stats").clone()
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ProviderError::infra(format!("file operation failed: {e}")))?
+}

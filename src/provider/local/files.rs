@@ -1,0 +1,355 @@
+//! Files of a sandbox, reached from the host.
+//!
+//! We are root, so a namespaced sandbox's filesystem is reachable at `/proc/<pid1>/root`. But
+//! walking `/proc/<pid1>/root/<path>` with ordinary calls would resolve *absolute symlinks the
+//! sandbox made* against the host's root (a sandbox could plant `/home/user/x -> /etc/shadow`
+//! and have us write the host's file). So every path is resolved with
+//! `openat2(RESOLVE_IN_ROOT)` relative to a descriptor of that root, which treats the sandbox
+//! root as `/` for `..` and for symlinks; operations on a final component (stat, mkdir,
+//! rename, unlink) use the `*at` calls on its parent's descriptor and never follow it.
+//!
+//! Without isolation the root is the host's `/`, and `/home/user` and `/tmp` (and what is
+//! under them) are rewritten to the sandbox's own directories.
+//!
+//! All functions here block; the provider calls them through `spawn_blocking`.
+
+use std::ffi::CString;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+use super::sys;
+use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
+
+pub(crate) const HOME: &str = "/home/user";
+
+/// How the provider reaches a sandbox's root.
+#[derive(Debug, Clone)]
+pub(crate) enum Root {
+    /// Through `/proc/<pid1>/root`.
+    Proc(u32),
+    /// The host root with `/home/user` and `/tmp` rewritten.
+    Plain { home: PathBuf, tmp: PathBuf },
+}
+
+/// Makes `path` absolute (relative paths are under `/home/user`) and removes `.`, `..` and
+/// repeated slashes. A `..` that would climb above `/` is rejected.
+pub(crate) fn normalize(path: &str) -> Result<String> {
+    if path.contains('\0') {
+        return Err(ProviderError::invalid(format!("invalid path: {path:?}")));
+    }
+    let full = if path.starts_with('/') { path.to_string() } else { format!("{HOME}/{path}") };
+    let mut parts: Vec<&str> = Vec::new();
+    for c in full.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(ProviderError::invalid(format!("path escapes the sandbox root: {path}")));
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+impl Root {
+    /// The host-side view of absolute sandbox path `abs` for a sandbox without isolation.
+    pub(crate) fn plain_path(home: &std::path::Path, tmp: &std::path::Path, abs: &str) -> PathBuf {
+        for (prefix, dir) in [(HOME, home), ("/tmp", tmp)] {
+            if abs == prefix {
+                return dir.to_path_buf();
+            }
+            if let Some(rest) = abs.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')) {
+                return dir.join(rest);
+            }
+        }
+        PathBuf::from(abs)
+    }
+
+    /// A descriptor of the root and the path relative to it.
+    fn resolve(&self, abs: &str) -> Result<(OwnedFd, String)> {
+        let (root, rel) = match self {
+            Root::Proc(pid) => (format!("/proc/{pid}/root"), abs.trim_start_matches('/').to_string()),
+            Root::Plain { home, tmp } => {
+                let p = Self::plain_path(home, tmp, abs);
+                ("/".to_string(), p.to_string_lossy().trim_start_matches('/').to_string())
+            }
+        };
+        let c = CString::new(root).expect("no NUL");
+        // SAFETY: valid C string; the returned descriptor is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(ProviderError::infra("sandbox is not running"));
+        }
+        // SAFETY: fresh descriptor.
+        Ok((unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }, rel))
+    }
+
+    fn open(&self, abs: &str, flags: i32, mode: u32) -> Result<OwnedFd> {
+        let (root, rel) = self.resolve(abs)?;
+        sys::open_in_root(root.as_raw_fd(), &rel, flags, mode).map_err(|e| fs_err(e, abs))
+    }
+
+    /// The parent directory of `abs` (opened) and the final component.
+    fn parent(&self, abs: &str) -> Result<(OwnedFd, CString)> {
+        let (root, rel) = self.resolve(abs)?;
+        let (dir, name) = match rel.rfind('/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => ("", rel.as_str()),
+        };
+        if name.is_empty() {
+            return Err(ProviderError::invalid(format!("not a file path: {abs}")));
+        }
+        // Errors name the path the caller asked about, not its parent.
+        let fd = sys::open_in_root(root.as_raw_fd(), dir, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| fs_err(e, abs))?;
+        Ok((fd, CString::new(name).expect("no NUL")))
+    }
+
+    pub(crate) fn stat(&self, abs: &str) -> Result<FileEntry> {
+        if abs == "/" {
+            let fd = self.open("/", libc::O_PATH | libc::O_DIRECTORY, 0)?;
+            let st = fstatat(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
+            return Ok(entry(abs, &st));
+        }
+        let (dir, name) = self.parent(abs)?;
+        let st = fstatat(dir.as_raw_fd(), &name, libc::AT_SYMLINK_NOFOLLOW).map_err(|e| fs_err(e, abs))?;
+        Ok(entry(abs, &st))
+    }
+
+    pub(crate) fn exists(&self, abs: &str) -> Result<bool> {
+        match self.stat(abs) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
+            Err(e) if e.message.starts_with("not a directory") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn read(&self, abs: &str) -> Result<Vec<u8>> {
+        let fd = self.open(abs, libc::O_RDONLY, 0)?;
+        let mut f = std::fs::File::from(fd);
+        if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+            return Err(fs_err(io::Error::from_raw_os_error(libc::EISDIR), abs));
+        }
+        let mut data = Vec::new();
+        f.read_to_end(&mut data).map_err(|e| fs_err(e, abs))?;
+        Ok(data)
+    }
+
+    pub(crate) fn write(&self, abs: &str, data: &[u8], mode: Option<u32>) -> Result<FileEntry> {
+        if abs == "/" {
+            return Err(fs_err(io::Error::from_raw_os_error(libc::EISDIR), abs));
+        }
+        let (parent, _) = split(abs)?;
+        self.mkdir_p(parent)?;
+        let fd = self.open(abs, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode.unwrap_or(0o644))?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(data).map_err(|e| fs_err(e, abs))?;
+        if let Some(m) = mode {
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(m & 0o7777)).map_err(|e| fs_err(e, abs))?;
+        }
+        drop(f);
+        self.stat(abs)
+    }
+
+    pub(crate) fn mkdir_p(&self, abs: &str) -> Result<()> {
+        // Walk the host-side path (rewritten without isolation), so that the directories
+        // created are the sandbox's, never the host's.
+        let (root, rel) = self.resolve(abs)?;
+        let mut cur = String::new();
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            let dir = sys::open_in_root(root.as_raw_fd(), &cur, libc::O_PATH | libc::O_DIRECTORY, 0)
+                .map_err(|e| fs_err(e, abs))?;
+            let name = CString::new(part).expect("no NUL");
+            // SAFETY: valid descriptor and C string.
+            if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) } != 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(fs_err(e, abs));
+                }
+            }
+            if !cur.is_empty() {
+                cur.push('/');
+            }
+            cur.push_str(part);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn make_dir(&self, abs: &str) -> Result<FileEntry> {
+        self.mkdir_p(abs)?;
+        // Follow a final symlink to a directory for the check, like `mkdir -p` does.
+        let fd = self.open(abs, libc::O_PATH, 0)?;
+        let st = fstatat(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(fs_err(io::Error::from_raw_os_error(libc::EEXIST), abs));
+        }
+        self.stat(abs)
+    }
+
+    pub(crate) fn list(&self, abs: &str) -> Result<Vec<FileEntry>> {
+        let fd = self.open(abs, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let rd = std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|e| fs_err(e, abs))?;
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| fs_err(e, abs))?;
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let c = CString::new(name).expect("no NUL in names");
+            let path = if abs == "/" { format!("/{name}") } else { format!("{abs}/{name}") };
+            match fstatat(fd.as_raw_fd(), &c, libc::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => out.push(entry(&path, &st)),
+                // Removed while we listed.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(fs_err(e, &path)),
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    pub(crate) fn rename(&self, from: &str, to: &str) -> Result<FileEntry> {
+        let (fd1, n1) = self.parent(from)?;
+        let (fd2, n2) = self.parent(to)?;
+        // SAFETY: valid descriptors and C strings.
+        if unsafe { libc::renameat(fd1.as_raw_fd(), n1.as_ptr(), fd2.as_raw_fd(), n2.as_ptr()) } != 0 {
+            let e = io::Error::last_os_error();
+            let path = if e.raw_os_error() == Some(libc::ENOENT) { from } else { to };
+            return Err(fs_err(e, path));
+        }
+        self.stat(to)
+    }
+
+    pub(crate) fn remove(&self, abs: &str) -> Result<()> {
+        if abs == "/" {
+            return Err(ProviderError::invalid("cannot remove /"));
+        }
+        let (dir, name) = self.parent(abs)?;
+        let st = fstatat(dir.as_raw_fd(), &name, libc::AT_SYMLINK_NOFOLLOW).map_err(|e| fs_err(e, abs))?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            // std's remove_dir_all never follows symlinks below the directory; the final
+            // component is looked up in the parent we resolved inside the sandbox.
+            let p = format!("/proc/self/fd/{}/{}", dir.as_raw_fd(), name.to_str().expect("utf-8"));
+            std::fs::remove_dir_all(p).map_err(|e| fs_err(e, abs))
+        } else {
+            // SAFETY: valid descriptor and C string.
+            if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
+                return Err(fs_err(io::Error::last_os_error(), abs));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn split(abs: &str) -> Result<(&str, &str)> {
+    match abs.rfind('/') {
+        Some(0) if abs.len() > 1 => Ok(("/", &abs[1..])),
+        Some(i) if i + 1 < abs.len() => Ok((&abs[..i], &abs[i + 1..])),
+        _ => Err(ProviderError::invalid(format!("not a file path: {abs}"))),
+    }
+}
+
+fn fstatat(dir: RawFd, name: &std::ffi::CStr, flags: i32) -> io::Result<libc::stat> {
+    // SAFETY: zeroed stat is a valid out-buffer; valid descriptor and C string.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstatat(dir, name.as_ptr(), &mut st, flags) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+}
+
+fn entry(abs: &str, st: &libc::stat) -> FileEntry {
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => "dir",
+        libc::S_IFLNK => "symlink",
+        _ => "file",
+    };
+    let name = if abs == "/" { "/".to_string() } else { abs.rsplit('/').next().unwrap_or(abs).to_string() };
+    FileEntry {
+        name,
+        path: abs.to_string(),
+        kind: kind.to_string(),
+        size: st.st_size as u64,
+        mode: st.st_mode & 0o7777,
+        modified: st.st_mtime.max(0) as u64,
+    }
+}
+
+/// Maps a filesystem error on `path` to a provider error: "no such file or directory: /x".
+pub(crate) fn fs_err(e: io::Error, path: &str) -> ProviderError {
+    let kind = match e.raw_os_error() {
+        Some(libc::ENOENT) => ErrorKind::NotFound,
+        Some(
+            libc::ENOTDIR
+            | libc::EISDIR
+            | libc::EEXIST
+            | libc::ENOTEMPTY
+            | libc::EACCES
+            | libc::EPERM
+            | libc::EXDEV
+            | libc::ELOOP
+            | libc::EINVAL
+            | libc::ENAMETOOLONG
+            | libc::EROFS
+            | libc::EBUSY,
+        ) => ErrorKind::Invalid,
+        _ => ErrorKind::Infra,
+    };
+    ProviderError::new(kind, format!("{}: {path}", sys::errno_text(&e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_paths() {
+        assert_eq!(normalize("x").unwrap(), "/home/user/x");
+        assert_eq!(normalize("./a//b/").unwrap(), "/home/user/a/b");
+        assert_eq!(normalize("/tmp/../opt/x").unwrap(), "/opt/x");
+        assert_eq!(normalize("../../x").unwrap(), "/x");
+        assert_eq!(normalize("/").unwrap(), "/");
+        assert!(normalize("/../etc").is_err());
+        assert!(normalize("../../../x").is_err());
+    }
+
+    #[test]
+    fn plain_paths_are_rewritten() {
+        let (h, t) = (std::path::Path::new("/s/home"), std::path::Path::new("/s/tmp"));
+        assert_eq!(Root::plain_path(h, t, "/home/user"), PathBuf::from("/s/home"));
+        assert_eq!(Root::plain_path(h, t, "/home/user/a/b"), PathBuf::from("/s/home/a/b"));
+        assert_eq!(Root::plain_path(h, t, "/tmp/x"), PathBuf::from("/s/tmp/x"));
+        assert_eq!(Root::plain_path(h, t, "/tmpfoo"), PathBuf::from("/tmpfoo"));
+        assert_eq!(Root::plain_path(h, t, "/opt/x"), PathBuf::from("/opt/x"));
+    }
+
+    #[test]
+    fn errors_map_to_kinds_and_lowercase_messages() {
+        let e = fs_err(io::Error::from_raw_os_error(libc::ENOENT), "/home/user/x");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert_eq!(e.message, "no such file or directory: /home/user/x");
+        assert_eq!(fs_err(io::Error::from_raw_os_error(libc::EISDIR), "/a").kind, ErrorKind::Invalid);
+    }
+
+    #[test]
+    fn plain_root_roundtrip() {
+        let d = tempfile::tempdir().unwrap();
+        let root = Root::Plain { home: d.path().join("home"), tmp: d.path().join("tmp") };
+        root.mkdir_p("/home/user").unwrap();
+        root.write("/home/user/a/b.txt", b"hi", Some(0o600)).unwrap();
+        assert_eq!(std::fs::read(d.path().join("home/a/b.txt")).unwrap(), b"hi");
+        let st = root.stat("/home/user/a/b.txt").unwrap();
+        assert_eq!((st.kind.as_str(), st.size, st.mode), ("file", 2, 0o600));
+        assert_eq!(root.list("/home/user/a").unwrap().len(), 1);
+        root.rename("/home/user/a/b.txt", "/home/user/c.txt").unwrap();
+        assert!(!root.exists("/home/user/a/b.txt").unwrap());
+        root.remove("/home/user/a").unwrap();
+        assert_eq!(root.read("/home/user/a/x").unwrap_err().kind, ErrorKind::NotFound);
+    }
+}

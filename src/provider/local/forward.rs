@@ -1,0 +1,162 @@
+//! Port forwarding from a host loopback port into a sandbox's network namespace.
+//!
+//! A socket belongs to the network namespace it was created in, so each sandbox gets one
+//! dedicated OS thread that joins the sandbox's netns once (`setns(CLONE_NEWNET)` on
+//! `/proc/<pid1>/ns/net`; the network namespace is per thread, so this does not affect the
+//! rest of the process) and then creates connected sockets on request. The connected std
+//! `TcpStream` is handed to tokio and spliced with `copy_bidirectional` to a client accepted on
+//! a host `127.0.0.1:<ephemeral>` listener. One listener per sandbox and port, created lazily
+//! by `port_url`, torn down when the sandbox is killed. A refused connection inside the sandbox
+//! closes the client connection.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::{mpsc as std_mpsc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::provider::{ProviderError, Result};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+struct ConnectReq {
+    port: u16,
+    reply: oneshot::Sender<std::io::Result<std::net::TcpStream>>,
+}
+
+/// Forwarders of one sandbox.
+#[derive(Debug)]
+pub(crate) struct Forwarder {
+    pid1: u32,
+    inner: Mutex<Option<Active>>,
+    cancel: CancellationToken,
+}
+
+#[derive(Debug)]
+struct Active {
+    connector: std_mpsc::Sender<ConnectReq>,
+    /// Sandbox port -> host port.
+    ports: HashMap<u16, u16>,
+}
+
+impl std::fmt::Debug for ConnectReq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConnectReq({})", self.port)
+    }
+}
+
+impl Forwarder {
+    pub(crate) fn new(pid1: u32) -> Self {
+        Self { pid1, inner: Mutex::new(None), cancel: CancellationToken::new() }
+    }
+
+    /// The host port forwarding to `port` in the sandbox, starting the forwarder if needed.
+    pub(crate) async fn host_port(&self, port: u16) -> Result<u16> {
+        if self.cancel.is_cancelled() {
+            return Err(ProviderError::infra("sandbox is not running"));
+        }
+        let connector = {
+            let mut inner = self.inner.lock().expect("forwarder");
+            if let Some(a) = inner.as_ref() {
+                if let Some(hp) = a.ports.get(&port) {
+                    return Ok(*hp);
+                }
+            }
+            if inner.is_none() {
+                *inner = Some(Active { connector: start_connector(self.pid1)?, ports: HashMap::new() });
+            }
+            inner.as_ref().expect("set").connector.clone()
+        };
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let host_port = listener.local_addr()?.port();
+        {
+            let mut inner = self.inner.lock().expect("forwarder");
+            let a = inner.as_mut().expect("set");
+            // Another caller may have raced us; keep the first listener.
+            if let Some(hp) = a.ports.get(&port) {
+                return Ok(*hp);
+            }
+            a.ports.insert(port, host_port);
+        }
+        tokio::spawn(accept_loop(listener, port, connector, self.cancel.clone()));
+        Ok(host_port)
+    }
+
+    /// Stops every listener and connection and lets the netns thread end.
+    pub(crate) fn stop(&self) {
+        self.cancel.cancel();
+        self.inner.lock().expect("forwarder").take();
+    }
+}
+
+/// Starts the thread that lives in the sandbox's network namespace.
+fn start_connector(pid1: u32) -> Result<std_mpsc::Sender<ConnectReq>> {
+    let ns = std::fs::File::open(format!("/proc/{pid1}/ns/net"))
+        .map_err(|e| ProviderError::infra(format!("cannot open the sandbox network namespace: {e}")))?;
+    let (tx, rx) = std_mpsc::channel::<ConnectReq>();
+    let (ready_tx, ready_rx) = std_mpsc::channel::<std::io::Result<()>>();
+    std::thread::Builder::new()
+        .name(format!("netns-{pid1}"))
+        .spawn(move || {
+            // SAFETY: setns on a namespace descriptor we opened; affects this thread only.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                let _ = ready_tx.send(Err(std::io::Error::last_os_error()));
+                return;
+            }
+            drop(ns);
+            let _ = ready_tx.send(Ok(()));
+            // Ends when every sender (the forwarder and its accept loops) is gone.
+            for req in rx {
+                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, req.port));
+                let _ = req.reply.send(std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT));
+            }
+        })
+        .map_err(|e| ProviderError::infra(format!("cannot start forwarder thread: {e}")))?;
+    match ready_rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(Ok(())) => Ok(tx),
+        Ok(Err(e)) => Err(ProviderError::infra(format!("cannot enter the sandbox network namespace: {e}"))),
+        Err(_) => Err(ProviderError::infra("forwarder thread did not start")),
+    }
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    port: u16,
+    connector: std_mpsc::Sender<ConnectReq>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        let Ok((mut client, _)) = accepted else {
+            continue;
+        };
+        let (reply, rx) = oneshot::channel();
+        if connector.send(ConnectReq { port, reply }).is_err() {
+            return;
+        }
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let upstream = match tokio::time::timeout(CONNECT_TIMEOUT * 2, rx).await {
+                Ok(Ok(Ok(s))) => s,
+                // Refused or unreachable inside the sandbox: just close the client.
+                _ => return,
+            };
+            if upstream.set_nonblocking(true).is_err() {
+                return;
+            }
+            let Ok(mut upstream) = tokio::net::TcpStream::from_std(upstream) else {
+                return;
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+            }
+        });
+    }
+}

@@ -1,0 +1,458 @@
+//! Processes in a sandbox: launching commands, collecting their output, the per-sandbox
+//! process table behind `spawn`/`process_list`/`signal`/`wait`, and timeouts.
+//!
+//! How a command enters a namespaced sandbox: we run
+//! `nsenter -t <pid1> --mount --pid --net --ipc --uts --root -- /bin/sh -c <prelude> …` rather
+//! than calling `setns` in `pre_exec`. Joining a PID namespace only affects *children* of the
+//! caller, so someone has to fork after `setns`; nsenter does exactly that, mirrors the child's
+//! exit status (including death by signal, which it re-raises on itself) and is part of
+//! util-linux, so nothing of ours runs between fork and exec inside the sandbox. The tiny
+//! prelude writes its own pid (`$$`, i.e. the pid *inside* the sandbox) to fd 3, closes fd 3,
+//! and exec's `env -i -C <cwd> <env…> /bin/bash -l -c <cmd>`, so the reported pid is the
+//! user's command itself and there is no race with a command that exits at once. For
+//! `signal` we also need the host pid: it is nsenter's child whose `NSpid:` ends in that pid,
+//! found in `/proc/<nsenter>/task/<nsenter>/children` and held as a pidfd (no pid reuse race).
+//!
+//! Environment: `env -i` starts empty; the base is PATH from the host, HOME=/home/user, USER
+//! and LANG (if set), then the sandbox's create-time envs, then the exec's envs (which win).
+//! Debian's `/etc/profile` resets PATH for login shells, so `BASH_ENV` names a one-line script
+//! that restores the PATH we asked for after the profile ran (bash reads `BASH_ENV` after the
+//! login files for `bash -l -c`) and then unsets itself, so nested shells are unaffected.
+//!
+//! Every command runs in its own process group (nsenter's); a timeout SIGKILLs that group and
+//! the command's pidfd. Output is read until the command exits, then for a short grace period
+//! so a background grandchild holding the pipe open cannot hang `exec`.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use super::sys::{self, Pidfd};
+use crate::provider::{ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
+
+/// Script named by `BASH_ENV`: restore the requested PATH after the login profile.
+pub(crate) const BASH_ENV_SCRIPT: &str =
+    "# Written by scenario-run: the login profile resets PATH; restore the requested one.\n\
+if [ -n \"${SCENARIO_RUN_PATH-}\" ]; then PATH=$SCENARIO_RUN_PATH; export PATH; fi\n\
+unset SCENARIO_RUN_PATH BASH_ENV\n";
+
+/// Reports the in-sandbox pid on fd 3, then becomes the command.
+const PRELUDE: &str = "echo $$ >&3; exec 3>&-; exec \"$@\"";
+
+/// After a command exited, how long to keep reading output its descendants still write.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
+/// How long to wait for a launched command to report its pid.
+const PID_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for a killed command to be reaped.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Where a command is launched.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// Inside the namespaces of this pid 1.
+    Ns { pid1: u32 },
+    /// Directly on the host (no isolation), with this `BASH_ENV` script.
+    Plain { bash_env: PathBuf },
+}
+
+#[derive(Debug, Default)]
+struct Collected {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    finished: bool,
+}
+
+/// One launched command.
+#[derive(Debug)]
+pub(crate) struct Proc {
+    /// Pid inside the sandbox (0 if it never reported one).
+    pub pid: u32,
+    pub cmd: String,
+    /// Host pid of the process-group leader (nsenter, or the command itself without isolation).
+    pub pgid: u32,
+    /// The command's own process on the host, if still found after launch.
+    target: Option<Pidfd>,
+    state: Mutex<Collected>,
+    done: watch::Sender<bool>,
+}
+
+impl Proc {
+    pub(crate) fn finished(&self) -> bool {
+        *self.done.borrow()
+    }
+
+    /// Waits until the command ended; returns false on timeout.
+    pub(crate) async fn wait_done(&self, timeout: Duration) -> bool {
+        let mut rx = self.done.subscribe();
+        let ended = matches!(tokio::time::timeout(timeout, rx.wait_for(|d| *d)).await, Ok(Ok(_)));
+        ended
+    }
+
+    /// SIGKILLs the command's process group (and the command, should it have left the group).
+    pub(crate) fn kill_tree(&self) {
+        sys::kill_group(self.pgid, libc::SIGKILL);
+        if let Some(t) = &self.target {
+            let _ = t.signal(libc::SIGKILL);
+        }
+    }
+
+    pub(crate) fn signal(&self, sig: i32) -> Result<()> {
+        if self.finished() {
+            return Err(ProviderError::not_found(format!("process {} is not running", self.pid)));
+        }
+        match &self.target {
+            Some(t) => t.signal(sig).map_err(|e| {
+                if e.raw_os_error() == Some(libc::ESRCH) {
+                    ProviderError::not_found(format!("process {} is not running", self.pid))
+                } else {
+                    ProviderError::invalid(format!("cannot signal process {}: {}", self.pid, sys::errno_text(&e)))
+                }
+            }),
+            None => {
+                sys::kill_group(self.pgid, sig);
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn info(&self) -> ProcessInfo {
+        let st = self.state.lock().expect("proc state");
+        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code: st.exit_code }
+    }
+
+    pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
+        let st = self.state.lock().expect("proc state");
+        ExecResult {
+            stdout: st.stdout.clone(),
+            stderr: st.stderr.clone(),
+            exit_code: st.exit_code,
+            signal: st.signal,
+            timed_out,
+            pid: self.pid,
+        }
+    }
+}
+
+/// The base environment of every sandbox process, before create-time and exec envs.
+pub(crate) fn base_env(home: &str) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    env.insert(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_else(|_| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
+    );
+    env.insert("HOME".to_string(), home.to_string());
+    let user = std::env::var("USER").ok().unwrap_or_else(|| {
+        // SAFETY: getuid cannot fail.
+        if unsafe { libc::getuid() } == 0 {
+            "root".into()
+        } else {
+            "user".into()
+        }
+    });
+    env.insert("USER".to_string(), user);
+    for k in ["LANG"] {
+        if let Ok(v) = std::env::var(k) {
+            env.insert(k.to_string(), v);
+        }
+    }
+    env
+}
+
+fn check_env_key(k: &str) -> Result<()> {
+    if k.is_empty() || k.contains('=') || k.contains('\0') {
+        return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
+    }
+    Ok(())
+}
+
+/// Starts `req.cmd` in `target` with environment `env` (already merged) and working directory
+/// `cwd` (already mapped to what the launcher sees). Live output goes to `output`.
+pub(crate) async fn launch(
+    target: &Target,
+    env: &BTreeMap<String, String>,
+    cwd: &str,
+    req: &ExecRequest,
+    output: Option<mpsc::UnboundedSender<OutputChunk>>,
+) -> Result<Arc<Proc>> {
+    let mut argv: Vec<String> = Vec::new();
+    let bash_env = match target {
+        Target::Ns { pid1 } => {
+            argv.extend(
+                ["nsenter", "-t", &pid1.to_string(), "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--"]
+                    .map(String::from),
+            );
+            super::sandbox::BASH_ENV_IN_SANDBOX.to_string()
+        }
+        Target::Plain { bash_env, .. } => bash_env.display().to_string(),
+    };
+    argv.extend(["/bin/sh", "-c", PRELUDE, "sh", "/usr/bin/env", "-i", "-C", cwd].map(String::from));
+    for (k, v) in env {
+        check_env_key(k)?;
+        argv.push(format!("{k}={v}"));
+    }
+    let path = env.get("PATH").cloned().unwrap_or_default();
+    argv.push(format!("SCENARIO_RUN_PATH={path}"));
+    argv.push(format!("BASH_ENV={bash_env}"));
+    argv.extend(["/bin/bash", "-l", "-c", &req.cmd].map(String::from));
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(ProviderError::invalid("command or environment contains a NUL byte"));
+    }
+
+    let (pid_r, pid_w) = sys::cloexec_pipe()?;
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()))
+        .stdin(if req.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let fd = pid_w.as_raw_fd();
+    let plain = matches!(target, Target::Plain { .. });
+    // SAFETY: only async-signal-safe calls (dup2/fcntl/prctl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            sys::dup_onto(fd, 3)?;
+            if plain && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut cmd = tokio::process::Command::from(cmd);
+    let handle = tokio::runtime::Handle::current();
+    // Forked on the spawner thread: PR_SET_PDEATHSIG is tied to the forking thread.
+    let spawned = sys::on_spawner(move || {
+        let _guard = handle.enter();
+        cmd.spawn()
+    })
+    .await?;
+    drop(pid_w);
+    let mut child =
+        spawned.map_err(|e| ProviderError::infra(format!("cannot start command: {}", sys::errno_text(&e))))?;
+    let leader = child.id().unwrap_or(0);
+
+    // The prelude's pid report; nsenter keeps its copy of fd 3, so read a line, not to EOF.
+    let read_pid = async {
+        let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(pid_r)?;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 32];
+        while !buf.contains(&b'\n') {
+            let n = rx.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        Ok::<u32, std::io::Error>(String::from_utf8_lossy(&buf).trim().parse().unwrap_or(0))
+    };
+    let pid = match tokio::time::timeout(PID_TIMEOUT, read_pid).await {
+        Ok(Ok(p)) => p,
+        _ => {
+            sys::kill_group(leader, libc::SIGKILL);
+            let _ = child.kill().await;
+            return Err(ProviderError::infra("command did not start in the sandbox"));
+        }
+    };
+
+    let target_fd = match target {
+        Target::Plain { .. } => Pidfd::open(leader).ok(),
+        Target::Ns { .. } if pid != 0 => find_in_ns(leader, pid).await,
+        Target::Ns { .. } => None,
+    };
+
+    let (done, _) = watch::channel(false);
+    let proc = Arc::new(Proc {
+        pid,
+        cmd: req.cmd.clone(),
+        pgid: leader,
+        target: target_fd,
+        state: Mutex::new(Collected::default()),
+        done,
+    });
+
+    if let (Some(data), Some(mut stdin)) = (req.stdin.clone(), child.stdin.take()) {
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&data).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    tokio::spawn(drive(child, proc.clone(), output));
+    Ok(proc)
+}
+
+/// The host process of the command that has pid `ns_pid` in the sandbox: nsenter's child.
+async fn find_in_ns(nsenter: u32, ns_pid: u32) -> Option<Pidfd> {
+    for _ in 0..40 {
+        for c in sys::children(nsenter) {
+            if sys::ns_pids(c).and_then(|v| v.last().copied()) == Some(ns_pid) {
+                if let Ok(fd) = Pidfd::open(c) {
+                    // Re-check after opening, in case the pid was reused in between.
+                    if sys::ns_pids(c).and_then(|v| v.last().copied()) == Some(ns_pid) {
+                        return Some(fd);
+                    }
+                }
+            }
+        }
+        // nsenter itself is gone: so is the command.
+        sys::ns_pids(nsenter)?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// Collects output until the command exits (plus a short grace), then records its status.
+async fn drive(mut child: tokio::process::Child, proc: Arc<Proc>, output: Option<mpsc::UnboundedSender<OutputChunk>>) {
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let mut ob = vec![0u8; 16384];
+    let mut eb = vec![0u8; 16384];
+    let mut status = None;
+    let grace = tokio::time::sleep(Duration::from_secs(86400 * 365));
+    tokio::pin!(grace);
+    loop {
+        if stdout.is_none() && stderr.is_none() && status.is_some() {
+            break;
+        }
+        tokio::select! {
+            r = async { stdout.as_mut().expect("guarded").read(&mut ob).await }, if stdout.is_some() => match r {
+                Ok(n) if n > 0 => {
+                    proc.state.lock().expect("proc state").stdout.extend_from_slice(&ob[..n]);
+                    if let Some(tx) = &output { let _ = tx.send(OutputChunk::Stdout(ob[..n].to_vec())); }
+                }
+                _ => stdout = None,
+            },
+            r = async { stderr.as_mut().expect("guarded").read(&mut eb).await }, if stderr.is_some() => match r {
+                Ok(n) if n > 0 => {
+                    proc.state.lock().expect("proc state").stderr.extend_from_slice(&eb[..n]);
+                    if let Some(tx) = &output { let _ = tx.send(OutputChunk::Stderr(eb[..n].to_vec())); }
+                }
+                _ => stderr = None,
+            },
+            st = child.wait(), if status.is_none() => {
+                status = Some(st);
+                grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+            },
+            _ = &mut grace, if status.is_some() => break,
+        }
+    }
+    let status = match status {
+        Some(s) => s,
+        None => child.wait().await,
+    };
+    {
+        let mut st = proc.state.lock().expect("proc state");
+        if let Ok(s) = status {
+            st.exit_code = s.code();
+            st.signal = s.signal();
+        }
+        st.finished = true;
+    }
+    proc.done.send_replace(true);
+}
+
+/// A sandbox's processes by in-sandbox pid.
+#[derive(Debug, Default)]
+pub(crate) struct ProcTable {
+    procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
+    /// Every process group ever started (for killing a sandbox without isolation).
+    groups: Mutex<Vec<u32>>,
+}
+
+impl ProcTable {
+    pub(crate) fn insert(&self, p: Arc<Proc>) {
+        self.groups.lock().expect("groups").push(p.pgid);
+        self.procs.lock().expect("procs").insert(p.pid, p);
+    }
+
+    /// Removes `p` if it is still the entry for its pid.
+    pub(crate) fn remove(&self, p: &Arc<Proc>) {
+        let mut procs = self.procs.lock().expect("procs");
+        if procs.get(&p.pid).is_some_and(|q| Arc::ptr_eq(q, p)) {
+            procs.remove(&p.pid);
+        }
+    }
+
+    pub(crate) fn get(&self, pid: u32) -> Result<Arc<Proc>> {
+        self.procs
+            .lock()
+            .expect("procs")
+            .get(&pid)
+            .cloned()
+            .ok_or_else(|| ProviderError::not_found(format!("no such process: {pid}")))
+    }
+
+    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
+        self.procs.lock().expect("procs").values().map(|p| p.info()).collect()
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<Proc>> {
+        self.procs.lock().expect("procs").values().cloned().collect()
+    }
+
+    /// SIGKILLs every process group ever started here.
+    pub(crate) fn kill_groups(&self) {
+        for g in self.groups.lock().expect("groups").iter() {
+            sys::kill_group(*g, libc::SIGKILL);
+        }
+    }
+}
+
+/// Kills the command if the `exec` future is dropped before it finished.
+pub(crate) struct KillOnDrop(pub Option<Arc<Proc>>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            if !p.finished() {
+                p.kill_tree();
+            }
+        }
+    }
+}
+
+/// Runs a launched command to the end (or its timeout) and returns its result.
+pub(crate) async fn finish(proc: &Arc<Proc>, timeout: Option<Duration>) -> ExecResult {
+    let ended = match timeout {
+        Some(t) => proc.wait_done(t).await,
+        None => {
+            let mut rx = proc.done.subscribe();
+            let _ = rx.wait_for(|d| *d).await;
+            true
+        }
+    };
+    if !ended {
+        proc.kill_tree();
+        proc.wait_done(KILL_WAIT).await;
+    }
+    proc.result(!ended)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_keys_are_checked() {
+        assert!(check_env_key("FOO").is_ok());
+        assert!(check_env_key("A=B").is_err());
+        assert!(check_env_key("").is_err());
+    }
+
+    #[test]
+    fn base_env_has_home_and_path() {
+        let env = base_env("/home/user");
+        assert_eq!(env["HOME"], "/home/user");
+        assert!(env.contains_key("PATH"));
+        assert!(env.contains_key("USER"));
+    }
+}

@@ -1,0 +1,418 @@
+//! End-to-end tests of the local provider with real namespaces and processes (needs root,
+//! bwrap and nsenter, as on the CI machine). Every test makes its own state directory.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
+use scenario_run::provider::{CreateRequest, ErrorKind, ExecRequest, OutputChunk, Provider};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn provider(isolation: Isolation) -> (LocalProvider, tempfile::TempDir) {
+    let dir = tempfile::Builder::new().prefix("srtest-").tempdir().unwrap();
+    let p = LocalProvider::new(LocalOptions { state_dir: dir.path().to_path_buf(), isolation }).unwrap();
+    (p, dir)
+}
+
+fn ns() -> (LocalProvider, tempfile::TempDir) {
+    provider(Isolation::Namespaces)
+}
+
+fn cmd(c: &str) -> ExecRequest {
+    ExecRequest { cmd: c.to_string(), timeout: Some(Duration::from_secs(20)), ..Default::default() }
+}
+
+async fn sh(p: &LocalProvider, id: &str, c: &str) -> String {
+    let r = p.exec(id, cmd(c), None).await.unwrap();
+    assert_eq!(r.exit_code, Some(0), "{c}: {}", String::from_utf8_lossy(&r.stderr));
+    String::from_utf8(r.stdout).unwrap()
+}
+
+async fn http_get(url: &str) -> std::io::Result<String> {
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n").await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await.expect("response hung")?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+#[tokio::test]
+async fn exec_separates_streams_and_reports_status() {
+    let (p, _d) = ns();
+    assert_eq!(p.isolation(), Isolation::Namespaces);
+    assert!(p.warning().is_none());
+    let sb = p.create(CreateRequest { template: "base".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(sb.template, "base");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let r = p.exec(&sb.id, cmd("echo out; echo err >&2; exit 3"), Some(tx)).await.unwrap();
+    assert_eq!(r.stdout, b"out\n");
+    assert_eq!(r.stderr, b"err\n");
+    assert_eq!(r.exit_code, Some(3));
+    assert_eq!(r.signal, None);
+    assert!(!r.timed_out);
+    let mut streamed = (Vec::new(), Vec::new());
+    while let Ok(c) = rx.try_recv() {
+        match c {
+            OutputChunk::Stdout(b) => streamed.0.extend(b),
+            OutputChunk::Stderr(b) => streamed.1.extend(b),
+        }
+    }
+    assert_eq!(streamed, (b"out\n".to_vec(), b"err\n".to_vec()));
+
+    // The pid is the one inside the sandbox's PID namespace (bwrap's init is 1, sleep is 2).
+    let r = p.exec(&sb.id, cmd("echo $$"), None).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), r.pid.to_string());
+    assert!(r.pid > 2 && r.pid < 1000, "pid {}", r.pid);
+
+    let r = p.exec(&sb.id, cmd("kill -TERM $$"), None).await.unwrap();
+    assert_eq!((r.exit_code, r.signal), (None, Some(15)));
+
+    assert_eq!(sh(&p, &sb.id, "pwd").await, "/home/user\n");
+    assert_eq!(sh(&p, &sb.id, "echo $HOME").await, "/home/user\n");
+    assert_eq!(sh(&p, &sb.id, "ip -o link | awk '{print $2}'").await, "lo:\n");
+    let mut r = cmd("cat; echo; cat /etc/hostname >/dev/null");
+    r.stdin = Some(b"from stdin".to_vec());
+    r.cwd = Some("/tmp".into());
+    assert_eq!(p.exec(&sb.id, r, None).await.unwrap().stdout, b"from stdin\n");
+    assert!(p.kill(&sb.id).await.unwrap());
+    assert!(!p.kill(&sb.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn envs_reach_every_process_and_exec_envs_win() {
+    let (p, _d) = ns();
+    let mut envs = BTreeMap::new();
+    envs.insert("GREETING".to_string(), "hello world".to_string());
+    envs.insert("SHARED".to_string(), "create".to_string());
+    envs.insert("PATH".to_string(), "/opt/custom/bin:/usr/bin:/bin".to_string());
+    let sb = p.create(CreateRequest { envs, ..Default::default() }).await.unwrap();
+    assert_eq!(sh(&p, &sb.id, "echo \"$GREETING\"").await, "hello world\n");
+    // A grandchild (non-login sh) sees it too, and the login profile did not reset PATH.
+    assert_eq!(
+        sh(&p, &sb.id, "sh -c 'echo $GREETING; echo $PATH'").await,
+        "hello world\n/opt/custom/bin:/usr/bin:/bin\n"
+    );
+    let mut r = cmd("echo $SHARED-$ONLY");
+    r.envs.insert("SHARED".into(), "exec".into());
+    r.envs.insert("ONLY".into(), "x".into());
+    assert_eq!(p.exec(&sb.id, r, None).await.unwrap().stdout, b"exec-x\n");
+    let pid = p.spawn(&sb.id, cmd("echo $GREETING")).await.unwrap();
+    let w = p.wait(&sb.id, pid, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(w.stdout, b"hello world\n");
+    p.kill(&sb.id).await.unwrap();
+}
+
+#[tokio::test]
+async fn timeout_kills_the_whole_command() {
+    let (p, _d) = ns();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let t0 = Instant::now();
+    let mut r = cmd("sleep 30 & sleep 30; echo never");
+    r.timeout = Some(Duration::from_millis(500));
+    let res = p.exec(&sb.id, r, None).await.unwrap();
+    assert!(res.timed_out);
+    assert_eq!(res.signal, Some(9));
+    assert!(res.stdout.is_empty());
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // Both sleeps (same process group) are gone.
+    let left = sh(&p, &sb.id, "pgrep -c -x sleep || true").await;
+    // Only bwrap's keep-alive `sleep infinity` remains.
+    assert_eq!(left.trim(), "1");
+    p.kill(&sb.id).await.unwrap();
+}
+
+#[tokio::test]
+async fn sandboxes_have_private_filesystems() {
+    let (p, _d) = ns();
+    let a = p.create(CreateRequest::default()).await.unwrap();
+    let b = p.create(CreateRequest::default()).await.unwrap();
+    let host_opt = format!("/opt/scenario-run-test-{}", std::process::id());
+    for (sb, word) in [(&a, "alpha"), (&b, "beta")] {
+        sh(&p, &sb.id, &format!("echo {word} > /tmp/x && echo {word} > {host_opt} && echo {word} > ~/h")).await;
+    }
+    for (sb, word) in [(&a, "alpha"), (&b, "beta")] {
+        assert_eq!(
+            sh(&p, &sb.id, &format!("cat /tmp/x {host_opt} /home/user/h")).await,
+            format!("{word}\n{word}\n{word}\n")
+        );
+        assert_eq!(p.read_file(&sb.id, &host_opt).await.unwrap(), format!("{word}\n").as_bytes());
+    }
+    assert!(!std::path::Path::new(&host_opt).exists(), "host {host_opt} must not exist");
+    // The host's /tmp is not visible inside either.
+    assert_eq!(sh(&p, &a.id, "ls -A /tmp").await, "x\n");
+    p.kill(&a.id).await.unwrap();
+    p.kill(&b.id).await.unwrap();
+}
+
+#[tokio::test]
+async fn same_port_in_two_sandboxes() {
+    let (p, _d) = ns();
+    let a = p.create(CreateRequest::default()).await.unwrap();
+    let b = p.create(CreateRequest::default()).await.unwrap();
+    for (sb, word) in [(&a, "served by a"), (&b, "served by b")] {
+        p.write_file(&sb.id, "www/index.html", word.as_bytes().to_vec(), None).await.unwrap();
+        let mut r = cmd("cd www && exec python3 -m http.server 8000 --bind 127.0.0.1");
+        r.timeout = None;
+        p.spawn(&sb.id, r).await.unwrap();
+    }
+    for (sb, word) in [(&a, "served by a"), (&b, "served by b")] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sh(&p, &sb.id, "(echo > /dev/tcp/127.0.0.1/8000) 2>/dev/null && echo up || echo down").await != "up\n" {
+            assert!(Instant::now() < deadline, "server did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let url = p.port_url(&sb.id, 8000).await.unwrap();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        assert_eq!(p.port_url(&sb.id, 8000).await.unwrap(), url, "one forwarder per port");
+        let resp = http_get(&url).await.unwrap();
+        assert!(resp.starts_with("HTTP/1.0 200"), "{resp}");
+        assert!(resp.ends_with(word), "{resp}");
+    }
+    // Nothing listens on 9 inside: the forwarded connection is closed (EOF or reset), not hung.
+    let url = p.port_url(&a.id, 9).await.unwrap();
+    let resp = http_get(&url).await;
+    assert!(resp.as_ref().map_or(true, |s| s.is_empty()), "{resp:?}");
+    p.kill(&a.id).await.unwrap();
+    p.kill(&b.id).await.unwrap();
+}
+
+fn host_processes_in_ns(ns_link: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(l) = std::fs::read_link(e.path().join("ns/pid")) {
+            if l.to_string_lossy() == ns_link {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn kill_ends_every_process_and_leaves_nothing() {
+    let (p, d) = ns();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let mut r = cmd("sleep 1000");
+    r.timeout = None;
+    p.spawn(&sb.id, r).await.unwrap();
+    sh(&p, &sb.id, "setsid sleep 1000 >/dev/null 2>&1 < /dev/null &").await;
+    let link = sh(&p, &sb.id, "readlink /proc/self/ns/pid").await.trim().to_string();
+    assert!(link.starts_with("pid:["), "{link}");
+    assert!(host_processes_in_ns(&link).len() >= 3, "sandbox processes visible before kill");
+    let merged = d.path().join(&sb.id).join("merged");
+    assert!(merged.exists());
+    assert!(p.kill(&sb.id).await.unwrap());
+    assert_eq!(host_processes_in_ns(&link), Vec::<String>::new());
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(&merged.display().to_string()));
+    assert!(!d.path().join(&sb.id).exists(), "state dir removed");
+    assert_eq!(p.exec(&sb.id, cmd("true"), None).await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.connect(&sb.id, None).await.unwrap_err().kind, ErrorKind::NotFound);
+}
+
+#[tokio::test]
+async fn background_processes() {
+    let (p, _d) = ns();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let mut r = cmd("echo started; trap 'echo got term; exit 7' TERM; while true; do sleep 0.05; done");
+    r.timeout = None;
+    let pid = p.spawn(&sb.id, r).await.unwrap();
+    let quick = p.spawn(&sb.id, cmd("echo quick; exit 4")).await.unwrap();
+    let list = p.process_list(&sb.id).await.unwrap();
+    let me = list.iter().find(|i| i.pid == pid).expect("listed");
+    assert!(me.running);
+    assert!(me.cmd.starts_with("echo started"));
+    // Waiting with a short timeout returns the output so far.
+    let w = p.wait(&sb.id, pid, Duration::from_millis(300)).await.unwrap();
+    assert!(w.timed_out);
+    assert_eq!(w.stdout, b"started\n");
+    p.signal(&sb.id, pid, 15).await.unwrap();
+    let w = p.wait(&sb.id, pid, Duration::from_secs(10)).await.unwrap();
+    assert!(!w.timed_out);
+    assert_eq!(w.exit_code, Some(7));
+    assert_eq!(w.stdout, b"started\ngot term\n");
+    // A finished process keeps its result.
+    let w = p.wait(&sb.id, quick, Duration::from_secs(10)).await.unwrap();
+    assert_eq!((w.exit_code, w.stdout.as_slice()), (Some(4), &b"quick\n"[..]));
+    let list = p.process_list(&sb.id).await.unwrap();
+    assert!(list.iter().any(|i| i.pid == pid && !i.running && i.exit_code == Some(7)));
+    assert_eq!(p.signal(&sb.id, pid, 15).await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.wait(&sb.id, 99999, Duration::from_millis(10)).await.unwrap_err().kind, ErrorKind::NotFound);
+    p.kill(&sb.id).await.unwrap();
+}
+
+#[tokio::test]
+async fn file_operations() {
+    let (p, _d) = ns();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let id = &sb.id;
+    let big: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+    let e = p.write_file(id, "deep/dir/big.bin", big.clone(), Some(0o600)).await.unwrap();
+    assert_eq!((e.path.as_str(), e.name.as_str(), e.kind.as_str()), ("/home/user/deep/dir/big.bin", "big.bin", "file"));
+    assert_eq!((e.size, e.mode), (big.len() as u64, 0o600));
+    assert_eq!(p.read_file(id, "/home/user/deep/dir/big.bin").await.unwrap(), big);
+    assert_eq!(sh(&p, id, "stat -c %s deep/dir/big.bin").await.trim(), big.len().to_string());
+
+    p.write_file(id, "/etc/scenario-test.conf", b"x=1\n".to_vec(), None).await.unwrap();
+    assert_eq!(sh(&p, id, "cat /etc/scenario-test.conf").await, "x=1\n");
+    assert!(!std::path::Path::new("/etc/scenario-test.conf").exists());
+
+    let d = p.make_dir(id, "a/b").await.unwrap();
+    assert_eq!(d.kind, "dir");
+    p.make_dir(id, "a/b").await.unwrap();
+    p.write_file(id, "a/one.txt", b"1".to_vec(), None).await.unwrap();
+    let names: Vec<(String, String)> =
+        p.list_dir(id, "a").await.unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
+    assert_eq!(names, [("b".into(), "dir".into()), ("one.txt".into(), "file".into())]);
+
+    let r = p.rename(id, "a/one.txt", "a/b/two.txt").await.unwrap();
+    assert_eq!(r.path, "/home/user/a/b/two.txt");
+    assert!(!p.exists(id, "a/one.txt").await.unwrap());
+    assert!(p.exists(id, "/home/user/a/b/two.txt").await.unwrap());
+    assert_eq!(p.stat(id, "a/b/two.txt").await.unwrap().size, 1);
+
+    p.remove(id, "a").await.unwrap();
+    assert!(!p.exists(id, "a").await.unwrap());
+    assert!(!p.exists(id, "nope/deeper").await.unwrap());
+    let e = p.read_file(id, "missing").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert_eq!(e.message, "no such file or directory: /home/user/missing");
+    assert_eq!(p.stat(id, "missing").await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.remove(id, "missing").await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.list_dir(id, "missing").await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.read_file(id, "/home").await.unwrap_err().kind, ErrorKind::Invalid);
+    assert_eq!(p.read_file(id, "/../etc/passwd").await.unwrap_err().kind, ErrorKind::Invalid);
+
+    // A symlink planted inside the sandbox cannot redirect a write to the host.
+    let target = format!("/tmp/scenario-run-escape-{}", std::process::id());
+    sh(&p, id, &format!("ln -s {target} /home/user/link")).await;
+    p.write_file(id, "link", b"inside".to_vec(), None).await.unwrap();
+    assert!(!std::path::Path::new(&target).exists(), "write escaped to the host");
+    assert_eq!(sh(&p, id, &format!("cat {target}")).await, "inside");
+    assert_eq!(p.stat(id, "link").await.unwrap().kind, "symlink");
+    p.kill(id).await.unwrap();
+    assert_eq!(p.read_file(id, "x").await.unwrap_err().kind, ErrorKind::NotFound);
+}
+
+#[tokio::test]
+async fn lifecycle_metadata_expiry_and_stats() {
+    let (p, _d) = ns();
+    let mut md = BTreeMap::new();
+    md.insert("suite".to_string(), "t".to_string());
+    let a =
+        p.create(CreateRequest { metadata: md.clone(), timeout_secs: Some(1), ..Default::default() }).await.unwrap();
+    assert!(a.end_at > a.started_at && a.end_at <= a.started_at + 2);
+    let b = p.create(CreateRequest::default()).await.unwrap();
+    let c = p.create(CreateRequest { metadata: md.clone(), ..Default::default() }).await.unwrap();
+    let listed: Vec<String> = p.list(&md).await.unwrap().into_iter().map(|i| i.id).collect();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.contains(&a.id) && listed.contains(&c.id));
+    assert_eq!(p.list(&BTreeMap::new()).await.unwrap().len(), 3);
+    assert_eq!(p.connect(&b.id, Some(600)).await.unwrap().id, b.id);
+    assert!(p.info(&b.id).await.unwrap().end_at >= b.started_at + 599);
+    assert_eq!(p.connect("sbx-nope", None).await.unwrap_err().kind, ErrorKind::NotFound);
+
+    // c is extended, a expires by itself.
+    p.set_timeout(&c.id, 60).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while p.info(&a.id).await.is_ok() {
+        assert!(Instant::now() < deadline, "sandbox did not expire");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(p.connect(&a.id, None).await.unwrap_err().kind, ErrorKind::NotFound);
+    let st = p.stats();
+    assert_eq!((st.created, st.destroyed, st.live, st.peak_live), (3, 1, 2, 3));
+
+    // Concurrent creates are counted exactly.
+    let made = futures_join(&p, 4).await;
+    let st = p.stats();
+    assert_eq!((st.created, st.live, st.peak_live), (7, 6, 6));
+    assert_eq!(made, 4);
+    assert_eq!(p.destroy_all().await, 6);
+    let st = p.stats();
+    assert_eq!((st.created, st.destroyed, st.live, st.peak_live), (7, 7, 0, 6));
+    assert!(p.list(&BTreeMap::new()).await.unwrap().is_empty());
+}
+
+async fn futures_join(p: &LocalProvider, n: usize) -> usize {
+    let mut made = 0;
+    let futs: Vec<_> = (0..n).map(|_| p.create(CreateRequest::default())).collect();
+    for r in join_all(futs).await {
+        r.unwrap();
+        made += 1;
+    }
+    made
+}
+
+/// Polls all futures concurrently (no extra crate needed).
+async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in futs.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.unwrap()).collect()
+}
+
+#[tokio::test]
+async fn without_isolation_dirs_are_per_sandbox() {
+    let (p, d) = provider(Isolation::None);
+    assert_eq!(p.isolation(), Isolation::None);
+    let a = p.create(CreateRequest::default()).await.unwrap();
+    let b = p.create(CreateRequest::default()).await.unwrap();
+    p.write_file(&a.id, "/tmp/x", b"a".to_vec(), None).await.unwrap();
+    p.write_file(&b.id, "/tmp/x", b"b".to_vec(), None).await.unwrap();
+    assert_eq!(p.read_file(&a.id, "/tmp/x").await.unwrap(), b"a");
+    assert_eq!(p.read_file(&b.id, "/tmp/x").await.unwrap(), b"b");
+    let home = d.path().join(&a.id).join("home");
+    assert_eq!(sh(&p, &a.id, "pwd").await.trim(), home.display().to_string());
+    assert_eq!(sh(&p, &a.id, "cat $TMPDIR/x").await, "a");
+    let r = p.exec(&a.id, cmd("echo $$; exit 2"), None).await.unwrap();
+    assert_eq!(r.exit_code, Some(2));
+    let mut bg = cmd("sleep 1000");
+    bg.timeout = None;
+    let pid = p.spawn(&a.id, bg).await.unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    assert_eq!(p.port_url(&a.id, 8000).await.unwrap(), "http://127.0.0.1:8000");
+    p.kill(&a.id).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
+        assert!(Instant::now() < deadline, "background process survived kill");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!d.path().join(&a.id).exists());
+    p.kill(&b.id).await.unwrap();
+}
+
+#[tokio::test]
+async fn dropped_provider_kills_its_sandboxes() {
+    let (p, _d) = ns();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let link = sh(&p, &sb.id, "readlink /proc/self/ns/pid").await.trim().to_string();
+    p.destroy_all_now();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !host_processes_in_ns(&link).is_empty() {
+        assert!(Instant::now() < deadline, "destroy_all_now left processes");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(p);
+}
