@@ -31,6 +31,12 @@ pub fn env() -> &'static Environment<'static> {
     ENV.get_or_init(|| {
         let mut e = Environment::new();
         e.set_undefined_behavior(UndefinedBehavior::Strict);
+        e.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .keep_trailing_newline(true)
+                .build()
+                .expect("default syntax with kept newlines"),
+        );
         e.add_filter("b64encode", |s: String| base64::engine::general_purpose::STANDARD.encode(s));
         e.add_filter("b64decode", |s: String| -> Result<String, Error> {
             let bytes = base64::engine::general_purpose::STANDARD
@@ -132,10 +138,10 @@ fn describe(e: &Error) -> String {
     msg
 }
 
+/// `{{ expr }}` and nothing else (surrounding text, even a newline, makes it a template).
 fn single_expression(s: &str) -> Option<&str> {
-    let t = s.trim();
-    let inner = t.strip_prefix("{{")?.strip_suffix("}}")?;
-    (!inner.contains("{{") && !inner.contains("}}") && !t.contains("{%")).then_some(inner.trim())
+    let inner = s.strip_prefix("{{")?.strip_suffix("}}")?;
+    (!inner.contains("{{") && !inner.contains("}}") && !s.contains("{%")).then_some(inner.trim())
 }
 
 /// Render one string. A lone `{{ expr }}` keeps the expression's type.
@@ -318,6 +324,7 @@ mod tests {
         let ctx = context! { vars => context! { port => 8000, name => "x" } };
         assert_eq!(render_str("{{ vars.port }}", &ctx).unwrap(), J::from(8000));
         assert_eq!(render_str("p{{ vars.port }}", &ctx).unwrap(), J::from("p8000"));
+        assert_eq!(render_str("{{ vars.name }}\n", &ctx).unwrap(), J::from("x\n"));
         assert_eq!(render_str("{{ vars.name | upper }}", &ctx).unwrap(), J::from("X"));
     }
 
