@@ -42,7 +42,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run scenarios (the default when no command is given).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Validate scenario files without running anything (exit 3 if any is invalid).
     Check(CheckArgs),
     /// List step kinds with their fields, outputs and an example.
@@ -157,7 +157,7 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Schema { out, check }) => write_schema(&out, check),
-        Some(Command::Run(args)) => run(args),
+        Some(Command::Run(args)) => run(*args),
         None => run(cli.run),
     };
     ExitCode::from(code)

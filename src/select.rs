@@ -184,6 +184,7 @@ mod tests {
         assert!("4/3".parse::<Shard>().is_err());
     }
 
+    #[allow(clippy::identity_op)]
     fn which_fnv(name: &str) -> u64 {
         // FNV-1a 64-bit test vectors for "a", "b", "c".
         match name {

@@ -513,7 +513,7 @@ impl CaseRun<'_> {
                 false
             }
             Err(e) => {
-                let outputs = e.outputs.clone().unwrap_or(J::Null);
+                let outputs = e.outputs.clone().map_or(J::Null, |b| *b);
                 if step.kind.sets_last && !outputs.is_null() {
                     self.ctx.last_exec = Some(outputs.clone());
                 }
@@ -534,7 +534,8 @@ impl CaseRun<'_> {
                     start_ms,
                     duration_ms,
                 );
-                rec.mismatch = e.mismatch.map(|mut m| {
+                rec.mismatch = e.mismatch.map(|m| {
+                    let mut m = *m;
                     m.expected = self.cfg.masker.mask(&m.expected).into_owned();
                     m.actual = self.cfg.masker.mask(&m.actual).into_owned();
                     m

@@ -33,7 +33,7 @@ async fn assert_stream(ctx: &mut StepCtx, args: &J, stream: &str) -> StepResult 
     let out = subject(ctx, &a)?;
     let text = out.get(stream).and_then(J::as_str).unwrap_or_default().to_string();
     let m = matcher_of(args, &["of"])?.ok_or_else(|| StepError::error("no matcher given"))?;
-    m.check_text(&text).map_err(|f| StepError::from(f))?;
+    m.check_text(&text).map_err(StepError::from)?;
     Ok(J::Null)
 }
 
@@ -57,7 +57,7 @@ pub async fn assert_exit(ctx: &mut StepCtx, args: &J) -> StepResult {
             (None, None) => "none (still running or unknown)".into(),
         };
         let mut e = StepError::fail(format!("expected exit code {want}, got {got_text}"));
-        e.mismatch = Some(crate::report::events::Mismatch { expected: want.to_string(), actual: got_text });
+        e.mismatch = Some(Box::new(crate::report::events::Mismatch { expected: want.to_string(), actual: got_text }));
         return Err(e);
     }
     Ok(J::Null)

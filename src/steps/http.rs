@@ -82,18 +82,18 @@ fn check_expect(expect: &J, status: u16, headers: &serde_json::Map<String, J>, b
             let snippet: String = body.chars().take(300).collect();
             let mut err =
                 StepError::fail(format!("expected status {}, got {status}; body: {snippet:?}", super::text(want)));
-            err.mismatch = Some(Mismatch { expected: super::text(want), actual: status.to_string() });
+            err.mismatch = Some(Box::new(Mismatch { expected: super::text(want), actual: status.to_string() }));
             return Err(err);
         }
     }
     if let Some(m) = e.get("body") {
-        Matcher::from_json(m).map_err(StepError::error)?.check_text(body).map_err(|f| StepError::from(f))?;
+        Matcher::from_json(m).map_err(StepError::error)?.check_text(body).map_err(StepError::from)?;
     }
     if let Some(checks) = e.get("json") {
         Matcher::from_json(&json!({ "json": checks }))
             .map_err(StepError::error)?
             .check_text(body)
-            .map_err(|f| StepError::from(f))?;
+            .map_err(StepError::from)?;
     }
     for (name, want) in e.str_map("headers")? {
         let got = headers.get(&name.to_ascii_lowercase()).and_then(J::as_str);

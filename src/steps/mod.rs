@@ -37,9 +37,9 @@ pub enum Severity {
 pub struct StepError {
     pub severity: Severity,
     pub message: String,
-    pub mismatch: Option<Mismatch>,
+    pub mismatch: Option<Box<Mismatch>>,
     /// Outputs gathered before the failure (e.g. the HTTP response that did not match).
-    pub outputs: Option<J>,
+    pub outputs: Option<Box<J>>,
 }
 
 impl StepError {
@@ -50,14 +50,14 @@ impl StepError {
         Self { severity: Severity::Error, message: message.into(), mismatch: None, outputs: None }
     }
     pub fn with_outputs(mut self, outputs: J) -> Self {
-        self.outputs = Some(outputs);
+        self.outputs = Some(Box::new(outputs));
         self
     }
 }
 
 impl From<MatchFailure> for StepError {
     fn from(f: MatchFailure) -> Self {
-        Self { severity: Severity::Fail, message: f.message, mismatch: f.mismatch, outputs: None }
+        Self { severity: Severity::Fail, message: f.message, mismatch: f.mismatch.map(Box::new), outputs: None }
     }
 }
 

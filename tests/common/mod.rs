@@ -34,7 +34,7 @@ pub fn redact(s: &str) -> String {
         (r"\b\d+(\.\d+)?s\b", "<dur>"),
         (r"\b\d+m\d{2}s\b", "<dur>"),
         (r"sr-[0-9a-f]{8}", "<run-id>"),
-        (r"sb-[0-9a-z]+", "<sandbox>"),
+        (r"sbx?-[0-9a-f]{6,}", "<sandbox>"),
         (r#"timestamp="[^"]*""#, r#"timestamp="<ts>""#),
         (r#"hostname="[^"]*""#, r#"hostname="<host>""#),
         (r#"time="[^"]*""#, r#"time="<t>""#),

@@ -120,6 +120,9 @@ struct Inner {
     state_dir: PathBuf,
     namespaces: bool,
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
+    /// Sandboxes being torn down: no longer addressable, but a second Ctrl-C must still
+    /// finish them off.
+    dying: Mutex<HashMap<String, Arc<Sandbox>>>,
     stats: Mutex<ProviderStats>,
     in_flight: AtomicUsize,
     in_flight_changed: Notify,
@@ -201,6 +204,7 @@ impl LocalProvider {
                 state_dir: opts.state_dir,
                 namespaces: isolation == Isolation::Namespaces,
                 sandboxes: Mutex::new(HashMap::new()),
+                dying: Mutex::new(HashMap::new()),
                 stats: Mutex::new(ProviderStats::default()),
                 in_flight: AtomicUsize::new(0),
                 in_flight_changed: Notify::new(),
@@ -388,7 +392,9 @@ impl Inner {
         let Some(sb) = self.sandboxes.lock().expect("sandboxes").remove(id) else {
             return false;
         };
+        self.dying.lock().expect("dying").insert(id.to_string(), sb.clone());
         sb.teardown().await;
+        self.dying.lock().expect("dying").remove(id);
         let mut st = self.stats.lock().expect("stats");
         st.destroyed += 1;
         st.live = st.live.saturating_sub(1);
@@ -396,8 +402,17 @@ impl Inner {
     }
 
     fn kill_all_now(&self) {
-        for sb in self.sandboxes.lock().expect("sandboxes").values() {
+        let mut all: Vec<Arc<Sandbox>> = self.sandboxes.lock().expect("sandboxes").values().cloned().collect();
+        all.extend(self.dying.lock().expect("dying").values().cloned());
+        for sb in &all {
             sb.kill_now();
+        }
+        // SIGKILL is delivered at once; the PID namespaces are gone within milliseconds.
+        // Give them a moment, then remove the state directories so nothing is left on disk.
+        // Bounded: this runs on the way out after a second Ctrl-C.
+        std::thread::sleep(Duration::from_millis(150));
+        for sb in &all {
+            let _ = std::fs::remove_dir_all(&sb.dir);
         }
     }
 }

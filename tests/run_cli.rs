@@ -1,0 +1,248 @@
+//! Runs of the real binary on fixture scenarios, on the real local provider: the summary and
+//! JUnit compared with expected output, interrupts, secrets, and the concurrency limit.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn junit_doc(path: &Path) -> String {
+    std::fs::read_to_string(path).expect("junit written")
+}
+
+#[test]
+fn passing_run_summary_and_junit_match_expected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junit = tmp.path().join("junit.xml");
+    let out = cmd(&["tests/fixtures/passing", "--no-progress", "--junit", junit.to_str().unwrap()])
+        .env_remove("FIXTURE_ONLY_API_KEY")
+        .env_remove("FIXTURE_ONLY_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    expect_file(&root().join("tests/fixtures/passing.out"), &redact(&text(&out.stdout)));
+    let xml = junit_doc(&junit);
+    expect_file(&root().join("tests/fixtures/passing.junit.xml"), &redact(&xml));
+    let doc = roxmltree::Document::parse(&xml).expect("JUnit is well-formed XML");
+    let cases: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("testcase")).collect();
+    assert_eq!(cases.len(), 2);
+    let skipped = cases.iter().find(|c| c.attribute("name") == Some("passing skipped for credentials")).unwrap();
+    let reason = skipped.children().find(|n| n.has_tag_name("skipped")).unwrap().attribute("message").unwrap();
+    assert_eq!(reason, "missing credentials [FIXTURE_ONLY_API_KEY, FIXTURE_ONLY_TOKEN]");
+}
+
+#[test]
+fn failing_runs_show_diffs_and_exit_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junit = tmp.path().join("junit.xml");
+    let out = run(&["tests/fixtures/failing", "--no-progress", "-j", "4", "--junit", junit.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = redact(&text(&out.stdout));
+    expect_file(&root().join("tests/fixtures/failing.out"), &stdout);
+    assert!(stdout.contains("-BETA\n+beta"), "multi-line diff missing:\n{stdout}");
+    let xml = junit_doc(&junit);
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let failures: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("failure")).collect();
+    assert_eq!(failures.len(), 4, "{xml}");
+    let diff =
+        failures.iter().find(|f| f.text().unwrap_or("").contains("assertions.yaml:")).expect("failure names file:line");
+    assert!(diff.text().unwrap().contains("tests/fixtures/failing/assertions.yaml:5:5"), "{:?}", diff.text());
+}
+
+/// Every process, mount and namespace a run made must be gone when it ends.
+fn assert_nothing_left(state_dir: &Path, mark: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut leftovers = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
+                if env.windows(mark.len()).any(|w| w == mark.as_bytes()) {
+                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    leftovers.push(format!("process {pid}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+                }
+            }
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let state = state_dir.to_string_lossy();
+        leftovers.extend(mounts.lines().filter(|l| l.contains(&*state)).map(|l| format!("mount: {l}")));
+        let entries: Vec<_> =
+            std::fs::read_dir(state_dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+        leftovers.extend(entries.iter().map(|e| format!("state left: {e:?}")));
+        if leftovers.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("left behind:\n{}", leftovers.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn count_sandboxes(state_dir: &Path) -> usize {
+    std::fs::read_dir(state_dir).map(|d| d.flatten().count()).unwrap_or(0)
+}
+
+fn interrupt_run(signals: usize) -> (std::process::ExitStatus, String, tempfile::TempDir, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let report = tmp.path().join("report.json");
+    let mark = format!("sr-test-{}-{signals}", std::process::id());
+    let mut child = cmd(&[
+        "tests/fixtures/interrupt",
+        "--no-progress",
+        "-j",
+        "3",
+        "--json",
+        report.to_str().unwrap(),
+        "--grace-period",
+        "10s",
+    ])
+    .env("SCENARIO_RUN_STATE_DIR", &state)
+    .env("SR_TEST_MARK", &mark)
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Wait until three sandboxes exist and their commands run.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count_sandboxes(&state) < 3 {
+        assert!(Instant::now() < deadline, "sandboxes never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    let started = Instant::now();
+    for _ in 0..signals {
+        // SAFETY: signalling the child we spawned, by its pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let status = child.wait().unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(20), "interrupt took {took:?}");
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert_nothing_left(&state, &mark);
+    let json = std::fs::read_to_string(&report).unwrap_or_default();
+    (status, stdout, tmp, json)
+}
+
+#[test]
+fn sigint_runs_finally_destroys_everything_and_exits_130() {
+    let (status, stdout, _tmp, json) = interrupt_run(1);
+    assert_eq!(status.code(), Some(130), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(&json).expect("report written on interrupt");
+    assert_eq!(report["interrupted"], true);
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 6, "every case is in the report");
+    let ran: Vec<_> = results.iter().filter(|r| !r["steps"].as_array().unwrap().is_empty()).collect();
+    assert_eq!(ran.len(), 3, "three were running");
+    for r in &ran {
+        let finally = r["steps"].as_array().unwrap().iter().find(|s| s["phase"] == "finally").unwrap();
+        assert_eq!(finally["status"], "passed", "finally ran after the interrupt: {finally}");
+        assert_eq!(finally["outputs"]["stdout"], "finally ran\n");
+        assert!(r["steps"].as_array().unwrap().iter().any(|s| s["phase"] == "cleanup" && s["status"] == "passed"));
+    }
+    assert!(results.iter().all(|r| r["interrupted"] == true));
+    assert_eq!(report["provider_stats"]["live"], 0);
+}
+
+#[test]
+fn second_sigint_exits_at_once_and_still_leaves_nothing() {
+    let (status, _stdout, _tmp, _json) = interrupt_run(2);
+    assert_eq!(status.code(), Some(130));
+}
+
+#[test]
+fn canary_secret_appears_in_no_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let canary = format!("canary-{}-s3cr3t-value", std::process::id());
+    let b64 = base64_std(&canary);
+    let scenario = tmp.path().join("leak.yaml");
+    std::fs::write(
+        &scenario,
+        r#"name: leak attempt
+secrets: [PLAIN_VALUE]
+steps:
+  - create: { template: base, envs: { TOKEN_COPY: "{{ env.CANARY_API_KEY }}" } }
+  - exec: 'echo "$TOKEN_COPY"; echo "{{ env.CANARY_API_KEY | b64encode }}"; echo "{{ env.PLAIN_VALUE }}" >&2; printf "%s" "user:$TOKEN_COPY" | base64'
+  - write-file: { path: /tmp/k, content: "{{ env.CANARY_API_KEY | urlencode }}" }
+  - read-file: /tmp/k
+  - http-get: { url: "http://127.0.0.1:9/?k={{ env.CANARY_API_KEY }}" }
+    continue_on_error: true
+  - assert-stdout: { equals: "{{ env.CANARY_API_KEY }}" }
+"#,
+    )
+    .unwrap();
+    let (junit, json, evidence) = (tmp.path().join("j.xml"), tmp.path().join("r.json"), tmp.path().join("ev"));
+    let out = cmd(&[
+        scenario.to_str().unwrap(),
+        "--no-progress",
+        "-v",
+        "--junit",
+        junit.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--evidence",
+        evidence.to_str().unwrap(),
+    ])
+    .env("CANARY_API_KEY", &canary)
+    .env("PLAIN_VALUE", "plain-canary-value")
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the assertion fails, so the secret is in a mismatch: {}",
+        text(&out.stdout)
+    );
+    let mut outputs = vec![("stdout".to_string(), text(&out.stdout)), ("stderr".to_string(), text(&out.stderr))];
+    outputs.push(("junit".into(), std::fs::read_to_string(&junit).unwrap()));
+    outputs.push(("json".into(), std::fs::read_to_string(&json).unwrap()));
+    for e in std::fs::read_dir(&evidence).unwrap().flatten() {
+        outputs.push((e.path().display().to_string(), std::fs::read_to_string(e.path()).unwrap()));
+    }
+    let basic = base64_std(&format!("user:{canary}"));
+    let forms = [canary.as_str(), b64.as_str(), basic.as_str(), "plain-canary-value"];
+    for (name, content) in &outputs {
+        for form in forms {
+            assert!(!content.contains(form), "{name} leaks {form}:\n{content}");
+        }
+    }
+    // The masking is visible, so the test would notice if the secret were simply not printed.
+    assert!(outputs.iter().any(|(_, c)| c.contains("***")));
+}
+
+fn base64_std(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[test]
+fn live_sandboxes_never_exceed_the_concurrency_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    for i in 0..10 {
+        std::fs::write(
+            tmp.path().join(format!("s{i}.yaml")),
+            format!("name: peak {i}\nsteps:\n  - create: base\n  - exec: sleep 0.3\n"),
+        )
+        .unwrap();
+    }
+    // Two sandboxes in one case: it must take two permits.
+    std::fs::write(
+        tmp.path().join("two.yaml"),
+        "name: peak two\nsteps:\n  - create: { template: base, as: a }\n  - create: { template: base, as: b }\n  - exec: sleep 0.3\n",
+    )
+    .unwrap();
+    let report = tmp.path().join("r.json");
+    let out = run(&[tmp.path().to_str().unwrap(), "--no-progress", "-j", "3", "--json", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let stats = &r["provider_stats"];
+    assert_eq!(stats["created"], 12);
+    assert_eq!(stats["destroyed"], 12);
+    assert_eq!(stats["live"], 0);
+    assert_eq!(stats["peak_live"], 3, "peak must reach the limit (parallel) and never pass it: {stats}");
+}
