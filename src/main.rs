@@ -143,6 +143,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
+    // ./.env fills in what the shell did not set, before flags read their `env = …` defaults.
+    if let Ok(text) = std::fs::read_to_string(".env") {
+        if let Ok(vars) = config::parse_dotenv(&text) {
+            for (k, v) in vars {
+                if std::env::var_os(&k).is_none() {
+                    // SAFETY: single-threaded here; no other thread reads the environment yet.
+                    unsafe { std::env::set_var(k, v) };
+                }
+            }
+        }
+    }
     let cli = Cli::parse();
     let code = match cli.command {
         Some(Command::Check(args)) => check(args),
