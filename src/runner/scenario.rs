@@ -148,14 +148,12 @@ pub async fn run_case(
     let limit = sc.timeout.unwrap_or(cfg.scenario_timeout);
     let deadline = TInstant::now() + limit;
 
-    let mut stop = run.list(&sc.setup, Phase::Setup, deadline, cancel).await;
+    let timed_out = format!("scenario timed out after {}", crate::duration::human(limit));
+    let mut stop = run.list(&sc.setup, Phase::Setup, deadline, &timed_out, cancel).await;
     if matches!(stop, Stop::Done) {
-        stop = run.list(&sc.steps, Phase::Steps, deadline, cancel).await;
+        stop = run.list(&sc.steps, Phase::Steps, deadline, &timed_out, cancel).await;
     } else {
         run.skip_all(&sc.steps, Phase::Steps, "setup did not complete");
-    }
-    if let Stop::TimedOut = stop {
-        run.fail_scenario(Severity::Fail, format!("scenario timed out after {}", crate::duration::human(limit)));
     }
     // `finally` always runs; after an interrupt or timeout it gets the grace period.
     let interrupted = matches!(stop, Stop::Interrupted) || cancel.is_cancelled();
@@ -165,7 +163,8 @@ pub async fn run_case(
         TInstant::now() + cfg.grace.max(Duration::from_secs(300))
     };
     let never = CancellationToken::new();
-    run.list(&sc.finally, Phase::Finally, finally_deadline, &never).await;
+    let finally_late = format!("finally did not finish within {}", crate::duration::human(cfg.grace));
+    run.list(&sc.finally, Phase::Finally, finally_deadline, &finally_late, &never).await;
     run.cleanup().await;
 
     let sandboxes = run.ctx.sandboxes.iter().map(|s| s.id.clone()).collect();
@@ -315,7 +314,14 @@ impl CaseRun<'_> {
         MValue::from(map)
     }
 
-    async fn list(&mut self, steps: &[Step], phase: Phase, deadline: TInstant, cancel: &CancellationToken) -> Stop {
+    async fn list(
+        &mut self,
+        steps: &[Step],
+        phase: Phase,
+        deadline: TInstant,
+        late: &str,
+        cancel: &CancellationToken,
+    ) -> Stop {
         for (i, step) in steps.iter().enumerate() {
             if cancel.is_cancelled() {
                 self.skip_all(&steps[i..], phase, "interrupted");
@@ -333,32 +339,26 @@ impl CaseRun<'_> {
                 _ = cancel.cancelled() => None,
             };
             let Some(failed) = outcome else {
-                // The step was dropped mid-flight: record why.
+                // The step was dropped mid-flight: it is where the scenario failed.
                 let interrupted = cancel.is_cancelled();
-                let why = if interrupted { "interrupted" } else { "scenario deadline reached" };
-                let mut rec = self.record(
-                    step,
-                    i,
-                    phase,
-                    StepStatus::Error,
-                    J::Null,
-                    J::Null,
-                    Some(why.into()),
-                    1,
-                    self.elapsed_ms(),
-                    0,
-                );
-                if !interrupted && phase != Phase::Finally {
-                    rec.status = StepStatus::Failed;
+                let (status, severity, why) = if interrupted {
+                    (StepStatus::Error, Severity::Error, "interrupted")
+                } else {
+                    (StepStatus::Failed, if phase == Phase::Finally { Severity::Error } else { Severity::Fail }, late)
+                };
+                let rec =
+                    self.record(step, i, phase, status, J::Null, J::Null, Some(why.into()), 1, self.elapsed_ms(), 0);
+                if self.failure.is_none() {
+                    let failure = Failure {
+                        step: rec.label.clone(),
+                        location: rec.location.clone(),
+                        message: why.into(),
+                        mismatch: None,
+                    };
+                    self.failure = Some((severity, failure));
                 }
                 self.push_record(rec);
                 self.skip_all(&steps[i + 1..], phase, why);
-                if phase == Phase::Finally && !interrupted {
-                    self.fail_scenario(
-                        Severity::Error,
-                        format!("finally did not finish within {}", crate::duration::human(self.cfg.grace)),
-                    );
-                }
                 return if interrupted { Stop::Interrupted } else { Stop::TimedOut };
             };
             if failed && phase != Phase::Finally {
