@@ -75,13 +75,18 @@ pub fn run_id(env: &BTreeMap<String, String>) -> String {
     format!("sr-{:08x}", h as u32)
 }
 
-/// Today's date, UTC, as YYYY-MM-DD (civil-from-days, no time zone database needed).
+/// Today's date, UTC, as YYYY-MM-DD.
 pub fn today() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let z = (secs / 86400) as i64 + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    utc_date(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
+}
+
+/// The UTC date of a Unix time as YYYY-MM-DD (Howard Hinnant's civil_from_days; no time zone
+/// database needed).
+pub fn utc_date(unix_secs: u64) -> String {
+    let z = (unix_secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     let mp = (5 * doy + 2) / 153;
     let d = doy - (153 * mp + 2) / 5 + 1;

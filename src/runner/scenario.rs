@@ -200,21 +200,15 @@ pub async fn run_case(
         }
     }
     ScenarioResult {
-        index,
-        name: case.name.clone(),
-        description: sc.description.clone(),
-        location: sc.location.clone(),
-        tags: sc.tags.clone(),
-        matrix: case.matrix.iter().map(|(k, v)| (k.clone(), crate::steps::text(v))).collect(),
         outcome,
         reason: reason.map(|r| cfg.masker.mask(&r).into_owned()),
         failure,
-        known_issue,
         steps: run.records,
         sandboxes,
         started_at_ms,
         duration_ms: run.started.elapsed().as_millis() as u64,
         interrupted,
+        ..skipped_result(&case, index, String::new())
     }
 }
 
