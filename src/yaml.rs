@@ -108,6 +108,15 @@ impl Node {
 /// parsing of that file (the rest of the file cannot be trusted), but duplicate keys are
 /// collected.
 pub fn parse(source: &Source) -> Result<Vec<Node>, Vec<Diagnostic>> {
+    match parse_keeping_going(source)? {
+        (docs, diags) if diags.is_empty() => Ok(docs),
+        (_, diags) => Err(diags),
+    }
+}
+
+/// Like [`parse`], but problems that leave the tree usable (duplicate keys) come back beside
+/// it, so validation can go on and report everything at once. `Err` is a syntax error.
+pub fn parse_keeping_going(source: &Source) -> Result<(Vec<Node>, Vec<Diagnostic>), Vec<Diagnostic>> {
     let mut builder =
         Builder { source, stack: Vec::new(), docs: Vec::new(), anchors: HashMap::new(), diags: Vec::new() };
     let mut parser = Parser::new_from_str(&source.text);
@@ -134,11 +143,7 @@ pub fn parse(source: &Source) -> Result<Vec<Node>, Vec<Diagnostic>> {
             }
         }
     }
-    if builder.diags.is_empty() {
-        Ok(builder.docs)
-    } else {
-        Err(builder.diags)
-    }
+    Ok((builder.docs, builder.diags))
 }
 
 enum Frame {

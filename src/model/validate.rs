@@ -126,8 +126,8 @@ impl Ctx<'_> {
 
 /// Validate one file (one or more YAML documents).
 pub fn file(src: &Arc<Source>, opts: &LoadOptions) -> Result<Vec<Scenario>, Vec<Diagnostic>> {
-    let docs = yaml::parse(src)?;
-    let mut cx = Ctx { src, diags: Vec::new() };
+    let (docs, diags) = yaml::parse_keeping_going(src)?;
+    let mut cx = Ctx { src, diags };
     let docs: Vec<Node> = docs.into_iter().filter(|d| d.value != Value::Null).collect();
     if docs.is_empty() {
         let d = Diagnostic::new(src, 1, 1, 1, "empty file: a scenario needs `name` and `steps`")
@@ -386,7 +386,9 @@ fn step(
         }
     }
     let kinds: Vec<&str> = registry::names().collect();
-    let known: Vec<_> = kind_entries.iter().filter(|(_, _, t)| registry::lookup(t).is_some()).collect();
+    let mut known: Vec<_> = kind_entries.iter().filter(|(_, _, t)| registry::lookup(t).is_some()).collect();
+    // The same kind twice is a duplicate key, already reported by the parser.
+    known.dedup_by(|a, b| a.2 == b.2);
     let (kind, knode, args) = match known.len() {
         1 => {
             let (k, v, t) = known[0];
@@ -463,6 +465,18 @@ fn step(
             }
         },
     };
+
+    // `exec: {{ vars.cmd }}` is a YAML flow mapping whose key is a mapping: say so plainly.
+    if let Some(m) = args.as_map() {
+        if m.iter().any(|(k, _)| matches!(k.value, Value::Map(_))) {
+            let d = args
+                .diag(cx.src, "a value that starts with `{{` must be quoted")
+                .label("YAML reads this as a mapping")
+                .help(format!("write `{}: \"{{{{ … }}}}\"`", kind.name));
+            cx.push(d);
+            return None;
+        }
+    }
 
     // Common keys.
     let mut st = Step {
