@@ -16,7 +16,7 @@ fn junit_doc(path: &Path) -> String {
 fn passing_run_summary_and_junit_match_expected() {
     let tmp = tempfile::tempdir().unwrap();
     let junit = tmp.path().join("junit.xml");
-    let out = cmd(&["tests/fixtures/passing", "--no-progress", "--junit", junit.to_str().unwrap()])
+    let out = cmd(&["tests/fixtures/passing", "--no-progress", "-j", "1", "--junit", junit.to_str().unwrap()])
         .env_remove("FIXTURE_ONLY_API_KEY")
         .env_remove("FIXTURE_ONLY_TOKEN")
         .output()
@@ -37,7 +37,8 @@ fn passing_run_summary_and_junit_match_expected() {
 fn failing_runs_show_diffs_and_exit_1() {
     let tmp = tempfile::tempdir().unwrap();
     let junit = tmp.path().join("junit.xml");
-    let out = run(&["tests/fixtures/failing", "--no-progress", "-j", "4", "--junit", junit.to_str().unwrap()]);
+    // -j 1: plain lines come in completion order; one at a time makes that the plan order.
+    let out = run(&["tests/fixtures/failing", "--no-progress", "-j", "1", "--junit", junit.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stdout = redact(&text(&out.stdout));
     expect_file(&root().join("tests/fixtures/failing.out"), &stdout);
