@@ -209,6 +209,8 @@ pub struct Scope {
     /// ids defined anywhere in the scenario (later ones give a better message)
     pub later_steps: BTreeSet<String>,
     pub aliases: BTreeSet<String>,
+    /// A `create` or `connect` came before this point.
+    pub has_sandbox: bool,
 }
 
 /// Compile a templated string and check its variables; push diagnostics.

@@ -554,12 +554,7 @@ fn step(
 
     // A step that needs a sandbox must come after one exists.
     let names_target = st.args.get("id").is_some() || st.args.get("url").is_some();
-    if kind.uses_sandbox
-        && !names_target
-        && scope.aliases.is_empty()
-        && *sandboxes == 0
-        && !scope.steps.contains_key("\0sandbox")
-    {
+    if kind.uses_sandbox && !names_target && !scope.has_sandbox {
         cx.err(knode, format!("`{}` needs a sandbox, but none is created before it", kind.name)).help =
             Some("add `- create: base` before this step".into());
     }
@@ -567,7 +562,7 @@ fn step(
         if kind.name == "create" {
             *sandboxes += 1;
         }
-        scope.steps.insert("\0sandbox".into(), Vec::new());
+        scope.has_sandbox = true;
         if let Some(alias) = st.args.get("as").and_then(Node::as_str) {
             scope.aliases.insert(alias.to_string());
         }
@@ -722,12 +717,10 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
             if let Some(text) = cx.string(v, key) {
                 templates(cx, v, scope);
                 if key == "of" && !template::is_template(&text) && !scope.steps.contains_key(&text) {
-                    let help =
-                        did_you_mean(&text, scope.steps.keys().map(String::as_str).filter(|k| !k.starts_with('\0')))
-                            .map_or_else(
-                                || "`of` names the `id` of an earlier exec step".to_string(),
-                                |s| format!("did you mean `{s}`?"),
-                            );
+                    let help = did_you_mean(&text, scope.steps.keys().map(String::as_str)).map_or_else(
+                        || "`of` names the `id` of an earlier exec step".to_string(),
+                        |s| format!("did you mean `{s}`?"),
+                    );
                     let d = v
                         .diag(cx.src, format!("reference to unknown step id `{text}`"))
                         .label("no earlier step has this id")
