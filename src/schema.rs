@@ -44,7 +44,7 @@ fn object(fields: &[Field], matcher: bool) -> J {
     }
     if matcher {
         for (k, _) in crate::matcher::KEYS {
-            props.insert(k.to_string(), json!({ "$ref": format!("#/definitions/matcher/properties/{k}") }));
+            props.insert(k.to_string(), json!({ "$ref": format!("#/definitions/matcher_object/properties/{k}") }));
         }
     }
     let required: Vec<&str> = fields.iter().filter(|f| f.required).map(|f| f.name).collect();
@@ -62,7 +62,9 @@ fn kind_schema(k: &StepKind) -> J {
         let obj = object(k.fields, k.matcher);
         let mut variants = vec![obj];
         if let Some(main) = k.main {
-            let main_schema = k.field(main).map(field_schema).unwrap_or(json!({}));
+            // A matcher step's shorthand is `equals`: any scalar.
+            let main_schema =
+                k.field(main).map(field_schema).unwrap_or(json!({ "type": ["string", "number", "boolean"] }));
             variants.push(main_schema);
         }
         if !k.fields.iter().any(|f| f.required) {
@@ -157,8 +159,9 @@ pub fn schema() -> J {
         },
         "definitions": {
             "duration": { "anyOf": [{ "type": "number", "minimum": 0 }, { "type": "string", "pattern": "^(\\d+(\\.\\d+)?(ms|s|m|h))+$|^\\d+(\\.\\d+)?$|\\{\\{" }] },
+            "matcher_object": { "type": "object", "additionalProperties": false, "properties": matcher_props },
             "matcher": { "anyOf": [
-                { "type": "object", "additionalProperties": false, "properties": matcher_props },
+                { "$ref": "#/definitions/matcher_object" },
                 { "type": ["string", "number", "boolean", "null"] } ] },
             "json_checks": { "type": "array", "items": { "type": "object", "required": ["path"], "properties": { "path": { "type": "string" }, "exists": { "type": "boolean" } } } },
             "common": common,

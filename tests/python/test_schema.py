@@ -1,0 +1,36 @@
+"""The generated JSON Schema, read by a real JSON Schema validator (what editors use).
+
+Every shipped scenario must validate; the invalid fixtures that the schema can see (unknown
+kinds, unknown fields, wrong types, missing required fields) must not.
+"""
+import glob
+import json
+import pathlib
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "schema/scenario.schema.json").read_text())
+VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+
+
+def test_schema_is_a_valid_draft7_schema():
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(str(ROOT / "scenarios/**/*.yaml"), recursive=True)))
+def test_shipped_scenarios_validate(path):
+    for doc in yaml.safe_load_all(open(path)):
+        errors = [f"{list(e.absolute_path)}: {e.message[:200]}" for e in VALIDATOR.iter_errors(doc)]
+        assert errors == [], errors
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["unknown-kind", "unknown-field", "wrong-type", "missing-required", "no-steps", "nested-fields"],
+)
+def test_invalid_fixtures_are_rejected(name):
+    doc = yaml.safe_load(open(ROOT / f"tests/fixtures/invalid/{name}.yaml"))
+    assert list(VALIDATOR.iter_errors(doc)), f"{name} should not validate"
