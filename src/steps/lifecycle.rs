@@ -66,8 +66,9 @@ pub async fn connect(ctx: &mut StepCtx, args: &J) -> StepResult {
             ctx.target = Some(i);
         }
         _ => {
-            // Connected sandboxes belong to someone else unless `owned: true`.
-            let keep = !a.bool("owned")? && existing.is_none();
+            // Connected sandboxes belong to someone else unless `owned: true`; one of ours
+            // seen under a new alias stays as it was created (kept or not).
+            let keep = !a.bool("owned")? && existing.is_none_or(|i| ctx.sandboxes[i].keep);
             push_sandbox(
                 ctx,
                 SandboxRef {
