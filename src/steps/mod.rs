@@ -13,6 +13,11 @@ pub mod lifecycle;
 pub mod misc;
 pub mod registry;
 
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
