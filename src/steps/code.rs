@@ -66,13 +66,17 @@ pub async fn run_code(ctx: &mut StepCtx, args: &J) -> StepResult {
             serde_json::from_slice(&bytes).map_err(|e| StepError::error(format!("driver wrote bad JSON: {e}")))?
         }
         Err(_) => {
+            let how = match (r.exit_code, r.signal) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                (None, None) => "no exit code".into(),
+            };
             let stderr = super::lossy(&r.stderr);
-            return Err(StepError::error(format!(
-                "python3 did not run the code (exit {:?}): {}",
-                r.exit_code,
-                stderr.trim()
-            ))
-            .with_outputs(outputs));
+            let mut msg = format!("python3 did not run the code ({how})");
+            if !stderr.trim().is_empty() {
+                msg.push_str(&format!(": {}", stderr.trim()));
+            }
+            return Err(StepError::error(msg).with_outputs(outputs));
         }
     };
     let _ = ctx.provider.remove(&id, &cell).await;

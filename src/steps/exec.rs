@@ -62,11 +62,12 @@ pub fn signal_number(v: &J) -> Result<i32, StepError> {
         return Ok(n as i32);
     }
     let s = super::text(v);
-    let s = s.trim().trim_start_matches("SIG").to_ascii_uppercase();
+    let s = s.trim().to_ascii_uppercase();
+    let s = s.trim_start_matches("SIG");
     if let Ok(n) = s.parse() {
         return Ok(n);
     }
-    Ok(match s.as_str() {
+    Ok(match s {
         "HUP" => libc::SIGHUP,
         "INT" => libc::SIGINT,
         "QUIT" => libc::SIGQUIT,

@@ -35,6 +35,9 @@ pub async fn create(ctx: &mut StepCtx, args: &J) -> StepResult {
         cpu: a.opt_int("cpu")?.map(|v| v as u32),
         memory_mb: a.opt_int("memory")?.map(|v| v as u64),
     };
+    // Read before creating: an argument error after it would leak a sandbox the scenario
+    // does not know about and so never destroys.
+    let keep = a.bool("keep")?;
     let info = ctx.provider.create(req).await?;
     let alias = a.opt_str("as");
     push_sandbox(
@@ -43,7 +46,7 @@ pub async fn create(ctx: &mut StepCtx, args: &J) -> StepResult {
             alias: alias.clone(),
             id: info.id.clone(),
             template: info.template.clone(),
-            keep: a.bool("keep")?,
+            keep,
             killed: false,
             urls: HashMap::new(),
         },
@@ -63,8 +66,9 @@ pub async fn connect(ctx: &mut StepCtx, args: &J) -> StepResult {
             ctx.target = Some(i);
         }
         _ => {
-            // Connected sandboxes belong to someone else unless `owned: true`.
-            let keep = !a.bool("owned")? && existing.is_none();
+            // Connected sandboxes belong to someone else unless `owned: true`; one of ours
+            // seen under a new alias stays as it was created (kept or not).
+            let keep = !a.bool("owned")? && existing.is_none_or(|i| ctx.sandboxes[i].keep);
             push_sandbox(
                 ctx,
                 SandboxRef {

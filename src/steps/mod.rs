@@ -13,6 +13,11 @@ pub mod lifecycle;
 pub mod misc;
 pub mod registry;
 
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -182,7 +187,11 @@ impl<'a> Args<'a> {
     pub fn opt_duration(&self, key: &str) -> Result<Option<Duration>, StepError> {
         match self.get(key) {
             None => Ok(None),
-            Some(J::Number(n)) => Ok(n.as_f64().map(Duration::from_secs_f64)),
+            Some(J::Number(n)) => n
+                .as_f64()
+                .map(Duration::try_from_secs_f64)
+                .transpose()
+                .map_err(|_| StepError::error(format!("`{key}`: invalid duration `{n}`"))),
             Some(v) => {
                 crate::duration::parse(&text(v)).map(Some).map_err(|e| StepError::error(format!("`{key}`: {e}")))
             }
