@@ -576,8 +576,15 @@ impl CaseRun<'_> {
 
     /// Destroy every sandbox this case made, unless kept.
     async fn cleanup(&mut self) {
-        let doomed: Vec<(String, bool)> =
-            self.ctx.sandboxes.iter().filter(|s| !s.killed).map(|s| (s.id.clone(), s.keep)).collect();
+        // One sandbox may be known under several aliases: destroy it once, and keep it if
+        // any of its entries says so.
+        let mut doomed: Vec<(String, bool)> = Vec::new();
+        for sb in self.ctx.sandboxes.iter().filter(|s| !s.killed) {
+            match doomed.iter_mut().find(|(id, _)| *id == sb.id) {
+                Some((_, keep)) => *keep |= sb.keep,
+                None => doomed.push((sb.id.clone(), sb.keep)),
+            }
+        }
         for (id, keep) in doomed {
             if keep {
                 continue;
