@@ -14,6 +14,7 @@
 //! | envd URL for every sandbox | `E2B_SANDBOX_URL` | `E2B_SANDBOX_URL` |
 //! | create/connect route | `E2B_SANDBOX_CREATE_API=v1\|v2`, default `v1` | same variable, default `v2` |
 //! | control-plane auth header | `Authorization: Bearer <key>` | `X-API-KEY: <key>` |
+//! | port URLs | `SCENARIO_RUN_E2B_PORT_URL` (a template, see below) | same |
 //!
 //! Empty values count as unset. The `e2b` preset deliberately ignores the `ABX_*` variables,
 //! so an Alibaba key is never sent to E2B's API; the `alicloud` preset falls back to the
@@ -33,6 +34,11 @@
 //!   `127.x.x.x`, `[::1]`, with or without `:port`) both use `http://` instead, since a local
 //!   E2B-compatible server (`scenario-run serve`) speaks plain HTTP. This is the one
 //!   deliberate difference from the SDK, which would use `https` and fail there.
+//! * `SCENARIO_RUN_E2B_PORT_URL` (ours, not the SDK's) replaces the port URL rule with a
+//!   template whose `{port}`, `{id}` and `{domain}` are filled in, e.g.
+//!   `http://{port}-{id}.localhost:3000` or `http://127.0.0.1:3000/sandboxes/{id}/ports/{port}`.
+//!   A local server needs it when its port routing is not reachable by host name: plain
+//!   glibc does not resolve `*.localhost`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -110,6 +116,8 @@ pub struct Config {
     pub sandbox_url: Option<String>,
     pub create_api: CreateApi,
     pub auth: AuthStyle,
+    /// `SCENARIO_RUN_E2B_PORT_URL`: template for port URLs.
+    pub port_url_template: Option<String>,
     api_key: Option<String>,
 }
 
@@ -122,6 +130,7 @@ impl fmt::Debug for Config {
             .field("sandbox_url", &self.sandbox_url)
             .field("create_api", &self.create_api)
             .field("auth", &self.auth)
+            .field("port_url_template", &self.port_url_template)
             .field("api_key", &if self.api_key.is_some() { "<redacted>" } else { "<unset>" })
             .finish()
     }
@@ -178,7 +187,24 @@ impl Config {
             Preset::E2b => AuthStyle::ApiKeyHeader,
             Preset::Alicloud => AuthStyle::Bearer,
         };
-        Ok(Self { preset, api_url, domain, sandbox_url, create_api, auth, api_key: key.map(str::to_string) })
+        let port_url_template = get(env, &["SCENARIO_RUN_E2B_PORT_URL"]).map(str::to_string);
+        if let Some(t) = &port_url_template {
+            if !t.contains("{port}") || !(t.starts_with("http://") || t.starts_with("https://")) {
+                return Err(ProviderError::invalid(format!(
+                    "invalid SCENARIO_RUN_E2B_PORT_URL `{t}`: expected an http(s) URL template containing {{port}}"
+                )));
+            }
+        }
+        Ok(Self {
+            preset,
+            api_url,
+            domain,
+            sandbox_url,
+            create_api,
+            auth,
+            port_url_template,
+            api_key: key.map(str::to_string),
+        })
     }
 
     pub fn api_key(&self) -> Option<&str> {
@@ -210,6 +236,9 @@ impl Config {
     /// does not affect it, as in the SDK).
     pub fn port_url(&self, id: &str, domain: Option<&str>, port: u16) -> String {
         let domain = domain.filter(|d| !d.is_empty()).unwrap_or(&self.domain);
+        if let Some(t) = &self.port_url_template {
+            return t.replace("{port}", &port.to_string()).replace("{id}", id).replace("{domain}", domain);
+        }
         format!("{}://{port}-{id}.{domain}", scheme(domain))
     }
 }
@@ -332,6 +361,17 @@ mod tests {
             assert_eq!(c.envd_url("abc", None), format!("http://49983-abc.{d}"), "{d}");
         }
         assert_eq!(scheme("localhost.example.com"), "https");
+    }
+
+    #[test]
+    fn port_url_template() {
+        let e = env(&[("SCENARIO_RUN_E2B_PORT_URL", "http://127.0.0.1:3000/sandboxes/{id}/ports/{port}")]);
+        let c = Config::from_env(Preset::E2b, &e).unwrap();
+        assert_eq!(c.port_url("abc", None, 8080), "http://127.0.0.1:3000/sandboxes/abc/ports/8080");
+        let e = env(&[("SCENARIO_RUN_E2B_PORT_URL", "http://{port}-{id}.{domain}")]);
+        let c = Config::from_env(Preset::E2b, &e).unwrap();
+        assert_eq!(c.port_url("abc", Some("localhost:3000"), 80), "http://80-abc.localhost:3000");
+        assert!(Config::from_env(Preset::E2b, &env(&[("SCENARIO_RUN_E2B_PORT_URL", "http://x")])).is_err());
     }
 
     #[test]

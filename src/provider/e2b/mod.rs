@@ -286,7 +286,7 @@ impl Inner {
         let pid = process::read_start(&mut stream, &what).await.map_err(not_found)?;
         let proc = Proc::new(pid, String::new());
         self.procs.insert(id, proc.clone());
-        tokio::spawn(process::drive(stream, proc.clone(), None, what));
+        tokio::spawn(process::drive(stream, proc.clone(), None, what, id.to_string()));
         Ok(proc)
     }
 
@@ -456,7 +456,7 @@ impl Provider for E2bProvider {
         let (proc, stream) = inner.start(&envd, &req, &what).await?;
         inner.procs.insert(id, proc.clone());
         let mut guard = KillOnDrop { inner: inner.clone(), envd: envd.clone(), proc: Some(proc.clone()) };
-        let task = tokio::spawn(process::drive(stream, proc.clone(), output, what));
+        let task = tokio::spawn(process::drive(stream, proc.clone(), output, what, id.to_string()));
         let ended = match req.timeout {
             Some(t) => proc.wait_done(t).await,
             None => proc.wait_forever().await,
@@ -479,7 +479,7 @@ impl Provider for E2bProvider {
         let what = format!("run `{}` in the background", short(&req.cmd));
         let (proc, stream) = inner.start(&envd, &req, &what).await?;
         inner.procs.insert(id, proc.clone());
-        tokio::spawn(process::drive(stream, proc.clone(), None, what));
+        tokio::spawn(process::drive(stream, proc.clone(), None, what, id.to_string()));
         if let Some(t) = req.timeout {
             let (inner, proc) = (inner.clone(), proc.clone());
             tokio::spawn(async move {

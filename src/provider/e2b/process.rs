@@ -162,6 +162,7 @@ pub async fn drive(
     proc: Arc<Proc>,
     output: Option<mpsc::UnboundedSender<OutputChunk>>,
     what: String,
+    id: String,
 ) {
     let b64 = base64::engine::general_purpose::STANDARD;
     loop {
@@ -177,7 +178,7 @@ pub async fn drive(
                 break;
             }
             Err(e) => {
-                proc.state.lock().expect("proc state").error = Some(e.into_provider(&what, ""));
+                proc.state.lock().expect("proc state").error = Some(e.into_provider(&what, &id));
                 break;
             }
         };
@@ -185,7 +186,7 @@ pub async fn drive(
             Ok(EventEnvelope { event: Some(ev) }) => ev,
             Ok(_) => continue,
             Err(e) => {
-                proc.state.lock().expect("proc state").error = Some(e.into_provider(&what, ""));
+                proc.state.lock().expect("proc state").error = Some(e.into_provider(&what, &id));
                 break;
             }
         };
