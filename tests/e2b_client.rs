@@ -714,3 +714,97 @@ async fn make_dir_on_an_existing_path() {
     assert_eq!(e.kind, ErrorKind::Invalid, "exists and is not a directory");
     assert!(e.message.contains("not a directory"), "{}", e.message);
 }
+
+#[tokio::test]
+async fn stdin_is_sent_then_closed() {
+    let pending: Arc<Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>> = Arc::default();
+    let input: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let (p2, i2) = (pending.clone(), input.clone());
+    let fake = Fake::start(move |req| match req.path.as_str() {
+        "/process.Process/Start" => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tx.send(event(json!({"start":{"pid":7}}))).unwrap();
+            *p2.lock().unwrap() = Some(tx);
+            Some(Resp::Stream(rx))
+        }
+        "/process.Process/SendInput" => {
+            let b = req.json()["input"]["stdin"].as_str().unwrap().to_string();
+            i2.lock().unwrap().extend(base64::engine::general_purpose::STANDARD.decode(b).unwrap());
+            Some(json_resp(200, json!({})))
+        }
+        "/process.Process/CloseStdin" => {
+            // `cat` echoes its input and exits at EOF.
+            let tx = p2.lock().unwrap().take().unwrap();
+            let echoed = String::from_utf8(i2.lock().unwrap().clone()).unwrap();
+            tx.send(event(json!({"data":{"stdout":b64(&echoed)}}))).unwrap();
+            tx.send(event(json!({"end":{"exited":true,"status":"exit status 0"}}))).unwrap();
+            tx.send(frame(2, &json!({}))).unwrap();
+            Some(json_resp(200, json!({})))
+        }
+        _ => None,
+    })
+    .await;
+    let mut req = cmd("cat");
+    req.stdin = Some(b"line 1\nline 2\n".to_vec());
+    let r = fake.provider().exec(SBX, req, None).await.unwrap();
+    assert_eq!(r.stdout, b"line 1\nline 2\n");
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(fake.requests("POST", "/process.Process/Start")[0].envelope_json()["stdin"], json!(true));
+    assert_eq!(fake.requests("POST", "/process.Process/CloseStdin")[0].json(), json!({"process":{"pid":7}}));
+}
+
+#[tokio::test]
+async fn wait_on_a_pid_started_elsewhere_attaches_with_connect() {
+    let fake = Fake::start(|req| {
+        (req.path == "/process.Process/Connect").then(|| {
+            if req.envelope_json() != json!({"process":{"pid":55}}) {
+                return stream_of(vec![frame(2, &json!({"error":{"code":"not_found","message":"no process"}}))]);
+            }
+            stream_of(vec![
+                event(json!({"start":{"pid":55}})),
+                event(json!({"data":{"stdout":b64("late\n")}})),
+                event(json!({"end":{"exitCode":2,"exited":true,"status":"exit status 2"}})),
+                frame(2, &json!({})),
+            ])
+        })
+    })
+    .await;
+    let p = fake.provider();
+    let r = p.wait(SBX, 55, Duration::from_secs(5)).await.unwrap();
+    assert_eq!((r.exit_code, r.timed_out, r.stdout.as_slice()), (Some(2), false, b"late\n".as_slice()));
+    let e = p.wait(SBX, 56, Duration::from_secs(5)).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert!(e.message.contains("no such process: 56"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn destroy_all_kills_what_this_provider_created() {
+    let n = Arc::new(Mutex::new(0));
+    let n2 = n.clone();
+    let fake = Fake::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("POST", "/v2/sandboxes") => {
+            let mut n = n2.lock().unwrap();
+            *n += 1;
+            Some(json_resp(
+                201,
+                json!({"sandboxID":format!("made{n}"),"templateID":"t","clientID":"c","envdVersion":"0.6.13"}),
+            ))
+        }
+        ("DELETE", _) => Some(Resp::Full { status: 204, headers: vec![], body: vec![] }),
+        _ => None,
+    })
+    .await;
+    let p = fake.provider();
+    for _ in 0..2 {
+        p.create(CreateRequest::default()).await.unwrap();
+    }
+    assert_eq!(p.stats().peak_live, 2);
+    assert_eq!(p.destroy_all().await, 2);
+    let st = p.stats();
+    assert_eq!((st.created, st.destroyed, st.live, st.peak_live), (2, 2, 0, 2));
+    let mut killed: Vec<String> =
+        fake.log.lock().unwrap().iter().filter(|r| r.method == "DELETE").map(|r| r.path.clone()).collect();
+    killed.sort();
+    assert_eq!(killed, vec!["/sandboxes/made1", "/sandboxes/made2"]);
+    assert_eq!(p.destroy_all().await, 0);
+}
