@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use scenario_run::diag::Diagnostic;
 use scenario_run::mask::Masker;
 use scenario_run::model::{self, Case, LoadOptions};
+use scenario_run::provider::e2b::{E2bProvider, Preset};
 use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
 use scenario_run::provider::Provider;
 use scenario_run::report::events::{Event, Reporter};
@@ -278,7 +279,10 @@ fn select(cases: Vec<Case>, args: &RunArgs) -> Result<Vec<Case>, String> {
         .collect())
 }
 
-fn make_provider(args: &RunArgs) -> Result<Arc<dyn Provider>, String> {
+fn make_provider(
+    args: &RunArgs,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<Arc<dyn Provider>, String> {
     match args.provider.as_str() {
         "local" => {
             let isolation = match args.isolation.as_str() {
@@ -293,9 +297,12 @@ fn make_provider(args: &RunArgs) -> Result<Arc<dyn Provider>, String> {
             }
             Ok(Arc::new(p))
         }
-        "docker" | "e2b" | "alicloud" => {
-            Err(format!("provider `{}` is not available in this build yet", args.provider))
+        "e2b" | "alicloud" => {
+            let preset = if args.provider == "e2b" { Preset::E2b } else { Preset::Alicloud };
+            let p = E2bProvider::new(preset, env).map_err(|e| format!("{} provider: {e}", args.provider))?;
+            Ok(Arc::new(p))
         }
+        "docker" => Err(format!("provider `{}` is not available in this build yet", args.provider)),
         other => Err(format!("unknown provider `{other}`: use local, docker, e2b or alicloud")),
     }
 }
@@ -333,7 +340,7 @@ fn run(args: RunArgs) -> u8 {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
-        let provider = match make_provider(&args) {
+        let provider = match make_provider(&args, &env) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("error: {e}");

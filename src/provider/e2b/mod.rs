@@ -1,0 +1,753 @@
+//! The `e2b` and `alicloud` providers: a client of the E2B sandbox protocol, the REST control
+//! plane plus the in-sandbox daemon envd (Connect RPC with the JSON codec, and `/files`).
+//! Alibaba Cloud FC "Agent Sandbox" speaks the same protocol; the two differ only in their
+//! [`Preset`] (endpoints, auth header, create route). `/work/shared/docs/e2b-protocol.md` is
+//! the reference this follows; section numbers below point into it.
+//!
+//! [`E2bProvider`] owns the one `reqwest::Client` (connection pool, HTTP/2 by ALPN over TLS,
+//! HTTP/1.1 over plain `http://`), the envd address of every sandbox it has seen (learnt
+//! from create/connect/get answers: base URL, domain, access token, envd version), the
+//! sandboxes it created (for [`Provider::destroy_all`] and the stats) and the processes it
+//! started. Submodules:
+//!
+//! * `config` — presets, environment variables and their precedence, URL building;
+//! * `api` — control-plane calls and their error mapping;
+//! * `retry` — which calls are repeated, and how long to wait;
+//! * `connect` — Connect envelope framing and error codes (hand-written; see there why no
+//!   Connect crate);
+//! * `envd` — envd headers, unary and streaming calls, `/files`;
+//! * `process` — `Process/Start` streams, the reader task, the process table;
+//! * `model` — the JSON shapes and their mapping to provider types.
+//!
+//! # Mapping of the trait
+//!
+//! * `create` → `POST /v2/sandboxes` (e2b) or `POST /sandboxes` (alicloud, FC has no v2
+//!   routes yet); never retried on a status (see `retry`). It runs in its own task, so a
+//!   caller giving up never leaks a sandbox: one nobody waits for any more is killed.
+//! * `exec` → `Process/Start` with `/bin/bash -l -c <cmd>`; stdin via `SendInput` +
+//!   `CloseStdin`; the timeout is sent as `Connect-Timeout-Ms` (envd kills at the deadline)
+//!   and enforced here too with `SendSignal(SIGKILL)`.
+//! * `spawn`/`wait` → the same stream kept in a task; `wait` on a pid this provider did not
+//!   start attaches with `Process/Connect` (output from then on).
+//! * `process_list` → `Process/List` (every running process envd knows, including ones
+//!   other clients started) merged with the finished ones this provider saw, with their
+//!   exit codes.
+//! * `signal` → `SendSignal` for SIGKILL and SIGTERM, the only two envd implements; other
+//!   signals are sent by running `kill -<n> <pid>` in the sandbox.
+//! * files → `Filesystem/{Stat,ListDir,MakeDir,Move,Remove}` and `/files`. `write_file` with
+//!   a mode runs `chmod` afterwards (`/files` has no mode). `make_dir` on an existing
+//!   directory returns it (`mkdir -p`, like the local provider); `remove` of a missing path
+//!   succeeds, as envd's `os.RemoveAll` does.
+//! * `port_url` → `https://{port}-{id}.{domain}` (`http://` for loopback domains; see
+//!   `config`).
+//!
+//! Not supported: E2B debug mode (`E2B_DEBUG`), pause, metrics, PTYs, template builds.
+
+mod api;
+pub mod config;
+mod connect;
+mod envd;
+mod model;
+mod process;
+mod retry;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use serde_json::{json, Value as J};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+pub use config::{Config, CreateApi, Preset};
+
+use super::{
+    Capability, CreateRequest, ErrorKind, ExecRequest, ExecResult, FileEntry, OutputChunk, ProcessInfo, Provider,
+    ProviderError, ProviderStats, Result, SandboxInfo,
+};
+use api::Api;
+use envd::{Envd, RpcError, RpcStream};
+use model::{EntryResponse, ListDirResponse, ListResponse, SandboxJson};
+use process::{Proc, ProcTable};
+
+/// Timeout of connection establishment (TCP + TLS).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `destroy_all` keeps trying.
+const DESTROY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A client of the E2B protocol for one preset. See the module documentation.
+pub struct E2bProvider {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for E2bProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bProvider").field("config", &self.inner.api.cfg).finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    api: Api,
+    envds: Mutex<HashMap<String, Envd>>,
+    /// Sandboxes this provider created and has not seen killed.
+    created: Mutex<HashSet<String>>,
+    procs: ProcTable,
+    stats: Mutex<ProviderStats>,
+    in_flight: AtomicUsize,
+    in_flight_changed: Notify,
+    shutting_down: AtomicBool,
+}
+
+fn http_client() -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(20)
+        .tcp_keepalive(Duration::from_secs(30))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .http2_keep_alive_while_idle(true)
+        .user_agent(concat!("scenario-run/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| ProviderError::infra(format!("cannot build the HTTP client: {}", api::error_chain(&e))))
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The command for messages: its first line, shortened.
+fn short(cmd: &str) -> String {
+    let line = cmd.lines().next().unwrap_or("").trim();
+    if line.chars().count() > 60 || cmd.trim().contains('\n') {
+        format!("{}…", line.chars().take(60).collect::<String>())
+    } else {
+        line.to_string()
+    }
+}
+
+/// Single-quotes `s` for bash.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+impl E2bProvider {
+    /// A provider for `preset`, configured from `env` (see [`config`]). Succeeds without a
+    /// key: [`Provider::required_credentials`] then names the variable to set.
+    pub fn new(preset: Preset, env: &BTreeMap<String, String>) -> Result<Self> {
+        let cfg = Config::from_env(preset, env)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                api: Api::new(http_client()?, cfg),
+                envds: Mutex::new(HashMap::new()),
+                created: Mutex::new(HashSet::new()),
+                procs: ProcTable::default(),
+                stats: Mutex::new(ProviderStats::default()),
+                in_flight: AtomicUsize::new(0),
+                in_flight_changed: Notify::new(),
+                shutting_down: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.api.cfg
+    }
+}
+
+impl Inner {
+    fn http(&self) -> &reqwest::Client {
+        &self.api.http
+    }
+
+    /// Records where `sb`'s envd is and returns it.
+    fn remember(&self, sb: &SandboxJson) -> Envd {
+        let mut envds = self.envds.lock().expect("envds");
+        let old = envds.get(&sb.sandbox_id);
+        // A get answer may omit what create returned (token, domain): keep the old values.
+        let domain = sb.domain.clone().filter(|d| !d.is_empty()).or_else(|| old.and_then(|e| e.domain.clone()));
+        let token = sb.envd_access_token.clone().or_else(|| old.and_then(|e| e.token().map(str::to_string)));
+        let version = sb.envd_version.clone().or_else(|| old.and_then(|e| e.version.clone()));
+        let base = self.api.cfg.envd_url(&sb.sandbox_id, domain.as_deref());
+        let e = Envd::new(&sb.sandbox_id, base, domain, version, token);
+        envds.insert(sb.sandbox_id.clone(), e.clone());
+        e
+    }
+
+    /// envd of sandbox `id`, asking the API the first time.
+    async fn envd(&self, id: &str) -> Result<Envd> {
+        if let Some(e) = self.envds.lock().expect("envds").get(id) {
+            return Ok(e.clone());
+        }
+        let sb = self.api.get(id).await?;
+        Ok(self.remember(&sb))
+    }
+
+    fn track(&self, id: &str) {
+        let mut created = self.created.lock().expect("created");
+        created.insert(id.to_string());
+        let mut st = self.stats.lock().expect("stats");
+        st.created += 1;
+        st.live = created.len() as u64;
+        st.peak_live = st.peak_live.max(st.live);
+    }
+
+    fn untrack(&self, id: &str) {
+        let mut created = self.created.lock().expect("created");
+        if created.remove(id) {
+            let mut st = self.stats.lock().expect("stats");
+            st.destroyed += 1;
+            st.live = created.len() as u64;
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        self.envds.lock().expect("envds").remove(id);
+        self.procs.forget_sandbox(id);
+    }
+
+    async fn kill(&self, id: &str) -> Result<bool> {
+        let existed = self.api.kill(id).await?;
+        self.untrack(id);
+        self.forget(id);
+        Ok(existed)
+    }
+
+    async fn rpc<T: serde::de::DeserializeOwned>(
+        &self,
+        envd: &Envd,
+        rpc: &str,
+        body: &J,
+        user: Option<&str>,
+        what: &str,
+    ) -> Result<T, RpcError> {
+        envd.unary(self.http(), rpc, body, user, what).await
+    }
+
+    async fn send_signal(&self, envd: &Envd, pid: u32, name: &str) -> Result<(), RpcError> {
+        let body = json!({ "process": { "pid": pid }, "signal": name });
+        self.rpc::<J>(envd, "process.Process/SendSignal", &body, None, &format!("signal process {pid}"))
+            .await
+            .map(|_| ())
+    }
+
+    /// Starts `req` and reads its start event; feeds stdin if given.
+    async fn start(&self, envd: &Envd, req: &ExecRequest, what: &str) -> Result<(Arc<Proc>, RpcStream)> {
+        let user = req.user.as_deref();
+        let body = process::start_body(req);
+        let mut stream = envd
+            .stream(self.http(), "process.Process/Start", &body, user, req.timeout, what)
+            .await
+            .map_err(|e| e.into_provider(what, &envd.id))?;
+        let pid = tokio::time::timeout(envd::OPEN_TIMEOUT, process::read_start(&mut stream, what))
+            .await
+            .map_err(|_| {
+                ProviderError::new(
+                    ErrorKind::Timeout,
+                    format!("{what}: no start event within {:?}", envd::OPEN_TIMEOUT),
+                )
+            })?
+            .map_err(|e| e.into_provider(what, &envd.id))?;
+        let proc = Proc::new(pid, req.cmd.clone());
+        if let Some(input) = &req.stdin {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(input);
+            let fed = async {
+                if !input.is_empty() {
+                    let body = json!({ "process": { "pid": pid }, "input": { "stdin": b64 } });
+                    self.rpc::<J>(envd, "process.Process/SendInput", &body, user, "send stdin").await?;
+                }
+                // CloseStdin exists from envd 0.5.2; older ones keep stdin open.
+                if !envd.at_least((0, 5, 2)) {
+                    return Ok(J::Null);
+                }
+                let body = json!({ "process": { "pid": pid } });
+                self.rpc::<J>(envd, "process.Process/CloseStdin", &body, user, "close stdin").await
+            };
+            if let Err(e) = fed.await {
+                let _ = self.send_signal(envd, pid, "SIGNAL_SIGKILL").await;
+                return Err(e.into_provider(&format!("{what}: feed stdin"), &envd.id));
+            }
+        }
+        Ok((proc, stream))
+    }
+
+    /// Attaches to a running process this provider did not start (`Process/Connect`).
+    async fn attach(self: &Arc<Self>, id: &str, pid: u32) -> Result<Arc<Proc>> {
+        let envd = self.envd(id).await?;
+        let what = format!("attach to process {pid}");
+        let body = json!({ "process": { "pid": pid } });
+        let not_found = |e: RpcError| match e.code() {
+            Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
+            _ => e.into_provider(&what, id),
+        };
+        let mut stream =
+            envd.stream(self.http(), "process.Process/Connect", &body, None, None, &what).await.map_err(not_found)?;
+        let pid = process::read_start(&mut stream, &what).await.map_err(not_found)?;
+        let proc = Proc::new(pid, String::new());
+        self.procs.insert(id, proc.clone());
+        tokio::spawn(process::drive(stream, proc.clone(), None, what, id.to_string()));
+        Ok(proc)
+    }
+
+    async fn entry(&self, envd: &Envd, rpc: &str, body: &J, what: &str) -> Result<FileEntry> {
+        let r: EntryResponse =
+            self.rpc(envd, rpc, body, None, what).await.map_err(|e| e.into_provider(what, &envd.id))?;
+        r.entry
+            .and_then(|e| e.entry())
+            .ok_or_else(|| ProviderError::infra(format!("{what}: envd returned no usable entry")))
+    }
+
+    async fn stat(&self, envd: &Envd, path: &str) -> Result<FileEntry> {
+        self.entry(envd, "filesystem.Filesystem/Stat", &json!({ "path": path }), &format!("stat {path}")).await
+    }
+
+    /// Kills every tracked sandbox; returns how many existed.
+    async fn kill_all(self: &Arc<Self>) -> usize {
+        let ids: Vec<String> = self.created.lock().expect("created").iter().cloned().collect();
+        let mut set = tokio::task::JoinSet::new();
+        for id in ids {
+            let inner = self.clone();
+            set.spawn(async move { inner.kill(&id).await });
+        }
+        let mut count = 0;
+        while let Some(r) = set.join_next().await {
+            if matches!(r, Ok(Ok(true))) {
+                count += 1;
+            }
+        }
+        count
+    }
+}
+
+/// Decrements the in-flight create counter even if the create task panics.
+struct InFlight(Arc<Inner>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.in_flight_changed.notify_waiters();
+    }
+}
+
+/// SIGKILLs a foreground command whose `exec` future was dropped before it ended.
+struct KillOnDrop {
+    inner: Arc<Inner>,
+    envd: Envd,
+    proc: Option<Arc<Proc>>,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let Some(p) = self.proc.take() else { return };
+        if p.finished() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (inner, envd) = (self.inner.clone(), self.envd.clone());
+            rt.spawn(async move {
+                let _ = inner.send_signal(&envd, p.pid, "SIGNAL_SIGKILL").await;
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for E2bProvider {
+    fn name(&self) -> &str {
+        self.inner.api.cfg.preset.name()
+    }
+
+    fn capabilities(&self) -> &[Capability] {
+        &[Capability::Ports, Capability::Files, Capability::Processes]
+    }
+
+    fn required_credentials(&self) -> Vec<String> {
+        self.inner.api.cfg.required_credentials()
+    }
+
+    async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+        let inner = self.inner.clone();
+        inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(inner.clone());
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let _guard = guard;
+            let now = now_secs();
+            let sb = match inner.api.create(&req).await {
+                Ok(sb) => sb,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let id = sb.sandbox_id.clone();
+            inner.track(&id);
+            let envd = inner.remember(&sb);
+            let too_old = envd.version.as_deref().and_then(envd::parse_version).filter(|v| *v < (0, 1, 0));
+            let mut info = sb.info(now, now + req.timeout_secs.unwrap_or(api::DEFAULT_TIMEOUT_SECS));
+            if sb.alias.as_deref().is_none_or(str::is_empty) && !req.template.is_empty() {
+                info.template = req.template.clone();
+            }
+            if info.metadata.is_empty() {
+                info.metadata = req.metadata.clone();
+            }
+            let verdict = if too_old.is_some() {
+                Err(ProviderError::invalid(format!(
+                    "template `{}` runs envd {}, older than 0.1.0: rebuild the template",
+                    info.template,
+                    envd.version.as_deref().unwrap_or("?")
+                )))
+            } else if inner.shutting_down.load(Ordering::SeqCst) {
+                Err(ProviderError::infra("provider is shutting down"))
+            } else {
+                Ok(info)
+            };
+            let keep = verdict.is_ok();
+            if tx.send(verdict).is_err() || !keep {
+                let _ = inner.kill(&id).await;
+            }
+        });
+        rx.await.map_err(|_| ProviderError::infra("sandbox creation failed unexpectedly"))?
+    }
+
+    async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo> {
+        let now = now_secs();
+        let sb = self.inner.api.connect(id, timeout_secs).await?;
+        self.inner.remember(&sb);
+        match self.inner.api.get(id).await {
+            Ok(detail) => {
+                self.inner.remember(&detail);
+                Ok(detail.info(now, now))
+            }
+            Err(_) => Ok(sb.info(now, now + timeout_secs.unwrap_or(api::DEFAULT_TIMEOUT_SECS))),
+        }
+    }
+
+    async fn info(&self, id: &str) -> Result<SandboxInfo> {
+        let sb = self.inner.api.get(id).await?;
+        self.inner.remember(&sb);
+        Ok(sb.info(0, 0))
+    }
+
+    async fn list(&self, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>> {
+        let mut out: Vec<SandboxInfo> = self.inner.api.list(metadata).await?.iter().map(|s| s.info(0, 0)).collect();
+        out.sort_by_key(|i| (i.started_at, i.id.clone()));
+        Ok(out)
+    }
+
+    async fn kill(&self, id: &str) -> Result<bool> {
+        self.inner.kill(id).await
+    }
+
+    async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        self.inner.api.set_timeout(id, timeout_secs).await
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    ) -> Result<ExecResult> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("run `{}`", short(&req.cmd));
+        let (proc, stream) = inner.start(&envd, &req, &what).await?;
+        inner.procs.insert(id, proc.clone());
+        let mut guard = KillOnDrop { inner: inner.clone(), envd: envd.clone(), proc: Some(proc.clone()) };
+        let task = tokio::spawn(process::drive(stream, proc.clone(), output, what, id.to_string()));
+        let ended = match req.timeout {
+            Some(t) => proc.wait_done(t).await,
+            None => proc.wait_forever().await,
+        };
+        if !ended {
+            proc.set_timed_out();
+            let _ = inner.send_signal(&envd, proc.pid, "SIGNAL_SIGKILL").await;
+            if !proc.wait_done(process::KILL_WAIT).await {
+                task.abort();
+            }
+        }
+        guard.proc = None;
+        inner.procs.remove(id, &proc);
+        proc.result(!proc.finished())
+    }
+
+    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("run `{}` in the background", short(&req.cmd));
+        let (proc, stream) = inner.start(&envd, &req, &what).await?;
+        inner.procs.insert(id, proc.clone());
+        tokio::spawn(process::drive(stream, proc.clone(), None, what, id.to_string()));
+        if let Some(t) = req.timeout {
+            let (inner, proc) = (inner.clone(), proc.clone());
+            tokio::spawn(async move {
+                if !proc.wait_done(t).await {
+                    proc.set_timed_out();
+                    let _ = inner.send_signal(&envd, proc.pid, "SIGNAL_SIGKILL").await;
+                }
+            });
+        }
+        Ok(proc.pid)
+    }
+
+    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = "list processes";
+        let listed: ListResponse = inner
+            .rpc(&envd, "process.Process/List", &json!({}), None, what)
+            .await
+            .map_err(|e| e.into_provider(what, id))?;
+        let mut by_pid: BTreeMap<u32, ProcessInfo> = listed.processes.iter().map(|p| (p.pid, p.info())).collect();
+        for p in inner.procs.of(id) {
+            let info = p.info();
+            match by_pid.get_mut(&p.pid) {
+                // Still running: keep envd's entry, with the command as the user wrote it.
+                Some(e) if !info.running || e.cmd.is_empty() => {
+                    if !info.cmd.is_empty() {
+                        e.cmd = info.cmd;
+                    }
+                }
+                Some(e) => e.cmd = info.cmd,
+                None => {
+                    by_pid.insert(p.pid, info);
+                }
+            }
+        }
+        Ok(by_pid.into_values().collect())
+    }
+
+    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        if let Some(name) = process::signal_name(signal) {
+            return inner.send_signal(&envd, pid, name).await.map_err(|e| match e.code() {
+                Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
+                _ => e.into_provider(&format!("signal process {pid}"), id),
+            });
+        }
+        // envd only implements KILL and TERM; send the others from inside the sandbox.
+        let req = ExecRequest {
+            cmd: format!("kill -{signal} {pid}"),
+            timeout: Some(Duration::from_secs(30)),
+            ..Default::default()
+        };
+        let r = self.exec(id, req, None).await?;
+        if r.exit_code == Some(0) {
+            return Ok(());
+        }
+        let stderr = String::from_utf8_lossy(&r.stderr).trim().to_string();
+        if stderr.contains("No such process") {
+            Err(ProviderError::not_found(format!("no such process: {pid}")))
+        } else {
+            Err(ProviderError::invalid(format!("send signal {signal} to process {pid}: {stderr}")))
+        }
+    }
+
+    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult> {
+        let proc = match self.inner.procs.get(id, pid) {
+            Some(p) => p,
+            None => self.inner.attach(id, pid).await?,
+        };
+        let done = proc.wait_done(timeout).await;
+        proc.result(!done)
+    }
+
+    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let written = envd
+            .upload(inner.http(), path, &data, None)
+            .await
+            .map_err(|e| e.into_provider(&format!("write {path}"), id))?;
+        if let Some(m) = mode {
+            let req = ExecRequest {
+                cmd: format!("chmod {:o} -- {}", m & 0o7777, sh_quote(&written)),
+                timeout: Some(Duration::from_secs(30)),
+                ..Default::default()
+            };
+            let r = self.exec(id, req, None).await?;
+            if r.exit_code != Some(0) {
+                return Err(ProviderError::invalid(format!(
+                    "set mode {:o} on {written}: {}",
+                    m & 0o7777,
+                    String::from_utf8_lossy(&r.stderr).trim()
+                )));
+            }
+        }
+        inner.stat(&envd, &written).await
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        envd.download(inner.http(), path, None).await.map_err(|e| match e.code() {
+            Some("not_found") => ProviderError::not_found(format!("no such file: {path}")),
+            _ => e.into_provider(&format!("read {path}"), id),
+        })
+    }
+
+    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileEntry>> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("list {path}");
+        let r: ListDirResponse = inner
+            .rpc(&envd, "filesystem.Filesystem/ListDir", &json!({ "path": path, "depth": 1 }), None, &what)
+            .await
+            .map_err(|e| e.into_provider(&what, id))?;
+        let mut out: Vec<FileEntry> = r.entries.iter().filter_map(|e| e.entry()).collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> Result<FileEntry> {
+        let envd = self.inner.envd(id).await?;
+        self.inner.stat(&envd, path).await
+    }
+
+    async fn exists(&self, id: &str, path: &str) -> Result<bool> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("stat {path}");
+        match inner
+            .rpc::<EntryResponse>(&envd, "filesystem.Filesystem/Stat", &json!({ "path": path }), None, &what)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some("not_found") => Ok(false),
+            Err(e) => Err(e.into_provider(&what, id)),
+        }
+    }
+
+    async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("make directory {path}");
+        match inner
+            .rpc::<EntryResponse>(&envd, "filesystem.Filesystem/MakeDir", &json!({ "path": path }), None, &what)
+            .await
+        {
+            Ok(r) => match r.entry.and_then(|e| e.entry()) {
+                Some(e) => Ok(e),
+                None => inner.stat(&envd, path).await,
+            },
+            Err(e) if e.code() == Some("already_exists") => {
+                let entry = inner.stat(&envd, path).await?;
+                if entry.kind == "dir" {
+                    Ok(entry)
+                } else {
+                    Err(ProviderError::invalid(format!("{what}: {path} exists and is not a directory")))
+                }
+            }
+            Err(e) => Err(e.into_provider(&what, id)),
+        }
+    }
+
+    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry> {
+        let envd = self.inner.envd(id).await?;
+        let body = json!({ "source": from, "destination": to });
+        self.inner.entry(&envd, "filesystem.Filesystem/Move", &body, &format!("move {from} to {to}")).await
+    }
+
+    async fn remove(&self, id: &str, path: &str) -> Result<()> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("remove {path}");
+        inner
+            .rpc::<J>(&envd, "filesystem.Filesystem/Remove", &json!({ "path": path }), None, &what)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.into_provider(&what, id))
+    }
+
+    async fn port_url(&self, id: &str, port: u16) -> Result<String> {
+        let envd = self.inner.envd(id).await?;
+        Ok(self.inner.api.cfg.port_url(id, envd.domain.as_deref(), port))
+    }
+
+    async fn destroy_all(&self) -> usize {
+        let inner = &self.inner;
+        inner.shutting_down.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + DESTROY_DEADLINE;
+        let mut count = 0;
+        loop {
+            count += match tokio::time::timeout_at(deadline, inner.kill_all()).await {
+                Ok(n) => n,
+                Err(_) => break,
+            };
+            // Creations still under way register (and, seeing the flag, kill) their sandbox.
+            while inner.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+                let changed = inner.in_flight_changed.notified();
+                let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
+            }
+            if inner.created.lock().expect("created").is_empty() || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            // Kills that failed: try again shortly, until the deadline.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        inner.shutting_down.store(false, Ordering::SeqCst);
+        count
+    }
+
+    fn destroy_all_now(&self) {
+        let ids: Vec<String> = self.inner.created.lock().expect("created").iter().cloned().collect();
+        if ids.is_empty() {
+            return;
+        }
+        // Fire the DELETEs from a fresh runtime and client on a thread of their own: the
+        // caller's runtime may be busy or winding down. Bounded by the request timeout.
+        let cfg = self.inner.api.cfg.clone();
+        let t = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            let Ok(http) = http_client() else { return };
+            let api = Arc::new(Api::new(http, cfg));
+            rt.block_on(async {
+                let mut set = tokio::task::JoinSet::new();
+                for id in ids {
+                    let api = api.clone();
+                    set.spawn(async move { tokio::time::timeout(Duration::from_secs(3), api.kill(&id)).await });
+                }
+                while set.join_next().await.is_some() {}
+            });
+        });
+        let _ = t.join();
+    }
+
+    fn stats(&self) -> ProviderStats {
+        self.inner.stats.lock().expect("stats").clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_without_key_succeeds_and_names_the_variable() {
+        let env = BTreeMap::new();
+        let p = E2bProvider::new(Preset::Alicloud, &env).unwrap();
+        assert_eq!(p.name(), "alicloud");
+        assert_eq!(p.required_credentials(), vec!["ABX_SANDBOX_API_KEY"]);
+        let p = E2bProvider::new(Preset::E2b, &env).unwrap();
+        assert_eq!(p.name(), "e2b");
+        assert_eq!(p.required_credentials(), vec!["E2B_API_KEY"]);
+    }
+
+    #[test]
+    fn debug_hides_the_key() {
+        let env = BTreeMap::from([("E2B_API_KEY".to_string(), "e2b_topsecret".to_string())]);
+        let p = E2bProvider::new(Preset::E2b, &env).unwrap();
+        assert!(p.required_credentials().is_empty());
+        assert!(!format!("{p:?}").contains("topsecret"));
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(short("echo hi"), "echo hi");
+        assert_eq!(short("a\nb"), "a…");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+}
