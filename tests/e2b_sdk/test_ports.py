@@ -30,6 +30,13 @@ def test_get_host_and_http(sandbox):
     assert r.text == f"hello from {sandbox.sandbox_id}"
     missing = get_via_host(host, "/missing.html")
     assert missing.status_code == 404
+    # The E2B edge's other form: a bare host plus the sandbox id and port headers.
+    r = httpx.get(
+        f"http://127.0.0.1:{server_port()}/index.html",
+        headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "8080"},
+        timeout=5,
+    )
+    assert r.status_code == 200 and r.text == f"hello from {sandbox.sandbox_id}"
 
 
 def test_closed_port_is_502(sandbox):

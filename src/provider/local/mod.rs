@@ -43,6 +43,10 @@
 //! `spawn_blocking`, and children are tokio processes. The one exception is the isolation
 //! probe in the synchronous constructor (tens of milliseconds, once per state directory).
 //!
+//! Background processes: `spawn` starts one and forgets its output until `wait`;
+//! `spawn_live` also streams the output as it comes and can keep stdin open (`write_stdin`,
+//! `close_stdin`), which is what `scenario-run serve` needs for E2B's `Process/Start`.
+//!
 //! The `user` field of an exec request is ignored: every command runs as the invoking user
 //! (root, for namespaces).
 

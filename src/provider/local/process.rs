@@ -19,6 +19,10 @@
 //! that restores the PATH we asked for after the profile ran (bash reads `BASH_ENV` after the
 //! login files for `bash -l -c`) and then unsets itself, so nested shells are unaffected.
 //!
+//! `spawn_live` (for the E2B server's `Process/Start`) is `spawn` with the live output channel
+//! of `exec` and, on request, a stdin pipe kept open in the [`Proc`] for `write_stdin` /
+//! `close_stdin` (which closes it, so the command sees end of file).
+//!
 //! Every command runs in its own process group (nsenter's); a timeout SIGKILLs that group and
 //! the command's pidfd. Output is read until the command exits, then for a short grace period
 //! so a background grandchild holding the pipe open cannot hang `exec`.
