@@ -246,3 +246,43 @@ async fn serve_destroys_its_sandboxes_on_sigterm_and_injects_faults() {
     assert!(ok, "server exit: {stderr}");
     assert!(stderr.contains("destroyed 2 sandboxes"), "{stderr}");
 }
+
+#[tokio::test]
+async fn serve_fault_flags_cut_streams_and_answer_503() {
+    let server = Server::start(&["--fault-cut-stream-after", "64", "--fault-5xx-every", "3", "--fault-latency", "50"]);
+    let base = server.base.clone();
+    let http = reqwest::Client::new();
+    let t = std::time::Instant::now();
+    // Requests 1 and 2 pass (each delayed), request 3 is the injected 503.
+    let r = http.get(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    let r = http
+        .post(format!("{base}/sandboxes"))
+        .header("X-API-KEY", KEY)
+        .json(&json!({"templateID": "base"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().await.unwrap()["sandboxID"].as_str().unwrap().to_string();
+    let r = http.get(format!("{base}/sandboxes/{id}")).header("X-API-KEY", KEY).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], 503);
+    // Request 4: a process stream with more than 64 bytes of output is cut mid-body.
+    let start =
+        json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "head -c 5000 /dev/zero"]}, "stdin": false});
+    let r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &id)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&start))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.bytes().await.is_err(), "the body should have been cut");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "server exit: {stderr}");
+    assert!(stderr.contains("destroyed 1 sandbox"), "{stderr}");
+}

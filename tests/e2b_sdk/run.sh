@@ -7,7 +7,7 @@
 # everything against it, stops it by PID. Exits non-zero if anything failed.
 #   SKIP_BUILD=1       do not run `cargo build` first
 #   E2B_SDK_UPGRADE=1  re-install the newest e2b into the "latest" venv
-#   PYTEST_ARGS=...    extra pytest arguments (e.g. "-k files -x")
+# Arguments are passed to pytest, e.g. `run.sh -k "files or ports" -x`.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -78,8 +78,7 @@ for v in latest v2.31.0; do
   ver="$("$py" -c 'import importlib.metadata as m; print(m.version("e2b"))')"
   echo "== pytest with e2b $ver ($v)"
   out="$logs/pytest-$v.log"
-  # shellcheck disable=SC2086
-  (cd "$here" && "$py" -m pytest -q -p no:cacheprovider -rfE ${PYTEST_ARGS:-} .) 2>&1 | tee "$out"
+  (cd "$here" && "$py" -m pytest -q -p no:cacheprovider -rfE "$@" .) 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || failed=1
   summaries+=("e2b $ver: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error)|no tests ran' "$out" | tail -1 | sed 's/^=* *//; s/ *=*$//') (exit $rc)")

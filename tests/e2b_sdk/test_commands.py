@@ -110,3 +110,23 @@ def test_stdin(sandbox):
     sandbox.commands.send_stdin(h.pid, "hello\n")
     r = h.wait()
     assert r.stdout == "got:hello\n"
+
+
+def test_connect_to_a_running_command(sandbox):
+    h = sandbox.commands.run("sleep 1; echo later; exit 5", background=True)
+    h.disconnect()
+    # The process keeps running without its first stream; a new stream gets what comes next.
+    again = sandbox.commands.connect(h.pid)
+    with pytest.raises(CommandExitException) as e:
+        again.wait()
+    assert e.value.exit_code == 5
+    assert e.value.stdout == "later\n"
+
+
+def test_close_stdin(sandbox):
+    if not hasattr(sandbox.commands, "close_stdin"):
+        pytest.skip("commands.close_stdin is not in this SDK version")
+    h = sandbox.commands.run("wc -c", background=True, stdin=True)
+    sandbox.commands.send_stdin(h.pid, "12345")
+    sandbox.commands.close_stdin(h.pid)
+    assert h.wait().stdout.strip() == "5"
