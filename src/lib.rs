@@ -14,6 +14,7 @@ pub mod report;
 pub mod runner;
 pub mod schema;
 pub mod select;
+pub mod server;
 pub mod steps;
 pub mod template;
 pub mod yaml;

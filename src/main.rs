@@ -60,6 +60,31 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
+    /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
+    Serve {
+        /// Address to listen on (loopback by default; there is no TLS).
+        #[arg(long, default_value = "127.0.0.1:3000")]
+        listen: std::net::SocketAddr,
+        /// The API key clients must send (X-API-KEY or Authorization: Bearer).
+        #[arg(long, env = "E2B_API_KEY", hide_env_values = true)]
+        api_key: String,
+        /// Local provider isolation: auto (namespaces when the host allows), namespaces, none.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
+        isolation: String,
+        /// Fault injection: delay every request by this many milliseconds.
+        #[arg(long, value_name = "MS")]
+        fault_latency: Option<u64>,
+        /// Fault injection: answer every Nth request 429 (with Retry-After: 1).
+        #[arg(long, value_name = "N")]
+        fault_429_every: Option<u64>,
+        /// Fault injection: answer every Nth request 503.
+        #[arg(long, value_name = "N")]
+        fault_5xx_every: Option<u64>,
+        /// Fault injection: abort streamed responses (process output, downloads) after BYTES.
+        #[arg(long, value_name = "BYTES")]
+        fault_cut_stream_after: Option<u64>,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -170,6 +195,25 @@ fn main() -> ExitCode {
         },
         Some(Command::Schema { out, check }) => write_schema(&out, check),
         Some(Command::Run(args)) => run(*args),
+        Some(Command::Serve {
+            listen,
+            api_key,
+            isolation,
+            fault_latency,
+            fault_429_every,
+            fault_5xx_every,
+            fault_cut_stream_after,
+        }) => serve(
+            listen,
+            api_key,
+            &isolation,
+            scenario_run::server::Faults {
+                latency: fault_latency.map(Duration::from_millis),
+                every_429: fault_429_every,
+                every_5xx: fault_5xx_every,
+                cut_stream_after: fault_cut_stream_after,
+            },
+        ),
         None => run(cli.run),
     };
     ExitCode::from(code)
@@ -446,4 +490,64 @@ fn spawn_signal_handler(
             }
         }
     });
+}
+
+/// `serve`: the E2B-compatible server over the local provider until SIGINT/SIGTERM, then
+/// every sandbox it made is destroyed.
+fn serve(listen: std::net::SocketAddr, api_key: String, isolation: &str, faults: scenario_run::server::Faults) -> u8 {
+    use std::io::Write;
+    use tokio::signal::unix::{signal, SignalKind};
+    if api_key.trim().is_empty() {
+        eprintln!("error: --api-key (or E2B_API_KEY) must not be empty");
+        return EXIT_USAGE;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
+    rt.block_on(async move {
+        let isolation = match isolation {
+            "namespaces" => Isolation::Namespaces,
+            "none" => Isolation::None,
+            _ => Isolation::Auto,
+        };
+        let provider = match LocalProvider::new(LocalOptions { isolation, ..LocalOptions::default() }) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: local provider: {e}");
+                return EXIT_INFRA;
+            }
+        };
+        if let Some(w) = provider.warning() {
+            eprintln!("warning: {w}");
+        }
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: cannot listen on {listen}: {e}");
+                return EXIT_USAGE;
+            }
+        };
+        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            eprintln!("error: cannot install signal handlers");
+            return EXIT_INFRA;
+        };
+        let addr = listener.local_addr().unwrap_or(listen);
+        println!("listening on http://{addr}");
+        let _ = std::io::stdout().flush();
+        let shutdown = async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        };
+        let opts = scenario_run::server::ServeOptions { api_key, faults };
+        match scenario_run::server::serve(listener, Arc::new(provider), opts, shutdown).await {
+            Ok(n) => {
+                eprintln!("serve: stopped; destroyed {n} sandbox{}", if n == 1 { "" } else { "es" });
+                0
+            }
+            Err(e) => {
+                eprintln!("error: serve: {e}");
+                EXIT_INFRA
+            }
+        }
+    })
 }

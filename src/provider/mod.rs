@@ -169,6 +169,16 @@ pub struct ExecResult {
     pub pid: u32,
 }
 
+/// A background process started by [`Provider::spawn_live`].
+#[derive(Debug)]
+pub struct LiveProcess {
+    /// Pid inside the sandbox.
+    pub pid: u32,
+    /// Output as it is produced. Closed once the process has ended and its output is drained;
+    /// [`Provider::wait`] then returns the final status at once.
+    pub output: mpsc::UnboundedReceiver<OutputChunk>,
+}
+
 /// A process started by `exec` in the sandbox.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ProcessInfo {
@@ -237,6 +247,24 @@ pub trait Provider: Send + Sync {
     ) -> Result<ExecResult>;
     /// Start a command in the background; returns its pid in the sandbox.
     async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32>;
+    /// Like [`Provider::spawn`], but the output is delivered live (the E2B `Process/Start`
+    /// stream needs it) and, with `open_stdin`, the process's stdin stays open for
+    /// [`Provider::write_stdin`] / [`Provider::close_stdin`] (`req.stdin` is then ignored).
+    /// Without `open_stdin` stdin is `req.stdin` or `/dev/null`, as for `spawn`.
+    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
+        let _ = (id, req, open_stdin);
+        Err(ProviderError::unsupported(format!("{} cannot stream background processes", self.name())))
+    }
+    /// Writes to the stdin of a process started with `spawn_live(.., open_stdin: true)`.
+    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        let _ = (id, pid, data);
+        Err(ProviderError::unsupported(format!("{} cannot write to process stdin", self.name())))
+    }
+    /// Closes that stdin (the process sees end of file).
+    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
+        let _ = (id, pid);
+        Err(ProviderError::unsupported(format!("{} cannot close process stdin", self.name())))
+    }
     /// Processes started by `exec`/`spawn` that are still known to the provider.
     async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>>;
     async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()>;

@@ -43,6 +43,10 @@
 //! `spawn_blocking`, and children are tokio processes. The one exception is the isolation
 //! probe in the synchronous constructor (tens of milliseconds, once per state directory).
 //!
+//! Background processes: `spawn` starts one and forgets its output until `wait`;
+//! `spawn_live` also streams the output as it comes and can keep stdin open (`write_stdin`,
+//! `close_stdin`), which is what `scenario-run serve` needs for E2B's `Process/Start`.
+//!
 //! The `user` field of an exec request is ignored: every command runs as the invoking user
 //! (root, for namespaces).
 
@@ -62,8 +66,8 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::{
-    Capability, CreateRequest, ExecRequest, ExecResult, FileEntry, OutputChunk, ProcessInfo, Provider, ProviderError,
-    ProviderStats, Result, SandboxInfo,
+    Capability, CreateRequest, ExecRequest, ExecResult, FileEntry, LiveProcess, OutputChunk, ProcessInfo, Provider,
+    ProviderError, ProviderStats, Result, SandboxInfo,
 };
 use files::Root;
 use process::{ProcTable, Target};
@@ -231,6 +235,31 @@ impl LocalProvider {
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
         self.inner.get(id)
+    }
+
+    /// `spawn` and `spawn_live`: launch, register, and arm the timeout.
+    async fn start_background(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputChunk>>,
+        open_stdin: bool,
+    ) -> Result<Arc<process::Proc>> {
+        let sb = self.get(id)?;
+        let mut env = sb.envs.clone();
+        env.extend(req.envs.clone());
+        let cwd = sb.cwd(req.cwd.as_deref())?;
+        let p = process::launch(&sb.target(), &env, &cwd, &req, output, open_stdin).await?;
+        sb.procs.insert(p.clone());
+        if let Some(t) = req.timeout {
+            let p = p.clone();
+            tokio::spawn(async move {
+                if !p.wait_done(t).await {
+                    p.kill_tree();
+                }
+            });
+        }
+        Ok(p)
     }
 }
 
@@ -544,7 +573,7 @@ impl Provider for LocalProvider {
         let mut env = sb.envs.clone();
         env.extend(req.envs.clone());
         let cwd = sb.cwd(req.cwd.as_deref())?;
-        let p = process::launch(&sb.target(), &env, &cwd, &req, output).await?;
+        let p = process::launch(&sb.target(), &env, &cwd, &req, output, false).await?;
         sb.procs.insert(p.clone());
         let mut guard = process::KillOnDrop(Some(p.clone()));
         let result = process::finish(&p, req.timeout).await;
@@ -554,21 +583,21 @@ impl Provider for LocalProvider {
     }
 
     async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32> {
-        let sb = self.get(id)?;
-        let mut env = sb.envs.clone();
-        env.extend(req.envs.clone());
-        let cwd = sb.cwd(req.cwd.as_deref())?;
-        let p = process::launch(&sb.target(), &env, &cwd, &req, None).await?;
-        sb.procs.insert(p.clone());
-        if let Some(t) = req.timeout {
-            let p = p.clone();
-            tokio::spawn(async move {
-                if !p.wait_done(t).await {
-                    p.kill_tree();
-                }
-            });
-        }
-        Ok(p.pid)
+        Ok(self.start_background(id, req, None, false).await?.pid)
+    }
+
+    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let p = self.start_background(id, req, Some(tx), open_stdin).await?;
+        Ok(LiveProcess { pid: p.pid, output: rx })
+    }
+
+    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        self.get(id)?.procs.get(pid)?.write_stdin(&data).await
+    }
+
+    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
+        self.get(id)?.procs.get(pid)?.close_stdin().await
     }
 
     async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {

@@ -19,6 +19,10 @@
 //! that restores the PATH we asked for after the profile ran (bash reads `BASH_ENV` after the
 //! login files for `bash -l -c`) and then unsets itself, so nested shells are unaffected.
 //!
+//! `spawn_live` (for the E2B server's `Process/Start`) is `spawn` with the live output channel
+//! of `exec` and, on request, a stdin pipe kept open in the [`Proc`] for `write_stdin` /
+//! `close_stdin` (which closes it, so the command sees end of file).
+//!
 //! Every command runs in its own process group (nsenter's); a timeout SIGKILLs that group and
 //! the command's pidfd. Output is read until the command exits, then for a short grace period
 //! so a background grandchild holding the pipe open cannot hang `exec`.
@@ -50,6 +54,8 @@ const PRELUDE: &str = "echo $$ >&3; exec 3>&-; exec \"$@\"";
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
 /// How long to wait for a launched command to report its pid.
 const PID_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a write to a process's stdin may block (the pipe is full and nobody reads).
+const STDIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for a killed command to be reaped.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
@@ -83,6 +89,8 @@ pub(crate) struct Proc {
     target: Option<Pidfd>,
     state: Mutex<Collected>,
     done: watch::Sender<bool>,
+    /// The command's stdin when it was launched with `open_stdin` (until closed).
+    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
 }
 
 impl Proc {
@@ -122,6 +130,38 @@ impl Proc {
                 Ok(())
             }
         }
+    }
+
+    /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
+    pub(crate) async fn write_stdin(&self, data: &[u8]) -> Result<()> {
+        let mut stdin = self.stdin.lock().await;
+        let Some(w) = stdin.as_mut() else {
+            return Err(ProviderError::invalid(format!("process {} has no open stdin", self.pid)));
+        };
+        match tokio::time::timeout(STDIN_TIMEOUT, async {
+            w.write_all(data).await?;
+            w.flush().await
+        })
+        .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) if self.finished() || e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Err(ProviderError::not_found(format!("process {} is not running", self.pid)))
+            }
+            Ok(Err(e)) => Err(ProviderError::infra(format!("cannot write to stdin of process {}: {e}", self.pid))),
+            Err(_) => Err(ProviderError::new(
+                crate::provider::ErrorKind::Timeout,
+                format!("process {} does not read its stdin", self.pid),
+            )),
+        }
+    }
+
+    /// Closes that stdin; closing twice is fine.
+    pub(crate) async fn close_stdin(&self) -> Result<()> {
+        if let Some(mut w) = self.stdin.lock().await.take() {
+            let _ = w.shutdown().await;
+        }
+        Ok(())
     }
 
     pub(crate) fn info(&self) -> ProcessInfo {
@@ -175,13 +215,16 @@ fn check_env_key(k: &str) -> Result<()> {
 }
 
 /// Starts `req.cmd` in `target` with environment `env` (already merged) and working directory
-/// `cwd` (already mapped to what the launcher sees). Live output goes to `output`.
+/// `cwd` (already mapped to what the launcher sees). Live output goes to `output`. With
+/// `open_stdin` the command's stdin is a pipe kept in the [`Proc`] (and `req.stdin` is
+/// ignored); otherwise it is `req.stdin` or `/dev/null`.
 pub(crate) async fn launch(
     target: &Target,
     env: &BTreeMap<String, String>,
     cwd: &str,
     req: &ExecRequest,
     output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    open_stdin: bool,
 ) -> Result<Arc<Proc>> {
     let mut argv: Vec<String> = Vec::new();
     let bash_env = match target {
@@ -212,7 +255,7 @@ pub(crate) async fn launch(
     cmd.args(&argv[1..])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()))
-        .stdin(if req.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if req.stdin.is_some() || open_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
@@ -271,6 +314,7 @@ pub(crate) async fn launch(
     };
 
     let (done, _) = watch::channel(false);
+    let kept_stdin = if open_stdin { child.stdin.take() } else { None };
     let proc = Arc::new(Proc {
         pid,
         cmd: req.cmd.clone(),
@@ -278,6 +322,7 @@ pub(crate) async fn launch(
         target: target_fd,
         state: Mutex::new(Collected::default()),
         done,
+        stdin: tokio::sync::Mutex::new(kept_stdin),
     });
 
     if let (Some(data), Some(mut stdin)) = (req.stdin.clone(), child.stdin.take()) {

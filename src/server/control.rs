@@ -1,0 +1,381 @@
+//! The control plane (protocol doc §2, §9.2): sandboxes are created, listed, inspected,
+//! connected to, given a new timeout and killed. Every route except `/health` needs the API
+//! key; that is checked by `super::dispatch` before this router runs.
+//!
+//! E2B sandbox IDs are 20 characters of `[a-z0-9]` (host routing splits on `-` and `.`), so the
+//! server gives each sandbox such an ID and maps it to the provider's own ID.
+
+// Helpers return the early response as their error; it is built once per request.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{json_error, rfc3339, AppState, Sbx, CLIENT_ID, ENVD_VERSION};
+use crate::provider::{CreateRequest, ErrorKind, ProviderError, SandboxInfo};
+
+/// Sandbox lifetime when create does not say (E2B's default).
+const DEFAULT_TIMEOUT_SECS: u64 = 300;
+/// The longest lifetime accepted (Alibaba's cap; E2B Pro allows 24 h too).
+const MAX_TIMEOUT_SECS: u64 = 86_400;
+/// Page size of `GET /v2/sandboxes`, default and maximum.
+const MAX_PAGE: usize = 100;
+
+type St = State<Arc<AppState>>;
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { StatusCode::NO_CONTENT }))
+        .route("/sandboxes", post(create).get(list_legacy))
+        .route("/v2/sandboxes", post(create).get(list_v2))
+        .route("/sandboxes/{id}", get(detail).delete(kill))
+        .route("/sandboxes/{id}/connect", post(connect))
+        .route("/v2/sandboxes/{id}/connect", post(connect))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/pause", post(unsupported))
+        .route("/sandboxes/{id}/resume", post(unsupported))
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
+        .with_state(state)
+}
+
+fn provider_error(e: ProviderError) -> Response {
+    let status = match e.kind {
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::Auth => StatusCode::UNAUTHORIZED,
+        ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
+        ErrorKind::Timeout | ErrorKind::Infra => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    json_error(status, &e.message)
+}
+
+fn not_found(id: &str) -> Response {
+    json_error(StatusCode::NOT_FOUND, &format!("sandbox \"{id}\" not found"))
+}
+
+fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
+    serde_json::from_slice(body).map_err(|e| json_error(StatusCode::BAD_REQUEST, &format!("invalid request body: {e}")))
+}
+
+#[derive(Debug, Deserialize)]
+struct NewSandbox {
+    #[serde(rename = "templateID", default)]
+    template_id: Option<String>,
+    #[serde(default)]
+    timeout: Option<u64>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+    #[serde(rename = "envVars", default)]
+    env_vars: Option<BTreeMap<String, String>>,
+    #[serde(rename = "cpuCount", default)]
+    cpu_count: Option<u32>,
+    #[serde(rename = "memoryMB", default)]
+    memory_mb: Option<u64>,
+}
+
+/// The `Sandbox` body of create and connect.
+fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
+    json!({
+        "sandboxID": sb.id,
+        "templateID": sb.template,
+        "alias": sb.template,
+        "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION,
+        "trafficAccessToken": null,
+        "domain": st.domain,
+    })
+}
+
+/// `SandboxDetail` / `ListedSandbox`.
+fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
+    json!({
+        "sandboxID": sb.id,
+        "templateID": sb.template,
+        "alias": sb.template,
+        "clientID": CLIENT_ID,
+        "startedAt": rfc3339(info.started_at),
+        "endAt": rfc3339(info.end_at),
+        "envdVersion": ENVD_VERSION,
+        "cpuCount": sb.cpu_count,
+        "memoryMB": sb.memory_mb,
+        "diskSizeMB": sb.disk_mb,
+        "state": "running",
+        "metadata": info.metadata,
+        "domain": st.domain,
+    })
+}
+
+async fn create(State(st): St, body: Bytes) -> Response {
+    let req: NewSandbox = match parse_body(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("timeout must be between 1 and {MAX_TIMEOUT_SECS} seconds, got {timeout}"),
+        );
+    }
+    let template = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
+    let id = super::new_sandbox_id();
+    // envd's global environment: E2B_* first, the caller's envVars over them.
+    let mut envs = BTreeMap::from([
+        ("E2B_SANDBOX".to_string(), "true".to_string()),
+        ("E2B_SANDBOX_ID".to_string(), id.clone()),
+        ("E2B_TEMPLATE_ID".to_string(), template.clone()),
+    ]);
+    envs.extend(req.env_vars.unwrap_or_default());
+    let info = match st
+        .provider
+        .create(CreateRequest {
+            template: template.clone(),
+            timeout_secs: Some(timeout),
+            metadata: req.metadata.unwrap_or_default(),
+            envs,
+            cpu: req.cpu_count,
+            memory_mb: req.memory_mb,
+        })
+        .await
+    {
+        Ok(i) => i,
+        Err(e) => return provider_error(e),
+    };
+    let host = super::host_resources();
+    let sb = Arc::new(Sbx {
+        id: id.clone(),
+        provider_id: info.id.clone(),
+        template,
+        cpu_count: req.cpu_count.unwrap_or(host.0),
+        memory_mb: req.memory_mb.unwrap_or(host.1),
+        disk_mb: host.2,
+        procs: Default::default(),
+    });
+    st.register(sb.clone());
+    (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response()
+}
+
+async fn detail(State(st): St, Path(id): Path<String>) -> Response {
+    let Some((sb, info)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    Json(detail_json(&st, &sb, &info)).into_response()
+}
+
+async fn kill(State(st): St, Path(id): Path<String>) -> Response {
+    let Some(sb) = st.sandbox(&id) else {
+        return not_found(&id);
+    };
+    let killed = st.provider.kill(&sb.provider_id).await;
+    st.unregister(&id);
+    match killed {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => not_found(&id),
+        Err(e) => provider_error(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct TimeoutBody {
+    #[serde(default)]
+    timeout: Option<u64>,
+}
+
+async fn set_timeout(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+    let req: TimeoutBody = match parse_body(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let Some(t) = req.timeout else {
+        return json_error(StatusCode::BAD_REQUEST, "timeout is required");
+    };
+    if t > MAX_TIMEOUT_SECS {
+        return json_error(StatusCode::BAD_REQUEST, &format!("timeout must be at most {MAX_TIMEOUT_SECS} seconds"));
+    }
+    let Some((sb, _)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    match st.provider.set_timeout(&sb.provider_id, t).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) if e.kind == ErrorKind::NotFound => not_found(&id),
+        Err(e) => provider_error(e),
+    }
+}
+
+async fn connect(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+    let req: TimeoutBody = match parse_body(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let Some((sb, info)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    // Connecting never shortens the sandbox's life, only extends it.
+    if let Some(t) = req.timeout.filter(|t| *t > 0) {
+        let t = t.min(MAX_TIMEOUT_SECS);
+        if super::now_secs() + t > info.end_at {
+            if let Err(e) = st.provider.set_timeout(&sb.provider_id, t).await {
+                return provider_error(e);
+            }
+        }
+    }
+    match st.provider.connect(&sb.provider_id, None).await {
+        Ok(_) => Json(sandbox_json(&st, &sb)).into_response(),
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            st.unregister(&id);
+            not_found(&id)
+        }
+        Err(e) => provider_error(e),
+    }
+}
+
+async fn unsupported() -> Response {
+    json_error(StatusCode::NOT_IMPLEMENTED, "pause and resume are not supported by the local provider")
+}
+
+/// The `metadata` list filter (protocol doc §2.7): the value (already query-decoded once) is
+/// unescaped again, split on `&` and `=`, and each key and value unescaped once more.
+pub(crate) fn parse_metadata_filter(raw: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    let whole = query_unescape(raw)?;
+    for pair in whole.split('&').filter(|p| !p.is_empty()) {
+        let mut kv = pair.split('=');
+        let (Some(k), Some(v), None) = (kv.next(), kv.next(), kv.next()) else {
+            return Err(format!("invalid metadata filter pair {pair:?}: expected key=value"));
+        };
+        out.insert(query_unescape(k)?, query_unescape(v)?);
+    }
+    Ok(out)
+}
+
+/// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte.
+fn query_unescape(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+                let byte = hex
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| format!("invalid escape in {s:?}"))?;
+                out.push(byte);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| format!("invalid UTF-8 in {s:?}"))
+}
+
+/// The query string as pairs, each decoded once (what an HTTP framework hands a handler).
+fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, String> {
+    raw.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            Ok((query_unescape(k)?, query_unescape(v)?))
+        })
+        .collect()
+}
+
+/// Live sandboxes matching the `metadata` and `state` parameters, newest first unless
+/// `order=asc`.
+async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc<Sbx>, SandboxInfo)>, Response> {
+    let mut filter = BTreeMap::new();
+    let mut running_wanted = true;
+    let mut asc = false;
+    for (k, v) in params {
+        match k.as_str() {
+            "metadata" => filter.extend(parse_metadata_filter(v).map_err(|e| json_error(StatusCode::BAD_REQUEST, &e))?),
+            "state" => running_wanted = v.split(',').any(|s| s.trim() == "running"),
+            "order" => asc = v == "asc",
+            _ => {}
+        }
+    }
+    let infos = st.provider.list(&filter).await.map_err(provider_error)?;
+    let mut out: Vec<(Arc<Sbx>, SandboxInfo)> =
+        infos.into_iter().filter_map(|i| st.by_provider_id(&i.id).map(|sb| (sb, i))).collect();
+    if !running_wanted {
+        out.clear();
+    }
+    out.sort_by(|a, b| (a.1.started_at, &a.0.id).cmp(&(b.1.started_at, &b.0.id)));
+    if !asc {
+        out.reverse();
+    }
+    Ok(out)
+}
+
+async fn list_v2(State(st): St, RawQuery(q): RawQuery) -> Response {
+    let params = match query_pairs(q.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+    };
+    let all = match matching(&st, &params).await {
+        Ok(v) => v,
+        Err(resp) => return resp,
+    };
+    let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let limit = match param("limit").map(str::parse::<usize>) {
+        None => MAX_PAGE,
+        Some(Ok(n)) if n >= 1 => n.min(MAX_PAGE),
+        Some(_) => return json_error(StatusCode::BAD_REQUEST, "limit must be a positive integer"),
+    };
+    // The token is the offset into the (stable-ordered) result set.
+    let offset = match param("nextToken").filter(|t| !t.is_empty()).map(str::parse::<usize>) {
+        None => 0,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => return json_error(StatusCode::BAD_REQUEST, "invalid nextToken"),
+    };
+    let page: Vec<Value> = all.iter().skip(offset).take(limit).map(|(sb, i)| detail_json(&st, sb, i)).collect();
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&all.len().to_string()) {
+        headers.insert("x-total-running", v);
+    }
+    if offset + limit < all.len() {
+        if let Ok(v) = HeaderValue::from_str(&(offset + limit).to_string()) {
+            headers.insert("x-next-token", v);
+        }
+    }
+    (headers, Json(Value::Array(page))).into_response()
+}
+
+async fn list_legacy(State(st): St, RawQuery(q): RawQuery) -> Response {
+    let params = match query_pairs(q.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+    };
+    match matching(&st, &params).await {
+        Ok(all) => Json(all.iter().map(|(sb, i)| detail_json(&st, sb, i)).collect::<Vec<_>>()).into_response(),
+        Err(resp) => resp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_filter_as_the_sdk_sends_it() {
+        // The SDK's capture for {"owner":"me","k y":"v&1"} after the first (framework) decode.
+        let once = query_unescape("owner%3Dme%26k%252520y%3Dv%2525261").unwrap();
+        let f = parse_metadata_filter(&once).unwrap();
+        assert_eq!(f.get("owner").map(String::as_str), Some("me"));
+        assert_eq!(f.get("k y").map(String::as_str), Some("v&1"));
+        assert!(parse_metadata_filter("a").is_err());
+    }
+}

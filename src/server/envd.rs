@@ -1,0 +1,730 @@
+//! The in-sandbox daemon (envd) API, served for the sandbox named by the request (see
+//! `super::dispatch`): the `process.Process` and `filesystem.Filesystem` Connect services,
+//! plain `GET`/`POST /files` and `/health` (protocol doc §4–§6, §9.3).
+//!
+//! Paths follow envd's resolution: empty → `/home/user`, `~` and `~/x` → the home
+//! directory, relative → under the home directory. Processes get the sandbox's create-time
+//! `envVars` (applied by the provider) and the request's `envs`; `Connect-Timeout-Ms` on
+//! `Process/Start` is the process's lifetime. PTYs, watchers and access tokens are not
+//! implemented (clean `unimplemented` errors).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Multipart, Query, Request};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::connect::{self, lenient, RpcError, Unary};
+use super::procs::{self, Event};
+use super::{json_error, limit_body, AppState, Sbx};
+use crate::provider::{ErrorKind, ExecRequest, FileEntry, OutputChunk, ProviderError};
+
+const HOME: &str = "/home/user";
+/// Idle time between keepalive events when the client does not ask (envd's default).
+const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
+
+type St = axum::extract::State<Arc<AppState>>;
+type Sb = Extension<Arc<Sbx>>;
+
+/// Routes of envd. Every handler finds its sandbox in the request extensions.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { StatusCode::NO_CONTENT }))
+        .route("/files", get(download).post(upload))
+        .route("/process.Process/Start", post(process_start))
+        .route("/process.Process/Connect", post(process_connect))
+        .route("/process.Process/List", post(unary_route(process_list)))
+        .route("/process.Process/SendSignal", post(unary_route(send_signal)))
+        .route("/process.Process/SendInput", post(unary_route(send_input)))
+        .route("/process.Process/CloseStdin", post(unary_route(close_stdin)))
+        .route("/filesystem.Filesystem/Stat", post(unary_route(fs_stat)))
+        .route("/filesystem.Filesystem/ListDir", post(unary_route(fs_list_dir)))
+        .route("/filesystem.Filesystem/MakeDir", post(unary_route(fs_make_dir)))
+        .route("/filesystem.Filesystem/Move", post(unary_route(fs_move)))
+        .route("/filesystem.Filesystem/Remove", post(unary_route(fs_remove)))
+        .fallback(unknown)
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+async fn unknown(req: Request) -> Response {
+    let path = req.uri().path();
+    if path.starts_with("/process.") || path.starts_with("/filesystem.") {
+        RpcError::unimplemented(format!("{path} is not implemented by scenario-run serve")).into_response()
+    } else {
+        json_error(StatusCode::NOT_FOUND, &format!("no route for {path}"))
+    }
+}
+
+/// A unary handler: `(state, sandbox, body) -> JSON result`.
+type UnaryFn = fn(Arc<AppState>, Arc<Sbx>, Bytes) -> futures_util::future::BoxFuture<'static, Unary>;
+
+/// Adapts a unary handler to a route handler.
+fn unary_route(
+    f: UnaryFn,
+) -> impl Fn(St, Sb, Bytes) -> futures_util::future::BoxFuture<'static, Response> + Clone + Send + Sync + 'static {
+    move |axum::extract::State(st): St, Extension(sb): Sb, body: Bytes| {
+        Box::pin(async move { connect::unary(f(st, sb, body).await) })
+    }
+}
+
+macro_rules! unary_fn {
+    ($name:ident, $req:ty, |$st:ident, $sb:ident, $r:ident| $body:block) => {
+        fn $name($st: Arc<AppState>, $sb: Arc<Sbx>, body: Bytes) -> futures_util::future::BoxFuture<'static, Unary> {
+            Box::pin(async move {
+                let $r: $req = connect::unary_request(&body)?;
+                let _ = (&$st, &$sb);
+                $body
+            })
+        }
+    };
+}
+
+// ---- paths ----
+
+/// envd's path resolution (see the module documentation).
+fn resolve(path: &str) -> Result<String, RpcError> {
+    let p = if path.is_empty() || path == "~" {
+        HOME.to_string()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        format!("{HOME}/{rest}")
+    } else if path.starts_with('~') {
+        return Err(RpcError::invalid(format!("invalid path '{path}': only ~ and ~/ are supported")));
+    } else {
+        path.to_string()
+    };
+    let full = if p.starts_with('/') { p } else { format!("{HOME}/{p}") };
+    let mut parts: Vec<&str> = Vec::new();
+    for c in full.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    if full.contains('\0') {
+        return Err(RpcError::invalid(format!("invalid path: {path:?}")));
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+// ---- process ----
+
+#[derive(Debug, Deserialize, Default)]
+struct ProcessConfig {
+    #[serde(default)]
+    cmd: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    envs: BTreeMap<String, String>,
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StartRequest {
+    #[serde(default)]
+    process: ProcessConfig,
+    #[serde(default)]
+    pty: Option<Value>,
+    #[serde(default)]
+    tag: Option<String>,
+    #[serde(default)]
+    stdin: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct Selector {
+    #[serde(default, deserialize_with = "lenient::opt_u32")]
+    pid: Option<u32>,
+    #[serde(default)]
+    tag: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProcessRequest {
+    #[serde(default)]
+    process: Selector,
+    #[serde(default)]
+    signal: Option<Value>,
+    #[serde(default)]
+    input: Option<Input>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Input {
+    #[serde(default)]
+    stdin: Option<String>,
+    #[serde(default)]
+    pty: Option<String>,
+}
+
+/// The bash command line that runs `cmd args…`: the SDK's `/bin/bash -l -c X` is taken as is
+/// (the provider runs every command through `bash -l -c`), anything else is exec'd quoted.
+fn command_line(cfg: &ProcessConfig) -> String {
+    let is_bash = matches!(cfg.cmd.as_str(), "/bin/bash" | "bash" | "/usr/bin/bash");
+    if is_bash && cfg.args.len() == 3 && matches!(cfg.args[0].as_str(), "-l" | "-lc") && cfg.args[1] == "-c" {
+        return cfg.args[2].clone();
+    }
+    if is_bash && cfg.args.len() == 2 && matches!(cfg.args[0].as_str(), "-c" | "-lc") {
+        return cfg.args[1].clone();
+    }
+    let mut s = String::from("exec");
+    for a in std::iter::once(&cfg.cmd).chain(cfg.args.iter()) {
+        s.push(' ');
+        s.push_str(&shell_quote(a));
+    }
+    s
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+fn config_json(cfg: &ProcessConfig) -> Value {
+    let mut v = json!({"cmd": cfg.cmd, "args": cfg.args, "envs": cfg.envs});
+    if let Some(c) = &cfg.cwd {
+        v["cwd"] = json!(c);
+    }
+    v
+}
+
+fn timeout_header(h: &HeaderMap) -> Option<Duration> {
+    let ms: u64 = h.get("connect-timeout-ms")?.to_str().ok()?.trim().parse().ok()?;
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+fn keepalive_header(h: &HeaderMap) -> Duration {
+    h.get("keepalive-ping-interval")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_KEEPALIVE)
+}
+
+/// A server-streaming response fed by a channel of already-framed envelopes.
+fn stream_response(st: &AppState, rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
+    let s = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<Bytes, std::io::Error>(b), rx))
+    });
+    let body = limit_body(Body::from_stream(s), st.faults.cut_stream_after);
+    ([(header::CONTENT_TYPE, HeaderValue::from_static(connect::CONNECT_JSON))], body).into_response()
+}
+
+/// A stream that fails before its first message: 200 with only the end-stream error.
+fn stream_error(st: &AppState, e: RpcError) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let _ = tx.try_send(connect::end_stream(Some(&e)));
+    stream_response(st, rx)
+}
+
+fn event_json(ev: Value) -> Value {
+    json!({"event": ev})
+}
+
+/// Writes `start{pid}`, then the subscriber's events, keepalives while idle, and the end.
+/// Stops when the client goes away (the process keeps running).
+async fn pump(
+    pid: u32,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    out: tokio::sync::mpsc::Sender<Bytes>,
+    keepalive: Duration,
+) {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    if out.send(connect::message(&event_json(json!({"start": {"pid": pid}})))).await.is_err() {
+        return;
+    }
+    loop {
+        let ev = match tokio::time::timeout(keepalive, events.recv()).await {
+            Err(_) => {
+                if out.send(connect::message(&event_json(json!({"keepalive": {}})))).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Ok(ev) => ev,
+        };
+        let frame = match ev {
+            Some(Event::Data(OutputChunk::Stdout(b))) => {
+                connect::message(&event_json(json!({"data": {"stdout": b64.encode(b)}})))
+            }
+            Some(Event::Data(OutputChunk::Stderr(b))) => {
+                connect::message(&event_json(json!({"data": {"stderr": b64.encode(b)}})))
+            }
+            Some(Event::End(end)) => {
+                if out.send(connect::message(&event_json(json!({"end": end})))).await.is_ok() {
+                    let _ = out.send(connect::end_stream(None)).await;
+                }
+                return;
+            }
+            Some(Event::Error(e)) => {
+                let _ = out.send(connect::end_stream(Some(&e))).await;
+                return;
+            }
+            None => {
+                let e = RpcError::new("internal", "process output ended without a status");
+                let _ = out.send(connect::end_stream(Some(&e))).await;
+                return;
+            }
+        };
+        if out.send(frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn process_start(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+    let req: StartRequest = match connect::stream_request(&body) {
+        Ok(r) => r,
+        Err(e) => return stream_error(&st, e),
+    };
+    match start(&st, &sb, &headers, req).await {
+        Ok(resp) => resp,
+        Err(e) => stream_error(&st, e),
+    }
+}
+
+async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) -> Result<Response, RpcError> {
+    if req.pty.is_some() {
+        return Err(RpcError::unimplemented("pty sessions are not supported by scenario-run serve"));
+    }
+    if req.process.cmd.is_empty() {
+        return Err(RpcError::invalid("process.cmd is required"));
+    }
+    let cwd = match req.process.cwd.as_deref() {
+        None | Some("") => None,
+        Some(c) => {
+            let abs = resolve(c)?;
+            match st.provider.stat(&sb.provider_id, &abs).await {
+                Ok(e) if e.kind == "dir" => {}
+                Ok(_) => return Err(RpcError::invalid(format!("cwd '{abs}' is not a directory"))),
+                Err(e) if e.kind == ErrorKind::NotFound => {
+                    return Err(RpcError::invalid(format!("cwd '{abs}' does not exist")))
+                }
+                Err(e) => return Err(e.into()),
+            }
+            Some(abs)
+        }
+    };
+    let exec =
+        ExecRequest { cmd: command_line(&req.process), cwd, envs: req.process.envs.clone(), ..Default::default() };
+    // `stdin` absent means open (back-compat with old clients); the SDK sends false.
+    let open_stdin = req.stdin.unwrap_or(true);
+    let live = st.provider.spawn_live(&sb.provider_id, exec, open_stdin).await?;
+    let pid = live.pid;
+    let (_entry, events) = sb.procs.start(
+        st.provider.clone(),
+        sb.provider_id.clone(),
+        live,
+        config_json(&req.process),
+        req.tag.clone(),
+        timeout_header(headers),
+    );
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(pump(pid, events, tx, keepalive_header(headers)));
+    Ok(stream_response(st, rx))
+}
+
+fn find(sb: &Sbx, sel: &Selector) -> Result<Arc<procs::Entry>, RpcError> {
+    match (sel.pid, sel.tag.as_deref()) {
+        (Some(pid), _) => sb.procs.by_pid(pid).ok_or_else(|| no_process(pid)),
+        (None, Some(tag)) => {
+            sb.procs.by_tag(tag).ok_or_else(|| RpcError::not_found(format!("process with tag {tag} not found")))
+        }
+        (None, None) => Err(RpcError::invalid("process selector needs a pid or a tag")),
+    }
+}
+
+fn no_process(pid: u32) -> RpcError {
+    RpcError::not_found(format!("process with pid {pid} not found"))
+}
+
+async fn process_connect(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+    let req: ProcessRequest = match connect::stream_request(&body) {
+        Ok(r) => r,
+        Err(e) => return stream_error(&st, e),
+    };
+    let entry = match find(&sb, &req.process) {
+        Ok(e) => e,
+        Err(e) => return stream_error(&st, e),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(pump(entry.pid, entry.subscribe(), tx, keepalive_header(&headers)));
+    stream_response(&st, rx)
+}
+
+unary_fn!(process_list, Value, |st, sb, _r| {
+    let processes: Vec<Value> = sb
+        .procs
+        .running()
+        .iter()
+        .map(|e| {
+            let mut v = json!({"config": e.config, "pid": e.pid});
+            if let Some(t) = &e.tag {
+                v["tag"] = json!(t);
+            }
+            v
+        })
+        .collect();
+    Ok(json!({ "processes": processes }))
+});
+
+/// The pid a request addresses (by pid, or by the tag of a process we started).
+fn target_pid(sb: &Sbx, sel: &Selector) -> Result<u32, RpcError> {
+    match sel.pid {
+        Some(pid) => Ok(pid),
+        None => find(sb, sel).map(|e| e.pid),
+    }
+}
+
+fn process_err(pid: u32) -> impl Fn(ProviderError) -> RpcError {
+    move |e| if e.kind == ErrorKind::NotFound { no_process(pid) } else { e.into() }
+}
+
+unary_fn!(send_signal, ProcessRequest, |st, sb, r| {
+    let pid = target_pid(&sb, &r.process)?;
+    let sig = match r.signal.as_ref() {
+        Some(Value::String(s)) if s == "SIGNAL_SIGKILL" => libc::SIGKILL,
+        Some(Value::String(s)) if s == "SIGNAL_SIGTERM" => libc::SIGTERM,
+        Some(Value::Number(n)) if n.as_i64() == Some(9) => libc::SIGKILL,
+        Some(Value::Number(n)) if n.as_i64() == Some(15) => libc::SIGTERM,
+        other => return Err(RpcError::unimplemented(format!("signal {other:?} is not supported"))),
+    };
+    st.provider.signal(&sb.provider_id, pid, sig).await.map_err(process_err(pid))?;
+    Ok(json!({}))
+});
+
+unary_fn!(send_input, ProcessRequest, |st, sb, r| {
+    let pid = target_pid(&sb, &r.process)?;
+    let input = r.input.ok_or_else(|| RpcError::invalid("input is required"))?;
+    if input.pty.is_some() {
+        return Err(RpcError::invalid("process has no pty"));
+    }
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(input.stdin.unwrap_or_default())
+        .map_err(|e| RpcError::invalid(format!("stdin is not base64: {e}")))?;
+    st.provider.write_stdin(&sb.provider_id, pid, data).await.map_err(process_err(pid))?;
+    Ok(json!({}))
+});
+
+unary_fn!(close_stdin, ProcessRequest, |st, sb, r| {
+    let pid = target_pid(&sb, &r.process)?;
+    st.provider.close_stdin(&sb.provider_id, pid).await.map_err(process_err(pid))?;
+    Ok(json!({}))
+});
+
+// ---- filesystem ----
+
+#[derive(Debug, Deserialize)]
+struct PathRequest {
+    #[serde(default)]
+    path: String,
+    #[serde(default, deserialize_with = "lenient::opt_u32")]
+    depth: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MoveRequest {
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    destination: String,
+}
+
+/// Go's `FileMode.String()` for the type and permission bits.
+fn permissions(kind: &str, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match kind {
+        "dir" => 'd',
+        "symlink" => 'L',
+        _ => '-',
+    });
+    for (i, c) in "rwxrwxrwx".chars().enumerate() {
+        s.push(if mode & (1 << (8 - i)) != 0 { c } else { '-' });
+    }
+    s
+}
+
+fn owner_name() -> &'static str {
+    // SAFETY: getuid cannot fail. Commands (and so files) belong to the server's user.
+    if unsafe { libc::getuid() } == 0 {
+        "root"
+    } else {
+        "user"
+    }
+}
+
+/// `EntryInfo` in proto3 JSON (int64 size as a string, enum names).
+fn entry_json(e: &FileEntry) -> Value {
+    let ty = match e.kind.as_str() {
+        "dir" => "FILE_TYPE_DIRECTORY",
+        "symlink" => "FILE_TYPE_SYMLINK",
+        _ => "FILE_TYPE_FILE",
+    };
+    json!({
+        "name": e.name,
+        "type": ty,
+        "path": e.path,
+        "size": e.size.to_string(),
+        "mode": e.mode & 0o777,
+        "permissions": permissions(&e.kind, e.mode),
+        "owner": owner_name(),
+        "group": owner_name(),
+        "modifiedTime": super::rfc3339(e.modified),
+    })
+}
+
+fn file_not_found(path: &str) -> impl Fn(ProviderError) -> RpcError + '_ {
+    move |e| {
+        if e.kind == ErrorKind::NotFound {
+            RpcError::not_found(format!("file not found: {path}"))
+        } else {
+            e.into()
+        }
+    }
+}
+
+unary_fn!(fs_stat, PathRequest, |st, sb, r| {
+    let path = resolve(&r.path)?;
+    let e = st.provider.stat(&sb.provider_id, &path).await.map_err(file_not_found(&path))?;
+    Ok(json!({"entry": entry_json(&e)}))
+});
+
+unary_fn!(fs_list_dir, PathRequest, |st, sb, r| {
+    let path = resolve(&r.path)?;
+    let depth = r.depth.filter(|d| *d > 0).unwrap_or(1);
+    let mut out = Vec::new();
+    let mut level = vec![path.clone()];
+    for d in 0..depth {
+        let mut next = Vec::new();
+        for dir in &level {
+            let entries = match st.provider.list_dir(&sb.provider_id, dir).await {
+                Ok(v) => v,
+                Err(e) if d == 0 && e.kind == ErrorKind::NotFound => {
+                    return Err(RpcError::not_found(format!("directory not found: {dir}")))
+                }
+                Err(e) if d == 0 && e.message.starts_with("not a directory") => {
+                    return Err(RpcError::invalid(format!("path is not a directory: {dir}")))
+                }
+                Err(e) if d == 0 => return Err(e.into()),
+                // Vanished or unreadable below the root: skip it.
+                Err(_) => continue,
+            };
+            for e in entries {
+                if e.kind == "dir" {
+                    next.push(e.path.clone());
+                }
+                out.push(entry_json(&e));
+            }
+        }
+        level = next;
+    }
+    Ok(json!({ "entries": out }))
+});
+
+unary_fn!(fs_make_dir, PathRequest, |st, sb, r| {
+    let path = resolve(&r.path)?;
+    match st.provider.stat(&sb.provider_id, &path).await {
+        Ok(e) if e.kind == "dir" => {
+            return Err(RpcError::new("already_exists", format!("directory already exists: {path}")))
+        }
+        Ok(_) => return Err(RpcError::invalid(format!("path already exists but it is not a directory: {path}"))),
+        Err(e) if e.kind == ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    let e = st.provider.make_dir(&sb.provider_id, &path).await?;
+    Ok(json!({"entry": entry_json(&e)}))
+});
+
+unary_fn!(fs_move, MoveRequest, |st, sb, r| {
+    let (src, dst) = (resolve(&r.source)?, resolve(&r.destination)?);
+    st.provider.stat(&sb.provider_id, &src).await.map_err(file_not_found(&src))?;
+    if let Some((parent, _)) = dst.rsplit_once('/') {
+        if !parent.is_empty() {
+            st.provider.make_dir(&sb.provider_id, parent).await?;
+        }
+    }
+    let e = st.provider.rename(&sb.provider_id, &src, &dst).await?;
+    Ok(json!({"entry": entry_json(&e)}))
+});
+
+unary_fn!(fs_remove, PathRequest, |st, sb, r| {
+    let path = resolve(&r.path)?;
+    match st.provider.remove(&sb.provider_id, &path).await {
+        Ok(()) => Ok(json!({})),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(json!({})),
+        Err(e) => Err(e.into()),
+    }
+});
+
+// ---- /files ----
+
+#[derive(Debug, Deserialize)]
+struct FilesQuery {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+fn files_error(e: ProviderError, path: &str) -> Response {
+    match e.kind {
+        ErrorKind::NotFound => json_error(StatusCode::NOT_FOUND, &format!("path '{path}' does not exist")),
+        ErrorKind::Invalid if e.message.starts_with("is a directory") => {
+            json_error(StatusCode::BAD_REQUEST, &format!("path '{path}' is a directory"))
+        }
+        ErrorKind::Invalid => json_error(StatusCode::BAD_REQUEST, &e.message),
+        _ => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.message),
+    }
+}
+
+async fn download(axum::extract::State(st): St, Extension(sb): Sb, Query(q): Query<FilesQuery>) -> Response {
+    let raw = q.path.unwrap_or_default();
+    let path = match resolve(&raw) {
+        Ok(p) => p,
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
+    };
+    match st.provider.read_file(&sb.provider_id, &path).await {
+        Ok(data) => {
+            let name = path.rsplit('/').next().unwrap_or("file").replace('"', "");
+            let disposition = HeaderValue::from_str(&format!("inline; filename=\"{name}\""))
+                .unwrap_or_else(|_| HeaderValue::from_static("inline"));
+            let body = limit_body(Body::from(data), st.faults.cut_stream_after);
+            (
+                [
+                    (header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
+                    (header::CONTENT_DISPOSITION, disposition),
+                ],
+                body,
+            )
+                .into_response()
+        }
+        Err(e) => files_error(e, &path),
+    }
+}
+
+fn written(e: &FileEntry) -> Value {
+    json!({"path": e.path, "name": e.name, "type": "file"})
+}
+
+async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req: Request) -> Response {
+    let q: FilesQuery = Query::try_from_uri(req.uri()).map(|q| q.0).unwrap_or(FilesQuery { path: None });
+    let ctype = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let gzip = req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    if ctype.starts_with("multipart/form-data") {
+        let mut mp = match Multipart::from_request(req, &()).await {
+            Ok(m) => m,
+            Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("invalid multipart body: {e}")),
+        };
+        loop {
+            let field = match mp.next_field().await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("invalid multipart body: {e}")),
+            };
+            if field.name() != Some("file") {
+                continue;
+            }
+            let name = field.file_name().map(str::to_string);
+            let data = match field.bytes().await {
+                Ok(b) => b.to_vec(),
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("invalid multipart body: {e}")),
+            };
+            files.push((name.unwrap_or_default(), data));
+        }
+        if let (Some(p), 1) = (&q.path, files.len()) {
+            files[0].0 = p.clone();
+        }
+    } else if ctype.starts_with("application/octet-stream") {
+        let Some(p) = q.path.clone() else {
+            return json_error(StatusCode::BAD_REQUEST, "path is required for application/octet-stream uploads");
+        };
+        let data = match axum::body::to_bytes(req.into_body(), usize::MAX).await {
+            Ok(b) => b,
+            Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}")),
+        };
+        let data = if gzip {
+            use std::io::Read;
+            let mut out = Vec::new();
+            if let Err(e) = flate2::read::GzDecoder::new(&data[..]).read_to_end(&mut out) {
+                return json_error(StatusCode::BAD_REQUEST, &format!("invalid gzip body: {e}"));
+            }
+            out
+        } else {
+            data.to_vec()
+        };
+        files.push((p, data));
+    } else {
+        return json_error(StatusCode::BAD_REQUEST, &format!("unsupported content type: {ctype:?}"));
+    }
+    if files.is_empty() {
+        return json_error(StatusCode::BAD_REQUEST, "no file in the request");
+    }
+    let mut resolved = Vec::new();
+    for (p, data) in files {
+        let abs = match resolve(&p) {
+            Ok(a) => a,
+            Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
+        };
+        if resolved.iter().any(|(a, _): &(String, Vec<u8>)| *a == abs) {
+            return json_error(StatusCode::BAD_REQUEST, &format!("path '{abs}' is given twice"));
+        }
+        resolved.push((abs, data));
+    }
+    let mut out = Vec::new();
+    for (abs, data) in resolved {
+        match st.provider.write_file(&sb.provider_id, &abs, data, None).await {
+            Ok(e) => out.push(written(&e)),
+            Err(e) => return files_error(e, &abs),
+        }
+    }
+    axum::Json(Value::Array(out)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_like_envd() {
+        assert_eq!(resolve("").unwrap(), "/home/user");
+        assert_eq!(resolve("~").unwrap(), "/home/user");
+        assert_eq!(resolve("~/a/b").unwrap(), "/home/user/a/b");
+        assert_eq!(resolve("a.txt").unwrap(), "/home/user/a.txt");
+        assert_eq!(resolve("/tmp/../etc").unwrap(), "/etc");
+        assert!(resolve("~root/x").is_err());
+    }
+
+    #[test]
+    fn command_lines() {
+        let sdk = ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-l".into(), "-c".into(), "echo hi".into()],
+            ..Default::default()
+        };
+        assert_eq!(command_line(&sdk), "echo hi");
+        let other = ProcessConfig { cmd: "ls".into(), args: vec!["-la".into(), "it's".into()], ..Default::default() };
+        assert_eq!(command_line(&other), "exec 'ls' '-la' 'it'\\''s'");
+    }
+
+    #[test]
+    fn permission_strings() {
+        assert_eq!(permissions("file", 0o644), "-rw-r--r--");
+        assert_eq!(permissions("dir", 0o755), "drwxr-xr-x");
+    }
+}

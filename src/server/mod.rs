@@ -1,0 +1,417 @@
+//! `scenario-run serve`: a local E2B-compatible server (control plane and envd on one port)
+//! over any [`Provider`], so the unmodified E2B SDKs can drive local sandboxes.
+//!
+//! Protocol reference: `docs/e2b-protocol.md` (§9 is the minimum this implements). Built on
+//! axum 0.8 (hyper 1 underneath): the routes, JSON and multipart extraction come for free, and
+//! streaming bodies are plain streams.
+//!
+//! # Routing (one port)
+//!
+//! Every request goes through [`dispatch`], in this order:
+//!
+//! 1. `Host: {port}-{id}.<anything>` (what `Sandbox.get_host(port)` returns, with the
+//!    `domain` this server reports, `localhost:<port>`): port 49983 is envd of sandbox `id`,
+//!    any other port is forwarded into the sandbox (see `proxy`).
+//! 2. An `E2b-Sandbox-Id` header (what the SDK sends on every envd call when
+//!    `E2B_SANDBOX_URL` points here): envd of that sandbox, or the port in
+//!    `E2b-Sandbox-Port` if that is not 49983. An unknown or killed sandbox answers 502
+//!    `{"code":502,"message":"The sandbox <id> was not found"}` (the SDK raises
+//!    `SandboxNotRunningException`).
+//! 3. Otherwise the control plane, which needs the API key (`X-API-KEY`, or
+//!    `Authorization: Bearer`) on every route but `/health`; a missing or wrong key is 401
+//!    `{"code":401,"message":…}`.
+//!
+//! # Fault injection ([`Faults`], all off by default)
+//!
+//! Applied to every request except `/health`: a fixed latency before handling; every Nth
+//! request answered 429 (with `Retry-After: 1`); every Nth request answered 503 (retried by
+//! the SDKs); and streamed bodies (process output streams, file downloads) cut, i.e. the
+//! connection aborted, after a number of bytes.
+//!
+//! # Lifecycle
+//!
+//! Sandboxes expire at their end time (the provider kills them); [`serve`] runs until its
+//! shutdown future resolves and then destroys every sandbox it created.
+
+mod connect;
+mod control;
+mod envd;
+mod procs;
+mod proxy;
+
+use std::collections::HashMap;
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use futures_util::StreamExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tower::ServiceExt;
+
+use crate::provider::{Provider, SandboxInfo};
+
+/// The envd port of the E2B protocol.
+pub const ENVD_PORT: u16 = 49983;
+/// How long in-flight requests may take to finish after shutdown was asked for.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// E2B's fixed legacy `clientID`.
+const CLIENT_ID: &str = "6532622b";
+/// The envd version reported. 0.5.7 turns on everything implemented here (default user,
+/// `close_stdin`, octet-stream and gzip uploads) and leaves off what is not (file metadata
+/// xattrs from 0.6.2 and the newer watcher flags, which the SDKs then refuse client-side).
+pub const ENVD_VERSION: &str = "0.5.7";
+
+/// Fault injection settings; see the module documentation.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    pub latency: Option<Duration>,
+    pub every_429: Option<u64>,
+    pub every_5xx: Option<u64>,
+    pub cut_stream_after: Option<u64>,
+}
+
+/// Options of [`serve`].
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The API key clients must send.
+    pub api_key: String,
+    pub faults: Faults,
+}
+
+/// One sandbox as the E2B API knows it.
+#[derive(Debug)]
+pub(crate) struct Sbx {
+    /// The E2B sandbox ID (`[a-z0-9]{20}`).
+    pub id: String,
+    /// The provider's ID for it.
+    pub provider_id: String,
+    pub template: String,
+    pub cpu_count: u32,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+    pub procs: procs::Table,
+}
+
+pub(crate) struct AppState {
+    pub provider: Arc<dyn Provider>,
+    api_key: String,
+    /// Reported as `domain`, so `get_host(port)` gives `{port}-{id}.localhost:<port>`.
+    pub domain: String,
+    pub faults: Faults,
+    requests: AtomicU64,
+    sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
+    by_provider: Mutex<HashMap<String, String>>,
+    pub http: Client<HttpConnector, Body>,
+}
+
+impl AppState {
+    fn register(&self, sb: Arc<Sbx>) {
+        self.by_provider.lock().expect("ids").insert(sb.provider_id.clone(), sb.id.clone());
+        self.sandboxes.lock().expect("sandboxes").insert(sb.id.clone(), sb);
+    }
+
+    fn unregister(&self, id: &str) {
+        if let Some(sb) = self.sandboxes.lock().expect("sandboxes").remove(id) {
+            self.by_provider.lock().expect("ids").remove(&sb.provider_id);
+        }
+    }
+
+    /// The record of `id`, without asking the provider whether it is still alive.
+    fn sandbox(&self, id: &str) -> Option<Arc<Sbx>> {
+        self.sandboxes.lock().expect("sandboxes").get(id).cloned()
+    }
+
+    fn by_provider_id(&self, pid: &str) -> Option<Arc<Sbx>> {
+        let id = self.by_provider.lock().expect("ids").get(pid).cloned()?;
+        self.sandbox(&id)
+    }
+
+    /// A live sandbox and the provider's current view of it; forgets it if it is gone (e.g.
+    /// expired).
+    async fn lookup(&self, id: &str) -> Option<(Arc<Sbx>, SandboxInfo)> {
+        let sb = self.sandbox(id)?;
+        match self.provider.info(&sb.provider_id).await {
+            Ok(info) => Some((sb, info)),
+            Err(_) => {
+                self.unregister(id);
+                None
+            }
+        }
+    }
+}
+
+/// A JSON error body in the control-plane shape `{"code":<status>,"message":…}`.
+pub(crate) fn json_error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({"code": status.as_u16(), "message": message});
+    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.to_string()).into_response()
+}
+
+/// A new E2B sandbox ID: 20 characters of `[a-z0-9]`.
+fn new_sandbox_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut buf = [0u8; 20];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf));
+    if random.is_err() {
+        // Very unlikely; fall back to time and a counter, still unique per process.
+        static N: AtomicU64 = AtomicU64::new(0);
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+            ^ N.fetch_add(1, Ordering::SeqCst).wrapping_mul(0x9e3779b97f4a7c15);
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (seed.rotate_left(i as u32 * 7) ^ (i as u64 * 0x2545f491)) as u8;
+        }
+    }
+    buf.iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+}
+
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Unix seconds as RFC 3339 UTC (`2024-01-01T00:00:00Z`).
+pub(crate) fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// What the host offers, reported as a sandbox's resources when create names none: CPUs,
+/// memory in MiB, root filesystem size in MiB (the local provider does not limit them).
+fn host_resources() -> (u32, u64, u64) {
+    let cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+    // SAFETY: sysinfo/statvfs fill plain structs we own.
+    let mem = unsafe {
+        let mut si: libc::sysinfo = std::mem::zeroed();
+        if libc::sysinfo(&mut si) == 0 {
+            si.totalram as u64 * si.mem_unit as u64 / (1024 * 1024)
+        } else {
+            0
+        }
+    };
+    let disk = unsafe {
+        let mut sv: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c"/".as_ptr(), &mut sv) == 0 {
+            sv.f_blocks as u64 * sv.f_frsize as u64 / (1024 * 1024)
+        } else {
+            0
+        }
+    };
+    (cpus, mem, disk)
+}
+
+/// Wraps a body so that the connection is aborted after `limit` bytes (fault injection).
+pub(crate) fn limit_body(body: Body, limit: Option<u64>) -> Body {
+    let Some(limit) = limit else {
+        return body;
+    };
+    let mut sent = 0u64;
+    let s = body.into_data_stream().scan(false, move |cut, chunk| {
+        if *cut {
+            return futures_util::future::ready(None);
+        }
+        let item = match chunk {
+            Ok(b) if sent + b.len() as u64 > limit => {
+                *cut = true;
+                let keep = (limit - sent) as usize;
+                sent = limit;
+                // A short last chunk, then an error: hyper drops the connection mid-body.
+                return futures_util::future::ready(Some(futures_util::stream::iter(vec![
+                    Ok(b.slice(..keep)),
+                    Err(std::io::Error::other("fault injection: stream cut")),
+                ])));
+            }
+            Ok(b) => {
+                sent += b.len() as u64;
+                Ok(b)
+            }
+            Err(e) => Err(std::io::Error::other(e)),
+        };
+        futures_util::future::ready(Some(futures_util::stream::iter(vec![item])))
+    });
+    Body::from_stream(s.flatten().map(|r: Result<Bytes, std::io::Error>| r))
+}
+
+fn not_running(id: &str) -> Response {
+    let body = serde_json::json!({
+        "sandboxId": id,
+        "code": 502,
+        "message": format!("The sandbox {id} was not found"),
+    });
+    let mut r =
+        (StatusCode::BAD_GATEWAY, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+    // A missing sandbox does not come back: spare the client its retries.
+    r.headers_mut().insert("should-retry", HeaderValue::from_static("false"));
+    r
+}
+
+fn authorized(st: &AppState, req: &Request) -> bool {
+    let h = req.headers();
+    let key = h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+    let bearer = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let ok = |k: Option<&str>| k.is_some_and(|k| constant_time_eq(k.as_bytes(), st.api_key.as_bytes()));
+    ok(key) || ok(bearer)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Injected faults for this request, if any.
+async fn inject(st: &AppState) -> Option<Response> {
+    if let Some(d) = st.faults.latency {
+        tokio::time::sleep(d).await;
+    }
+    let n = st.requests.fetch_add(1, Ordering::SeqCst) + 1;
+    if st.faults.every_429.is_some_and(|k| k > 0 && n.is_multiple_of(k)) {
+        let mut r = json_error(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded (injected fault)");
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return Some(r);
+    }
+    if st.faults.every_5xx.is_some_and(|k| k > 0 && n.is_multiple_of(k)) {
+        return Some(json_error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable (injected fault)"));
+    }
+    None
+}
+
+struct Routers {
+    control: Router,
+    envd: Router,
+}
+
+/// Routes one request; see the module documentation.
+async fn dispatch(st: Arc<AppState>, routers: Arc<Routers>, mut req: Request) -> Response {
+    if req.uri().path() != "/health" {
+        if let Some(r) = inject(&st).await {
+            return r;
+        }
+    }
+    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let host = host.or_else(|| req.uri().host().map(str::to_string)).unwrap_or_default();
+    let target = if let Some((port, id)) = proxy::host_route(&host) {
+        Some((id.to_string(), port))
+    } else if let Some(id) = req.headers().get("e2b-sandbox-id").and_then(|v| v.to_str().ok()) {
+        let port = req
+            .headers()
+            .get("e2b-sandbox-port")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(ENVD_PORT);
+        Some((id.trim().to_string(), port))
+    } else {
+        None
+    };
+    match target {
+        Some((id, port)) => {
+            let Some((sb, _)) = st.lookup(&id).await else {
+                return not_running(&id);
+            };
+            if port == ENVD_PORT {
+                req.extensions_mut().insert(sb);
+                routers.envd.clone().oneshot(req).await.into_response()
+            } else {
+                proxy::forward(&st, &sb, port, req).await
+            }
+        }
+        None => {
+            if req.uri().path() != "/health" && !authorized(&st, &req) {
+                return json_error(
+                    StatusCode::UNAUTHORIZED,
+                    "Invalid API key, please visit https://e2b.dev/docs/api-key",
+                );
+            }
+            routers.control.clone().oneshot(req).await.into_response()
+        }
+    }
+}
+
+/// Serves the E2B API on `listener` until `shutdown` resolves, then destroys every sandbox
+/// the provider still holds. Returns how many were destroyed.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    provider: Arc<dyn Provider>,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<usize> {
+    let addr: SocketAddr = listener.local_addr()?;
+    let st = Arc::new(AppState {
+        provider: provider.clone(),
+        api_key: opts.api_key,
+        domain: format!("localhost:{}", addr.port()),
+        faults: opts.faults,
+        requests: AtomicU64::new(0),
+        sandboxes: Mutex::new(HashMap::new()),
+        by_provider: Mutex::new(HashMap::new()),
+        http: Client::builder(TokioExecutor::new()).build_http(),
+    });
+    let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });
+    let app = Router::new().fallback(move |req: Request| dispatch(st.clone(), routers.clone(), req));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async {
+        let _ = stop_rx.await;
+    });
+    let server = server.into_future();
+    tokio::pin!(server);
+    tokio::select! {
+        r = &mut server => r?,
+        _ = shutdown => {
+            let _ = stop_tx.send(());
+            // Open process streams and idle keep-alive connections would hold a graceful
+            // shutdown forever: give in-flight requests a moment, then drop them.
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await;
+        }
+    }
+    Ok(provider.destroy_all().await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_e2b_shaped() {
+        let id = new_sandbox_id();
+        assert_eq!(id.len(), 20);
+        assert!(id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+        assert_ne!(id, new_sandbox_id());
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_704_067_200 + 3661), "2024-01-01T01:01:01Z");
+    }
+
+    #[tokio::test]
+    async fn cut_bodies_stop_at_the_limit() {
+        let body = limit_body(Body::from(vec![7u8; 100]), Some(10));
+        let r = axum::body::to_bytes(body, usize::MAX).await;
+        assert!(r.is_err());
+        let body = limit_body(Body::from(vec![7u8; 10]), Some(10));
+        assert_eq!(axum::body::to_bytes(body, usize::MAX).await.unwrap().len(), 10);
+    }
+}

@@ -1,0 +1,30 @@
+// Smoke test of the npm `e2b` SDK against `scenario-run serve` (run by ../run.sh, which sets
+// E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL and E2B_DOMAIN). Exits non-zero on any failure.
+import assert from 'node:assert/strict'
+import { Sandbox, CommandExitError } from 'e2b'
+
+const t0 = Date.now()
+const sbx = await Sandbox.create({ metadata: { suite: 'e2b-js' }, envs: { FOO: 'bar' }, timeoutMs: 60_000 })
+try {
+  assert.match(sbx.sandboxId, /^[a-z0-9]{20}$/)
+
+  const r = await sbx.commands.run('echo hi; echo err >&2; echo $FOO')
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'hi\nbar\n')
+  assert.equal(r.stderr, 'err\n')
+
+  await assert.rejects(sbx.commands.run('exit 4'), (e) => e instanceof CommandExitError && e.exitCode === 4)
+
+  await sbx.files.write('/home/user/js.txt', 'from node')
+  assert.equal(await sbx.files.read('/home/user/js.txt'), 'from node')
+  assert.equal((await sbx.commands.run('cat /home/user/js.txt')).stdout, 'from node')
+  const names = (await sbx.files.list('/home/user')).map((e) => e.name)
+  assert.ok(names.includes('js.txt'), names.join(','))
+
+  const info = await sbx.getInfo()
+  assert.equal(info.metadata.suite, 'e2b-js')
+} finally {
+  assert.equal(await sbx.kill(), true)
+}
+assert.equal(await sbx.isRunning(), false)
+console.log(`js smoke: ok in ${Date.now() - t0} ms`)

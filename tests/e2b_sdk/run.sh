@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Conformance tests of `scenario-run serve`, judged by the unmodified E2B SDKs:
+#   * pytest in two venvs under target/e2b-venvs/: the newest `e2b` release and e2b==2.31.0
+#     (the version Alibaba FC pins; it uses the v1 /sandboxes routes);
+#   * a smoke test with the npm `e2b` SDK (tests/e2b_sdk/js).
+# Starts target/debug/scenario-run serve on a free loopback port with a random key, runs
+# everything against it, stops it by PID. Exits non-zero if anything failed.
+#   SKIP_BUILD=1       do not run `cargo build` first
+#   E2B_SDK_UPGRADE=1  re-install the newest e2b into the "latest" venv
+# Arguments are passed to pytest, e.g. `run.sh -k "files or ports" -x`.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+venvs="$target/e2b-venvs"
+logs="$target/e2b-sdk-logs"
+mkdir -p "$venvs" "$logs"
+cd "$root"
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  CARGO_TARGET_DIR="$target" cargo build --quiet || { echo "run.sh: cargo build failed" >&2; exit 1; }
+fi
+bin="$target/debug/scenario-run"
+[ -x "$bin" ] || { echo "run.sh: $bin is missing" >&2; exit 1; }
+
+# venv NAME PIP-SPEC: create it if missing and make sure the spec (and pytest) is installed.
+venv() {
+  local dir="$venvs/$1" spec="$2"
+  if [ ! -x "$dir/bin/python" ]; then
+    python3 -m venv "$dir" || return 1
+  fi
+  if [ "${E2B_SDK_UPGRADE:-0}" = 1 ] || ! "$dir/bin/python" -c 'import e2b, pytest' 2>/dev/null; then
+    "$dir/bin/pip" install --quiet --upgrade "$spec" pytest || return 1
+  fi
+}
+venv latest e2b || { echo "run.sh: cannot install e2b (newest)" >&2; exit 1; }
+venv v2.31.0 "e2b==2.31.0" || { echo "run.sh: cannot install e2b==2.31.0" >&2; exit 1; }
+if [ ! -d "$here/js/node_modules/e2b" ]; then
+  (cd "$here/js" && npm install --no-audit --no-fund --silent) || { echo "run.sh: npm install failed" >&2; exit 1; }
+fi
+
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+key="e2b_$(python3 -c 'import secrets; print(secrets.token_hex(20))')"
+server_log="$logs/serve.log"
+"$bin" serve --listen "127.0.0.1:$port" --api-key "$key" >"$logs/serve.stdout" 2>"$server_log" &
+server_pid=$!
+stop_server() {
+  if kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid"
+    for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$server_pid" 2>/dev/null && kill -KILL "$server_pid"
+  fi
+  wait "$server_pid" 2>/dev/null
+}
+trap stop_server EXIT
+for _ in $(seq 1 100); do
+  grep -q "^listening on http://127.0.0.1:$port" "$logs/serve.stdout" 2>/dev/null && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if ! grep -q "^listening on" "$logs/serve.stdout" 2>/dev/null; then
+  echo "run.sh: the server did not start:" >&2
+  cat "$server_log" >&2
+  exit 1
+fi
+echo "run.sh: $(cat "$logs/serve.stdout") (pid $server_pid)"
+
+export E2B_API_KEY="$key"
+export E2B_API_URL="http://127.0.0.1:$port"
+export E2B_SANDBOX_URL="http://127.0.0.1:$port"
+export E2B_DOMAIN="localhost:$port"
+unset E2B_DEBUG E2B_ACCESS_TOKEN
+
+failed=0
+summaries=()
+for v in latest v2.31.0; do
+  py="$venvs/$v/bin/python"
+  ver="$("$py" -c 'import importlib.metadata as m; print(m.version("e2b"))')"
+  echo "== pytest with e2b $ver ($v)"
+  out="$logs/pytest-$v.log"
+  (cd "$here" && "$py" -m pytest -q -p no:cacheprovider -rfE "$@" .) 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || failed=1
+  summaries+=("e2b $ver: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error)|no tests ran' "$out" | tail -1 | sed 's/^=* *//; s/ *=*$//') (exit $rc)")
+done
+
+echo "== js smoke with npm e2b $(node -p 'require("./tests/e2b_sdk/js/node_modules/e2b/package.json").version')"
+if (cd "$here/js" && node smoke.mjs) 2>&1 | tee "$logs/js.log"; then
+  summaries+=("npm e2b: $(tail -1 "$logs/js.log")")
+else
+  failed=1
+  summaries+=("npm e2b: FAILED (see $logs/js.log)")
+fi
+
+stop_server
+trap - EXIT
+if ! grep -q "destroyed" "$server_log"; then
+  echo "run.sh: the server did not shut down cleanly:" >&2
+  tail -5 "$server_log" >&2
+  failed=1
+fi
+
+echo "== summary"
+for s in "${summaries[@]}"; do echo "  $s"; done
+[ "$failed" -eq 0 ] && echo "run.sh: all green" || echo "run.sh: FAILED"
+exit "$failed"
