@@ -161,6 +161,7 @@ async fn create(State(st): St, body: Bytes) -> Response {
         disk_mb: host.2,
         procs: Default::default(),
     });
+    st.prune().await;
     st.register(sb.clone());
     (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response()
 }

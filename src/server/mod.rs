@@ -135,6 +135,25 @@ impl AppState {
         self.sandbox(&id)
     }
 
+    /// Forgets sandboxes the provider no longer has (expired at their end time, say).
+    async fn prune(&self) {
+        let Ok(live) = self.provider.list(&Default::default()).await else {
+            return;
+        };
+        let live: std::collections::HashSet<String> = live.into_iter().map(|i| i.id).collect();
+        let gone: Vec<String> = self
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .values()
+            .filter(|s| !live.contains(&s.provider_id))
+            .map(|s| s.id.clone())
+            .collect();
+        for id in gone {
+            self.unregister(&id);
+        }
+    }
+
     /// A live sandbox and the provider's current view of it; forgets it if it is gone (e.g.
     /// expired).
     async fn lookup(&self, id: &str) -> Option<(Arc<Sbx>, SandboxInfo)> {
