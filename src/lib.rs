@@ -9,6 +9,7 @@ pub mod duration;
 pub mod mask;
 pub mod matcher;
 pub mod model;
+pub mod net;
 pub mod provider;
 pub mod report;
 pub mod runner;

@@ -218,6 +218,7 @@ fn http_client() -> reqwest::Client {
         .get_or_init(|| {
             reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
+                .dns_resolver(crate::net::LoopbackResolver)
                 .no_proxy()
                 .build()
                 .expect("HTTP client builds with static settings")

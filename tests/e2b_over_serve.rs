@@ -1,0 +1,116 @@
+//! The real proof of the E2B client: the shipped scenarios, run with `--provider e2b` and
+//! `--provider alicloud` against `scenario-run serve` (the real server over real local
+//! sandboxes), must give the same results as on the local provider.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+struct Server {
+    child: Child,
+    port: u16,
+    key: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: signalling the server we spawned, by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve() -> Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let key = format!("e2b_{:040x}", u128::from(std::process::id()) * 7919 + u128::from(port));
+    let mut child = cmd(&["serve", "--listen", &format!("127.0.0.1:{port}"), "--api-key", &key])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on http://127.0.0.1:"), "server did not start: {line:?}");
+    Server { child, port, key }
+}
+
+fn summary_line(stdout: &str) -> String {
+    stdout.lines().rev().find(|l| l.contains(" passed, ")).unwrap_or("").to_string()
+}
+
+#[test]
+fn shipped_scenarios_pass_over_the_e2b_protocol() {
+    let srv = serve();
+    let url = format!("http://127.0.0.1:{}", srv.port);
+    let out = cmd(&["--provider", "e2b", "--no-progress", "-j", "5"])
+        .env("E2B_API_KEY", &srv.key)
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_DOMAIN", format!("localhost:{}", srv.port))
+        .env_remove("SCENARIO_RUN_DEMO_API_KEY")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    let local = run(&["--no-progress", "--list"]);
+    let cases = text(&local.stdout).lines().count();
+    let line = summary_line(&stdout);
+    assert!(line.starts_with(&format!("{} passed, 0 failed, 0 error, 1 skipped, 1 xfail", cases - 2)), "{line}");
+    assert!(!stdout.contains(&srv.key), "the key leaked");
+}
+
+#[test]
+fn alicloud_preset_uses_v1_routes_and_bearer_auth() {
+    let srv = serve();
+    let url = format!("http://127.0.0.1:{}", srv.port);
+    let out = cmd(&["--provider", "alicloud", "--no-progress", "scenarios/commands", "scenarios/files"])
+        .env("ABX_SANDBOX_API_KEY", &srv.key)
+        .env("ABX_SANDBOX_BASE_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("ABX_SANDBOX_DOMAIN", format!("localhost:{}", srv.port))
+        .env_remove("E2B_API_KEY")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    assert!(summary_line(&stdout).contains(" 0 failed, 0 error, "), "{stdout}");
+}
+
+#[test]
+fn a_wrong_key_is_an_error_saying_authentication_failed() {
+    let srv = serve();
+    let url = format!("http://127.0.0.1:{}", srv.port);
+    let out = cmd(&["--provider", "e2b", "--no-progress", "scenarios/commands/stdin.yaml"])
+        .env("E2B_API_KEY", "e2b_0000000000000000000000000000000000000000")
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_DOMAIN", format!("localhost:{}", srv.port))
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{stdout}");
+    assert!(stdout.contains("ERROR") && stdout.contains("authentication failed"), "{stdout}");
+}
+
+#[test]
+fn without_a_key_cloud_scenarios_are_skipped_with_the_variable_named() {
+    let out = cmd(&["--provider", "alicloud", "--no-progress", "scenarios/commands/stdin.yaml"])
+        .env_remove("ABX_SANDBOX_API_KEY")
+        .env_remove("E2B_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("missing credentials [ABX_SANDBOX_API_KEY]"), "{}", text(&out.stdout));
+}
