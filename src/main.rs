@@ -84,6 +84,9 @@ enum Command {
         /// Fault injection: abort streamed responses (process output, downloads) after BYTES.
         #[arg(long, value_name = "BYTES")]
         fault_cut_stream_after: Option<u64>,
+        /// Fault injection: 429/503 faults hit control-plane requests only, not envd.
+        #[arg(long)]
+        fault_control_plane_only: bool,
     },
 }
 
@@ -203,6 +206,7 @@ fn main() -> ExitCode {
             fault_429_every,
             fault_5xx_every,
             fault_cut_stream_after,
+            fault_control_plane_only,
         }) => serve(
             listen,
             api_key,
@@ -212,6 +216,7 @@ fn main() -> ExitCode {
                 every_429: fault_429_every,
                 every_5xx: fault_5xx_every,
                 cut_stream_after: fault_cut_stream_after,
+                control_plane_only: fault_control_plane_only,
             },
         ),
         None => run(cli.run),

@@ -33,17 +33,93 @@ impl Drop for Server {
 }
 
 fn serve() -> Server {
+    serve_with(&[])
+}
+
+fn serve_with(extra: &[&str]) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let key = format!("e2b_{:040x}", u128::from(std::process::id()) * 7919 + u128::from(port));
-    let mut child = cmd(&["serve", "--listen", &format!("127.0.0.1:{port}"), "--api-key", &key])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec!["serve", "--listen", &listen, "--api-key", &key];
+    args.extend_from_slice(extra);
+    let mut child = cmd(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on http://127.0.0.1:"), "server did not start: {line:?}");
     Server { child, port, key }
+}
+
+fn e2b_run(srv: &Server, args: &[&str]) -> std::process::Output {
+    let url = format!("http://127.0.0.1:{}", srv.port);
+    cmd(args)
+        .env("E2B_API_KEY", &srv.key)
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_DOMAIN", format!("localhost:{}", srv.port))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn rate_limited_control_plane_is_retried_even_for_create() {
+    // Every third control-plane request is a 429 with Retry-After: 1. A 429 is a refusal, so
+    // creates are repeated too, and every scenario still passes.
+    let srv = serve_with(&["--fault-429-every", "3", "--fault-control-plane-only"]);
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let out = e2b_run(
+        &srv,
+        &[
+            "--provider",
+            "e2b",
+            "--no-progress",
+            "-j",
+            "4",
+            "scenarios/lifecycle",
+            "--json",
+            report.path().to_str().unwrap(),
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(summary_line(&stdout).contains(" 0 failed, 0 error, "), "{stdout}");
+}
+
+#[test]
+fn unavailable_control_plane_gives_clear_errors_and_no_blind_create_repeats() {
+    // Every second control-plane request is a 503. Reads are retried; a create that got a
+    // 503 is not repeated (it may have been made), so its scenario is an ERROR that says why.
+    let srv = serve_with(&["--fault-5xx-every", "2", "--fault-control-plane-only"]);
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let out = e2b_run(
+        &srv,
+        &[
+            "--provider",
+            "e2b",
+            "--no-progress",
+            "-j",
+            "1",
+            "scenarios/commands",
+            "--json",
+            report.path().to_str().unwrap(),
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert!(matches!(out.status.code(), Some(0) | Some(4)), "no failure, no crash: {stdout}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report.path()).unwrap()).unwrap();
+    let mut errors = 0;
+    for res in r["results"].as_array().unwrap() {
+        match res["outcome"].as_str().unwrap() {
+            "passed" => {}
+            "error" => {
+                errors += 1;
+                let why = res["reason"].as_str().unwrap();
+                assert!(why.contains("503") || why.contains("unavailable"), "{why}");
+            }
+            other => panic!("unexpected outcome {other}: {res}"),
+        }
+    }
+    assert!(errors > 0, "with every second request failing some create must have been refused: {stdout}");
+    assert!(errors < r["results"].as_array().unwrap().len(), "retried reads let some scenarios pass: {stdout}");
 }
 
 fn summary_line(stdout: &str) -> String {

@@ -26,7 +26,8 @@
 //! Applied to every request except `/health`: a fixed latency before handling; every Nth
 //! request answered 429 (with `Retry-After: 1`); every Nth request answered 503 (retried by
 //! the SDKs); and streamed bodies (process output streams, file downloads) cut, i.e. the
-//! connection aborted, after a number of bytes.
+//! connection aborted, after a number of bytes. `--fault-control-plane-only` keeps envd (and
+//! port) traffic free of the 429/503 faults, to test a client's control-plane retry policy.
 //!
 //! # Lifecycle
 //!
@@ -77,6 +78,8 @@ pub struct Faults {
     pub every_429: Option<u64>,
     pub every_5xx: Option<u64>,
     pub cut_stream_after: Option<u64>,
+    /// Inject the 429/503 faults into control-plane requests only, not envd's.
+    pub control_plane_only: bool,
 }
 
 /// Options of [`serve`].
@@ -324,7 +327,13 @@ struct Routers {
 
 /// Routes one request; see the module documentation.
 async fn dispatch(st: Arc<AppState>, routers: Arc<Routers>, mut req: Request) -> Response {
-    if req.uri().path() != "/health" {
+    let is_envd = req.headers().contains_key("e2b-sandbox-id")
+        || req
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|h| proxy::host_route(h).is_some());
+    if req.uri().path() != "/health" && !(st.faults.control_plane_only && is_envd) {
         if let Some(r) = inject(&st).await {
             return r;
         }

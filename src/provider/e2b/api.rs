@@ -210,7 +210,7 @@ impl Api {
         };
         let what = format!("create sandbox from template `{template}`");
         let (_, bytes, _) = self
-            .call(Method::POST, path, Some(&body), Idempotency::Never, CREATE_TIMEOUT, &what)
+            .call(Method::POST, path, Some(&body), Idempotency::Refused, CREATE_TIMEOUT, &what)
             .await
             .map_err(|e| match e {
                 CallError::Status(f) if f.status == 404 => {

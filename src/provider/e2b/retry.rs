@@ -7,8 +7,10 @@
 //! * The wait is `Retry-After` (seconds, capped at [`MAX_RETRY_AFTER`]) when the server gives
 //!   one, else `0.1 s · 2ⁿ` capped at 10 s, times a random factor in [0.5, 1.5).
 //! * At most [`MAX_RETRIES`] retries, and only for [`Idempotency::Idempotent`] calls. A
-//!   create is [`Idempotency::Never`]: a 503 from a proxy may come after the sandbox was made,
-//!   and a blind repeat would leak a second, billed sandbox whose id nobody knows. The
+//!   create is [`Idempotency::Refused`]: repeated after a 429 (the server refused it before
+//!   doing anything) or an explicit `Should-Retry: true`, never after a bare 502/503/504,
+//!   which may come after the sandbox was made: a blind repeat would leak a second, billed
+//!   sandbox whose id nobody knows. The
 //!   protocol lists an optional `Idempotency-Key` header for create, but neither E2B's public
 //!   spec nor FC documents that the key is honoured, so we do not rely on it.
 //! * A connection that could not be established (TCP or TLS failed, nothing was sent) is
@@ -31,8 +33,24 @@ const CAP: f64 = 10.0;
 pub enum Idempotency {
     /// Reads, kill, set-timeout, connect: repeating them does no harm.
     Idempotent,
-    /// Create: never repeated after the server may have seen it.
+    /// Create: repeated only when the server says it did not act on the request: a 429
+    /// (rate limited: refused before anything was made) or an explicit `Should-Retry: true`.
+    /// Never on a bare 502/503/504, which may come after the sandbox was made.
+    Refused,
+    /// Never repeated after the server may have seen it.
     Never,
+}
+
+/// Whether this call may be repeated after this response.
+pub fn may_retry(idem: Idempotency, status: u16, should_retry_header: Option<&str>) -> bool {
+    match idem {
+        Idempotency::Idempotent => should_retry(status, should_retry_header),
+        Idempotency::Refused => match should_retry_header.map(str::trim) {
+            Some(v) => v.eq_ignore_ascii_case("true"),
+            None => status == 429,
+        },
+        Idempotency::Never => false,
+    }
 }
 
 /// Whether a response with `status` and this `Should-Retry` header value may be retried.
@@ -84,10 +102,7 @@ pub async fn send(
         match build().send().await {
             Ok(resp) => {
                 let header = resp.headers().get("should-retry").and_then(|v| v.to_str().ok());
-                if idem == Idempotency::Idempotent
-                    && attempt < MAX_RETRIES
-                    && should_retry(resp.status().as_u16(), header)
-                {
+                if attempt < MAX_RETRIES && may_retry(idem, resp.status().as_u16(), header) {
                     let wait = delay(attempt, resp.headers());
                     drop(resp);
                     tokio::time::sleep(wait).await;
@@ -109,6 +124,18 @@ pub async fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn create_is_repeated_only_when_refused() {
+        assert!(may_retry(Idempotency::Refused, 429, None));
+        assert!(may_retry(Idempotency::Refused, 503, Some("true")));
+        assert!(!may_retry(Idempotency::Refused, 429, Some("false")));
+        for s in [500, 502, 503, 504] {
+            assert!(!may_retry(Idempotency::Refused, s, None), "{s}");
+        }
+        assert!(!may_retry(Idempotency::Never, 429, Some("true")));
+        assert!(may_retry(Idempotency::Idempotent, 503, None));
+    }
 
     #[test]
     fn which_statuses_retry() {
