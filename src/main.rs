@@ -60,6 +60,37 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Find sandboxes left behind by runs (tagged e2e=<run id>) and delete them. Dry run
+    /// unless --yes; never touches a sandbox without the tag.
+    Cleanup {
+        /// Where to look.
+        #[arg(long, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
+        provider: String,
+        /// Only sandboxes of this run (default: $E2E_RUN_ID).
+        #[arg(long, env = "E2E_RUN_ID", conflicts_with = "all_tagged")]
+        run_id: Option<String>,
+        /// Every sandbox tagged by any run.
+        #[arg(long)]
+        all_tagged: bool,
+        /// Only sandboxes older than this (`30m`, `2h`).
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Option<Duration>,
+        /// Delete them (without it, only list what would be deleted).
+        #[arg(long)]
+        yes: bool,
+        /// More variables from a dotenv file (after ./.env; the environment still wins).
+        #[arg(long = "env-file", value_name = "FILE")]
+        env_files: Vec<String>,
+    },
+    /// Print the CI matrix of scenario folders (for GitHub Actions: --emit github).
+    Matrix {
+        /// Output format.
+        #[arg(long, default_value = "github", value_parser = ["github", "lines"])]
+        emit: String,
+        /// The folder whose sub-folders are the matrix.
+        #[arg(default_value = "scenarios")]
+        root: String,
+    },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
     Serve {
@@ -198,6 +229,10 @@ fn main() -> ExitCode {
         },
         Some(Command::Schema { out, check }) => write_schema(&out, check),
         Some(Command::Run(args)) => run(*args),
+        Some(Command::Cleanup { provider, run_id, all_tagged, older_than, yes, env_files }) => {
+            cleanup(&provider, run_id, all_tagged, older_than, yes, &env_files)
+        }
+        Some(Command::Matrix { emit, root }) => matrix(&emit, &root),
         Some(Command::Serve {
             listen,
             api_key,
@@ -329,12 +364,13 @@ fn select(cases: Vec<Case>, args: &RunArgs) -> Result<Vec<Case>, String> {
 }
 
 fn make_provider(
-    args: &RunArgs,
+    provider: &str,
+    isolation: &str,
     env: &std::collections::BTreeMap<String, String>,
 ) -> Result<Arc<dyn Provider>, String> {
-    match args.provider.as_str() {
+    match provider {
         "local" => {
-            let isolation = match args.isolation.as_str() {
+            let isolation = match isolation {
                 "namespaces" => Isolation::Namespaces,
                 "none" => Isolation::None,
                 _ => Isolation::Auto,
@@ -347,13 +383,110 @@ fn make_provider(
             Ok(Arc::new(p))
         }
         "e2b" | "alicloud" => {
-            let preset = if args.provider == "e2b" { Preset::E2b } else { Preset::Alicloud };
-            let p = E2bProvider::new(preset, env).map_err(|e| format!("{} provider: {e}", args.provider))?;
+            let preset = if provider == "e2b" { Preset::E2b } else { Preset::Alicloud };
+            let p = E2bProvider::new(preset, env).map_err(|e| format!("{provider} provider: {e}"))?;
             Ok(Arc::new(p))
         }
-        "docker" => Err(format!("provider `{}` is not available in this build yet", args.provider)),
+        "docker" => Err(format!("provider `{provider}` is not available in this build yet")),
         other => Err(format!("unknown provider `{other}`: use local, docker, e2b or alicloud")),
     }
+}
+
+fn cleanup(
+    provider: &str,
+    run_id: Option<String>,
+    all_tagged: bool,
+    older_than: Option<Duration>,
+    yes: bool,
+    env_files: &[String],
+) -> u8 {
+    use scenario_run::janitor;
+    let env = match config::environment(Path::new(".env"), env_files) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let run_id = run_id.filter(|r| !r.is_empty());
+    if run_id.is_none() && !all_tagged {
+        eprintln!("error: say which sandboxes: --run-id ID (or E2E_RUN_ID), or --all-tagged");
+        return EXIT_USAGE;
+    }
+    let masker = Masker::from_env(&env, &[]);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
+    rt.block_on(async move {
+        let p = match make_provider(provider, "auto", &env) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_INFRA;
+            }
+        };
+        let missing = p.required_credentials();
+        if !missing.is_empty() {
+            eprintln!("error: missing credentials [{}]", missing.join(", "));
+            return EXIT_INFRA;
+        }
+        if p.name() == "local" {
+            println!("local sandboxes die with the run that made them (even on SIGKILL): nothing to clean up");
+            return 0;
+        }
+        let sel = janitor::Selection { run_id, all_tagged, older_than };
+        let now = runner::now_ms() / 1000;
+        let found = match janitor::find(p.as_ref(), &sel, now).await {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: {}", masker.mask(&e));
+                return EXIT_INFRA;
+            }
+        };
+        for s in &found {
+            println!("{}", masker.mask(&janitor::describe(s, now)));
+        }
+        if !yes {
+            println!("{} sandbox(es) would be deleted; run again with --yes to delete them", found.len());
+            return 0;
+        }
+        let failed = janitor::delete(p.as_ref(), &found).await;
+        for (id, why) in &failed {
+            eprintln!("error: could not delete {id}: {}", masker.mask(why));
+        }
+        println!("deleted {} sandbox(es)", found.len() - failed.len());
+        if failed.is_empty() {
+            0
+        } else {
+            EXIT_INFRA
+        }
+    })
+}
+
+/// The CI matrix: one entry per folder under `root` that holds scenario files.
+fn matrix(emit: &str, root: &str) -> u8 {
+    let mut folders: Vec<String> = match std::fs::read_dir(root) {
+        Ok(d) => d
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter(|e| model::expand_paths(&[e.path().to_string_lossy().into_owned()]).is_ok())
+            .map(|e| format!("{root}/{}", e.file_name().to_string_lossy()))
+            .collect(),
+        Err(e) => {
+            eprintln!("error: cannot read {root}: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    folders.sort();
+    if emit == "lines" {
+        for f in &folders {
+            println!("{f}");
+        }
+    } else {
+        let names: Vec<String> = folders.iter().map(|f| f.rsplit('/').next().unwrap_or(f).to_string()).collect();
+        let include: Vec<serde_json::Value> =
+            folders.iter().zip(&names).map(|(f, n)| serde_json::json!({ "area": n, "path": f })).collect();
+        println!("{}", serde_json::json!({ "include": include }));
+    }
+    0
 }
 
 fn run(args: RunArgs) -> u8 {
@@ -389,7 +522,7 @@ fn run(args: RunArgs) -> u8 {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
-        let provider = match make_provider(&args, &env) {
+        let provider = match make_provider(&args.provider, &args.isolation, &env) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("error: {e}");

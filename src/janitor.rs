@@ -1,0 +1,64 @@
+//! The janitor: find and delete sandboxes that runs left behind.
+//!
+//! Every sandbox scenario-run creates carries the metadata tag `e2e=<run id>`. The janitor
+//! lists sandboxes on a provider and keeps only tagged ones (the given run id, or any run id
+//! with `--all-tagged`), optionally only those older than a duration; it never touches a
+//! sandbox without the tag. It is a dry run unless told `--yes`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::provider::{Provider, SandboxInfo};
+
+pub const TAG: &str = "e2e";
+
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// Only this run's sandboxes; `None` with `all_tagged` means any run.
+    pub run_id: Option<String>,
+    pub all_tagged: bool,
+    pub older_than: Option<Duration>,
+}
+
+/// Tagged sandboxes that match the selection, oldest first.
+pub async fn find(provider: &dyn Provider, sel: &Selection, now_secs: u64) -> Result<Vec<SandboxInfo>, String> {
+    let mut filter = BTreeMap::new();
+    if let Some(id) = &sel.run_id {
+        filter.insert(TAG.to_string(), id.clone());
+    } else if !sel.all_tagged {
+        return Err("say which sandboxes: --run-id ID or --all-tagged".into());
+    }
+    let mut found: Vec<SandboxInfo> = provider
+        .list(&filter)
+        .await
+        .map_err(|e| format!("cannot list sandboxes on {}: {e}", provider.name()))?
+        .into_iter()
+        // The provider's filter is not trusted alone: the tag must really be there.
+        .filter(|s| match &sel.run_id {
+            Some(id) => s.metadata.get(TAG) == Some(id),
+            None => s.metadata.get(TAG).is_some_and(|v| !v.is_empty()),
+        })
+        .filter(|s| sel.older_than.is_none_or(|age| now_secs.saturating_sub(s.started_at) >= age.as_secs()))
+        .collect();
+    found.sort_by_key(|s| (s.started_at, s.id.clone()));
+    Ok(found)
+}
+
+/// Delete them; returns the ids that could not be deleted, with why.
+pub async fn delete(provider: &dyn Provider, sandboxes: &[SandboxInfo]) -> Vec<(String, String)> {
+    let mut failed = Vec::new();
+    for s in sandboxes {
+        match tokio::time::timeout(Duration::from_secs(60), provider.kill(&s.id)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => failed.push((s.id.clone(), e.to_string())),
+            Err(_) => failed.push((s.id.clone(), "timed out".into())),
+        }
+    }
+    failed
+}
+
+/// One line per sandbox: id, run tag, age, template.
+pub fn describe(s: &SandboxInfo, now_secs: u64) -> String {
+    let age = crate::duration::human(Duration::from_secs(now_secs.saturating_sub(s.started_at)));
+    format!("{}  e2e={}  age {}  template {}", s.id, s.metadata.get(TAG).map_or("", String::as_str), age, s.template)
+}
