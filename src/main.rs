@@ -90,6 +90,9 @@ enum Command {
         /// The folder whose sub-folders are the matrix.
         #[arg(default_value = "scenarios")]
         root: String,
+        /// Also fan out over these providers (comma-separated): one entry per provider and folder.
+        #[arg(long, value_delimiter = ',')]
+        providers: Vec<String>,
     },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
@@ -232,7 +235,7 @@ fn main() -> ExitCode {
         Some(Command::Cleanup { provider, run_id, all_tagged, older_than, yes, env_files }) => {
             cleanup(&provider, run_id, all_tagged, older_than, yes, &env_files)
         }
-        Some(Command::Matrix { emit, root }) => matrix(&emit, &root),
+        Some(Command::Matrix { emit, root, providers }) => matrix(&emit, &root, &providers),
         Some(Command::Serve {
             listen,
             api_key,
@@ -462,7 +465,7 @@ fn cleanup(
 }
 
 /// The CI matrix: one entry per folder under `root` that holds scenario files.
-fn matrix(emit: &str, root: &str) -> u8 {
+fn matrix(emit: &str, root: &str, providers: &[String]) -> u8 {
     let mut folders: Vec<String> = match std::fs::read_dir(root) {
         Ok(d) => d
             .flatten()
@@ -481,9 +484,16 @@ fn matrix(emit: &str, root: &str) -> u8 {
             println!("{f}");
         }
     } else {
-        let names: Vec<String> = folders.iter().map(|f| f.rsplit('/').next().unwrap_or(f).to_string()).collect();
-        let include: Vec<serde_json::Value> =
-            folders.iter().zip(&names).map(|(f, n)| serde_json::json!({ "area": n, "path": f })).collect();
+        let mut include = Vec::new();
+        for f in &folders {
+            let area = f.rsplit('/').next().unwrap_or(f);
+            if providers.is_empty() {
+                include.push(serde_json::json!({ "area": area, "path": f }));
+            }
+            for p in providers {
+                include.push(serde_json::json!({ "area": area, "path": f, "provider": p }));
+            }
+        }
         println!("{}", serde_json::json!({ "include": include }));
     }
     0

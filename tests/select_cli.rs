@@ -103,3 +103,23 @@ fn provider_requirements_skip_with_a_reason() {
         text(&out.stdout)
     );
 }
+
+#[test]
+fn matrix_has_one_entry_per_scenario_folder() {
+    let out = run(&["matrix", "--emit", "github"]);
+    assert!(out.status.success());
+    let m: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    let areas: Vec<&str> = m["include"].as_array().unwrap().iter().map(|e| e["area"].as_str().unwrap()).collect();
+    let mut dirs: Vec<String> = std::fs::read_dir(root().join("scenarios"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    assert_eq!(areas, dirs);
+    let cloud = run(&["matrix", "--providers", "alicloud,e2b"]);
+    let m: serde_json::Value = serde_json::from_str(&text(&cloud.stdout)).unwrap();
+    assert_eq!(m["include"].as_array().unwrap().len(), dirs.len() * 2);
+    assert_eq!(m["include"][0]["provider"], "alicloud");
+}
