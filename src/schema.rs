@@ -102,6 +102,7 @@ pub fn schema() -> J {
                         "within": { "$ref": "#/definitions/duration" }, "every": { "$ref": "#/definitions/duration" } } } ] }),
                 "if" => json!({ "type": ["string", "boolean"] }),
                 "continue_on_error" => json!({ "type": "boolean" }),
+                "expect_error" => json!({ "anyOf": [{ "type": "boolean" }, { "$ref": "#/definitions/matcher_object" }] }),
                 _ => json!({}),
             };
             let mut s = s;

@@ -123,3 +123,23 @@ fn matrix_has_one_entry_per_scenario_folder() {
     assert_eq!(m["include"].as_array().unwrap().len(), dirs.len() * 2);
     assert_eq!(m["include"][0]["provider"], "alicloud");
 }
+
+#[test]
+fn expect_error_fails_when_the_step_succeeds_or_the_error_differs() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "a.yaml",
+        "name: should have failed\nsteps:\n  - create: base\n  - exec: 'true'\n    expect_error: true\n",
+    );
+    write(
+        tmp.path(),
+        "b.yaml",
+        "name: wrong error\nsteps:\n  - create: base\n  - read-file: /tmp/none\n    expect_error: { contains: permission denied }\n",
+    );
+    let out = run(&[tmp.path().to_str().unwrap(), "--no-progress", "-j", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let s = text(&out.stdout);
+    assert!(s.contains("expected this step to fail, but it succeeded"), "{s}");
+    assert!(s.contains("failed as expected, but the error does not match"), "{s}");
+}

@@ -491,6 +491,7 @@ fn step(
         eventually: None,
         condition: None,
         continue_on_error: false,
+        expect_error: None,
     };
     let mut name = None;
     for (k, v) in map {
@@ -545,6 +546,21 @@ fn step(
                 _ => cx.wrong_type(v, "an expression", "if"),
             },
             "continue_on_error" => st.continue_on_error = cx.boolean(v, "continue_on_error").unwrap_or(false),
+            "expect_error" => match &v.value {
+                Value::Bool(true) => st.expect_error = Some(None),
+                Value::Bool(false) => {}
+                Value::Map(_) => {
+                    crate::matcher::validate(v, cx.src, &mut cx.diags);
+                    templates(cx, v, scope);
+                    st.expect_error = Some(Some(v.clone()));
+                }
+                _ => {
+                    let d = v
+                        .diag(cx.src, format!("`expect_error` must be true or a matcher, found {}", v.type_name()))
+                        .help("write `expect_error: true` or `expect_error: { contains: not found }`");
+                    cx.push(d);
+                }
+            },
             _ => {}
         }
     }
@@ -573,7 +589,12 @@ fn step(
         }
     }
     if let Some(id) = &st.id {
-        scope.steps.insert(id.clone(), kind.outputs.iter().map(|(n, _)| n.to_string()).collect());
+        let outputs: Vec<String> = if st.expect_error.is_some() {
+            vec!["error".into(), "severity".into()]
+        } else {
+            kind.outputs.iter().map(|(n, _)| n.to_string()).collect()
+        };
+        scope.steps.insert(id.clone(), outputs);
     }
     st.label = name.unwrap_or_else(|| label(kind.name, &st.args, kind.main));
     Some(st)

@@ -458,7 +458,42 @@ impl CaseRun<'_> {
                 delay = delay.mul_f64(retry.backoff);
             }
         };
+        let result = match &step.expect_error {
+            None => result,
+            Some(matcher) => self.expected_error(matcher.as_ref(), &self.ctx.template_ctx.clone(), result),
+        };
         self.finish(step, index, phase, args, result, attempts, start_ms, t0)
+    }
+
+    /// `expect_error`: a failure that matches is a pass (its message becomes the `error`
+    /// output); a success is a failure.
+    fn expected_error(
+        &self,
+        matcher: Option<&crate::yaml::Node>,
+        tctx: &MValue,
+        result: Result<J, StepError>,
+    ) -> Result<J, StepError> {
+        let e = match result {
+            Ok(_) => return Err(StepError::fail("expected this step to fail, but it succeeded")),
+            Err(e) => e,
+        };
+        if let Some(node) = matcher {
+            let rendered = template::render_node(node, tctx).map_err(|(e, line, col)| {
+                StepError::error(format!(
+                    "template error at {}:{line}:{col}: {}",
+                    self.case.scenario.source.path, e.message
+                ))
+            })?;
+            let m = crate::matcher::Matcher::from_json(&rendered).map_err(StepError::error)?;
+            if let Err(f) = m.check_text(&e.message) {
+                return Err(StepError::fail(format!(
+                    "failed as expected, but the error does not match: {}",
+                    f.message
+                )));
+            }
+        }
+        let severity = if e.severity == Severity::Fail { "failed" } else { "error" };
+        Ok(json!({ "error": e.message, "severity": severity }))
     }
 
     async fn attempt(&mut self, step: &Step, args: &J, limit: Duration) -> Result<J, StepError> {

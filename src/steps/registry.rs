@@ -114,6 +114,7 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
     ("eventually", "`30s` or { within: 30s, every: 500ms }: poll until the step passes"),
     ("if", "expression; false => the step is SKIPPED"),
     ("continue_on_error", "record the failure and carry on"),
+    ("expect_error", "the step must fail: `true`, or a matcher for the error message, e.g. { contains: not found }"),
 ];
 
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
