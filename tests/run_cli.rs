@@ -247,3 +247,33 @@ fn live_sandboxes_never_exceed_the_concurrency_limit() {
     assert_eq!(stats["live"], 0);
     assert_eq!(stats["peak_live"], 3, "peak must reach the limit (parallel) and never pass it: {stats}");
 }
+
+#[test]
+fn sigkilled_run_leaves_no_process_and_the_next_run_sweeps_its_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let mark = format!("sr-sigkill-{}", std::process::id());
+    let mut child = cmd(&["tests/fixtures/interrupt", "--no-progress", "-j", "3"])
+        .env("SCENARIO_RUN_STATE_DIR", &state)
+        .env("SR_TEST_MARK", &mark)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count_sandboxes(&state) < 3 {
+        assert!(Instant::now() < deadline, "sandboxes never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    assert!(count_sandboxes(&state) >= 3, "state directories are left on disk by a SIGKILL");
+    // The next run on the same state directory sweeps them; the processes died with the
+    // runner (bwrap --die-with-parent), and the mounts lived only in their namespaces.
+    let out = cmd(&["tests/fixtures/passing/simple.yaml", "--no-progress"])
+        .env("SCENARIO_RUN_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_nothing_left(&state, &mark);
+}

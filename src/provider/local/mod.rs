@@ -157,6 +157,53 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// In each sandbox directory: `<pid>:<start time>` of the process that made it.
+const OWNER_FILE: &str = "owner";
+
+/// This process as `<pid>:<start time in clock ticks>`; the start time tells a reused pid apart.
+fn owner_token() -> String {
+    let pid = std::process::id();
+    format!("{pid}:{}", start_time(pid).unwrap_or_default())
+}
+
+fn start_time(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22, counted after the parenthesised command name (which may contain spaces).
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19).map(str::to_string)
+}
+
+/// Removes sandbox directories whose owner process is gone: what a SIGKILLed run leaves on
+/// disk (its sandboxes themselves died with it, and their mounts lived only in their own
+/// mount namespaces). Directories of live runs sharing the state directory are left alone;
+/// one without an owner file is removed only when it is over ten minutes old.
+fn sweep_stale(state_dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(state_dir) else { return };
+    for e in entries.flatten() {
+        let path = e.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let stale = match std::fs::read_to_string(path.join(OWNER_FILE)) {
+            Ok(token) => {
+                let (pid, start) = token.trim().split_once(':').unwrap_or((token.trim(), ""));
+                match pid.parse::<u32>() {
+                    Ok(pid) => start_time(pid).is_none_or(|s| s != start),
+                    Err(_) => true,
+                }
+            }
+            Err(_) => e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > Duration::from_secs(600)),
+        };
+        if stale {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 fn no_sandbox(id: &str) -> ProviderError {
     ProviderError::not_found(format!("no such sandbox: {id}"))
 }
@@ -184,6 +231,7 @@ impl LocalProvider {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o700));
         }
+        sweep_stale(&opts.state_dir);
         let (isolation, warning) = match opts.isolation {
             Isolation::None => (Isolation::None, None),
             Isolation::Namespaces => {
@@ -355,6 +403,10 @@ impl Inner {
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
         let id = format!("sbx-{}", sys::random_hex(6));
         let dir = self.state_dir.join(&id);
+        // Who owns it, so a later run can sweep it if this process dies without cleaning up.
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join(OWNER_FILE), owner_token()))
+            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
         let mut envs;
         let iso = if self.namespaces {
             let layout = Layout::new(&dir);
