@@ -87,33 +87,32 @@ fn count_sandboxes(state_dir: &Path) -> usize {
     std::fs::read_dir(state_dir).map(|d| d.flatten().count()).unwrap_or(0)
 }
 
+/// Starts the long-running interrupt fixture (3 at a time) and returns once three sandboxes
+/// exist and their commands run.
+fn start_long_run(state: &Path, mark: &str, extra: &[&str]) -> std::process::Child {
+    let mut args = vec!["tests/fixtures/interrupt", "--no-progress", "-j", "3"];
+    args.extend_from_slice(extra);
+    let child = cmd(&args)
+        .env("SCENARIO_RUN_STATE_DIR", state)
+        .env("SR_TEST_MARK", mark)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count_sandboxes(state) < 3 {
+        assert!(Instant::now() < deadline, "sandboxes never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    child
+}
+
 fn interrupt_run(signals: usize) -> (std::process::ExitStatus, String, tempfile::TempDir, String) {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let report = tmp.path().join("report.json");
     let mark = format!("sr-test-{}-{signals}", std::process::id());
-    let mut child = cmd(&[
-        "tests/fixtures/interrupt",
-        "--no-progress",
-        "-j",
-        "3",
-        "--json",
-        report.to_str().unwrap(),
-        "--grace-period",
-        "10s",
-    ])
-    .env("SCENARIO_RUN_STATE_DIR", &state)
-    .env("SR_TEST_MARK", &mark)
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    // Wait until three sandboxes exist and their commands run.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count_sandboxes(&state) < 3 {
-        assert!(Instant::now() < deadline, "sandboxes never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(700));
+    let mut child = start_long_run(&state, &mark, &["--json", report.to_str().unwrap(), "--grace-period", "10s"]);
     let started = Instant::now();
     for _ in 0..signals {
         // SAFETY: signalling the child we spawned, by its pid.
@@ -253,18 +252,7 @@ fn sigkilled_run_leaves_no_process_and_the_next_run_sweeps_its_state() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let mark = format!("sr-sigkill-{}", std::process::id());
-    let mut child = cmd(&["tests/fixtures/interrupt", "--no-progress", "-j", "3"])
-        .env("SCENARIO_RUN_STATE_DIR", &state)
-        .env("SR_TEST_MARK", &mark)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count_sandboxes(&state) < 3 {
-        assert!(Instant::now() < deadline, "sandboxes never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    let mut child = start_long_run(&state, &mark, &[]);
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
     assert!(count_sandboxes(&state) >= 3, "state directories are left on disk by a SIGKILL");
