@@ -49,6 +49,13 @@ unset SCENARIO_RUN_PATH BASH_ENV\n";
 
 /// Reports the in-sandbox pid on fd 3, then becomes the command.
 const PRELUDE: &str = "echo $$ >&3; exec 3>&-; exec \"$@\"";
+/// Inside a namespace the command also becomes the leader of a process group of its own
+/// (`setsid` does not fork here: the shell is not a group leader, so the pid stays the one
+/// reported). Killing that group then leaves nsenter alive to reap the command at once; if
+/// nsenter died first, the command's zombie would be re-parented to the host's init, and the
+/// sandbox's PID namespace could not finish tearing down until that init reaped it (seconds
+/// on hosts whose init reaps lazily).
+const PRELUDE_NS: &str = "echo $$ >&3; exec 3>&-; exec /usr/bin/setsid \"$@\"";
 
 /// After a command exited, how long to keep reading output its descendants still write.
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
@@ -237,7 +244,8 @@ pub(crate) async fn launch(
         }
         Target::Plain { bash_env, .. } => bash_env.display().to_string(),
     };
-    argv.extend(["/bin/sh", "-c", PRELUDE, "sh", "/usr/bin/env", "-i", "-C", cwd].map(String::from));
+    let prelude = if matches!(target, Target::Ns { .. }) { PRELUDE_NS } else { PRELUDE };
+    argv.extend(["/bin/sh", "-c", prelude, "sh", "/usr/bin/env", "-i", "-C", cwd].map(String::from));
     for (k, v) in env {
         check_env_key(k)?;
         argv.push(format!("{k}={v}"));
@@ -318,7 +326,11 @@ pub(crate) async fn launch(
     let proc = Arc::new(Proc {
         pid,
         cmd: req.cmd.clone(),
-        pgid: leader,
+        // In a namespace the command leads its own group (PRELUDE_NS); nsenter is not in it.
+        pgid: match (&target_fd, target) {
+            (Some(t), Target::Ns { .. }) => t.pid(),
+            _ => leader,
+        },
         target: target_fd,
         state: Mutex::new(Collected::default()),
         done,
