@@ -19,7 +19,7 @@ use serde_json::Value as J;
 use crate::diag::{did_you_mean, Diagnostic, Source};
 use crate::yaml::{Node, Value};
 
-pub const ROOTS: &[&str] = &["vars", "env", "matrix", "steps", "sandbox", "sandboxes", "run", "scenario"];
+pub const ROOTS: &[&str] = &["vars", "env", "matrix", "steps", "sandbox", "sandboxes", "run", "scenario", "provider"];
 
 pub fn is_template(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
@@ -304,6 +304,10 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
         "sandbox" if !["id", "template", "alias", "url", "host"].contains(&second) => Some((
             format!("sandbox has no field `{second}`"),
             Some("a sandbox has `id`, `template`, `alias`, `url(port)`, `host(port)`".into()),
+        )),
+        "provider" if second != "name" => Some((
+            format!("undefined variable `provider.{second}`"),
+            Some("provider has `name` (local, docker, e2b, alicloud)".into()),
         )),
         "run" if !["id", "tag"].contains(&second) => {
             Some((format!("undefined variable `run.{second}`"), Some("run has `id` and `tag`".into())))

@@ -113,6 +113,7 @@ pub async fn run_case(
     let mut base = BTreeMap::new();
     base.insert("env", MValue::from(Serde(&cfg.env)));
     base.insert("matrix", MValue::from(Serde(&case.matrix)));
+    base.insert("provider", MValue::from(Serde(json!({ "name": cfg.provider.name() }))));
     base.insert("run", MValue::from(Serde(json!({ "id": cfg.run_id, "tag": format!("e2e={}", cfg.run_id) }))));
     base.insert(
         "scenario",
