@@ -109,7 +109,7 @@ impl Proc {
             return;
         }
         self.sent.lock().expect("sent").push(libc::SIGKILL);
-        let script = "kill -9 -- -\"$1\" 2>/dev/null; kill -9 \"$1\" 2>/dev/null; true";
+        let script = "kill -9 -\"$1\" 2>/dev/null; kill -9 \"$1\" 2>/dev/null; true";
         let _ =
             run_helper(&self.docker, &self.container, &["/bin/sh", "-c", script, "sh", &self.pid.to_string()]).await;
     }

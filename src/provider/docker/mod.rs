@@ -23,7 +23,7 @@
 //!
 //! # What a sandbox is
 //!
-//! `create` runs `sleep infinity` in a container named `sr-<hex>` (the sandbox id) with
+//! `create` runs `sleep infinity` in a container named `sbx-<hex>` (the sandbox id) with
 //! `--network host` (the only network the local stack has), `--init` (tini reaps orphans),
 //! working directory `/home/user`, `HOME=/home/user` and the create-time `envs` in the
 //! container's environment, so every process gets them. `cpu`/`memory_mb` become
@@ -298,7 +298,7 @@ impl Inner {
         let docker = self.client().await?.clone();
         let template = if req.template.is_empty() { "base".to_string() } else { req.template.clone() };
         let image = self.opts.image_for(&template);
-        let id = format!("sr-{}", random_hex(6));
+        let id = format!("sbx-{}", random_hex(6));
         let now = now_ms();
         let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
         let end_ms = now.saturating_add(timeout_ms);
