@@ -394,10 +394,14 @@ impl Inner {
         true
     }
 
-    /// Synchronous last resort: `DELETE /containers/{id}?force=1` for every container left.
+    /// Synchronous last resort: `DELETE /containers/{id}?force=1` for every container left
+    /// that we created (adopted ones are left alone, as by `destroy_all`).
     fn kill_all_now(&self) {
-        let mut ids: Vec<String> = self.sandboxes.lock().expect("sandboxes").keys().cloned().collect();
-        ids.extend(self.dying.lock().expect("dying").keys().cloned());
+        let mine = |m: &HashMap<String, Arc<Sandbox>>| -> Vec<String> {
+            m.values().filter(|sb| !sb.adopted).map(|sb| sb.id.clone()).collect()
+        };
+        let mut ids = mine(&self.sandboxes.lock().expect("sandboxes"));
+        ids.extend(mine(&self.dying.lock().expect("dying")));
         if ids.is_empty() {
             return;
         }
