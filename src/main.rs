@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use scenario_run::diag::Diagnostic;
 use scenario_run::mask::Masker;
 use scenario_run::model::{self, Case, LoadOptions};
+use scenario_run::provider::docker::{DockerOptions, DockerProvider};
 use scenario_run::provider::e2b::{E2bProvider, Preset};
 use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
 use scenario_run::provider::Provider;
@@ -390,7 +391,7 @@ fn make_provider(
             let p = E2bProvider::new(preset, env).map_err(|e| format!("{provider} provider: {e}"))?;
             Ok(Arc::new(p))
         }
-        "docker" => Err(format!("provider `{provider}` is not available in this build yet")),
+        "docker" => Ok(Arc::new(DockerProvider::new(DockerOptions::from_env(env)))),
         other => Err(format!("unknown provider `{other}`: use local, docker, e2b or alicloud")),
     }
 }

@@ -5,6 +5,7 @@
 //! E2B-compatible server. Providers report failures as [`ProviderError`], whose kind decides
 //! the scenario outcome (a missing file is a step failure; a broken provider is an ERROR).
 
+pub mod docker;
 pub mod e2b;
 pub mod local;
 
@@ -85,7 +86,11 @@ pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Capability {
+    /// `port_url` reaches a port inside the sandbox.
     Ports,
+    /// Each sandbox has its own ports: two sandboxes can bind the same port (not on docker's
+    /// host networking, nor on local without namespaces).
+    IsolatedPorts,
     Files,
     Processes,
     RunCode,
@@ -93,12 +98,19 @@ pub enum Capability {
 }
 
 impl Capability {
-    pub const ALL: &'static [Capability] =
-        &[Capability::Ports, Capability::Files, Capability::Processes, Capability::RunCode, Capability::Build];
+    pub const ALL: &'static [Capability] = &[
+        Capability::Ports,
+        Capability::IsolatedPorts,
+        Capability::Files,
+        Capability::Processes,
+        Capability::RunCode,
+        Capability::Build,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Capability::Ports => "ports",
+            Capability::IsolatedPorts => "isolated-ports",
             Capability::Files => "files",
             Capability::Processes => "processes",
             Capability::RunCode => "run-code",

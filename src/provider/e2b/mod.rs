@@ -359,7 +359,8 @@ impl Provider for E2bProvider {
     }
 
     fn capabilities(&self) -> &[Capability] {
-        &[Capability::Ports, Capability::Files, Capability::Processes]
+        // Every E2B sandbox is a VM of its own.
+        &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes]
     }
 
     fn required_credentials(&self) -> Vec<String> {

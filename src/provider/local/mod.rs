@@ -543,7 +543,12 @@ impl Provider for LocalProvider {
     }
 
     fn capabilities(&self) -> &[Capability] {
-        &[Capability::Ports, Capability::Files, Capability::Processes]
+        // Without namespaces sandboxes share the host's ports.
+        if self.isolation == Isolation::Namespaces {
+            &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes]
+        } else {
+            &[Capability::Ports, Capability::Files, Capability::Processes]
+        }
     }
 
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {

@@ -1,0 +1,497 @@
+//! Processes in a container: launching commands through the exec API, collecting their
+//! output, the per-sandbox process table behind `spawn`/`process_list`/`signal`/`wait`, and
+//! timeouts.
+//!
+//! A command is one exec of `/bin/sh -c <prelude> sh <cwd> <cmd>`, attached (stdout and stderr
+//! demultiplexed by the engine; stdin attached only when there is something to feed). The
+//! prelude prints `$$` — the pid inside the container — as the first line of stdout, changes to
+//! `cwd`, exports `SCENARIO_RUN_PATH` and `BASH_ENV` (see [`BASH_ENV_SCRIPT`]) and `exec`s
+//! `/bin/bash -l -c <cmd>`, so the pid reported is the command itself. runc starts every exec
+//! in a new session, so that pid is also a process-group id: a timeout kills the group.
+//!
+//! The engine has no "signal an exec" call, so `signal` and timeouts run a tiny
+//! `kill -<sig> <pid>` exec next to the command.
+//!
+//! Exit status: the engine reports only an exit code, and a process killed by signal N
+//! reads `128+N` there. When the provider itself delivered signal N to that pid (a `signal`
+//! step, a timeout, the sandbox being removed) and the code is `128+N`, the result says
+//! `signal: N` and no exit code, as on the local provider; otherwise the code is taken as is
+//! (a process killed from inside the sandbox by someone else reads as exit `128+N`).
+//!
+//! End of a command: normally its output stream ends when it exits. A background grandchild
+//! (`server &`) may keep the stream open, so the exec is also polled (100 ms, doubling up to
+//! 1 s) and, once the engine says it is no longer running, output is read for a short grace
+//! period more, like the local provider does.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::Docker;
+use futures_util::{Stream, StreamExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use super::{api_err, is_status, HOME};
+use crate::provider::{ErrorKind, ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
+
+/// Where the `BASH_ENV` script lives in every container (uploaded at create).
+pub(crate) const BASH_ENV_PATH: &str = "/run/scenario-run/bash_env.sh";
+
+/// Script named by `BASH_ENV`: restore the requested PATH after the login profile.
+pub(crate) const BASH_ENV_SCRIPT: &str =
+    "# Written by scenario-run: the login profile resets PATH; restore the requested one.\n\
+if [ -n \"${SCENARIO_RUN_PATH-}\" ]; then PATH=$SCENARIO_RUN_PATH; export PATH; fi\n\
+unset SCENARIO_RUN_PATH BASH_ENV\n";
+
+/// `$1` = cwd, `$2` = the command. Reports the in-container pid, then becomes the command.
+const PRELUDE: &str = "echo \"$$\"; cd -- \"$1\" || exit 125; \
+export SCENARIO_RUN_PATH=\"$PATH\" BASH_ENV=/run/scenario-run/bash_env.sh; exec /bin/bash -l -c \"$2\"";
+
+/// After a command exited, how long to keep reading output its descendants still write.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
+/// How long to wait for a launched command to report its pid.
+const PID_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a write to a process's stdin may block.
+const STDIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for a killed command to be reaped.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// How long a helper exec (kill, file operations) may take.
+const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
+
+type OutStream = Pin<Box<dyn Stream<Item = std::result::Result<LogOutput, bollard::errors::Error>> + Send>>;
+type InStream = Pin<Box<dyn AsyncWrite + Send>>;
+
+#[derive(Debug, Default)]
+struct Collected {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    /// As the engine reports it.
+    raw_exit: Option<i64>,
+    /// The container went away under the command.
+    vanished: bool,
+    finished: bool,
+}
+
+/// One launched command.
+pub(crate) struct Proc {
+    /// Pid inside the container.
+    pub pid: u32,
+    pub cmd: String,
+    docker: Docker,
+    container: String,
+    state: Mutex<Collected>,
+    done: watch::Sender<bool>,
+    /// Signals the provider delivered to this process.
+    sent: Mutex<Vec<i32>>,
+    /// The exec's stdin when launched with `open_stdin` (until closed).
+    stdin: tokio::sync::Mutex<Option<InStream>>,
+}
+
+impl Proc {
+    pub(crate) fn finished(&self) -> bool {
+        *self.done.borrow()
+    }
+
+    /// Waits until the command ended; returns false on timeout.
+    pub(crate) async fn wait_done(&self, timeout: Duration) -> bool {
+        let mut rx = self.done.subscribe();
+        let ended = matches!(tokio::time::timeout(timeout, rx.wait_for(|d| *d)).await, Ok(Ok(_)));
+        ended
+    }
+
+    /// SIGKILLs the command's process group and the command.
+    pub(crate) async fn kill_tree(&self) {
+        if self.finished() {
+            return;
+        }
+        self.sent.lock().expect("sent").push(libc::SIGKILL);
+        let script = "kill -9 -\"$1\" 2>/dev/null; kill -9 \"$1\" 2>/dev/null; true";
+        let _ =
+            run_helper(&self.docker, &self.container, &["/bin/sh", "-c", script, "sh", &self.pid.to_string()]).await;
+    }
+
+    pub(crate) async fn signal(&self, sig: i32) -> Result<()> {
+        let gone = || ProviderError::not_found(format!("process {} is not running", self.pid));
+        if self.finished() {
+            return Err(gone());
+        }
+        self.sent.lock().expect("sent").push(sig);
+        let argv = ["/bin/sh", "-c", "kill -\"$1\" \"$2\"", "sh", &sig.to_string(), &self.pid.to_string()];
+        let (code, _, err) = run_helper(&self.docker, &self.container, &argv).await?;
+        if code == 0 {
+            return Ok(());
+        }
+        let msg = String::from_utf8_lossy(&err).to_lowercase();
+        if msg.contains("no such process") || self.finished() {
+            Err(gone())
+        } else {
+            Err(ProviderError::invalid(format!("cannot signal process {}: {}", self.pid, msg.trim())))
+        }
+    }
+
+    /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
+    pub(crate) async fn write_stdin(&self, data: &[u8]) -> Result<()> {
+        let mut stdin = self.stdin.lock().await;
+        let Some(w) = stdin.as_mut() else {
+            return Err(ProviderError::invalid(format!("process {} has no open stdin", self.pid)));
+        };
+        match tokio::time::timeout(STDIN_TIMEOUT, async {
+            w.write_all(data).await?;
+            w.flush().await
+        })
+        .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) if self.finished() => {
+                Err(ProviderError::not_found(format!("process {} is not running", self.pid)))
+            }
+            Ok(Err(e)) => Err(ProviderError::infra(format!("cannot write to stdin of process {}: {e}", self.pid))),
+            Err(_) => {
+                Err(ProviderError::new(ErrorKind::Timeout, format!("process {} does not read its stdin", self.pid)))
+            }
+        }
+    }
+
+    /// Closes that stdin (half-closes the attach connection); closing twice is fine.
+    pub(crate) async fn close_stdin(&self) -> Result<()> {
+        if let Some(mut w) = self.stdin.lock().await.take() {
+            let _ = w.shutdown().await;
+        }
+        Ok(())
+    }
+
+    /// (exit code, signal) as the local provider reports them.
+    fn status(&self, st: &Collected) -> (Option<i32>, Option<i32>) {
+        let sent = self.sent.lock().expect("sent");
+        match st.raw_exit {
+            Some(c) if c > 128 && c <= 128 + 64 && sent.contains(&((c - 128) as i32)) => (None, Some((c - 128) as i32)),
+            Some(c) => (Some(c as i32), None),
+            None if st.vanished => (None, Some(libc::SIGKILL)),
+            None => (None, None),
+        }
+    }
+
+    pub(crate) fn info(&self) -> ProcessInfo {
+        let st = self.state.lock().expect("proc state");
+        let (exit_code, _) = self.status(&st);
+        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code }
+    }
+
+    pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
+        let st = self.state.lock().expect("proc state");
+        let (exit_code, signal) = self.status(&st);
+        ExecResult { stdout: st.stdout.clone(), stderr: st.stderr.clone(), exit_code, signal, timed_out, pid: self.pid }
+    }
+
+    fn push(&self, chunk: OutputChunk, output: &Option<mpsc::UnboundedSender<OutputChunk>>) {
+        {
+            let mut st = self.state.lock().expect("proc state");
+            match &chunk {
+                OutputChunk::Stdout(b) => st.stdout.extend_from_slice(b),
+                OutputChunk::Stderr(b) => st.stderr.extend_from_slice(b),
+            }
+        }
+        if let Some(tx) = output {
+            let _ = tx.send(chunk);
+        }
+    }
+
+    /// Runs the command to the end (or its timeout) and returns its result.
+    pub(crate) async fn finish(&self, timeout: Option<Duration>) -> ExecResult {
+        let ended = match timeout {
+            Some(t) => self.wait_done(t).await,
+            None => {
+                let mut rx = self.done.subscribe();
+                let _ = rx.wait_for(|d| *d).await;
+                true
+            }
+        };
+        if !ended {
+            self.kill_tree().await;
+            self.wait_done(KILL_WAIT).await;
+        }
+        self.result(!ended)
+    }
+}
+
+fn check_env_key(k: &str) -> Result<()> {
+    if k.is_empty() || k.contains('=') || k.contains('\0') {
+        return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
+    }
+    Ok(())
+}
+
+/// Starts an exec and returns its id and attached streams.
+async fn start(
+    docker: &Docker,
+    container: &str,
+    argv: Vec<String>,
+    env: Vec<String>,
+    attach_stdin: bool,
+) -> Result<(String, OutStream, InStream)> {
+    let opts = CreateExecOptions {
+        attach_stdin: Some(attach_stdin),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        env: Some(env),
+        cmd: Some(argv),
+        working_dir: Some("/".to_string()),
+        ..Default::default()
+    };
+    let exec = docker.create_exec(container, opts).await.map_err(|e| {
+        if is_status(&e, 404) || is_status(&e, 409) {
+            ProviderError::infra(format!("sandbox {container} is not running"))
+        } else {
+            api_err(e, "start the command")
+        }
+    })?;
+    match docker.start_exec(&exec.id, None).await.map_err(|e| api_err(e, "start the command"))? {
+        StartExecResults::Attached { output, input } => Ok((exec.id, output, input)),
+        StartExecResults::Detached => Err(ProviderError::infra("the engine started the command detached")),
+    }
+}
+
+/// The exit code of a finished exec (polling briefly while the engine still says running);
+/// `None` if the exec or its container is gone.
+async fn exit_code(docker: &Docker, exec_id: &str) -> Option<i64> {
+    for _ in 0..100 {
+        match docker.inspect_exec(exec_id).await {
+            Ok(r) if r.running != Some(true) => return r.exit_code,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Runs a helper command (no shell prelude) to the end: (exit code, stdout, stderr).
+pub(crate) async fn run_helper(docker: &Docker, container: &str, argv: &[&str]) -> Result<(i64, Vec<u8>, Vec<u8>)> {
+    let argv = argv.iter().map(|s| s.to_string()).collect();
+    let work = async {
+        let (exec_id, mut stream, _input) = start(docker, container, argv, Vec::new(), false).await?;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) => out.extend_from_slice(&message),
+                Ok(LogOutput::StdErr { message }) => err.extend_from_slice(&message),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let code = exit_code(docker, &exec_id).await.unwrap_or(-1);
+        Ok((code, out, err))
+    };
+    tokio::time::timeout(HELPER_TIMEOUT, work)
+        .await
+        .map_err(|_| ProviderError::new(ErrorKind::Timeout, format!("sandbox {container} did not answer in time")))?
+}
+
+/// Collects output until the command exits (plus a short grace), then records its status.
+async fn drive(
+    proc: Arc<Proc>,
+    exec_id: String,
+    mut stream: OutStream,
+    output: Option<mpsc::UnboundedSender<OutputChunk>>,
+) {
+    let mut every = Duration::from_millis(100);
+    let poll = tokio::time::sleep(every);
+    let grace = tokio::time::sleep(Duration::from_secs(86400 * 365));
+    tokio::pin!(poll, grace);
+    let mut exited = false;
+    loop {
+        tokio::select! {
+            item = stream.next() => match item {
+                Some(Ok(LogOutput::StdOut { message })) => proc.push(OutputChunk::Stdout(message.to_vec()), &output),
+                Some(Ok(LogOutput::StdErr { message })) => proc.push(OutputChunk::Stderr(message.to_vec()), &output),
+                Some(Ok(_)) => {}
+                _ => break,
+            },
+            _ = &mut poll, if !exited => {
+                match proc.docker.inspect_exec(&exec_id).await {
+                    Ok(r) if r.running == Some(true) => {}
+                    _ => {
+                        exited = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+                    }
+                }
+                every = (every * 2).min(Duration::from_secs(1));
+                poll.as_mut().reset(tokio::time::Instant::now() + every);
+            },
+            _ = &mut grace, if exited => break,
+        }
+    }
+    drop(stream);
+    let code = exit_code(&proc.docker, &exec_id).await;
+    {
+        let mut st = proc.state.lock().expect("proc state");
+        st.raw_exit = code;
+        st.vanished = code.is_none();
+        st.finished = true;
+    }
+    proc.done.send_replace(true);
+}
+
+/// A sandbox's processes by in-container pid, and its engine handle.
+pub(crate) struct ProcTable {
+    docker: Docker,
+    container: String,
+    procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
+}
+
+impl ProcTable {
+    pub(crate) fn new(docker: Docker, container: String) -> Self {
+        Self { docker, container, procs: Mutex::new(BTreeMap::new()) }
+    }
+
+    pub(crate) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    pub(crate) fn container(&self) -> &str {
+        &self.container
+    }
+
+    /// Starts `req.cmd`. Live output goes to `output`. With `open_stdin` the exec's stdin is
+    /// kept in the [`Proc`] (and `req.stdin` ignored); otherwise it is `req.stdin` or empty.
+    pub(crate) async fn launch(
+        &self,
+        req: &ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputChunk>>,
+        open_stdin: bool,
+    ) -> Result<Arc<Proc>> {
+        let cwd = super::files::normalize(req.cwd.as_deref().unwrap_or(HOME))?;
+        let mut env = Vec::new();
+        for (k, v) in &req.envs {
+            check_env_key(k)?;
+            env.push(format!("{k}={v}"));
+        }
+        if req.cmd.contains('\0') || env.iter().any(|e| e.contains('\0')) {
+            return Err(ProviderError::invalid("command or environment contains a NUL byte"));
+        }
+        let argv = ["/bin/sh", "-c", PRELUDE, "sh", &cwd, &req.cmd].map(String::from).to_vec();
+        let feed = if open_stdin { None } else { req.stdin.clone() };
+        let (exec_id, mut stream, mut input) =
+            start(&self.docker, &self.container, argv, env, open_stdin || feed.is_some()).await?;
+
+        // The first stdout line is the prelude's pid.
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let read_pid = async {
+            loop {
+                match stream.next().await {
+                    Some(Ok(LogOutput::StdOut { message })) => {
+                        out.extend_from_slice(&message);
+                        if let Some(i) = out.iter().position(|b| *b == b'\n') {
+                            let line: Vec<u8> = out.drain(..=i).collect();
+                            return String::from_utf8_lossy(&line).trim().parse::<u32>().ok();
+                        }
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => err.extend_from_slice(&message),
+                    Some(Ok(_)) => {}
+                    _ => return None,
+                }
+            }
+        };
+        let pid = match tokio::time::timeout(PID_TIMEOUT, read_pid).await {
+            Ok(Some(pid)) => pid,
+            _ => {
+                let code = exit_code(&self.docker, &exec_id).await;
+                let why = String::from_utf8_lossy(&err).trim().to_string();
+                return Err(ProviderError::infra(format!(
+                    "command did not start in the sandbox (exit {}): {}",
+                    code.map_or("unknown".into(), |c| c.to_string()),
+                    if why.is_empty() { "no output" } else { &why }
+                )));
+            }
+        };
+
+        let (done, _) = watch::channel(false);
+        if let Some(data) = feed {
+            tokio::spawn(async move {
+                let _ = input.write_all(&data).await;
+                let _ = input.shutdown().await;
+            });
+            input = Box::pin(tokio::io::sink());
+        }
+        let proc = Arc::new(Proc {
+            pid,
+            cmd: req.cmd.clone(),
+            docker: self.docker.clone(),
+            container: self.container.clone(),
+            state: Mutex::new(Collected::default()),
+            done,
+            sent: Mutex::new(Vec::new()),
+            stdin: tokio::sync::Mutex::new(if open_stdin { Some(input) } else { None }),
+        });
+        if !out.is_empty() {
+            proc.push(OutputChunk::Stdout(out), &output);
+        }
+        if !err.is_empty() {
+            proc.push(OutputChunk::Stderr(err), &output);
+        }
+        self.procs.lock().expect("procs").insert(pid, proc.clone());
+        tokio::spawn(drive(proc.clone(), exec_id, stream, output));
+        Ok(proc)
+    }
+
+    /// Removes `p` if it is still the entry for its pid.
+    pub(crate) fn remove(&self, p: &Arc<Proc>) {
+        let mut procs = self.procs.lock().expect("procs");
+        if procs.get(&p.pid).is_some_and(|q| Arc::ptr_eq(q, p)) {
+            procs.remove(&p.pid);
+        }
+    }
+
+    pub(crate) fn get(&self, pid: u32) -> Result<Arc<Proc>> {
+        self.procs
+            .lock()
+            .expect("procs")
+            .get(&pid)
+            .cloned()
+            .ok_or_else(|| ProviderError::not_found(format!("no such process: {pid}")))
+    }
+
+    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
+        self.procs.lock().expect("procs").values().map(|p| p.info()).collect()
+    }
+
+    /// The container is being removed: whatever still runs dies of SIGKILL.
+    pub(crate) fn mark_all_gone(&self) {
+        for p in self.procs.lock().expect("procs").values() {
+            if !p.finished() {
+                p.sent.lock().expect("sent").push(libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Kills the command if the `exec` future is dropped before it finished.
+pub(crate) struct KillOnDrop(pub Option<Arc<Proc>>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            if !p.finished() {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move { p.kill_tree().await });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_keys_are_checked() {
+        assert!(check_env_key("FOO").is_ok());
+        assert!(check_env_key("A=B").is_err());
+        assert!(check_env_key("").is_err());
+    }
+}

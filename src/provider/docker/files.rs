@@ -1,0 +1,381 @@
+//! Files of a container.
+//!
+//! Reads and writes go through the engine's archive API: `HEAD /containers/{id}/archive`
+//! stats a path, `GET` returns it as a tar stream, `PUT` extracts a tar into the container.
+//! The engine resolves paths and extracts *inside the container's root* (symlinks included),
+//! so a symlink planted in the sandbox cannot redirect a write onto the host. A write is a tar
+//! holding one regular file at its full path: the engine creates missing parent directories
+//! (0755, root), and `noOverwriteDirNonDir` keeps it from replacing a directory with the file.
+//! Before writing, the path is stat'ed: a directory is refused ("is a directory", as on local),
+//! a final symlink is followed (the engine reports where it fully resolves), and the mode of an
+//! existing file is kept unless a mode is given. Files are written as uid/gid 0.
+//!
+//! Listing, mkdir, rename and remove have no archive-API form; they run a short `/bin/sh`
+//! script (POSIX sh, `stat -c`, `mkdir -p`, `mv`, `rm -rf`: present in Debian and busybox
+//! images) that reports failures as `ERRNO path` on stderr with exit 3, which map to the same
+//! kinds and messages as the local provider's. Names containing a newline are not listed.
+
+use std::io::Read;
+
+use bollard::body_full;
+use bollard::container::PathStatResponse;
+use bollard::errors::Error as DockerError;
+use bollard::query_parameters::{ContainerArchiveInfoOptions, DownloadFromContainerOptions, UploadToContainerOptions};
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use super::exec::{run_helper, ProcTable};
+use super::HOME;
+use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
+
+/// Go's `os.FileMode` bits in the engine's stat header.
+const GO_DIR: u32 = 1 << 31;
+const GO_SYMLINK: u32 = 1 << 27;
+const GO_SETUID: u32 = 1 << 23;
+const GO_SETGID: u32 = 1 << 22;
+const GO_STICKY: u32 = 1 << 20;
+
+/// Makes `path` absolute (relative paths are under `/home/user`) and removes `.`, `..` and
+/// repeated slashes. A `..` that would climb above `/` is rejected.
+pub(crate) fn normalize(path: &str) -> Result<String> {
+    if path.contains('\0') {
+        return Err(ProviderError::invalid(format!("invalid path: {path:?}")));
+    }
+    let full = if path.starts_with('/') { path.to_string() } else { format!("{HOME}/{path}") };
+    let mut parts: Vec<&str> = Vec::new();
+    for c in full.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(ProviderError::invalid(format!("path escapes the sandbox root: {path}")));
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+fn name_of(abs: &str) -> String {
+    if abs == "/" {
+        "/".into()
+    } else {
+        abs.rsplit('/').next().unwrap_or(abs).to_string()
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Maps an archive-API error on `abs`.
+fn path_err(e: DockerError, abs: &str) -> ProviderError {
+    match &e {
+        DockerError::DockerResponseServerError { status_code: 404, .. } => {
+            ProviderError::not_found(format!("no such file or directory: {abs}"))
+        }
+        DockerError::DockerResponseServerError { status_code, message } => {
+            let m = message.trim().to_lowercase();
+            if m.contains("not a directory") {
+                ProviderError::invalid(format!("not a directory: {abs}"))
+            } else if *status_code < 500 || m.contains("file exists") || m.contains("cannot overwrite") {
+                ProviderError::invalid(format!("{m}: {abs}"))
+            } else {
+                ProviderError::infra(format!("file operation on {abs} failed: {m}"))
+            }
+        }
+        _ => ProviderError::infra(format!("file operation on {abs} failed: {e}")),
+    }
+}
+
+async fn stat_raw(docker: &Docker, container: &str, abs: &str) -> Result<PathStatResponse> {
+    let opts = ContainerArchiveInfoOptions { path: abs.to_string() };
+    docker.get_container_archive_info(container, Some(opts)).await.map_err(|e| path_err(e, abs))
+}
+
+fn entry_from(abs: &str, st: &PathStatResponse) -> FileEntry {
+    let fm = st.file_mode;
+    let kind = if fm & GO_DIR != 0 {
+        "dir"
+    } else if fm & GO_SYMLINK != 0 {
+        "symlink"
+    } else {
+        "file"
+    };
+    let mut mode = fm & 0o777;
+    for (go, unix) in [(GO_SETUID, 0o4000), (GO_SETGID, 0o2000), (GO_STICKY, 0o1000)] {
+        if fm & go != 0 {
+            mode |= unix;
+        }
+    }
+    FileEntry {
+        name: name_of(abs),
+        path: abs.to_string(),
+        kind: kind.into(),
+        size: st.size.max(0) as u64,
+        mode,
+        modified: st.modification_time.as_deref().and_then(parse_rfc3339).unwrap_or(0),
+    }
+}
+
+/// Unix seconds of an RFC 3339 time as Go prints it (`2026-12-02T17:42:11.5+01:00`).
+fn parse_rfc3339(s: &str) -> Option<u64> {
+    let (date, rest) = s.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let time_end = rest.find(['Z', '+', '-']).unwrap_or(rest.len());
+    let (time, zone) = rest.split_at(time_end);
+    let mut t = time.split(':');
+    let h: i64 = t.next()?.parse().ok()?;
+    let mi: i64 = t.next()?.parse().ok()?;
+    let sec: i64 = t.next()?.split('.').next()?.parse().ok()?;
+    let offset = match zone.chars().next() {
+        Some(sign @ ('+' | '-')) => {
+            let mut z = zone[1..].split(':');
+            let zh: i64 = z.next()?.parse().ok()?;
+            let zm: i64 = z.next().unwrap_or("0").parse().ok()?;
+            let o = zh * 3600 + zm * 60;
+            if sign == '+' {
+                o
+            } else {
+                -o
+            }
+        }
+        _ => 0,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    let secs = days * 86400 + h * 3600 + mi * 60 + sec - offset;
+    u64::try_from(secs).ok()
+}
+
+pub(crate) async fn stat(docker: &Docker, container: &str, abs: &str) -> Result<FileEntry> {
+    Ok(entry_from(abs, &stat_raw(docker, container, abs).await?))
+}
+
+pub(crate) async fn exists(docker: &Docker, container: &str, abs: &str) -> Result<bool> {
+    match stat_raw(docker, container, abs).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind == ErrorKind::NotFound || e.message.starts_with("not a directory") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Follows a final symlink: the path to operate on and its stat (None if it does not exist).
+async fn resolve(docker: &Docker, container: &str, abs: &str) -> Result<(String, Option<PathStatResponse>)> {
+    let mut target = abs.to_string();
+    for _ in 0..8 {
+        match stat_raw(docker, container, &target).await {
+            Ok(st) if st.file_mode & GO_DIR != 0 => {
+                return Err(ProviderError::invalid(format!("is a directory: {abs}")));
+            }
+            Ok(st) if st.file_mode & GO_SYMLINK != 0 && !st.link_target.is_empty() && st.link_target != target => {
+                target = normalize(&st.link_target)?;
+            }
+            Ok(st) => return Ok((target, Some(st))),
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok((target, None)),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ProviderError::invalid(format!("too many levels of symbolic links: {abs}")))
+}
+
+/// Extracts one regular file at `abs` (parents are created by the engine).
+pub(crate) async fn put_file(docker: &Docker, container: &str, abs: &str, data: &[u8], mode: u32) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_size(data.len() as u64);
+    header.set_mode(mode & 0o7777);
+    header.set_mtime(now_secs());
+    header.set_uid(0);
+    header.set_gid(0);
+    let mut b = tar::Builder::new(Vec::with_capacity(data.len() + 2048));
+    b.append_data(&mut header, abs.trim_start_matches('/'), data)
+        .map_err(|e| ProviderError::invalid(format!("cannot write {abs}: {e}")))?;
+    let tarball = b.into_inner().map_err(|e| ProviderError::infra(format!("cannot write {abs}: {e}")))?;
+    let opts = UploadToContainerOptions {
+        path: "/".into(),
+        no_overwrite_dir_non_dir: Some("true".into()),
+        ..Default::default()
+    };
+    docker.upload_to_container(container, Some(opts), body_full(tarball.into())).await.map_err(|e| path_err(e, abs))
+}
+
+pub(crate) async fn write(
+    docker: &Docker,
+    container: &str,
+    abs: &str,
+    data: Vec<u8>,
+    mode: Option<u32>,
+) -> Result<FileEntry> {
+    if abs == "/" {
+        return Err(ProviderError::invalid("is a directory: /"));
+    }
+    let (target, existing) = resolve(docker, container, abs).await?;
+    let mode = mode.or_else(|| existing.map(|st| entry_from(&target, &st).mode)).unwrap_or(0o644);
+    put_file(docker, container, &target, &data, mode).await?;
+    stat(docker, container, abs).await
+}
+
+pub(crate) async fn read(docker: &Docker, container: &str, abs: &str) -> Result<Vec<u8>> {
+    let (target, existing) = resolve(docker, container, abs).await?;
+    if existing.is_none() {
+        return Err(ProviderError::not_found(format!("no such file or directory: {abs}")));
+    }
+    let opts = DownloadFromContainerOptions { path: target.clone() };
+    let mut stream = docker.download_from_container(container, Some(opts));
+    let mut tarball = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        tarball.extend_from_slice(&chunk.map_err(|e| path_err(e, abs))?);
+    }
+    let mut archive = tar::Archive::new(&tarball[..]);
+    let bad = |e: std::io::Error| ProviderError::infra(format!("cannot read {abs}: bad archive from the engine: {e}"));
+    let mut entries = archive.entries().map_err(bad)?;
+    let mut entry = entries
+        .next()
+        .ok_or_else(|| ProviderError::not_found(format!("no such file or directory: {abs}")))?
+        .map_err(bad)?;
+    if entry.header().entry_type().is_dir() {
+        return Err(ProviderError::invalid(format!("is a directory: {abs}")));
+    }
+    let mut data = Vec::with_capacity(entry.size() as usize);
+    entry.read_to_end(&mut data).map_err(bad)?;
+    Ok(data)
+}
+
+/// Runs a file script; exit 3 with `ERRNO path` on stderr is a typed failure.
+async fn script(procs: &ProcTable, body: &str, args: &[&str]) -> Result<Vec<u8>> {
+    let mut argv = vec!["/bin/sh", "-c", body, "sh"];
+    argv.extend_from_slice(args);
+    let (code, out, err) = run_helper(procs.docker(), procs.container(), &argv).await?;
+    if code == 0 {
+        return Ok(out);
+    }
+    let err = String::from_utf8_lossy(&err).trim().to_string();
+    let (errno, path) = err.split_once(' ').unwrap_or((&err, args.first().copied().unwrap_or("")));
+    Err(match (code, errno) {
+        (3, "ENOENT") => ProviderError::not_found(format!("no such file or directory: {path}")),
+        (3, "ENOTDIR") => ProviderError::invalid(format!("not a directory: {path}")),
+        (3, "EISDIR") => ProviderError::invalid(format!("is a directory: {path}")),
+        (3, "EEXIST") => ProviderError::invalid(format!("file exists: {path}")),
+        (3, "ENOTEMPTY") => ProviderError::invalid(format!("directory not empty: {path}")),
+        (3, "EACCES") => ProviderError::invalid(format!("permission denied: {path}")),
+        _ => ProviderError::invalid(format!("file operation failed (exit {code}): {}", err.to_lowercase())),
+    })
+}
+
+const LIST: &str = r#"
+if [ ! -e "$1" ]; then echo "ENOENT $1" >&2; exit 3; fi
+if [ ! -d "$1" ]; then echo "ENOTDIR $1" >&2; exit 3; fi
+cd -- "$1" || { echo "EACCES $1" >&2; exit 3; }
+for f in * .[!.]* ..?*; do
+  if [ -e "$f" ] || [ -L "$f" ]; then stat -c '%f %s %Y %n' -- "$f" 2>/dev/null || true; fi
+done
+"#;
+
+pub(crate) async fn list(procs: &ProcTable, abs: &str) -> Result<Vec<FileEntry>> {
+    let out = script(procs, LIST, &[abs]).await?;
+    let mut entries: Vec<FileEntry> = String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|line| {
+            let mut it = line.splitn(4, ' ');
+            let raw = u32::from_str_radix(it.next()?, 16).ok()?;
+            let size: u64 = it.next()?.parse().ok()?;
+            let modified: u64 = it.next()?.parse().ok()?;
+            let name = it.next()?.to_string();
+            let kind = match raw & 0o170000 {
+                0o040000 => "dir",
+                0o120000 => "symlink",
+                _ => "file",
+            };
+            let path = if abs == "/" { format!("/{name}") } else { format!("{abs}/{name}") };
+            Some(FileEntry { name, path, kind: kind.into(), size, mode: raw & 0o7777, modified })
+        })
+        .collect();
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(entries)
+}
+
+const MKDIR: &str = r#"
+if [ -e "$1" ] && [ ! -d "$1" ]; then echo "EEXIST $1" >&2; exit 3; fi
+mkdir -p -- "$1" 2>/dev/null || { echo "ENOTDIR $1" >&2; exit 3; }
+"#;
+
+pub(crate) async fn make_dir(procs: &ProcTable, abs: &str) -> Result<FileEntry> {
+    script(procs, MKDIR, &[abs]).await?;
+    stat(procs.docker(), procs.container(), abs).await
+}
+
+/// rename(2) semantics: a directory replaces only an empty directory, a file never replaces
+/// a directory, and nothing is moved *into* an existing directory.
+const RENAME: &str = r#"
+if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "ENOENT $1" >&2; exit 3; fi
+if [ -d "$2" ] && [ ! -L "$2" ]; then
+  if [ ! -d "$1" ] || [ -L "$1" ]; then echo "EISDIR $2" >&2; exit 3; fi
+  rmdir -- "$2" 2>/dev/null || { echo "ENOTEMPTY $2" >&2; exit 3; }
+elif [ -e "$2" ] && [ -d "$1" ] && [ ! -L "$1" ]; then echo "ENOTDIR $2" >&2; exit 3; fi
+mv -f -- "$1" "$2" 2>/dev/null || { echo "ENOENT $2" >&2; exit 3; }
+"#;
+
+pub(crate) async fn rename(procs: &ProcTable, from: &str, to: &str) -> Result<FileEntry> {
+    if from == "/" || to == "/" {
+        return Err(ProviderError::invalid("cannot rename /"));
+    }
+    script(procs, RENAME, &[from, to]).await?;
+    stat(procs.docker(), procs.container(), to).await
+}
+
+const REMOVE: &str = r#"
+if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "ENOENT $1" >&2; exit 3; fi
+rm -rf -- "$1" 2>/dev/null || { echo "EACCES $1" >&2; exit 3; }
+"#;
+
+pub(crate) async fn remove(procs: &ProcTable, abs: &str) -> Result<()> {
+    if abs == "/" {
+        return Err(ProviderError::invalid("cannot remove /"));
+    }
+    script(procs, REMOVE, &[abs]).await.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_paths() {
+        assert_eq!(normalize("x").unwrap(), "/home/user/x");
+        assert_eq!(normalize("./a//b/").unwrap(), "/home/user/a/b");
+        assert_eq!(normalize("/tmp/../opt/x").unwrap(), "/opt/x");
+        assert!(normalize("/../etc").is_err());
+    }
+
+    #[test]
+    fn rfc3339_times() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339("2026-12-02T17:42:11.123456789Z"), Some(1796233331));
+        assert_eq!(parse_rfc3339("2026-12-02T18:42:11+01:00"), Some(1796233331));
+        assert_eq!(parse_rfc3339("garbage"), None);
+    }
+
+    #[test]
+    fn go_file_modes() {
+        let st = |file_mode| PathStatResponse {
+            name: "x".into(),
+            size: 3,
+            file_mode,
+            modification_time: None,
+            link_target: String::new(),
+        };
+        let e = entry_from("/a/x", &st(GO_DIR | GO_STICKY | 0o777));
+        assert_eq!((e.kind.as_str(), e.mode, e.name.as_str()), ("dir", 0o1777, "x"));
+        assert_eq!(entry_from("/x", &st(GO_SYMLINK | 0o777)).kind, "symlink");
+        assert_eq!(entry_from("/x", &st(GO_SETUID | 0o755)).mode, 0o4755);
+    }
+}

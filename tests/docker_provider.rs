@@ -1,0 +1,316 @@
+//! End-to-end tests of the docker provider against a real Docker engine: the one
+//! `.ci/local-stack.sh up` starts (scripts/test does, and exports `DOCKER_HOST`). Without
+//! `DOCKER_HOST` every test says why and returns; with it, nothing is skipped.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::{InspectContainerOptions, ListContainersOptionsBuilder};
+use bollard::Docker;
+use scenario_run::provider::docker::{DockerOptions, DockerProvider};
+use scenario_run::provider::{CreateRequest, ErrorKind, ExecRequest, OutputChunk, Provider};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The provider, or None (with the reason printed) when no engine is configured.
+fn provider() -> Option<DockerProvider> {
+    match std::env::var("DOCKER_HOST") {
+        Ok(h) if !h.is_empty() => Some(DockerProvider::new(DockerOptions::default())),
+        _ => {
+            eprintln!("skipping: DOCKER_HOST is not set (run .ci/local-stack.sh up and source its env file)");
+            None
+        }
+    }
+}
+
+fn engine() -> Docker {
+    let host = std::env::var("DOCKER_HOST").unwrap();
+    Docker::connect_with_unix(host.trim_start_matches("unix://"), 30, bollard::API_DEFAULT_VERSION).unwrap()
+}
+
+/// A metadata value no other test or run uses.
+fn tag() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!("dockertest-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
+fn cmd(c: &str) -> ExecRequest {
+    ExecRequest { cmd: c.to_string(), timeout: Some(Duration::from_secs(30)), ..Default::default() }
+}
+
+async fn sh(p: &DockerProvider, id: &str, c: &str) -> String {
+    let r = p.exec(id, cmd(c), None).await.unwrap();
+    assert_eq!(r.exit_code, Some(0), "{c}: {}", String::from_utf8_lossy(&r.stderr));
+    String::from_utf8(r.stdout).unwrap()
+}
+
+async fn container_exists(name: &str) -> bool {
+    engine().inspect_container(name, None::<InspectContainerOptions>).await.is_ok()
+}
+
+#[tokio::test]
+async fn exec_streams_status_envs_and_cwd() {
+    let Some(p) = provider() else { return };
+    let envs = BTreeMap::from([("FOO".to_string(), "bar baz".to_string())]);
+    let sb = p.create(CreateRequest { template: "base".into(), envs, ..Default::default() }).await.unwrap();
+    assert!(sb.id.starts_with("sbx-"), "{}", sb.id);
+    assert_eq!(sb.template, "base");
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let r = p.exec(&sb.id, cmd("echo out; echo err >&2; exit 3"), Some(tx)).await.unwrap();
+    assert_eq!(
+        (r.stdout.as_slice(), r.stderr.as_slice(), r.exit_code, r.signal),
+        (&b"out\n"[..], &b"err\n"[..], Some(3), None)
+    );
+    assert!(r.pid > 1 && !r.timed_out);
+    let mut streamed = (Vec::new(), Vec::new());
+    while let Ok(c) = rx.try_recv() {
+        match c {
+            OutputChunk::Stdout(b) => streamed.0.extend(b),
+            OutputChunk::Stderr(b) => streamed.1.extend(b),
+        }
+    }
+    assert_eq!(streamed, (b"out\n".to_vec(), b"err\n".to_vec()), "live output is the pid-stripped output");
+
+    // Create-time envs reach every process, HOME and the default cwd are /home/user, a login
+    // shell, and exec envs win over create envs.
+    assert_eq!(sh(&p, &sb.id, "echo \"$FOO|$HOME|$(pwd)|$0\"").await, "bar baz|/home/user|/home/user|/bin/bash\n");
+    let mut req = cmd("echo $FOO; pwd; shopt -q login_shell && echo login");
+    req.envs.insert("FOO".into(), "exec wins".into());
+    req.cwd = Some("/tmp".into());
+    let r = p.exec(&sb.id, req, None).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "exec wins\n/tmp\nlogin\n");
+    // A PATH given at create survives the login profile.
+    let envs = BTreeMap::from([("PATH".to_string(), "/opt/x/bin:/usr/bin:/bin".to_string())]);
+    let sb2 = p.create(CreateRequest { envs, ..Default::default() }).await.unwrap();
+    assert_eq!(sh(&p, &sb2.id, "echo $PATH").await, "/opt/x/bin:/usr/bin:/bin\n");
+
+    // stdin, a missing cwd, a timeout.
+    let mut req = cmd("tr a-z A-Z");
+    req.stdin = Some(b"hello\n".to_vec());
+    assert_eq!(p.exec(&sb.id, req, None).await.unwrap().stdout, b"HELLO\n");
+    let mut req = cmd("true");
+    req.cwd = Some("/nonexistent".into());
+    assert_eq!(p.exec(&sb.id, req, None).await.unwrap().exit_code, Some(125));
+    let t0 = Instant::now();
+    let mut req = cmd("echo before; sleep 30");
+    req.timeout = Some(Duration::from_millis(800));
+    let r = p.exec(&sb.id, req, None).await.unwrap();
+    assert!(r.timed_out && r.signal == Some(9) && r.exit_code.is_none(), "{r:?}");
+    assert_eq!(r.stdout, b"before\n");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(sh(&p, &sb.id, "pgrep -c -f '^sleep 30' || true").await, "0\n", "the timeout killed the group");
+    p.destroy_all().await;
+}
+
+#[tokio::test]
+async fn files_round_trip() {
+    let Some(p) = provider() else { return };
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let id = &sb.id;
+    // A few MiB of every byte value.
+    let data: Vec<u8> = (0..3 * 1024 * 1024 + 17).map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let e = p.write_file(id, "deep/er/blob.bin", data.clone(), Some(0o600)).await.unwrap();
+    assert_eq!(
+        (e.path.as_str(), e.kind.as_str(), e.size, e.mode),
+        ("/home/user/deep/er/blob.bin", "file", data.len() as u64, 0o600)
+    );
+    assert_eq!(p.read_file(id, "/home/user/deep/er/blob.bin").await.unwrap(), data);
+    assert_eq!(
+        sh(&p, id, "wc -c < deep/er/blob.bin; stat -c %a deep/er/blob.bin").await,
+        format!("{}\n600\n", data.len())
+    );
+    // Overwrite keeps the mode; a file written by a command reads back.
+    p.write_file(id, "deep/er/blob.bin", b"small".to_vec(), None).await.unwrap();
+    assert_eq!(p.stat(id, "deep/er/blob.bin").await.unwrap().mode, 0o600);
+    sh(&p, id, "printf 'made inside' > /tmp/inside.txt; ln -s /tmp/inside.txt link").await;
+    assert_eq!(p.read_file(id, "/tmp/inside.txt").await.unwrap(), b"made inside");
+    assert_eq!(p.read_file(id, "link").await.unwrap(), b"made inside", "reads follow symlinks");
+    assert_eq!(p.stat(id, "link").await.unwrap().kind, "symlink");
+    p.write_file(id, "link", b"through".to_vec(), None).await.unwrap();
+    assert_eq!(sh(&p, id, "cat /tmp/inside.txt").await, "through", "writes follow symlinks");
+
+    // Listing, mkdir, rename, remove, exists, and the errors.
+    let d = p.make_dir(id, "/srv/a/b").await.unwrap();
+    assert_eq!((d.kind.as_str(), d.path.as_str()), ("dir", "/srv/a/b"));
+    let names: Vec<String> =
+        p.list_dir(id, "/home/user").await.unwrap().into_iter().map(|e| format!("{}:{}", e.name, e.kind)).collect();
+    assert_eq!(names, ["deep:dir", "link:symlink"]);
+    let moved = p.rename(id, "deep/er/blob.bin", "/srv/a/blob.bin").await.unwrap();
+    assert_eq!((moved.path.as_str(), moved.size), ("/srv/a/blob.bin", 5));
+    assert!(!p.exists(id, "deep/er/blob.bin").await.unwrap());
+    assert!(p.exists(id, "/srv/a/blob.bin").await.unwrap());
+    p.remove(id, "/srv/a").await.unwrap();
+    assert!(!p.exists(id, "/srv/a").await.unwrap());
+    assert_eq!(p.read_file(id, "nope").await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.read_file(id, "/home/user").await.unwrap_err().message, "is a directory: /home/user");
+    assert_eq!(p.write_file(id, "/home/user", vec![1], None).await.unwrap_err().kind, ErrorKind::Invalid);
+    assert!(p.exists(id, "/home/user").await.unwrap(), "a refused write leaves the directory alone");
+    assert_eq!(p.list_dir(id, "nope").await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.remove(id, "nope").await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.rename(id, "nope", "x").await.unwrap_err().kind, ErrorKind::NotFound);
+    p.write_file(id, "f", b"x".to_vec(), None).await.unwrap();
+    assert_eq!(p.make_dir(id, "f").await.unwrap_err().kind, ErrorKind::Invalid);
+    p.destroy_all().await;
+}
+
+#[tokio::test]
+async fn background_processes_signals_and_wait() {
+    let Some(p) = provider() else { return };
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let id = &sb.id;
+    let trapper = p
+        .spawn(id, cmd("echo started; trap 'echo got term; exit 42' TERM; while true; do sleep 0.1; done"))
+        .await
+        .unwrap();
+    let sleeper = p.spawn(id, cmd("sleep 300")).await.unwrap();
+    let procs = p.process_list(id).await.unwrap();
+    assert!(procs.iter().any(|x| x.pid == trapper && x.running), "{procs:?}");
+    assert!(procs.iter().any(|x| x.pid == sleeper && x.running), "{procs:?}");
+    // The pid is the command's, inside the container.
+    assert_eq!(sh(&p, id, &format!("cat /proc/{sleeper}/cmdline | tr '\\0' ' '")).await, "sleep 300 ");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.signal(id, trapper, libc::SIGTERM).await.unwrap();
+    let r = p.wait(id, trapper, Duration::from_secs(10)).await.unwrap();
+    assert_eq!((r.exit_code, r.signal, r.stdout.as_slice()), (Some(42), None, &b"started\ngot term\n"[..]));
+    p.signal(id, sleeper, libc::SIGKILL).await.unwrap();
+    let r = p.wait(id, sleeper, Duration::from_secs(10)).await.unwrap();
+    assert_eq!((r.exit_code, r.signal, r.timed_out), (None, Some(9), false));
+    assert_eq!(p.signal(id, sleeper, libc::SIGTERM).await.unwrap_err().kind, ErrorKind::NotFound);
+    // Exit 137 by itself is an exit code, not a signal.
+    assert_eq!(p.exec(id, cmd("exit 137"), None).await.unwrap().exit_code, Some(137));
+
+    // Live output and an open stdin.
+    let mut live = p.spawn_live(id, cmd("while read l; do echo \"got $l\"; done; echo eof"), true).await.unwrap();
+    p.write_stdin(id, live.pid, b"one\n".to_vec()).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), live.output.recv()).await.unwrap().unwrap();
+    assert!(matches!(first, OutputChunk::Stdout(ref b) if b == b"got one\n"), "{first:?}");
+    p.close_stdin(id, live.pid).await.unwrap();
+    let r = p.wait(id, live.pid, Duration::from_secs(10)).await.unwrap();
+    assert_eq!((r.exit_code, r.stdout.as_slice()), (Some(0), &b"got one\neof\n"[..]));
+
+    // A foreground command that leaves a grandchild holding its output still returns.
+    let t0 = Instant::now();
+    let r = p.exec(id, cmd("sleep 60 & echo bg"), None).await.unwrap();
+    assert_eq!((r.exit_code, r.stdout.as_slice()), (Some(0), &b"bg\n"[..]));
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    p.destroy_all().await;
+}
+
+#[tokio::test]
+async fn metadata_labels_list_kill_and_peak_live() {
+    let Some(p) = provider() else { return };
+    let run = tag();
+    let meta = BTreeMap::from([("e2e".to_string(), run.clone())]);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let req = CreateRequest { metadata: meta.clone(), timeout_secs: Some(120), ..Default::default() };
+        ids.push(p.create(req).await.unwrap().id);
+    }
+    let stats = p.stats();
+    assert_eq!((stats.created, stats.live, stats.peak_live), (2, 2, 2));
+    let listed = p.list(&meta).await.unwrap();
+    let mut listed_ids: Vec<String> = listed.iter().map(|i| i.id.clone()).collect();
+    listed_ids.sort();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(listed_ids, sorted);
+    assert!(listed.iter().all(|i| i.metadata == meta && i.template == "base" && i.end_at >= i.started_at + 119));
+    // The engine itself filters by the label.
+    let filters = std::collections::HashMap::from([("label".to_string(), vec![format!("e2e={run}")])]);
+    let opts = ListContainersOptionsBuilder::default().filters(&filters).build();
+    assert_eq!(engine().list_containers(Some(opts)).await.unwrap().len(), 2);
+    assert!(p.list(&BTreeMap::from([("e2e".to_string(), "no-such-run".to_string())])).await.unwrap().is_empty());
+
+    // set_timeout moves the end; info reports it.
+    p.set_timeout(&ids[0], 600).await.unwrap();
+    let info = p.info(&ids[0]).await.unwrap();
+    assert!(info.end_at >= info.started_at + 599, "{info:?}");
+    // kill removes the container.
+    assert!(p.kill(&ids[0]).await.unwrap());
+    assert!(!container_exists(&ids[0]).await);
+    assert!(!p.kill(&ids[0]).await.unwrap());
+    assert_eq!(p.info(&ids[0]).await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.exec(&ids[0], cmd("true"), None).await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(p.list(&meta).await.unwrap().len(), 1);
+    let stats = p.stats();
+    assert_eq!((stats.created, stats.destroyed, stats.live, stats.peak_live), (2, 1, 1, 2));
+
+    // Another provider (another run) can connect to the survivor by id.
+    let q = provider().unwrap();
+    let c = q.connect(&ids[1], None).await.unwrap();
+    assert_eq!(c.metadata, meta);
+    assert_eq!(sh(&q, &ids[1], "echo hi").await, "hi\n");
+    assert_eq!(q.destroy_all().await, 0, "an adopted sandbox is not destroy_all's");
+    assert!(container_exists(&ids[1]).await);
+
+    assert_eq!(p.destroy_all().await, 1);
+    assert!(!container_exists(&ids[1]).await);
+    assert_eq!(p.stats().live, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandboxes_expire_and_destroy_all_now_removes_them() {
+    let Some(p) = provider() else { return };
+    let sb = p.create(CreateRequest { timeout_secs: Some(1), ..Default::default() }).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while container_exists(&sb.id).await {
+        assert!(Instant::now() < deadline, "the sandbox did not expire");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(p.info(&sb.id).await.unwrap_err().kind, ErrorKind::NotFound);
+
+    let a = p.create(CreateRequest::default()).await.unwrap();
+    let b = p.create(CreateRequest::default()).await.unwrap();
+    tokio::task::block_in_place(|| p.destroy_all_now());
+    assert!(!container_exists(&a.id).await && !container_exists(&b.id).await);
+    p.destroy_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn port_url_reaches_a_server_on_host_networking() {
+    let Some(p) = provider() else { return };
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    sh(&p, &sb.id, "echo hello-from-docker > index.html").await;
+    p.spawn(&sb.id, cmd(&format!("exec python3 -m http.server {port} --bind 127.0.0.1"))).await.unwrap();
+    let url = p.port_url(&sb.id, port).await.unwrap();
+    assert_eq!(url, format!("http://127.0.0.1:{port}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(url.trim_start_matches("http://")).await {
+            s.write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).await.unwrap();
+            break String::from_utf8_lossy(&buf).into_owned();
+        }
+        assert!(Instant::now() < deadline, "server did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(body.starts_with("HTTP/1.0 200") && body.ends_with("hello-from-docker\n"), "{body}");
+    p.destroy_all().await;
+}
+
+#[test]
+fn shipped_scenarios_pass_on_docker_through_the_binary() {
+    if provider().is_none() {
+        return;
+    }
+    let out = common::run(&[
+        "scenarios/commands",
+        "scenarios/files",
+        "scenarios/lifecycle",
+        "scenarios/network",
+        "--provider",
+        "docker",
+        "--no-progress",
+    ]);
+    let stdout = common::text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", common::text(&out.stderr));
+    assert!(stdout.contains("commands background processes and signals  PASSED"), "{stdout}");
+    // Host networking: the scenario that binds one port in two sandboxes says what it needs.
+    let same_port = stdout.lines().find(|l| l.starts_with("network two sandboxes serve the same port")).unwrap();
+    assert!(same_port.contains("SKIPPED") && same_port.contains("isolated-ports"), "{same_port}");
+}
