@@ -114,8 +114,9 @@ pub async fn run(
             if cfg.fail_fast && matches!(result.outcome, Outcome::Failed | Outcome::Error) {
                 stop.store(true, Ordering::SeqCst);
             }
-            drop(permit);
+            // Report before freeing the permit, so with -j 1 lines come in plan order.
             let _ = events.send(Event::ScenarioFinished { result: result.clone() });
+            drop(permit);
             result
         });
         // Reap finished tasks as we go so memory stays flat on long runs.
