@@ -10,7 +10,13 @@
 //! * `files` — the sandbox's files from the host via `/proc/<pid1>/root` and
 //!   `openat2(RESOLVE_IN_ROOT)`;
 //! * `forward` — host loopback ports forwarded into the sandbox's network namespace;
-//! * `sys` — the few raw system calls (pidfd, openat2, getrandom) and the spawner thread.
+//! * `sys` — the few raw system calls (pidfd, openat2, getrandom) and the spawner thread;
+//! * `build` — template builds: a Dockerfile applied in a networked build sandbox whose
+//!   overlay upper directory becomes a layer that `create` stacks over `/` (see there).
+//!
+//! Templates: an unknown name (and `base`) is the host's root. A name registered by `build`
+//! stacks that layer and applies its ENV and WORKDIR; one registered by `deploy` also runs the
+//! template's start command at create and waits for its ready command (or its ports).
 //!
 //! # Isolation
 //!

@@ -1,7 +1,7 @@
 //! Namespace setup: starting, probing and stopping one isolated sandbox.
 //!
 //! A sandbox is a bubblewrap (`bwrap`) process tree whose root is an overlay of the host's `/`
-//! with a per-sandbox upper directory, plus a private tmpfs `/tmp` and a per-sandbox directory
+//! (under the template's layers, if any: `lowerdir=<layers>:/`) with a per-sandbox upper directory, plus a private tmpfs `/tmp` and a per-sandbox directory
 //! bound at `/home/user`. bwrap runs with `--unshare-all`, so the sandbox has its own mount,
 //! PID, network (only `lo`, brought up by bwrap), IPC, UTS and cgroup namespaces.
 //!
