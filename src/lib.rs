@@ -19,4 +19,5 @@ pub mod select;
 pub mod server;
 pub mod steps;
 pub mod template;
+pub mod templates;
 pub mod yaml;

@@ -136,6 +136,29 @@ pub struct CreateRequest {
     pub memory_mb: Option<u64>,
 }
 
+pub use crate::templates::BuildSpec;
+
+/// What [`Provider::build`] made.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BuildOutput {
+    /// Where the result lives: an image name, or (local) the layer's path.
+    pub image: String,
+    /// Content hash of the template folder that was built.
+    pub digest: String,
+    /// An earlier build of the same digest was reused.
+    pub cached: bool,
+}
+
+/// What [`Provider::deploy`] registered.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DeployOutput {
+    /// What `create { template: }` takes to start the deployed template.
+    pub template_id: String,
+    pub image: String,
+    pub digest: String,
+    pub cached: bool,
+}
+
 /// What a provider says about one sandbox.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SandboxInfo {
@@ -296,6 +319,25 @@ pub trait Provider: Send + Sync {
 
     /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
     async fn port_url(&self, id: &str, port: u16) -> Result<String>;
+
+    /// Build a template folder (Dockerfile + files) into something `create` can use, streaming
+    /// the build log line by line to `log`. The same digest is built once per provider
+    /// instance (that is, per run); later calls reuse it and report `cached`.
+    async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput> {
+        let _ = (spec, log);
+        Err(ProviderError::unsupported(format!("{} cannot build templates", self.name())))
+    }
+    /// Build if needed, then register the template so that `create { template: <template_id> }`
+    /// runs its start command and waits until it is ready.
+    async fn deploy(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<DeployOutput> {
+        let _ = (spec, log);
+        Err(ProviderError::unsupported(format!("{} cannot deploy templates", self.name())))
+    }
+    /// End of run: remove the builds and registrations made by `build`/`deploy` that were not
+    /// asked to be kept. Returns how many were removed.
+    async fn remove_builds(&self) -> usize {
+        0
+    }
 
     /// Kill every sandbox this provider created and has not destroyed yet. Used on shutdown.
     async fn destroy_all(&self) -> usize;

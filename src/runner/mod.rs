@@ -143,6 +143,8 @@ pub async fn run(
     if leftovers > 0 {
         eprintln!("scenario-run: destroyed {leftovers} sandbox(es) left behind at the end of the run");
     }
+    // Template builds and deployments of this run, unless they were asked to be kept.
+    cfg.provider.remove_builds().await;
     results.sort_by_key(|r| r.index);
     let interrupted = cancel.is_cancelled();
     let summary = RunSummary {

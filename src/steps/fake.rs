@@ -478,6 +478,32 @@ impl Provider for FakeProvider {
         Ok(format!("http://127.0.0.1:{port}"))
     }
 
+    async fn build(
+        &self,
+        spec: crate::provider::BuildSpec,
+        log: mpsc::UnboundedSender<String>,
+    ) -> Result<crate::provider::BuildOutput> {
+        let name = spec.template.def.name.clone();
+        let _ = log.send(format!("building {name}"));
+        let _ = log.send("done".into());
+        Ok(crate::provider::BuildOutput { image: format!("fake/{name}"), digest: spec.template.digest, cached: false })
+    }
+
+    async fn deploy(
+        &self,
+        spec: crate::provider::BuildSpec,
+        log: mpsc::UnboundedSender<String>,
+    ) -> Result<crate::provider::DeployOutput> {
+        let name = spec.template.def.name.clone();
+        let _ = log.send(format!("deploying {name}"));
+        Ok(crate::provider::DeployOutput {
+            template_id: format!("tpl-{name}"),
+            image: format!("fake/{name}"),
+            digest: spec.template.digest,
+            cached: spec.keep,
+        })
+    }
+
     async fn destroy_all(&self) -> usize {
         let mut s = self.state();
         let n = s.sandboxes.len();

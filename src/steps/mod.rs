@@ -5,6 +5,7 @@
 //! failed expectation or a broken provider, never a panic.
 
 pub mod asserts;
+pub mod build;
 pub mod code;
 pub mod exec;
 pub mod files;

@@ -154,6 +154,13 @@ const EXEC_OUTPUTS: &[(&str, &str)] = &[
     ("duration_ms", "wall time"),
 ];
 
+const BUILD_FIELDS: &[Field] = &[
+    req("template", FieldType::Str, "template name: the folder `templates/<name>` nearest above the scenario file (or $SCENARIO_RUN_TEMPLATES_DIR/<name>)"),
+    f("path", FieldType::Str, "the template folder instead, relative to the scenario file"),
+    f("args", FieldType::StrMap, "values for the Dockerfile's ARGs"),
+    f("keep", FieldType::Bool, "keep the build after the run (also SCENARIO_RUN_KEEP_BUILDS=1); default: removed at the end of the run"),
+];
+
 const INFO_OUTPUTS: &[(&str, &str)] = &[
     ("id", "sandbox id"),
     ("template", "template"),
@@ -172,7 +179,7 @@ macro_rules! run_fn {
     }};
 }
 
-use super::{asserts, code, exec, files, http, lifecycle, misc};
+use super::{asserts, build, code, exec, files, http, lifecycle, misc};
 
 pub static REGISTRY: &[StepKind] = &[
     StepKind {
@@ -197,6 +204,46 @@ pub static REGISTRY: &[StepKind] = &[
         sets_last: false,
         example: "- create: { template: base, as: sb, envs: { FOO: bar } }",
         run: run_fn!(lifecycle::create),
+    },
+    StepKind {
+        name: "build",
+        summary: "build a template folder (Dockerfile + template.yaml) on the provider; once per folder content per run",
+        main: Some("template"),
+        fields: BUILD_FIELDS,
+        matcher: false,
+        free_keys: false,
+        outputs: &[
+            ("name", "the template's name"),
+            ("image", "what was built: an image, or on local the layer's path"),
+            ("digest", "content hash of the template folder (sha256:…)"),
+            ("cached", "true if this run (or a kept earlier build) had built it already"),
+            ("log", "the build log"),
+        ],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- build: { template: python-hello }\n  id: built\n  timeout: 10m",
+        run: run_fn!(build::build),
+    },
+    StepKind {
+        name: "deploy",
+        summary: "build if needed and register a template, so `create` starts it (start command, then the ready command)",
+        main: Some("template"),
+        fields: BUILD_FIELDS,
+        matcher: false,
+        free_keys: false,
+        outputs: &[
+            ("template_id", "what `create { template: }` takes"),
+            ("image", "what was built"),
+            ("digest", "content hash of the template folder"),
+            ("cached", "true if the build was reused"),
+            ("log", "the build and registration log"),
+        ],
+        uses_sandbox: false,
+        eventual: false,
+        sets_last: false,
+        example: "- deploy: python-hello\n  id: deployed\n  timeout: 10m\n- create: { template: \"{{ steps.deployed.template_id }}\" }",
+        run: run_fn!(build::deploy),
     },
     StepKind {
         name: "connect",

@@ -1310,6 +1310,33 @@ async fn run_code_failures() {
 
 // ---------------------------------------------------------------------------------------
 
+#[tokio::test]
+async fn build_and_deploy_load_the_folder_and_collect_the_log() {
+    let p = fake();
+    let mut c = ctx(&p);
+    let out = step(&mut c, "build", json!({ "template": "python-hello" })).await.unwrap();
+    assert_eq!(out["name"], "python-hello");
+    assert_eq!(out["image"], "fake/python-hello");
+    assert!(out["digest"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(out["log"], "building python-hello\ndone");
+    let out = step(&mut c, "deploy", json!({ "template": "python-hello", "keep": true })).await.unwrap();
+    assert_eq!(out["template_id"], "tpl-python-hello");
+    assert_eq!(out["cached"], true, "keep reaches the provider");
+    assert_eq!(out["log"], "deploying python-hello");
+
+    let e = errored(step(&mut c, "build", json!({ "template": "no-such-template" })).await);
+    assert!(e.message.contains("no-such-template") && e.message.contains("does not exist"), "{}", e.message);
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("broken")).unwrap();
+    std::fs::write(dir.path().join("broken/Dockerfile"), "FROM x\nRUN [\"a\",\n").unwrap();
+    c.scenario_dir = dir.path().to_path_buf();
+    let e = errored(step(&mut c, "build", json!({ "template": "broken", "path": "broken" })).await);
+    assert!(e.message.contains("broken/Dockerfile:2:5"), "{}", e.message);
+    let e = errored(step(&mut c, "deploy", json!({ "template": "other", "path": "broken" })).await);
+    assert!(e.message.contains("Dockerfile"), "{}", e.message);
+}
+
 #[test]
 fn every_registry_kind_is_tested() {
     let src: String = include_str!("tests.rs").split_whitespace().collect();

@@ -10,7 +10,13 @@
 //! * `files` — the sandbox's files from the host via `/proc/<pid1>/root` and
 //!   `openat2(RESOLVE_IN_ROOT)`;
 //! * `forward` — host loopback ports forwarded into the sandbox's network namespace;
-//! * `sys` — the few raw system calls (pidfd, openat2, getrandom) and the spawner thread.
+//! * `sys` — the few raw system calls (pidfd, openat2, getrandom) and the spawner thread;
+//! * `build` — template builds: a Dockerfile applied in a networked build sandbox whose
+//!   overlay upper directory becomes a layer that `create` stacks over `/` (see there).
+//!
+//! Templates: an unknown name (and `base`) is the host's root. A name registered by `build`
+//! stacks that layer and applies its ENV and WORKDIR; one registered by `deploy` also runs the
+//! template's start command at create and waits for its ready command (or its ports).
 //!
 //! # Isolation
 //!
@@ -50,6 +56,7 @@
 //! The `user` field of an exec request is ignored: every command runs as the invoking user
 //! (root, for namespaces).
 
+mod build;
 mod files;
 mod forward;
 mod process;
@@ -66,9 +73,10 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::{
-    Capability, CreateRequest, ExecRequest, ExecResult, FileEntry, LiveProcess, OutputChunk, ProcessInfo, Provider,
-    ProviderError, ProviderStats, Result, SandboxInfo,
+    BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
+    OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
 };
+use build::Layer;
 use files::Root;
 use process::{ProcTable, Target};
 use sandbox::{Layout, NsSandbox};
@@ -131,7 +139,26 @@ struct Inner {
     in_flight: AtomicUsize,
     in_flight_changed: Notify,
     shutting_down: AtomicBool,
+    /// Template builds by digest: each is made once per provider (per run).
+    builds: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Layer>>>>>,
+    /// Templates `create` knows by name: registered by `build` (layer only) or `deploy`.
+    templates: Mutex<HashMap<String, Registered>>,
 }
+
+/// A template `create` can stack.
+#[derive(Clone)]
+struct Registered {
+    layer: Arc<Layer>,
+    /// Set by `deploy`: run in the background at create, then wait for `ready`.
+    start: Option<String>,
+    ready: Option<String>,
+    ports: Vec<u16>,
+    /// template.yaml `envs` with a value.
+    envs: BTreeMap<String, String>,
+}
+
+/// How long a deployed template's start command may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 enum Iso {
     Ns { ns: Box<NsSandbox>, fwd: forward::Forwarder },
@@ -148,6 +175,8 @@ struct Sandbox {
     end_at_ms: Mutex<u64>,
     deadline_changed: Notify,
     dir: PathBuf,
+    /// Default working directory: the template's WORKDIR, else `/home/user`.
+    workdir: Option<String>,
     iso: Iso,
     procs: ProcTable,
     gone: AtomicBool,
@@ -180,7 +209,7 @@ fn sweep_stale(state_dir: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(state_dir) else { return };
     for e in entries.flatten() {
         let path = e.path();
-        if !path.is_dir() {
+        if !path.is_dir() || path.join(build::KEEP_FILE).exists() {
             continue;
         }
         let stale = match std::fs::read_to_string(path.join(OWNER_FILE)) {
@@ -261,6 +290,8 @@ impl LocalProvider {
                 in_flight: AtomicUsize::new(0),
                 in_flight_changed: Notify::new(),
                 shutting_down: AtomicBool::new(false),
+                builds: Mutex::new(HashMap::new()),
+                templates: Mutex::new(HashMap::new()),
             }),
             isolation,
             warning,
@@ -350,7 +381,7 @@ impl Sandbox {
 
     /// The working directory as the launcher must name it.
     fn cwd(&self, cwd: Option<&str>) -> Result<String> {
-        let abs = files::normalize(cwd.unwrap_or(files::HOME))?;
+        let abs = files::normalize(cwd.or(self.workdir.as_deref()).unwrap_or(files::HOME))?;
         Ok(match &self.iso {
             Iso::Ns { .. } => abs,
             Iso::Plain { home, tmp, .. } => Root::plain_path(home, tmp, &abs).display().to_string(),
@@ -407,14 +438,29 @@ impl Inner {
         std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::write(dir.join(OWNER_FILE), owner_token()))
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+        let tpl = self.templates.lock().expect("templates").get(&req.template).cloned();
         let mut envs;
         let iso = if self.namespaces {
-            let layout = Layout::new(&dir);
+            let mut layout = Layout::new(&dir);
+            if let Some(t) = &tpl {
+                layout.lowers.push(t.layer.layer.clone());
+            }
             let l = layout.clone();
-            tokio::task::spawn_blocking(move || l.create())
-                .await
-                .map_err(|e| ProviderError::infra(e.to_string()))?
-                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+            let home = tpl.as_ref().map(|t| t.layer.home.clone());
+            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                l.create()?;
+                // The template's /home/user: a copy per sandbox (home is a bind, not overlaid).
+                if let Some(home) = home.filter(|h| h.is_dir()) {
+                    let st = std::process::Command::new("cp").arg("-a").arg(home.join(".")).arg(&l.home).status()?;
+                    if !st.success() {
+                        return Err(std::io::Error::other(format!("copying the template's home failed ({st})")));
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| ProviderError::infra(e.to_string()))?
+            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
             let ns = match NsSandbox::start(layout).await {
                 Ok(ns) => ns,
                 Err(e) => {
@@ -423,6 +469,10 @@ impl Inner {
                 }
             };
             envs = process::base_env(files::HOME);
+            if let Some(t) = &tpl {
+                envs.extend(t.layer.env.clone());
+                envs.extend(t.envs.clone());
+            }
             Iso::Ns { fwd: forward::Forwarder::new(ns.pid1.pid()), ns: Box::new(ns) }
         } else {
             let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
@@ -451,6 +501,7 @@ impl Inner {
             end_at_ms: Mutex::new(now.saturating_add(timeout_ms)),
             deadline_changed: Notify::new(),
             dir,
+            workdir: if self.namespaces { tpl.as_ref().and_then(|t| t.layer.workdir.clone()) } else { None },
             iso,
             procs: ProcTable::default(),
             gone: AtomicBool::new(false),
@@ -465,7 +516,46 @@ impl Inner {
             st.peak_live = st.peak_live.max(st.live);
         }
         tokio::spawn(expire(Arc::downgrade(self), sb.clone()));
+        if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
+            let t = tpl.as_ref().expect("checked");
+            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports).await {
+                self.kill(&sb.id).await;
+                return Err(e);
+            }
+        }
         Ok(sb)
+    }
+
+    /// The build of `spec`'s digest: made now, or the one this run (or a kept earlier one)
+    /// made already. Returns the layer and whether it was reused.
+    async fn build(&self, spec: &BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<(Arc<Layer>, bool)> {
+        if !self.namespaces {
+            return Err(ProviderError::unsupported(
+                "building templates needs namespace isolation (root, bubblewrap and nsenter)",
+            ));
+        }
+        let digest = spec.template.digest.clone();
+        let cell = self.builds.lock().expect("builds").entry(digest.clone()).or_default().clone();
+        let mut fresh = false;
+        let layer = cell
+            .get_or_try_init(|| async {
+                let dir = build::build_dir(&self.state_dir, &spec.template.def.name, &digest);
+                if let Some(layer) = build::reuse(&dir).filter(|l| l.keep) {
+                    let _ = log.send(format!("reusing the kept build {} of {digest}", dir.display()));
+                    return Ok(Arc::new(layer));
+                }
+                fresh = true;
+                build::build(spec, &dir, &owner_token(), log.clone()).await.map(Arc::new)
+            })
+            .await?
+            .clone();
+        if !fresh {
+            let _ = log.send(format!("cached: {} ({digest}) was built before; its log:", layer.name));
+            for l in &layer.log {
+                let _ = log.send(l.clone());
+            }
+        }
+        Ok((layer, !fresh))
     }
 
     /// Unregisters and tears down `id`; false if unknown.
@@ -543,9 +633,9 @@ impl Provider for LocalProvider {
     }
 
     fn capabilities(&self) -> &[Capability] {
-        // Without namespaces sandboxes share the host's ports.
-        if self.isolation == Isolation::Namespaces {
-            &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes]
+        // Without namespaces sandboxes share the host's ports, and there is nothing to build into.
+        if self.inner.namespaces {
+            &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes, Capability::Build]
         } else {
             &[Capability::Ports, Capability::Files, Capability::Processes]
         }
@@ -723,6 +813,53 @@ impl Provider for LocalProvider {
         }
     }
 
+    async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput> {
+        let (layer, cached) = self.inner.build(&spec, log).await?;
+        let def = &spec.template.def;
+        let mut templates = self.inner.templates.lock().expect("templates");
+        // A deploy of the same digest wins: building again must not drop its start command.
+        let deployed = templates.get(&def.name).is_some_and(|t| t.start.is_some() && t.layer.digest == layer.digest);
+        if !deployed {
+            templates.insert(def.name.clone(), registered(&layer, def, false));
+        }
+        Ok(BuildOutput { image: layer.layer.display().to_string(), digest: layer.digest.clone(), cached })
+    }
+
+    async fn deploy(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<DeployOutput> {
+        let (layer, cached) = self.inner.build(&spec, log.clone()).await?;
+        let def = &spec.template.def;
+        let reg = registered(&layer, def, true);
+        let _ = log.send(format!(
+            "registered template {}: start `{}`, ready `{}`",
+            def.name,
+            reg.start.as_deref().unwrap_or("(none)"),
+            reg.ready.as_deref().map_or_else(|| format!("ports {:?}", reg.ports), str::to_string)
+        ));
+        self.inner.templates.lock().expect("templates").insert(def.name.clone(), reg);
+        Ok(DeployOutput {
+            template_id: def.name.clone(),
+            image: layer.layer.display().to_string(),
+            digest: layer.digest.clone(),
+            cached,
+        })
+    }
+
+    async fn remove_builds(&self) -> usize {
+        self.inner.templates.lock().expect("templates").clear();
+        let builds: Vec<_> = self.inner.builds.lock().expect("builds").drain().collect();
+        let mut removed = 0;
+        for (_, cell) in builds {
+            if let Some(layer) = cell.get().filter(|l| !l.keep) {
+                let dir = layer.dir.clone();
+                let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
+                if matches!(tokio::time::timeout(Duration::from_secs(30), rm).await, Ok(Ok(Ok(())))) {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
     async fn destroy_all(&self) -> usize {
         let inner = &self.inner;
         inner.shutting_down.store(true, Ordering::SeqCst);
@@ -764,4 +901,58 @@ impl Provider for LocalProvider {
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(|e| ProviderError::infra(format!("file operation failed: {e}")))?
+}
+
+/// What `create` stacks for a build (`deploy`: with the start and ready commands).
+fn registered(layer: &Arc<Layer>, def: &crate::templates::TemplateDef, deploy: bool) -> Registered {
+    Registered {
+        layer: layer.clone(),
+        start: if deploy { def.start_command.clone().or_else(|| layer.cmd.clone()) } else { None },
+        ready: if deploy { def.ready_command.clone() } else { None },
+        ports: if def.ports.is_empty() { layer.ports.clone() } else { def.ports.clone() },
+        envs: def.envs.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect(),
+    }
+}
+
+/// Starts a deployed template's start command in `sb` and waits until its ready command
+/// exits 0 (or, without one, until every port accepts connections inside the sandbox).
+async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, ports: &[u16]) -> Result<()> {
+    let cwd = sb.cwd(None)?;
+    let req = ExecRequest { cmd: start.to_string(), ..Default::default() };
+    let p = process::launch(&sb.target(), &sb.envs, &cwd, &req, None, false).await?;
+    sb.procs.insert(p.clone());
+    let probe = match ready {
+        Some(r) => r.to_string(),
+        None if !ports.is_empty() => ports
+            .iter()
+            .map(|p| format!("(echo > /dev/tcp/127.0.0.1/{p}) 2>/dev/null"))
+            .collect::<Vec<_>>()
+            .join(" && "),
+        None => return Ok(()),
+    };
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        if p.finished() {
+            let r = p.result(false);
+            let err = String::from_utf8_lossy(&r.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(ProviderError::infra(format!(
+                "the template's start command `{start}` exited ({}) before it was ready: {}",
+                r.exit_code.map_or("killed".to_string(), |c| format!("exit {c}")),
+                tail.join("\n")
+            )));
+        }
+        let check = ExecRequest { cmd: probe.clone(), timeout: Some(Duration::from_secs(10)), ..Default::default() };
+        let q = process::launch(&sb.target(), &sb.envs, &cwd, &check, None, false).await?;
+        if process::finish(&q, check.timeout).await.exit_code == Some(0) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ProviderError::new(
+                super::ErrorKind::Timeout,
+                format!("the template did not become ready within {}s (`{probe}`)", READY_TIMEOUT.as_secs()),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

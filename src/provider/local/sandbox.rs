@@ -1,7 +1,7 @@
 //! Namespace setup: starting, probing and stopping one isolated sandbox.
 //!
 //! A sandbox is a bubblewrap (`bwrap`) process tree whose root is an overlay of the host's `/`
-//! with a per-sandbox upper directory, plus a private tmpfs `/tmp` and a per-sandbox directory
+//! (under the template's layers, if any: `lowerdir=<layers>:/`) with a per-sandbox upper directory, plus a private tmpfs `/tmp` and a per-sandbox directory
 //! bound at `/home/user`. bwrap runs with `--unshare-all`, so the sandbox has its own mount,
 //! PID, network (only `lo`, brought up by bwrap), IPC, UTS and cgroup namespaces.
 //!
@@ -46,6 +46,12 @@ pub(crate) struct Layout {
     pub work: PathBuf,
     pub merged: PathBuf,
     pub home: PathBuf,
+    /// Template layers stacked above the host's `/`, topmost first (`lowerdir=<layer>:/`).
+    pub lowers: Vec<PathBuf>,
+    /// Keep the host's network (template builds reach the package registries).
+    pub share_net: bool,
+    /// Host directories bound read-only at a path inside (after `/tmp` is mounted).
+    pub ro_binds: Vec<(PathBuf, String)>,
 }
 
 impl Layout {
@@ -56,6 +62,9 @@ impl Layout {
             work: dir.join("work"),
             merged: dir.join("merged"),
             home: dir.join("home"),
+            lowers: Vec::new(),
+            share_net: false,
+            ro_binds: Vec::new(),
         }
     }
 
@@ -64,11 +73,25 @@ impl Layout {
         for d in [&self.upper, &self.work, &self.merged, &self.home] {
             std::fs::create_dir_all(d)?;
         }
+        if !self.lowers.is_empty() {
+            std::fs::create_dir_all(self.layers())?;
+            std::fs::create_dir_all(self.empty())?;
+        }
         let rc_dir = self.upper.join(BASH_ENV_IN_SANDBOX.trim_start_matches('/'));
         if let Some(parent) = rc_dir.parent() {
             std::fs::create_dir_all(parent)?;
         }
         std::fs::write(rc_dir, super::process::BASH_ENV_SCRIPT)
+    }
+
+    /// Mount point of the read-only overlay that presents the template layers.
+    fn layers(&self) -> PathBuf {
+        self.dir.join("layers")
+    }
+
+    /// The empty second lower of that overlay.
+    fn empty(&self) -> PathBuf {
+        self.dir.join("empty")
     }
 
     fn log(&self) -> PathBuf {
@@ -85,14 +108,38 @@ fn bwrap_command(layout: &Layout, info_fd: i32, argv: &[&str]) -> std::io::Resul
     use std::ffi::CString;
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("unusable {what} path"));
     let merged_s = layout.merged.to_str().ok_or_else(|| bad("state"))?;
-    for p in [&layout.upper, &layout.work] {
+    for p in [&layout.upper, &layout.work].into_iter().chain(&layout.lowers) {
         let s = p.to_str().ok_or_else(|| bad("state"))?;
         // overlayfs splits its options at ',' and lowerdir at ':'.
         if s.contains([',', ':']) {
             return Err(bad("state directory (contains ',' or ':')"));
         }
     }
-    let opts = format!("lowerdir=/,upperdir={},workdir={}", layout.upper.display(), layout.work.display());
+    // Template layers live on the host's root filesystem, below `/`, and overlayfs refuses a
+    // lower layer inside another one (ELOOP, "overlapping lowerdir path"). So the layers are
+    // first presented by a read-only overlay of their own (a separate superblock) at
+    // `layers`, whose second lower is an empty directory (a read-only overlay needs two);
+    // the sandbox's overlay then stacks `lowerdir=<layers>:/`.
+    let layers = if layout.lowers.is_empty() {
+        None
+    } else {
+        let mut lower = String::new();
+        for l in &layout.lowers {
+            lower.push_str(&l.display().to_string());
+            lower.push(':');
+        }
+        lower.push_str(&layout.empty().display().to_string());
+        let target = layout.layers().to_str().ok_or_else(|| bad("state"))?.to_string();
+        Some((
+            CString::new(target).map_err(|_| bad("state"))?,
+            CString::new(format!("lowerdir={lower}")).map_err(|_| bad("state"))?,
+        ))
+    };
+    let lower = match &layers {
+        Some(_) => format!("{}:/", layout.layers().display()),
+        None => "/".to_string(),
+    };
+    let opts = format!("lowerdir={lower},upperdir={},workdir={}", layout.upper.display(), layout.work.display());
     let c_merged = CString::new(merged_s).map_err(|_| bad("state"))?;
     let c_opts = CString::new(opts).map_err(|_| bad("state"))?;
     let c_overlay = CString::new("overlay").expect("static");
@@ -104,9 +151,15 @@ fn bwrap_command(layout: &Layout, info_fd: i32, argv: &[&str]) -> std::io::Resul
         .arg("/")
         .args(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind"])
         .arg(&layout.home)
-        .arg("/home/user")
-        .args(["--unshare-all", "--die-with-parent", "--info-fd", "3", "--chdir", "/", "--"])
-        .args(argv);
+        .arg("/home/user");
+    for (host, inside) in &layout.ro_binds {
+        cmd.arg("--ro-bind").arg(host).arg(inside);
+    }
+    cmd.arg("--unshare-all");
+    if layout.share_net {
+        cmd.arg("--share-net");
+    }
+    cmd.args(["--die-with-parent", "--info-fd", "3", "--chdir", "/", "--"]).args(argv);
     // Own process group: a Ctrl-C on the terminal reaches scenario-run, which then tears the
     // sandboxes down in order, instead of killing them under its feet.
     cmd.process_group(0);
@@ -119,6 +172,12 @@ fn bwrap_command(layout: &Layout, info_fd: i32, argv: &[&str]) -> std::io::Resul
             let none = std::ptr::null::<libc::c_char>();
             if libc::mount(none, c_root.as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some((target, opts)) = &layers {
+                let ro = libc::MS_RDONLY;
+                if libc::mount(c_overlay.as_ptr(), target.as_ptr(), c_overlay.as_ptr(), ro, opts.as_ptr().cast()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             if libc::mount(c_overlay.as_ptr(), c_merged.as_ptr(), c_overlay.as_ptr(), 0, c_opts.as_ptr().cast()) != 0 {
                 return Err(std::io::Error::last_os_error());

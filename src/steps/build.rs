@@ -1,0 +1,73 @@
+//! Template steps: build and deploy a template folder on the provider.
+//!
+//! Both load the folder (`templates/<name>` found from the scenario file, or `path:`), parse
+//! its `template.yaml` and Dockerfile (errors point at `file:line:col`) and hand the result to
+//! the provider. The build log arrives line by line and becomes the `log` output, so it is in
+//! the evidence and the JSON report; on failure it is kept beside the error. The provider
+//! builds each folder digest once per run; `keep: true` (or `SCENARIO_RUN_KEEP_BUILDS=1`)
+//! keeps the build after the run, otherwise it is removed when the run ends.
+
+use serde_json::{json, Value as J};
+use tokio::sync::mpsc;
+
+use super::{Args, StepCtx, StepError, StepResult};
+use crate::templates::{find_dir, BuildSpec, TemplateDir};
+
+/// The environment variable that keeps every build after the run.
+pub const KEEP_ENV: &str = "SCENARIO_RUN_KEEP_BUILDS";
+
+fn spec(ctx: &StepCtx, a: &Args<'_>) -> Result<BuildSpec, StepError> {
+    let name = a.str("template")?;
+    let dir = match a.opt_str("path") {
+        Some(p) => ctx.scenario_dir.join(p),
+        None => find_dir(&name, &ctx.scenario_dir),
+    };
+    let template = TemplateDir::load(&dir).map_err(StepError::error)?;
+    if template.def.name != name {
+        return Err(StepError::error(format!(
+            "{} names the template `{}`, not `{name}`",
+            dir.join("template.yaml").display(),
+            template.def.name
+        )));
+    }
+    let keep_env = std::env::var(KEEP_ENV).is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
+    Ok(BuildSpec { template, build_args: a.str_map("args")?, keep: a.bool("keep")? || keep_env })
+}
+
+/// Collects the streamed log until the provider drops its sender.
+fn collector() -> (mpsc::UnboundedSender<String>, tokio::task::JoinHandle<String>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let task = tokio::spawn(async move {
+        let mut lines = Vec::new();
+        while let Some(l) = rx.recv().await {
+            lines.push(l);
+        }
+        lines.join("\n")
+    });
+    (tx, task)
+}
+
+pub async fn build(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let spec = spec(ctx, &Args(args))?;
+    let name = spec.template.def.name.clone();
+    let (tx, task) = collector();
+    let result = ctx.provider.build(spec, tx).await;
+    let log = task.await.unwrap_or_default();
+    match result {
+        Ok(o) => Ok(json!({ "name": name, "image": o.image, "digest": o.digest, "cached": o.cached, "log": log })),
+        Err(e) => Err(StepError::from(e).with_outputs(json!({ "name": name, "log": log }))),
+    }
+}
+
+pub async fn deploy(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let spec = spec(ctx, &Args(args))?;
+    let (tx, task) = collector();
+    let result = ctx.provider.deploy(spec, tx).await;
+    let log = task.await.unwrap_or_default();
+    match result {
+        Ok(o) => Ok(json!({
+            "template_id": o.template_id, "image": o.image, "digest": o.digest, "cached": o.cached, "log": log,
+        })),
+        Err(e) => Err(StepError::from(e).with_outputs(json!({ "log": log }))),
+    }
+}

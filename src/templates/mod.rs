@@ -1,0 +1,365 @@
+//! Template folders: `template.yaml`, the `Dockerfile` subset, and the folder's content hash.
+//!
+//! A template folder holds a `Dockerfile` (parsed by [`dockerfile`]), a `template.yaml`
+//! (parsed here into [`TemplateDef`]) and whatever files the Dockerfile copies. The folder's
+//! [`digest`] (SHA-256 over every file's relative path, executable bit and content, bytecode
+//! caches left out) keys builds: one build per digest per run.
+//!
+//! Folders are found by name ([`find_dir`]): `$SCENARIO_RUN_TEMPLATES_DIR/<name>` when that is
+//! set, else the nearest `templates/<name>` above the scenario file, else `./templates/<name>`.
+
+pub mod dockerfile;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::diag::{did_you_mean, Diagnostic, Source};
+use crate::yaml::{Node, Value};
+
+pub use dockerfile::Dockerfile;
+
+/// `template.yaml`.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct TemplateDef {
+    pub name: String,
+    pub description: Option<String>,
+    pub cpu: Option<u32>,
+    /// MiB.
+    pub memory: Option<u64>,
+    /// Run once in the background when a sandbox is created from the deployed template.
+    pub start_command: Option<String>,
+    /// Polled after the start command until it exits 0.
+    pub ready_command: Option<String>,
+    pub ports: Vec<u16>,
+    /// Environment of every process; an empty value is left to the caller (not set).
+    pub envs: BTreeMap<String, String>,
+    /// Credentials the template needs (for `requires.env` of its scenarios).
+    pub secrets: Vec<String>,
+    /// Template ids per provider for templates that exist there already (official ones).
+    pub ids: BTreeMap<String, String>,
+    /// The Dockerfile's name in the folder.
+    pub dockerfile: String,
+}
+
+const KEYS: &[&str] = &[
+    "name",
+    "description",
+    "cpu",
+    "memory",
+    "start_command",
+    "ready_command",
+    "ports",
+    "envs",
+    "secrets",
+    "ids",
+    "dockerfile",
+];
+
+/// Parses `template.yaml`; every problem is reported, each at its position.
+pub fn parse_def(source: &Source) -> Result<TemplateDef, Vec<Diagnostic>> {
+    let docs = crate::yaml::parse(source)?;
+    let Some(root) = docs.first() else {
+        return Err(vec![Diagnostic::new(source, 1, 1, 1, "template.yaml is empty")]);
+    };
+    let Some(map) = root.as_map() else {
+        return Err(vec![root.diag(source, format!("template.yaml must be a mapping, got {}", root.type_name()))]);
+    };
+    let mut errs = Vec::new();
+    let mut def = TemplateDef { dockerfile: "Dockerfile".into(), ..Default::default() };
+    let mut have_name = false;
+    for (k, v) in map {
+        let key = k.key_text();
+        let mut bad =
+            |v: &Node, what: &str| errs.push(v.diag(source, format!("`{key}` must be {what}, got {}", v.type_name())));
+        match key.as_str() {
+            "name" => match v.as_str() {
+                Some(s) if !s.is_empty() => {
+                    def.name = s.to_string();
+                    have_name = true;
+                }
+                _ => bad(v, "a non-empty string"),
+            },
+            "description" => opt_str(v, &mut def.description, &mut bad),
+            "start_command" => opt_str(v, &mut def.start_command, &mut bad),
+            "ready_command" => opt_str(v, &mut def.ready_command, &mut bad),
+            "dockerfile" => match v.as_str() {
+                Some(s) => def.dockerfile = s.to_string(),
+                None => bad(v, "a string"),
+            },
+            "cpu" => match v.value {
+                Value::Int(i) if (1..=1024).contains(&i) => def.cpu = Some(i as u32),
+                Value::Null => {}
+                _ => bad(v, "a positive integer"),
+            },
+            "memory" => match v.value {
+                Value::Int(i) if i > 0 => def.memory = Some(i as u64),
+                Value::Null => {}
+                _ => bad(v, "a positive integer (MiB)"),
+            },
+            "ports" => match &v.value {
+                Value::Seq(items) => {
+                    for p in items {
+                        match p.value {
+                            Value::Int(i) if (1..=65535).contains(&i) => def.ports.push(i as u16),
+                            _ => errs.push(p.diag(source, "a port must be an integer from 1 to 65535")),
+                        }
+                    }
+                }
+                Value::Null => {}
+                _ => bad(v, "a list of ports"),
+            },
+            "secrets" => match &v.value {
+                Value::Seq(items) => {
+                    for s in items {
+                        match s.as_str() {
+                            Some(s) => def.secrets.push(s.to_string()),
+                            None => errs.push(s.diag(source, "a secret is the name of a variable")),
+                        }
+                    }
+                }
+                Value::Null => {}
+                _ => bad(v, "a list of variable names"),
+            },
+            "envs" | "ids" => match &v.value {
+                Value::Map(m) => {
+                    let target = if key == "envs" { &mut def.envs } else { &mut def.ids };
+                    for (k2, v2) in m {
+                        let text = match &v2.value {
+                            Value::Str(s) => s.clone(),
+                            Value::Int(i) => i.to_string(),
+                            Value::Float(f) => f.to_string(),
+                            Value::Bool(b) => b.to_string(),
+                            Value::Null => String::new(),
+                            _ => {
+                                errs.push(v2.diag(source, format!("`{key}.{}` must be a scalar", k2.key_text())));
+                                continue;
+                            }
+                        };
+                        target.insert(k2.key_text(), text);
+                    }
+                }
+                Value::Null => {}
+                _ => bad(v, "a mapping"),
+            },
+            other => {
+                let d = k.diag(source, format!("unknown key `{other}` in template.yaml")).label("unknown key");
+                errs.push(
+                    d.help_opt(did_you_mean(other, KEYS.iter().copied()).map(|s| format!("did you mean `{s}`?"))),
+                );
+            }
+        }
+    }
+    if !have_name && errs.is_empty() {
+        errs.push(root.diag(source, "template.yaml has no `name`"));
+    }
+    if errs.is_empty() {
+        Ok(def)
+    } else {
+        Err(errs)
+    }
+}
+
+fn opt_str(v: &Node, slot: &mut Option<String>, bad: &mut impl FnMut(&Node, &str)) {
+    match &v.value {
+        Value::Str(s) => *slot = Some(s.clone()),
+        Value::Null => *slot = None,
+        _ => bad(v, "a string or null"),
+    }
+}
+
+/// A template folder, loaded and checked.
+#[derive(Debug, Clone)]
+pub struct TemplateDir {
+    pub dir: PathBuf,
+    pub def: TemplateDef,
+    pub dockerfile: Dockerfile,
+    /// `sha256:<hex>` of the folder's contents.
+    pub digest: String,
+}
+
+impl TemplateDir {
+    /// Loads `dir`: its `template.yaml` (optional: the folder name is then the name) and its
+    /// Dockerfile (required). Errors are rendered with `file:line:col`.
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        if !dir.is_dir() {
+            return Err(format!("template folder {} does not exist", dir.display()));
+        }
+        let yaml_path = dir.join("template.yaml");
+        let def = match std::fs::read_to_string(&yaml_path) {
+            Ok(text) => {
+                let src = Source::new(yaml_path.display().to_string(), text);
+                parse_def(&src).map_err(|ds| ds.iter().map(Diagnostic::render).collect::<Vec<_>>().join(""))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => TemplateDef {
+                name: dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                dockerfile: "Dockerfile".into(),
+                ..Default::default()
+            },
+            Err(e) => return Err(format!("cannot read {}: {e}", yaml_path.display())),
+        };
+        let df_path = dir.join(&def.dockerfile);
+        let text = std::fs::read_to_string(&df_path).map_err(|e| format!("cannot read {}: {e}", df_path.display()))?;
+        let dockerfile = dockerfile::parse(&text).map_err(|errs| {
+            let src = Source::new(df_path.display().to_string(), text.clone());
+            errs.iter()
+                .map(|e| Diagnostic::new(&src, e.line, e.col, 1, e.message.clone()).render())
+                .collect::<Vec<_>>()
+                .join("")
+        })?;
+        let digest = digest(dir).map_err(|e| format!("cannot hash {}: {e}", dir.display()))?;
+        Ok(Self { dir: dir.to_path_buf(), def, dockerfile, digest })
+    }
+}
+
+fn skipped(name: &str) -> bool {
+    name == "__pycache__" || name.ends_with(".pyc") || name == ".DS_Store"
+}
+
+/// `sha256:<hex>` over every file below `dir` (sorted relative paths, executable bit,
+/// content; symlinks by target).
+pub fn digest(dir: &Path) -> std::io::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut files = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(dir.join(&rel))? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if skipped(&name) {
+                continue;
+            }
+            let r = rel.join(&name);
+            if e.file_type()?.is_dir() {
+                stack.push(r);
+            } else {
+                files.push(r);
+            }
+        }
+    }
+    files.sort();
+    let mut h = Sha256::new();
+    for rel in files {
+        let p = dir.join(&rel);
+        let meta = std::fs::symlink_metadata(&p)?;
+        h.update(rel.to_string_lossy().as_bytes());
+        h.update([0]);
+        if meta.file_type().is_symlink() {
+            h.update(b"l");
+            h.update(std::fs::read_link(&p)?.to_string_lossy().as_bytes());
+        } else {
+            h.update(if meta.permissions().mode() & 0o111 != 0 { b"x" } else { b"f" });
+            let data = std::fs::read(&p)?;
+            h.update((data.len() as u64).to_le_bytes());
+            h.update(&data);
+        }
+        h.update([0]);
+    }
+    Ok(format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()))
+}
+
+/// Where the folder of template `name` is (see the module documentation).
+pub fn find_dir(name: &str, scenario_dir: &Path) -> PathBuf {
+    if let Some(root) = std::env::var_os("SCENARIO_RUN_TEMPLATES_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(root).join(name);
+    }
+    let start = if scenario_dir.is_absolute() {
+        scenario_dir.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(scenario_dir)
+    };
+    for d in start.ancestors() {
+        let cand = d.join("templates").join(name);
+        if cand.is_dir() {
+            return cand;
+        }
+    }
+    PathBuf::from("templates").join(name)
+}
+
+/// Everything a provider needs to build a template (the folder, parsed).
+#[derive(Debug, Clone)]
+pub struct BuildSpec {
+    pub template: TemplateDir,
+    /// `--build-arg`-style overrides of the Dockerfile's ARGs.
+    pub build_args: BTreeMap<String, String>,
+    /// Keep the build after the run.
+    pub keep: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(text: &str) -> Result<TemplateDef, Vec<Diagnostic>> {
+        parse_def(&Source::new("t/template.yaml", text))
+    }
+
+    #[test]
+    fn parses_template_yaml() {
+        let d = def("name: x\ncpu: 2\nmemory: 512\nstart_command: run it\nready_command: null\nports: [9000, 3000]\n\
+                     envs: { A: 1, B: \"\" }\nsecrets: [K]\nids: { alicloud: abc }\n")
+        .unwrap();
+        assert_eq!(d.name, "x");
+        assert_eq!((d.cpu, d.memory), (Some(2), Some(512)));
+        assert_eq!(d.start_command.as_deref(), Some("run it"));
+        assert_eq!(d.ready_command, None);
+        assert_eq!(d.ports, [9000, 3000]);
+        assert_eq!(d.envs["A"], "1");
+        assert_eq!(d.ids["alicloud"], "abc");
+        assert_eq!(d.dockerfile, "Dockerfile");
+    }
+
+    #[test]
+    fn template_yaml_errors_have_positions() {
+        let errs = def("name: x\nports: [9000, 99999]\nstart_comand: x\ncpu: two\n").unwrap_err();
+        let at: Vec<(u32, u32)> = errs.iter().map(|d| (d.location.line, d.location.col)).collect();
+        assert_eq!(at, [(2, 15), (3, 1), (4, 6)]);
+        assert_eq!(errs[1].help.as_deref(), Some("did you mean `start_command`?"));
+        assert!(def("cpu: 1\n").unwrap_err()[0].message.contains("no `name`"));
+    }
+
+    #[test]
+    fn shipped_templates_load_and_hash_stably() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("templates");
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(&root).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                let t = TemplateDir::load(&p).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(t.def.name, p.file_name().unwrap().to_string_lossy(), "name matches the folder");
+                assert!(t.digest.starts_with("sha256:") && t.digest.len() == 71);
+                assert_eq!(digest(&p).unwrap(), t.digest);
+                names.push(t.def.name);
+            }
+        }
+        names.sort();
+        assert_eq!(names.len(), 12, "{names:?}");
+        let ci = TemplateDir::load(&root.join("code-interpreter-v1")).unwrap();
+        assert_eq!(ci.def.ids["alicloud"], "8d926meb1xzckz1a83ib");
+        let base = TemplateDir::load(&root.join("base")).unwrap();
+        assert_eq!(base.def.ids["alicloud"], "216g37mamkdfhzrauvxk");
+    }
+
+    #[test]
+    fn digest_changes_with_content_and_ignores_bytecode() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("Dockerfile"), "FROM x\n").unwrap();
+        let a = digest(dir.path()).unwrap();
+        std::fs::create_dir(dir.path().join("__pycache__")).unwrap();
+        std::fs::write(dir.path().join("__pycache__/c.pyc"), "junk").unwrap();
+        assert_eq!(digest(dir.path()).unwrap(), a);
+        std::fs::write(dir.path().join("Dockerfile"), "FROM y\n").unwrap();
+        assert_ne!(digest(dir.path()).unwrap(), a);
+    }
+
+    #[test]
+    fn dockerfile_errors_name_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("Dockerfile"), "FROM x\nRUN ok\nADD a b\n").unwrap();
+        let e = TemplateDir::load(dir.path()).unwrap_err();
+        assert!(e.contains("Dockerfile:3:1"), "{e}");
+        assert!(e.contains("unsupported instruction ADD"), "{e}");
+    }
+}

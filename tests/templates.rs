@@ -1,0 +1,98 @@
+//! Template builds on the local provider, through the real binary: the shipped python-hello
+//! scenario, one build per folder digest per run, removal at the end of the run, and `keep`.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// Builds need root namespaces and bubblewrap; elsewhere these tests say so and pass.
+fn can_build() -> bool {
+    // SAFETY: getuid cannot fail.
+    let root = unsafe { libc::getuid() } == 0;
+    let bwrap = std::process::Command::new("bwrap").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !(root && bwrap) {
+        eprintln!("skipping: template builds need root and bubblewrap");
+    }
+    root && bwrap
+}
+
+fn builds_in(state: &Path) -> Vec<String> {
+    std::fs::read_dir(state)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("tpl-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn build_steps(report: &Path) -> Vec<serde_json::Value> {
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let mut out = Vec::new();
+    for r in doc["results"].as_array().unwrap() {
+        for s in r["steps"].as_array().unwrap() {
+            if s["kind"] == "build" {
+                out.push(s["outputs"].clone());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn python_hello_scenario_passes_and_its_build_is_removed() {
+    if !can_build() {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let report = state.path().join("report.json");
+    let out = cmd(&["scenarios/templates/python-hello.yaml", "--no-progress", "--json", report.to_str().unwrap()])
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .env_remove(scenario_run::steps::build::KEEP_ENV)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let builds = build_steps(&report);
+    assert_eq!(builds.len(), 1);
+    assert_eq!(builds[0]["cached"], false);
+    let log = builds[0]["log"].as_str().unwrap();
+    assert!(log.contains("FROM python:3.11-slim: the local provider builds over the host's root"), "{log}");
+    assert!(log.contains("#8 RUN python3 -m venv /opt/abx"), "{log}");
+    assert!(builds_in(state.path()).is_empty(), "a build not kept is removed at the end of the run");
+}
+
+#[test]
+fn one_build_per_digest_per_run_and_kept_builds_are_reused() {
+    if !can_build() {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let report = state.path().join("report.json");
+    let run_once = |keep: bool| {
+        let mut c = cmd(&["tests/fixtures/templates", "--no-progress", "-j", "2", "--json", report.to_str().unwrap()]);
+        c.env("SCENARIO_RUN_STATE_DIR", state.path());
+        if keep {
+            c.env(scenario_run::steps::build::KEEP_ENV, "1");
+        } else {
+            c.env_remove(scenario_run::steps::build::KEEP_ENV);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+        build_steps(&report)
+    };
+    // Two cases, one build: the other case reuses it.
+    let first = run_once(true);
+    let fresh: Vec<bool> = first.iter().map(|b| b["cached"] == false).collect();
+    assert_eq!(fresh.iter().filter(|f| **f).count(), 1, "{first:?}");
+    assert_eq!(first[0]["digest"], first[1]["digest"]);
+    let kept = builds_in(state.path());
+    assert_eq!(kept.len(), 1, "kept after the run: {kept:?}");
+    // A later run reuses the kept build.
+    let second = run_once(true);
+    assert!(second.iter().all(|b| b["cached"] == true), "{second:?}");
+    assert!(second.iter().any(|b| b["log"].as_str().unwrap().contains("reusing the kept build")), "{second:?}");
+    std::fs::remove_dir_all(state.path().join(&kept[0])).unwrap();
+}
