@@ -548,6 +548,8 @@ def main():
     results["machine"]["load_after"] = open("/proc/loadavg").read().strip()
     (OUT / "results.json").write_text(json.dumps(results, indent=2, default=str))
     t = table(results)
+    if a.quick:
+        t = f"quick mode ({BIN}, small N, one run): checks the harness, not a measurement\n\n" + t
     (OUT / "results.md").write_text(t)
     print(t)
     print("machine: " + json.dumps(results["machine"], indent=1))
