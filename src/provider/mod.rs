@@ -82,6 +82,31 @@ impl From<std::io::Error> for ProviderError {
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 
+/// Home and default working directory of the sandbox user, on every provider.
+pub const SANDBOX_HOME: &str = "/home/user";
+
+/// Makes a sandbox `path` absolute (relative paths are under [`SANDBOX_HOME`]) and removes
+/// `.`, `..` and repeated slashes. A `..` that would climb above `/` is rejected.
+pub fn normalize_path(path: &str) -> Result<String> {
+    if path.contains('\0') {
+        return Err(ProviderError::invalid(format!("invalid path: {path:?}")));
+    }
+    let full = if path.starts_with('/') { path.to_string() } else { format!("{SANDBOX_HOME}/{path}") };
+    let mut parts: Vec<&str> = Vec::new();
+    for c in full.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(ProviderError::invalid(format!("path escapes the sandbox root: {path}")));
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
 /// Optional features a provider may lack; scenarios list them under `requires.capabilities`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

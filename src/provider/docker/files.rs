@@ -25,7 +25,6 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::exec::{run_helper, ProcTable};
-use super::HOME;
 use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
 
 /// Go's `os.FileMode` bits in the engine's stat header.
@@ -35,27 +34,8 @@ const GO_SETUID: u32 = 1 << 23;
 const GO_SETGID: u32 = 1 << 22;
 const GO_STICKY: u32 = 1 << 20;
 
-/// Makes `path` absolute (relative paths are under `/home/user`) and removes `.`, `..` and
-/// repeated slashes. A `..` that would climb above `/` is rejected.
-pub(crate) fn normalize(path: &str) -> Result<String> {
-    if path.contains('\0') {
-        return Err(ProviderError::invalid(format!("invalid path: {path:?}")));
-    }
-    let full = if path.starts_with('/') { path.to_string() } else { format!("{HOME}/{path}") };
-    let mut parts: Vec<&str> = Vec::new();
-    for c in full.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return Err(ProviderError::invalid(format!("path escapes the sandbox root: {path}")));
-                }
-            }
-            c => parts.push(c),
-        }
-    }
-    Ok(format!("/{}", parts.join("/")))
-}
+/// Absolute, `.`/`..`-free sandbox paths: one rule for every provider.
+pub(crate) use crate::provider::normalize_path as normalize;
 
 fn name_of(abs: &str) -> String {
     if abs == "/" {

@@ -116,7 +116,7 @@ pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 /// Default image registry prefix (the local stack's registry).
 pub const DEFAULT_REGISTRY: &str = "localhost:5000";
 
-const HOME: &str = "/home/user";
+const HOME: &str = crate::provider::SANDBOX_HOME;
 const LABEL_SANDBOX: &str = "scenario-run.sandbox";
 const LABEL_TEMPLATE: &str = "scenario-run.template";
 const LABEL_STARTED: &str = "scenario-run.started-at";

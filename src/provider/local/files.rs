@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use super::sys;
 use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
 
-pub(crate) const HOME: &str = "/home/user";
+pub(crate) const HOME: &str = crate::provider::SANDBOX_HOME;
 
 /// How the provider reaches a sandbox's root.
 #[derive(Debug, Clone)]
@@ -32,27 +32,8 @@ pub(crate) enum Root {
     Plain { home: PathBuf, tmp: PathBuf },
 }
 
-/// Makes `path` absolute (relative paths are under `/home/user`) and removes `.`, `..` and
-/// repeated slashes. A `..` that would climb above `/` is rejected.
-pub(crate) fn normalize(path: &str) -> Result<String> {
-    if path.contains('\0') {
-        return Err(ProviderError::invalid(format!("invalid path: {path:?}")));
-    }
-    let full = if path.starts_with('/') { path.to_string() } else { format!("{HOME}/{path}") };
-    let mut parts: Vec<&str> = Vec::new();
-    for c in full.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return Err(ProviderError::invalid(format!("path escapes the sandbox root: {path}")));
-                }
-            }
-            c => parts.push(c),
-        }
-    }
-    Ok(format!("/{}", parts.join("/")))
-}
+/// Absolute, `.`/`..`-free sandbox paths: one rule for every provider.
+pub(crate) use crate::provider::normalize_path as normalize;
 
 impl Root {
     /// The host-side view of absolute sandbox path `abs` for a sandbox without isolation.
