@@ -17,6 +17,7 @@ pub mod runner;
 pub mod schema;
 pub mod select;
 pub mod server;
+pub mod size;
 pub mod steps;
 pub mod template;
 pub mod templates;

@@ -194,6 +194,14 @@ struct RunArgs {
     /// Default limit for one foreground command.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     exec_timeout: Duration,
+    /// Output kept of each stream of one command, and of an HTTP body (`16MiB`, `1GiB`,
+    /// bytes); the rest is counted, and an assertion that fails on cut output says so.
+    #[arg(long, default_value = "64MiB", env = "SCENARIO_RUN_MAX_OUTPUT", value_parser = scenario_run::size::parse)]
+    max_output: usize,
+    /// Lifetime of a sandbox whose `create` names no `timeout` (seconds, or `5m`): the
+    /// provider destroys it by itself after this, even if this run dies.
+    #[arg(long, default_value = "300", env = "E2E_SANDBOX_TTL", value_parser = parse_duration)]
+    sandbox_ttl: Duration,
     /// Time for `finally` and cleanup after Ctrl-C or a scenario timeout.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     grace_period: Duration,
@@ -551,6 +559,8 @@ fn run(args: RunArgs) -> u8 {
             step_timeout: args.step_timeout,
             scenario_timeout: args.scenario_timeout,
             exec_timeout: args.exec_timeout,
+            max_output: args.max_output,
+            sandbox_ttl: args.sandbox_ttl,
             grace: args.grace_period,
         });
         let tty = std::io::stdout().is_terminal();

@@ -35,6 +35,17 @@ impl Resolve for LoopbackResolver {
     }
 }
 
+/// Every HTTP client of the process starts here. reqwest is built without a TLS crypto
+/// provider of its own; this installs rustls's `ring` provider once, before the first client.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    static TLS: std::sync::Once = std::sync::Once::new();
+    TLS.call_once(|| {
+        // Fails only if another provider is already installed, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +64,11 @@ mod tests {
         let addrs: Vec<SocketAddr> =
             LoopbackResolver.resolve("9000-sbx.localhost".parse().unwrap()).await.unwrap().collect();
         assert_eq!(addrs, vec![SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)]);
+    }
+
+    #[test]
+    fn clients_build_with_the_ring_provider() {
+        client_builder().build().unwrap();
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
     }
 }

@@ -265,3 +265,85 @@ fn sigkilled_run_leaves_no_process_and_the_next_run_sweeps_its_state() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     assert_nothing_left(&state, &mark);
 }
+
+/// A loopback HTTP server that takes its first connection and never answers it (a server
+/// that accepts before it serves), then answers every later one with 200. Returns its URL
+/// and the number of connections it accepted.
+fn silent_first_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                held.push(s); // open and silent until the process ends
+                continue;
+            }
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (url, accepted)
+}
+
+#[test]
+fn a_polled_request_that_hangs_costs_one_attempt_not_the_window() {
+    let (url, accepted) = silent_first_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("poll.yaml");
+    std::fs::write(
+        &file,
+        "name: poll past a stuck request\nsteps:\n  - http-get: { url: \"{{ env.POLL_URL }}/health\", expect: { status: 200, body: { equals: ok } } }\n    eventually: { within: 20s, every: 200ms }\n",
+    )
+    .unwrap();
+    let report = tmp.path().join("r.json");
+    let started = Instant::now();
+    let out = cmd(&[file.to_str().unwrap(), "--no-progress", "--json", report.to_str().unwrap()])
+        .env("POLL_URL", &url)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let step = &r["results"][0]["steps"][0];
+    assert_eq!(step["attempts"], 2, "{step}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // The stuck attempt gave up after the polled default (5 s), not the request default (30 s).
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+#[test]
+fn no_attempt_of_a_polled_step_outlives_its_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("window.yaml");
+    std::fs::write(
+        &file,
+        "name: window bounds the attempt\nsteps:\n  - create: base\n  - exec: sleep 20\n    eventually: { within: 1500ms, every: 100ms }\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let out = run(&[file.to_str().unwrap(), "--no-progress"]);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("did not pass within 1.50s (1 attempts): step timed out after"), "{stdout}");
+    assert!(took < Duration::from_secs(10), "the 20 s command held the step for {took:?}");
+}
+
+#[test]
+fn output_past_max_output_is_counted_and_an_assertion_on_it_says_so() {
+    let out = run(&["tests/fixtures/output-cap.yaml", "--no-progress", "--max-output", "1KiB"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    // The same scenario with the default cap keeps everything, so its size check fails.
+    let out = run(&["tests/fixtures/output-cap.yaml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let bad = run(&["tests/fixtures/output-cap.yaml", "--max-output", "12 parsecs"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("unknown unit `parsecs`"), "{}", text(&bad.stderr));
+}

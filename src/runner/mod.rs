@@ -40,6 +40,10 @@ pub struct RunConfig {
     pub step_timeout: Duration,
     pub scenario_timeout: Duration,
     pub exec_timeout: Duration,
+    /// Bytes kept of each stream of one command (`--max-output`).
+    pub max_output: usize,
+    /// Lifetime of a sandbox whose `create` has no `timeout` (`E2E_SANDBOX_TTL`).
+    pub sandbox_ttl: Duration,
     /// Time allowed for `finally` and cleanup after an interrupt or a scenario timeout.
     pub grace: Duration,
 }

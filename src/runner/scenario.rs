@@ -16,6 +16,9 @@ use crate::report::events::{Event, Failure, KnownIssueInfo, Outcome, Phase, Scen
 use crate::steps::{Severity, StepCtx, StepError};
 use crate::template::{self, SandboxView};
 
+/// The least time an attempt of a polled step gets, however little of the window is left.
+const MIN_ATTEMPT: Duration = Duration::from_millis(100);
+
 /// A result for a case that did not run.
 pub fn skipped_result(case: &Case, index: usize, reason: String) -> ScenarioResult {
     let sc = &case.scenario;
@@ -131,8 +134,11 @@ pub async fn run_case(
         run_tag: ("e2e".into(), cfg.run_id.clone()),
         scenario_dir,
         exec_timeout: cfg.exec_timeout,
+        max_output: cfg.max_output,
+        sandbox_ttl: cfg.sandbox_ttl,
         template_ctx: MValue::UNDEFINED,
         current_source: None,
+        polling: false,
     };
     let mut run = CaseRun {
         cfg,
@@ -217,7 +223,7 @@ fn http_client() -> reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
-            reqwest::Client::builder()
+            crate::net::client_builder()
                 .connect_timeout(Duration::from_secs(10))
                 .dns_resolver(crate::net::LoopbackResolver)
                 .no_proxy()
@@ -431,9 +437,12 @@ impl CaseRun<'_> {
         let mut attempts = 0u32;
         let result = if let Some(ev) = step.eventually {
             let until = Instant::now() + ev.within;
-            loop {
+            self.ctx.polling = true;
+            let r = loop {
                 attempts += 1;
-                let r = self.attempt(step, &args, limit).await;
+                // No attempt outlives the window (but each gets a moment, even the last).
+                let left = until.saturating_duration_since(Instant::now()).max(MIN_ATTEMPT);
+                let r = self.attempt(step, &args, limit.min(left)).await;
                 if r.is_ok() || Instant::now() + ev.every >= until {
                     break r.map_err(|mut e| {
                         e.message = format!(
@@ -445,7 +454,9 @@ impl CaseRun<'_> {
                     });
                 }
                 tokio::time::sleep(ev.every).await;
-            }
+            };
+            self.ctx.polling = false;
+            r
         } else {
             let retry = step.retry.unwrap_or(crate::model::Retry { attempts: 1, delay: Duration::ZERO, backoff: 1.0 });
             let mut delay = retry.delay;

@@ -32,8 +32,15 @@ async fn assert_stream(ctx: &mut StepCtx, args: &J, stream: &str) -> StepResult 
     let a = Args(args);
     let out = subject(ctx, &a)?;
     let text = out.get(stream).and_then(J::as_str).unwrap_or_default().to_string();
+    let dropped = out.get(format!("{stream}_dropped")).and_then(J::as_u64).unwrap_or(0);
     let m = matcher_of(args, &["of"])?.ok_or_else(|| StepError::error("no matcher given"))?;
-    m.check_text(&text).map_err(StepError::from)?;
+    m.check_text(&text).map_err(|e| {
+        let mut e = StepError::from(e);
+        if dropped > 0 {
+            e.message.push_str(&super::cut_note(stream, text.len(), dropped));
+        }
+        e
+    })?;
     Ok(J::Null)
 }
 

@@ -53,6 +53,7 @@ pub async fn run_code(ctx: &mut StepCtx, args: &J) -> StepResult {
     let req = ExecRequest {
         cmd: format!("python3 {driver} {cell} {result}"),
         timeout: Some(a.opt_duration("timeout")?.unwrap_or(ctx.exec_timeout)),
+        max_output: Some(ctx.max_output),
         ..Default::default()
     };
     let started = Instant::now();

@@ -16,6 +16,7 @@ pub async fn exec(ctx: &mut StepCtx, args: &J) -> StepResult {
         user: a.opt_str("user"),
         stdin: a.opt_str("stdin").map(String::into_bytes),
         timeout: Some(a.opt_duration("timeout")?.unwrap_or(ctx.exec_timeout)),
+        max_output: Some(ctx.max_output),
     };
     let id = ctx.sandbox_id()?;
     if a.bool("background")? {

@@ -8,6 +8,12 @@ use super::{Args, StepCtx, StepError, StepResult};
 use crate::matcher::Matcher;
 use crate::report::events::Mismatch;
 
+/// The default limit of one request.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// The default limit of one attempt of a polled request (`eventually`), as readiness probes
+/// do: a server that accepts but does not answer yet costs one short attempt, not the window.
+const POLLED_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub async fn http_get(ctx: &mut StepCtx, args: &J) -> StepResult {
     request(ctx, args, "GET".into()).await
 }
@@ -39,8 +45,8 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
     let url = url_of(ctx, &a).await?;
     let m = reqwest::Method::from_bytes(method.as_bytes())
         .map_err(|_| StepError::error(format!("bad method `{method}`")))?;
-    let mut req =
-        ctx.http.request(m, &url).timeout(a.opt_duration("request_timeout")?.unwrap_or(Duration::from_secs(30)));
+    let limit = a.opt_duration("request_timeout")?.unwrap_or(if ctx.polling { POLLED_TIMEOUT } else { TIMEOUT });
+    let mut req = ctx.http.request(m, &url).timeout(limit);
     for (k, v) in a.str_map("headers")? {
         req = req.header(k, v);
     }
@@ -49,7 +55,7 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
         Some(J::String(s)) => req = req.body(s.clone()),
         Some(other) => req = req.json(other),
     }
-    let resp =
+    let mut resp =
         req.send().await.map_err(|e| StepError::fail(format!("request to {url} failed: {}", error_chain(&e))))?;
     let status = resp.status().as_u16();
     let headers: serde_json::Map<String, J> = resp
@@ -57,14 +63,27 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
         .iter()
         .map(|(k, v)| (k.as_str().to_string(), J::String(String::from_utf8_lossy(v.as_bytes()).into_owned())))
         .collect();
-    let body = resp
-        .text()
+    // Kept up to --max-output, as command output is; the rest is read and counted.
+    let (mut kept, mut dropped) = (Vec::new(), 0u64);
+    while let Some(chunk) = resp
+        .chunk()
         .await
-        .map_err(|e| StepError::fail(format!("reading the body from {url} failed: {}", error_chain(&e))))?;
-    let parsed = serde_json::from_str::<J>(&body).unwrap_or(J::Null);
-    let outputs = json!({ "status": status, "body": body, "headers": headers, "json": parsed, "url": url });
+        .map_err(|e| StepError::fail(format!("reading the body from {url} failed: {}", error_chain(&e))))?
+    {
+        crate::provider::output::keep(&mut kept, &mut dropped, &chunk, ctx.max_output);
+    }
+    let body = String::from_utf8_lossy(&kept).into_owned();
+    let parsed = if dropped == 0 { serde_json::from_str::<J>(&body).unwrap_or(J::Null) } else { J::Null };
+    let outputs = json!({
+        "status": status, "body": body, "headers": headers, "json": parsed, "url": url, "body_dropped": dropped,
+    });
     if let Some(expect) = a.get("expect") {
-        check_expect(expect, status, &headers, &body).map_err(|e| e.with_outputs(outputs.clone()))?;
+        check_expect(expect, status, &headers, &body).map_err(|mut e| {
+            if dropped > 0 {
+                e.message.push_str(&super::cut_note("the body", kept.len(), dropped));
+            }
+            e.with_outputs(outputs.clone())
+        })?;
     }
     Ok(outputs)
 }

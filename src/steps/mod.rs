@@ -119,10 +119,17 @@ pub struct StepCtx {
     pub scenario_dir: PathBuf,
     /// Default limit for a foreground command.
     pub exec_timeout: Duration,
+    /// Bytes kept of each stream of one command.
+    pub max_output: usize,
+    /// Lifetime of a sandbox whose `create` names no `timeout`.
+    pub sandbox_ttl: Duration,
     /// The template context as of this step, for expression steps (`assert`).
     pub template_ctx: minijinja::Value,
     /// The step's main argument as written (before rendering), for messages.
     pub current_source: Option<String>,
+    /// The step is polled (`eventually`): one attempt should give up soon and let the next
+    /// one try, rather than spend the whole window on one stuck request.
+    pub polling: bool,
 }
 
 impl StepCtx {
@@ -222,6 +229,15 @@ pub fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The note a failing check on cut output gets: what was kept and dropped of `what`.
+pub(crate) fn cut_note(what: &str, kept: usize, dropped: u64) -> String {
+    format!(
+        " ({what} was cut: its first {} were kept and {} more dropped; raise --max-output)",
+        crate::size::human(kept as u64),
+        crate::size::human(dropped)
+    )
+}
+
 pub fn exec_outputs(r: &crate::provider::ExecResult, duration: Duration) -> J {
     json!({
         "stdout": lossy(&r.stdout),
@@ -231,5 +247,7 @@ pub fn exec_outputs(r: &crate::provider::ExecResult, duration: Duration) -> J {
         "timed_out": r.timed_out,
         "pid": r.pid,
         "duration_ms": duration.as_millis() as u64,
+        "stdout_dropped": r.stdout_dropped,
+        "stderr_dropped": r.stderr_dropped,
     })
 }

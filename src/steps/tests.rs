@@ -27,7 +27,7 @@ fn fake() -> Arc<FakeProvider> {
 fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
     StepCtx {
         provider: p.clone(),
-        http: reqwest::Client::builder().no_proxy().build().unwrap(),
+        http: crate::net::client_builder().no_proxy().build().unwrap(),
         sandboxes: Vec::new(),
         current: None,
         target: None,
@@ -37,8 +37,11 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         run_tag: ("e2e".into(), "run-1".into()),
         scenario_dir: std::env::temp_dir(),
         exec_timeout: EXEC_TIMEOUT,
+        max_output: crate::provider::MAX_OUTPUT,
+        sandbox_ttl: Duration::from_secs(300),
         template_ctx: MValue::UNDEFINED,
         current_source: None,
+        polling: false,
     }
 }
 
@@ -350,7 +353,8 @@ async fn exec_foreground_passes_the_request_and_returns_outputs() {
     .unwrap();
     assert_eq!(
         timeless(out),
-        json!({ "stdout": "hi\n", "stderr": "warn\n", "exit_code": 0, "signal": null, "timed_out": false, "pid": FIRST_PID })
+        json!({ "stdout": "hi\n", "stderr": "warn\n", "exit_code": 0, "signal": null, "timed_out": false, "pid": FIRST_PID,
+            "stdout_dropped": 0, "stderr_dropped": 0 })
     );
     let s = p.state();
     let (id, req) = &s.execs[0];
@@ -409,7 +413,8 @@ async fn exec_timeout_fails_with_outputs() {
     assert_eq!(e.message, "command timed out after 2.00s");
     assert_eq!(
         timeless(outputs_of(&e)),
-        json!({ "stdout": "partial", "stderr": "", "exit_code": null, "signal": 9, "timed_out": true, "pid": FIRST_PID })
+        json!({ "stdout": "partial", "stderr": "", "exit_code": null, "signal": 9, "timed_out": true, "pid": FIRST_PID,
+            "stdout_dropped": 0, "stderr_dropped": 0 })
     );
     assert_eq!(p.state().execs[0].1.timeout, Some(Duration::from_secs(2)));
 }
@@ -539,7 +544,8 @@ async fn wait_returns_the_process_outputs() {
     let out = step(&mut c, "wait", json!({ "pid": FIRST_PID.to_string() })).await.unwrap();
     assert_eq!(
         timeless(out),
-        json!({ "stdout": "out\n", "stderr": "err\n", "exit_code": 4, "signal": null, "timed_out": false, "pid": FIRST_PID })
+        json!({ "stdout": "out\n", "stderr": "err\n", "exit_code": 4, "signal": null, "timed_out": false, "pid": FIRST_PID,
+            "stdout_dropped": 0, "stderr_dropped": 0 })
     );
     step(&mut c, "wait", json!({ "pid": FIRST_PID, "timeout": "5s" })).await.unwrap();
     let s = p.state();
@@ -983,6 +989,7 @@ async fn answer(mut sock: tokio::net::TcpStream) {
             })
             .to_string(),
         ),
+        "/big" => (200, "text/plain", format!("{}end", "o".repeat(5000))),
         "/slow" => {
             tokio::time::sleep(Duration::from_secs(5)).await;
             (200, "text/plain", "late".to_string())
@@ -1018,6 +1025,7 @@ async fn http_get_a_port_inside_the_sandbox() {
             "headers": { "content-type": "text/plain", "content-length": "2", "x-served-by": "fake", "connection": "close" },
             "json": null,
             "url": format!("http://127.0.0.1:{port}/health"),
+            "body_dropped": 0,
         })
     );
     assert_eq!(p.state().port_urls, [("sb-1".to_string(), port)]);
@@ -1162,6 +1170,28 @@ async fn http_transport_failures_are_step_failures() {
     assert!(started.elapsed() < Duration::from_secs(4), "request_timeout was not applied");
 }
 
+#[tokio::test]
+async fn an_http_body_past_max_output_is_read_counted_and_named_by_a_failing_expect() {
+    let port = serve().await;
+    let p = fake();
+    let mut c = ctx(&p);
+    c.max_output = 1000;
+    let url = format!("http://127.0.0.1:{port}/big");
+    let out = step(&mut c, "http-get", json!({ "url": url })).await.unwrap();
+    assert_eq!((out["body"].as_str().unwrap().len(), &out["body_dropped"]), (1000, &json!(4003)));
+    let e = failed(step(&mut c, "http-get", json!({ "url": url, "expect": { "body": { "ends_with": "end" } } })).await);
+    assert!(
+        e.message
+            .ends_with("(the body was cut: its first 1000 B were kept and 3.9 KiB more dropped; raise --max-output)"),
+        "{}",
+        e.message
+    );
+    c.max_output = crate::provider::MAX_OUTPUT;
+    let out =
+        step(&mut c, "http-get", json!({ "url": url, "expect": { "body": { "ends_with": "end" } } })).await.unwrap();
+    assert_eq!(out["body_dropped"], 0);
+}
+
 // ---------------------------------------------------------------------------------------
 // set, sleep
 
@@ -1251,10 +1281,12 @@ async fn run_code_returns_the_last_expression() {
         json!({
             "stdout": "hi\n", "stderr": "", "exit_code": 0, "signal": null, "timed_out": false, "pid": FIRST_PID,
             "results": [{ "text": "3", "json": 3 }], "text": "3", "error": null,
+            "stdout_dropped": 0, "stderr_dropped": 0,
         })
     );
     let s = p.state();
     assert_eq!(s.execs[0].1.timeout, Some(EXEC_TIMEOUT));
+    assert_eq!(s.execs[0].1.max_output, Some(crate::provider::MAX_OUTPUT), "--max-output reaches the provider");
     let left: Vec<&String> = s.sandboxes["sb-1"].fs.files.keys().collect();
     assert_eq!(left, [DRIVER], "the cell and result files are removed");
 }

@@ -36,6 +36,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use super::{api_err, is_status, HOME};
+use crate::provider::output::Captured;
 use crate::provider::{ErrorKind, ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
 
 /// Where the `BASH_ENV` script lives in every container (uploaded at create).
@@ -67,8 +68,7 @@ type InStream = Pin<Box<dyn AsyncWrite + Send>>;
 
 #[derive(Debug, Default)]
 struct Collected {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+    out: Captured,
     /// As the engine reports it.
     raw_exit: Option<i64>,
     /// The container went away under the command.
@@ -184,15 +184,15 @@ impl Proc {
     pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
         let st = self.state.lock().expect("proc state");
         let (exit_code, signal) = self.status(&st);
-        ExecResult { stdout: st.stdout.clone(), stderr: st.stderr.clone(), exit_code, signal, timed_out, pid: self.pid }
+        ExecResult { exit_code, signal, timed_out, pid: self.pid, ..st.out.result() }
     }
 
     fn push(&self, chunk: OutputChunk, output: &Option<mpsc::UnboundedSender<OutputChunk>>) {
         {
             let mut st = self.state.lock().expect("proc state");
             match &chunk {
-                OutputChunk::Stdout(b) => st.stdout.extend_from_slice(b),
-                OutputChunk::Stderr(b) => st.stderr.extend_from_slice(b),
+                OutputChunk::Stdout(b) => st.out.stdout(b),
+                OutputChunk::Stderr(b) => st.out.stderr(b),
             }
         }
         if let Some(tx) = output {
@@ -341,11 +341,22 @@ pub(crate) struct ProcTable {
     docker: Docker,
     container: String,
     procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
+    /// Where commands run when the request names no cwd: the image's WORKDIR for a built
+    /// template, else `/home/user`.
+    default_cwd: String,
 }
 
 impl ProcTable {
     pub(crate) fn new(docker: Docker, container: String) -> Self {
-        Self { docker, container, procs: Mutex::new(BTreeMap::new()) }
+        Self { docker, container, procs: Mutex::new(BTreeMap::new()), default_cwd: HOME.to_string() }
+    }
+
+    /// Commands without a cwd run in `dir` (a template's WORKDIR).
+    pub(crate) fn with_default_cwd(mut self, dir: Option<String>) -> Self {
+        if let Some(d) = dir {
+            self.default_cwd = d;
+        }
+        self
     }
 
     pub(crate) fn docker(&self) -> &Docker {
@@ -364,7 +375,7 @@ impl ProcTable {
         output: Option<mpsc::UnboundedSender<OutputChunk>>,
         open_stdin: bool,
     ) -> Result<Arc<Proc>> {
-        let cwd = super::files::normalize(req.cwd.as_deref().unwrap_or(HOME))?;
+        let cwd = super::files::normalize(req.cwd.as_deref().unwrap_or(&self.default_cwd))?;
         let mut env = Vec::new();
         for (k, v) in &req.envs {
             check_env_key(k)?;
@@ -422,7 +433,7 @@ impl ProcTable {
             cmd: req.cmd.clone(),
             docker: self.docker.clone(),
             container: self.container.clone(),
-            state: Mutex::new(Collected::default()),
+            state: Mutex::new(Collected { out: Captured::for_request(req), ..Collected::default() }),
             done,
             sent: Mutex::new(Vec::new()),
             stdin: tokio::sync::Mutex::new(if open_stdin { Some(input) } else { None }),

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::envd::{RpcError, RpcStream};
 use super::model::{EndEvent, EventEnvelope};
+use crate::provider::output::Captured;
 use crate::provider::{ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError};
 
 /// How long to wait for the `end` event after killing a command that ran out of time.
@@ -79,8 +80,7 @@ fn parse_event(msg: &[u8], what: &str) -> Result<EventEnvelope, RpcError> {
 
 #[derive(Default)]
 struct ProcState {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+    out: Captured,
     end: Option<EndEvent>,
     error: Option<ProviderError>,
     timed_out: bool,
@@ -96,8 +96,10 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn new(pid: u32, cmd: String) -> Arc<Self> {
-        Arc::new(Self { pid, cmd, state: Mutex::new(ProcState::default()), done: watch::channel(false).0 })
+    /// Keeps up to `max_output` bytes of each stream (see [`Captured::new`]).
+    pub fn new(pid: u32, cmd: String, max_output: Option<usize>) -> Arc<Self> {
+        let state = Mutex::new(ProcState { out: Captured::new(max_output), ..ProcState::default() });
+        Arc::new(Self { pid, cmd, state, done: watch::channel(false).0 })
     }
 
     pub fn finished(&self) -> bool {
@@ -139,14 +141,7 @@ impl Proc {
             None if st.timed_out && !still_running => (None, Some(libc::SIGKILL)),
             None => (None, None),
         };
-        Ok(ExecResult {
-            stdout: st.stdout.clone(),
-            stderr: st.stderr.clone(),
-            exit_code,
-            signal,
-            timed_out: st.timed_out || still_running,
-            pid: self.pid,
-        })
+        Ok(ExecResult { exit_code, signal, timed_out: st.timed_out || still_running, pid: self.pid, ..st.out.result() })
     }
 
     pub fn info(&self) -> ProcessInfo {
@@ -207,7 +202,11 @@ pub async fn drive(
                 }
                 {
                     let mut st = proc.state.lock().expect("proc state");
-                    if is_err { &mut st.stderr } else { &mut st.stdout }.extend_from_slice(&bytes);
+                    if is_err {
+                        st.out.stderr(&bytes);
+                    } else {
+                        st.out.stdout(&bytes);
+                    }
                 }
                 if let Some(tx) = &output {
                     let _ = tx.send(if is_err { OutputChunk::Stderr(bytes) } else { OutputChunk::Stdout(bytes) });
@@ -289,9 +288,9 @@ mod tests {
 
     #[test]
     fn results() {
-        let p = Proc::new(5, "x".into());
+        let p = Proc::new(5, "x".into(), None);
         assert!(p.result(true).unwrap().timed_out);
-        p.state.lock().unwrap().stdout = b"out".to_vec();
+        p.state.lock().unwrap().out.stdout(b"out");
         p.state.lock().unwrap().end =
             Some(EndEvent { exit_code: 3, exited: true, status: "exit status 3".into(), error: None });
         p.finish();
@@ -300,13 +299,13 @@ mod tests {
         assert_eq!(r.stdout, b"out");
         assert_eq!(p.info(), ProcessInfo { pid: 5, cmd: "x".into(), running: false, exit_code: Some(3) });
 
-        let p = Proc::new(6, "y".into());
+        let p = Proc::new(6, "y".into(), None);
         p.set_timed_out();
         p.finish();
         let r = p.result(false).unwrap();
         assert_eq!((r.exit_code, r.signal, r.timed_out), (None, Some(9), true));
 
-        let p = Proc::new(7, "z".into());
+        let p = Proc::new(7, "z".into(), None);
         p.state.lock().unwrap().error = Some(ProviderError::infra("command ended without an end event"));
         p.finish();
         assert!(p.result(false).unwrap_err().message.contains("without an end event"));

@@ -8,12 +8,13 @@
 //! exit status (including death by signal, which it re-raises on itself) and is part of
 //! util-linux, so nothing of ours runs between fork and exec inside the sandbox. The tiny
 //! prelude writes its own pid (`$$`, i.e. the pid *inside* the sandbox) to fd 3, closes fd 3,
-//! and exec's `env -i -C <cwd> <env…> /bin/bash -l -c <cmd>`, so the reported pid is the
+//! enters the working directory and exec's `/bin/bash -l -c <cmd>` (through `setsid`, see
+//! `PRELUDE_NS`), with the environment set on nsenter, so the reported pid is the
 //! user's command itself and there is no race with a command that exits at once. For
 //! `signal` we also need the host pid: it is nsenter's child whose `NSpid:` ends in that pid,
 //! found in `/proc/<nsenter>/task/<nsenter>/children` and held as a pidfd (no pid reuse race).
 //!
-//! Environment: `env -i` starts empty; the base is PATH from the host, HOME=/home/user, USER
+//! Environment: nsenter starts with exactly the command's; the base is PATH from the host, HOME=/home/user, USER
 //! and LANG (if set), then the sandbox's create-time envs, then the exec's envs (which win).
 //! Debian's `/etc/profile` resets PATH for login shells, so `BASH_ENV` names a one-line script
 //! that restores the PATH we asked for after the profile ran (bash reads `BASH_ENV` after the
@@ -39,6 +40,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use super::sys::{self, Pidfd};
+use crate::provider::output::Captured;
 use crate::provider::{ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
 
 /// Script named by `BASH_ENV`: restore the requested PATH after the login profile.
@@ -47,15 +49,18 @@ pub(crate) const BASH_ENV_SCRIPT: &str =
 if [ -n \"${SCENARIO_RUN_PATH-}\" ]; then PATH=$SCENARIO_RUN_PATH; export PATH; fi\n\
 unset SCENARIO_RUN_PATH BASH_ENV\n";
 
-/// Reports the in-sandbox pid on fd 3, then becomes the command.
-const PRELUDE: &str = "echo $$ >&3; exec 3>&-; exec \"$@\"";
+/// Reports the in-sandbox pid on fd 3, enters `$1` (the working directory), then becomes the
+/// command. (The environment is already the command's: it is set on nsenter, which passes it
+/// on, so no `env -i` exec is needed; that was one exec in four per command.)
+const PRELUDE: &str = "echo $$ >&3; exec 3>&-; cd -- \"$1\" || exit 125; unset OLDPWD; shift; exec \"$@\"";
 /// Inside a namespace the command also becomes the leader of a process group of its own
 /// (`setsid` does not fork here: the shell is not a group leader, so the pid stays the one
 /// reported). Killing that group then leaves nsenter alive to reap the command at once; if
 /// nsenter died first, the command's zombie would be re-parented to the host's init, and the
 /// sandbox's PID namespace could not finish tearing down until that init reaped it (seconds
 /// on hosts whose init reaps lazily).
-const PRELUDE_NS: &str = "echo $$ >&3; exec 3>&-; exec /usr/bin/setsid \"$@\"";
+const PRELUDE_NS: &str =
+    "echo $$ >&3; exec 3>&-; cd -- \"$1\" || exit 125; unset OLDPWD; shift; exec /usr/bin/setsid \"$@\"";
 
 /// After a command exited, how long to keep reading output its descendants still write.
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
@@ -77,8 +82,7 @@ pub(crate) enum Target {
 
 #[derive(Debug, Default)]
 struct Collected {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+    out: Captured,
     exit_code: Option<i32>,
     signal: Option<i32>,
     finished: bool,
@@ -178,14 +182,7 @@ impl Proc {
 
     pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
         let st = self.state.lock().expect("proc state");
-        ExecResult {
-            stdout: st.stdout.clone(),
-            stderr: st.stderr.clone(),
-            exit_code: st.exit_code,
-            signal: st.signal,
-            timed_out,
-            pid: self.pid,
-        }
+        ExecResult { exit_code: st.exit_code, signal: st.signal, timed_out, pid: self.pid, ..st.out.result() }
     }
 }
 
@@ -214,6 +211,19 @@ pub(crate) fn base_env(home: &str) -> BTreeMap<String, String> {
     env
 }
 
+/// nsenter's path, looked up once on the host's PATH: the command that nsenter runs gets the
+/// sandbox's environment, whose PATH may differ.
+fn nsenter() -> &'static str {
+    static NSENTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NSENTER.get_or_init(|| {
+        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+        std::env::split_paths(&path)
+            .map(|d| d.join("nsenter"))
+            .find(|p| p.is_file())
+            .map_or_else(|| "nsenter".into(), |p| p.display().to_string())
+    })
+}
+
 fn check_env_key(k: &str) -> Result<()> {
     if k.is_empty() || k.contains('=') || k.contains('\0') {
         return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
@@ -237,7 +247,7 @@ pub(crate) async fn launch(
     let bash_env = match target {
         Target::Ns { pid1 } => {
             argv.extend(
-                ["nsenter", "-t", &pid1.to_string(), "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--"]
+                [nsenter(), "-t", &pid1.to_string(), "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--"]
                     .map(String::from),
             );
             super::sandbox::BASH_ENV_IN_SANDBOX.to_string()
@@ -245,16 +255,13 @@ pub(crate) async fn launch(
         Target::Plain { bash_env, .. } => bash_env.display().to_string(),
     };
     let prelude = if matches!(target, Target::Ns { .. }) { PRELUDE_NS } else { PRELUDE };
-    argv.extend(["/bin/sh", "-c", prelude, "sh", "/usr/bin/env", "-i", "-C", cwd].map(String::from));
-    for (k, v) in env {
+    argv.extend(["/bin/sh", "-c", prelude, "sh", cwd].map(String::from));
+    argv.extend(["/bin/bash", "-l", "-c", &req.cmd].map(String::from));
+    for k in env.keys() {
         check_env_key(k)?;
-        argv.push(format!("{k}={v}"));
     }
     let path = env.get("PATH").cloned().unwrap_or_default();
-    argv.push(format!("SCENARIO_RUN_PATH={path}"));
-    argv.push(format!("BASH_ENV={bash_env}"));
-    argv.extend(["/bin/bash", "-l", "-c", &req.cmd].map(String::from));
-    if argv.iter().any(|a| a.contains('\0')) {
+    if argv.iter().chain(env.values()).any(|a| a.contains('\0')) {
         return Err(ProviderError::invalid("command or environment contains a NUL byte"));
     }
 
@@ -262,7 +269,9 @@ pub(crate) async fn launch(
     let mut cmd = std::process::Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()))
+        .envs(env)
+        .env("SCENARIO_RUN_PATH", &path)
+        .env("BASH_ENV", &bash_env)
         .stdin(if req.stdin.is_some() || open_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -317,7 +326,7 @@ pub(crate) async fn launch(
 
     let target_fd = match target {
         Target::Plain { .. } => Pidfd::open(leader).ok(),
-        Target::Ns { .. } if pid != 0 => find_in_ns(leader, pid).await,
+        Target::Ns { .. } if pid != 0 => find_in_ns(&mut child, leader, pid).await,
         Target::Ns { .. } => None,
     };
 
@@ -332,7 +341,7 @@ pub(crate) async fn launch(
             _ => leader,
         },
         target: target_fd,
-        state: Mutex::new(Collected::default()),
+        state: Mutex::new(Collected { out: Captured::for_request(req), ..Collected::default() }),
         done,
         stdin: tokio::sync::Mutex::new(kept_stdin),
     });
@@ -348,8 +357,9 @@ pub(crate) async fn launch(
 }
 
 /// The host process of the command that has pid `ns_pid` in the sandbox: nsenter's child.
-async fn find_in_ns(nsenter: u32, ns_pid: u32) -> Option<Pidfd> {
-    for _ in 0..40 {
+/// None once nsenter has exited: the command is over (a quick one can be, before we look).
+async fn find_in_ns(child: &mut tokio::process::Child, nsenter: u32, ns_pid: u32) -> Option<Pidfd> {
+    for _ in 0..100 {
         for c in sys::children(nsenter) {
             if sys::ns_pids(c).and_then(|v| v.last().copied()) == Some(ns_pid) {
                 if let Ok(fd) = Pidfd::open(c) {
@@ -360,9 +370,13 @@ async fn find_in_ns(nsenter: u32, ns_pid: u32) -> Option<Pidfd> {
                 }
             }
         }
-        // nsenter itself is gone: so is the command.
-        sys::ns_pids(nsenter)?;
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // nsenter has exited (so has the command). It is our child: until reaped it stays a
+        // zombie whose /proc entry still exists, so ask wait(2), not /proc. The status is kept
+        // for `drive`'s wait.
+        if !matches!(child.try_wait(), Ok(None)) {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     None
 }
@@ -383,14 +397,14 @@ async fn drive(mut child: tokio::process::Child, proc: Arc<Proc>, output: Option
         tokio::select! {
             r = async { stdout.as_mut().expect("guarded").read(&mut ob).await }, if stdout.is_some() => match r {
                 Ok(n) if n > 0 => {
-                    proc.state.lock().expect("proc state").stdout.extend_from_slice(&ob[..n]);
+                    proc.state.lock().expect("proc state").out.stdout(&ob[..n]);
                     if let Some(tx) = &output { let _ = tx.send(OutputChunk::Stdout(ob[..n].to_vec())); }
                 }
                 _ => stdout = None,
             },
             r = async { stderr.as_mut().expect("guarded").read(&mut eb).await }, if stderr.is_some() => match r {
                 Ok(n) if n > 0 => {
-                    proc.state.lock().expect("proc state").stderr.extend_from_slice(&eb[..n]);
+                    proc.state.lock().expect("proc state").out.stderr(&eb[..n]);
                     if let Some(tx) = &output { let _ = tx.send(OutputChunk::Stderr(eb[..n].to_vec())); }
                 }
                 _ => stderr = None,

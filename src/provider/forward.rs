@@ -1,8 +1,9 @@
-//! Port forwarding from a host loopback port into a sandbox's network namespace.
+//! Port forwarding from a host loopback port into a sandbox's network namespace (local
+//! sandboxes, and docker containers on `--network none`).
 //!
 //! A socket belongs to the network namespace it was created in, so each sandbox gets one
 //! dedicated OS thread that joins the sandbox's netns once (`setns(CLONE_NEWNET)` on
-//! `/proc/<pid1>/ns/net`; the network namespace is per thread, so this does not affect the
+//! `/proc/<pid1>/ns/net`, where pid1 is any process of the sandbox as the host sees it; the network namespace is per thread, so this does not affect the
 //! rest of the process) and then creates connected sockets on request. The connected std
 //! `TcpStream` is handed to tokio and spliced with `copy_bidirectional` to a client accepted on
 //! a host `127.0.0.1:<ephemeral>` listener. One listener per sandbox and port, created lazily
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::provider::{ProviderError, Result};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 struct ConnectReq {
     port: u16,
@@ -133,8 +135,14 @@ async fn accept_loop(
             _ = cancel.cancelled() => return,
             a = listener.accept() => a,
         };
-        let Ok((mut client, _)) = accepted else {
-            continue;
+        let mut client = match accepted {
+            Ok((c, _)) => c,
+            // Out of descriptors (EMFILE) and the like: the pending connection stays
+            // readable, so retrying at once would spin. Back off, as servers do.
+            Err(_) => {
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
         };
         let (reply, rx) = oneshot::channel();
         if connector.send(ConnectReq { port, reply }).is_err() {
