@@ -72,6 +72,9 @@ RECIPE_VERSION=3   # bump to invalidate cached base images
 
 BUSYBOX_REF=$REG/base-busybox:latest
 PYTHON_REF=$REG/base-python:latest
+NODE_REF=$REG/base-node:latest
+NODE_BIN=${NODE_BIN:-/usr/bin/node}
+NODE_MODULES=${NODE_MODULES:-/usr/lib/node_modules}
 TEMPLATE_REF=$REG/e2e-template:latest
 
 export DOCKER_HOST="unix://$DOCKER_SOCK"
@@ -398,6 +401,41 @@ ensure_python_image() {
   fi
 }
 
+# base-node: base-python plus the host's Node (the Debian/nodesource package `nodejs`: one
+# binary needing only libc/libstdc++, which base-python has, plus npm's and corepack's module
+# dirs and the shims). Offline: nothing is fetched. Rebuilt only when the key (node's and
+# npm's versions, the base-python image) changes.
+node_key() {
+  { echo "v$RECIPE_VERSION n2"; "$NODE_BIN" --version; sha256sum < "$NODE_MODULES/npm/package.json"
+    dk image inspect -f '{{.Id}}' "$PYTHON_REF"; } | sha256sum | cut -c1-16
+}
+
+ensure_node_image() {
+  [ -x "$NODE_BIN" ] && [ -d "$NODE_MODULES/npm" ] || { log "no host Node at $NODE_BIN: skipping $NODE_REF"; return 0; }
+  local key old ctx=$STACK_DIR/ctx/node t0; key=$(node_key); t0=$(now)
+  if [ "$(image_label "$NODE_REF" local-stack.key)" = "$key" ]; then log "$NODE_REF present (key $key)"; return 0; fi
+  old=$(dk image inspect -f '{{.Id}}' "$NODE_REF" 2>/dev/null || true)
+  rm -rf "$ctx"; mkdir -p "$ctx/node_modules"
+  cp "$NODE_BIN" "$ctx/node"
+  cp -a "$NODE_MODULES/npm" "$ctx/node_modules/"
+  if [ -d "$NODE_MODULES/corepack" ]; then cp -a "$NODE_MODULES/corepack" "$ctx/node_modules/"; fi
+  cat > "$ctx/Dockerfile" <<EOF
+FROM $PYTHON_REF
+LABEL local-stack.key=$key
+COPY node /usr/bin/node
+COPY node_modules/ /usr/lib/node_modules/
+# Node has its own CA list: make it trust the system store (which carries the host's CAs).
+ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+RUN ln -sf ../lib/node_modules/npm/bin/npm-cli.js /usr/bin/npm \\
+ && ln -sf ../lib/node_modules/npm/bin/npx-cli.js /usr/bin/npx \\
+ && if [ -d /usr/lib/node_modules/corepack ]; then ln -sf ../lib/node_modules/corepack/dist/corepack.js /usr/bin/corepack; fi \\
+ && node --version && npm --version
+EOF
+  dk build -q --force-rm --network none -t "$NODE_REF" "$ctx" >/dev/null || die "building $NODE_REF failed"
+  drop_image "$old" "$NODE_REF"
+  timing build_base_node "$(since "$t0")"
+}
+
 push_images() {
   local ref t0
   for ref in "$@"; do
@@ -419,11 +457,13 @@ cmd_up() {
   start_registry
   ensure_busybox_image
   ensure_python_image
+  ensure_node_image
   local key; key=$(image_label "$PYTHON_REF" local-stack.key)
   dk tag "$PYTHON_REF" "$REG/base-python:$key"
   push_images "$BUSYBOX_REF" "$PYTHON_REF" "$REG/base-python:$key"
+  if image_exists "$NODE_REF"; then push_images "$NODE_REF"; fi
   printf 'export DOCKER_HOST=%q\nexport LOCAL_STACK_REGISTRY=%q\n' "$DOCKER_HOST" "$REG" > "$STACK_DIR/env"
-  log "up: DOCKER_HOST=$DOCKER_HOST registry=$REGISTRY_ADDR images: $BUSYBOX_REF $PYTHON_REF"
+  log "up: DOCKER_HOST=$DOCKER_HOST registry=$REGISTRY_ADDR images: $BUSYBOX_REF $PYTHON_REF $NODE_REF"
   log "    source $STACK_DIR/env   # in CI scripts"
 }
 

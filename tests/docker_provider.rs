@@ -4,14 +4,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptionsBuilder};
 use bollard::Docker;
 use scenario_run::provider::docker::{DockerOptions, DockerProvider};
-use scenario_run::provider::{CreateRequest, ErrorKind, ExecRequest, OutputChunk, Provider};
+use scenario_run::provider::{Capability, CreateRequest, ErrorKind, ExecRequest, OutputChunk, Provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The provider, or None (with the reason printed) when no engine is configured.
@@ -269,48 +269,194 @@ async fn sandboxes_expire_and_destroy_all_now_removes_them() {
     p.destroy_all().await;
 }
 
+/// GET `path` from `url` (`http://127.0.0.1:<port>`), retried until the server is up.
+async fn http_get(url: &str, path: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(url.trim_start_matches("http://")).await {
+            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+            let mut buf = Vec::new();
+            // A forwarder closes at once while nothing listens inside yet: try again.
+            if s.read_to_end(&mut buf).await.is_ok() && !buf.is_empty() {
+                return String::from_utf8_lossy(&buf).into_owned();
+            }
+        }
+        assert!(Instant::now() < deadline, "server at {url} did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Serves `body` as /index.html on `port` in sandbox `id`; returns the response through its port URL.
+async fn serve_in(p: &DockerProvider, id: &str, port: u16, body: &str) -> String {
+    sh(p, id, &format!("echo {body} > index.html")).await;
+    p.spawn(id, cmd(&format!("exec python3 -m http.server {port} --bind 127.0.0.1"))).await.unwrap();
+    let url = p.port_url(id, port).await.unwrap();
+    http_get(&url, "/index.html").await
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn port_url_reaches_a_server_on_host_networking() {
+async fn two_sandboxes_serve_the_same_port_through_their_own_urls() {
     let Some(p) = provider() else { return };
+    assert!(p.capabilities().contains(&Capability::IsolatedPorts));
+    let a = p.create(CreateRequest::default()).await.unwrap();
+    let b = p.create(CreateRequest::default()).await.unwrap();
+    let body_a = serve_in(&p, &a.id, 8000, "from-a").await;
+    let body_b = serve_in(&p, &b.id, 8000, "from-b").await;
+    assert!(body_a.starts_with("HTTP/1.0 200") && body_a.ends_with("from-a\n"), "{body_a}");
+    assert!(body_b.starts_with("HTTP/1.0 200") && body_b.ends_with("from-b\n"), "{body_b}");
+    let url_a = p.port_url(&a.id, 8000).await.unwrap();
+    assert_ne!(url_a, p.port_url(&b.id, 8000).await.unwrap());
+    p.destroy_all().await;
+    let addr = url_a.trim_start_matches("http://").to_string();
+    assert!(std::net::TcpStream::connect(addr).is_err(), "the forwarder outlived its sandbox");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_the_host_network_the_port_url_is_the_hosts_port() {
+    if provider().is_none() {
+        return;
+    }
+    let p = DockerProvider::new(DockerOptions { host_network: true, ..DockerOptions::default() });
+    assert!(!p.capabilities().contains(&Capability::IsolatedPorts));
     let sb = p.create(CreateRequest::default()).await.unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    sh(&p, &sb.id, "echo hello-from-docker > index.html").await;
-    p.spawn(&sb.id, cmd(&format!("exec python3 -m http.server {port} --bind 127.0.0.1"))).await.unwrap();
-    let url = p.port_url(&sb.id, port).await.unwrap();
-    assert_eq!(url, format!("http://127.0.0.1:{port}"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let body = loop {
-        if let Ok(mut s) = tokio::net::TcpStream::connect(url.trim_start_matches("http://")).await {
-            s.write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
-            let mut buf = Vec::new();
-            s.read_to_end(&mut buf).await.unwrap();
-            break String::from_utf8_lossy(&buf).into_owned();
-        }
-        assert!(Instant::now() < deadline, "server did not come up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let body = serve_in(&p, &sb.id, port, "hello-from-docker").await;
+    assert_eq!(p.port_url(&sb.id, port).await.unwrap(), format!("http://127.0.0.1:{port}"));
     assert!(body.starts_with("HTTP/1.0 200") && body.ends_with("hello-from-docker\n"), "{body}");
     p.destroy_all().await;
 }
 
-#[test]
-fn shipped_scenarios_pass_on_docker_through_the_binary() {
+#[tokio::test(flavor = "multi_thread")]
+async fn the_whole_library_passes_on_docker_through_the_binary() {
     if provider().is_none() {
         return;
     }
-    let out = common::run(&[
-        "scenarios/commands",
-        "scenarios/files",
-        "scenarios/lifecycle",
-        "scenarios/network",
-        "--provider",
-        "docker",
-        "--no-progress",
-    ]);
+    let run_id = format!("sr-lib-{}", std::process::id());
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let out = tokio::task::block_in_place(|| {
+        common::cmd(&["scenarios", "--provider", "docker", "--no-progress", "--json", report.path().to_str().unwrap()])
+            .env("E2E_RUN_ID", &run_id)
+            .env_remove("E2E_SERVER_TEMPLATE")
+            .env_remove(scenario_run::steps::build::KEEP_ENV)
+            .output()
+            .unwrap()
+    });
     let stdout = common::text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", common::text(&out.stderr));
-    assert!(stdout.contains("commands background processes and signals  PASSED"), "{stdout}");
-    // Host networking: the scenario that binds one port in two sandboxes says what it needs.
-    let same_port = stdout.lines().find(|l| l.starts_with("network two sandboxes serve the same port")).unwrap();
-    assert!(same_port.contains("SKIPPED") && same_port.contains("isolated-ports"), "{same_port}");
+    let (passed, skipped) = common::passed_and_skipped(report.path());
+    for (name, why) in &skipped {
+        assert!(
+            why.starts_with("missing credentials [") || why == "requires provider e2b or alicloud (running on docker)",
+            "{name} skipped for another reason: {why}"
+        );
+    }
+    // Skips: the credential-gated agent templates and the two cloud-only key checks.
+    assert_eq!(skipped.len(), common::listed(&["scenarios", "-t", "byo"]) + 2, "{skipped:?}");
+    for built in [
+        "template python-hello",
+        "template node-web",
+        "official code-interpreter-v1",
+        "declarative remote function",
+        "network two sandboxes serve the same port",
+    ] {
+        assert!(passed.iter().any(|p| p == built), "{built} did not pass: {passed:?}");
+    }
+    assert_eq!(run_containers_of(&run_id).await, 0, "the run left containers behind");
+}
+
+async fn run_containers_of(run_id: &str) -> usize {
+    let filters = HashMap::from([("label".to_string(), vec![format!("e2e={run_id}")])]);
+    let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    engine().list_containers(Some(opts)).await.unwrap().len()
+}
+
+/// The build step outputs (name, cached, log...) of a JSON report.
+fn build_outputs(report: &std::path::Path) -> Vec<serde_json::Value> {
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["steps"].as_array().unwrap().clone())
+        .filter(|s| s["kind"] == "build" || s["kind"] == "deploy")
+        .map(|s| s["outputs"].clone())
+        .collect()
+}
+
+/// Runs a template scenario on docker through the binary; returns (exit code, stdout+stderr, report).
+fn run_template_scenario(path: &str, run_id: &str) -> (Option<i32>, String, Vec<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let started = Instant::now();
+    let out = common::cmd(&[path, "--provider", "docker", "--no-progress", "--json", report.to_str().unwrap()])
+        .env("E2E_RUN_ID", run_id)
+        .env_remove(scenario_run::steps::build::KEEP_ENV)
+        .output()
+        .unwrap();
+    eprintln!("{path} on docker: {:.1}s", started.elapsed().as_secs_f64());
+    let text = format!("{}{}", common::text(&out.stdout), common::text(&out.stderr));
+    (out.status.code(), text, build_outputs(&report))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn template_scenarios_build_deploy_and_clean_up_on_docker() {
+    if provider().is_none() {
+        return;
+    }
+    for (path, name) in
+        [("scenarios/custom/python-hello.yaml", "python-hello"), ("scenarios/custom/node-web.yaml", "node-web")]
+    {
+        let run_id = format!("sr-tpl-{}-{name}", std::process::id());
+        let (code, text, builds) = tokio::task::block_in_place(|| run_template_scenario(path, &run_id));
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains("PASSED"), "{text}");
+        let first = &builds[0];
+        assert_eq!(first["cached"], false, "{builds:?}");
+        let image = first["image"].as_str().unwrap();
+        assert!(image.contains(&format!("/{name}:")), "{image}");
+        let log = first["log"].as_str().unwrap();
+        assert!(log.contains("Step 1/"), "the engine's build log is captured: {log}");
+        assert!(log.contains(" maps to localhost") || log.contains("maps to"), "{log}");
+        assert!(builds.iter().skip(1).all(|b| b["cached"] == true), "one build per digest: {builds:?}");
+        assert_eq!(run_containers_of(&run_id).await, 0, "{path} left containers behind");
+        // Its own build: another run on this engine may be building the same template.
+        assert!(engine().inspect_image(image).await.is_err(), "{path} left its build {image}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_run_names_its_dockerfile_line() {
+    if provider().is_none() {
+        return;
+    }
+    let run_id = format!("sr-tpl-{}-broken", std::process::id());
+    let path = "tests/fixtures/broken-build/broken-run.yaml";
+    let (code, text, builds) = tokio::task::block_in_place(|| run_template_scenario(path, &run_id));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("templates/broken-run/Dockerfile:5: RUN echo about-to-fail-on-line-5 && exit 3 exited with 3"),
+        "{text}"
+    );
+    let log = builds[0]["log"].as_str().unwrap();
+    assert!(log.contains("BASE_IMAGE python:3.11-slim maps to localhost:5000/base-python:latest"), "{log}");
+    assert!(log.contains("before-the-failure") && log.contains("about-to-fail-on-line-5"), "{log}");
+    assert!(!log.contains("never-reached\n"), "{log}");
+    assert_eq!(run_containers_of(&run_id).await, 0);
+    // The layer of the last step that ran (`RUN echo before-the-failure`) is not left untagged.
+    let layer = log
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("---> "))
+        .rfind(|id| id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("no layer id in the build log: {log}"));
+    assert!(engine().inspect_image(layer).await.is_err(), "the failed build left image {layer}");
+}
+
+#[test]
+fn output_past_max_output_is_counted_not_kept() {
+    if provider().is_none() {
+        return;
+    }
+    let args = ["--provider", "docker", "--no-progress", "--max-output", "1KiB", "tests/fixtures/output-cap.yaml"];
+    let out = common::cmd(&args).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", common::text(&out.stdout), common::text(&out.stderr));
 }

@@ -37,27 +37,65 @@ fn serve() -> Server {
 }
 
 fn serve_with(extra: &[&str]) -> Server {
+    serve_env(extra, &[])
+}
+
+fn serve_env(extra: &[&str], env: &[(&str, &std::path::Path)]) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let key = format!("e2b_{:040x}", u128::from(std::process::id()) * 7919 + u128::from(port));
     let listen = format!("127.0.0.1:{port}");
     let mut args = vec!["serve", "--listen", &listen, "--api-key", &key];
     args.extend_from_slice(extra);
-    let mut child = cmd(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut c = cmd(&args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on http://127.0.0.1:"), "server did not start: {line:?}");
     Server { child, port, key }
 }
 
-fn e2b_run(srv: &Server, args: &[&str]) -> std::process::Output {
+/// The binary with the e2b preset pointed at `srv`.
+fn e2b_cmd(srv: &Server, args: &[&str]) -> std::process::Command {
     let url = format!("http://127.0.0.1:{}", srv.port);
-    cmd(args)
-        .env("E2B_API_KEY", &srv.key)
+    let mut c = cmd(args);
+    c.env("E2B_API_KEY", &srv.key)
         .env("E2B_API_URL", &url)
         .env("E2B_SANDBOX_URL", &url)
-        .env("E2B_DOMAIN", format!("localhost:{}", srv.port))
-        .output()
-        .unwrap()
+        .env("E2B_DOMAIN", format!("localhost:{}", srv.port));
+    c
+}
+
+fn e2b_run(srv: &Server, args: &[&str]) -> std::process::Output {
+    e2b_cmd(srv, args).output().unwrap()
+}
+
+/// `--provider e2b --no-progress <args> --json <report>` against `srv`: the output and the report.
+fn e2b_run_report(srv: &Server, args: &[&str]) -> (std::process::Output, tempfile::NamedTempFile) {
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let out = {
+        let mut all = vec!["--provider", "e2b", "--no-progress"];
+        all.extend_from_slice(args);
+        all.extend(["--json", report.path().to_str().unwrap()]);
+        e2b_run(srv, &all)
+    };
+    (out, report)
+}
+
+/// The binary with the alicloud preset pointed at `srv` (and no E2B key to fall back on).
+fn alicloud_cmd(srv: &Server, args: &[&str]) -> std::process::Command {
+    let url = format!("http://127.0.0.1:{}", srv.port);
+    let mut all = vec!["--provider", "alicloud"];
+    all.extend_from_slice(args);
+    let mut c = cmd(&all);
+    c.env("ABX_SANDBOX_API_KEY", &srv.key)
+        .env("ABX_SANDBOX_BASE_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("ABX_SANDBOX_DOMAIN", format!("localhost:{}", srv.port))
+        .env_remove("E2B_API_KEY");
+    c
 }
 
 #[test]
@@ -65,20 +103,7 @@ fn rate_limited_control_plane_is_retried_even_for_create() {
     // Every third control-plane request is a 429 with Retry-After: 1. A 429 is a refusal, so
     // creates are repeated too, and every scenario still passes.
     let srv = serve_with(&["--fault-429-every", "3", "--fault-control-plane-only"]);
-    let report = tempfile::NamedTempFile::new().unwrap();
-    let out = e2b_run(
-        &srv,
-        &[
-            "--provider",
-            "e2b",
-            "--no-progress",
-            "-j",
-            "4",
-            "scenarios/lifecycle",
-            "--json",
-            report.path().to_str().unwrap(),
-        ],
-    );
+    let (out, _report) = e2b_run_report(&srv, &["-j", "4", "scenarios/lifecycle"]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(summary_line(&stdout).contains(" 0 failed, 0 error, "), "{stdout}");
@@ -89,20 +114,7 @@ fn unavailable_control_plane_gives_clear_errors_and_no_blind_create_repeats() {
     // Every second control-plane request is a 503. Reads are retried; a create that got a
     // 503 is not repeated (it may have been made), so its scenario is an ERROR that says why.
     let srv = serve_with(&["--fault-5xx-every", "2", "--fault-control-plane-only"]);
-    let report = tempfile::NamedTempFile::new().unwrap();
-    let out = e2b_run(
-        &srv,
-        &[
-            "--provider",
-            "e2b",
-            "--no-progress",
-            "-j",
-            "1",
-            "scenarios/commands",
-            "--json",
-            report.path().to_str().unwrap(),
-        ],
-    );
+    let (out, report) = e2b_run_report(&srv, &["-j", "1", "scenarios/commands"]);
     let stdout = text(&out.stdout);
     assert!(matches!(out.status.code(), Some(0) | Some(4)), "no failure, no crash: {stdout}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report.path()).unwrap()).unwrap();
@@ -127,41 +139,43 @@ fn summary_line(stdout: &str) -> String {
 }
 
 #[test]
-fn shipped_scenarios_pass_over_the_e2b_protocol() {
+fn the_whole_library_passes_over_the_e2b_protocol() {
     let srv = serve();
-    let url = format!("http://127.0.0.1:{}", srv.port);
-    let out = cmd(&["--provider", "e2b", "--no-progress", "-j", "5"])
-        .env("E2B_API_KEY", &srv.key)
-        .env("E2B_API_URL", &url)
-        .env("E2B_SANDBOX_URL", &url)
-        .env("E2B_DOMAIN", format!("localhost:{}", srv.port))
+    let out = e2b_cmd(&srv, &["--provider", "e2b", "--no-progress", "-j", "5", "scenarios"])
+        // serve has no official templates: build code-interpreter-v1 from templates/.
+        .env("E2E_BUILD_OFFICIAL", "1")
+        .env_remove("E2E_SERVER_TEMPLATE")
         .env_remove("SCENARIO_RUN_DEMO_API_KEY")
         .output()
         .unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
-    let local = run(&["--no-progress", "--list"]);
-    let cases = text(&local.stdout).lines().count();
-    // Template scenarios need `build` (a local-provider capability) or credentials: SKIPPED.
-    let templates = text(&run(&["scenarios/templates", "--no-progress", "--list"]).stdout).lines().count();
-    let line = summary_line(&stdout);
-    let want = format!("{} passed, 0 failed, 0 error, {} skipped, 1 xfail", cases - 2 - templates, 1 + templates);
-    assert!(line.starts_with(&want), "{line}");
+    let count = |tags: &str| listed(&["scenarios", "-t", tags]);
+    let (all, agents, pins) = (count("fast or slow"), count("byo"), count("known-issue"));
+    // Only the agent templates whose keys are absent skip; the pins are XFAIL.
+    let want = format!("{} passed, 0 failed, 0 error, {agents} skipped, {pins} xfail, 0 xpass", all - agents - pins);
+    assert!(summary_line(&stdout).starts_with(&want), "{}\nwant {want}", summary_line(&stdout));
     assert!(!stdout.contains(&srv.key), "the key leaked");
+}
+
+#[test]
+fn the_language_examples_pass_over_the_e2b_protocol() {
+    let srv = serve();
+    let out = e2b_cmd(&srv, &["--provider", "e2b", "--no-progress", "examples"])
+        .env_remove("SCENARIO_RUN_DEMO_API_KEY")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let cases = text(&run(&["--no-progress", "--list", "examples"]).stdout).lines().count();
+    let want = format!("{} passed, 0 failed, 0 error, 1 skipped, 1 xfail", cases - 2);
+    assert!(summary_line(&stdout).starts_with(&want), "{}", summary_line(&stdout));
 }
 
 #[test]
 fn alicloud_preset_uses_v1_routes_and_bearer_auth() {
     let srv = serve();
-    let url = format!("http://127.0.0.1:{}", srv.port);
-    let out = cmd(&["--provider", "alicloud", "--no-progress", "scenarios/commands", "scenarios/files"])
-        .env("ABX_SANDBOX_API_KEY", &srv.key)
-        .env("ABX_SANDBOX_BASE_URL", &url)
-        .env("E2B_SANDBOX_URL", &url)
-        .env("ABX_SANDBOX_DOMAIN", format!("localhost:{}", srv.port))
-        .env_remove("E2B_API_KEY")
-        .output()
-        .unwrap();
+    let out = alicloud_cmd(&srv, &["--no-progress", "scenarios/commands", "scenarios/files"]).output().unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
     assert!(summary_line(&stdout).contains(" 0 failed, 0 error, "), "{stdout}");
@@ -170,12 +184,8 @@ fn alicloud_preset_uses_v1_routes_and_bearer_auth() {
 #[test]
 fn a_wrong_key_is_an_error_saying_authentication_failed() {
     let srv = serve();
-    let url = format!("http://127.0.0.1:{}", srv.port);
-    let out = cmd(&["--provider", "e2b", "--no-progress", "scenarios/commands/stdin.yaml"])
+    let out = e2b_cmd(&srv, &["--provider", "e2b", "--no-progress", "scenarios/commands/stdin.yaml"])
         .env("E2B_API_KEY", "e2b_0000000000000000000000000000000000000000")
-        .env("E2B_API_URL", &url)
-        .env("E2B_SANDBOX_URL", &url)
-        .env("E2B_DOMAIN", format!("localhost:{}", srv.port))
         .output()
         .unwrap();
     let stdout = text(&out.stdout);
@@ -192,4 +202,233 @@ fn without_a_key_cloud_scenarios_are_skipped_with_the_variable_named() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stdout).contains("missing credentials [ABX_SANDBOX_API_KEY]"), "{}", text(&out.stdout));
+}
+
+/// Builds over serve need its local provider to build: root namespaces and bubblewrap.
+/// `GET path` on the server's control plane: (status, body).
+fn get(srv: &Server, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-KEY: {}\r\nConnection: close\r\n\r\n", srv.key).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn python_hello_builds_over_the_template_api_and_is_deleted_at_the_end() {
+    if !can_build() {
+        return;
+    }
+    let srv = serve();
+    let (out, report) = e2b_run_report(&srv, &["scenarios/custom/python-hello.yaml"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    let built = step_outputs(report.path(), "build");
+    let log = built[0]["log"].as_str().unwrap();
+    // The COPY context went up as a tar, and serve ran it through the local builder.
+    assert!(log.contains("uploading 1 files"), "{log}");
+    assert!(log.contains("FROM maps to /"), "{log}");
+    let deployed = step_outputs(report.path(), "deploy");
+    let id = deployed[0]["template_id"].as_str().unwrap().to_string();
+    assert_eq!(id.len(), 20, "a serve template ID, not the name: {id}");
+    assert_eq!(built[0]["image"], deployed[0]["template_id"], "build and deploy share the template");
+    // The run deleted what it built.
+    assert_eq!(get(&srv, &format!("/templates/{id}")).0, 404);
+    assert_eq!(get(&srv, "/templates"), (200, "[]".to_string()));
+    assert!(!stdout.contains(&srv.key), "the key leaked");
+}
+
+#[test]
+fn a_failing_run_names_the_users_dockerfile_line_and_keeps_the_log() {
+    if !can_build() {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
+    let (out, report) = e2b_run_report(&srv, &["tests/fixtures/broken-build/broken-run.yaml"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "the scenario fails: {stdout}\n{}", text(&out.stderr));
+    // Line 5 of the user's Dockerfile (its ARG before FROM counted), not a line of what serve reconstructed.
+    assert!(
+        stdout.contains(
+            "tests/fixtures/broken-build/templates/broken-run/Dockerfile:5: RUN echo about-to-fail-on-line-5"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("exited with 3"), "{stdout}");
+    let log = step_outputs(report.path(), "build")[0]["log"].as_str().unwrap().to_string();
+    assert!(log.contains("before-the-failure") && log.contains("about-to-fail-on-line-5"), "{log}");
+    assert!(!log.contains("never-reached"), "{log}");
+    assert_eq!(get(&srv, "/templates"), (200, "[]".to_string()), "the failed template is deleted too");
+    let left: Vec<_> = std::fs::read_dir(state.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("tpl-")), "the failed build is removed: {left:?}");
+}
+
+#[test]
+fn templates_left_on_serve_are_removed_when_it_stops() {
+    if !can_build() {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
+    // Kept by the client, so only serve's own shutdown removes it.
+    let out = e2b_run_env(
+        &srv,
+        &["--provider", "e2b", "--no-progress", "tests/fixtures/templates/build-twice.yaml"],
+        &[("SCENARIO_RUN_KEEP_BUILDS", "1")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let (status, listed) = get(&srv, "/templates");
+    assert_eq!(status, 200);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "one template for both cases: {listed}");
+    let layers = || {
+        std::fs::read_dir(state.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("tpl-"))
+            .count()
+    };
+    assert_eq!(layers(), 1, "the kept template's layer is on disk while serve runs");
+    let uploads = std::env::temp_dir().join(format!("scenario-run-serve-{}-{}", srv.child.id(), srv.port));
+    assert!(uploads.exists(), "{}", uploads.display());
+    drop(srv);
+    assert_eq!(layers(), 0, "serve removes its templates' layers when it stops");
+    assert!(!uploads.exists(), "and its uploads");
+}
+
+fn e2b_run_env(srv: &Server, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = e2b_cmd(srv, args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_from_an_image_with_registry_credentials_never_shows_the_password() {
+    use scenario_run::provider::e2b::build::RegistryAuth;
+    use scenario_run::provider::e2b::{E2bProvider, Preset};
+    use scenario_run::provider::{CreateRequest, ExecRequest, Provider};
+    if !can_build() {
+        return;
+    }
+    let srv = tokio::task::spawn_blocking(serve).await.unwrap();
+    let url = format!("http://127.0.0.1:{}", srv.port);
+    let env: std::collections::BTreeMap<String, String> = [
+        ("E2B_API_KEY", srv.key.as_str()),
+        ("E2B_API_URL", url.as_str()),
+        ("E2B_SANDBOX_URL", url.as_str()),
+        ("E2B_DOMAIN", &format!("localhost:{}", srv.port)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let p = E2bProvider::new(Preset::E2b, &env).unwrap();
+    let def = scenario_run::templates::TemplateDef {
+        name: "from-image".into(),
+        start_command: Some("echo up > /tmp/up; sleep 1000".into()),
+        ready_command: Some("test -f /tmp/up".into()),
+        ..Default::default()
+    };
+    let auth = RegistryAuth { username: "robot".into(), password: "pa55-w0rd-never-shown".into() };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let id = p.build_from_image("registry.example/ns/img:1", Some(&auth), &def, &tx).await.unwrap();
+    drop(tx);
+    let mut log = String::new();
+    while let Some(l) = rx.recv().await {
+        log += &l;
+        log.push('\n');
+    }
+    assert!(log.contains("FROM registry.example/ns/img:1"), "{log}");
+    assert!(!log.contains(&auth.password), "{log}");
+    // Created by its ID, the start command ran and was ready before create returned.
+    let sb = p.create(CreateRequest { template: id.clone(), ..Default::default() }).await.unwrap();
+    let r = p.exec(&sb.id, ExecRequest { cmd: "cat /tmp/up".into(), ..Default::default() }, None).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "up\n");
+    p.kill(&sb.id).await.unwrap();
+    assert_eq!(p.remove_builds().await, 1, "the template is deleted with the run's builds");
+    let ((code, _), _srv) =
+        tokio::task::spawn_blocking(move || (get(&srv, &format!("/templates/{id}")), srv)).await.unwrap();
+    assert_eq!(code, 404);
+}
+
+/// `GET http://127.0.0.1:<port><path>` without credentials: (status, body).
+fn plain_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
+
+/// The alicloud ACR path end to end: python-hello built on the local stack's engine, pushed
+/// to its registry (standing in for ACR, with a login), the template made from the image by
+/// serve (which takes FROM images from the same engine), and the scenario's HTTP calls
+/// answered by the agent-sandbox-server that only the image has (the host has none).
+#[test]
+fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
+    let Ok(docker_host) = std::env::var("DOCKER_HOST") else {
+        eprintln!("skipping: DOCKER_HOST is not set (run .ci/local-stack.sh up and source its env file)");
+        return;
+    };
+    if !can_build() {
+        return;
+    }
+    let registry = std::env::var("LOCAL_STACK_REGISTRY").unwrap_or_else(|_| "localhost:5000".into());
+    let registry_port: u16 = registry.rsplit(':').next().unwrap().parse().unwrap();
+    let namespace = format!("acr-test-{}", std::process::id());
+    let state = tempfile::tempdir().unwrap();
+    let srv = serve_env(
+        &[],
+        &[("SCENARIO_RUN_STATE_DIR", state.path()), ("SCENARIO_RUN_LOCAL_IMAGES", std::path::Path::new("docker"))],
+    );
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let password = "acr-pa55-never-shown";
+    let out = alicloud_cmd(
+        &srv,
+        &["--no-progress", "scenarios/custom/python-hello.yaml", "--json", report.path().to_str().unwrap()],
+    )
+    .env("SCENARIO_RUN_ACR_REGISTRY", format!("{registry}/{namespace}"))
+    .env("SCENARIO_RUN_ACR_USERNAME", "robot")
+    .env("SCENARIO_RUN_ACR_PASSWORD", password)
+    .env_remove(scenario_run::steps::build::KEEP_ENV)
+    .output()
+    .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("PASSED  template python-hello"), "{stdout}");
+    let report_text = std::fs::read_to_string(report.path()).unwrap();
+    for (what, t) in [("stdout", &stdout), ("stderr", &stderr), ("the report", &report_text)] {
+        assert!(!t.contains(password), "the registry password shows in {what}");
+    }
+    let build = &step_outputs(report.path(), "build")[0];
+    let log = build["log"].as_str().unwrap();
+    let tag = format!("{registry}/{namespace}/python-hello:");
+    assert!(log.contains(&format!("push {tag}")) && log.contains(&format!("pushed {tag}")), "{log}");
+    assert!(log.contains(&format!("fromImage {tag}")) && log.contains(", 0 steps"), "{log}");
+    assert!(log.contains("is the base layer"), "serve made the template from the image: {log}");
+    // In the registry, under the digest's tag; the engine's tag went with the run.
+    let digest12 = &build["digest"].as_str().unwrap().trim_start_matches("sha256:")[..12];
+    let (code, tags) = plain_get(registry_port, &format!("/v2/{namespace}/python-hello/tags/list"));
+    assert!(code == 200 && tags.contains(digest12), "{code} {tags}");
+    let inspect = std::process::Command::new("docker")
+        .args(["image", "inspect", &format!("{tag}{digest12}")])
+        .env("DOCKER_HOST", &docker_host)
+        .output()
+        .unwrap();
+    assert!(!inspect.status.success(), "the engine still has {tag}{digest12}");
+    assert_eq!(get(&srv, "/templates"), (200, "[]".to_string()), "the template is deleted at the end");
+}
+
+#[test]
+fn the_e2b_client_keeps_output_only_to_max_output() {
+    let srv = serve();
+    let (out, _report) = e2b_run_report(&srv, &["--max-output", "1KiB", "tests/fixtures/output-cap.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
 }

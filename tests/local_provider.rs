@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn provider(isolation: Isolation) -> (LocalProvider, tempfile::TempDir) {
     let dir = tempfile::Builder::new().prefix("srtest-").tempdir().unwrap();
-    let p = LocalProvider::new(LocalOptions { state_dir: dir.path().to_path_buf(), isolation }).unwrap();
+    let p = LocalProvider::new(LocalOptions { state_dir: dir.path().to_path_buf(), isolation, images: None }).unwrap();
     (p, dir)
 }
 
@@ -325,6 +325,11 @@ async fn lifecycle_metadata_expiry_and_stats() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(p.connect(&a.id, None).await.unwrap_err().kind, ErrorKind::NotFound);
+    // An expired sandbox is unregistered first and counted destroyed once its teardown is done.
+    while p.stats().destroyed == 0 {
+        assert!(Instant::now() < deadline, "expired sandbox was never torn down");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let st = p.stats();
     assert_eq!((st.created, st.destroyed, st.live, st.peak_live), (3, 1, 2, 3));
 
@@ -415,4 +420,21 @@ async fn dropped_provider_kills_its_sandboxes() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(p);
+}
+
+#[tokio::test]
+async fn output_past_max_output_is_streamed_whole_but_kept_only_to_the_cap() {
+    let (p, _d) = ns();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let req = ExecRequest { max_output: Some(1000), ..cmd("head -c 300000 /dev/zero | tr '\\0' o") };
+    let r = p.exec(&sb.id, req, Some(tx)).await.unwrap();
+    assert_eq!((r.stdout.len(), r.stdout_dropped), (1000, 299_000));
+    assert!(r.stdout.iter().all(|b| *b == b'o'));
+    let mut streamed = 0;
+    while let Ok(OutputChunk::Stdout(b)) = rx.try_recv() {
+        streamed += b.len();
+    }
+    assert_eq!(streamed, 300_000, "a live listener gets all of it");
+    p.destroy_all().await;
 }

@@ -89,7 +89,7 @@ fn envelopes(mut body: &[u8]) -> Vec<(u8, Value)> {
 async fn serve_speaks_the_e2b_protocol() {
     let server = Server::start(&[]);
     let base = server.base.clone();
-    let http = reqwest::Client::new();
+    let http = scenario_run::net::client_builder().build().unwrap();
 
     // Health needs no key; everything else on the control plane does.
     let r = http.get(format!("{base}/health")).send().await.unwrap();
@@ -230,7 +230,7 @@ async fn serve_speaks_the_e2b_protocol() {
 async fn serve_destroys_its_sandboxes_on_sigterm_and_injects_faults() {
     let server = Server::start(&["--fault-429-every", "2"]);
     let base = server.base.clone();
-    let http = reqwest::Client::new();
+    let http = scenario_run::net::client_builder().build().unwrap();
     let create =
         || http.post(format!("{base}/sandboxes")).header("X-API-KEY", KEY).json(&json!({"templateID": "base"}));
     // Request 1 passes, request 2 is the injected 429 with Retry-After, request 3 passes.
@@ -251,7 +251,7 @@ async fn serve_destroys_its_sandboxes_on_sigterm_and_injects_faults() {
 async fn serve_fault_flags_cut_streams_and_answer_503() {
     let server = Server::start(&["--fault-cut-stream-after", "64", "--fault-5xx-every", "3", "--fault-latency", "50"]);
     let base = server.base.clone();
-    let http = reqwest::Client::new();
+    let http = scenario_run::net::client_builder().build().unwrap();
     let t = std::time::Instant::now();
     // Requests 1 and 2 pass (each delayed), request 3 is the injected 503.
     let r = http.get(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).send().await.unwrap();

@@ -8,16 +8,6 @@ use std::path::Path;
 use common::*;
 
 /// Builds need root namespaces and bubblewrap; elsewhere these tests say so and pass.
-fn can_build() -> bool {
-    // SAFETY: getuid cannot fail.
-    let root = unsafe { libc::getuid() } == 0;
-    let bwrap = std::process::Command::new("bwrap").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !(root && bwrap) {
-        eprintln!("skipping: template builds need root and bubblewrap");
-    }
-    root && bwrap
-}
-
 fn builds_in(state: &Path) -> Vec<String> {
     std::fs::read_dir(state)
         .map(|d| {
@@ -29,19 +19,6 @@ fn builds_in(state: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn build_steps(report: &Path) -> Vec<serde_json::Value> {
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
-    let mut out = Vec::new();
-    for r in doc["results"].as_array().unwrap() {
-        for s in r["steps"].as_array().unwrap() {
-            if s["kind"] == "build" {
-                out.push(s["outputs"].clone());
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn python_hello_scenario_passes_and_its_build_is_removed() {
     if !can_build() {
@@ -49,13 +26,13 @@ fn python_hello_scenario_passes_and_its_build_is_removed() {
     }
     let state = tempfile::tempdir().unwrap();
     let report = state.path().join("report.json");
-    let out = cmd(&["scenarios/templates/python-hello.yaml", "--no-progress", "--json", report.to_str().unwrap()])
+    let out = cmd(&["scenarios/custom/python-hello.yaml", "--no-progress", "--json", report.to_str().unwrap()])
         .env("SCENARIO_RUN_STATE_DIR", state.path())
         .env_remove(scenario_run::steps::build::KEEP_ENV)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
-    let builds = build_steps(&report);
+    let builds = step_outputs(&report, "build");
     assert_eq!(builds.len(), 1);
     assert_eq!(builds[0]["cached"], false);
     let log = builds[0]["log"].as_str().unwrap();
@@ -81,7 +58,7 @@ fn one_build_per_digest_per_run_and_kept_builds_are_reused() {
         }
         let out = c.output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
-        build_steps(&report)
+        step_outputs(&report, "build")
     };
     // Two cases, one build: the other case reuses it.
     let first = run_once(true);

@@ -7,7 +7,10 @@
 
 pub mod docker;
 pub mod e2b;
+pub(crate) mod forward;
 pub mod local;
+pub(crate) mod output;
+pub(crate) mod registered;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -207,7 +210,14 @@ pub struct ExecRequest {
     pub stdin: Option<Vec<u8>>,
     /// Kill the command after this long; the result then has `timed_out`.
     pub timeout: Option<Duration>,
+    /// Bytes of each stream to keep in the result (default [`MAX_OUTPUT`]); the rest is
+    /// still streamed live, and counted in `stdout_dropped`/`stderr_dropped`.
+    pub max_output: Option<usize>,
 }
+
+/// What a command's result keeps of each stream unless its request says otherwise: a
+/// runaway `yes` must not take the machine's memory with it.
+pub const MAX_OUTPUT: usize = 64 << 20;
 
 /// One chunk of live output from a running command.
 #[derive(Debug, Clone)]
@@ -227,6 +237,9 @@ pub struct ExecResult {
     pub signal: Option<i32>,
     pub timed_out: bool,
     pub pid: u32,
+    /// Bytes beyond `max_output` that the command wrote and the result does not hold.
+    pub stdout_dropped: u64,
+    pub stderr_dropped: u64,
 }
 
 /// A background process started by [`Provider::spawn_live`].
@@ -293,6 +306,12 @@ pub trait Provider: Send + Sync {
     async fn info(&self, id: &str) -> Result<SandboxInfo>;
     /// Sandboxes whose metadata contains every pair of `metadata`.
     async fn list(&self, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>>;
+    /// [`Provider::list`] with another API key than the configured one: the platform suite
+    /// proves that a wrong key is refused. Providers without keys do not support it.
+    async fn list_with_key(&self, api_key: &str, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>> {
+        let _ = (api_key, metadata);
+        Err(ProviderError::unsupported(format!("{} has no API keys", self.name())))
+    }
     /// Returns false if the sandbox did not exist.
     async fn kill(&self, id: &str) -> Result<bool>;
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()>;
@@ -362,6 +381,12 @@ pub trait Provider: Send + Sync {
     /// asked to be kept. Returns how many were removed.
     async fn remove_builds(&self) -> usize {
         0
+    }
+    /// Remove one template registered by `build`/`deploy` under `name`, and its builds that
+    /// are not kept. False if there was none.
+    async fn remove_template(&self, name: &str) -> bool {
+        let _ = name;
+        false
     }
 
     /// Kill every sandbox this provider created and has not destroyed yet. Used on shutdown.

@@ -33,7 +33,7 @@ const MAX_PAGE: usize = 100;
 type St = State<Arc<AppState>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    super::templates::routes(Router::new())
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .route("/sandboxes", post(create).get(list_legacy))
         .route("/v2/sandboxes", post(create).get(list_v2))
@@ -128,6 +128,8 @@ async fn create(State(st): St, body: Bytes) -> Response {
         );
     }
     let template = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
+    // A template built here is known by its ID and its name.
+    let template = st.templates.resolve(&template);
     let id = super::new_sandbox_id();
     // envd's global environment: E2B_* first, the caller's envVars over them.
     let mut envs = BTreeMap::from([

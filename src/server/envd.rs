@@ -366,9 +366,19 @@ async fn process_connect(axum::extract::State(st): St, Extension(sb): Sb, header
 }
 
 unary_fn!(process_list, Value, |st, sb, _r| {
-    let processes: Vec<Value> = sb
-        .procs
-        .running()
+    let ours = sb.procs.running();
+    // Processes the provider started itself, e.g. a template's start command (envd lists
+    // those too: it started them).
+    let theirs: Vec<Value> = st
+        .provider
+        .process_list(&sb.provider_id)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.running && !ours.iter().any(|e| e.pid == p.pid))
+        .map(|p| json!({"config": {"cmd": "/bin/bash", "args": ["-l", "-c", p.cmd], "envs": {}}, "pid": p.pid}))
+        .collect();
+    let mut processes: Vec<Value> = ours
         .iter()
         .map(|e| {
             let mut v = json!({"config": e.config, "pid": e.pid});
@@ -378,6 +388,7 @@ unary_fn!(process_list, Value, |st, sb, _r| {
             v
         })
         .collect();
+    processes.extend(theirs);
     Ok(json!({ "processes": processes }))
 });
 

@@ -7,7 +7,7 @@
 //!
 //! # Routing (one port)
 //!
-//! Every request goes through [`dispatch`], in this order:
+//! Every request goes through `dispatch`, in this order:
 //!
 //! 1. `Host: {port}-{id}.<anything>` (what `Sandbox.get_host(port)` returns, with the
 //!    `domain` this server reports, `localhost:<port>`): port 49983 is envd of sandbox `id`,
@@ -32,13 +32,15 @@
 //! # Lifecycle
 //!
 //! Sandboxes expire at their end time (the provider kills them); [`serve`] runs until its
-//! shutdown future resolves and then destroys every sandbox it created.
+//! shutdown future resolves and then destroys every sandbox it created, and removes every
+//! template built through the template API (`templates`, protocol doc §8.1).
 
 mod connect;
 mod control;
 mod envd;
 mod procs;
 mod proxy;
+mod templates;
 
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
@@ -114,6 +116,10 @@ pub(crate) struct AppState {
     sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
     by_provider: Mutex<HashMap<String, String>>,
     pub http: Client<HttpConnector, Body>,
+    /// Templates built through the template API.
+    pub templates: templates::Store,
+    /// `http://<listen address>`: where upload URLs point.
+    pub base_url: String,
 }
 
 impl AppState {
@@ -356,7 +362,13 @@ async fn dispatch(st: Arc<AppState>, routers: Arc<Routers>, mut req: Request) ->
             }
         }
         None => {
-            if req.uri().path() != "/health" && !authorized(&st, &req) {
+            // Upload URLs carry their own one-time token, like presigned URLs.
+            let open = req.uri().path() == "/health" || req.uri().path().starts_with("/_upload/");
+            if !open && !authorized(&st, &req) {
+                // Read what the client sent first: a response before its body makes hyper
+                // close the connection, and a client that reuses it from its pool (the SDK
+                // after a refused create) sees "disconnected without a response".
+                let _ = axum::body::to_bytes(req.into_body(), 1 << 20).await;
                 return json_error(
                     StatusCode::UNAUTHORIZED,
                     "Invalid API key, please visit https://e2b.dev/docs/api-key",
@@ -385,7 +397,14 @@ pub async fn serve(
         sandboxes: Mutex::new(HashMap::new()),
         by_provider: Mutex::new(HashMap::new()),
         http: Client::builder(TokioExecutor::new()).build_http(),
+        templates: templates::Store::new(std::env::temp_dir().join(format!(
+            "scenario-run-serve-{}-{}",
+            std::process::id(),
+            addr.port()
+        ))),
+        base_url: format!("http://{addr}"),
     });
+    let state = st.clone();
     let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });
     let app = Router::new().fallback(move |req: Request| dispatch(st.clone(), routers.clone(), req));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -403,7 +422,14 @@ pub async fn serve(
             let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await;
         }
     }
-    Ok(provider.destroy_all().await)
+    let destroyed = provider.destroy_all().await;
+    // Templates made through the API go with the server.
+    for id in state.templates.ids() {
+        provider.remove_template(&id).await;
+    }
+    provider.remove_builds().await;
+    state.templates.remove_all();
+    Ok(destroyed)
 }
 
 #[cfg(test)]

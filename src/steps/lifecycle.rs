@@ -7,8 +7,6 @@ use serde_json::{json, Value as J};
 use super::{Args, SandboxRef, StepCtx, StepError, StepResult};
 use crate::provider::{CreateRequest, SandboxInfo};
 
-const DEFAULT_LIFETIME_SECS: u64 = 300;
-
 fn info_json(i: &SandboxInfo) -> J {
     json!({
         "id": i.id, "template": i.template, "metadata": i.metadata,
@@ -29,7 +27,7 @@ pub async fn create(ctx: &mut StepCtx, args: &J) -> StepResult {
     metadata.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
     let req = CreateRequest {
         template: template.clone(),
-        timeout_secs: Some(a.opt_duration("timeout")?.map_or(DEFAULT_LIFETIME_SECS, |d| d.as_secs().max(1))),
+        timeout_secs: Some(a.opt_duration("timeout")?.unwrap_or(ctx.sandbox_ttl).as_secs().max(1)),
         metadata,
         envs: a.str_map("envs")?,
         cpu: a.opt_int("cpu")?.map(|v| v as u32),
@@ -103,7 +101,10 @@ pub async fn list(ctx: &mut StepCtx, args: &J) -> StepResult {
     if filter.is_empty() && !a.bool("all")? {
         filter.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
     }
-    let list = ctx.provider.list(&filter).await?;
+    let list = match a.opt_str("api_key") {
+        Some(key) => ctx.provider.list_with_key(&key, &filter).await?,
+        None => ctx.provider.list(&filter).await?,
+    };
     let ids: Vec<&str> = list.iter().map(|i| i.id.as_str()).collect();
     Ok(json!({ "ids": ids, "count": list.len(), "sandboxes": list.iter().map(info_json).collect::<Vec<_>>() }))
 }

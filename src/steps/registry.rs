@@ -133,7 +133,11 @@ const HTTP_FIELDS_COMMON: [Field; 7] = [
     f("headers", FieldType::StrMap, "request headers"),
     f("body", FieldType::Any, "request body: a string, or a mapping/list sent as JSON"),
     f("expect", FieldType::Object(HTTP_EXPECT), "expectations on the response"),
-    f("request_timeout", FieldType::Duration, "limit for one request (default 30s)"),
+    f(
+        "request_timeout",
+        FieldType::Duration,
+        "limit for one request (default 30s; 5s for each attempt under `eventually`)",
+    ),
 ];
 
 const HTTP_OUTPUTS: &[(&str, &str)] = &[
@@ -141,6 +145,7 @@ const HTTP_OUTPUTS: &[(&str, &str)] = &[
     ("body", "response body as text"),
     ("headers", "response headers (lowercase names)"),
     ("json", "the body parsed as JSON, or null"),
+    ("body_dropped", "bytes of the body beyond --max-output, read but not kept (0 normally)"),
     ("url", "the URL requested"),
 ];
 
@@ -152,6 +157,8 @@ const EXEC_OUTPUTS: &[(&str, &str)] = &[
     ("timed_out", "true if the command's timeout killed it"),
     ("pid", "process id in the sandbox"),
     ("duration_ms", "wall time"),
+    ("stdout_dropped", "bytes of stdout beyond --max-output, not kept (0 normally)"),
+    ("stderr_dropped", "bytes of stderr beyond --max-output, not kept"),
 ];
 
 const BUILD_FIELDS: &[Field] = &[
@@ -189,7 +196,7 @@ pub static REGISTRY: &[StepKind] = &[
         fields: &[
             f("template", FieldType::Str, "template name or id (default `base`)"),
             f("as", FieldType::Str, "alias for `sandbox:` and `{{ sandboxes.<alias> }}`"),
-            f("timeout", FieldType::Duration, "sandbox lifetime before it expires by itself (default 5m)"),
+            f("timeout", FieldType::Duration, "sandbox lifetime before it expires by itself (default `E2E_SANDBOX_TTL`, else 300 s)"),
             f("metadata", FieldType::StrMap, "metadata; always gains the run tag e2e=<run id>"),
             f("envs", FieldType::StrMap, "environment of every process in the sandbox"),
             f("keep", FieldType::Bool, "do not destroy at the end of the scenario"),
@@ -285,6 +292,7 @@ pub static REGISTRY: &[StepKind] = &[
         fields: &[
             f("metadata", FieldType::StrMap, "metadata filter; every pair must match"),
             f("all", FieldType::Bool, "no filter at all, not even the run tag"),
+            f("api_key", FieldType::Str, "ask with this API key instead of the configured one (e2b, alicloud): the invalid-key check"),
         ],
         matcher: false,
         free_keys: false,

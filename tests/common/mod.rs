@@ -60,3 +60,53 @@ pub fn expect_file(path: &Path, actual: &str) {
         panic!("{} differs (UPDATE_EXPECT=1 rewrites it):\n{diff}", path.display());
     }
 }
+
+/// Template builds on the local provider (and through `serve`) need root and bubblewrap; says
+/// why when they are missing.
+pub fn can_build() -> bool {
+    // SAFETY: getuid cannot fail.
+    let root = unsafe { libc::getuid() } == 0;
+    let bwrap = Command::new("bwrap").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !(root && bwrap) {
+        eprintln!("skipping: template builds need root and bubblewrap");
+    }
+    root && bwrap
+}
+
+/// The outputs of every step of `kind` in a JSON report.
+pub fn step_outputs(report: &Path, kind: &str) -> Vec<serde_json::Value> {
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let mut out = Vec::new();
+    for r in doc["results"].as_array().unwrap() {
+        for s in r["steps"].as_array().unwrap() {
+            if s["kind"] == kind {
+                out.push(s["outputs"].clone());
+            }
+        }
+    }
+    out
+}
+
+/// How many scenarios `--list <args>` selects.
+pub fn listed(args: &[&str]) -> usize {
+    let mut all = vec!["--no-progress", "--list"];
+    all.extend_from_slice(args);
+    text(&run(&all).stdout).lines().count()
+}
+
+/// The scenarios of a JSON report by outcome: the names that passed and (name, reason) of
+/// those skipped. Panics on any other outcome but xfail, and on an xfail whose pin is not strict.
+pub fn passed_and_skipped(report: &Path) -> (Vec<String>, Vec<(String, String)>) {
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let (mut passed, mut skipped) = (Vec::new(), Vec::new());
+    for res in r["results"].as_array().unwrap() {
+        let (name, outcome) = (res["name"].as_str().unwrap(), res["outcome"].as_str().unwrap());
+        match outcome {
+            "passed" => passed.push(name.to_string()),
+            "xfail" => assert!(res["known_issue"]["strict"].as_bool().unwrap(), "{name}: pins are strict"),
+            "skipped" => skipped.push((name.to_string(), res["reason"].as_str().unwrap().to_string())),
+            other => panic!("{name}: {other}: {res}"),
+        }
+    }
+    (passed, skipped)
+}

@@ -24,7 +24,7 @@
 //! # What a sandbox is
 //!
 //! `create` runs `sleep infinity` in a container named `sbx-<hex>` (the sandbox id) with
-//! `--network host` (the only network the local stack has), `--init` (tini reaps orphans),
+//! `--network none` (see Ports), `--init` (tini reaps orphans),
 //! working directory `/home/user`, `HOME=/home/user` and the create-time `envs` in the
 //! container's environment, so every process gets them. `cpu`/`memory_mb` become
 //! `NanoCpus`/`Memory`. Labels carry everything [`Provider::list`] and [`Provider::info`] need,
@@ -55,14 +55,22 @@
 //! (uploaded at create to `/run/scenario-run/bash_env.sh`) restores the requested one.
 //! Relative file paths are under `/home/user`. See `exec` and `files` for the details.
 //!
-//! # Ports: host networking
+//! # Ports: a network namespace per sandbox
 //!
-//! With `--network host` a port bound in the container *is* the host's port, so
-//! [`Provider::port_url`] is `http://127.0.0.1:<port>`, and **two sandboxes cannot bind the
-//! same port** (the second gets "address in use"), nor can a sandbox bind a port something on
-//! the host already uses. This provider therefore lacks [`Capability::IsolatedPorts`];
-//! scenarios that need it say so in `requires.capabilities` and are SKIPPED here. Filesystems
-//! and PID spaces are per container as usual.
+//! Containers run with `--network none`: each has its own network namespace with only a
+//! loopback, as local sandboxes do, so two sandboxes can serve the same port and nothing in
+//! a sandbox can reach the host's services or the network. [`Provider::port_url`] is a host
+//! `127.0.0.1:<ephemeral>` listener whose connections are made inside the container's
+//! namespace (the local provider's forwarder, entered through `/proc/<container pid>/ns/net`;
+//! so the engine must run on this machine, which a unix socket implies unless it is in a VM).
+//! Builds still use the host's network, to reach the package registries.
+//!
+//! `SCENARIO_RUN_DOCKER_NETWORK=host` puts sandboxes on the host's network instead (for an
+//! engine whose containers this machine cannot enter, or sandboxes that need the network):
+//! then a port bound in the container *is* the host's port, `port_url` is
+//! `http://127.0.0.1:<port>`, two sandboxes cannot bind the same port, and the provider lacks
+//! [`Capability::IsolatedPorts`], so scenarios that need it are SKIPPED. Filesystems and PID
+//! spaces are per container either way.
 //!
 //! # Lifecycle
 //!
@@ -78,12 +86,30 @@
 //! did not create (another run's) adopts it: it can then be used and killed, but
 //! `destroy_all` leaves it alone and it does not count in [`Provider::stats`].
 //!
+//! # Templates: build and deploy
+//!
+//! `build` is a real engine build (`POST /build`, the classic builder, `--network host`) of the
+//! template folder sent as a tar, with its log streamed line by line into the step's evidence.
+//! A public `BASE_IMAGE` default (`python:*`, `node:*`) is mapped to the local stack's offline
+//! `base-python` / `base-node`, and the log says so; a scenario's own `BASE_IMAGE` arg wins. A
+//! failing instruction is reported as `<folder>/Dockerfile:<line>: <instruction> exited with
+//! <code>` with the last lines of its output, and the image of the last step that finished is
+//! removed so no untagged layer is left. The image is tagged `<registry>/<name>:<digest12>`
+//! (plus `-<run tag>` unless kept, so two runs on one engine never remove each other's build)
+//! and pushed to the registry. `deploy` also registers the template under its name, so
+//! `create { template: <name> }` starts its start command in the background and waits up to
+//! 60 s for its ready command (or its ports). Builds happen once per digest per provider;
+//! `remove_builds` (the end of the run) removes the local tags of the builds not kept, and a
+//! kept build of the same digest is reused by the next run.
+//!
 //! # Engine
 //!
 //! `DOCKER_HOST` (`unix:///path`; default `unix:///var/run/docker.sock`). Only unix sockets
 //! are supported. Nothing is contacted until the first operation; if no engine answers there,
 //! `create` fails with an infrastructure error that says to run `.ci/local-stack.sh up`.
 
+mod build;
+pub(crate) use build::image_tag;
 mod exec;
 mod files;
 
@@ -103,9 +129,10 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, Notify, OnceCell};
 
+use super::forward::Forwarder;
 use super::{
-    Capability, CreateRequest, ExecRequest, ExecResult, FileEntry, LiveProcess, OutputChunk, ProcessInfo, Provider,
-    ProviderError, ProviderStats, Result, SandboxInfo,
+    BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
+    OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
 };
 use exec::ProcTable;
 
@@ -136,11 +163,15 @@ pub struct DockerOptions {
     pub registry: String,
     /// Explicit template → image mapping; wins over the naming rule.
     pub images: BTreeMap<String, String>,
+    /// Sandboxes on the host's network (`SCENARIO_RUN_DOCKER_NETWORK=host`) instead of a
+    /// loopback-only network namespace of their own (`none`, the default).
+    pub host_network: bool,
 }
 
 impl DockerOptions {
     /// From the environment (`DOCKER_HOST`, `SCENARIO_RUN_DOCKER_IMAGES`,
-    /// `SCENARIO_RUN_DOCKER_REGISTRY`, `LOCAL_STACK_REGISTRY`); empty values count as unset.
+    /// `SCENARIO_RUN_DOCKER_REGISTRY`, `LOCAL_STACK_REGISTRY`, `SCENARIO_RUN_DOCKER_NETWORK`);
+    /// empty values count as unset.
     pub fn from_env(env: &BTreeMap<String, String>) -> Self {
         let get = |k: &str| env.get(k).filter(|v| !v.trim().is_empty()).map(|v| v.trim().to_string());
         let host = get("DOCKER_HOST").unwrap_or_else(|| DEFAULT_DOCKER_HOST.into());
@@ -156,7 +187,8 @@ impl DockerOptions {
                     .collect()
             })
             .unwrap_or_default();
-        Self { host, registry, images }
+        let host_network = get("SCENARIO_RUN_DOCKER_NETWORK").is_some_and(|n| n == "host");
+        Self { host, registry, images, host_network }
     }
 
     /// The image that runs `template`.
@@ -195,7 +227,19 @@ struct Inner {
     in_flight: AtomicUsize,
     in_flight_changed: Notify,
     shutting_down: AtomicBool,
+    /// Template builds by digest: each is made once per provider (per run).
+    builds: Mutex<HashMap<String, Arc<OnceCell<Arc<build::Image>>>>>,
+    /// Templates `create` knows by name: registered by `build` (image only) or `deploy`.
+    templates: Mutex<HashMap<String, Registered>>,
+    /// Appended to the tags of builds that are not kept, so that two runs on one engine
+    /// building the same digest never remove each other's image.
+    run_tag: String,
 }
+
+type Registered = super::registered::Registered<build::Image>;
+
+/// How long `create` waits for a deployed template's ready command.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 struct Sandbox {
     /// The container's name, which is the sandbox id.
@@ -209,6 +253,9 @@ struct Sandbox {
     gone: AtomicBool,
     /// Connected to, not created by this provider.
     adopted: bool,
+    /// Into the container's network namespace, made by the first `port_url`; None when the
+    /// container is on the host's network.
+    fwd: OnceCell<Option<Forwarder>>,
 }
 
 fn now_ms() -> u64 {
@@ -297,7 +344,8 @@ impl Inner {
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
         let docker = self.client().await?.clone();
         let template = if req.template.is_empty() { "base".to_string() } else { req.template.clone() };
-        let image = self.opts.image_for(&template);
+        let tpl = self.templates.lock().expect("templates").get(&template).cloned();
+        let image = tpl.as_ref().map_or_else(|| self.opts.image_for(&template), |t| t.built.tag.clone());
         let id = format!("sbx-{}", random_hex(6));
         let now = now_ms();
         let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
@@ -312,9 +360,12 @@ impl Inner {
         labels.insert(LABEL_META_KEYS.into(), serde_json::to_string(&keys).unwrap_or_default());
 
         let mut env = vec![format!("HOME={HOME}")];
+        if let Some(t) = &tpl {
+            env.extend(t.envs.iter().map(|(k, v)| format!("{k}={v}")));
+        }
         env.extend(req.envs.iter().map(|(k, v)| format!("{k}={v}")));
         let host_config = HostConfig {
-            network_mode: Some("host".into()),
+            network_mode: Some(if self.opts.host_network { "host" } else { "none" }.into()),
             init: Some(true),
             nano_cpus: req.cpu.map(|c| i64::from(c) * 1_000_000_000),
             memory: req.memory_mb.map(|m| (m as i64).saturating_mul(1024 * 1024)),
@@ -356,9 +407,11 @@ impl Inner {
             started_at: now / 1000,
             end_at_ms: Mutex::new(end_ms),
             deadline_changed: Notify::new(),
-            procs: ProcTable::new(docker, id.clone()),
+            procs: ProcTable::new(docker, id.clone())
+                .with_default_cwd(tpl.as_ref().and_then(|t| t.built.workdir.clone())),
             gone: AtomicBool::new(false),
             adopted: false,
+            fwd: OnceCell::new(),
         });
         {
             // Register and count under one lock so peak_live is exact.
@@ -370,7 +423,47 @@ impl Inner {
             st.peak_live = st.peak_live.max(st.live);
         }
         tokio::spawn(expire(Arc::downgrade(self), sb.clone()));
+        if let Some(t) = tpl.as_ref().filter(|t| t.start.is_some()) {
+            let start = t.start.clone().expect("checked");
+            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports).await {
+                self.kill(&sb.id).await;
+                return Err(e);
+            }
+        }
         Ok(sb)
+    }
+
+    /// The build of `spec`'s digest: made now, or the one this provider made already.
+    /// Returns the image and whether it was reused.
+    async fn build(&self, spec: &BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<(Arc<build::Image>, bool)> {
+        let docker = self.client().await?.clone();
+        let digest = spec.template.digest.clone();
+        let cell = self.builds.lock().expect("builds").entry(digest.clone()).or_default().clone();
+        let mut fresh = false;
+        let image = cell
+            .get_or_try_init(|| async {
+                let tag = build::image_tag(&self.opts.registry, &spec.template.def.name, &digest);
+                let tag = if spec.keep {
+                    if let Some(image) = build::reuse(&docker, spec, &tag).await {
+                        let _ = log.send(format!("reusing the kept build {tag} of {digest}"));
+                        return Ok(Arc::new(image));
+                    }
+                    tag
+                } else {
+                    format!("{tag}-{}", self.run_tag)
+                };
+                fresh = true;
+                build::build(&docker, spec, Some(&self.opts.registry), &tag, None, log.clone()).await.map(Arc::new)
+            })
+            .await?
+            .clone();
+        if !fresh {
+            let _ = log.send(format!("cached: {} ({digest}) was built before as {}; its log:", image.name, image.tag));
+            for l in &image.log {
+                let _ = log.send(l.clone());
+            }
+        }
+        Ok((image, !fresh))
     }
 
     /// Unregisters and removes `id`; false if unknown.
@@ -382,6 +475,9 @@ impl Inner {
         sb.gone.store(true, Ordering::SeqCst);
         sb.deadline_changed.notify_one();
         sb.procs.mark_all_gone();
+        if let Some(Some(fwd)) = sb.fwd.get() {
+            fwd.stop();
+        }
         if let Ok(docker) = self.client().await {
             remove_container(docker, id).await;
         }
@@ -436,6 +532,33 @@ fn remove_now(sock: &str, id: &str) {
         let mut buf = [0u8; 512];
         let _ = s.read(&mut buf);
     }
+}
+
+/// What a builder takes over from an image besides its files.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ImageConfig {
+    /// `NAME=value` entries.
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+    pub cmd: Option<Vec<String>>,
+}
+
+/// Unpacks a container export into `dest`, keeping modes and owners, skipping device nodes.
+fn unpack_rootfs(tar_path: &std::path::Path, dest: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dest)?;
+    let mut archive = tar::Archive::new(std::fs::File::open(tar_path)?);
+    archive.set_preserve_permissions(true);
+    archive.set_preserve_ownerships(true);
+    archive.set_preserve_mtime(true);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let kind = entry.header().entry_type();
+        if kind.is_character_special() || kind.is_block_special() {
+            continue;
+        }
+        entry.unpack_in(dest)?;
+    }
+    Ok(())
 }
 
 async fn pull(docker: &Docker, image: &str, template: &str) -> Result<()> {
@@ -546,12 +669,94 @@ impl DockerProvider {
                 in_flight: AtomicUsize::new(0),
                 in_flight_changed: Notify::new(),
                 shutting_down: AtomicBool::new(false),
+                builds: Mutex::new(HashMap::new()),
+                templates: Mutex::new(HashMap::new()),
+                run_tag: random_hex(4),
             }),
         }
     }
 
     pub fn options(&self) -> &DockerOptions {
         &self.inner.opts
+    }
+
+    /// Builds `spec` on the engine as `tag` and pushes it (with `auth` when given), for a
+    /// platform that makes templates from pushed images (the alicloud ACR path). Public
+    /// `BASE_IMAGE` defaults are mapped to the offline bases in `bases` when given. Returns
+    /// once the image is in the registry.
+    pub(crate) async fn build_and_push(
+        &self,
+        spec: &BuildSpec,
+        bases: Option<&str>,
+        tag: &str,
+        auth: Option<(&str, &str)>,
+        log: mpsc::UnboundedSender<String>,
+    ) -> Result<()> {
+        let docker = self.inner.client().await?;
+        let registry = tag.split('/').next().unwrap_or_default();
+        let creds = auth.map(|(u, p)| bollard::auth::DockerCredentials {
+            username: Some(u.to_string()),
+            password: Some(p.to_string()),
+            serveraddress: Some(registry.to_string()),
+            ..Default::default()
+        });
+        build::build(docker, spec, bases, tag, creds, log).await.map(|_| ())
+    }
+
+    /// Removes the engine's tag `tag` (not the pushed copy); false if it was not there.
+    pub(crate) async fn remove_image(&self, tag: &str) -> bool {
+        match self.inner.client().await {
+            Ok(docker) => build::remove(docker, tag).await,
+            Err(_) => false,
+        }
+    }
+
+    /// Unpacks the filesystem of `image` (pulled if the engine lacks it) into `dest`, for a
+    /// builder that uses images without running them (the local provider's `FROM`). Device
+    /// nodes are skipped. Returns the image's ENV, WORKDIR and CMD.
+    pub(crate) async fn export_image(&self, image: &str, dest: &std::path::Path) -> Result<ImageConfig> {
+        let docker = self.inner.client().await?;
+        let inspected = match docker.inspect_image(image).await {
+            Ok(i) => i,
+            Err(_) => {
+                pull(docker, image, image).await?;
+                docker.inspect_image(image).await.map_err(|e| api_err(e, &format!("inspect {image}")))?
+            }
+        };
+        let config = inspected.config.unwrap_or_default();
+        let name = format!("sr-export-{}", random_hex(6));
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            cmd: Some(vec!["true".into()]),
+            network_disabled: Some(true),
+            ..Default::default()
+        };
+        let opts = CreateContainerOptionsBuilder::default().name(&name).build();
+        docker
+            .create_container(Some(opts), body)
+            .await
+            .map_err(|e| api_err(e, &format!("create a container of {image}")))?;
+        let tar_path = dest.with_extension("tar");
+        let exported = async {
+            let mut file = tokio::fs::File::create(&tar_path).await?;
+            let mut stream = docker.export_container(&name);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()))?;
+                tokio::io::AsyncWriteExt::write_all(&mut file, &chunk).await?;
+            }
+            tokio::io::AsyncWriteExt::flush(&mut file).await?;
+            let (t, d) = (tar_path.clone(), dest.to_path_buf());
+            tokio::task::spawn_blocking(move || unpack_rootfs(&t, &d)).await.map_err(std::io::Error::other)?
+        }
+        .await;
+        remove_container(docker, &name).await;
+        let _ = std::fs::remove_file(&tar_path);
+        exported.map_err(|e| ProviderError::infra(format!("cannot export {image} into {}: {e}", dest.display())))?;
+        Ok(ImageConfig {
+            env: config.env.unwrap_or_default(),
+            workdir: config.working_dir.filter(|w| !w.is_empty()),
+            cmd: config.cmd.filter(|c| !c.is_empty()),
+        })
     }
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
@@ -588,7 +793,62 @@ impl Provider for DockerProvider {
     }
 
     fn capabilities(&self) -> &[Capability] {
-        &[Capability::Ports, Capability::Files, Capability::Processes]
+        const HOST: &[Capability] = &[Capability::Ports, Capability::Files, Capability::Processes, Capability::Build];
+        const ISOLATED: &[Capability] = &[
+            Capability::Ports,
+            Capability::Files,
+            Capability::Processes,
+            Capability::Build,
+            Capability::IsolatedPorts,
+        ];
+        if self.inner.opts.host_network {
+            HOST
+        } else {
+            ISOLATED
+        }
+    }
+
+    async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput> {
+        let (image, cached) = self.inner.build(&spec, log).await?;
+        let def = &spec.template.def;
+        let mut templates = self.inner.templates.lock().expect("templates");
+        // A deploy of the same digest wins: building again must not drop its start command.
+        let deployed = templates.get(&def.name).is_some_and(|t| t.start.is_some() && t.built.digest == image.digest);
+        if !deployed {
+            templates.insert(def.name.clone(), registered(&image, def, false));
+        }
+        Ok(BuildOutput { image: image.tag.clone(), digest: image.digest.clone(), cached })
+    }
+
+    async fn deploy(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<DeployOutput> {
+        let (image, cached) = self.inner.build(&spec, log.clone()).await?;
+        let def = &spec.template.def;
+        let reg = registered(&image, def, true);
+        let _ = log.send(reg.note(&format!("{} ({})", def.name, image.tag)));
+        self.inner.templates.lock().expect("templates").insert(def.name.clone(), reg);
+        Ok(DeployOutput {
+            template_id: def.name.clone(),
+            image: image.tag.clone(),
+            digest: image.digest.clone(),
+            cached,
+        })
+    }
+
+    /// Removes the local tags of the builds not kept (the pushed copies stay in the registry:
+    /// see `build::remove`).
+    async fn remove_builds(&self) -> usize {
+        self.inner.templates.lock().expect("templates").clear();
+        let builds: Vec<_> = self.inner.builds.lock().expect("builds").drain().collect();
+        let Ok(docker) = self.inner.client().await else { return 0 };
+        let mut removed = 0;
+        for (_, cell) in builds {
+            if let Some(image) = cell.get().filter(|i| !i.keep) {
+                if build::remove(docker, &image.tag).await {
+                    removed += 1;
+                }
+            }
+        }
+        removed
     }
 
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
@@ -668,6 +928,7 @@ impl Provider for DockerProvider {
             procs: ProcTable::new(docker, name.clone()),
             gone: AtomicBool::new(false),
             adopted: true,
+            fwd: OnceCell::new(),
         });
         let sb = self.inner.sandboxes.lock().expect("sandboxes").entry(name).or_insert(sb).clone();
         tokio::spawn(expire(Arc::downgrade(&self.inner), sb.clone()));
@@ -809,9 +1070,38 @@ impl Provider for DockerProvider {
     }
 
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {
-        self.get(id)?;
-        // Host networking: the container's port is the host's.
-        Ok(format!("http://127.0.0.1:{port}"))
+        let sb = self.get(id)?;
+        let docker = self.inner.client().await?;
+        let fwd = sb
+            .fwd
+            .get_or_try_init(|| async {
+                let c = docker
+                    .inspect_container(id, None::<InspectContainerOptions>)
+                    .await
+                    .map_err(|e| api_err(e, "inspect the container"))?;
+                if c.host_config.and_then(|h| h.network_mode).as_deref() == Some("host") {
+                    return Ok(None);
+                }
+                match c.state.and_then(|s| s.pid).filter(|p| *p > 0) {
+                    Some(pid) => Ok(Some(Forwarder::new(pid as u32))),
+                    None => Err(ProviderError::infra(format!("sandbox {id} is not running"))),
+                }
+            })
+            .await?;
+        match fwd {
+            Some(f) => Ok(format!(
+                "http://127.0.0.1:{}",
+                f.host_port(port).await.map_err(|e| {
+                    ProviderError::infra(format!(
+                        "{} (the engine's containers must be visible in this machine's /proc; \
+                     else set SCENARIO_RUN_DOCKER_NETWORK=host)",
+                        e.message
+                    ))
+                })?
+            )),
+            // Host networking: the container's port is the host's.
+            None => Ok(format!("http://127.0.0.1:{port}")),
+        }
     }
 
     async fn destroy_all(&self) -> usize {
@@ -858,6 +1148,63 @@ impl Provider for DockerProvider {
 
     fn stats(&self) -> ProviderStats {
         self.inner.stats.lock().expect("stats").clone()
+    }
+}
+
+/// What `create` uses for a build (`deploy`: with the start and ready commands).
+fn registered(image: &Arc<build::Image>, def: &crate::templates::TemplateDef, deploy: bool) -> Registered {
+    Registered::new(image, def, deploy, image.cmd.as_deref(), &image.ports)
+}
+
+/// Starts a deployed template's start command in `sb` (a background process of the sandbox)
+/// and waits until its ready command exits 0 (or, without one, until every port accepts
+/// connections), as the local provider does.
+async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, ports: &[u16]) -> Result<()> {
+    let req = ExecRequest { cmd: start.to_string(), ..Default::default() };
+    let p = sb.procs.launch(&req, None, false).await?;
+    let probe = match ready {
+        Some(r) => r.to_string(),
+        None if !ports.is_empty() => ports
+            .iter()
+            .map(|p| format!("(echo > /dev/tcp/127.0.0.1/{p}) 2>/dev/null"))
+            .collect::<Vec<_>>()
+            .join(" && "),
+        None => return Ok(()),
+    };
+    let output = |p: &exec::Proc| {
+        let r = p.result(false);
+        let mut text = String::from_utf8_lossy(&r.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&r.stderr));
+        let tail: Vec<&str> = text.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect();
+        (r.exit_code, tail.join("\n"))
+    };
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        if p.finished() {
+            let (code, tail) = output(&p);
+            return Err(ProviderError::infra(format!(
+                "the template's start command `{start}` exited ({}) before it was ready: {tail}",
+                code.map_or("killed".to_string(), |c| format!("exit {c}")),
+            )));
+        }
+        let check = ExecRequest { cmd: probe.clone(), timeout: Some(Duration::from_secs(10)), ..Default::default() };
+        let q = sb.procs.launch(&check, None, false).await?;
+        let r = q.finish(check.timeout).await;
+        sb.procs.remove(&q);
+        if r.exit_code == Some(0) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let (_, tail) = output(&p);
+            return Err(ProviderError::new(
+                super::ErrorKind::Timeout,
+                format!(
+                    "the template did not become ready within {}s (`{probe}`); the start command `{start}` printed: {tail}",
+                    READY_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

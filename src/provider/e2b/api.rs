@@ -368,7 +368,7 @@ mod tests {
 
     fn api(pairs: &[(&str, &str)]) -> Api {
         let env = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Api::new(reqwest::Client::new(), Config::from_env(Preset::E2b, &env).unwrap())
+        Api::new(crate::net::client_builder().build().unwrap(), Config::from_env(Preset::E2b, &env).unwrap())
     }
 
     #[test]

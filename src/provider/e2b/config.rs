@@ -15,6 +15,7 @@
 //! | create/connect route | `E2B_SANDBOX_CREATE_API=v1\|v2`, default `v1` | same variable, default `v2` |
 //! | control-plane auth header | `Authorization: Bearer <key>` | `X-API-KEY: <key>` |
 //! | port URLs | `SCENARIO_RUN_E2B_PORT_URL` (a template, see below) | same |
+//! | ACR for image templates ([`Acr`]) | `SCENARIO_RUN_ACR_REGISTRY`, `SCENARIO_RUN_ACR_PULL_REGISTRY`, `SCENARIO_RUN_ACR_USERNAME`/`_PASSWORD`, else `ALIBABA_CLOUD_ACCESS_KEY_ID`/`_SECRET` | not read |
 //!
 //! Empty values count as unset. The `e2b` preset deliberately ignores the `ABX_*` variables,
 //! so an Alibaba key is never sent to E2B's API; the `alicloud` preset falls back to the
@@ -118,7 +119,50 @@ pub struct Config {
     pub auth: AuthStyle,
     /// `SCENARIO_RUN_E2B_PORT_URL`: template for port URLs.
     pub port_url_template: Option<String>,
+    /// Alibaba ACR settings for templates built from a pushed image (alicloud only).
+    pub acr: Option<Acr>,
     api_key: Option<String>,
+}
+
+/// Where the alicloud preset pushes template images, and how it logs in (the ACR path of
+/// `build`/`deploy`, see the `acr` module):
+///
+/// * `SCENARIO_RUN_ACR_REGISTRY`: `<registry host>/<namespace>`, where images are pushed
+///   (e.g. `xxx-registry.cn-beijing.cr.aliyuncs.com/ns`);
+/// * `SCENARIO_RUN_ACR_PULL_REGISTRY`: the same repository as the platform reaches it (FC
+///   wants the VPC address, `xxx-registry-vpc.cn-beijing.cr.aliyuncs.com/ns`); default the
+///   push address;
+/// * `SCENARIO_RUN_ACR_USERNAME` and `SCENARIO_RUN_ACR_PASSWORD`, else the AccessKey pair
+///   `ALIBABA_CLOUD_ACCESS_KEY_ID` / `ALIBABA_CLOUD_ACCESS_KEY_SECRET` (what `docker login`
+///   to ACR accepts as the fallback); with neither, no login (a registry without auth);
+/// * `SCENARIO_RUN_DOCKER_REGISTRY` or `LOCAL_STACK_REGISTRY`: offline bases for public
+///   `BASE_IMAGE` defaults, as on the docker provider (unset: the public image is used).
+#[derive(Clone)]
+pub struct Acr {
+    pub registry: String,
+    pub pull_registry: String,
+    pub bases: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+impl Acr {
+    /// (username, password) for the registry, if both are set.
+    pub fn login(&self) -> Option<(&str, &str)> {
+        Some((self.username.as_deref()?, self.password.as_deref()?))
+    }
+}
+
+impl fmt::Debug for Acr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acr")
+            .field("registry", &self.registry)
+            .field("pull_registry", &self.pull_registry)
+            .field("bases", &self.bases)
+            .field("username", &self.username.as_ref().map(|_| "<set>"))
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl fmt::Debug for Config {
@@ -131,6 +175,7 @@ impl fmt::Debug for Config {
             .field("create_api", &self.create_api)
             .field("auth", &self.auth)
             .field("port_url_template", &self.port_url_template)
+            .field("acr", &self.acr)
             .field("api_key", &if self.api_key.is_some() { "<redacted>" } else { "<unset>" })
             .finish()
     }
@@ -195,7 +240,29 @@ impl Config {
                 )));
             }
         }
+        let acr = match preset {
+            Preset::Alicloud => get(env, &["SCENARIO_RUN_ACR_REGISTRY"]).map(|r| {
+                let registry = r.trim_end_matches('/').to_string();
+                let (username, password) =
+                    match (get(env, &["SCENARIO_RUN_ACR_USERNAME"]), get(env, &["SCENARIO_RUN_ACR_PASSWORD"])) {
+                        (Some(u), Some(p)) => (Some(u), Some(p)),
+                        _ => {
+                            (get(env, &["ALIBABA_CLOUD_ACCESS_KEY_ID"]), get(env, &["ALIBABA_CLOUD_ACCESS_KEY_SECRET"]))
+                        }
+                    };
+                Acr {
+                    pull_registry: get(env, &["SCENARIO_RUN_ACR_PULL_REGISTRY"])
+                        .map_or_else(|| registry.clone(), |p| p.trim_end_matches('/').to_string()),
+                    registry,
+                    bases: get(env, &["SCENARIO_RUN_DOCKER_REGISTRY", "LOCAL_STACK_REGISTRY"]).map(str::to_string),
+                    username: username.map(str::to_string),
+                    password: password.map(str::to_string),
+                }
+            }),
+            Preset::E2b => None,
+        };
         Ok(Self {
+            acr,
             preset,
             api_url,
             domain,
@@ -205,6 +272,11 @@ impl Config {
             port_url_template,
             api_key: key.map(str::to_string),
         })
+    }
+
+    /// The same configuration with another key.
+    pub fn with_api_key(&self, key: &str) -> Config {
+        Config { api_key: Some(key.to_string()), ..self.clone() }
     }
 
     pub fn api_key(&self) -> Option<&str> {
@@ -275,6 +347,40 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn acr_settings_are_alicloud_only_and_the_secret_is_hidden() {
+        let vars = env(&[
+            ("SCENARIO_RUN_ACR_REGISTRY", "r-registry-vpc.cn-beijing.cr.aliyuncs.com/ns/"),
+            ("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAIid"),
+            ("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "s3cr3t-value"),
+        ]);
+        let c = Config::from_env(Preset::Alicloud, &vars).unwrap();
+        let acr = c.acr.as_ref().unwrap();
+        assert_eq!(acr.registry, "r-registry-vpc.cn-beijing.cr.aliyuncs.com/ns");
+        assert_eq!(acr.pull_registry, acr.registry);
+        assert_eq!(acr.login(), Some(("LTAIid", "s3cr3t-value")), "the AccessKey pair is the fallback login");
+        assert_eq!(acr.bases, None);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cr3t-value") && !shown.contains("LTAIid"), "{shown}");
+        assert!(Config::from_env(Preset::E2b, &vars).unwrap().acr.is_none());
+
+        // An explicit registry login wins over the AccessKey pair; pulls may use another address.
+        let mut vars = vars;
+        vars.extend(env(&[
+            ("SCENARIO_RUN_ACR_USERNAME", "robot"),
+            ("SCENARIO_RUN_ACR_PASSWORD", "pw-value"),
+            ("SCENARIO_RUN_ACR_PULL_REGISTRY", "r-registry-vpc.internal/ns"),
+            ("LOCAL_STACK_REGISTRY", "localhost:5000"),
+        ]));
+        let acr = Config::from_env(Preset::Alicloud, &vars).unwrap().acr.unwrap();
+        assert_eq!(acr.login(), Some(("robot", "pw-value")));
+        assert_eq!(
+            (acr.pull_registry.as_str(), acr.bases.as_deref()),
+            ("r-registry-vpc.internal/ns", Some("localhost:5000"))
+        );
+        assert!(!format!("{acr:?}").contains("pw-value"));
     }
 
     #[test]

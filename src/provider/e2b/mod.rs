@@ -41,9 +41,13 @@
 //! * `port_url` → `https://{port}-{id}.{domain}` (`http://` for loopback domains; see
 //!   `config`).
 //!
-//! Not supported: E2B debug mode (`E2B_DEBUG`), pause, metrics, PTYs, template builds.
+//! * `build`/`deploy`/`remove_builds` → the template build API (§8.1); see `build`.
+//!
+//! Not supported: E2B debug mode (`E2B_DEBUG`), pause, metrics, PTYs.
 
+mod acr;
 mod api;
+pub mod build;
 pub mod config;
 mod connect;
 mod envd;
@@ -98,10 +102,11 @@ struct Inner {
     in_flight: AtomicUsize,
     in_flight_changed: Notify,
     shutting_down: AtomicBool,
+    builds: build::Builds,
 }
 
 fn http_client() -> Result<reqwest::Client> {
-    reqwest::Client::builder()
+    crate::net::client_builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(20)
@@ -137,6 +142,7 @@ impl E2bProvider {
     /// key: [`Provider::required_credentials`] then names the variable to set.
     pub fn new(preset: Preset, env: &BTreeMap<String, String>) -> Result<Self> {
         let cfg = Config::from_env(preset, env)?;
+        let cfg_acr = cfg.acr.clone();
         Ok(Self {
             inner: Arc::new(Inner {
                 api: Api::new(http_client()?, cfg),
@@ -147,12 +153,29 @@ impl E2bProvider {
                 in_flight: AtomicUsize::new(0),
                 in_flight_changed: Notify::new(),
                 shutting_down: AtomicBool::new(false),
+                builds: build::Builds::new(cfg_acr.map(|a| acr::AcrImages::new(a, env))),
             }),
         })
     }
 
     pub fn config(&self) -> &Config {
         &self.inner.api.cfg
+    }
+
+    /// A template from an image built elsewhere (e.g. pushed to Alibaba ACR): `fromImage`
+    /// with optional registry credentials, `def`'s resources and start/ready commands; see
+    /// [`build::build_from_image`]. The template is deleted by `remove_builds` at the end of
+    /// the run. Returns its ID.
+    pub async fn build_from_image(
+        &self,
+        image: &str,
+        registry: Option<&build::RegistryAuth>,
+        def: &crate::templates::TemplateDef,
+        log: &mpsc::UnboundedSender<String>,
+    ) -> Result<String> {
+        let id = build::build_from_image(&self.inner.api, image, registry, def, log).await?;
+        self.inner.builds.record(&id, false);
+        Ok(id)
     }
 }
 
@@ -249,7 +272,7 @@ impl Inner {
                 )
             })?
             .map_err(|e| e.into_provider(what, &envd.id))?;
-        let proc = Proc::new(pid, req.cmd.clone());
+        let proc = Proc::new(pid, req.cmd.clone(), req.max_output);
         if let Some(input) = &req.stdin {
             let b64 = base64::engine::general_purpose::STANDARD.encode(input);
             let fed = async {
@@ -284,7 +307,7 @@ impl Inner {
         let mut stream =
             envd.stream(self.http(), "process.Process/Connect", &body, None, None, &what).await.map_err(not_found)?;
         let pid = process::read_start(&mut stream, &what).await.map_err(not_found)?;
-        let proc = Proc::new(pid, String::new());
+        let proc = Proc::new(pid, String::new(), None);
         self.procs.insert(id, proc.clone());
         tokio::spawn(process::drive(stream, proc.clone(), None, what, id.to_string()));
         Ok(proc)
@@ -360,7 +383,23 @@ impl Provider for E2bProvider {
 
     fn capabilities(&self) -> &[Capability] {
         // Every E2B sandbox is a VM of its own.
-        &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes]
+        &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes, Capability::Build]
+    }
+
+    async fn build(&self, spec: super::BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<super::BuildOutput> {
+        let digest = spec.template.digest.clone();
+        let (built, cached) = self.inner.builds.get(&self.inner.api, &spec, false, &log).await?;
+        Ok(super::BuildOutput { image: built.template_id, digest, cached })
+    }
+
+    async fn deploy(&self, spec: super::BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<super::DeployOutput> {
+        let digest = spec.template.digest.clone();
+        let (built, cached) = self.inner.builds.get(&self.inner.api, &spec, true, &log).await?;
+        Ok(super::DeployOutput { template_id: built.template_id.clone(), image: built.template_id, digest, cached })
+    }
+
+    async fn remove_builds(&self) -> usize {
+        self.inner.builds.remove(&self.inner.api).await
     }
 
     fn required_credentials(&self) -> Vec<String> {
@@ -435,6 +474,11 @@ impl Provider for E2bProvider {
         let mut out: Vec<SandboxInfo> = self.inner.api.list(metadata).await?.iter().map(|s| s.info(0, 0)).collect();
         out.sort_by_key(|i| (i.started_at, i.id.clone()));
         Ok(out)
+    }
+
+    async fn list_with_key(&self, api_key: &str, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>> {
+        let api = api::Api::new(self.inner.api.http.clone(), self.inner.api.cfg.with_api_key(api_key));
+        Ok(api.list(metadata).await?.iter().map(|s| s.info(0, 0)).collect())
     }
 
     async fn kill(&self, id: &str) -> Result<bool> {

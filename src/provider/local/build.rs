@@ -1,6 +1,10 @@
 //! Template builds on the local provider: a Dockerfile applied as a layer over the host's `/`.
 //!
-//! `FROM` maps to the host's root filesystem (the build log says so). The other instructions
+//! `FROM` maps to the host's root filesystem (the build log says so), unless images come from
+//! a Docker engine (`SCENARIO_RUN_LOCAL_IMAGES=docker`): then the FROM image is exported from
+//! it into the build's `base/`, which is stacked under the build and under every sandbox made
+//! from the template (`lowerdir=<layer>:<base>:/`), and its ENV, WORKDIR and CMD are the
+//! starting state. The base goes with the build directory. The other instructions
 //! run in a **build sandbox**: the usual bubblewrap sandbox over an overlay of `/`, except
 //! that it keeps the host's network (`--share-net`, so pip and npm reach the registries) and
 //! sees the template folder read-only at [`CONTEXT`]. RUN is a command in it, COPY is `cp -a`
@@ -26,6 +30,8 @@ use tokio::sync::mpsc;
 
 use super::process::{self, Target};
 use super::sandbox::{Layout, NsSandbox};
+use crate::provider::docker::{DockerProvider, ImageConfig};
+use crate::provider::registered::BuildLog;
 use crate::provider::{ExecRequest, OutputChunk, ProviderError, Result};
 use crate::templates::dockerfile::{shell_quote, Command, Inst};
 use crate::templates::BuildSpec;
@@ -58,6 +64,10 @@ pub(crate) struct Layer {
     pub ports: Vec<u16>,
     pub log: Vec<String>,
     pub keep: bool,
+    /// The `FROM` image's filesystem, stacked under `layer` (only when images come from an
+    /// engine; else `FROM` is the host's root).
+    #[serde(default)]
+    pub base: Option<PathBuf>,
 }
 
 /// `tpl-<name>-<first 12 hex digits of the digest>`, with unsafe characters replaced.
@@ -77,30 +87,17 @@ pub(crate) fn reuse(dir: &Path) -> Option<Layer> {
     serde_json::from_str(&text).ok()
 }
 
-/// Sends a line to the stream and keeps it for `build.json`.
-struct Log {
-    tx: mpsc::UnboundedSender<String>,
-    lines: Vec<String>,
-}
-
-impl Log {
-    fn line(&mut self, s: impl Into<String>) {
-        let s = s.into();
-        let _ = self.tx.send(s.clone());
-        self.lines.push(s);
-    }
-}
-
 /// Builds `spec` into `dir` (which must not exist yet). `owner` is written for builds not kept.
 pub(crate) async fn build(
     spec: &BuildSpec,
     dir: &Path,
     owner: &str,
+    images: Option<&DockerProvider>,
     tx: mpsc::UnboundedSender<String>,
 ) -> Result<Layer> {
     let started = Instant::now();
     let t = &spec.template;
-    let mut log = Log { tx, lines: Vec::new() };
+    let mut log = BuildLog::new(tx);
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| ProviderError::infra(format!("cannot create {}: {e}", dir.display())))?;
     let marker = if spec.keep { (KEEP_FILE, String::new()) } else { (super::OWNER_FILE, owner.to_string()) };
@@ -109,14 +106,26 @@ pub(crate) async fn build(
     layout.upper = dir.join("layer");
     layout.share_net = true;
     layout.ro_binds.push((t.dir.clone(), CONTEXT.to_string()));
+    log.line(format!("building template {} ({}) from {}", t.def.name, t.digest, t.dir.display()));
+    let mut image = None;
+    if let (Some(engine), Some(from)) = (images, from_image(spec)) {
+        let base = dir.join("base");
+        let t0 = Instant::now();
+        let config = engine.export_image(&from, &base).await?;
+        log.line(format!(
+            "FROM {from}: its filesystem, exported from the Docker engine in {:.1}s, is the base layer (over the host's root)",
+            t0.elapsed().as_secs_f64()
+        ));
+        layout.lowers.push(base.clone());
+        image = Some((base, config));
+    }
     let l = layout.clone();
     tokio::task::spawn_blocking(move || l.create())
         .await
         .map_err(|e| ProviderError::infra(e.to_string()))?
         .map_err(|e| ProviderError::infra(format!("cannot prepare the build directory: {e}")))?;
-    log.line(format!("building template {} ({}) from {}", t.def.name, t.digest, t.dir.display()));
     let ns = NsSandbox::start(layout.clone()).await?;
-    let result = run_instructions(spec, &ns, &mut log).await;
+    let result = run_instructions(spec, &ns, image.as_ref().map(|(_, c)| c), &mut log).await;
     ns.stop().await;
     let _ = std::fs::remove_dir_all(&layout.work);
     let _ = std::fs::remove_dir_all(&layout.merged);
@@ -131,6 +140,7 @@ pub(crate) async fn build(
     layer.layer = layout.upper.clone();
     layer.home = layout.home.clone();
     layer.keep = spec.keep;
+    layer.base = image.map(|(b, _)| b);
     layer.log = log.lines;
     let json = serde_json::to_string_pretty(&layer).map_err(|e| ProviderError::infra(e.to_string()))?;
     std::fs::write(dir.join("build.json"), json)
@@ -139,7 +149,30 @@ pub(crate) async fn build(
     Ok(layer)
 }
 
-async fn run_instructions(spec: &BuildSpec, ns: &NsSandbox, log: &mut Log) -> Result<Layer> {
+/// The image `FROM` names, with the ARGs before it applied.
+fn from_image(spec: &BuildSpec) -> Option<String> {
+    let mut args: BTreeMap<String, String> = BTreeMap::new();
+    for ins in &spec.template.dockerfile.instructions {
+        match &ins.inst {
+            Inst::Arg { name, default } => {
+                let v = spec.build_args.get(name).cloned().or_else(|| default.as_ref().map(|d| d.expand(&args)));
+                if let Some(v) = v {
+                    args.insert(name.clone(), v);
+                }
+            }
+            Inst::From { image } => return Some(image.expand(&args)),
+            _ => {}
+        }
+    }
+    None
+}
+
+async fn run_instructions(
+    spec: &BuildSpec,
+    ns: &NsSandbox,
+    image: Option<&ImageConfig>,
+    log: &mut BuildLog,
+) -> Result<Layer> {
     let t = &spec.template;
     let df_name = &t.def.dockerfile;
     let target = Target::Ns { pid1: ns.pid1.pid() };
@@ -155,15 +188,23 @@ async fn run_instructions(spec: &BuildSpec, ns: &NsSandbox, log: &mut Log) -> Re
     let mut run_as: Option<String> = None;
     let mut cmd: Option<String> = None;
     let mut ports: Vec<u16> = Vec::new();
+    if let Some(img) = image {
+        // What a container of the image starts with.
+        env.extend(img.env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())));
+        workdir.clone_from(&img.workdir);
+        cmd = img.cmd.as_ref().map(|c| c.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "));
+    }
     for ins in &t.dockerfile.instructions {
         let at = format!("{df_name}:{}", ins.line);
         log.line(format!("#{} {}", ins.line, ins.text));
         match &ins.inst {
-            Inst::From { image } => {
-                let image = image.expand(&subst(&base, &args, &env));
-                log.line(format!(
-                    "  FROM {image}: the local provider builds over the host's root filesystem (FROM maps to /)"
-                ));
+            Inst::From { image: from } => {
+                let from = from.expand(&subst(&base, &args, &env));
+                if image.is_none() {
+                    log.line(format!(
+                        "  FROM {from}: the local provider builds over the host's root filesystem (FROM maps to /)"
+                    ));
+                }
             }
             Inst::Arg { name, default } => {
                 let value = spec
@@ -264,6 +305,7 @@ async fn run_instructions(spec: &BuildSpec, ns: &NsSandbox, log: &mut Log) -> Re
         ports,
         log: Vec::new(),
         keep: spec.keep,
+        base: None,
     })
 }
 
@@ -332,7 +374,7 @@ async fn run(
     env: &BTreeMap<String, String>,
     args: &BTreeMap<String, String>,
     cwd: &str,
-    log: &mut Log,
+    log: &mut BuildLog,
     at: &str,
 ) -> Result<()> {
     let mut full = base.clone();
@@ -344,7 +386,7 @@ async fn run(
     let guard = process::KillOnDrop(Some(p.clone()));
     let mut tail: Vec<String> = Vec::new();
     let mut partial = [String::new(), String::new()];
-    let mut emit = |text: &str, log: &mut Log| {
+    let mut emit = |text: &str, log: &mut BuildLog| {
         tail.push(text.to_string());
         if tail.len() > 5 {
             tail.remove(0);

@@ -9,7 +9,7 @@
 //! * `process` — running commands inside (via nsenter), the process table, timeouts;
 //! * `files` — the sandbox's files from the host via `/proc/<pid1>/root` and
 //!   `openat2(RESOLVE_IN_ROOT)`;
-//! * `forward` — host loopback ports forwarded into the sandbox's network namespace;
+//! * `super::forward` — host loopback ports forwarded into the sandbox's network namespace;
 //! * `sys` — the few raw system calls (pidfd, openat2, getrandom) and the spawner thread;
 //! * `build` — template builds: a Dockerfile applied in a networked build sandbox whose
 //!   overlay upper directory becomes a layer that `create` stacks over `/` (see there).
@@ -58,11 +58,12 @@
 
 mod build;
 mod files;
-mod forward;
 mod process;
 mod sandbox;
 mod sys;
 
+use super::docker::{DockerOptions, DockerProvider};
+use super::forward;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -103,6 +104,10 @@ pub struct LocalOptions {
     /// `$SCENARIO_RUN_STATE_DIR`, else `/tmp/scenario-run-<uid>`.
     pub state_dir: PathBuf,
     pub isolation: Isolation,
+    /// Where `FROM` images come from. None (the default): `FROM` maps to the host's root.
+    /// `SCENARIO_RUN_LOCAL_IMAGES=docker`: the image's filesystem, exported from the Docker
+    /// engine of `DOCKER_HOST`, is the lowest layer of the build (see `build`).
+    pub images: Option<DockerOptions>,
 }
 
 impl LocalOptions {
@@ -117,7 +122,12 @@ impl LocalOptions {
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        Self { state_dir: Self::default_state_dir(), isolation: Isolation::Auto }
+        let images = std::env::var("SCENARIO_RUN_LOCAL_IMAGES").ok().filter(|v| v.trim() == "docker");
+        Self {
+            state_dir: Self::default_state_dir(),
+            isolation: Isolation::Auto,
+            images: images.map(|_| DockerOptions::default()),
+        }
     }
 }
 
@@ -143,19 +153,12 @@ struct Inner {
     builds: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Layer>>>>>,
     /// Templates `create` knows by name: registered by `build` (layer only) or `deploy`.
     templates: Mutex<HashMap<String, Registered>>,
+    /// The engine `FROM` images are exported from, if any.
+    images: Option<DockerProvider>,
 }
 
 /// A template `create` can stack.
-#[derive(Clone)]
-struct Registered {
-    layer: Arc<Layer>,
-    /// Set by `deploy`: run in the background at create, then wait for `ready`.
-    start: Option<String>,
-    ready: Option<String>,
-    ports: Vec<u16>,
-    /// template.yaml `envs` with a value.
-    envs: BTreeMap<String, String>,
-}
+type Registered = super::registered::Registered<Layer>;
 
 /// How long a deployed template's start command may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -292,6 +295,7 @@ impl LocalProvider {
                 shutting_down: AtomicBool::new(false),
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
+                images: opts.images.map(DockerProvider::new),
             }),
             isolation,
             warning,
@@ -432,21 +436,29 @@ impl Inner {
     }
 
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
+        let tpl = self.templates.lock().expect("templates").get(&req.template).cloned();
+        if tpl.is_none() && !matches!(req.template.as_str(), "" | "base") {
+            // As a cloud answers: a typo must not silently run on the host's root.
+            return Err(ProviderError::not_found(format!(
+                "unknown template `{}`: the local provider has `base` and the templates this run built or deployed",
+                req.template
+            )));
+        }
         let id = format!("sbx-{}", sys::random_hex(6));
         let dir = self.state_dir.join(&id);
         // Who owns it, so a later run can sweep it if this process dies without cleaning up.
         std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::write(dir.join(OWNER_FILE), owner_token()))
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
-        let tpl = self.templates.lock().expect("templates").get(&req.template).cloned();
         let mut envs;
         let iso = if self.namespaces {
             let mut layout = Layout::new(&dir);
             if let Some(t) = &tpl {
-                layout.lowers.push(t.layer.layer.clone());
+                layout.lowers.push(t.built.layer.clone());
+                layout.lowers.extend(t.built.base.clone());
             }
             let l = layout.clone();
-            let home = tpl.as_ref().map(|t| t.layer.home.clone());
+            let home = tpl.as_ref().map(|t| t.built.home.clone());
             tokio::task::spawn_blocking(move || -> std::io::Result<()> {
                 l.create()?;
                 // The template's /home/user: a copy per sandbox (home is a bind, not overlaid).
@@ -470,7 +482,7 @@ impl Inner {
             };
             envs = process::base_env(files::HOME);
             if let Some(t) = &tpl {
-                envs.extend(t.layer.env.clone());
+                envs.extend(t.built.env.clone());
                 envs.extend(t.envs.clone());
             }
             Iso::Ns { fwd: forward::Forwarder::new(ns.pid1.pid()), ns: Box::new(ns) }
@@ -501,7 +513,7 @@ impl Inner {
             end_at_ms: Mutex::new(now.saturating_add(timeout_ms)),
             deadline_changed: Notify::new(),
             dir,
-            workdir: if self.namespaces { tpl.as_ref().and_then(|t| t.layer.workdir.clone()) } else { None },
+            workdir: if self.namespaces { tpl.as_ref().and_then(|t| t.built.workdir.clone()) } else { None },
             iso,
             procs: ProcTable::default(),
             gone: AtomicBool::new(false),
@@ -545,7 +557,13 @@ impl Inner {
                     return Ok(Arc::new(layer));
                 }
                 fresh = true;
-                build::build(spec, &dir, &owner_token(), log.clone()).await.map(Arc::new)
+                let r = build::build(spec, &dir, &owner_token(), self.images.as_ref(), log.clone()).await;
+                if r.is_err() {
+                    // A failed build is never reused (or found by remove_builds): do not leave it.
+                    let d = dir.clone();
+                    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(d)).await;
+                }
+                r.map(Arc::new)
             })
             .await?
             .clone();
@@ -818,7 +836,7 @@ impl Provider for LocalProvider {
         let def = &spec.template.def;
         let mut templates = self.inner.templates.lock().expect("templates");
         // A deploy of the same digest wins: building again must not drop its start command.
-        let deployed = templates.get(&def.name).is_some_and(|t| t.start.is_some() && t.layer.digest == layer.digest);
+        let deployed = templates.get(&def.name).is_some_and(|t| t.start.is_some() && t.built.digest == layer.digest);
         if !deployed {
             templates.insert(def.name.clone(), registered(&layer, def, false));
         }
@@ -829,12 +847,7 @@ impl Provider for LocalProvider {
         let (layer, cached) = self.inner.build(&spec, log.clone()).await?;
         let def = &spec.template.def;
         let reg = registered(&layer, def, true);
-        let _ = log.send(format!(
-            "registered template {}: start `{}`, ready `{}`",
-            def.name,
-            reg.start.as_deref().unwrap_or("(none)"),
-            reg.ready.as_deref().map_or_else(|| format!("ports {:?}", reg.ports), str::to_string)
-        ));
+        let _ = log.send(reg.note(&def.name));
         self.inner.templates.lock().expect("templates").insert(def.name.clone(), reg);
         Ok(DeployOutput {
             template_id: def.name.clone(),
@@ -858,6 +871,26 @@ impl Provider for LocalProvider {
             }
         }
         removed
+    }
+
+    async fn remove_template(&self, name: &str) -> bool {
+        let known = self.inner.templates.lock().expect("templates").remove(name).is_some();
+        let layers: Vec<Arc<Layer>> = {
+            let mut builds = self.inner.builds.lock().expect("builds");
+            let digests: Vec<String> = builds
+                .iter()
+                .filter(|(_, c)| c.get().is_some_and(|l| l.name == name))
+                .map(|(d, _)| d.clone())
+                .collect();
+            digests.iter().filter_map(|d| builds.remove(d)).filter_map(|c| c.get().cloned()).collect()
+        };
+        let found = known || !layers.is_empty();
+        for layer in layers.into_iter().filter(|l| !l.keep) {
+            let dir = layer.dir.clone();
+            let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
+            let _ = tokio::time::timeout(Duration::from_secs(30), rm).await;
+        }
+        found
     }
 
     async fn destroy_all(&self) -> usize {
@@ -905,13 +938,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 /// What `create` stacks for a build (`deploy`: with the start and ready commands).
 fn registered(layer: &Arc<Layer>, def: &crate::templates::TemplateDef, deploy: bool) -> Registered {
-    Registered {
-        layer: layer.clone(),
-        start: if deploy { def.start_command.clone().or_else(|| layer.cmd.clone()) } else { None },
-        ready: if deploy { def.ready_command.clone() } else { None },
-        ports: if def.ports.is_empty() { layer.ports.clone() } else { def.ports.clone() },
-        envs: def.envs.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect(),
-    }
+    Registered::new(layer, def, deploy, layer.cmd.as_deref(), &layer.ports)
 }
 
 /// Starts a deployed template's start command in `sb` and waits until its ready command

@@ -1,0 +1,336 @@
+//! Template builds on the docker provider: a real `docker build` through the Engine API.
+//!
+//! The template folder is sent as the build context (a tar made in memory) to `POST /build`
+//! with the **legacy builder** (the local stack's `docker` has no buildx), `networkmode=host`
+//! (the only network the stack has; RUN reaches PyPI and npm through it) and the spec's build
+//! args. The image is tagged `<registry>/<name>:<first 12 hex of the digest>` and pushed to the
+//! registry (the local stack's needs no credentials).
+//!
+//! `BASE_IMAGE`: unless the scenario passes `args: {BASE_IMAGE: ...}`, the Dockerfile's default
+//! is mapped to the stack's offline bases (Docker Hub is unreachable): `python:*` →
+//! `<registry>/base-python:latest`, `node:*` → `<registry>/base-node:latest`; the build log
+//! says so. Other defaults are used as they are.
+//!
+//! The build log is streamed line by line. The legacy builder announces every instruction
+//! as `Step N/M : ...`, counting an `ARG` before `FROM` like any other, so step N is the N-th
+//! parsed instruction; a failing step is reported at its Dockerfile line
+//! (`templates/x/Dockerfile:7: RUN ... exited with 3`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Instant;
+
+use bollard::auth::DockerCredentials;
+use bollard::query_parameters::{BuildImageOptionsBuilder, PushImageOptionsBuilder, RemoveImageOptionsBuilder};
+use bollard::Docker;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use super::api_err;
+use crate::provider::registered::BuildLog;
+use crate::provider::{ProviderError, Result};
+use crate::templates::dockerfile::Inst;
+use crate::templates::BuildSpec;
+
+/// A finished build: what `create` needs to start containers from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Image {
+    pub name: String,
+    pub digest: String,
+    /// `<registry>/<name>:<digest12>` when kept, else `<registry>/<name>:<digest12>-<run tag>`.
+    pub tag: String,
+    /// WORKDIR of the image (the default cwd of commands in sandboxes made from it).
+    pub workdir: Option<String>,
+    /// CMD, as a shell command line (the start command when the template has none).
+    pub cmd: Option<String>,
+    pub ports: Vec<u16>,
+    pub log: Vec<String>,
+    pub keep: bool,
+}
+
+/// `<registry>/<name>:<first 12 hex digits of the digest>`, the name made a valid repository.
+pub(crate) fn image_tag(registry: &str, name: &str, digest: &str) -> String {
+    let clean: String = name
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
+        .collect();
+    let hex = digest.trim_start_matches("sha256:");
+    format!("{}/{clean}:{}", registry.trim_end_matches('/'), &hex[..hex.len().min(12)])
+}
+
+/// The offline base a public `BASE_IMAGE` default maps to, if any.
+pub(crate) fn offline_base(registry: &str, image: &str) -> Option<String> {
+    let reg = registry.trim_end_matches('/');
+    let repo = image.split(':').next().unwrap_or(image);
+    let repo = repo.strip_prefix("docker.io/").unwrap_or(repo);
+    let repo = repo.strip_prefix("library/").unwrap_or(repo);
+    match repo {
+        "python" => Some(format!("{reg}/base-python:latest")),
+        "node" => Some(format!("{reg}/base-node:latest")),
+        _ => None,
+    }
+}
+
+/// The build args sent to the engine: the spec's, plus `BASE_IMAGE` mapped to an offline base
+/// in `bases` (a registry) when the scenario did not pass it. Returns the args and the log
+/// lines that say what was mapped.
+pub(crate) fn build_args(spec: &BuildSpec, bases: Option<&str>) -> (HashMap<String, String>, Vec<String>) {
+    let mut args: HashMap<String, String> = spec.build_args.clone().into_iter().collect();
+    let mut notes = Vec::new();
+    let default = spec.template.dockerfile.instructions.iter().find_map(|i| match &i.inst {
+        Inst::Arg { name, default: Some(d) } if name == "BASE_IMAGE" => Some(d.expand(&BTreeMap::new())),
+        _ => None,
+    });
+    if let Some(v) = spec.build_args.get("BASE_IMAGE") {
+        notes.push(format!("BASE_IMAGE {v} (from the scenario's args): FROM maps to it as it is"));
+    } else if let Some(d) = default {
+        match bases.and_then(|r| offline_base(r, &d)) {
+            Some(base) => {
+                notes.push(format!("BASE_IMAGE {d} maps to {base} (FROM maps to the local stack's offline base)"));
+                args.insert("BASE_IMAGE".into(), base);
+            }
+            None if bases.is_some() => {
+                notes.push(format!("BASE_IMAGE {d}: no offline base for it; FROM maps to it as it is"))
+            }
+            None => notes.push(format!("BASE_IMAGE {d}: FROM uses it as it is")),
+        }
+    } else if let Some(from) = spec.template.dockerfile.from() {
+        notes.push(format!(
+            "FROM {}: no BASE_IMAGE arg, FROM maps to the image as it is",
+            from.expand(&BTreeMap::new())
+        ));
+    }
+    (args, notes)
+}
+
+/// The build context: the template folder as a tar (symlinks kept as links).
+fn context_tar(dir: &Path) -> std::io::Result<Vec<u8>> {
+    let mut b = tar::Builder::new(Vec::new());
+    b.follow_symlinks(false);
+    b.append_dir_all(".", dir)?;
+    b.into_inner()
+}
+
+/// `Step 12/15 : RUN ...` → 12.
+fn step_number(line: &str) -> Option<usize> {
+    let rest = line.strip_prefix("Step ")?;
+    let (n, _) = rest.split_once('/')?;
+    n.trim().parse().ok()
+}
+
+/// ` ---> 87b4a12cb924` (the image a finished step made) → its id.
+fn layer_id(line: &str) -> Option<&str> {
+    let id = line.trim().strip_prefix("---> ")?.trim();
+    (id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+/// Builds `spec` as `tag` (public `BASE_IMAGE` defaults mapped to the offline bases in
+/// `bases`, if given) and pushes it, with `auth` if the registry needs it.
+pub(crate) async fn build(
+    docker: &Docker,
+    spec: &BuildSpec,
+    bases: Option<&str>,
+    tag: &str,
+    auth: Option<DockerCredentials>,
+    tx: mpsc::UnboundedSender<String>,
+) -> Result<Image> {
+    let started = Instant::now();
+    let t = &spec.template;
+    let mut log = BuildLog::new(tx);
+    let df_path = t.dir.join(&t.def.dockerfile).display().to_string();
+    log.line(format!("building template {} ({}) from {} as {tag}", t.def.name, t.digest, t.dir.display()));
+    let (args, notes) = build_args(spec, bases);
+    for n in notes {
+        log.line(n);
+    }
+    let dir = t.dir.clone();
+    let tar = tokio::task::spawn_blocking(move || context_tar(&dir))
+        .await
+        .map_err(|e| ProviderError::infra(e.to_string()))?
+        .map_err(|e| ProviderError::infra(format!("cannot pack {}: {e}", t.dir.display())))?;
+    let opts = BuildImageOptionsBuilder::default()
+        .dockerfile(&t.def.dockerfile)
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .networkmode("host")
+        .buildargs(&args)
+        .labels(&labels(spec))
+        .build();
+    let mut stream = docker.build_image(opts, None, Some(bollard::body_full(tar.into())));
+    let mut step: Option<usize> = None;
+    let mut tail: Vec<String> = Vec::new();
+    let mut partial = String::new();
+    let mut failure: Option<String> = None;
+    // The image of the last step that finished: after a failure it is untagged and would stay.
+    let mut last_layer: Option<String> = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(s) = info.stream {
+                    partial.push_str(&s);
+                    while let Some(nl) = partial.find('\n') {
+                        let l: String = partial.drain(..=nl).collect();
+                        let l = l.trim_end_matches(['\n', '\r']).to_string();
+                        if let Some(id) = layer_id(&l) {
+                            last_layer = Some(id.to_string());
+                        }
+                        if let Some(n) = step_number(&l) {
+                            step = Some(n);
+                            tail.clear();
+                        } else if !l.trim().is_empty() {
+                            tail.push(l.clone());
+                            if tail.len() > 5 {
+                                tail.remove(0);
+                            }
+                        }
+                        log.line(l);
+                    }
+                }
+                if let Some(d) = info.error_detail {
+                    failure = Some(d.message.unwrap_or_else(|| "the build failed".into()));
+                }
+            }
+            Err(bollard::errors::Error::DockerStreamError { error }) => failure = Some(error),
+            Err(e) => failure = Some(api_err(e, "build the image").message),
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    if !partial.trim().is_empty() {
+        log.line(partial.trim_end().to_string());
+    }
+    if let Some(msg) = failure {
+        log.line(format!("error: {msg}"));
+        if let Some(id) = last_layer {
+            // Not forced: an image another build still uses (a cache hit) is refused, and stays.
+            let opts = RemoveImageOptionsBuilder::default().force(false).build();
+            if docker.remove_image(&id, Some(opts), None).await.is_ok() {
+                log.line(format!("removed {id}, the last layer of the failed build"));
+            }
+        }
+        let at = step.and_then(|n| t.dockerfile.instructions.get(n.wrapping_sub(1)));
+        let tail = tail.join("\n");
+        return Err(match at {
+            Some(ins) => {
+                let how = exit_code(&msg).map_or_else(|| msg.clone(), |c| format!("exited with {c}"));
+                ProviderError::invalid(format!("{df_path}:{}: {} {how} (build failed)\n{tail}", ins.line, ins.text))
+            }
+            None => ProviderError::invalid(format!("{df_path}: the build failed: {msg}\n{tail}")),
+        });
+    }
+    let built = started.elapsed().as_secs_f64();
+    log.line(format!("built {tag} in {built:.1}s; pushing it"));
+    let t0 = Instant::now();
+    let mut push = docker.push_image(tag, Some(PushImageOptionsBuilder::default().build()), auth);
+    while let Some(item) = push.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(d) = info.error_detail {
+                    return Err(ProviderError::infra(format!("cannot push {tag}: {}", d.message.unwrap_or_default())));
+                }
+            }
+            Err(e) => return Err(api_err(e, &format!("push {tag}"))),
+        }
+    }
+    log.line(format!("pushed {tag} in {:.1}s", t0.elapsed().as_secs_f64()));
+    let inspect = docker.inspect_image(tag).await.map_err(|e| api_err(e, "inspect the built image"))?;
+    Ok(image_from(spec, tag, inspect, log.lines))
+}
+
+/// Labels of a built image: which template and digest, and whether it is kept.
+fn labels(spec: &BuildSpec) -> HashMap<String, String> {
+    let mut l = HashMap::from([
+        (LABEL_TEMPLATE.to_string(), spec.template.def.name.clone()),
+        (LABEL_DIGEST.to_string(), spec.template.digest.clone()),
+    ]);
+    if spec.keep {
+        l.insert(LABEL_KEEP.to_string(), "1".into());
+    }
+    l
+}
+
+const LABEL_TEMPLATE: &str = "scenario-run.template";
+const LABEL_DIGEST: &str = "scenario-run.digest";
+const LABEL_KEEP: &str = "scenario-run.keep";
+
+/// A kept build of the same digest from an earlier run, if the engine still has it.
+pub(crate) async fn reuse(docker: &Docker, spec: &BuildSpec, tag: &str) -> Option<Image> {
+    let inspect = docker.inspect_image(tag).await.ok()?;
+    let labels = inspect.config.as_ref()?.labels.clone().unwrap_or_default();
+    let kept = labels.get(LABEL_KEEP).is_some_and(|v| v == "1")
+        && labels.get(LABEL_DIGEST).is_some_and(|d| *d == spec.template.digest);
+    kept.then(|| image_from(spec, tag, inspect, Vec::new()))
+}
+
+fn image_from(spec: &BuildSpec, tag: &str, inspect: bollard::models::ImageInspect, log: Vec<String>) -> Image {
+    let t = &spec.template;
+    let config = inspect.config.unwrap_or_default();
+    let workdir = config.working_dir.filter(|w| !w.is_empty());
+    let cmd = config
+        .cmd
+        .filter(|c| !c.is_empty())
+        .map(|c| c.iter().map(|a| crate::templates::dockerfile::shell_quote(a)).collect::<Vec<_>>().join(" "));
+    let mut ports: Vec<u16> = config
+        .exposed_ports
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.split('/').next().and_then(|n| n.parse().ok()))
+        .collect();
+    ports.sort_unstable();
+    Image {
+        name: t.def.name.clone(),
+        digest: t.digest.clone(),
+        tag: tag.to_string(),
+        workdir,
+        cmd,
+        ports,
+        log,
+        keep: spec.keep,
+    }
+}
+
+/// `The command '/bin/sh -c exit 3' returned a non-zero code: 3` → 3.
+fn exit_code(msg: &str) -> Option<i64> {
+    msg.rsplit_once("non-zero code: ").and_then(|(_, c)| c.trim().parse().ok())
+}
+
+/// Removes the local tag of a build (the registry copy stays: the registry's delete API is
+/// off in the local stack, and its storage goes with `.ci/local-stack.sh down`).
+pub(crate) async fn remove(docker: &Docker, tag: &str) -> bool {
+    let opts = RemoveImageOptionsBuilder::default().force(true).build();
+    docker.remove_image(tag, Some(opts), None).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_and_bases() {
+        assert_eq!(
+            image_tag("localhost:5000/", "Py Hello", "sha256:0123456789abcdef"),
+            "localhost:5000/py-hello:0123456789ab"
+        );
+        assert_eq!(offline_base("r:1", "python:3.11-slim").as_deref(), Some("r:1/base-python:latest"));
+        assert_eq!(offline_base("r:1", "docker.io/library/node:20-slim").as_deref(), Some("r:1/base-node:latest"));
+        assert_eq!(offline_base("r:1", "ubuntu:22.04"), None);
+    }
+
+    #[test]
+    fn layer_ids() {
+        assert_eq!(layer_id(" ---> 87b4a12cb924"), Some("87b4a12cb924"));
+        assert_eq!(layer_id(" ---> Running in 0a1b2c3d4e5f"), None);
+        assert_eq!(layer_id(" ---> Using cache"), None);
+        assert_eq!(layer_id("Step 2/4 : RUN echo"), None);
+    }
+
+    #[test]
+    fn steps_and_exit_codes() {
+        assert_eq!(step_number("Step 12/15 : RUN exit 3"), Some(12));
+        assert_eq!(step_number(" ---> Running in abc"), None);
+        assert_eq!(exit_code("The command '/bin/sh -c exit 3' returned a non-zero code: 3"), Some(3));
+    }
+}

@@ -1,0 +1,544 @@
+//! The template build API (protocol doc §8.1) over the provider's own `build`/`deploy`.
+//!
+//! * `POST /v3/templates` → 202 `{templateID, buildID, public, names, tags, aliases}`; a name
+//!   asked for again gives the same template and a new build.
+//! * `GET /templates/{id}/files/{hash}` → 201 `{present}`, plus a one-time upload `url` back at
+//!   this server (`/_upload/<token>`, no API key needed: the token is the credential, like a
+//!   presigned URL) when the files are not here yet. The PUT body is the gzipped tar.
+//! * `POST /v2/templates/{id}/builds/{buildID}` → 202; the build runs in the background:
+//!   a template folder is materialized (a Dockerfile from `fromImage` and the steps, one line
+//!   per step, so Dockerfile line `n` is step `n - 1`; the uploaded COPY contexts extracted at
+//!   their relative paths; a `template.yaml` named after the template ID with `startCmd`,
+//!   `readyCmd`, cpu and memory) and handed to the provider's `deploy` (with a start command)
+//!   or `build` (without). Its content digest is replaced by one over the image, the steps
+//!   and the template ID, so a second build of the same steps reuses the layer, as E2B's
+//!   layer cache does. The provider registers the template under its ID; `POST /sandboxes`
+//!   takes the ID or the name.
+//! * `GET /templates/{id}/builds/{buildID}/status?logsOffset&limit` → `TemplateBuildInfo`,
+//!   the provider's build log as `logEntries`; a failure names the step (`reason.step`, the
+//!   1-based index into `steps`) so a client can point at its own Dockerfile line.
+//! * `GET /templates`, `GET /templates/{id}`, `DELETE /templates/{id}` (the provider's
+//!   registration and layer go too). Whatever is left is removed when the server stops.
+
+// Helpers return the early response as their error.
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashMap;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde_json::{json, Value as J};
+use sha2::{Digest, Sha256};
+
+use super::{json_error, rfc3339, AppState};
+use crate::templates::{BuildSpec, TemplateDir};
+
+type St = State<Arc<AppState>>;
+
+/// Largest COPY context accepted.
+const MAX_UPLOAD: usize = 1 << 30;
+
+#[derive(Default)]
+struct Build {
+    status: &'static str,
+    entries: Vec<J>,
+    reason: Option<J>,
+}
+
+struct Tpl {
+    id: String,
+    name: String,
+    cpu: Option<u64>,
+    memory: Option<u64>,
+    builds: HashMap<String, Arc<Mutex<Build>>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_id: HashMap<String, Tpl>,
+    by_name: HashMap<String, String>,
+    /// Upload token → (template ID, files hash).
+    uploads: HashMap<String, (String, String)>,
+}
+
+/// Templates made through this server.
+pub(crate) struct Store {
+    root: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+impl Store {
+    pub fn new(root: PathBuf) -> Self {
+        Self { root, inner: Mutex::new(Inner::default()) }
+    }
+
+    /// The template ID for a name (or the ID itself).
+    pub fn resolve(&self, name_or_id: &str) -> String {
+        let inner = self.inner.lock().expect("templates");
+        inner.by_name.get(name_or_id).cloned().unwrap_or_else(|| name_or_id.to_string())
+    }
+
+    /// IDs of every template, to remove at shutdown.
+    pub fn ids(&self) -> Vec<String> {
+        self.inner.lock().expect("templates").by_id.keys().cloned().collect()
+    }
+
+    fn files(&self, id: &str, hash: &str) -> PathBuf {
+        self.root.join(id).join("files").join(format!("{hash}.tar.gz"))
+    }
+
+    /// Forgets `id` (an ID or a name) and removes its files; returns the ID if it existed.
+    fn forget(&self, id_or_name: &str) -> Option<String> {
+        let mut inner = self.inner.lock().expect("templates");
+        let id = inner.by_name.get(id_or_name).cloned().unwrap_or_else(|| id_or_name.to_string());
+        let t = inner.by_id.remove(&id)?;
+        inner.by_name.remove(&t.name);
+        inner.uploads.retain(|_, (tid, _)| *tid != id);
+        drop(inner);
+        let _ = std::fs::remove_dir_all(self.root.join(&id));
+        Some(id)
+    }
+
+    /// Removes the store's directory (at shutdown).
+    pub fn remove_all(&self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+pub(crate) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
+    r.route("/v3/templates", post(create))
+        .route("/templates", get(list))
+        .route("/v2/templates", get(list))
+        .route("/templates/{id}", get(detail).delete(delete))
+        .route("/templates/{id}/files/{hash}", get(files))
+        .route("/v2/templates/{id}/builds/{build}", post(start))
+        .route("/templates/{id}/builds/{build}/status", get(status))
+        .route("/_upload/{token}", put(upload).layer(DefaultBodyLimit::max(MAX_UPLOAD)))
+}
+
+fn body_json(body: &Bytes) -> Result<J, Response> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
+    serde_json::from_slice(body).map_err(|e| json_error(StatusCode::BAD_REQUEST, &format!("invalid request body: {e}")))
+}
+
+fn not_found(id: &str) -> Response {
+    json_error(StatusCode::NOT_FOUND, &format!("template '{id}' not found"))
+}
+
+async fn create(State(st): St, body: Bytes) -> Response {
+    let req = match body_json(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let Some(name) = req["name"].as_str().or(req["alias"].as_str()).filter(|n| !n.is_empty()).map(str::to_string)
+    else {
+        return json_error(StatusCode::BAD_REQUEST, "name is required");
+    };
+    let build_id = super::new_sandbox_id();
+    let mut inner = st.templates.inner.lock().expect("templates");
+    let id = match inner.by_name.get(&name) {
+        Some(id) => id.clone(),
+        None => {
+            let id = super::new_sandbox_id();
+            inner.by_name.insert(name.clone(), id.clone());
+            inner.by_id.insert(
+                id.clone(),
+                Tpl { id: id.clone(), name: name.clone(), cpu: None, memory: None, builds: HashMap::new() },
+            );
+            id
+        }
+    };
+    let t = inner.by_id.get_mut(&id).expect("just inserted");
+    t.cpu = req["cpuCount"].as_u64().or(t.cpu);
+    t.memory = req["memoryMB"].as_u64().or(t.memory);
+    t.builds.insert(build_id.clone(), Arc::new(Mutex::new(Build { status: "waiting", ..Default::default() })));
+    let body = json!({
+        "templateID": id, "buildID": build_id, "public": false,
+        "names": [name], "tags": ["default"], "aliases": [name],
+    });
+    (StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
+fn template_json(t: &Tpl) -> J {
+    let builds: Vec<J> =
+        t.builds.iter().map(|(id, b)| json!({"buildID": id, "status": b.lock().expect("build").status})).collect();
+    json!({
+        "templateID": t.id, "names": [t.name], "aliases": [t.name], "public": false,
+        "cpuCount": t.cpu, "memoryMB": t.memory, "builds": builds,
+    })
+}
+
+async fn list(State(st): St) -> Response {
+    let inner = st.templates.inner.lock().expect("templates");
+    Json(inner.by_id.values().map(template_json).collect::<Vec<_>>()).into_response()
+}
+
+async fn detail(State(st): St, Path(id): Path<String>) -> Response {
+    let id = st.templates.resolve(&id);
+    let inner = st.templates.inner.lock().expect("templates");
+    match inner.by_id.get(&id) {
+        Some(t) => Json(template_json(t)).into_response(),
+        None => not_found(&id),
+    }
+}
+
+async fn delete(State(st): St, Path(id): Path<String>) -> Response {
+    match st.templates.forget(&id) {
+        Some(id) => {
+            st.provider.remove_template(&id).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        None => not_found(&id),
+    }
+}
+
+fn safe_hash(hash: &str) -> bool {
+    !hash.is_empty() && hash.len() <= 128 && hash.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+async fn files(State(st): St, Path((id, hash)): Path<(String, String)>) -> Response {
+    if !safe_hash(&hash) {
+        return json_error(StatusCode::BAD_REQUEST, "invalid files hash");
+    }
+    let mut inner = st.templates.inner.lock().expect("templates");
+    if !inner.by_id.contains_key(&id) {
+        return not_found(&id);
+    }
+    if st.templates.files(&id, &hash).exists() {
+        return (StatusCode::CREATED, Json(json!({"present": true}))).into_response();
+    }
+    let token = format!("{}{}", super::new_sandbox_id(), super::new_sandbox_id());
+    inner.uploads.insert(token.clone(), (id, hash));
+    let url = format!("{}/_upload/{token}", st.base_url);
+    (StatusCode::CREATED, Json(json!({"present": false, "url": url}))).into_response()
+}
+
+async fn upload(State(st): St, Path(token): Path<String>, body: Bytes) -> Response {
+    let Some((id, hash)) = st.templates.inner.lock().expect("templates").uploads.remove(&token) else {
+        return json_error(StatusCode::FORBIDDEN, "unknown or used upload URL");
+    };
+    let path = st.templates.files(&id, &hash);
+    let tmp = path.with_extension("part");
+    let r = std::fs::create_dir_all(path.parent().expect("has a parent"))
+        .and_then(|()| std::fs::write(&tmp, &body))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    match r {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("cannot store the upload: {e}")),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    #[serde(rename = "logsOffset", default)]
+    logs_offset: usize,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// A build and its template's cpu and memory.
+type Found = (Arc<Mutex<Build>>, Option<u64>, Option<u64>);
+
+fn find_build(st: &AppState, id: &str, build: &str) -> Result<Found, Response> {
+    let inner = st.templates.inner.lock().expect("templates");
+    let t = inner.by_id.get(id).ok_or_else(|| not_found(id))?;
+    let b =
+        t.builds.get(build).cloned().ok_or_else(|| {
+            json_error(StatusCode::NOT_FOUND, &format!("build '{build}' of template '{id}' not found"))
+        })?;
+    Ok((b, t.cpu, t.memory))
+}
+
+async fn status(State(st): St, Path((id, build)): Path<(String, String)>, Query(q): Query<StatusQuery>) -> Response {
+    let b = match find_build(&st, &id, &build) {
+        Ok((b, _, _)) => b,
+        Err(r) => return r,
+    };
+    let b = b.lock().expect("build");
+    let limit = q.limit.unwrap_or(100).clamp(1, 100);
+    let entries: Vec<J> = b.entries.iter().skip(q.logs_offset).take(limit).cloned().collect();
+    let logs: Vec<J> = entries.iter().map(|e| e["message"].clone()).collect();
+    let mut body = json!({
+        "templateID": id, "buildID": build, "status": b.status, "logs": logs, "logEntries": entries,
+    });
+    if let Some(r) = &b.reason {
+        body["reason"] = r.clone();
+    }
+    Json(body).into_response()
+}
+
+async fn start(State(st): St, Path((id, build)): Path<(String, String)>, body: Bytes) -> Response {
+    let req = match body_json(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let (b, cpu, memory) = match find_build(&st, &id, &build) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    {
+        let mut b = b.lock().expect("build");
+        if b.status != "waiting" {
+            return json_error(StatusCode::CONFLICT, &format!("build '{build}' was started already"));
+        }
+        b.status = "building";
+    }
+    let folder = match dockerfile(&req) {
+        Ok(f) => f,
+        Err(m) => {
+            let mut b = b.lock().expect("build");
+            b.status = "waiting";
+            return json_error(StatusCode::BAD_REQUEST, &m);
+        }
+    };
+    tokio::spawn(run(st.clone(), id, build, b, req, folder, cpu, memory));
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// Quotes a word for the Dockerfile lexer (`$` stays live: the client substituted its ARGs
+/// and leaves `${PATH}`-style references of the image).
+fn q(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%${}".contains(c)) {
+        s.to_string()
+    } else {
+        format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+fn strs(step: &J) -> Vec<String> {
+    step["args"]
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// One line per step after `FROM` (so line `n` is step `n - 1`).
+fn dockerfile(req: &J) -> Result<String, String> {
+    let from = req["fromImage"].as_str().or(req["fromTemplate"].as_str()).unwrap_or("e2bdev/base");
+    if from.contains('\n') {
+        return Err("fromImage must be one line".into());
+    }
+    let mut out = format!("FROM {}\n", q(from));
+    let empty = Vec::new();
+    for (i, step) in req["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
+        let args = strs(step);
+        let kind = step["type"].as_str().unwrap_or("");
+        let bad = |m: &str| format!("step {} ({kind}): {m}", i + 1);
+        if kind != "RUN" && args.iter().any(|a| a.contains('\n')) {
+            return Err(bad("arguments must be one line"));
+        }
+        let line = match kind {
+            "RUN" => {
+                let mut cmd = args.first().cloned().ok_or_else(|| bad("no command"))?;
+                if let Some(u) = args.get(1).filter(|u| !u.is_empty()) {
+                    cmd = format!(
+                        "exec runuser -u {} -- /bin/sh -c {}",
+                        crate::templates::dockerfile::shell_quote(u),
+                        crate::templates::dockerfile::shell_quote(&cmd)
+                    );
+                }
+                if cmd.contains('\n') || cmd.ends_with('\\') || cmd.starts_with('[') {
+                    format!("RUN {}", json!(["/bin/sh", "-c", cmd]))
+                } else {
+                    format!("RUN {cmd}")
+                }
+            }
+            "COPY" => {
+                let (src, dest) = match (args.first(), args.get(1)) {
+                    (Some(s), Some(d)) => (s, d),
+                    _ => return Err(bad("needs a source and a destination")),
+                };
+                let mut flags = String::new();
+                if let Some(u) = args.get(2).filter(|u| !u.is_empty()) {
+                    flags += &format!("--chown={} ", q(u));
+                }
+                if let Some(m) = args.get(3).filter(|m| !m.is_empty()) {
+                    flags += &format!("--chmod={} ", q(m));
+                }
+                format!("COPY {flags}{} {}", q(src), q(dest))
+            }
+            "ENV" => {
+                if args.is_empty() || !args.len().is_multiple_of(2) {
+                    return Err(bad("needs name/value pairs"));
+                }
+                let pairs: Vec<String> = args.chunks(2).map(|p| format!("{}={}", p[0], q(&p[1]))).collect();
+                format!("ENV {}", pairs.join(" "))
+            }
+            "WORKDIR" | "USER" => format!("{kind} {}", q(args.first().ok_or_else(|| bad("needs an argument"))?)),
+            other => return Err(bad(&format!("unsupported step type `{other}`"))),
+        };
+        out += &line;
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn entry(level: &str, message: &str) -> J {
+    json!({"timestamp": rfc3339(super::now_secs()), "level": level, "message": message})
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    st: Arc<AppState>,
+    id: String,
+    build_id: String,
+    b: Arc<Mutex<Build>>,
+    req: J,
+    dockerfile: String,
+    cpu: Option<u64>,
+    memory: Option<u64>,
+) {
+    let dir = st.templates.root.join(&id).join(format!("build-{build_id}"));
+    let result = build(&st, &id, &dir, &b, &req, &dockerfile, cpu, memory).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !st.templates.inner.lock().expect("templates").by_id.contains_key(&id) {
+        // Deleted while it was building: what the provider registered goes too.
+        st.provider.remove_template(&id).await;
+    }
+    let mut b = b.lock().expect("build");
+    match result {
+        Ok(()) => {
+            b.entries.push(entry("info", &format!("template {id} is ready")));
+            b.status = "ready";
+        }
+        Err((message, step)) => {
+            b.entries.push(entry("error", &message));
+            let mut reason = json!({"message": message});
+            if let Some(s) = step {
+                reason["step"] = json!(s.to_string());
+            }
+            b.reason = Some(reason);
+            b.status = "error";
+        }
+    }
+}
+
+/// Materializes the folder and builds it; errors are (message, 1-based step).
+#[allow(clippy::too_many_arguments)]
+async fn build(
+    st: &Arc<AppState>,
+    id: &str,
+    dir: &FsPath,
+    b: &Arc<Mutex<Build>>,
+    req: &J,
+    dockerfile: &str,
+    cpu: Option<u64>,
+    memory: Option<u64>,
+) -> Result<(), (String, Option<usize>)> {
+    let fail = |m: String| (m, None);
+    std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create the build folder: {e}")))?;
+    let steps = req["steps"].as_array().cloned().unwrap_or_default();
+    for (i, step) in steps.iter().enumerate() {
+        if step["type"] != "COPY" {
+            continue;
+        }
+        let hash = step["filesHash"].as_str().unwrap_or("");
+        let tar = st.templates.files(id, hash);
+        if !safe_hash(hash) || !tar.exists() {
+            return Err((format!("step {} (COPY): the files {hash} were not uploaded", i + 1), Some(i + 1)));
+        }
+        let d = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let f = std::fs::File::open(&tar)?;
+            tar::Archive::new(flate2::read::GzDecoder::new(f)).unpack(&d)
+        })
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| (format!("step {} (COPY): cannot extract the files: {e}", i + 1), Some(i + 1)))?;
+    }
+    let s = |k: &str| req[k].as_str().map(|v| J::String(v.to_string()).to_string());
+    let mut yaml = format!("name: {}\n", J::String(id.to_string()));
+    if let Some(c) = cpu {
+        yaml += &format!("cpu: {c}\n");
+    }
+    if let Some(m) = memory {
+        yaml += &format!("memory: {m}\n");
+    }
+    let start = s("startCmd");
+    if let Some(v) = &start {
+        yaml += &format!("start_command: {v}\n");
+    }
+    if let Some(v) = s("readyCmd") {
+        yaml += &format!("ready_command: {v}\n");
+    }
+    std::fs::write(dir.join("Dockerfile"), dockerfile)
+        .and_then(|()| std::fs::write(dir.join("template.yaml"), yaml))
+        .map_err(|e| fail(format!("cannot write the build folder: {e}")))?;
+    let mut template = TemplateDir::load(dir).map_err(fail)?;
+    // The layer is keyed by what the builder runs, not by the start command.
+    let mut h = Sha256::new();
+    h.update(id);
+    h.update(json!({"from": req["fromImage"], "steps": req["steps"]}).to_string());
+    template.digest = format!("sha256:{:x}", h.finalize());
+    let spec = BuildSpec { template, build_args: Default::default(), keep: false };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let sink = b.clone();
+    let forward = tokio::spawn(async move {
+        while let Some(line) = rx.recv().await {
+            sink.lock().expect("build").entries.push(entry("info", &line));
+        }
+    });
+    let r = if start.is_some() {
+        st.provider.deploy(spec, tx).await.map(|_| ())
+    } else {
+        st.provider.build(spec, tx).await.map(|_| ())
+    };
+    let _ = forward.await;
+    r.map_err(|e| step_error(&e.message, &steps))
+}
+
+/// The local builder's `Dockerfile:<line>` as the step it came from.
+fn step_error(message: &str, steps: &[J]) -> (String, Option<usize>) {
+    let re = regex::Regex::new(r"^(?:build failed at )?Dockerfile:(\d+):? ?").expect("valid regex");
+    let Some(c) = re.captures(message) else {
+        return (message.to_string(), None);
+    };
+    let line: usize = c[1].parse().unwrap_or(0);
+    let rest = &message[c[0].len()..];
+    match line.checked_sub(1).filter(|n| (1..=steps.len()).contains(n)) {
+        Some(n) => {
+            let step = &steps[n - 1];
+            let what = format!("{} {}", step["type"].as_str().unwrap_or(""), strs(step).join(" "));
+            (format!("step {n} ({}) failed: {rest}", what.trim()), Some(n))
+        }
+        None => (format!("FROM: {rest}"), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_become_one_line_each() {
+        let req = json!({"fromImage": "python:3.11", "steps": [
+            {"type": "RUN", "args": ["a &&\n b"]},
+            {"type": "ENV", "args": ["PATH", "/x:${PATH}", "A", "a b"]},
+            {"type": "COPY", "args": ["a.py", "/app/", "", ""], "filesHash": "h"},
+            {"type": "WORKDIR", "args": ["/app"]},
+        ]});
+        let d = dockerfile(&req).unwrap();
+        let lines: Vec<&str> = d.lines().collect();
+        assert_eq!(lines[0], "FROM python:3.11");
+        assert_eq!(lines[1], r#"RUN ["/bin/sh","-c","a &&\n b"]"#);
+        assert_eq!(lines[2], r#"ENV PATH=/x:${PATH} A="a b""#);
+        assert_eq!(lines[3], "COPY a.py /app/");
+        assert_eq!(lines.len(), 5);
+        crate::templates::dockerfile::parse(&d).unwrap();
+    }
+
+    #[test]
+    fn builder_lines_name_the_step() {
+        let steps = vec![json!({"type": "ENV", "args": ["A", "1"]}), json!({"type": "RUN", "args": ["exit 3"]})];
+        let (m, s) = step_error("build failed at Dockerfile:3: the command exited with 3\nboom", &steps);
+        assert_eq!(s, Some(2));
+        assert!(m.starts_with("step 2 (RUN exit 3) failed: the command exited with 3"), "{m}");
+        assert_eq!(step_error("other", &steps), ("other".to_string(), None));
+    }
+}
