@@ -221,6 +221,14 @@ def tree_rss_kib(root):
     return total
 
 
+def tree_rss_kib_one(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
 def measure(cmd, env=None, cwd=None, expect_rc=(0,), stdout_path=None):
     """One run of cmd under /usr/bin/time -v: wall, user+sys of the tree, peak RSS (KiB)."""
     tf = OUT / "time-v.txt"
@@ -233,7 +241,8 @@ def measure(cmd, env=None, cwd=None, expect_rc=(0,), stdout_path=None):
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], tree_rss_kib(p.pid))
+            # The tree below /usr/bin/time: its own ~1 MiB is not the client's.
+            peak[0] = max(peak[0], tree_rss_kib(p.pid) - tree_rss_kib_one(p.pid))
             done.wait(0.01)
 
     th = threading.Thread(target=sample, daemon=True)
