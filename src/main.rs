@@ -97,32 +97,7 @@ enum Command {
     },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
-    Serve {
-        /// Address to listen on (loopback by default; there is no TLS).
-        #[arg(long, default_value = "127.0.0.1:3000")]
-        listen: std::net::SocketAddr,
-        /// The API key clients must send (X-API-KEY or Authorization: Bearer).
-        #[arg(long, env = "E2B_API_KEY", hide_env_values = true)]
-        api_key: String,
-        /// Local provider isolation: auto (namespaces when the host allows), namespaces, none.
-        #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
-        isolation: String,
-        /// Fault injection: delay every request by this many milliseconds.
-        #[arg(long, value_name = "MS")]
-        fault_latency: Option<u64>,
-        /// Fault injection: answer every Nth request 429 (with Retry-After: 1).
-        #[arg(long, value_name = "N")]
-        fault_429_every: Option<u64>,
-        /// Fault injection: answer every Nth request 503.
-        #[arg(long, value_name = "N")]
-        fault_5xx_every: Option<u64>,
-        /// Fault injection: abort streamed responses (process output, downloads) after BYTES.
-        #[arg(long, value_name = "BYTES")]
-        fault_cut_stream_after: Option<u64>,
-        /// Fault injection: 429/503 faults hit control-plane requests only, not envd.
-        #[arg(long)]
-        fault_control_plane_only: bool,
-    },
+    Serve(scenario_run::server::ServeArgs),
 }
 
 #[derive(Args, Clone)]
@@ -245,27 +220,7 @@ fn main() -> ExitCode {
             cleanup(&provider, run_id, all_tagged, older_than, yes, &env_files)
         }
         Some(Command::Matrix { emit, root, providers }) => matrix(&emit, &root, &providers),
-        Some(Command::Serve {
-            listen,
-            api_key,
-            isolation,
-            fault_latency,
-            fault_429_every,
-            fault_5xx_every,
-            fault_cut_stream_after,
-            fault_control_plane_only,
-        }) => serve(
-            listen,
-            api_key,
-            &isolation,
-            scenario_run::server::Faults {
-                latency: fault_latency.map(Duration::from_millis),
-                every_429: fault_429_every,
-                every_5xx: fault_5xx_every,
-                cut_stream_after: fault_cut_stream_after,
-                control_plane_only: fault_control_plane_only,
-            },
-        ),
+        Some(Command::Serve(args)) => serve(&args),
         None => run(cli.run),
     };
     ExitCode::from(code)
@@ -653,13 +608,17 @@ fn spawn_signal_handler(
 
 /// `serve`: the E2B-compatible server over the local provider until SIGINT/SIGTERM, then
 /// every sandbox it made is destroyed.
-fn serve(listen: std::net::SocketAddr, api_key: String, isolation: &str, faults: scenario_run::server::Faults) -> u8 {
+fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
-    if api_key.trim().is_empty() {
-        eprintln!("error: --api-key (or E2B_API_KEY) must not be empty");
-        return EXIT_USAGE;
-    }
+    let opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let (listen, isolation) = (args.listen, args.isolation.as_str());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
         let isolation = match isolation {
@@ -697,7 +656,6 @@ fn serve(listen: std::net::SocketAddr, api_key: String, isolation: &str, faults:
                 _ = term.recv() => {}
             }
         };
-        let opts = scenario_run::server::ServeOptions { api_key, faults };
         match scenario_run::server::serve(listener, Arc::new(provider), opts, shutdown).await {
             Ok(n) => {
                 eprintln!("serve: stopped; destroyed {n} sandbox{}", if n == 1 { "" } else { "es" });

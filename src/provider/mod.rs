@@ -363,6 +363,13 @@ pub trait Provider: Send + Sync {
 
     /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
     async fn port_url(&self, id: &str, port: u16) -> Result<String>;
+    /// Headers a request to `url` must carry to get through, when `url` is under a base that
+    /// [`Provider::port_url`] handed out (E2B's private ingress: `e2b-traffic-access-token`).
+    /// Empty for every other URL, so a credential never goes where it was not issued for.
+    fn port_headers(&self, url: &str) -> Vec<(String, String)> {
+        let _ = url;
+        Vec::new()
+    }
 
     /// Build a template folder (Dockerfile + files) into something `create` can use, streaming
     /// the build log line by line to `log`. The same digest is built once per provider
