@@ -480,7 +480,8 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
     let is_data = target.is_some() || signed_files(&req);
     // Health and serve's own accounting are never faulted: they observe the faults.
     let observer = req.uri().path() == "/health" || req.uri().path().starts_with("/_serve/");
-    if !observer && !(st.faults.control_plane_only && is_data) {
+    let exempt = observer || (st.faults.control_plane_only && is_data);
+    if !exempt {
         if let Some(r) = inject(st).await {
             return r;
         }
@@ -514,8 +515,10 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
             let q = auth::Signed::from_query(req.uri().query());
             // Found by its signature, then held to envd's rules like any other (a token
             // header present must match).
-            let found = auth::find_signer(st, req.method(), &q)
-                .and_then(|sb| auth::files(st, &sb, req.method(), &q, req.headers()).map(|()| sb));
+            let found = match auth::find_signer(st, req.method(), &q) {
+                Ok(sb) => auth::files(st, &sb, req.method(), &q, req.headers()).map(|()| sb),
+                Err(r) => Err(r),
+            };
             match found {
                 Ok(sb) => sb,
                 Err(r) => {
