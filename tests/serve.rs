@@ -368,6 +368,12 @@ async fn run_cmd(http: &reqwest::Client, base: &str, sb: &Made, cmd: &str) -> (S
     (String::from_utf8_lossy(&out).into_owned(), last)
 }
 
+/// A credential header to add, if any: (name, value).
+type Credential<'a> = Option<(&'a str, &'a str)>;
+
+/// (what, method, path and query, extra header, expected message).
+type SignedCase<'a> = (&'a str, reqwest::Method, String, Option<(&'a str, String)>, &'a str);
+
 /// Every envd route, as (method, path, body).
 fn envd_routes() -> Vec<(reqwest::Method, &'static str, Vec<u8>)> {
     use reqwest::Method;
@@ -417,7 +423,7 @@ async fn envd_routes_refuse_requests_without_the_token() {
     for (method, path, body) in envd_routes() {
         let ctype = if path.starts_with("/files") { "application/octet-stream" } else { "application/json" };
         // (how the sandbox is named, extra credential header, expected 401)
-        let cases: Vec<(&str, Option<(&str, &str)>, bool)> = vec![
+        let cases: Vec<(&str, Credential, bool)> = vec![
             ("header", None, true),
             ("host", None, true),
             ("header", Some(("X-Access-Token", wrong.as_str())), true),
@@ -520,7 +526,7 @@ async fn files_take_a_signature_in_place_of_the_token() {
     let r = http.get(format!("{base}{}", signed(path, "read", &other.token, None))).send().await.unwrap();
     assert_eq!(r.status(), 404, "{}", r.text().await.unwrap());
     // Refusals, each with envd's message.
-    let cases: Vec<(&str, reqwest::Method, String, Option<(&str, String)>, &str)> = vec![
+    let cases: Vec<SignedCase> = vec![
         (
             "no credential",
             reqwest::Method::GET,
