@@ -318,8 +318,15 @@ async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) 
             Some(abs)
         }
     };
-    let exec =
-        ExecRequest { cmd: command_line(&req.process), cwd, envs: req.process.envs.clone(), ..Default::default() };
+    let exec = ExecRequest {
+        cmd: command_line(&req.process),
+        cwd,
+        envs: req.process.envs.clone(),
+        // The output reaches clients live (`procs`); what the provider would keep for `wait`
+        // (64 MiB a stream by default) is never read here, so it keeps none.
+        max_output: Some(0),
+        ..Default::default()
+    };
     // `stdin` absent means open (back-compat with old clients); the SDK sends false.
     let open_stdin = req.stdin.unwrap_or(true);
     let live = st.provider.spawn_live(&sb.provider_id, exec, open_stdin).await?;
