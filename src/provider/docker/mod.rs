@@ -534,33 +534,6 @@ fn remove_now(sock: &str, id: &str) {
     }
 }
 
-/// What a builder takes over from an image besides its files.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ImageConfig {
-    /// `NAME=value` entries.
-    pub env: Vec<String>,
-    pub workdir: Option<String>,
-    pub cmd: Option<Vec<String>>,
-}
-
-/// Unpacks a container export into `dest`, keeping modes and owners, skipping device nodes.
-fn unpack_rootfs(tar_path: &std::path::Path, dest: &std::path::Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dest)?;
-    let mut archive = tar::Archive::new(std::fs::File::open(tar_path)?);
-    archive.set_preserve_permissions(true);
-    archive.set_preserve_ownerships(true);
-    archive.set_preserve_mtime(true);
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let kind = entry.header().entry_type();
-        if kind.is_character_special() || kind.is_block_special() {
-            continue;
-        }
-        entry.unpack_in(dest)?;
-    }
-    Ok(())
-}
-
 async fn pull(docker: &Docker, image: &str, template: &str) -> Result<()> {
     let opts = CreateImageOptionsBuilder::default().from_image(image).build();
     let mut stream = docker.create_image(Some(opts), None, None);
@@ -709,54 +682,6 @@ impl DockerProvider {
             Ok(docker) => build::remove(docker, tag).await,
             Err(_) => false,
         }
-    }
-
-    /// Unpacks the filesystem of `image` (pulled if the engine lacks it) into `dest`, for a
-    /// builder that uses images without running them (the local provider's `FROM`). Device
-    /// nodes are skipped. Returns the image's ENV, WORKDIR and CMD.
-    pub(crate) async fn export_image(&self, image: &str, dest: &std::path::Path) -> Result<ImageConfig> {
-        let docker = self.inner.client().await?;
-        let inspected = match docker.inspect_image(image).await {
-            Ok(i) => i,
-            Err(_) => {
-                pull(docker, image, image).await?;
-                docker.inspect_image(image).await.map_err(|e| api_err(e, &format!("inspect {image}")))?
-            }
-        };
-        let config = inspected.config.unwrap_or_default();
-        let name = format!("sr-export-{}", random_hex(6));
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            cmd: Some(vec!["true".into()]),
-            network_disabled: Some(true),
-            ..Default::default()
-        };
-        let opts = CreateContainerOptionsBuilder::default().name(&name).build();
-        docker
-            .create_container(Some(opts), body)
-            .await
-            .map_err(|e| api_err(e, &format!("create a container of {image}")))?;
-        let tar_path = dest.with_extension("tar");
-        let exported = async {
-            let mut file = tokio::fs::File::create(&tar_path).await?;
-            let mut stream = docker.export_container(&name);
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()))?;
-                tokio::io::AsyncWriteExt::write_all(&mut file, &chunk).await?;
-            }
-            tokio::io::AsyncWriteExt::flush(&mut file).await?;
-            let (t, d) = (tar_path.clone(), dest.to_path_buf());
-            tokio::task::spawn_blocking(move || unpack_rootfs(&t, &d)).await.map_err(std::io::Error::other)?
-        }
-        .await;
-        remove_container(docker, &name).await;
-        let _ = std::fs::remove_file(&tar_path);
-        exported.map_err(|e| ProviderError::infra(format!("cannot export {image} into {}: {e}", dest.display())))?;
-        Ok(ImageConfig {
-            env: config.env.unwrap_or_default(),
-            workdir: config.working_dir.filter(|w| !w.is_empty()),
-            cmd: config.cmd.filter(|c| !c.is_empty()),
-        })
     }
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {

@@ -57,12 +57,15 @@
 //! (root, for namespaces).
 
 mod build;
+mod cgroup;
+mod enter;
 mod files;
 mod process;
 mod sandbox;
+mod seccomp;
 mod sys;
+mod userns;
 
-use super::docker::{DockerOptions, DockerProvider};
 use super::forward;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -77,13 +80,28 @@ use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
     OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
 };
+use crate::image::{IdMap, ImageStore};
 use build::Layer;
+use cgroup::Limits;
+use enter::Identity;
 use files::Root;
 use process::{ProcTable, Target};
 use sandbox::{Layout, NsSandbox};
 
 /// Sandbox lifetime when `create` does not say.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+/// Limits when neither `create` nor the template says (E2B's defaults for `base`).
+const DEFAULT_CPUS: u32 = 2;
+const DEFAULT_MEMORY_MB: u64 = 512;
+/// Processes (and threads) a sandbox may have at once.
+const DEFAULT_PIDS: u64 = 1024;
+/// The image `base` (and a `create` with no template) starts from.
+pub const BASE_IMAGE: &str = "base";
+
+/// `KEY=VALUE` strings as a map (an image's `Env`).
+fn image_env(env: &[String]) -> BTreeMap<String, String> {
+    env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
 
 /// How sandboxes are isolated from the host and from each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -104,10 +122,8 @@ pub struct LocalOptions {
     /// `$SCENARIO_RUN_STATE_DIR`, else `/tmp/scenario-run-<uid>`.
     pub state_dir: PathBuf,
     pub isolation: Isolation,
-    /// Where `FROM` images come from. None (the default): `FROM` maps to the host's root.
-    /// `SCENARIO_RUN_LOCAL_IMAGES=docker`: the image's filesystem, exported from the Docker
-    /// engine of `DOCKER_HOST`, is the lowest layer of the build (see `build`).
-    pub images: Option<DockerOptions>,
+    /// Where root filesystems come from (`base`, and what a template's `FROM` names).
+    pub images: ImageStore,
 }
 
 impl LocalOptions {
@@ -122,12 +138,7 @@ impl LocalOptions {
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        let images = std::env::var("SCENARIO_RUN_LOCAL_IMAGES").ok().filter(|v| v.trim() == "docker");
-        Self {
-            state_dir: Self::default_state_dir(),
-            isolation: Isolation::Auto,
-            images: images.map(|_| DockerOptions::default()),
-        }
+        Self { state_dir: Self::default_state_dir(), isolation: Isolation::Auto, images: ImageStore::from_env() }
     }
 }
 
@@ -153,8 +164,10 @@ struct Inner {
     builds: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Layer>>>>>,
     /// Templates `create` knows by name: registered by `build` (layer only) or `deploy`.
     templates: Mutex<HashMap<String, Registered>>,
-    /// The engine `FROM` images are exported from, if any.
-    images: Option<DockerProvider>,
+    /// Root filesystems: `base` and the images templates are built from.
+    images: ImageStore,
+    /// The host id range of every sandbox's user namespace.
+    ids: IdMap,
 }
 
 /// A template `create` can stack.
@@ -172,14 +185,18 @@ struct Sandbox {
     id: String,
     template: String,
     metadata: BTreeMap<String, String>,
-    /// Base environment plus the create-time envs.
+    /// The image's and template's ENV and the create-time envs (isolated sandboxes add the
+    /// user's HOME, USER and a default PATH below them; without isolation this is the whole
+    /// base environment).
     envs: BTreeMap<String, String>,
     started_at: u64,
     end_at_ms: Mutex<u64>,
     deadline_changed: Notify,
     dir: PathBuf,
-    /// Default working directory: the template's WORKDIR, else `/home/user`.
+    /// Default working directory: the template's WORKDIR, else the user's home.
     workdir: Option<String>,
+    /// The sandbox's id range on the host.
+    ids: IdMap,
     iso: Iso,
     procs: ProcTable,
     gone: AtomicBool,
@@ -241,13 +258,13 @@ fn no_sandbox(id: &str) -> ProviderError {
 }
 
 /// Probe results by state directory: "probes once".
-fn probe_cached(state_dir: &Path) -> std::result::Result<(), String> {
+fn probe_cached(state_dir: &Path, ids: IdMap) -> std::result::Result<(), String> {
     static CACHE: OnceLock<Mutex<HashMap<PathBuf, std::result::Result<(), String>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(r) = cache.lock().expect("probe cache").get(state_dir) {
         return r.clone();
     }
-    let r = sandbox::probe(state_dir);
+    let r = sandbox::probe(state_dir, ids);
     cache.lock().expect("probe cache").insert(state_dir.to_path_buf(), r.clone());
     r
 }
@@ -261,17 +278,18 @@ impl LocalProvider {
         })?;
         {
             use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o700));
+            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o711));
         }
         sweep_stale(&opts.state_dir);
+        cgroup::sweep();
         let (isolation, warning) = match opts.isolation {
             Isolation::None => (Isolation::None, None),
             Isolation::Namespaces => {
-                probe_cached(&opts.state_dir)
+                probe_cached(&opts.state_dir, opts.images.ids())
                     .map_err(|why| ProviderError::infra(format!("namespaces are not usable here: {why}")))?;
                 (Isolation::Namespaces, None)
             }
-            Isolation::Auto => match probe_cached(&opts.state_dir) {
+            Isolation::Auto => match probe_cached(&opts.state_dir, opts.images.ids()) {
                 Ok(()) => (Isolation::Namespaces, None),
                 Err(why) => (
                     Isolation::None,
@@ -295,16 +313,41 @@ impl LocalProvider {
                 shutting_down: AtomicBool::new(false),
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
-                images: opts.images.map(DockerProvider::new),
+                ids: opts.images.ids(),
+                images: opts.images,
             }),
             isolation,
             warning,
         })
     }
 
-    /// The one warning to show when [`Isolation::Auto`] fell back to no isolation.
+    /// The one warning to show when [`Isolation::Auto`] fell back to no isolation, or when
+    /// limits are enforced by rlimits only.
     pub fn warning(&self) -> Option<String> {
-        self.warning.clone()
+        if self.warning.is_some() {
+            return self.warning.clone();
+        }
+        match cgroup::Enforcement::get() {
+            e @ cgroup::Enforcement::Rlimits(_) if self.inner.namespaces => {
+                Some(format!("sandbox limits are weaker here: {}", e.describe()))
+            }
+            _ => None,
+        }
+    }
+
+    /// How cpu, memory and process limits are enforced (for reports and the README).
+    pub fn limits_enforcement(&self) -> String {
+        cgroup::Enforcement::get().describe()
+    }
+
+    /// Makes sure the `base` image is ready, building it on first use; progress goes to `log`.
+    /// Runs before the scenarios so that a first run says what it is doing and how long it took.
+    pub async fn prepare(&self, log: &mpsc::UnboundedSender<String>) -> Result<()> {
+        if !self.inner.namespaces {
+            return Ok(());
+        }
+        self.inner.images.get(BASE_IMAGE, None, log).await?;
+        Ok(())
     }
 
     /// The isolation in effect ([`Isolation::Namespaces`] or [`Isolation::None`]).
@@ -329,10 +372,8 @@ impl LocalProvider {
         open_stdin: bool,
     ) -> Result<Arc<process::Proc>> {
         let sb = self.get(id)?;
-        let mut env = sb.envs.clone();
-        env.extend(req.envs.clone());
-        let cwd = sb.cwd(req.cwd.as_deref())?;
-        let p = process::launch(&sb.target(), &env, &cwd, &req, output, open_stdin).await?;
+        let (target, env, cwd) = sb.plan(&req)?;
+        let p = process::launch(&target, &env, &cwd, &req, output, open_stdin).await?;
         sb.procs.insert(p.clone());
         if let Some(t) = req.timeout {
             let p = p.clone();
@@ -366,10 +407,39 @@ impl Sandbox {
             }
     }
 
-    fn target(&self) -> Target {
+    /// Where `req` runs: as its user (default: the sandbox user `user`), with its full
+    /// environment (`req.envs` on top) and its working directory (default: the template's
+    /// WORKDIR, else the user's home).
+    fn plan(&self, req: &ExecRequest) -> Result<(Target, BTreeMap<String, String>, String)> {
         match &self.iso {
-            Iso::Ns { ns, .. } => Target::Ns { pid1: ns.pid1.pid() },
-            Iso::Plain { bash_env, .. } => Target::Plain { bash_env: bash_env.clone() },
+            Iso::Ns { ns, .. } => {
+                let who = self.identity(req.user.as_deref().unwrap_or("user"))?;
+                let mut env = process::sandbox_env(&who);
+                env.extend(self.envs.clone());
+                env.extend(req.envs.clone());
+                let cwd = files::normalize(req.cwd.as_deref().or(self.workdir.as_deref()).unwrap_or(&who.home))?;
+                Ok((Target::Ns { entry: ns.entry.clone(), who }, env, cwd))
+            }
+            Iso::Plain { bash_env, home, tmp } => {
+                let mut env = self.envs.clone();
+                env.extend(req.envs.clone());
+                let abs = files::normalize(req.cwd.as_deref().unwrap_or(files::HOME))?;
+                let cwd = Root::plain_path(home, tmp, &abs).display().to_string();
+                Ok((Target::Plain { bash_env: bash_env.clone() }, env, cwd))
+            }
+        }
+    }
+
+    /// `user` as the sandbox's own `/etc/passwd` and `/etc/group` define it.
+    fn identity(&self, user: &str) -> Result<Identity> {
+        let root = self.root()?;
+        let read = |p: &str| root.read_as_host(p).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let (passwd, group) = (read("/etc/passwd"), read("/etc/group"));
+        match Identity::lookup(user, &passwd, &group) {
+            Some(who) => Ok(who),
+            None if user == "user" => Ok(Identity::user()),
+            None if user == "root" => Ok(Identity::root()),
+            None => Err(ProviderError::invalid(format!("no such user in the sandbox: {user}"))),
         }
     }
 
@@ -378,17 +448,8 @@ impl Sandbox {
             return Err(ProviderError::infra(format!("sandbox {} is not running", self.id)));
         }
         Ok(match &self.iso {
-            Iso::Ns { ns, .. } => Root::Proc(ns.pid1.pid()),
+            Iso::Ns { ns, .. } => Root::Proc { pid1: ns.pid1.pid(), ids: self.ids, who: Identity::user() },
             Iso::Plain { home, tmp, .. } => Root::Plain { home: home.clone(), tmp: tmp.clone() },
-        })
-    }
-
-    /// The working directory as the launcher must name it.
-    fn cwd(&self, cwd: Option<&str>) -> Result<String> {
-        let abs = files::normalize(cwd.or(self.workdir.as_deref()).unwrap_or(files::HOME))?;
-        Ok(match &self.iso {
-            Iso::Ns { .. } => abs,
-            Iso::Plain { home, tmp, .. } => Root::plain_path(home, tmp, &abs).display().to_string(),
         })
     }
 
@@ -451,40 +512,47 @@ impl Inner {
             .and_then(|()| std::fs::write(dir.join(OWNER_FILE), owner_token()))
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
         let mut envs;
+        let mut workdir = None;
         let iso = if self.namespaces {
-            let mut layout = Layout::new(&dir);
-            if let Some(t) = &tpl {
-                layout.lowers.push(t.built.layer.clone());
-                layout.lowers.extend(t.built.base.clone());
+            let limits = Limits {
+                cpus: req.cpu.or(tpl.as_ref().and_then(|t| t.cpu)).unwrap_or(DEFAULT_CPUS).clamp(1, 256),
+                memory_mb: req
+                    .memory_mb
+                    .or(tpl.as_ref().and_then(|t| t.memory_mb))
+                    .unwrap_or(DEFAULT_MEMORY_MB)
+                    .max(16),
+                pids: DEFAULT_PIDS,
+            };
+            let mut layout = Layout::new(&dir, self.ids, limits);
+            envs = BTreeMap::new();
+            match &tpl {
+                Some(t) => {
+                    layout.lowers.push(t.built.layer.clone());
+                    layout.lowers.push(t.built.image.clone());
+                    envs.extend(t.built.env.clone());
+                    envs.extend(t.envs.clone());
+                    workdir.clone_from(&t.built.workdir);
+                }
+                None => {
+                    let (log, _) = mpsc::unbounded_channel();
+                    let base = self.images.get(BASE_IMAGE, None, &log).await?;
+                    layout.lowers.push(base.dir.clone());
+                    envs.extend(image_env(&base.config.env));
+                    workdir.clone_from(&base.config.workdir);
+                }
             }
             let l = layout.clone();
-            let home = tpl.as_ref().map(|t| t.built.home.clone());
-            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                l.create()?;
-                // The template's /home/user: a copy per sandbox (home is a bind, not overlaid).
-                if let Some(home) = home.filter(|h| h.is_dir()) {
-                    let st = std::process::Command::new("cp").arg("-a").arg(home.join(".")).arg(&l.home).status()?;
-                    if !st.success() {
-                        return Err(std::io::Error::other(format!("copying the template's home failed ({st})")));
-                    }
-                }
-                Ok(())
-            })
-            .await
-            .map_err(|e| ProviderError::infra(e.to_string()))?
-            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
-            let ns = match NsSandbox::start(layout).await {
+            tokio::task::spawn_blocking(move || l.create())
+                .await
+                .map_err(|e| ProviderError::infra(e.to_string()))?
+                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+            let ns = match NsSandbox::start(layout, &id).await {
                 Ok(ns) => ns,
                 Err(e) => {
                     let _ = tokio::fs::remove_dir_all(&dir).await;
                     return Err(e);
                 }
             };
-            envs = process::base_env(files::HOME);
-            if let Some(t) = &tpl {
-                envs.extend(t.built.env.clone());
-                envs.extend(t.envs.clone());
-            }
             Iso::Ns { fwd: forward::Forwarder::new(ns.pid1.pid()), ns: Box::new(ns) }
         } else {
             let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
@@ -513,7 +581,8 @@ impl Inner {
             end_at_ms: Mutex::new(now.saturating_add(timeout_ms)),
             deadline_changed: Notify::new(),
             dir,
-            workdir: if self.namespaces { tpl.as_ref().and_then(|t| t.built.workdir.clone()) } else { None },
+            workdir,
+            ids: self.ids,
             iso,
             procs: ProcTable::default(),
             gone: AtomicBool::new(false),
@@ -530,7 +599,7 @@ impl Inner {
         tokio::spawn(expire(Arc::downgrade(self), sb.clone()));
         if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
             let t = tpl.as_ref().expect("checked");
-            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports).await {
+            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports, t.built.user.as_deref()).await {
                 self.kill(&sb.id).await;
                 return Err(e);
             }
@@ -557,7 +626,7 @@ impl Inner {
                     return Ok(Arc::new(layer));
                 }
                 fresh = true;
-                let r = build::build(spec, &dir, &owner_token(), self.images.as_ref(), log.clone()).await;
+                let r = build::build(spec, &dir, &owner_token(), &self.images, log.clone()).await;
                 if r.is_err() {
                     // A failed build is never reused (or found by remove_builds): do not leave it.
                     let d = dir.clone();
@@ -601,6 +670,9 @@ impl Inner {
         // Bounded: this runs on the way out after a second Ctrl-C.
         std::thread::sleep(Duration::from_millis(150));
         for sb in &all {
+            if let Iso::Ns { ns, .. } = &sb.iso {
+                ns.remove_cgroup();
+            }
             let _ = std::fs::remove_dir_all(&sb.dir);
         }
     }
@@ -735,10 +807,8 @@ impl Provider for LocalProvider {
         output: Option<mpsc::UnboundedSender<OutputChunk>>,
     ) -> Result<ExecResult> {
         let sb = self.get(id)?;
-        let mut env = sb.envs.clone();
-        env.extend(req.envs.clone());
-        let cwd = sb.cwd(req.cwd.as_deref())?;
-        let p = process::launch(&sb.target(), &env, &cwd, &req, output, false).await?;
+        let (target, env, cwd) = sb.plan(&req)?;
+        let p = process::launch(&target, &env, &cwd, &req, output, false).await?;
         sb.procs.insert(p.clone());
         let mut guard = process::KillOnDrop(Some(p.clone()));
         let result = process::finish(&p, req.timeout).await;
@@ -943,10 +1013,18 @@ fn registered(layer: &Arc<Layer>, def: &crate::templates::TemplateDef, deploy: b
 
 /// Starts a deployed template's start command in `sb` and waits until its ready command
 /// exits 0 (or, without one, until every port accepts connections inside the sandbox).
-async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, ports: &[u16]) -> Result<()> {
-    let cwd = sb.cwd(None)?;
-    let req = ExecRequest { cmd: start.to_string(), ..Default::default() };
-    let p = process::launch(&sb.target(), &sb.envs, &cwd, &req, None, false).await?;
+async fn start_template(
+    sb: &Arc<Sandbox>,
+    start: &str,
+    ready: Option<&str>,
+    ports: &[u16],
+    user: Option<&str>,
+) -> Result<()> {
+    // As a container's CMD: the Dockerfile's USER, else root.
+    let user = Some(user.unwrap_or("root").to_string());
+    let req = ExecRequest { cmd: start.to_string(), user: user.clone(), ..Default::default() };
+    let (target, env, cwd) = sb.plan(&req)?;
+    let p = process::launch(&target, &env, &cwd, &req, None, false).await?;
     sb.procs.insert(p.clone());
     let probe = match ready {
         Some(r) => r.to_string(),
@@ -969,8 +1047,13 @@ async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, por
                 tail.join("\n")
             )));
         }
-        let check = ExecRequest { cmd: probe.clone(), timeout: Some(Duration::from_secs(10)), ..Default::default() };
-        let q = process::launch(&sb.target(), &sb.envs, &cwd, &check, None, false).await?;
+        let check = ExecRequest {
+            cmd: probe.clone(),
+            timeout: Some(Duration::from_secs(10)),
+            user: user.clone(),
+            ..Default::default()
+        };
+        let q = process::launch(&target, &env, &cwd, &check, None, false).await?;
         if process::finish(&q, check.timeout).await.exit_code == Some(0) {
             return Ok(());
         }

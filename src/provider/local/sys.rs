@@ -228,13 +228,6 @@ pub(crate) fn ns_pids(pid: u32) -> Option<Vec<u32>> {
     line["NSpid:".len()..].split_whitespace().map(|s| s.parse().ok()).collect()
 }
 
-/// Children of `pid` (its main thread), from `/proc/<pid>/task/<pid>/children`.
-pub(crate) fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect())
-        .unwrap_or_default()
-}
-
 /// Lowercase description of an errno, e.g. "no such file or directory".
 pub(crate) fn errno_text(e: &io::Error) -> String {
     let s = match e.raw_os_error() {
