@@ -164,6 +164,9 @@ struct Inner {
     builds: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Layer>>>>>,
     /// Templates `create` knows by name: registered by `build` (layer only) or `deploy`.
     templates: Mutex<HashMap<String, Registered>>,
+    /// Directories of builds under way: a build cancelled mid-way (Ctrl-C) never finishes its
+    /// own cleanup, so `remove_builds` removes what is left here.
+    building: Mutex<std::collections::HashSet<PathBuf>>,
     /// Root filesystems: `base` and the images templates are built from.
     images: ImageStore,
     /// The host id range of every sandbox's user namespace.
@@ -313,6 +316,7 @@ impl LocalProvider {
                 shutting_down: AtomicBool::new(false),
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
+                building: Mutex::new(std::collections::HashSet::new()),
                 ids: opts.images.ids(),
                 images: opts.images,
             }),
@@ -626,7 +630,9 @@ impl Inner {
                     return Ok(Arc::new(layer));
                 }
                 fresh = true;
+                self.building.lock().expect("building").insert(dir.clone());
                 let r = build::build(spec, &dir, &owner_token(), &self.images, log.clone()).await;
+                self.building.lock().expect("building").remove(&dir);
                 if r.is_err() {
                     // A failed build is never reused (or found by remove_builds): do not leave it.
                     let d = dir.clone();
@@ -660,6 +666,9 @@ impl Inner {
     }
 
     fn kill_all_now(&self) {
+        for dir in self.building.lock().expect("building").drain() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         let mut all: Vec<Arc<Sandbox>> = self.sandboxes.lock().expect("sandboxes").values().cloned().collect();
         all.extend(self.dying.lock().expect("dying").values().cloned());
         for sb in &all {
@@ -929,6 +938,12 @@ impl Provider for LocalProvider {
 
     async fn remove_builds(&self) -> usize {
         self.inner.templates.lock().expect("templates").clear();
+        // Builds cancelled before they finished (their sandboxes died with their futures).
+        let unfinished: Vec<PathBuf> = self.inner.building.lock().expect("building").drain().collect();
+        for dir in unfinished {
+            let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
+            let _ = tokio::time::timeout(Duration::from_secs(30), rm).await;
+        }
         let builds: Vec<_> = self.inner.builds.lock().expect("builds").drain().collect();
         let mut removed = 0;
         for (_, cell) in builds {

@@ -240,6 +240,22 @@ pub(crate) struct NsSandbox {
     /// The outer bwrap process, our direct child.
     bwrap: tokio::sync::Mutex<tokio::process::Child>,
     cgroup: Option<Cgroup>,
+    /// Set once `stop` ran; a sandbox dropped without it is killed by `Drop`.
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for NsSandbox {
+    /// A sandbox whose owner was dropped mid-way (a cancelled build, an interrupted create)
+    /// must not outlive it: kill pid 1 and whatever the cgroup holds, and remove the cgroup.
+    /// (The outer bwrap is a `kill_on_drop` child, which tokio reaps.)
+    fn drop(&mut self) {
+        if !self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            self.stop_now();
+            if let Some(c) = &self.cgroup {
+                c.remove();
+            }
+        }
+    }
 }
 
 impl NsSandbox {
@@ -265,7 +281,13 @@ impl NsSandbox {
             Ok(entry)
         });
         match opened {
-            Ok(entry) => Ok(Self { pid1, entry: Arc::new(entry), bwrap: tokio::sync::Mutex::new(child), cgroup }),
+            Ok(entry) => Ok(Self {
+                pid1,
+                entry: Arc::new(entry),
+                bwrap: tokio::sync::Mutex::new(child),
+                cgroup,
+                stopped: std::sync::atomic::AtomicBool::new(false),
+            }),
             Err(e) => {
                 let _ = pid1.signal(libc::SIGKILL);
                 let _ = tokio::time::timeout(STOP_TIMEOUT, child.wait()).await;
@@ -360,6 +382,7 @@ impl NsSandbox {
     /// SIGKILLs pid 1 (and with it the whole PID namespace), waits for bwrap to exit, kills
     /// what the sandbox's cgroup still holds and removes the cgroup.
     pub(crate) async fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = self.pid1.signal(libc::SIGKILL);
         let mut child = self.bwrap.lock().await;
         if tokio::time::timeout(STOP_TIMEOUT, child.wait()).await.is_err() {
