@@ -330,17 +330,15 @@ async fn lifecycle_metadata_expiry_and_stats() {
 
     // c is extended, a expires by itself.
     p.set_timeout(&c.id, 60).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while p.info(&a.id).await.is_ok() {
         assert!(Instant::now() < deadline, "sandbox did not expire");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(p.connect(&a.id, None).await.unwrap_err().kind, ErrorKind::NotFound);
-    // An expired sandbox is unregistered first and counted destroyed once its teardown is done.
-    while p.stats().destroyed == 0 {
-        assert!(Instant::now() < deadline, "expired sandbox was never torn down");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Regression (issue 13, item 8): the counters move with the registry, under one lock, so
+    // once the sandbox is gone from info/list it is counted destroyed, even while its
+    // teardown still runs (this failed about one run in three under load).
     let st = p.stats();
     assert_eq!((st.created, st.destroyed, st.live, st.peak_live), (3, 1, 2, 3));
 

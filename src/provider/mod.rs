@@ -5,6 +5,7 @@
 //! E2B-compatible server. Providers report failures as [`ProviderError`], whose kind decides
 //! the scenario outcome (a missing file is a step failure; a broken provider is an ERROR).
 
+pub(crate) mod core;
 pub mod docker;
 pub mod e2b;
 pub(crate) mod forward;

@@ -23,7 +23,6 @@
 //! 1 s) and, once the engine says it is no longer running, output is read for a short grace
 //! period more, like the local provider does.
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +35,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use super::{api_err, is_status, HOME};
+use crate::provider::core::{Process, Procs};
 use crate::provider::output::Captured;
 use crate::provider::{ErrorKind, ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
 
@@ -340,7 +340,7 @@ async fn drive(
 pub(crate) struct ProcTable {
     docker: Docker,
     container: String,
-    procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
+    procs: Procs<Proc>,
     /// Where commands run when the request names no cwd: the image's WORKDIR for a built
     /// template, else `/home/user`.
     default_cwd: String,
@@ -348,7 +348,7 @@ pub(crate) struct ProcTable {
 
 impl ProcTable {
     pub(crate) fn new(docker: Docker, container: String) -> Self {
-        Self { docker, container, procs: Mutex::new(BTreeMap::new()), default_cwd: HOME.to_string() }
+        Self { docker, container, procs: Procs::default(), default_cwd: HOME.to_string() }
     }
 
     /// Commands without a cwd run in `dir` (a template's WORKDIR).
@@ -444,39 +444,40 @@ impl ProcTable {
         if !err.is_empty() {
             proc.push(OutputChunk::Stderr(err), &output);
         }
-        self.procs.lock().expect("procs").insert(pid, proc.clone());
+        self.procs.insert(proc.clone());
         tokio::spawn(drive(proc.clone(), exec_id, stream, output));
         Ok(proc)
     }
 
     /// Removes `p` if it is still the entry for its pid.
     pub(crate) fn remove(&self, p: &Arc<Proc>) {
-        let mut procs = self.procs.lock().expect("procs");
-        if procs.get(&p.pid).is_some_and(|q| Arc::ptr_eq(q, p)) {
-            procs.remove(&p.pid);
-        }
+        self.procs.remove(p);
     }
 
     pub(crate) fn get(&self, pid: u32) -> Result<Arc<Proc>> {
-        self.procs
-            .lock()
-            .expect("procs")
-            .get(&pid)
-            .cloned()
-            .ok_or_else(|| ProviderError::not_found(format!("no such process: {pid}")))
+        self.procs.get(pid)
     }
 
     pub(crate) fn list(&self) -> Vec<ProcessInfo> {
-        self.procs.lock().expect("procs").values().map(|p| p.info()).collect()
+        self.procs.list()
     }
 
     /// The container is being removed: whatever still runs dies of SIGKILL.
     pub(crate) fn mark_all_gone(&self) {
-        for p in self.procs.lock().expect("procs").values() {
+        for p in self.procs.all() {
             if !p.finished() {
                 p.sent.lock().expect("sent").push(libc::SIGKILL);
             }
         }
+    }
+}
+
+impl Process for Proc {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn info(&self) -> ProcessInfo {
+        Proc::info(self)
     }
 }
 

@@ -114,8 +114,7 @@ mod exec;
 mod files;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -127,8 +126,9 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, oneshot, Notify, OnceCell};
+use tokio::sync::{mpsc, OnceCell};
 
+use super::core::{self, no_sandbox, now_ms, random_hex, Core, Host, Life, Member};
 use super::forward::Forwarder;
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
@@ -220,13 +220,8 @@ pub struct DockerProvider {
 struct Inner {
     opts: DockerOptions,
     docker: OnceCell<Docker>,
-    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
-    /// Being removed: no longer addressable, but a second Ctrl-C must still finish them off.
-    dying: Mutex<HashMap<String, Arc<Sandbox>>>,
-    stats: Mutex<ProviderStats>,
-    in_flight: AtomicUsize,
-    in_flight_changed: Notify,
-    shutting_down: AtomicBool,
+    /// Registry, counters and creation guard (shared with the local provider).
+    core: Core<Sandbox>,
     /// Template builds by digest: each is made once per provider (per run).
     builds: Mutex<HashMap<String, Arc<OnceCell<Arc<build::Image>>>>>,
     /// Templates `create` knows by name: registered by `build` (image only) or `deploy`.
@@ -247,10 +242,8 @@ struct Sandbox {
     template: String,
     metadata: BTreeMap<String, String>,
     started_at: u64,
-    end_at_ms: Mutex<u64>,
-    deadline_changed: Notify,
+    life: Life,
     procs: ProcTable,
-    gone: AtomicBool,
     /// Connected to, not created by this provider.
     adopted: bool,
     /// Into the container's network namespace, made by the first `port_url`; None when the
@@ -258,26 +251,16 @@ struct Sandbox {
     fwd: OnceCell<Option<Forwarder>>,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-fn no_sandbox(id: &str) -> ProviderError {
-    ProviderError::not_found(format!("no such sandbox: {id}"))
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    // SAFETY: buf is valid for buf.len() bytes.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
-        // Fall back to time and pid: ids only need to be unique on this engine.
-        let seed = now_ms() ^ (u64::from(std::process::id()) << 32);
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = (seed >> ((i % 8) * 8)) as u8 ^ (i as u8).wrapping_mul(151);
-        }
+impl Member for Sandbox {
+    fn id(&self) -> &str {
+        &self.id
     }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    fn life(&self) -> &Life {
+        &self.life
+    }
+    fn owned(&self) -> bool {
+        !self.adopted
+    }
 }
 
 /// Maps an engine error to a provider error; `what` reads after "failed to".
@@ -338,7 +321,7 @@ impl Inner {
     }
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
-        self.sandboxes.lock().expect("sandboxes").get(id).cloned().ok_or_else(|| no_sandbox(id))
+        self.core.get(id)
     }
 
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
@@ -405,28 +388,18 @@ impl Inner {
             template,
             metadata: req.metadata.clone(),
             started_at: now / 1000,
-            end_at_ms: Mutex::new(end_ms),
-            deadline_changed: Notify::new(),
+            life: Life::new(end_ms),
             procs: ProcTable::new(docker, id.clone())
                 .with_default_cwd(tpl.as_ref().and_then(|t| t.built.workdir.clone())),
-            gone: AtomicBool::new(false),
             adopted: false,
             fwd: OnceCell::new(),
         });
-        {
-            // Register and count under one lock so peak_live is exact.
-            let mut map = self.sandboxes.lock().expect("sandboxes");
-            map.insert(id.clone(), sb.clone());
-            let mut st = self.stats.lock().expect("stats");
-            st.created += 1;
-            st.live += 1;
-            st.peak_live = st.peak_live.max(st.live);
-        }
-        tokio::spawn(expire(Arc::downgrade(self), sb.clone()));
+        let sb = self.core.register(sb);
+        core::expire_at_end(self, sb.clone());
         if let Some(t) = tpl.as_ref().filter(|t| t.start.is_some()) {
             let start = t.start.clone().expect("checked");
             if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports).await {
-                self.kill(&sb.id).await;
+                core::kill(self.as_ref(), &sb.id).await;
                 return Err(e);
             }
         }
@@ -466,38 +439,10 @@ impl Inner {
         Ok((image, !fresh))
     }
 
-    /// Unregisters and removes `id`; false if unknown.
-    async fn kill(&self, id: &str) -> bool {
-        let Some(sb) = self.sandboxes.lock().expect("sandboxes").remove(id) else {
-            return false;
-        };
-        self.dying.lock().expect("dying").insert(id.to_string(), sb.clone());
-        sb.gone.store(true, Ordering::SeqCst);
-        sb.deadline_changed.notify_one();
-        sb.procs.mark_all_gone();
-        if let Some(Some(fwd)) = sb.fwd.get() {
-            fwd.stop();
-        }
-        if let Ok(docker) = self.client().await {
-            remove_container(docker, id).await;
-        }
-        self.dying.lock().expect("dying").remove(id);
-        if !sb.adopted {
-            let mut st = self.stats.lock().expect("stats");
-            st.destroyed += 1;
-            st.live = st.live.saturating_sub(1);
-        }
-        true
-    }
-
     /// Synchronous last resort: `DELETE /containers/{id}?force=1` for every container left
     /// that we created (adopted ones are left alone, as by `destroy_all`).
     fn kill_all_now(&self) {
-        let mine = |m: &HashMap<String, Arc<Sandbox>>| -> Vec<String> {
-            m.values().filter(|sb| !sb.adopted).map(|sb| sb.id.clone()).collect()
-        };
-        let mut ids = mine(&self.sandboxes.lock().expect("sandboxes"));
-        ids.extend(mine(&self.dying.lock().expect("dying")));
+        let ids: Vec<String> = self.core.everything().iter().filter(|sb| !sb.adopted).map(|sb| sb.id.clone()).collect();
         if ids.is_empty() {
             return;
         }
@@ -511,6 +456,23 @@ impl Inner {
             .collect();
         for t in threads {
             let _ = t.join();
+        }
+    }
+}
+
+#[async_trait]
+impl Host for Inner {
+    type Sandbox = Sandbox;
+    fn core(&self) -> &Core<Sandbox> {
+        &self.core
+    }
+    async fn teardown(&self, sb: &Arc<Sandbox>) {
+        sb.procs.mark_all_gone();
+        if let Some(Some(fwd)) = sb.fwd.get() {
+            fwd.stop();
+        }
+        if let Ok(docker) = self.client().await {
+            remove_container(docker, &sb.id).await;
         }
     }
 }
@@ -562,18 +524,13 @@ impl Sandbox {
             template: self.template.clone(),
             metadata: self.metadata.clone(),
             started_at: self.started_at,
-            end_at: self.end_at_ms.lock().expect("end_at").div_ceil(1000),
+            end_at: self.life.end_ms().div_ceil(1000),
             state: "running".into(),
         }
     }
 
-    fn set_end(&self, end_ms: u64) {
-        *self.end_at_ms.lock().expect("end_at") = end_ms;
-        self.deadline_changed.notify_one();
-    }
-
     fn alive(&self) -> Result<()> {
-        if self.gone.load(Ordering::SeqCst) {
+        if self.life.is_gone() {
             return Err(ProviderError::infra(format!("sandbox {} is not running", self.id)));
         }
         Ok(())
@@ -598,37 +555,6 @@ fn info_from_labels(id: &str, labels: &HashMap<String, String>, running: bool) -
     })
 }
 
-/// Removes `sb` at its end time (which `set_timeout` may move).
-async fn expire(inner: Weak<Inner>, sb: Arc<Sandbox>) {
-    loop {
-        if sb.gone.load(Ordering::SeqCst) {
-            return;
-        }
-        let end = *sb.end_at_ms.lock().expect("end_at");
-        let now = now_ms();
-        if now >= end {
-            if let Some(inner) = inner.upgrade() {
-                inner.kill(&sb.id).await;
-            }
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(end - now)) => {}
-            _ = sb.deadline_changed.notified() => {}
-        }
-    }
-}
-
-/// Decrements the in-flight create counter even if the create task panics.
-struct InFlight(Arc<Inner>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.0.in_flight_changed.notify_waiters();
-    }
-}
-
 impl DockerProvider {
     /// Does not contact the engine; the first operation does.
     pub fn new(opts: DockerOptions) -> Self {
@@ -636,12 +562,7 @@ impl DockerProvider {
             inner: Arc::new(Inner {
                 opts,
                 docker: OnceCell::new(),
-                sandboxes: Mutex::new(HashMap::new()),
-                dying: Mutex::new(HashMap::new()),
-                stats: Mutex::new(ProviderStats::default()),
-                in_flight: AtomicUsize::new(0),
-                in_flight_changed: Notify::new(),
-                shutting_down: AtomicBool::new(false),
+                core: Core::default(),
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
                 run_tag: random_hex(4),
@@ -790,29 +711,9 @@ impl Provider for DockerProvider {
         if req.envs.values().chain(req.metadata.values()).any(|v| v.contains('\0')) {
             return Err(ProviderError::invalid("envs or metadata contain a NUL byte"));
         }
-        // The work runs in its own task so that a caller dropping this future cannot leave a
-        // container behind: the task finishes, and removes it if nobody is waiting any more.
         let inner = self.inner.clone();
-        inner.in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(inner.clone());
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
-            let _guard = guard;
-            match inner.create_sandbox(req).await {
-                Ok(sb) => {
-                    if inner.shutting_down.load(Ordering::SeqCst) {
-                        inner.kill(&sb.id).await;
-                        let _ = tx.send(Err(ProviderError::infra("provider is shutting down")));
-                    } else if tx.send(Ok(sb.info())).is_err() {
-                        inner.kill(&sb.id).await;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        });
-        rx.await.map_err(|_| ProviderError::infra("sandbox creation failed unexpectedly"))?
+        let sb = core::create(self.inner.clone(), async move { inner.create_sandbox(req).await }).await?;
+        Ok(sb.info())
     }
 
     async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo> {
@@ -826,11 +727,11 @@ impl Provider for DockerProvider {
         if let Ok(sb) = self.inner.get(id) {
             if !running {
                 // Died under us (removed from outside): clean up and report it gone.
-                self.inner.kill(id).await;
+                core::kill(self.inner.as_ref(), id).await;
                 return Err(no_sandbox(id));
             }
             if let Some(t) = timeout_secs {
-                sb.set_end(now_ms().saturating_add(t.saturating_mul(1000)));
+                sb.life.extend(t);
             }
             return Ok(sb.info());
         }
@@ -848,15 +749,13 @@ impl Provider for DockerProvider {
             template: info.template,
             metadata: info.metadata,
             started_at: info.started_at,
-            end_at_ms: Mutex::new(end_ms),
-            deadline_changed: Notify::new(),
+            life: Life::new(end_ms),
             procs: ProcTable::new(docker, name.clone()),
-            gone: AtomicBool::new(false),
             adopted: true,
             fwd: OnceCell::new(),
         });
-        let sb = self.inner.sandboxes.lock().expect("sandboxes").entry(name).or_insert(sb).clone();
-        tokio::spawn(expire(Arc::downgrade(&self.inner), sb.clone()));
+        let sb = self.inner.core.register(sb);
+        core::expire_at_end(&self.inner, sb.clone());
         Ok(sb.info())
     }
 
@@ -892,18 +791,18 @@ impl Provider for DockerProvider {
                 Some(info)
             })
             // Being torn down by us: already gone as far as callers are concerned.
-            .filter(|i| !self.inner.dying.lock().expect("dying").contains_key(&i.id))
+            .filter(|i| !self.inner.core.is_dying(&i.id))
             .collect();
         out.sort_by_key(|i| (i.started_at, i.id.clone()));
         Ok(out)
     }
 
     async fn kill(&self, id: &str) -> Result<bool> {
-        Ok(self.inner.kill(id).await)
+        Ok(core::kill(self.inner.as_ref(), id).await)
     }
 
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
-        self.get(id)?.set_end(now_ms().saturating_add(timeout_secs.saturating_mul(1000)));
+        self.get(id)?.life.extend(timeout_secs);
         Ok(())
     }
 
@@ -1030,41 +929,7 @@ impl Provider for DockerProvider {
     }
 
     async fn destroy_all(&self) -> usize {
-        let inner = &self.inner;
-        inner.shutting_down.store(true, Ordering::SeqCst);
-        let mut count = 0;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let ids: Vec<String> = inner
-                .sandboxes
-                .lock()
-                .expect("sandboxes")
-                .values()
-                .filter(|sb| !sb.adopted)
-                .map(|sb| sb.id.clone())
-                .collect();
-            let mut set = tokio::task::JoinSet::new();
-            for id in ids {
-                let inner = inner.clone();
-                set.spawn(async move { inner.kill(&id).await });
-            }
-            while let Some(r) = set.join_next().await {
-                if matches!(r, Ok(true)) {
-                    count += 1;
-                }
-            }
-            // Creations still under way register (and, seeing the flag, remove) their container.
-            while inner.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-                let changed = inner.in_flight_changed.notified();
-                let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
-            }
-            let left = inner.sandboxes.lock().expect("sandboxes").values().any(|sb| !sb.adopted);
-            if !left || tokio::time::Instant::now() >= deadline {
-                break;
-            }
-        }
-        inner.shutting_down.store(false, Ordering::SeqCst);
-        count
+        core::destroy_all(&self.inner).await
     }
 
     fn destroy_all_now(&self) {
@@ -1072,7 +937,7 @@ impl Provider for DockerProvider {
     }
 
     fn stats(&self) -> ProviderStats {
-        self.inner.stats.lock().expect("stats").clone()
+        self.inner.core.stats()
     }
 }
 

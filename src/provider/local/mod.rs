@@ -66,15 +66,15 @@ mod seccomp;
 mod sys;
 mod userns;
 
+use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::mpsc;
 
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
@@ -152,14 +152,8 @@ pub struct LocalProvider {
 struct Inner {
     state_dir: PathBuf,
     namespaces: bool,
-    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
-    /// Sandboxes being torn down: no longer addressable, but a second Ctrl-C must still
-    /// finish them off.
-    dying: Mutex<HashMap<String, Arc<Sandbox>>>,
-    stats: Mutex<ProviderStats>,
-    in_flight: AtomicUsize,
-    in_flight_changed: Notify,
-    shutting_down: AtomicBool,
+    /// Registry, counters and creation guard (shared with the docker provider).
+    core: Core<Sandbox>,
     /// Template builds by digest: each is made once per provider (per run).
     builds: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Layer>>>>>,
     /// Templates `create` knows by name: registered by `build` (layer only) or `deploy`.
@@ -193,8 +187,7 @@ struct Sandbox {
     /// base environment).
     envs: BTreeMap<String, String>,
     started_at: u64,
-    end_at_ms: Mutex<u64>,
-    deadline_changed: Notify,
+    life: Life,
     dir: PathBuf,
     /// Default working directory: the template's WORKDIR, else the user's home.
     workdir: Option<String>,
@@ -202,11 +195,15 @@ struct Sandbox {
     ids: IdMap,
     iso: Iso,
     procs: ProcTable,
-    gone: AtomicBool,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+impl Member for Sandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn life(&self) -> &Life {
+        &self.life
+    }
 }
 
 /// In each sandbox directory: `<pid>:<start time>` of the process that made it.
@@ -254,10 +251,6 @@ fn sweep_stale(state_dir: &std::path::Path) {
             let _ = std::fs::remove_dir_all(&path);
         }
     }
-}
-
-fn no_sandbox(id: &str) -> ProviderError {
-    ProviderError::not_found(format!("no such sandbox: {id}"))
 }
 
 /// Probe results by state directory: "probes once".
@@ -308,12 +301,7 @@ impl LocalProvider {
             inner: Arc::new(Inner {
                 state_dir: opts.state_dir,
                 namespaces: isolation == Isolation::Namespaces,
-                sandboxes: Mutex::new(HashMap::new()),
-                dying: Mutex::new(HashMap::new()),
-                stats: Mutex::new(ProviderStats::default()),
-                in_flight: AtomicUsize::new(0),
-                in_flight_changed: Notify::new(),
-                shutting_down: AtomicBool::new(false),
+                core: Core::default(),
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
                 building: Mutex::new(std::collections::HashSet::new()),
@@ -398,13 +386,13 @@ impl Sandbox {
             template: self.template.clone(),
             metadata: self.metadata.clone(),
             started_at: self.started_at,
-            end_at: self.end_at_ms.lock().expect("end_at").div_ceil(1000),
+            end_at: self.life.end_ms().div_ceil(1000),
             state: "running".into(),
         }
     }
 
     fn alive(&self) -> bool {
-        !self.gone.load(Ordering::SeqCst)
+        !self.life.is_gone()
             && match &self.iso {
                 Iso::Ns { ns, .. } => ns.alive(),
                 Iso::Plain { .. } => true,
@@ -457,15 +445,8 @@ impl Sandbox {
         })
     }
 
-    fn set_end(&self, end_ms: u64) {
-        *self.end_at_ms.lock().expect("end_at") = end_ms;
-        self.deadline_changed.notify_one();
-    }
-
     /// Kills everything in the sandbox and removes its state. Idempotent.
     async fn teardown(&self) {
-        self.gone.store(true, Ordering::SeqCst);
-        self.deadline_changed.notify_one();
         match &self.iso {
             Iso::Ns { ns, fwd } => {
                 fwd.stop();
@@ -497,7 +478,7 @@ impl Sandbox {
 
 impl Inner {
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
-        self.sandboxes.lock().expect("sandboxes").get(id).cloned().ok_or_else(|| no_sandbox(id))
+        self.core.get(id)
     }
 
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
@@ -582,29 +563,19 @@ impl Inner {
             metadata: req.metadata.clone(),
             envs,
             started_at: now / 1000,
-            end_at_ms: Mutex::new(now.saturating_add(timeout_ms)),
-            deadline_changed: Notify::new(),
+            life: Life::new(now.saturating_add(timeout_ms)),
             dir,
             workdir,
             ids: self.ids,
             iso,
             procs: ProcTable::default(),
-            gone: AtomicBool::new(false),
         });
-        {
-            // Register and count under one lock so peak_live is exact.
-            let mut map = self.sandboxes.lock().expect("sandboxes");
-            map.insert(id.clone(), sb.clone());
-            let mut st = self.stats.lock().expect("stats");
-            st.created += 1;
-            st.live += 1;
-            st.peak_live = st.peak_live.max(st.live);
-        }
-        tokio::spawn(expire(Arc::downgrade(self), sb.clone()));
+        let sb = self.core.register(sb);
+        core::expire_at_end(self, sb.clone());
         if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
             let t = tpl.as_ref().expect("checked");
             if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports, t.built.user.as_deref()).await {
-                self.kill(&sb.id).await;
+                core::kill(self.as_ref(), &sb.id).await;
                 return Err(e);
             }
         }
@@ -651,26 +622,11 @@ impl Inner {
         Ok((layer, !fresh))
     }
 
-    /// Unregisters and tears down `id`; false if unknown.
-    async fn kill(&self, id: &str) -> bool {
-        let Some(sb) = self.sandboxes.lock().expect("sandboxes").remove(id) else {
-            return false;
-        };
-        self.dying.lock().expect("dying").insert(id.to_string(), sb.clone());
-        sb.teardown().await;
-        self.dying.lock().expect("dying").remove(id);
-        let mut st = self.stats.lock().expect("stats");
-        st.destroyed += 1;
-        st.live = st.live.saturating_sub(1);
-        true
-    }
-
     fn kill_all_now(&self) {
         for dir in self.building.lock().expect("building").drain() {
             let _ = std::fs::remove_dir_all(dir);
         }
-        let mut all: Vec<Arc<Sandbox>> = self.sandboxes.lock().expect("sandboxes").values().cloned().collect();
-        all.extend(self.dying.lock().expect("dying").values().cloned());
+        let all = self.core.everything();
         for sb in &all {
             sb.kill_now();
         }
@@ -687,41 +643,21 @@ impl Inner {
     }
 }
 
+#[async_trait]
+impl Host for Inner {
+    type Sandbox = Sandbox;
+    fn core(&self) -> &Core<Sandbox> {
+        &self.core
+    }
+    async fn teardown(&self, sb: &Arc<Sandbox>) {
+        sb.teardown().await;
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         // Dropped without destroy_all: do not leave processes behind.
         self.kill_all_now();
-    }
-}
-
-/// Kills `sb` at its end time (which `set_timeout` may move).
-async fn expire(inner: Weak<Inner>, sb: Arc<Sandbox>) {
-    loop {
-        if sb.gone.load(Ordering::SeqCst) {
-            return;
-        }
-        let end = *sb.end_at_ms.lock().expect("end_at");
-        let now = now_ms();
-        if now >= end {
-            if let Some(inner) = inner.upgrade() {
-                inner.kill(&sb.id).await;
-            }
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(end - now)) => {}
-            _ = sb.deadline_changed.notified() => {}
-        }
-    }
-}
-
-/// Decrements the in-flight create counter even if the create task panics.
-struct InFlight(Arc<Inner>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.0.in_flight_changed.notify_waiters();
     }
 }
 
@@ -746,41 +682,20 @@ impl Provider for LocalProvider {
                 return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
             }
         }
-        // The work runs in its own task so that a caller dropping this future cannot leave a
-        // half-made sandbox behind: the task finishes, and kills the sandbox if nobody is
-        // waiting for it any more.
         let inner = self.inner.clone();
-        inner.in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(inner.clone());
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
-            let _guard = guard;
-            match inner.create_sandbox(req).await {
-                Ok(sb) => {
-                    if inner.shutting_down.load(Ordering::SeqCst) {
-                        inner.kill(&sb.id).await;
-                        let _ = tx.send(Err(ProviderError::infra("provider is shutting down")));
-                    } else if tx.send(Ok(sb.info())).is_err() {
-                        inner.kill(&sb.id).await;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        });
-        rx.await.map_err(|_| ProviderError::infra("sandbox creation failed unexpectedly"))?
+        let sb = core::create(self.inner.clone(), async move { inner.create_sandbox(req).await }).await?;
+        Ok(sb.info())
     }
 
     async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo> {
         let sb = self.get(id)?;
         if !sb.alive() {
             // Died under us (e.g. pid 1 killed from outside): clean up and report it gone.
-            self.inner.kill(id).await;
+            core::kill(self.inner.as_ref(), id).await;
             return Err(no_sandbox(id));
         }
         if let Some(t) = timeout_secs {
-            sb.set_end(now_ms().saturating_add(t.saturating_mul(1000)));
+            sb.life.extend(t);
         }
         Ok(sb.info())
     }
@@ -790,9 +705,11 @@ impl Provider for LocalProvider {
     }
 
     async fn list(&self, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>> {
-        let map = self.inner.sandboxes.lock().expect("sandboxes");
-        let mut out: Vec<SandboxInfo> = map
-            .values()
+        let mut out: Vec<SandboxInfo> = self
+            .inner
+            .core
+            .live()
+            .iter()
             .filter(|sb| metadata.iter().all(|(k, v)| sb.metadata.get(k) == Some(v)))
             .map(|sb| sb.info())
             .collect();
@@ -801,11 +718,11 @@ impl Provider for LocalProvider {
     }
 
     async fn kill(&self, id: &str) -> Result<bool> {
-        Ok(self.inner.kill(id).await)
+        Ok(core::kill(self.inner.as_ref(), id).await)
     }
 
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
-        self.get(id)?.set_end(now_ms().saturating_add(timeout_secs.saturating_mul(1000)));
+        self.get(id)?.life.extend(timeout_secs);
         Ok(())
     }
 
@@ -979,33 +896,7 @@ impl Provider for LocalProvider {
     }
 
     async fn destroy_all(&self) -> usize {
-        let inner = &self.inner;
-        inner.shutting_down.store(true, Ordering::SeqCst);
-        let mut count = 0;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let ids: Vec<String> = inner.sandboxes.lock().expect("sandboxes").keys().cloned().collect();
-            let mut set = tokio::task::JoinSet::new();
-            for id in ids {
-                let inner = inner.clone();
-                set.spawn(async move { inner.kill(&id).await });
-            }
-            while let Some(r) = set.join_next().await {
-                if matches!(r, Ok(true)) {
-                    count += 1;
-                }
-            }
-            // Creations still under way register (and, seeing the flag, kill) their sandbox.
-            while inner.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-                let changed = inner.in_flight_changed.notified();
-                let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
-            }
-            if inner.sandboxes.lock().expect("sandboxes").is_empty() || tokio::time::Instant::now() >= deadline {
-                break;
-            }
-        }
-        inner.shutting_down.store(false, Ordering::SeqCst);
-        count
+        core::destroy_all(&self.inner).await
     }
 
     fn destroy_all_now(&self) {
@@ -1013,7 +904,7 @@ impl Provider for LocalProvider {
     }
 
     fn stats(&self) -> ProviderStats {
-        self.inner.stats.lock().expect("stats").clone()
+        self.inner.core.stats()
     }
 }
 

@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::enter::{self, Entry, Identity};
 use super::sys::{self, Pidfd};
+use crate::provider::core::{Process, Procs};
 use crate::provider::output::Captured;
 use crate::provider::{ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
 
@@ -405,43 +406,34 @@ async fn drive(mut child: tokio::process::Child, proc: Arc<Proc>, output: Option
     proc.done.send_replace(true);
 }
 
-/// A sandbox's processes by in-sandbox pid.
-#[derive(Debug, Default)]
+impl Process for Proc {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn info(&self) -> ProcessInfo {
+        Proc::info(self)
+    }
+}
+
+/// A sandbox's processes by in-sandbox pid, and every process group ever started (to kill a
+/// sandbox that has no PID namespace of its own).
+#[derive(Default)]
 pub(crate) struct ProcTable {
-    procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
-    /// Every process group ever started (for killing a sandbox without isolation).
+    procs: Procs<Proc>,
     groups: Mutex<Vec<u32>>,
+}
+
+impl std::ops::Deref for ProcTable {
+    type Target = Procs<Proc>;
+    fn deref(&self) -> &Procs<Proc> {
+        &self.procs
+    }
 }
 
 impl ProcTable {
     pub(crate) fn insert(&self, p: Arc<Proc>) {
         self.groups.lock().expect("groups").push(p.pgid);
-        self.procs.lock().expect("procs").insert(p.pid, p);
-    }
-
-    /// Removes `p` if it is still the entry for its pid.
-    pub(crate) fn remove(&self, p: &Arc<Proc>) {
-        let mut procs = self.procs.lock().expect("procs");
-        if procs.get(&p.pid).is_some_and(|q| Arc::ptr_eq(q, p)) {
-            procs.remove(&p.pid);
-        }
-    }
-
-    pub(crate) fn get(&self, pid: u32) -> Result<Arc<Proc>> {
-        self.procs
-            .lock()
-            .expect("procs")
-            .get(&pid)
-            .cloned()
-            .ok_or_else(|| ProviderError::not_found(format!("no such process: {pid}")))
-    }
-
-    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
-        self.procs.lock().expect("procs").values().map(|p| p.info()).collect()
-    }
-
-    pub(crate) fn all(&self) -> Vec<Arc<Proc>> {
-        self.procs.lock().expect("procs").values().cloned().collect()
+        self.procs.insert(p);
     }
 
     /// SIGKILLs every process group ever started here.
