@@ -6,6 +6,7 @@
 pub mod config;
 pub mod diag;
 pub mod duration;
+pub mod image;
 pub mod janitor;
 pub mod mask;
 pub mod matcher;

@@ -534,14 +534,8 @@ fn remove_now(sock: &str, id: &str) {
     }
 }
 
-/// What a builder takes over from an image besides its files.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ImageConfig {
-    /// `NAME=value` entries.
-    pub env: Vec<String>,
-    pub workdir: Option<String>,
-    pub cmd: Option<Vec<String>>,
-}
+/// What a builder takes over from an image besides its files (one type for every image source).
+pub(crate) use crate::image::ImageConfig;
 
 /// Unpacks a container export into `dest`, keeping modes and owners, skipping device nodes.
 fn unpack_rootfs(tar_path: &std::path::Path, dest: &std::path::Path) -> std::io::Result<()> {
@@ -752,10 +746,21 @@ impl DockerProvider {
         remove_container(docker, &name).await;
         let _ = std::fs::remove_file(&tar_path);
         exported.map_err(|e| ProviderError::infra(format!("cannot export {image} into {}: {e}", dest.display())))?;
+        let mut exposed_ports: Vec<u16> = config
+            .exposed_ports
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| !p.ends_with("/udp"))
+            .filter_map(|p| p.split('/').next().and_then(|n| n.parse().ok()))
+            .collect();
+        exposed_ports.sort_unstable();
         Ok(ImageConfig {
             env: config.env.unwrap_or_default(),
             workdir: config.working_dir.filter(|w| !w.is_empty()),
+            user: config.user.filter(|u| !u.is_empty()),
             cmd: config.cmd.filter(|c| !c.is_empty()),
+            entrypoint: config.entrypoint.filter(|e| !e.is_empty()),
+            exposed_ports,
         })
     }
 
