@@ -120,6 +120,14 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f).await.map_err(|e| ImageError::infra(format!("an image task panicked: {e}")))?
 }
 
+/// The offline recipe `reference` maps to (`python:3.11-slim` -> `python-3.11`), if any.
+pub fn offline_recipe(reference: &str) -> Option<&'static offline::Recipe> {
+    match reference::resolve(reference) {
+        Ok(Source::Offline { recipe, .. }) => Some(recipe),
+        _ => None,
+    }
+}
+
 /// The default cache directory: `$SCENARIO_RUN_IMAGE_CACHE`, else
 /// `$XDG_CACHE_HOME/scenario-run/images`, else `~/.cache/scenario-run/images`.
 pub fn default_cache_dir() -> PathBuf {

@@ -325,4 +325,135 @@ mod tests {
         assert_eq!(whiteout(b"plain"), Whiteout::None);
         assert_eq!(whiteout(b".whx"), Whiteout::None);
     }
+
+    /// A tar layer built in memory: (path, kind, mode, uid, link target or content).
+    fn layer(entries: &[(&str, EntryType, u32, u64, &str)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, kind, mode, uid, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_mode(*mode);
+            h.set_uid(*uid);
+            h.set_gid(*uid);
+            h.set_mtime(1_700_000_000);
+            // Raw names: the builder's own path checks would refuse the hostile ones.
+            h.as_gnu_mut().unwrap().name[..path.len()].copy_from_slice(path.as_bytes());
+            match kind {
+                EntryType::Symlink | EntryType::Link => {
+                    h.set_link_name(data).unwrap();
+                    h.set_size(0);
+                    h.set_cksum();
+                    b.append(&h, std::io::empty()).unwrap();
+                }
+                EntryType::Regular => {
+                    h.set_size(data.len() as u64);
+                    h.set_cksum();
+                    b.append(&h, data.as_bytes()).unwrap();
+                }
+                _ => {
+                    h.set_size(0);
+                    h.set_cksum();
+                    b.append(&h, std::io::empty()).unwrap();
+                }
+            }
+        }
+        b.into_inner().unwrap()
+    }
+
+    use std::os::unix::fs::MetadataExt;
+    use EntryType::{Block, Char, Directory as D, Link, Regular as F, Symlink};
+
+    const IDS: IdMap = IdMap { host_base: 400_000, len: 65536 };
+
+    #[test]
+    fn layers_stack_with_whiteouts_shifted_owners_and_kept_modes() {
+        let t = tempfile::tempdir().unwrap();
+        let mut u = Unpacker::new(t.path(), IDS).unwrap();
+        u.apply(
+            &layer(&[
+                ("./", D, 0o755, 0, ""),
+                ("a/", D, 0o755, 0, ""),
+                ("a/keep", F, 0o644, 0, "keep"),
+                ("a/gone", F, 0o644, 0, "gone"),
+                ("b/x", F, 0o644, 0, "x"),
+                ("b/sub/y", F, 0o644, 0, "y"),
+                ("usr/bin/sudo", F, 0o4755, 0, "sudo"),
+                ("home/user/f", F, 0o600, 1000, "mine"),
+                ("dev/null", Char, 0o666, 0, ""),
+                ("dev/sda", Block, 0o660, 0, ""),
+                ("a/hl", Link, 0o644, 0, "a/keep"),
+                ("s", Symlink, 0o777, 0, "/a/keep"),
+                ("far", F, 0o644, 70_000, "far"),
+            ])[..],
+        )
+        .unwrap();
+        u.apply(
+            &layer(&[
+                ("a/.wh.gone", F, 0o644, 0, ""),
+                ("b/new", F, 0o644, 0, "new"),
+                ("b/.wh..wh..opq", F, 0o644, 0, ""),
+                ("a/keep", F, 0o640, 0, "kept, replaced"),
+                ("s/", D, 0o700, 1000, ""),
+            ])[..],
+        )
+        .unwrap();
+        let p = |x: &str| t.path().join(x);
+        assert!(!p("a/gone").exists() && !p("a/.wh.gone").exists());
+        assert_eq!(std::fs::read_to_string(p("a/keep")).unwrap(), "kept, replaced");
+        // The hard link of layer 1 still has the old content: replacing a/keep made a new file.
+        assert_eq!(std::fs::read_to_string(p("a/hl")).unwrap(), "keep");
+        let names: Vec<String> =
+            std::fs::read_dir(p("b")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names, vec!["new".to_string()], "the opaque dir keeps only this layer's entries");
+        let sudo = std::fs::metadata(p("usr/bin/sudo")).unwrap();
+        assert_eq!((sudo.mode() & 0o7777, sudo.uid(), sudo.gid()), (0o4755, 400_000, 400_000));
+        let f = std::fs::metadata(p("home/user/f")).unwrap();
+        assert_eq!((f.uid(), f.mode() & 0o777), (401_000, 0o600));
+        assert_eq!(f.mtime(), 1_700_000_000);
+        assert!(!p("dev/null").exists() && !p("dev/sda").exists());
+        assert_eq!(u.stats.devices_skipped, 2);
+        assert_eq!(std::fs::metadata(p("far")).unwrap().uid(), 400_000 + 65534);
+        assert_eq!(u.stats.clamped, 1);
+        // A directory replaced the symlink `s` (and was not created through it).
+        let s = std::fs::symlink_metadata(p("s")).unwrap();
+        assert!(s.is_dir());
+        assert_eq!((s.uid(), s.mode() & 0o777), (401_000, 0o700));
+        let root = std::fs::metadata(t.path()).unwrap();
+        assert_eq!((root.uid(), root.mode() & 0o777), (400_000, 0o755));
+    }
+
+    #[test]
+    fn hostile_entries_are_refused_and_write_nothing_outside() {
+        let outside = tempfile::tempdir().unwrap();
+        let o = outside.path().display().to_string();
+        let cases: Vec<(Vec<Vec<u8>>, &str)> = vec![
+            (vec![layer(&[("../escape", F, 0o644, 0, "x")])], ".."),
+            (vec![layer(&[("/abs", F, 0o644, 0, "x")])], "absolute"),
+            (vec![layer(&[("link", Symlink, 0o777, 0, &o)]), layer(&[("link/pwned", F, 0o644, 0, "x")])], "symlink"),
+            (
+                vec![layer(&[("d/up", Symlink, 0o777, 0, "../..")]), layer(&[("d/up/x/pwned", F, 0o644, 0, "x")])],
+                "symlink",
+            ),
+            (vec![layer(&[("hl", Link, 0o644, 0, "../../etc/passwd")])], ".."),
+            (vec![layer(&[("ln", Symlink, 0o777, 0, "/etc"), ("hl", Link, 0o644, 0, "ln/passwd")])], "symlink"),
+        ];
+        for (layers, why) in cases {
+            let t = tempfile::tempdir().unwrap();
+            let root = t.path().join("root");
+            std::fs::create_dir(&root).unwrap();
+            let mut u = Unpacker::new(&root, IDS).unwrap();
+            let mut err = None;
+            for l in &layers {
+                if let Err(e) = u.apply(&l[..]) {
+                    err = Some(e);
+                    break;
+                }
+            }
+            let e = err.unwrap_or_else(|| panic!("{why}: accepted"));
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{why}: {e}");
+            assert!(e.to_string().contains(why), "{why}: {e}");
+            assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0, "{why}: wrote outside");
+            assert!(!t.path().join("escape").exists() && !t.path().join("pwned").exists());
+        }
+    }
 }
