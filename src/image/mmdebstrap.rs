@@ -187,6 +187,10 @@ pub(crate) struct Built {
     pub ca_line: Option<String>,
 }
 
+fn which(bin: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(bin)).find(|p| p.is_file())
+}
+
 fn shell_words(args: &[String]) -> String {
     args.iter()
         .map(|a| {
@@ -210,24 +214,36 @@ pub(crate) fn build(recipe: &Recipe, sources: &[String], cas: &[PathBuf], rootfs
         )));
     }
     let args = command(recipe, sources, cas);
-    let mut child = Command::new(&args[0])
-        .args(&args[1..])
+    // mmdebstrap mounts /proc, /sys and /dev into its chroot: in a mount namespace of its
+    // own they vanish with it even if it is killed, and its scratch files live in our build
+    // directory (`scratch`), which the cache sweeps if we are killed too. It also dies with
+    // the thread that waits for it.
+    let scratch = rootfs.with_file_name("mmdebstrap");
+    std::fs::create_dir_all(&scratch).map_err(|e| ImageError::infra(format!("create {}: {e}", scratch.display())))?;
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "--"]).args(&args);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    if which("mmdebstrap").is_none() {
+        return Err(ImageError::infra(format!(
+            "build the offline image {}: mmdebstrap is not installed (scripts/setup installs it: apt-get install mmdebstrap)",
+            recipe.name
+        )));
+    }
+    let mut child = cmd
         .stdin(Stdio::null())
+        .env("TMPDIR", &scratch)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env("LC_ALL", "C.UTF-8")
         .env("DEBIAN_FRONTEND", "noninteractive")
         .spawn()
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                ImageError::infra(format!(
-                    "build the offline image {}: mmdebstrap is not installed (scripts/setup installs it: apt-get install mmdebstrap)",
-                    recipe.name
-                ))
-            } else {
-                ImageError::infra(format!("start mmdebstrap: {e}"))
-            }
-        })?;
+        .map_err(|e| ImageError::infra(format!("start mmdebstrap (through unshare): {e}")))?;
     let stderr = child.stderr.take().expect("piped");
     let reader = std::thread::spawn(move || {
         let mut tail: std::collections::VecDeque<String> = Default::default();
@@ -256,6 +272,7 @@ pub(crate) fn build(recipe: &Recipe, sources: &[String], cas: &[PathBuf], rootfs
     }
     let status = child.wait().map_err(|e| ImageError::infra(format!("wait for mmdebstrap: {e}")))?;
     let (tail, ca_line) = reader.join().unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&scratch);
     let tail: Vec<String> = tail.into_iter().collect();
     if !status.success() {
         return Err(ImageError::infra(format!(

@@ -169,7 +169,8 @@ impl Unpacker {
             let Some(raw) = map(&entry.path_bytes()) else { continue };
             let parts = components(&raw)?;
             self.stats.entries += 1;
-            let (mut uid, mut gid) = (entry.header().uid()?, entry.header().gid()?);
+            // Package tarballs (npm's) leave the id fields blank: that is root.
+            let (mut uid, mut gid) = (entry.header().uid().unwrap_or(0), entry.header().gid().unwrap_or(0));
             if let Ok(Some(pax)) = entry.pax_extensions() {
                 for ext in pax.flatten() {
                     let v = || ext.value().ok().and_then(|v| v.parse::<u64>().ok());
