@@ -35,12 +35,14 @@ impl IdMap {
 
     /// `base:len`, e.g. `100000000:65536`.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let bad = || format!("SCENARIO_RUN_ID_MAP={s:?} is not `base:len` (e.g. 100000000:65536)");
+        let bad = || format!("read SCENARIO_RUN_ID_MAP: {s:?} is not `base:len` (e.g. 100000000:65536)");
         let (b, l) = s.split_once(':').ok_or_else(bad)?;
         let host_base: u32 = b.trim().parse().map_err(|_| bad())?;
         let len: u32 = l.trim().parse().map_err(|_| bad())?;
         if len == 0 || host_base == 0 || host_base.checked_add(len).is_none() {
-            return Err(format!("SCENARIO_RUN_ID_MAP={s:?}: the range must be non-empty, above 0 and below 2^32"));
+            return Err(format!(
+                "read SCENARIO_RUN_ID_MAP: {s:?}: the range must be non-empty, above 0 and below 2^32"
+            ));
         }
         Ok(Self { host_base, len })
     }

@@ -327,4 +327,20 @@ mod tests {
         assert!(!is_debian_suite("nodistro", false));
         assert!(!is_debian_suite("cloud-sdk-bookworm", false));
     }
+
+    /// A real mmdebstrap against a mirror that refuses connections: the error has the command
+    /// and apt's complaint, and no scratch is left.
+    #[test]
+    fn a_failed_build_shows_the_command_and_its_last_lines() {
+        let t = tempfile::tempdir().unwrap();
+        let rootfs = t.path().join("rootfs");
+        std::fs::create_dir(&rootfs).unwrap();
+        let r = super::super::offline::recipe("debian-bookworm").unwrap();
+        let srcs = vec!["deb http://127.0.0.1:9/debian bookworm main".to_string()];
+        let e = build(r, &srcs, &[], &rootfs, IdMap::default()).err().expect("the mirror is unreachable");
+        assert!(e.message.starts_with("build the offline image debian-bookworm: mmdebstrap exited with"), "{e}");
+        assert!(e.message.contains("\n$ mmdebstrap --variant=minbase --mode=root"), "{e}");
+        assert!(e.message.contains("127.0.0.1:9"), "apt's output names the mirror: {e}");
+        assert!(!t.path().join("mmdebstrap").exists());
+    }
 }

@@ -117,7 +117,7 @@ fn say(log: &UnboundedSender<String>, line: String) {
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ImageError::infra(format!("an image task panicked: {e}")))?
+    tokio::task::spawn_blocking(f).await.map_err(|e| ImageError::infra(format!("finish an image task: {e}")))?
 }
 
 /// The offline recipe `reference` maps to (`python:3.11-slim` -> `python-3.11`), if any.

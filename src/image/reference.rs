@@ -116,7 +116,7 @@ pub(crate) fn valid_digest(d: &str) -> bool {
 
 /// Splits `repo[:tag][@digest]` (after the host).
 fn split_tag_digest(rest: &str, whole: &str) -> Result<(String, Option<String>, Option<String>)> {
-    let bad = |why: &str| ImageError::invalid(format!("invalid image reference `{whole}`: {why}"));
+    let bad = |why: &str| ImageError::invalid(format!("parse the image reference `{whole}`: {why}"));
     let (name, digest) = match rest.split_once('@') {
         Some((n, d)) => {
             if !valid_digest(d) {
@@ -145,12 +145,15 @@ fn split_tag_digest(rest: &str, whole: &str) -> Result<(String, Option<String>, 
 pub(crate) fn resolve(reference: &str) -> Result<Source> {
     let r = reference.trim();
     if r.is_empty() {
-        return Err(ImageError::invalid("empty image reference"));
+        return Err(ImageError::invalid("resolve an image: the reference is empty"));
     }
     if let Some(name) = r.strip_prefix("offline:") {
         let recipe = offline::recipe(name).ok_or_else(|| {
             let all: Vec<&str> = offline::recipes().iter().map(|r| r.name).collect();
-            ImageError::not_found(format!("unknown offline recipe `{name}` (there are: {})", all.join(", ")))
+            ImageError::not_found(format!(
+                "resolve image `{r}`: there is no offline recipe `{name}` (there are: {})",
+                all.join(", ")
+            ))
         })?;
         return Ok(Source::Offline { recipe, public: r.to_string() });
     }
@@ -167,7 +170,7 @@ pub(crate) fn resolve(reference: &str) -> Result<Source> {
     // A Docker Hub name: check it is well formed, then say why it cannot be had.
     split_tag_digest(&hub, r)?;
     Err(ImageError::not_found(format!(
-        "image `{r}` is a Docker Hub image with no offline equivalent: Docker Hub is not reachable here and \
+        "resolve image `{r}`: it is a Docker Hub image with no offline equivalent; Docker Hub is not reachable here and \
          images are never taken from the host; names that can be had offline: {}; or push the image to a \
          registry and name it with the registry's host (e.g. localhost:5000/{})",
         offline::names(),
@@ -234,7 +237,7 @@ mod tests {
     fn unmapped_hub_names_list_the_offline_ones() {
         let e = resolve("ubuntu:22.04").unwrap_err();
         assert_eq!(e.kind, crate::provider::ErrorKind::NotFound);
-        assert!(e.message.contains("`ubuntu:22.04` is a Docker Hub image"), "{e}");
+        assert!(e.message.starts_with("resolve image `ubuntu:22.04`: it is a Docker Hub image"), "{e}");
         assert!(e.message.contains("python:3.11-slim") && e.message.contains("node:22"), "{e}");
         assert!(resolve("docker.io/library/python:3.12").is_err());
         assert!(resolve("python").unwrap_err().message.contains("python:latest"));

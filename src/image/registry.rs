@@ -117,7 +117,7 @@ impl Client {
     }
 
     fn net_err(&self, what: &str, e: impl std::fmt::Display) -> ImageError {
-        ImageError::infra(format!("{what} from registry {}: {e}", self.r.host))
+        ImageError::infra(format!("pull {}: {what} from registry {}: {e}", self.r, self.r.host))
     }
 
     /// Answers the registry's challenge: the header to send from now on.
@@ -236,9 +236,10 @@ impl Client {
         };
         match resp.status() {
             s if s.is_success() => Ok(resp),
-            reqwest::StatusCode::NOT_FOUND => {
-                Err(ImageError::not_found(format!("pull {}: {what}: not found in registry {}", self.r, self.r.host)))
-            }
+            reqwest::StatusCode::NOT_FOUND => Err(ImageError::not_found(format!(
+                "pull {}: {what}: registry {} has no such thing",
+                self.r, self.r.host
+            ))),
             reqwest::StatusCode::FORBIDDEN => {
                 Err(ImageError::auth(format!("pull {}: registry {} refused access (HTTP 403)", self.r, self.r.host)))
             }
@@ -256,7 +257,7 @@ impl Client {
         let mut expect = self.r.digest.clone();
         for _ in 0..2 {
             let url = self.url(&format!("manifests/{reference}"));
-            let resp = self.get(&url, Some(&accept), &format!("the manifest {reference}")).await?;
+            let resp = self.get(&url, Some(&accept), &format!("fetch the manifest {reference}")).await?;
             let ctype = resp
                 .headers()
                 .get(reqwest::header::CONTENT_TYPE)
@@ -316,7 +317,8 @@ impl Client {
 
     /// A small blob (the image config), verified.
     pub async fn blob_bytes(&self, d: &Descriptor) -> Result<Vec<u8>> {
-        let resp = self.get(&self.url(&format!("blobs/{}", d.digest)), None, &format!("blob {}", d.digest)).await?;
+        let resp =
+            self.get(&self.url(&format!("blobs/{}", d.digest)), None, &format!("fetch blob {}", d.digest)).await?;
         let bytes = resp.bytes().await.map_err(|e| self.net_err("read a blob", e))?;
         if sha256(&bytes) != d.digest {
             return Err(ImageError::invalid(format!("pull {}: blob {} does not match its digest", self.r, d.digest)));
@@ -327,7 +329,8 @@ impl Client {
     /// A blob streamed to `dest`, verified; returns its size.
     pub async fn blob_to_file(&self, d: &Descriptor, dest: &Path) -> Result<u64> {
         use tokio::io::AsyncWriteExt;
-        let mut resp = self.get(&self.url(&format!("blobs/{}", d.digest)), None, &format!("blob {}", d.digest)).await?;
+        let mut resp =
+            self.get(&self.url(&format!("blobs/{}", d.digest)), None, &format!("fetch layer {}", d.digest)).await?;
         let io = |e: std::io::Error| ImageError::infra(format!("write {}: {e}", dest.display()));
         let mut file = tokio::fs::File::create(dest).await.map_err(io)?;
         let mut hasher = Sha256::new();

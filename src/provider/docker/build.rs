@@ -148,10 +148,11 @@ async fn offline_from(docker: &Docker, from: &str, log: &mut BuildLog) -> Result
     while let Ok(l) = rx.try_recv() {
         log.line(l);
     }
-    let rootfs = got.map_err(|e| ProviderError::from(e.context(format!("FROM {from}"))))?;
+    let context = format!("use the offline image for FROM {from}");
+    let rootfs = got.map_err(|e| ProviderError::from(e.context(&context)))?;
     let imported = crate::image::docker::ensure(docker, &rootfs, store.ids(), from)
         .await
-        .map_err(|e| ProviderError::from(e.context(format!("FROM {from}"))))?;
+        .map_err(|e| ProviderError::from(e.context(&context)))?;
     let how = if imported { "imported into the engine" } else { "already on the engine" };
     log.line(format!(
         "FROM {from}: {} ({}) {how}, tagged {from}, in {:.1}s",
