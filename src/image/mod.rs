@@ -398,6 +398,17 @@ impl ImageStore {
                 ),
             );
         }
+        if built.stats.clamped > 0 {
+            say(
+                log,
+                format!(
+                    "image {reference}: {} file(s) were owned by ids beyond the {} a sandbox maps (first: {}); they belong to nobody (65534) instead",
+                    built.stats.clamped,
+                    ids.len,
+                    built.stats.first_clamped.as_deref().unwrap_or("?")
+                ),
+            );
+        }
         let mut size = built.stats.bytes;
         let mut digest_input = format!("{key}\ntar {}\n", built.tar_digest);
         if let Some((rel, n, p)) = &node {

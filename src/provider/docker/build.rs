@@ -11,6 +11,11 @@
 //! `<registry>/base-python:latest`, `node:*` → `<registry>/base-node:latest`; the build log
 //! says so. Other defaults are used as they are.
 //!
+//! `FROM` a public name of the offline table (`python:3.11-slim-bookworm`, `e2bdev/base`, …;
+//! see `crate::image`) that the engine lacks: the offline image the local provider uses is
+//! imported into the engine under that name (once per digest), so the build never needs
+//! Docker Hub and the image is the same on both providers.
+//!
 //! The build log is streamed line by line. The legacy builder announces every instruction
 //! as `Step N/M : ...`, counting an `ARG` before `FROM` like any other, so step N is the N-th
 //! parsed instruction; a failing step is reported at its Dockerfile line
