@@ -84,8 +84,7 @@ fn an_interrupted_build_leaves_no_directory_process_or_cgroup() {
     std::fs::create_dir_all(&tpl).unwrap();
     std::fs::write(tpl.join("template.yaml"), "name: slow-build\n").unwrap();
     let marker = format!("slow-build-{}", std::process::id());
-    std::fs::write(tpl.join("Dockerfile"), format!("FROM base\nRUN echo started; exec sleep 600 # {marker}\n"))
-        .unwrap();
+    std::fs::write(tpl.join("Dockerfile"), format!("FROM base\nRUN sleep 600; echo {marker}\n")).unwrap();
     let scenario = dir.join("build.yaml");
     std::fs::write(&scenario, "name: slow build\nsteps:\n  - build: slow-build\n    timeout: 10m\n").unwrap();
     let state_dir = state.path().join("state");

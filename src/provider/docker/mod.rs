@@ -92,6 +92,7 @@
 //! template folder sent as a tar, with its log streamed line by line into the step's evidence.
 //! A public `BASE_IMAGE` default (`python:*`, `node:*`) is mapped to the local stack's offline
 //! `base-python` / `base-node`, and the log says so; a scenario's own `BASE_IMAGE` arg wins. A
+//! `FROM` of the offline image table that the engine lacks is imported from `crate::image`. A
 //! failing instruction is reported as `<folder>/Dockerfile:<line>: <instruction> exited with
 //! <code>` with the last lines of its output, and the image of the last step that finished is
 //! removed so no untagged layer is left. The image is tagged `<registry>/<name>:<digest12>`

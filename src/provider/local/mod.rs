@@ -138,7 +138,7 @@ impl LocalOptions {
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        Self { state_dir: Self::default_state_dir(), isolation: Isolation::Auto, images: ImageStore::from_env() }
+        Self { state_dir: Self::default_state_dir(), isolation: Isolation::Auto, images: ImageStore::shared() }
     }
 }
 
