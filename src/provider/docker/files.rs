@@ -24,7 +24,7 @@ use bollard::query_parameters::{ContainerArchiveInfoOptions, DownloadFromContain
 use bollard::Docker;
 use futures_util::StreamExt;
 
-use super::exec::{run_helper, ProcTable};
+use super::exec::{run_helper_as, ProcTable, DEFAULT_USER};
 use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
 
 /// Go's `os.FileMode` bits in the engine's stat header.
@@ -169,13 +169,18 @@ async fn resolve(docker: &Docker, container: &str, abs: &str) -> Result<(String,
 
 /// Extracts one regular file at `abs` (parents are created by the engine).
 pub(crate) async fn put_file(docker: &Docker, container: &str, abs: &str, data: &[u8], mode: u32) -> Result<()> {
+    put_file_owned(docker, container, abs, data, mode, 0).await
+}
+
+/// [`put_file`] owned by uid and gid `owner`.
+async fn put_file_owned(docker: &Docker, container: &str, abs: &str, data: &[u8], mode: u32, owner: u64) -> Result<()> {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(tar::EntryType::Regular);
     header.set_size(data.len() as u64);
     header.set_mode(mode & 0o7777);
     header.set_mtime(now_secs());
-    header.set_uid(0);
-    header.set_gid(0);
+    header.set_uid(owner);
+    header.set_gid(owner);
     let mut b = tar::Builder::new(Vec::with_capacity(data.len() + 2048));
     b.append_data(&mut header, abs.trim_start_matches('/'), data)
         .map_err(|e| ProviderError::invalid(format!("cannot write {abs}: {e}")))?;
@@ -188,19 +193,27 @@ pub(crate) async fn put_file(docker: &Docker, container: &str, abs: &str, data: 
     docker.upload_to_container(container, Some(opts), body_full(tarball.into())).await.map_err(|e| path_err(e, abs))
 }
 
-pub(crate) async fn write(
-    docker: &Docker,
-    container: &str,
-    abs: &str,
-    data: Vec<u8>,
-    mode: Option<u32>,
-) -> Result<FileEntry> {
+/// As the sandbox user (uid 1000): the parents it lacks are made by it, a directory or file
+/// it may not write is refused, and the file is its own, as on E2B and on local.
+const WRITABLE: &str = r#"
+err=$(mkdir -p -- "$1" 2>&1) || { case $err in *ermission*) echo "EACCES $1";; *) echo "ENOTDIR $1";; esac >&2; exit 3; }
+test -w "$1" || { echo "EACCES $2" >&2; exit 3; }
+test ! -e "$2" || test -w "$2" || { echo "EACCES $2" >&2; exit 3; }
+"#;
+
+/// The sandbox user's uid and gid.
+const USER_ID: u64 = 1000;
+
+pub(crate) async fn write(procs: &ProcTable, abs: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
     if abs == "/" {
         return Err(ProviderError::invalid("is a directory: /"));
     }
+    let (docker, container) = (procs.docker(), procs.container());
     let (target, existing) = resolve(docker, container, abs).await?;
+    let parent = target.rsplit_once('/').map(|(p, _)| if p.is_empty() { "/" } else { p }).unwrap_or("/");
+    script(procs, WRITABLE, &[parent, &target]).await?;
     let mode = mode.or_else(|| existing.map(|st| entry_from(&target, &st).mode)).unwrap_or(0o644);
-    put_file(docker, container, &target, &data, mode).await?;
+    put_file_owned(docker, container, &target, &data, mode, USER_ID).await?;
     stat(docker, container, abs).await
 }
 
@@ -234,7 +247,8 @@ pub(crate) async fn read(docker: &Docker, container: &str, abs: &str) -> Result<
 async fn script(procs: &ProcTable, body: &str, args: &[&str]) -> Result<Vec<u8>> {
     let mut argv = vec!["/bin/sh", "-c", body, "sh"];
     argv.extend_from_slice(args);
-    let (code, out, err) = run_helper(procs.docker(), procs.container(), &argv).await?;
+    procs.ensure_user(DEFAULT_USER).await?;
+    let (code, out, err) = run_helper_as(procs.docker(), procs.container(), &argv, DEFAULT_USER).await?;
     if code == 0 {
         return Ok(out);
     }
@@ -285,7 +299,7 @@ pub(crate) async fn list(procs: &ProcTable, abs: &str) -> Result<Vec<FileEntry>>
 
 const MKDIR: &str = r#"
 if [ -e "$1" ] && [ ! -d "$1" ]; then echo "EEXIST $1" >&2; exit 3; fi
-mkdir -p -- "$1" 2>/dev/null || { echo "ENOTDIR $1" >&2; exit 3; }
+err=$(mkdir -p -- "$1" 2>&1) || { case $err in *ermission*) echo "EACCES $1";; *) echo "ENOTDIR $1";; esac >&2; exit 3; }
 "#;
 
 pub(crate) async fn make_dir(procs: &ProcTable, abs: &str) -> Result<FileEntry> {

@@ -38,16 +38,19 @@
 //!   `scenario-run.` are refused.
 //!
 //! Templates map to images: `SCENARIO_RUN_DOCKER_IMAGES="base=img:tag,other=img2"` wins;
-//! otherwise a template containing `/` or `:` is an image reference as it is, `base` is
-//! `<registry>/base-python:latest` and any other name `<registry>/<name>:latest`, where the
+//! otherwise a template containing `/` or `:` is an image reference as it is, `base` is the
+//! offline `base` image of [`crate::image`] (the local provider's, imported into the engine
+//! once per digest as `e2bdev/base:latest`) and any other name `<registry>/<name>:latest`, where the
 //! registry is `SCENARIO_RUN_DOCKER_REGISTRY`, else `LOCAL_STACK_REGISTRY` (written by
 //! `.ci/local-stack.sh` into its env file), else `localhost:5000`. An image missing from the
 //! engine is pulled once; if that fails too the create fails naming the template.
 //!
 //! # Semantics shared with the local provider
 //!
-//! Commands run as `/bin/bash -l -c <cmd>` (as the image's user, root for the base images; the
-//! request's `user` is ignored, as on local), in `cwd` (default `/home/user`), with the
+//! Commands run as `/bin/bash -l -c <cmd>` as `user` (uid 1000) unless the request names
+//! another user (`root`), as on E2B and local; an image without that account gets it before
+//! the first command (E2B adds it to every template it builds). They run in `cwd` (default
+//! `/home/user`), with the
 //! container's environment plus the exec's `envs`. A tiny `/bin/sh` prelude prints its pid
 //! (`$$`, the pid *inside* the container) on stdout, changes directory and `exec`s bash, so the
 //! reported pid is the command itself; the provider strips that first line. Debian's
@@ -234,6 +237,9 @@ struct Inner {
 
 type Registered = super::registered::Registered<build::Image>;
 
+/// The engine's name for the offline `base` image.
+const OFFLINE_BASE: &str = "e2bdev/base:latest";
+
 /// How long `create` waits for a deployed template's ready command.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -325,11 +331,29 @@ impl Inner {
         self.core.get(id)
     }
 
+    /// The image of a template this provider did not build: `base` is the same offline image
+    /// the local provider starts from (E2B's base: the `user` account, sudo, python3, git),
+    /// imported into the engine once per digest, unless `SCENARIO_RUN_DOCKER_IMAGES` names
+    /// one; any other name is an image reference or a name in the registry.
+    async fn base_image(&self, docker: &Docker, template: &str) -> Result<String> {
+        if template != "base" || self.opts.images.contains_key("base") {
+            return Ok(self.opts.image_for(template));
+        }
+        let store = crate::image::ImageStore::shared();
+        let (log, _) = mpsc::unbounded_channel();
+        let rootfs = store.get("base", None, &log).await?;
+        crate::image::docker::ensure(docker, &rootfs, store.ids(), OFFLINE_BASE).await?;
+        Ok(OFFLINE_BASE.to_string())
+    }
+
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
         let docker = self.client().await?.clone();
         let template = if req.template.is_empty() { "base".to_string() } else { req.template.clone() };
         let tpl = self.templates.lock().expect("templates").get(&template).cloned();
-        let image = tpl.as_ref().map_or_else(|| self.opts.image_for(&template), |t| t.built.tag.clone());
+        let image = match &tpl {
+            Some(t) => t.built.tag.clone(),
+            None => self.base_image(&docker, &template).await?,
+        };
         let id = format!("sbx-{}", random_hex(6));
         let now = now_ms();
         let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
@@ -856,7 +880,7 @@ impl Provider for DockerProvider {
 
     async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
         let sb = self.get(id)?;
-        files::write(sb.procs.docker(), &sb.id, &files::normalize(path)?, data, mode).await
+        files::write(&sb.procs, &files::normalize(path)?, data, mode).await
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
@@ -951,7 +975,10 @@ fn registered(image: &Arc<build::Image>, def: &crate::templates::TemplateDef, de
 /// and waits until its ready command exits 0 (or, without one, until every port accepts
 /// connections), as the local provider does.
 async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, ports: &[u16]) -> Result<()> {
-    let req = ExecRequest { cmd: start.to_string(), ..Default::default() };
+    // As the container's own CMD would run: as the image's USER (root unless it says); the
+    // engine reads an empty user that way.
+    let image_user = Some(String::new());
+    let req = ExecRequest { cmd: start.to_string(), user: image_user.clone(), ..Default::default() };
     let p = sb.procs.launch(&req, None, false).await?;
     let probe = match ready {
         Some(r) => r.to_string(),
@@ -978,7 +1005,12 @@ async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, por
                 code.map_or("killed".to_string(), |c| format!("exit {c}")),
             )));
         }
-        let check = ExecRequest { cmd: probe.clone(), timeout: Some(Duration::from_secs(10)), ..Default::default() };
+        let check = ExecRequest {
+            cmd: probe.clone(),
+            timeout: Some(Duration::from_secs(10)),
+            user: image_user.clone(),
+            ..Default::default()
+        };
         let q = sb.procs.launch(&check, None, false).await?;
         let r = q.finish(check.timeout).await;
         sb.procs.remove(&q);
