@@ -231,3 +231,31 @@ async fn killing_a_sandbox_leaves_no_process_and_no_cgroup() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// The hostile scenarios in tests/fixtures/hostile, through the real binary: every attack
+/// fails inside (the run passes, nothing printed ESCAPED) and the host is untouched.
+#[test]
+fn hostile_scenarios_fail_inside_and_leave_the_host_untouched() {
+    let canary_dir = tempfile::tempdir().unwrap();
+    let canary = canary_dir.path().join("canary");
+    std::fs::write(&canary, "host secret").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
+    let state = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scenario-run"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["tests/fixtures/hostile", "--no-progress", "--isolation", "namespaces"])
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .env("HOSTILE_HOST_PORT", &port)
+        .env("HOSTILE_HOST_CANARY", &canary)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("3 passed"), "{text}");
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "host secret", "the host's file was written");
+    assert_eq!(std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count(), mounts);
+    drop(listener);
+}
