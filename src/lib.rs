@@ -11,6 +11,7 @@ pub mod mask;
 pub mod matcher;
 pub mod model;
 pub mod net;
+pub mod out;
 pub mod provider;
 pub mod report;
 pub mod runner;

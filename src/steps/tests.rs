@@ -42,6 +42,7 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         template_ctx: MValue::UNDEFINED,
         current_source: None,
         polling: false,
+        env: Default::default(),
     }
 }
 
