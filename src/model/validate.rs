@@ -371,10 +371,7 @@ fn known_issue(cx: &mut Ctx<'_>, node: &Node, today: &str) -> Option<KnownIssue>
             "strict" => ki.strict = cx.boolean(v, "known_issue.strict").unwrap_or(false),
             "until" => {
                 let Some(s) = cx.string(v, "known_issue.until") else { continue };
-                let valid = s.len() == 10
-                    && s.as_bytes()[4] == b'-'
-                    && s.as_bytes()[7] == b'-'
-                    && s.chars().filter(char::is_ascii_digit).count() == 8;
+                let valid = s.len() == 10 && s.parse::<jiff::civil::Date>().is_ok();
                 if !valid {
                     cx.err(v, format!("`until` must be a date like 2027-03-01, found `{s}`"));
                 } else if !today.is_empty() && s.as_str() < today {
