@@ -17,7 +17,8 @@ pub fn from_secs_f64(secs: f64) -> Result<Duration, String> {
     }
     match Duration::try_from_secs_f64(secs) {
         Ok(d) if d <= MAX => Ok(d),
-        _ => Err(too_long(&format!("{secs}"))),
+        _ if secs < 1e15 => Err(too_long(&format!("{secs}"))),
+        _ => Err(too_long(&format!("{secs:e}"))),
     }
 }
 

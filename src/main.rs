@@ -578,7 +578,7 @@ fn matrix(emit: &str, root: &str, providers: &[String]) -> u8 {
     folders.sort();
     if emit == "lines" {
         let text: String = folders.iter().map(|f| format!("{f}\n")).collect();
-        return self::emit(&text);
+        self::emit(&text)
     } else {
         let mut include = Vec::new();
         for f in &folders {

@@ -236,7 +236,8 @@ fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptio
         }
         let cases = matrix.iter().try_fold(1usize, |n, (_, values)| n.checked_mul(values.len()));
         if cases.is_none_or(|n| n > MAX_CASES) {
-            let count = cases.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string());
+            let product: f64 = matrix.iter().map(|(_, v)| v.len() as f64).product();
+            let count = cases.map_or_else(|| format!("{product:.0e}"), |n| n.to_string());
             let sizes: Vec<String> = matrix.iter().map(|(_, v)| v.len().to_string()).collect();
             let d = m
                 .diag(
@@ -551,7 +552,7 @@ fn step(
             "sandbox" => {
                 let Some(alias) = cx.string(v, "sandbox") else { continue };
                 if !template::is_template(&alias) && !scope.aliases.contains(&alias) {
-                    let help = did_you_mean(&alias, scope.aliases.iter().map(String::as_str)).map_or_else(
+                    let help = scope.suggest(&alias, scope.aliases.iter().map(String::as_str)).map_or_else(
                         || "name a sandbox with `create: { as: <alias> }` before this step".to_string(),
                         |s| format!("did you mean `{s}`?"),
                     );
@@ -792,7 +793,7 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
             if let Some(text) = cx.string(v, key) {
                 templates(cx, v, scope);
                 if key == "of" && !template::is_template(&text) && !scope.steps.contains_key(&text) {
-                    let help = did_you_mean(&text, scope.steps.keys().map(String::as_str)).map_or_else(
+                    let help = scope.suggest(&text, scope.steps.keys().map(String::as_str)).map_or_else(
                         || "`of` names the `id` of an earlier exec step".to_string(),
                         |s| format!("did you mean `{s}`?"),
                     );
