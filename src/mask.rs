@@ -22,18 +22,18 @@
 //! wrap their output at 76 columns, so the encoding of any secret of 57 bytes or more (a
 //! typical model-provider key) is broken across lines. A second pass therefore finds runs of
 //! base64 characters, joins runs that continue on the next line (a line break, or an escaped
-//! `\n` in JSON text, between them), decodes them at each of the four alignments, and masks
+//! `\n` in JSON text, between them, and the next line's indentation), decodes them at each of the four alignments, and masks
 //! the runs that hold the encoding of any form of a secret, leaving the line breaks.
 //!
 //! A secret folded across lines (a terminal or `fold` breaking it, a wrapped log line) is
-//! found by a third pass over the text with its line breaks (and escaped `\n`, `\r`) taken
-//! out; each piece of it is masked, and the line breaks stay.
+//! found by a third pass over the text with its line breaks (and escaped `\n`, `\r`, and the
+//! indentation of the next line, as a build log has it) taken out; each piece of it is
+//! masked, and the line breaks stay.
 //!
 //! Values shorter than [`MIN_SECRET_LEN`] characters are ignored: masking every `abc` or
 //! `1` in a log would destroy it while protecting nothing, since such values are guessable
 //! anyway. Not covered: secrets split across separately masked texts, encodings other than
-//! these (a secret ROT13'd, gzipped or encrypted is not recognised), and base64 of a secret
-//! whose lines are indented.
+//! these (a secret ROT13'd, gzipped or encrypted is not recognised).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -235,9 +235,23 @@ fn base64_runs(text: &[u8]) -> Vec<Run> {
 }
 
 /// A line break between two runs that continue each other: a newline, CRLF, or their JSON
-/// escapes.
+/// escapes, and the next line's indentation (a build log indents what a step prints).
 fn is_line_break(gap: &[u8]) -> bool {
-    matches!(gap, b"\n" | b"\r\n" | b"\\n" | b"\\r\\n")
+    let indent = gap.iter().rev().take_while(|b| matches!(b, b' ' | b'\t')).count();
+    matches!(&gap[..gap.len() - indent], b"\n" | b"\r\n" | b"\\n" | b"\\r\\n")
+}
+
+/// Bytes of a line break at the start of `rest`, with the next line's indentation; 0 if
+/// `rest` does not start with one.
+fn line_break_width(rest: &[u8]) -> usize {
+    let brk = match rest {
+        [b'\n', ..] | [b'\r', ..] => 1,
+        [b'\\', b'n' | b'r', ..] => 2,
+        _ => return 0,
+    };
+    let ends_line = matches!(rest[..brk], [b'\n'] | [b'\\', b'n']);
+    let indent = if ends_line { rest[brk..].iter().take_while(|b| matches!(b, b' ' | b'\t')).count() } else { 0 };
+    brk + indent
 }
 
 /// The second pass (see the module docs): runs, joined across line breaks, whose decoding
@@ -266,9 +280,9 @@ fn mask_base64_runs(ac: &AhoCorasick, text: &str) -> Option<String> {
             for skip in 0..4.min(joined.len()) {
                 let decoded = b64_decode(&joined[skip..]);
                 for m in ac.find_iter(decoded.as_slice()) {
-                    // The characters that encode the match, and the runs they are in.
-                    let from = skip + m.start() / 3 * 4;
-                    let to = (skip + m.end().div_ceil(3) * 4).min(joined.len());
+                    // The characters that hold the match's bits (6 bits each), and their runs.
+                    let from = skip + m.start() * 8 / 6;
+                    let to = (skip + (m.end() * 8 - 1) / 6 + 1).min(joined.len());
                     for (k, off) in offsets.iter().enumerate() {
                         let r = &runs[first + k];
                         let len = r.data_end - r.start;
@@ -296,7 +310,7 @@ fn mask_base64_runs(ac: &AhoCorasick, text: &str) -> Option<String> {
 }
 
 /// The third pass: forms of secrets broken across lines. The text is searched with its line
-/// breaks (and escaped `\n`, `\r`) taken out; each piece of a match that spans one is
+/// breaks (and escaped `\n`, `\r`, and the indentation after them) taken out; each piece of a match that spans one is
 /// replaced by [`MASK`], and the line breaks stay. `None` when there is no such match.
 fn mask_folded(ac: &AhoCorasick, text: &str) -> Option<String> {
     let bytes = text.as_bytes();
@@ -310,11 +324,7 @@ fn mask_folded(ac: &AhoCorasick, text: &str) -> Option<String> {
     let mut removed = 0;
     let mut i = 0;
     while i < bytes.len() {
-        let width = match bytes[i] {
-            b'\n' | b'\r' => 1,
-            b'\\' if matches!(bytes.get(i + 1), Some(b'n' | b'r')) => 2,
-            _ => 0,
-        };
+        let width = line_break_width(&bytes[i..]);
         if width == 0 {
             kept.push(bytes[i]);
             i += 1;
@@ -741,6 +751,24 @@ mod tests {
         assert_eq!(m.mask(&text), "line\\n***\\nnext");
         let text = format!("\\n{}", wrapped(LONG_KEY, 30, "\\n"));
         assert_eq!(m.mask(&text), "\\n***\\n***\\n***");
+    }
+
+    /// Found by the canaries: a build log indents what a RUN step prints.
+    #[test]
+    fn indented_wrapped_and_folded_forms() {
+        let m = long();
+        let b64 = STANDARD.encode(LONG_KEY);
+        let log = format!("#4 RUN x\n  {}\n  {}\nbuilt\n", wrapped(&b64, 76, "\n  "), wrapped(LONG_KEY, 12, "\n  "));
+        let out = m.mask(&log).into_owned();
+        assert!(!out.contains("sk-proj") && !out.contains(&b64[..20]), "{out}");
+        assert!(out.starts_with("#4 RUN x\n  ***\n  ***\n  ***\n") && out.ends_with("  ***\nbuilt\n"), "{out}");
+    }
+
+    #[test]
+    fn a_word_on_the_line_after_a_token_stays() {
+        let m = long();
+        let text = format!("K b64url: {}\nK mime:\n", URL_SAFE_NO_PAD.encode(LONG_KEY));
+        assert_eq!(m.mask(&text), "K b64url: ***\nK mime:\n");
     }
 
     #[test]
