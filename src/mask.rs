@@ -193,10 +193,10 @@ fn b64_value(c: u8) -> Option<u8> {
 fn b64_decode(chars: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(chars.len() / 4 * 3 + 2);
     for quad in chars.chunks(4) {
-        let v: Vec<u32> = quad.iter().map(|c| u32::from(b64_value(*c).unwrap_or(0))).collect();
-        let n = v.iter().fold(0u32, |acc, x| acc << 6 | x) << (6 * (4 - v.len()));
+        let n = quad.iter().fold(0u32, |acc, c| acc << 6 | u32::from(b64_value(*c).unwrap_or(0)));
+        let n = n << (6 * (4 - quad.len()));
         let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..(v.len() * 6 / 8)]);
+        out.extend_from_slice(&bytes[..(quad.len() * 6 / 8)]);
     }
     out
 }

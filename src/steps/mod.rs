@@ -200,9 +200,9 @@ impl<'a> Args<'a> {
             None => Ok(None),
             Some(J::Number(n)) => n
                 .as_f64()
-                .map(Duration::try_from_secs_f64)
+                .map(crate::duration::from_secs_f64)
                 .transpose()
-                .map_err(|_| StepError::error(format!("`{key}`: invalid duration `{n}`"))),
+                .map_err(|e| StepError::error(format!("`{key}`: {e}"))),
             Some(v) => {
                 crate::duration::parse(&text(v)).map(Some).map_err(|e| StepError::error(format!("`{key}`: {e}")))
             }

@@ -1376,3 +1376,17 @@ fn every_registry_kind_is_tested() {
     let untested: Vec<&str> = registry::names().filter(|k| !src.contains(&format!("step(&mutc,\"{k}\""))).collect();
     assert!(untested.is_empty(), "step kinds without a test here: {untested:?}");
 }
+
+/// Issue 13: a rendered duration that does not fit (`timeout: "{{ vars.t }}"` with a huge
+/// number) is the step's error, not a panic in `Duration::from_secs_f64`.
+#[tokio::test]
+async fn rendered_huge_durations_are_errors() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    for timeout in [json!(1e300), json!("99999999999999999999h"), json!(-1), json!("1e300")] {
+        let e = step(&mut c, "exec", json!({ "cmd": "true", "timeout": timeout.clone() })).await.unwrap_err();
+        assert!(e.message.contains("timeout"), "{timeout}: {}", e.message);
+    }
+    let e = step(&mut c, "sleep", json!({ "duration": 1e300 })).await.unwrap_err();
+    assert!(e.message.contains("too long"), "{}", e.message);
+}
