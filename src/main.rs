@@ -609,6 +609,12 @@ fn run(args: RunArgs) -> u8 {
     };
     let secret_names: Vec<String> = loaded.scenarios.iter().flat_map(|s| s.secrets.iter().cloned()).collect();
     let masker = Arc::new(Masker::from_env(&env, &secret_names));
+    // A panic is reported as the scenario's ERROR (with its message, masked); what the default
+    // hook would print on stderr could hold a secret, so it goes through the masker too.
+    let hook_masker = masker.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        errln!("scenario-run: internal error: {}", hook_masker.mask(&info.to_string()));
+    }));
     let loaded_cases = loaded.cases.len();
     let cases = match select(loaded.cases, &args) {
         Ok(c) => c,

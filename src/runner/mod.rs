@@ -7,6 +7,10 @@
 //! while holding the first (no deadlock). Cancellation is a token tree: the run's token is
 //! cancelled by the first SIGINT/SIGTERM; each case's current step is dropped, its `finally`
 //! runs under the grace period, and its sandboxes are destroyed.
+//!
+//! A panic is a bug of ours, and never a lost result: a step that panics is that scenario's
+//! ERROR with the panic's message (its `finally` and cleanup still run), and a task that dies
+//! anyway becomes an ERROR result of its case, so totals, reports and the exit code see it.
 
 mod scenario;
 
