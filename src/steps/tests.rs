@@ -1238,9 +1238,9 @@ async fn sleep_argument_errors() {
     assert_eq!(e.message, "`duration`: invalid duration `soon`");
     // A templated value can render to any number; a bad one is an error, not a panic.
     let e = errored(step(&mut c, "sleep", json!({ "duration": -1 })).await);
-    assert_eq!(e.message, "`duration`: invalid duration `-1`");
+    assert_eq!(e.message, "`duration`: invalid duration `-1`: it must be a number of seconds, 0 or more");
     let e = errored(step(&mut c, "sleep", json!({ "duration": 1e300 })).await);
-    assert_eq!(e.message, "`duration`: invalid duration `1e+300`");
+    assert_eq!(e.message, "`duration`: duration `1e300` is too long: the longest is 366 days (8784h)");
 }
 
 // ---------------------------------------------------------------------------------------
