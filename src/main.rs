@@ -454,15 +454,14 @@ fn select(cases: Vec<Case>, args: &RunArgs) -> Result<Vec<Case>, String> {
         .collect())
 }
 
-/// The local provider's options from the run's environment (files and process, not the
-/// process alone), so `.env` and `--env-file` reach them without touching the process's own.
+/// The local provider's options, with the state directory from the run's environment (files
+/// and process), so `.env` and `--env-file` reach it without touching the process's own.
 fn local_options(isolation: Isolation, env: &std::collections::BTreeMap<String, String>) -> LocalOptions {
     let state_dir = env
         .get("SCENARIO_RUN_STATE_DIR")
         .filter(|d| !d.is_empty())
         .map_or_else(LocalOptions::default_state_dir, PathBuf::from);
-    let images = env.get("SCENARIO_RUN_LOCAL_IMAGES").filter(|v| v.trim() == "docker");
-    LocalOptions { state_dir, isolation, images: images.map(|_| DockerOptions::from_env(env)) }
+    LocalOptions { state_dir, isolation, ..LocalOptions::default() }
 }
 
 fn make_provider(
