@@ -34,6 +34,7 @@ macro_rules! outln {
 const EXIT_USAGE: u8 = 2;
 const EXIT_INVALID: u8 = 3;
 const EXIT_INFRA: u8 = 4;
+const EXIT_INTERRUPTED: u8 = 130;
 
 /// Where sandboxes live (a closed set: an unknown name is a usage error, exit 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -137,6 +138,18 @@ enum Command {
         /// Also fan out over these providers (comma-separated): one entry per provider and folder.
         #[arg(long, value_delimiter = ',')]
         providers: Vec<String>,
+    },
+    /// Build or pull an image for local sandboxes (`base`, a public name from the offline
+    /// table, or a registry reference) and print where its root filesystem is. Useful to
+    /// prepare a CI machine's cache before a run.
+    Image {
+        /// The image: `base`, `python:3.11-slim-bookworm`, `localhost:5000/x:tag`, ...
+        reference: String,
+        /// Registry login for a private registry (or REGISTRY_USERNAME / REGISTRY_PASSWORD).
+        #[arg(long, env = "REGISTRY_USERNAME")]
+        username: Option<String>,
+        #[arg(long, env = "REGISTRY_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
     },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
@@ -330,6 +343,7 @@ fn main() -> ExitCode {
             cleanup(provider, run_id, all_tagged, older_than, yes, &env_files)
         }
         Some(Command::Matrix { emit, root, providers }) => matrix(&emit, &root, &providers),
+        Some(Command::Image { reference, username, password }) => image(&reference, username, password),
         Some(Command::Serve {
             listen,
             api_key,
@@ -461,7 +475,61 @@ fn local_options(isolation: Isolation, env: &std::collections::BTreeMap<String, 
         .get("SCENARIO_RUN_STATE_DIR")
         .filter(|d| !d.is_empty())
         .map_or_else(LocalOptions::default_state_dir, PathBuf::from);
-    LocalOptions { state_dir, isolation, ..LocalOptions::default() }
+    // The image cache and id range come from the run's environment (.env included), for the
+    // local provider and the docker provider's offline images alike.
+    let images = scenario_run::image::ImageStore::set_shared(scenario_run::image::ImageStore::from_vars(env));
+    LocalOptions { state_dir, isolation, images }
+}
+
+/// `scenario-run image REF`: the root filesystem of an image, built or pulled on first use.
+fn image(reference: &str, username: Option<String>, password: Option<String>) -> u8 {
+    use scenario_run::image::{ImageStore, RegistryAuth};
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let store = ImageStore::from_vars(&env);
+    let auth = match (username, password) {
+        (Some(username), Some(password)) => Some(RegistryAuth { username, password }),
+        _ => None,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
+    rt.block_on(async move {
+        let (log, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let printer = tokio::spawn(async move {
+            while let Some(line) = lines.recv().await {
+                errln!("{line}");
+            }
+        });
+        let got = store.get(reference, auth.as_ref(), &log).await;
+        drop(log);
+        let _ = printer.await;
+        match got {
+            Ok(rootfs) => {
+                outln!("{}", rootfs.dir.display());
+                errln!("{} ({}, {})", rootfs.reference, rootfs.resolved, rootfs.digest);
+                0
+            }
+            Err(e) => {
+                errln!("error: {e}");
+                EXIT_INFRA
+            }
+        }
+    })
+}
+
+/// The provider's one-time preparation (the local `base` image on first use), its progress
+/// printed as it comes; Ctrl-C stops it.
+async fn prepare(provider: &dyn Provider, cancel: &CancellationToken) -> Result<(), String> {
+    let (log, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let printer = tokio::spawn(async move {
+        while let Some(line) = lines.recv().await {
+            errln!("{line}");
+        }
+    });
+    let r = tokio::select! {
+        r = provider.prepare(log) => r.map_err(|e| format!("{} provider: {e}", provider.name())),
+        _ = cancel.cancelled() => Err("interrupted while preparing the provider".to_string()),
+    };
+    let _ = printer.await;
+    r
 }
 
 fn make_provider(
@@ -487,7 +555,11 @@ fn make_provider(
             let p = E2bProvider::new(preset, env).map_err(|e| format!("{} provider: {e}", provider.name()))?;
             Ok(Arc::new(p))
         }
-        ProviderKind::Docker => Ok(Arc::new(DockerProvider::new(DockerOptions::from_env(env)))),
+        ProviderKind::Docker => {
+            // Offline images (`base`, FROM names) come from the store the run's environment names.
+            scenario_run::image::ImageStore::set_shared(scenario_run::image::ImageStore::from_vars(env));
+            Ok(Arc::new(DockerProvider::new(DockerOptions::from_env(env))))
+        }
     }
 }
 
@@ -699,6 +771,15 @@ fn run(args: RunArgs) -> u8 {
                 }
             }
         });
+        if !cases.is_empty() {
+            match prepare(provider.as_ref(), &cancel).await {
+                Ok(()) => {}
+                Err(e) => {
+                    errln!("error: {e}");
+                    return if cancel.is_cancelled() { EXIT_INTERRUPTED } else { EXIT_INFRA };
+                }
+            }
+        }
         let summary = runner::run(cfg, cases, tx, cancel).await;
         let _ = printer.await;
         let mut code = summary.exit_code as u8;
@@ -792,6 +873,11 @@ fn serve(listen: std::net::SocketAddr, api_key: String, isolation: &str, faults:
         };
         if let Some(w) = provider.warning() {
             errln!("warning: {w}");
+        }
+        // Build `base` before listening, so no client's first create waits a minute on it.
+        if let Err(e) = prepare(&provider, &CancellationToken::new()).await {
+            errln!("error: {e}");
+            return EXIT_INFRA;
         }
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(l) => l,

@@ -332,16 +332,6 @@ impl LocalProvider {
         cgroup::Enforcement::get().describe()
     }
 
-    /// Makes sure the `base` image is ready, building it on first use; progress goes to `log`.
-    /// Runs before the scenarios so that a first run says what it is doing and how long it took.
-    pub async fn prepare(&self, log: &mpsc::UnboundedSender<String>) -> Result<()> {
-        if !self.inner.namespaces {
-            return Ok(());
-        }
-        self.inner.images.get(BASE_IMAGE, None, log).await?;
-        Ok(())
-    }
-
     /// The isolation in effect ([`Isolation::Namespaces`] or [`Isolation::None`]).
     pub fn isolation(&self) -> Isolation {
         self.isolation
@@ -665,6 +655,16 @@ impl Drop for Inner {
 impl Provider for LocalProvider {
     fn name(&self) -> &str {
         "local"
+    }
+
+    /// Makes sure the `base` image is ready, building it on first use (about a minute), so a
+    /// first run says what it is doing and how long it took before any scenario waits on it.
+    async fn prepare(&self, log: mpsc::UnboundedSender<String>) -> Result<()> {
+        if !self.inner.namespaces {
+            return Ok(());
+        }
+        self.inner.images.get(BASE_IMAGE, None, &log).await?;
+        Ok(())
     }
 
     fn capabilities(&self) -> &[Capability] {
