@@ -6,11 +6,13 @@
 pub mod config;
 pub mod diag;
 pub mod duration;
+pub mod image;
 pub mod janitor;
 pub mod mask;
 pub mod matcher;
 pub mod model;
 pub mod net;
+pub mod out;
 pub mod provider;
 pub mod report;
 pub mod runner;

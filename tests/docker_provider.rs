@@ -132,18 +132,32 @@ async fn files_round_trip() {
     p.write_file(id, "link", b"through".to_vec(), None).await.unwrap();
     assert_eq!(sh(&p, id, "cat /tmp/inside.txt").await, "through", "writes follow symlinks");
 
+    // File operations act as the sandbox user: owned by it, and refused where it may not write.
+    assert_eq!(sh(&p, id, "stat -c %U deep/er/blob.bin deep").await, "user\nuser\n");
+    let e = p.make_dir(id, "/srv/x").await.unwrap_err();
+    assert!(e.message.starts_with("permission denied"), "{}", e.message);
+    let e = p.write_file(id, "/etc/x.conf", b"x".to_vec(), None).await.unwrap_err();
+    assert!(e.message.starts_with("permission denied"), "{}", e.message);
+
     // Listing, mkdir, rename, remove, exists, and the errors.
-    let d = p.make_dir(id, "/srv/a/b").await.unwrap();
-    assert_eq!((d.kind.as_str(), d.path.as_str()), ("dir", "/srv/a/b"));
-    let names: Vec<String> =
-        p.list_dir(id, "/home/user").await.unwrap().into_iter().map(|e| format!("{}:{}", e.name, e.kind)).collect();
+    let d = p.make_dir(id, "/tmp/srv/a/b").await.unwrap();
+    assert_eq!((d.kind.as_str(), d.path.as_str()), ("dir", "/tmp/srv/a/b"));
+    // (The image's home has the account's dotfiles.)
+    let names: Vec<String> = p
+        .list_dir(id, "/home/user")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| !e.name.starts_with('.'))
+        .map(|e| format!("{}:{}", e.name, e.kind))
+        .collect();
     assert_eq!(names, ["deep:dir", "link:symlink"]);
-    let moved = p.rename(id, "deep/er/blob.bin", "/srv/a/blob.bin").await.unwrap();
-    assert_eq!((moved.path.as_str(), moved.size), ("/srv/a/blob.bin", 5));
+    let moved = p.rename(id, "deep/er/blob.bin", "/tmp/srv/a/blob.bin").await.unwrap();
+    assert_eq!((moved.path.as_str(), moved.size), ("/tmp/srv/a/blob.bin", 5));
     assert!(!p.exists(id, "deep/er/blob.bin").await.unwrap());
-    assert!(p.exists(id, "/srv/a/blob.bin").await.unwrap());
-    p.remove(id, "/srv/a").await.unwrap();
-    assert!(!p.exists(id, "/srv/a").await.unwrap());
+    assert!(p.exists(id, "/tmp/srv/a/blob.bin").await.unwrap());
+    p.remove(id, "/tmp/srv/a").await.unwrap();
+    assert!(!p.exists(id, "/tmp/srv/a").await.unwrap());
     assert_eq!(p.read_file(id, "nope").await.unwrap_err().kind, ErrorKind::NotFound);
     assert_eq!(p.read_file(id, "/home/user").await.unwrap_err().message, "is a directory: /home/user");
     assert_eq!(p.write_file(id, "/home/user", vec![1], None).await.unwrap_err().kind, ErrorKind::Invalid);

@@ -5,6 +5,7 @@
 //! E2B-compatible server. Providers report failures as [`ProviderError`], whose kind decides
 //! the scenario outcome (a missing file is a step failure; a broken provider is an ERROR).
 
+pub(crate) mod core;
 pub mod docker;
 pub mod e2b;
 pub(crate) mod forward;
@@ -384,6 +385,13 @@ pub trait Provider: Send + Sync {
         let _ = (spec, log);
         Err(ProviderError::unsupported(format!("{} cannot deploy templates", self.name())))
     }
+    /// Before the first scenario: make ready what every sandbox needs (the local provider
+    /// builds its `base` image on first use). Progress lines go to `log`.
+    async fn prepare(&self, log: mpsc::UnboundedSender<String>) -> Result<()> {
+        let _ = log;
+        Ok(())
+    }
+
     /// End of run: remove the builds and registrations made by `build`/`deploy` that were not
     /// asked to be kept. Returns how many were removed.
     async fn remove_builds(&self) -> usize {

@@ -18,6 +18,9 @@ pub(crate) struct Registered<B> {
     pub ports: Vec<u16>,
     /// template.yaml `envs` with a value.
     pub envs: BTreeMap<String, String>,
+    /// template.yaml `cpu` and `memory` (MiB): the sandbox's limits unless `create` says.
+    pub cpu: Option<u32>,
+    pub memory_mb: Option<u64>,
 }
 
 // Not derived: that would ask `B: Clone`, and only the Arc is cloned.
@@ -29,6 +32,8 @@ impl<B> Clone for Registered<B> {
             ready: self.ready.clone(),
             ports: self.ports.clone(),
             envs: self.envs.clone(),
+            cpu: self.cpu,
+            memory_mb: self.memory_mb,
         }
     }
 }
@@ -42,6 +47,8 @@ impl<B> Registered<B> {
             ready: if deploy { def.ready_command.clone() } else { None },
             ports: if def.ports.is_empty() { ports.to_vec() } else { def.ports.clone() },
             envs: def.envs.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect(),
+            cpu: def.cpu,
+            memory_mb: def.memory,
         }
     }
 

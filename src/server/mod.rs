@@ -316,8 +316,8 @@ pub(crate) fn now_secs() -> u64 {
 
 /// Unix seconds as RFC 3339 UTC (`2024-01-01T00:00:00Z`).
 pub(crate) fn rfc3339(secs: u64) -> String {
-    let rem = secs % 86400;
-    format!("{}T{:02}:{:02}:{:02}Z", crate::config::utc_date(secs), rem / 3600, rem / 60 % 60, rem % 60)
+    let ts = i64::try_from(secs).ok().and_then(|s| jiff::Timestamp::from_second(s).ok());
+    ts.unwrap_or(jiff::Timestamp::MAX).strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// What the host offers, reported as a sandbox's resources when create names none: CPUs,
@@ -607,9 +607,11 @@ pub async fn serve(
     }
     {
         let c = state.creates.lock().expect("creates");
-        eprintln!(
+        crate::errln!(
             "serve: {} creates, {} refused, {} double (repeated after a 5xx that was not a refusal, or after success)",
-            c.creates, c.refused, c.doubles
+            c.creates,
+            c.refused,
+            c.doubles
         );
     }
     let destroyed = provider.destroy_all().await;

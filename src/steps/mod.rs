@@ -15,7 +15,7 @@ pub mod misc;
 pub mod registry;
 
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 #[cfg(test)]
 mod tests;
 
@@ -130,6 +130,9 @@ pub struct StepCtx {
     /// The step is polled (`eventually`): one attempt should give up soon and let the next
     /// one try, rather than spend the whole window on one stuck request.
     pub polling: bool,
+    /// The run's environment (files and process), for the settings steps read:
+    /// `SCENARIO_RUN_KEEP_BUILDS`, `SCENARIO_RUN_TEMPLATES_DIR`.
+    pub env: Arc<BTreeMap<String, String>>,
 }
 
 impl StepCtx {
@@ -197,9 +200,9 @@ impl<'a> Args<'a> {
             None => Ok(None),
             Some(J::Number(n)) => n
                 .as_f64()
-                .map(Duration::try_from_secs_f64)
+                .map(crate::duration::from_secs_f64)
                 .transpose()
-                .map_err(|_| StepError::error(format!("`{key}`: invalid duration `{n}`"))),
+                .map_err(|e| StepError::error(format!("`{key}`: {e}"))),
             Some(v) => {
                 crate::duration::parse(&text(v)).map(Some).map_err(|e| StepError::error(format!("`{key}`: {e}")))
             }

@@ -42,6 +42,7 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         template_ctx: MValue::UNDEFINED,
         current_source: None,
         polling: false,
+        env: Default::default(),
     }
 }
 
@@ -1237,9 +1238,9 @@ async fn sleep_argument_errors() {
     assert_eq!(e.message, "`duration`: invalid duration `soon`");
     // A templated value can render to any number; a bad one is an error, not a panic.
     let e = errored(step(&mut c, "sleep", json!({ "duration": -1 })).await);
-    assert_eq!(e.message, "`duration`: invalid duration `-1`");
+    assert_eq!(e.message, "`duration`: invalid duration `-1`: it must be a number of seconds, 0 or more");
     let e = errored(step(&mut c, "sleep", json!({ "duration": 1e300 })).await);
-    assert_eq!(e.message, "`duration`: invalid duration `1e+300`");
+    assert_eq!(e.message, "`duration`: duration `1e300` is too long: the longest is 366 days (8784h)");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1374,4 +1375,18 @@ fn every_registry_kind_is_tested() {
     let src: String = include_str!("tests.rs").split_whitespace().collect();
     let untested: Vec<&str> = registry::names().filter(|k| !src.contains(&format!("step(&mutc,\"{k}\""))).collect();
     assert!(untested.is_empty(), "step kinds without a test here: {untested:?}");
+}
+
+/// Issue 13: a rendered duration that does not fit (`timeout: "{{ vars.t }}"` with a huge
+/// number) is the step's error, not a panic in `Duration::from_secs_f64`.
+#[tokio::test]
+async fn rendered_huge_durations_are_errors() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    for timeout in [json!(1e300), json!("99999999999999999999h"), json!(-1), json!("1e300")] {
+        let e = step(&mut c, "exec", json!({ "cmd": "true", "timeout": timeout.clone() })).await.unwrap_err();
+        assert!(e.message.contains("timeout"), "{timeout}: {}", e.message);
+    }
+    let e = step(&mut c, "sleep", json!({ "duration": 1e300 })).await.unwrap_err();
+    assert!(e.message.contains("too long"), "{}", e.message);
 }

@@ -259,9 +259,13 @@ pub fn digest(dir: &Path) -> std::io::Result<String> {
     Ok(format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }
 
-/// Where the folder of template `name` is (see the module documentation).
-pub fn find_dir(name: &str, scenario_dir: &Path) -> PathBuf {
-    if let Some(root) = std::env::var_os("SCENARIO_RUN_TEMPLATES_DIR").filter(|v| !v.is_empty()) {
+/// The variable naming a folder of template folders, over the search from the scenario.
+pub const TEMPLATES_DIR_ENV: &str = "SCENARIO_RUN_TEMPLATES_DIR";
+
+/// Where the folder of template `name` is (see the module documentation); `root` is the
+/// value of [`TEMPLATES_DIR_ENV`] in the run's environment.
+pub fn find_dir(name: &str, scenario_dir: &Path, root: Option<&str>) -> PathBuf {
+    if let Some(root) = root.filter(|v| !v.is_empty()) {
         return PathBuf::from(root).join(name);
     }
     let start = if scenario_dir.is_absolute() {

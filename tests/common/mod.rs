@@ -4,8 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The binary under test; `SCENARIO_RUN_TEST_BIN` points the tests at another build (to see
+/// a regression test fail on the code before its fix).
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_scenario-run"))
+    std::env::var_os("SCENARIO_RUN_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_scenario-run")))
 }
 
 pub fn root() -> PathBuf {
@@ -61,16 +65,15 @@ pub fn expect_file(path: &Path, actual: &str) {
     }
 }
 
-/// Template builds on the local provider (and through `serve`) need root and bubblewrap; says
-/// why when they are missing.
+/// Template builds on the local provider (and through `serve`) need root and bubblewrap: a
+/// machine without them fails these tests loudly (CI has both; a skip would hide a broken
+/// build). Returns true so callers read as before.
 pub fn can_build() -> bool {
     // SAFETY: getuid cannot fail.
     let root = unsafe { libc::getuid() } == 0;
     let bwrap = Command::new("bwrap").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !(root && bwrap) {
-        eprintln!("skipping: template builds need root and bubblewrap");
-    }
-    root && bwrap
+    assert!(root && bwrap, "template builds need root and bubblewrap (scripts/setup installs bubblewrap)");
+    true
 }
 
 /// The outputs of every step of `kind` in a JSON report.

@@ -11,6 +11,11 @@
 //! `<registry>/base-python:latest`, `node:*` → `<registry>/base-node:latest`; the build log
 //! says so. Other defaults are used as they are.
 //!
+//! `FROM` a public name of the offline table (`python:3.11-slim-bookworm`, `e2bdev/base`, …;
+//! see `crate::image`) that the engine lacks: the offline image the local provider uses is
+//! imported into the engine under that name (once per digest), so the build never needs
+//! Docker Hub and the image is the same on both providers.
+//!
 //! The build log is streamed line by line. The legacy builder announces every instruction
 //! as `Step N/M : ...`, counting an `ARG` before `FROM` like any other, so step N is the N-th
 //! parsed instruction; a failing step is reported at its Dockerfile line
@@ -104,6 +109,65 @@ pub(crate) fn build_args(spec: &BuildSpec, bases: Option<&str>) -> (HashMap<Stri
     (args, notes)
 }
 
+/// The image `FROM` names once the build args sent to the engine are applied.
+pub(crate) fn from_image(spec: &BuildSpec, args: &HashMap<String, String>) -> Option<String> {
+    let mut vals: BTreeMap<String, String> = BTreeMap::new();
+    for ins in &spec.template.dockerfile.instructions {
+        match &ins.inst {
+            Inst::Arg { name, default } => {
+                if let Some(v) = args.get(name).cloned().or_else(|| default.as_ref().map(|d| d.expand(&vals))) {
+                    vals.insert(name.clone(), v);
+                }
+            }
+            Inst::From { image } => return Some(image.expand(&vals)),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// When the engine lacks `from` and it is in the offline table (Docker Hub is unreachable),
+/// the offline image the local provider uses is imported under that name (once per
+/// digest), so the build finds it locally. Images the engine has, and other names, are left
+/// to the engine.
+async fn offline_from(docker: &Docker, from: &str, log: &mut BuildLog) -> Result<()> {
+    if docker.inspect_image(from).await.is_ok() {
+        return Ok(());
+    }
+    let Some(recipe) = crate::image::offline_recipe(from) else { return Ok(()) };
+    let t0 = Instant::now();
+    log.line(format!("FROM {from}: not on the engine; using the offline image {} (see README, Images)", recipe.name));
+    let store = crate::image::ImageStore::shared();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let got = {
+        let get = store.get(from, None, &tx);
+        tokio::pin!(get);
+        loop {
+            tokio::select! {
+                r = &mut get => break r,
+                Some(l) = rx.recv() => log.line(l),
+            }
+        }
+    };
+    drop(tx);
+    while let Ok(l) = rx.try_recv() {
+        log.line(l);
+    }
+    let context = format!("use the offline image for FROM {from}");
+    let rootfs = got.map_err(|e| ProviderError::from(e.context(&context)))?;
+    let imported = crate::image::docker::ensure(docker, &rootfs, store.ids(), from)
+        .await
+        .map_err(|e| ProviderError::from(e.context(&context)))?;
+    let how = if imported { "imported into the engine" } else { "already on the engine" };
+    log.line(format!(
+        "FROM {from}: {} ({}) {how}, tagged {from}, in {:.1}s",
+        rootfs.resolved,
+        &rootfs.digest[..rootfs.digest.len().min(19)],
+        t0.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
 /// The build context: the template folder as a tar (symlinks kept as links).
 fn context_tar(dir: &Path) -> std::io::Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
@@ -143,6 +207,9 @@ pub(crate) async fn build(
     let (args, notes) = build_args(spec, bases);
     for n in notes {
         log.line(n);
+    }
+    if let Some(from) = from_image(spec, &args) {
+        offline_from(docker, &from, &mut log).await?;
     }
     let dir = t.dir.clone();
     let tar = tokio::task::spawn_blocking(move || context_tar(&dir))

@@ -23,7 +23,6 @@
 //! 1 s) and, once the engine says it is no longer running, output is read for a short grace
 //! period more, like the local provider does.
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,8 +35,12 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use super::{api_err, is_status, HOME};
+use crate::provider::core::{Process, Procs};
 use crate::provider::output::Captured;
 use crate::provider::{ErrorKind, ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
+
+/// Who commands and file operations run as unless a request says otherwise.
+pub(crate) const DEFAULT_USER: &str = "user";
 
 /// Where the `BASH_ENV` script lives in every container (uploaded at create).
 pub(crate) const BASH_ENV_PATH: &str = "/run/scenario-run/bash_env.sh";
@@ -232,8 +235,10 @@ async fn start(
     argv: Vec<String>,
     env: Vec<String>,
     attach_stdin: bool,
+    user: &str,
 ) -> Result<(String, OutStream, InStream)> {
     let opts = CreateExecOptions {
+        user: Some(user.to_string()),
         attach_stdin: Some(attach_stdin),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
@@ -271,9 +276,19 @@ async fn exit_code(docker: &Docker, exec_id: &str) -> Option<i64> {
 
 /// Runs a helper command (no shell prelude) to the end: (exit code, stdout, stderr).
 pub(crate) async fn run_helper(docker: &Docker, container: &str, argv: &[&str]) -> Result<(i64, Vec<u8>, Vec<u8>)> {
+    run_helper_as(docker, container, argv, "root").await
+}
+
+/// [`run_helper`] as `user` (file operations made for the sandbox user).
+pub(crate) async fn run_helper_as(
+    docker: &Docker,
+    container: &str,
+    argv: &[&str],
+    user: &str,
+) -> Result<(i64, Vec<u8>, Vec<u8>)> {
     let argv = argv.iter().map(|s| s.to_string()).collect();
     let work = async {
-        let (exec_id, mut stream, _input) = start(docker, container, argv, Vec::new(), false).await?;
+        let (exec_id, mut stream, _input) = start(docker, container, argv, Vec::new(), false, user).await?;
         let (mut out, mut err) = (Vec::new(), Vec::new());
         while let Some(item) = stream.next().await {
             match item {
@@ -340,7 +355,9 @@ async fn drive(
 pub(crate) struct ProcTable {
     docker: Docker,
     container: String,
-    procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
+    procs: Procs<Proc>,
+    /// Set once the `user` account is known to exist in the container.
+    user_ready: std::sync::OnceLock<()>,
     /// Where commands run when the request names no cwd: the image's WORKDIR for a built
     /// template, else `/home/user`.
     default_cwd: String,
@@ -348,7 +365,13 @@ pub(crate) struct ProcTable {
 
 impl ProcTable {
     pub(crate) fn new(docker: Docker, container: String) -> Self {
-        Self { docker, container, procs: Mutex::new(BTreeMap::new()), default_cwd: HOME.to_string() }
+        Self {
+            docker,
+            container,
+            procs: Procs::default(),
+            user_ready: std::sync::OnceLock::new(),
+            default_cwd: HOME.to_string(),
+        }
     }
 
     /// Commands without a cwd run in `dir` (a template's WORKDIR).
@@ -365,6 +388,27 @@ impl ProcTable {
 
     pub(crate) fn container(&self) -> &str {
         &self.container
+    }
+
+    /// Makes sure the default account exists in the container before anything runs as it:
+    /// an image from elsewhere may lack it (E2B adds it to every template it builds; the
+    /// images this project builds have it). Checked once per container.
+    pub(crate) async fn ensure_user(&self, user: &str) -> Result<()> {
+        if user != DEFAULT_USER || self.user_ready.get().is_some() {
+            return Ok(());
+        }
+        let script = "id -u user >/dev/null 2>&1 && exit 0; \
+            { useradd -m -u 1000 -U -s /bin/bash user || adduser -D -u 1000 -s /bin/sh user; } >/dev/null 2>&1; \
+            mkdir -p /home/user && chown 1000:1000 /home/user && id -u user >/dev/null";
+        let (code, _, err) = run_helper(&self.docker, &self.container, &["/bin/sh", "-c", script]).await?;
+        if code != 0 {
+            return Err(ProviderError::infra(format!(
+                "the image has no `user` account and one could not be added: {}",
+                String::from_utf8_lossy(&err).trim()
+            )));
+        }
+        let _ = self.user_ready.set(());
+        Ok(())
     }
 
     /// Starts `req.cmd`. Live output goes to `output`. With `open_stdin` the exec's stdin is
@@ -386,8 +430,11 @@ impl ProcTable {
         }
         let argv = ["/bin/sh", "-c", PRELUDE, "sh", &cwd, &req.cmd].map(String::from).to_vec();
         let feed = if open_stdin { None } else { req.stdin.clone() };
+        // Commands run as `user` unless the request says otherwise, as on E2B and local.
+        let user = req.user.clone().unwrap_or_else(|| DEFAULT_USER.to_string());
+        self.ensure_user(&user).await?;
         let (exec_id, mut stream, mut input) =
-            start(&self.docker, &self.container, argv, env, open_stdin || feed.is_some()).await?;
+            start(&self.docker, &self.container, argv, env, open_stdin || feed.is_some(), &user).await?;
 
         // The first stdout line is the prelude's pid.
         let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -444,39 +491,40 @@ impl ProcTable {
         if !err.is_empty() {
             proc.push(OutputChunk::Stderr(err), &output);
         }
-        self.procs.lock().expect("procs").insert(pid, proc.clone());
+        self.procs.insert(proc.clone());
         tokio::spawn(drive(proc.clone(), exec_id, stream, output));
         Ok(proc)
     }
 
     /// Removes `p` if it is still the entry for its pid.
     pub(crate) fn remove(&self, p: &Arc<Proc>) {
-        let mut procs = self.procs.lock().expect("procs");
-        if procs.get(&p.pid).is_some_and(|q| Arc::ptr_eq(q, p)) {
-            procs.remove(&p.pid);
-        }
+        self.procs.remove(p);
     }
 
     pub(crate) fn get(&self, pid: u32) -> Result<Arc<Proc>> {
-        self.procs
-            .lock()
-            .expect("procs")
-            .get(&pid)
-            .cloned()
-            .ok_or_else(|| ProviderError::not_found(format!("no such process: {pid}")))
+        self.procs.get(pid)
     }
 
     pub(crate) fn list(&self) -> Vec<ProcessInfo> {
-        self.procs.lock().expect("procs").values().map(|p| p.info()).collect()
+        self.procs.list()
     }
 
     /// The container is being removed: whatever still runs dies of SIGKILL.
     pub(crate) fn mark_all_gone(&self) {
-        for p in self.procs.lock().expect("procs").values() {
+        for p in self.procs.all() {
             if !p.finished() {
                 p.sent.lock().expect("sent").push(libc::SIGKILL);
             }
         }
+    }
+}
+
+impl Process for Proc {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn info(&self) -> ProcessInfo {
+        Proc::info(self)
     }
 }
 

@@ -24,7 +24,7 @@ use bollard::query_parameters::{ContainerArchiveInfoOptions, DownloadFromContain
 use bollard::Docker;
 use futures_util::StreamExt;
 
-use super::exec::{run_helper, ProcTable};
+use super::exec::{run_helper_as, ProcTable, DEFAULT_USER};
 use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
 
 /// Go's `os.FileMode` bits in the engine's stat header.
@@ -101,39 +101,8 @@ fn entry_from(abs: &str, st: &PathStatResponse) -> FileEntry {
 
 /// Unix seconds of an RFC 3339 time as Go prints it (`2026-12-02T17:42:11.5+01:00`).
 fn parse_rfc3339(s: &str) -> Option<u64> {
-    let (date, rest) = s.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let time_end = rest.find(['Z', '+', '-']).unwrap_or(rest.len());
-    let (time, zone) = rest.split_at(time_end);
-    let mut t = time.split(':');
-    let h: i64 = t.next()?.parse().ok()?;
-    let mi: i64 = t.next()?.parse().ok()?;
-    let sec: i64 = t.next()?.split('.').next()?.parse().ok()?;
-    let offset = match zone.chars().next() {
-        Some(sign @ ('+' | '-')) => {
-            let mut z = zone[1..].split(':');
-            let zh: i64 = z.next()?.parse().ok()?;
-            let zm: i64 = z.next().unwrap_or("0").parse().ok()?;
-            let o = zh * 3600 + zm * 60;
-            if sign == '+' {
-                o
-            } else {
-                -o
-            }
-        }
-        _ => 0,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146097 + doe - 719468;
-    let secs = days * 86400 + h * 3600 + mi * 60 + sec - offset;
-    u64::try_from(secs).ok()
+    let ts: jiff::Timestamp = s.trim().parse().ok()?;
+    u64::try_from(ts.as_second()).ok()
 }
 
 pub(crate) async fn stat(docker: &Docker, container: &str, abs: &str) -> Result<FileEntry> {
@@ -169,13 +138,18 @@ async fn resolve(docker: &Docker, container: &str, abs: &str) -> Result<(String,
 
 /// Extracts one regular file at `abs` (parents are created by the engine).
 pub(crate) async fn put_file(docker: &Docker, container: &str, abs: &str, data: &[u8], mode: u32) -> Result<()> {
+    put_file_owned(docker, container, abs, data, mode, 0).await
+}
+
+/// [`put_file`] owned by uid and gid `owner`.
+async fn put_file_owned(docker: &Docker, container: &str, abs: &str, data: &[u8], mode: u32, owner: u64) -> Result<()> {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(tar::EntryType::Regular);
     header.set_size(data.len() as u64);
     header.set_mode(mode & 0o7777);
     header.set_mtime(now_secs());
-    header.set_uid(0);
-    header.set_gid(0);
+    header.set_uid(owner);
+    header.set_gid(owner);
     let mut b = tar::Builder::new(Vec::with_capacity(data.len() + 2048));
     b.append_data(&mut header, abs.trim_start_matches('/'), data)
         .map_err(|e| ProviderError::invalid(format!("cannot write {abs}: {e}")))?;
@@ -188,19 +162,27 @@ pub(crate) async fn put_file(docker: &Docker, container: &str, abs: &str, data: 
     docker.upload_to_container(container, Some(opts), body_full(tarball.into())).await.map_err(|e| path_err(e, abs))
 }
 
-pub(crate) async fn write(
-    docker: &Docker,
-    container: &str,
-    abs: &str,
-    data: Vec<u8>,
-    mode: Option<u32>,
-) -> Result<FileEntry> {
+/// As the sandbox user (uid 1000): the parents it lacks are made by it, a directory or file
+/// it may not write is refused, and the file is its own, as on E2B and on local.
+const WRITABLE: &str = r#"
+err=$(mkdir -p -- "$1" 2>&1) || { case $err in *ermission*) echo "EACCES $1";; *) echo "ENOTDIR $1";; esac >&2; exit 3; }
+test -w "$1" || { echo "EACCES $2" >&2; exit 3; }
+test ! -e "$2" || test -w "$2" || { echo "EACCES $2" >&2; exit 3; }
+"#;
+
+/// The sandbox user's uid and gid.
+const USER_ID: u64 = 1000;
+
+pub(crate) async fn write(procs: &ProcTable, abs: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
     if abs == "/" {
         return Err(ProviderError::invalid("is a directory: /"));
     }
+    let (docker, container) = (procs.docker(), procs.container());
     let (target, existing) = resolve(docker, container, abs).await?;
+    let parent = target.rsplit_once('/').map(|(p, _)| if p.is_empty() { "/" } else { p }).unwrap_or("/");
+    script(procs, WRITABLE, &[parent, &target]).await?;
     let mode = mode.or_else(|| existing.map(|st| entry_from(&target, &st).mode)).unwrap_or(0o644);
-    put_file(docker, container, &target, &data, mode).await?;
+    put_file_owned(docker, container, &target, &data, mode, USER_ID).await?;
     stat(docker, container, abs).await
 }
 
@@ -234,7 +216,8 @@ pub(crate) async fn read(docker: &Docker, container: &str, abs: &str) -> Result<
 async fn script(procs: &ProcTable, body: &str, args: &[&str]) -> Result<Vec<u8>> {
     let mut argv = vec!["/bin/sh", "-c", body, "sh"];
     argv.extend_from_slice(args);
-    let (code, out, err) = run_helper(procs.docker(), procs.container(), &argv).await?;
+    procs.ensure_user(DEFAULT_USER).await?;
+    let (code, out, err) = run_helper_as(procs.docker(), procs.container(), &argv, DEFAULT_USER).await?;
     if code == 0 {
         return Ok(out);
     }
@@ -285,7 +268,7 @@ pub(crate) async fn list(procs: &ProcTable, abs: &str) -> Result<Vec<FileEntry>>
 
 const MKDIR: &str = r#"
 if [ -e "$1" ] && [ ! -d "$1" ]; then echo "EEXIST $1" >&2; exit 3; fi
-mkdir -p -- "$1" 2>/dev/null || { echo "ENOTDIR $1" >&2; exit 3; }
+err=$(mkdir -p -- "$1" 2>&1) || { case $err in *ermission*) echo "EACCES $1";; *) echo "ENOTDIR $1";; esac >&2; exit 3; }
 "#;
 
 pub(crate) async fn make_dir(procs: &ProcTable, abs: &str) -> Result<FileEntry> {

@@ -38,16 +38,19 @@
 //!   `scenario-run.` are refused.
 //!
 //! Templates map to images: `SCENARIO_RUN_DOCKER_IMAGES="base=img:tag,other=img2"` wins;
-//! otherwise a template containing `/` or `:` is an image reference as it is, `base` is
-//! `<registry>/base-python:latest` and any other name `<registry>/<name>:latest`, where the
+//! otherwise a template containing `/` or `:` is an image reference as it is, `base` is the
+//! offline `base` image of [`crate::image`] (the local provider's, imported into the engine
+//! once per digest as `e2bdev/base:latest`) and any other name `<registry>/<name>:latest`, where the
 //! registry is `SCENARIO_RUN_DOCKER_REGISTRY`, else `LOCAL_STACK_REGISTRY` (written by
 //! `.ci/local-stack.sh` into its env file), else `localhost:5000`. An image missing from the
 //! engine is pulled once; if that fails too the create fails naming the template.
 //!
 //! # Semantics shared with the local provider
 //!
-//! Commands run as `/bin/bash -l -c <cmd>` (as the image's user, root for the base images; the
-//! request's `user` is ignored, as on local), in `cwd` (default `/home/user`), with the
+//! Commands run as `/bin/bash -l -c <cmd>` as `user` (uid 1000) unless the request names
+//! another user (`root`), as on E2B and local; an image without that account gets it before
+//! the first command (E2B adds it to every template it builds). They run in `cwd` (default
+//! `/home/user`), with the
 //! container's environment plus the exec's `envs`. A tiny `/bin/sh` prelude prints its pid
 //! (`$$`, the pid *inside* the container) on stdout, changes directory and `exec`s bash, so the
 //! reported pid is the command itself; the provider strips that first line. Debian's
@@ -92,6 +95,7 @@
 //! template folder sent as a tar, with its log streamed line by line into the step's evidence.
 //! A public `BASE_IMAGE` default (`python:*`, `node:*`) is mapped to the local stack's offline
 //! `base-python` / `base-node`, and the log says so; a scenario's own `BASE_IMAGE` arg wins. A
+//! `FROM` of the offline image table that the engine lacks is imported from `crate::image`. A
 //! failing instruction is reported as `<folder>/Dockerfile:<line>: <instruction> exited with
 //! <code>` with the last lines of its output, and the image of the last step that finished is
 //! removed so no untagged layer is left. The image is tagged `<registry>/<name>:<digest12>`
@@ -114,8 +118,7 @@ mod exec;
 mod files;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -127,8 +130,9 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, oneshot, Notify, OnceCell};
+use tokio::sync::{mpsc, OnceCell};
 
+use super::core::{self, no_sandbox, now_ms, random_hex, Core, Host, Life, Member};
 use super::forward::Forwarder;
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
@@ -220,13 +224,8 @@ pub struct DockerProvider {
 struct Inner {
     opts: DockerOptions,
     docker: OnceCell<Docker>,
-    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
-    /// Being removed: no longer addressable, but a second Ctrl-C must still finish them off.
-    dying: Mutex<HashMap<String, Arc<Sandbox>>>,
-    stats: Mutex<ProviderStats>,
-    in_flight: AtomicUsize,
-    in_flight_changed: Notify,
-    shutting_down: AtomicBool,
+    /// Registry, counters and creation guard (shared with the local provider).
+    core: Core<Sandbox>,
     /// Template builds by digest: each is made once per provider (per run).
     builds: Mutex<HashMap<String, Arc<OnceCell<Arc<build::Image>>>>>,
     /// Templates `create` knows by name: registered by `build` (image only) or `deploy`.
@@ -238,6 +237,9 @@ struct Inner {
 
 type Registered = super::registered::Registered<build::Image>;
 
+/// The engine's name for the offline `base` image.
+const OFFLINE_BASE: &str = "e2bdev/base:latest";
+
 /// How long `create` waits for a deployed template's ready command.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -247,10 +249,8 @@ struct Sandbox {
     template: String,
     metadata: BTreeMap<String, String>,
     started_at: u64,
-    end_at_ms: Mutex<u64>,
-    deadline_changed: Notify,
+    life: Life,
     procs: ProcTable,
-    gone: AtomicBool,
     /// Connected to, not created by this provider.
     adopted: bool,
     /// Into the container's network namespace, made by the first `port_url`; None when the
@@ -258,26 +258,16 @@ struct Sandbox {
     fwd: OnceCell<Option<Forwarder>>,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-fn no_sandbox(id: &str) -> ProviderError {
-    ProviderError::not_found(format!("no such sandbox: {id}"))
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    // SAFETY: buf is valid for buf.len() bytes.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
-        // Fall back to time and pid: ids only need to be unique on this engine.
-        let seed = now_ms() ^ (u64::from(std::process::id()) << 32);
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = (seed >> ((i % 8) * 8)) as u8 ^ (i as u8).wrapping_mul(151);
-        }
+impl Member for Sandbox {
+    fn id(&self) -> &str {
+        &self.id
     }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    fn life(&self) -> &Life {
+        &self.life
+    }
+    fn owned(&self) -> bool {
+        !self.adopted
+    }
 }
 
 /// Maps an engine error to a provider error; `what` reads after "failed to".
@@ -338,14 +328,32 @@ impl Inner {
     }
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
-        self.sandboxes.lock().expect("sandboxes").get(id).cloned().ok_or_else(|| no_sandbox(id))
+        self.core.get(id)
+    }
+
+    /// The image of a template this provider did not build: `base` is the same offline image
+    /// the local provider starts from (E2B's base: the `user` account, sudo, python3, git),
+    /// imported into the engine once per digest, unless `SCENARIO_RUN_DOCKER_IMAGES` names
+    /// one; any other name is an image reference or a name in the registry.
+    async fn base_image(&self, docker: &Docker, template: &str) -> Result<String> {
+        if template != "base" || self.opts.images.contains_key("base") {
+            return Ok(self.opts.image_for(template));
+        }
+        let store = crate::image::ImageStore::shared();
+        let (log, _) = mpsc::unbounded_channel();
+        let rootfs = store.get("base", None, &log).await?;
+        crate::image::docker::ensure(docker, &rootfs, store.ids(), OFFLINE_BASE).await?;
+        Ok(OFFLINE_BASE.to_string())
     }
 
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
         let docker = self.client().await?.clone();
         let template = if req.template.is_empty() { "base".to_string() } else { req.template.clone() };
         let tpl = self.templates.lock().expect("templates").get(&template).cloned();
-        let image = tpl.as_ref().map_or_else(|| self.opts.image_for(&template), |t| t.built.tag.clone());
+        let image = match &tpl {
+            Some(t) => t.built.tag.clone(),
+            None => self.base_image(&docker, &template).await?,
+        };
         let id = format!("sbx-{}", random_hex(6));
         let now = now_ms();
         let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
@@ -405,28 +413,18 @@ impl Inner {
             template,
             metadata: req.metadata.clone(),
             started_at: now / 1000,
-            end_at_ms: Mutex::new(end_ms),
-            deadline_changed: Notify::new(),
+            life: Life::new(end_ms),
             procs: ProcTable::new(docker, id.clone())
                 .with_default_cwd(tpl.as_ref().and_then(|t| t.built.workdir.clone())),
-            gone: AtomicBool::new(false),
             adopted: false,
             fwd: OnceCell::new(),
         });
-        {
-            // Register and count under one lock so peak_live is exact.
-            let mut map = self.sandboxes.lock().expect("sandboxes");
-            map.insert(id.clone(), sb.clone());
-            let mut st = self.stats.lock().expect("stats");
-            st.created += 1;
-            st.live += 1;
-            st.peak_live = st.peak_live.max(st.live);
-        }
-        tokio::spawn(expire(Arc::downgrade(self), sb.clone()));
+        let sb = self.core.register(sb);
+        core::expire_at_end(self, sb.clone());
         if let Some(t) = tpl.as_ref().filter(|t| t.start.is_some()) {
             let start = t.start.clone().expect("checked");
             if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports).await {
-                self.kill(&sb.id).await;
+                core::kill(self.as_ref(), &sb.id).await;
                 return Err(e);
             }
         }
@@ -466,38 +464,10 @@ impl Inner {
         Ok((image, !fresh))
     }
 
-    /// Unregisters and removes `id`; false if unknown.
-    async fn kill(&self, id: &str) -> bool {
-        let Some(sb) = self.sandboxes.lock().expect("sandboxes").remove(id) else {
-            return false;
-        };
-        self.dying.lock().expect("dying").insert(id.to_string(), sb.clone());
-        sb.gone.store(true, Ordering::SeqCst);
-        sb.deadline_changed.notify_one();
-        sb.procs.mark_all_gone();
-        if let Some(Some(fwd)) = sb.fwd.get() {
-            fwd.stop();
-        }
-        if let Ok(docker) = self.client().await {
-            remove_container(docker, id).await;
-        }
-        self.dying.lock().expect("dying").remove(id);
-        if !sb.adopted {
-            let mut st = self.stats.lock().expect("stats");
-            st.destroyed += 1;
-            st.live = st.live.saturating_sub(1);
-        }
-        true
-    }
-
     /// Synchronous last resort: `DELETE /containers/{id}?force=1` for every container left
     /// that we created (adopted ones are left alone, as by `destroy_all`).
     fn kill_all_now(&self) {
-        let mine = |m: &HashMap<String, Arc<Sandbox>>| -> Vec<String> {
-            m.values().filter(|sb| !sb.adopted).map(|sb| sb.id.clone()).collect()
-        };
-        let mut ids = mine(&self.sandboxes.lock().expect("sandboxes"));
-        ids.extend(mine(&self.dying.lock().expect("dying")));
+        let ids: Vec<String> = self.core.everything().iter().filter(|sb| !sb.adopted).map(|sb| sb.id.clone()).collect();
         if ids.is_empty() {
             return;
         }
@@ -511,6 +481,23 @@ impl Inner {
             .collect();
         for t in threads {
             let _ = t.join();
+        }
+    }
+}
+
+#[async_trait]
+impl Host for Inner {
+    type Sandbox = Sandbox;
+    fn core(&self) -> &Core<Sandbox> {
+        &self.core
+    }
+    async fn teardown(&self, sb: &Arc<Sandbox>) {
+        sb.procs.mark_all_gone();
+        if let Some(Some(fwd)) = sb.fwd.get() {
+            fwd.stop();
+        }
+        if let Ok(docker) = self.client().await {
+            remove_container(docker, &sb.id).await;
         }
     }
 }
@@ -532,33 +519,6 @@ fn remove_now(sock: &str, id: &str) {
         let mut buf = [0u8; 512];
         let _ = s.read(&mut buf);
     }
-}
-
-/// What a builder takes over from an image besides its files.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ImageConfig {
-    /// `NAME=value` entries.
-    pub env: Vec<String>,
-    pub workdir: Option<String>,
-    pub cmd: Option<Vec<String>>,
-}
-
-/// Unpacks a container export into `dest`, keeping modes and owners, skipping device nodes.
-fn unpack_rootfs(tar_path: &std::path::Path, dest: &std::path::Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dest)?;
-    let mut archive = tar::Archive::new(std::fs::File::open(tar_path)?);
-    archive.set_preserve_permissions(true);
-    archive.set_preserve_ownerships(true);
-    archive.set_preserve_mtime(true);
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let kind = entry.header().entry_type();
-        if kind.is_character_special() || kind.is_block_special() {
-            continue;
-        }
-        entry.unpack_in(dest)?;
-    }
-    Ok(())
 }
 
 async fn pull(docker: &Docker, image: &str, template: &str) -> Result<()> {
@@ -589,18 +549,13 @@ impl Sandbox {
             template: self.template.clone(),
             metadata: self.metadata.clone(),
             started_at: self.started_at,
-            end_at: self.end_at_ms.lock().expect("end_at").div_ceil(1000),
+            end_at: self.life.end_ms().div_ceil(1000),
             state: "running".into(),
         }
     }
 
-    fn set_end(&self, end_ms: u64) {
-        *self.end_at_ms.lock().expect("end_at") = end_ms;
-        self.deadline_changed.notify_one();
-    }
-
     fn alive(&self) -> Result<()> {
-        if self.gone.load(Ordering::SeqCst) {
+        if self.life.is_gone() {
             return Err(ProviderError::infra(format!("sandbox {} is not running", self.id)));
         }
         Ok(())
@@ -625,37 +580,6 @@ fn info_from_labels(id: &str, labels: &HashMap<String, String>, running: bool) -
     })
 }
 
-/// Removes `sb` at its end time (which `set_timeout` may move).
-async fn expire(inner: Weak<Inner>, sb: Arc<Sandbox>) {
-    loop {
-        if sb.gone.load(Ordering::SeqCst) {
-            return;
-        }
-        let end = *sb.end_at_ms.lock().expect("end_at");
-        let now = now_ms();
-        if now >= end {
-            if let Some(inner) = inner.upgrade() {
-                inner.kill(&sb.id).await;
-            }
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(end - now)) => {}
-            _ = sb.deadline_changed.notified() => {}
-        }
-    }
-}
-
-/// Decrements the in-flight create counter even if the create task panics.
-struct InFlight(Arc<Inner>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.0.in_flight_changed.notify_waiters();
-    }
-}
-
 impl DockerProvider {
     /// Does not contact the engine; the first operation does.
     pub fn new(opts: DockerOptions) -> Self {
@@ -663,12 +587,7 @@ impl DockerProvider {
             inner: Arc::new(Inner {
                 opts,
                 docker: OnceCell::new(),
-                sandboxes: Mutex::new(HashMap::new()),
-                dying: Mutex::new(HashMap::new()),
-                stats: Mutex::new(ProviderStats::default()),
-                in_flight: AtomicUsize::new(0),
-                in_flight_changed: Notify::new(),
-                shutting_down: AtomicBool::new(false),
+                core: Core::default(),
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
                 run_tag: random_hex(4),
@@ -709,54 +628,6 @@ impl DockerProvider {
             Ok(docker) => build::remove(docker, tag).await,
             Err(_) => false,
         }
-    }
-
-    /// Unpacks the filesystem of `image` (pulled if the engine lacks it) into `dest`, for a
-    /// builder that uses images without running them (the local provider's `FROM`). Device
-    /// nodes are skipped. Returns the image's ENV, WORKDIR and CMD.
-    pub(crate) async fn export_image(&self, image: &str, dest: &std::path::Path) -> Result<ImageConfig> {
-        let docker = self.inner.client().await?;
-        let inspected = match docker.inspect_image(image).await {
-            Ok(i) => i,
-            Err(_) => {
-                pull(docker, image, image).await?;
-                docker.inspect_image(image).await.map_err(|e| api_err(e, &format!("inspect {image}")))?
-            }
-        };
-        let config = inspected.config.unwrap_or_default();
-        let name = format!("sr-export-{}", random_hex(6));
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            cmd: Some(vec!["true".into()]),
-            network_disabled: Some(true),
-            ..Default::default()
-        };
-        let opts = CreateContainerOptionsBuilder::default().name(&name).build();
-        docker
-            .create_container(Some(opts), body)
-            .await
-            .map_err(|e| api_err(e, &format!("create a container of {image}")))?;
-        let tar_path = dest.with_extension("tar");
-        let exported = async {
-            let mut file = tokio::fs::File::create(&tar_path).await?;
-            let mut stream = docker.export_container(&name);
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()))?;
-                tokio::io::AsyncWriteExt::write_all(&mut file, &chunk).await?;
-            }
-            tokio::io::AsyncWriteExt::flush(&mut file).await?;
-            let (t, d) = (tar_path.clone(), dest.to_path_buf());
-            tokio::task::spawn_blocking(move || unpack_rootfs(&t, &d)).await.map_err(std::io::Error::other)?
-        }
-        .await;
-        remove_container(docker, &name).await;
-        let _ = std::fs::remove_file(&tar_path);
-        exported.map_err(|e| ProviderError::infra(format!("cannot export {image} into {}: {e}", dest.display())))?;
-        Ok(ImageConfig {
-            env: config.env.unwrap_or_default(),
-            workdir: config.working_dir.filter(|w| !w.is_empty()),
-            cmd: config.cmd.filter(|c| !c.is_empty()),
-        })
     }
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
@@ -865,29 +736,9 @@ impl Provider for DockerProvider {
         if req.envs.values().chain(req.metadata.values()).any(|v| v.contains('\0')) {
             return Err(ProviderError::invalid("envs or metadata contain a NUL byte"));
         }
-        // The work runs in its own task so that a caller dropping this future cannot leave a
-        // container behind: the task finishes, and removes it if nobody is waiting any more.
         let inner = self.inner.clone();
-        inner.in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(inner.clone());
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
-            let _guard = guard;
-            match inner.create_sandbox(req).await {
-                Ok(sb) => {
-                    if inner.shutting_down.load(Ordering::SeqCst) {
-                        inner.kill(&sb.id).await;
-                        let _ = tx.send(Err(ProviderError::infra("provider is shutting down")));
-                    } else if tx.send(Ok(sb.info())).is_err() {
-                        inner.kill(&sb.id).await;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        });
-        rx.await.map_err(|_| ProviderError::infra("sandbox creation failed unexpectedly"))?
+        let sb = core::create(self.inner.clone(), async move { inner.create_sandbox(req).await }).await?;
+        Ok(sb.info())
     }
 
     async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo> {
@@ -901,11 +752,11 @@ impl Provider for DockerProvider {
         if let Ok(sb) = self.inner.get(id) {
             if !running {
                 // Died under us (removed from outside): clean up and report it gone.
-                self.inner.kill(id).await;
+                core::kill(self.inner.as_ref(), id).await;
                 return Err(no_sandbox(id));
             }
             if let Some(t) = timeout_secs {
-                sb.set_end(now_ms().saturating_add(t.saturating_mul(1000)));
+                sb.life.extend(t);
             }
             return Ok(sb.info());
         }
@@ -923,15 +774,13 @@ impl Provider for DockerProvider {
             template: info.template,
             metadata: info.metadata,
             started_at: info.started_at,
-            end_at_ms: Mutex::new(end_ms),
-            deadline_changed: Notify::new(),
+            life: Life::new(end_ms),
             procs: ProcTable::new(docker, name.clone()),
-            gone: AtomicBool::new(false),
             adopted: true,
             fwd: OnceCell::new(),
         });
-        let sb = self.inner.sandboxes.lock().expect("sandboxes").entry(name).or_insert(sb).clone();
-        tokio::spawn(expire(Arc::downgrade(&self.inner), sb.clone()));
+        let sb = self.inner.core.register(sb);
+        core::expire_at_end(&self.inner, sb.clone());
         Ok(sb.info())
     }
 
@@ -967,18 +816,18 @@ impl Provider for DockerProvider {
                 Some(info)
             })
             // Being torn down by us: already gone as far as callers are concerned.
-            .filter(|i| !self.inner.dying.lock().expect("dying").contains_key(&i.id))
+            .filter(|i| !self.inner.core.is_dying(&i.id))
             .collect();
         out.sort_by_key(|i| (i.started_at, i.id.clone()));
         Ok(out)
     }
 
     async fn kill(&self, id: &str) -> Result<bool> {
-        Ok(self.inner.kill(id).await)
+        Ok(core::kill(self.inner.as_ref(), id).await)
     }
 
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
-        self.get(id)?.set_end(now_ms().saturating_add(timeout_secs.saturating_mul(1000)));
+        self.get(id)?.life.extend(timeout_secs);
         Ok(())
     }
 
@@ -1031,7 +880,7 @@ impl Provider for DockerProvider {
 
     async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
         let sb = self.get(id)?;
-        files::write(sb.procs.docker(), &sb.id, &files::normalize(path)?, data, mode).await
+        files::write(&sb.procs, &files::normalize(path)?, data, mode).await
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
@@ -1105,41 +954,7 @@ impl Provider for DockerProvider {
     }
 
     async fn destroy_all(&self) -> usize {
-        let inner = &self.inner;
-        inner.shutting_down.store(true, Ordering::SeqCst);
-        let mut count = 0;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let ids: Vec<String> = inner
-                .sandboxes
-                .lock()
-                .expect("sandboxes")
-                .values()
-                .filter(|sb| !sb.adopted)
-                .map(|sb| sb.id.clone())
-                .collect();
-            let mut set = tokio::task::JoinSet::new();
-            for id in ids {
-                let inner = inner.clone();
-                set.spawn(async move { inner.kill(&id).await });
-            }
-            while let Some(r) = set.join_next().await {
-                if matches!(r, Ok(true)) {
-                    count += 1;
-                }
-            }
-            // Creations still under way register (and, seeing the flag, remove) their container.
-            while inner.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-                let changed = inner.in_flight_changed.notified();
-                let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
-            }
-            let left = inner.sandboxes.lock().expect("sandboxes").values().any(|sb| !sb.adopted);
-            if !left || tokio::time::Instant::now() >= deadline {
-                break;
-            }
-        }
-        inner.shutting_down.store(false, Ordering::SeqCst);
-        count
+        core::destroy_all(&self.inner).await
     }
 
     fn destroy_all_now(&self) {
@@ -1147,7 +962,7 @@ impl Provider for DockerProvider {
     }
 
     fn stats(&self) -> ProviderStats {
-        self.inner.stats.lock().expect("stats").clone()
+        self.inner.core.stats()
     }
 }
 
@@ -1160,7 +975,10 @@ fn registered(image: &Arc<build::Image>, def: &crate::templates::TemplateDef, de
 /// and waits until its ready command exits 0 (or, without one, until every port accepts
 /// connections), as the local provider does.
 async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, ports: &[u16]) -> Result<()> {
-    let req = ExecRequest { cmd: start.to_string(), ..Default::default() };
+    // As the container's own CMD would run: as the image's USER (root unless it says); the
+    // engine reads an empty user that way.
+    let image_user = Some(String::new());
+    let req = ExecRequest { cmd: start.to_string(), user: image_user.clone(), ..Default::default() };
     let p = sb.procs.launch(&req, None, false).await?;
     let probe = match ready {
         Some(r) => r.to_string(),
@@ -1187,7 +1005,12 @@ async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, por
                 code.map_or("killed".to_string(), |c| format!("exit {c}")),
             )));
         }
-        let check = ExecRequest { cmd: probe.clone(), timeout: Some(Duration::from_secs(10)), ..Default::default() };
+        let check = ExecRequest {
+            cmd: probe.clone(),
+            timeout: Some(Duration::from_secs(10)),
+            user: image_user.clone(),
+            ..Default::default()
+        };
         let q = sb.procs.launch(&check, None, false).await?;
         let r = q.finish(check.timeout).await;
         sb.procs.remove(&q);

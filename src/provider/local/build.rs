@@ -1,25 +1,25 @@
-//! Template builds on the local provider: a Dockerfile applied as a layer over the host's `/`.
+//! Template builds on the local provider: a Dockerfile applied as a layer over its `FROM` image.
 //!
-//! `FROM` maps to the host's root filesystem (the build log says so), unless images come from
-//! a Docker engine (`SCENARIO_RUN_LOCAL_IMAGES=docker`): then the FROM image is exported from
-//! it into the build's `base/`, which is stacked under the build and under every sandbox made
-//! from the template (`lowerdir=<layer>:<base>:/`), and its ENV, WORKDIR and CMD are the
-//! starting state. The base goes with the build directory. The other instructions
-//! run in a **build sandbox**: the usual bubblewrap sandbox over an overlay of `/`, except
-//! that it keeps the host's network (`--share-net`, so pip and npm reach the registries) and
-//! sees the template folder read-only at [`CONTEXT`]. RUN is a command in it, COPY is `cp -a`
-//! from the context, ENV/ARG/WORKDIR/USER/CMD/EXPOSE are state the builder keeps. When the
-//! last instruction is done the sandbox is stopped and its overlay **upper directory is kept
-//! as the template layer**, together with the build's `/home/user` and a `build.json` (env,
-//! workdir, user, cmd, ports, log).
+//! `FROM` names an image that [`ImageStore`] resolves to a root filesystem (an offline-built
+//! image for the public names it maps, or an image pulled from a registry); its ENV, WORKDIR,
+//! USER and CMD are the starting state. The other instructions run in a **build sandbox**:
+//! the usual sandbox over an overlay of that image (in a user namespace of its own, so a build
+//! step is no more privileged on the host than a sandbox), except that it keeps the host's
+//! network (so pip, npm and apt reach the registries) and sees a copy of the template folder
+//! read-only at [`CONTEXT`]. RUN is a command in it, as root unless a USER said otherwise;
+//! COPY is `cp -a` from the context (so copies belong to root, as in Docker);
+//! ENV/ARG/WORKDIR/USER/CMD/EXPOSE are state the builder keeps. When the last instruction is
+//! done the sandbox is stopped and its overlay **upper directory is kept as the template
+//! layer**, with a `build.json` (image, env, workdir, user, cmd, ports, log).
 //!
-//! A sandbox created from the template mounts `lowerdir=<layer>:/` (the layer over the host),
-//! starts with a copy of the layer's `/home/user`, and gets the template's ENV and WORKDIR.
+//! A sandbox created from the template mounts `lowerdir=<layer>:<image>` and gets the
+//! template's ENV and WORKDIR.
 //!
-//! On disk: `<state_dir>/tpl-<name>-<digest12>/{layer,home,work,merged,build.json,complete}`.
+//! On disk: `<state_dir>/tpl-<name>-<digest12>/{layer,work,merged,context,build.json,complete}`.
 //! A build not kept carries the run's `owner` file (so a SIGKILLed run's build is swept like a
 //! sandbox) and is removed by `remove_builds` at the end of the run; a kept one carries `keep`
-//! instead, is never swept, and a later run with the same digest reuses it.
+//! instead, is never swept, and a later run with the same digest reuses it (while its image is
+//! still in the image cache).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,9 +28,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::cgroup::Limits;
+use super::enter::Identity;
 use super::process::{self, Target};
 use super::sandbox::{Layout, NsSandbox};
-use crate::provider::docker::{DockerProvider, ImageConfig};
+use super::userns;
+use crate::image::{IdMap, ImageConfig, ImageStore};
 use crate::provider::registered::BuildLog;
 use crate::provider::{ExecRequest, OutputChunk, ProviderError, Result};
 use crate::templates::dockerfile::{shell_quote, Command, Inst};
@@ -40,6 +43,8 @@ use crate::templates::BuildSpec;
 pub(crate) const CONTEXT: &str = "/tmp/.scenario-run-context";
 /// Limit for one RUN.
 const RUN_TIMEOUT: Duration = Duration::from_secs(1800);
+/// What a build sandbox may use: package managers are hungry.
+const BUILD_LIMITS: Limits = Limits { cpus: 256, memory_mb: 8192, pids: 4096 };
 /// Marker files in a build directory.
 pub(crate) const KEEP_FILE: &str = "keep";
 const COMPLETE_FILE: &str = "complete";
@@ -53,9 +58,11 @@ pub(crate) struct Layer {
     pub dir: PathBuf,
     /// The overlay upper directory of the build: the layer itself.
     pub layer: PathBuf,
-    /// The build's `/home/user`, copied into every sandbox made from the template.
-    pub home: PathBuf,
-    /// ENV after the last instruction (ARGs are not kept, as in Docker).
+    /// The `FROM` image's root filesystem, stacked under `layer`.
+    pub image: PathBuf,
+    /// What `FROM` named, and what it resolved to.
+    pub image_ref: String,
+    /// The image's ENV, then the Dockerfile's (ARGs are not kept, as in Docker).
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     pub user: Option<String>,
@@ -64,10 +71,6 @@ pub(crate) struct Layer {
     pub ports: Vec<u16>,
     pub log: Vec<String>,
     pub keep: bool,
-    /// The `FROM` image's filesystem, stacked under `layer` (only when images come from an
-    /// engine; else `FROM` is the host's root).
-    #[serde(default)]
-    pub base: Option<PathBuf>,
 }
 
 /// `tpl-<name>-<first 12 hex digits of the digest>`, with unsafe characters replaced.
@@ -78,13 +81,30 @@ pub(crate) fn build_dir(state_dir: &Path, name: &str, digest: &str) -> PathBuf {
     state_dir.join(format!("tpl-{clean}-{}", &hex[..hex.len().min(12)]))
 }
 
-/// A kept build of the same digest from an earlier run, if there is one.
+/// A kept build of the same digest from an earlier run, if there is one (and its image is
+/// still cached).
 pub(crate) fn reuse(dir: &Path) -> Option<Layer> {
     if !dir.join(COMPLETE_FILE).exists() {
         return None;
     }
     let text = std::fs::read_to_string(dir.join("build.json")).ok()?;
-    serde_json::from_str(&text).ok()
+    let layer: Layer = serde_json::from_str(&text).ok()?;
+    layer.image.is_dir().then_some(layer)
+}
+
+/// Copies the template folder to `to`, owned by the build sandbox's root, so the sandbox can
+/// read it wherever the folder lives on the host (a 0700 home, a temporary directory).
+fn stage_context(from: &Path, to: &Path, ids: IdMap) -> std::io::Result<()> {
+    let root = userns::host_id(ids, 0);
+    let st = std::process::Command::new("cp").arg("-a").arg(from).arg(to).status()?;
+    if !st.success() {
+        return Err(std::io::Error::other(format!("copying the template folder failed ({st})")));
+    }
+    let st = std::process::Command::new("chown").args(["-R", "-h", &format!("{root}:{root}")]).arg(to).status()?;
+    if !st.success() {
+        return Err(std::io::Error::other(format!("chown of the template copy failed ({st})")));
+    }
+    Ok(())
 }
 
 /// Builds `spec` into `dir` (which must not exist yet). `owner` is written for builds not kept.
@@ -92,43 +112,40 @@ pub(crate) async fn build(
     spec: &BuildSpec,
     dir: &Path,
     owner: &str,
-    images: Option<&DockerProvider>,
+    images: &ImageStore,
     tx: mpsc::UnboundedSender<String>,
 ) -> Result<Layer> {
     let started = Instant::now();
     let t = &spec.template;
-    let mut log = BuildLog::new(tx);
+    let mut log = BuildLog::new(tx.clone());
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| ProviderError::infra(format!("cannot create {}: {e}", dir.display())))?;
     let marker = if spec.keep { (KEEP_FILE, String::new()) } else { (super::OWNER_FILE, owner.to_string()) };
     std::fs::write(dir.join(marker.0), marker.1).map_err(|e| ProviderError::infra(e.to_string()))?;
-    let mut layout = Layout::new(dir);
+    log.line(format!("building template {} ({}) from {}", t.def.name, t.digest, t.dir.display()));
+    let from = from_image(spec)
+        .ok_or_else(|| ProviderError::invalid(format!("{}: the Dockerfile has no FROM", t.def.dockerfile)))?;
+    let t0 = Instant::now();
+    let image = images.get(&from, None, &tx).await?;
+    log.line(format!("FROM {from} maps to {} ({:.1}s)", image.resolved, t0.elapsed().as_secs_f64()));
+    let ids = images.ids();
+    let mut layout = Layout::new(dir, ids, BUILD_LIMITS);
     layout.upper = dir.join("layer");
     layout.share_net = true;
-    layout.ro_binds.push((t.dir.clone(), CONTEXT.to_string()));
-    log.line(format!("building template {} ({}) from {}", t.def.name, t.digest, t.dir.display()));
-    let mut image = None;
-    if let (Some(engine), Some(from)) = (images, from_image(spec)) {
-        let base = dir.join("base");
-        let t0 = Instant::now();
-        let config = engine.export_image(&from, &base).await?;
-        log.line(format!(
-            "FROM {from}: its filesystem, exported from the Docker engine in {:.1}s, is the base layer (over the host's root)",
-            t0.elapsed().as_secs_f64()
-        ));
-        layout.lowers.push(base.clone());
-        image = Some((base, config));
-    }
-    let l = layout.clone();
-    tokio::task::spawn_blocking(move || l.create())
+    layout.lowers.push(image.dir.clone());
+    let context = dir.join("context");
+    layout.ro_binds.push((context.clone(), CONTEXT.to_string()));
+    let (l, src) = (layout.clone(), t.dir.clone());
+    tokio::task::spawn_blocking(move || l.create().and_then(|()| stage_context(&src, &context, ids)))
         .await
         .map_err(|e| ProviderError::infra(e.to_string()))?
         .map_err(|e| ProviderError::infra(format!("cannot prepare the build directory: {e}")))?;
-    let ns = NsSandbox::start(layout.clone()).await?;
-    let result = run_instructions(spec, &ns, image.as_ref().map(|(_, c)| c), &mut log).await;
+    let ns = NsSandbox::start(layout.clone(), &format!("build-{}", super::sys::random_hex(6))).await?;
+    let result = run_instructions(spec, &ns, &image.config, &mut log).await;
     ns.stop().await;
-    let _ = std::fs::remove_dir_all(&layout.work);
-    let _ = std::fs::remove_dir_all(&layout.merged);
+    for d in [&layout.work, &layout.merged, &dir.join("context")] {
+        let _ = std::fs::remove_dir_all(d);
+    }
     let mut layer = result?;
     log.line(format!(
         "built {} in {:.1}s: layer {}",
@@ -138,9 +155,9 @@ pub(crate) async fn build(
     ));
     layer.dir = dir.to_path_buf();
     layer.layer = layout.upper.clone();
-    layer.home = layout.home.clone();
+    layer.image = image.dir.clone();
+    layer.image_ref = format!("{from} ({})", image.resolved);
     layer.keep = spec.keep;
-    layer.base = image.map(|(b, _)| b);
     layer.log = log.lines;
     let json = serde_json::to_string_pretty(&layer).map_err(|e| ProviderError::infra(e.to_string()))?;
     std::fs::write(dir.join("build.json"), json)
@@ -167,45 +184,50 @@ fn from_image(spec: &BuildSpec) -> Option<String> {
     None
 }
 
-async fn run_instructions(
-    spec: &BuildSpec,
-    ns: &NsSandbox,
-    image: Option<&ImageConfig>,
-    log: &mut BuildLog,
-) -> Result<Layer> {
+/// Who runs a RUN: `user` (a Dockerfile USER) as the build sandbox's passwd says, else root.
+fn build_identity(ns: &NsSandbox, user: Option<&str>) -> Result<Identity> {
+    let Some(u) = user.filter(|u| !matches!(*u, "root" | "0")) else { return Ok(Identity::root()) };
+    // `USER name:group` runs as the name's uid with that group, as in Docker.
+    let (name, group) = u.split_once(':').map_or((u, None), |(n, g)| (n, Some(g)));
+    let read = |p: &str| std::fs::read_to_string(format!("/proc/{}/root{p}", ns.pid1.pid())).unwrap_or_default();
+    let (passwd, groups) = (read("/etc/passwd"), read("/etc/group"));
+    let mut who = Identity::lookup(name, &passwd, &groups)
+        .ok_or_else(|| ProviderError::invalid(format!("USER {u}: no such user in the image")))?;
+    if let Some(g) = group {
+        let gid = g.parse::<u32>().ok().or_else(|| {
+            groups.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() >= 3 && f[0] == g).then(|| f[2].parse().ok()).flatten()
+            })
+        });
+        who.gid = gid.ok_or_else(|| ProviderError::invalid(format!("USER {u}: no such group in the image")))?;
+        who.groups = vec![who.gid];
+    }
+    Ok(who)
+}
+
+async fn run_instructions(spec: &BuildSpec, ns: &NsSandbox, image: &ImageConfig, log: &mut BuildLog) -> Result<Layer> {
     let t = &spec.template;
     let df_name = &t.def.dockerfile;
-    let target = Target::Ns { pid1: ns.pid1.pid() };
+    let entry = ns.entry.clone();
     let mut args: BTreeMap<String, String> = BTreeMap::new();
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
-    // As in a Docker build: root, with HOME=/root (not the sandbox user's home, which would
-    // carry caches into every sandbox made from the template).
-    let mut base = process::base_env("/root");
-    base.insert("USER".into(), "root".into());
-    let mut workdir: Option<String> = None;
-    let mut user: Option<String> = None;
-    // USER that exists here: RUNs switch to it with runuser.
-    let mut run_as: Option<String> = None;
-    let mut cmd: Option<String> = None;
-    let mut ports: Vec<u16> = Vec::new();
-    if let Some(img) = image {
-        // What a container of the image starts with.
-        env.extend(img.env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())));
-        workdir.clone_from(&img.workdir);
-        cmd = img.cmd.as_ref().map(|c| c.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "));
-    }
+    // What a container of the image starts with.
+    let mut env: BTreeMap<String, String> = super::image_env(&image.env);
+    let mut workdir: Option<String> = image.workdir.clone().filter(|w| !w.is_empty());
+    let mut user: Option<String> = image.user.clone().filter(|u| !u.is_empty());
+    let mut cmd: Option<String> =
+        image.cmd.as_ref().map(|c| c.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "));
+    let mut ports: Vec<u16> = image.exposed_ports.clone();
+    let mut who = build_identity(ns, user.as_deref())?;
     for ins in &t.dockerfile.instructions {
         let at = format!("{df_name}:{}", ins.line);
         log.line(format!("#{} {}", ins.line, ins.text));
+        // As in a Docker build: HOME and USER of whoever runs, then the image's and the
+        // Dockerfile's ENV, ARGs for substitution and for RUN.
+        let base = process::sandbox_env(&who);
+        let root_base = process::sandbox_env(&Identity::root());
         match &ins.inst {
-            Inst::From { image: from } => {
-                let from = from.expand(&subst(&base, &args, &env));
-                if image.is_none() {
-                    log.line(format!(
-                        "  FROM {from}: the local provider builds over the host's root filesystem (FROM maps to /)"
-                    ));
-                }
-            }
+            Inst::From { .. } => {}
             Inst::Arg { name, default } => {
                 let value = spec
                     .build_args
@@ -224,19 +246,14 @@ async fn run_instructions(
             }
             Inst::Workdir(w) => {
                 let dir = absolute(&w.expand(&subst(&base, &args, &env)), workdir.as_deref());
-                run(&target, &format!("mkdir -p {}", shell_quote(&dir)), &base, &env, &args, "/", log, &at).await?;
+                let target = Target::Ns { entry: entry.clone(), who: Identity::root() };
+                let line = format!("mkdir -p {}", shell_quote(&dir));
+                run(&target, &line, &root_base, &env, &args, "/", log, &at).await?;
                 workdir = Some(dir);
             }
             Inst::User(w) => {
                 let u = w.expand(&subst(&base, &args, &env));
-                let probe = format!("id -u {} >/dev/null 2>&1", shell_quote(&u));
-                run_as = None;
-                if u == "root" || u == "0" {
-                } else if run_quiet(&target, &probe, &base).await {
-                    run_as = Some(u.clone());
-                } else {
-                    log.line(format!("  note: user {u} does not exist on this host; later RUNs stay root"));
-                }
+                who = build_identity(ns, Some(&u)).map_err(|e| ProviderError::invalid(format!("{at}: {e}")))?;
                 user = Some(u);
             }
             Inst::Run(c) => {
@@ -244,10 +261,8 @@ async fn run_instructions(
                 if matches!(c, Command::Exec(_)) {
                     line = format!("exec {line}");
                 }
-                if let Some(u) = &run_as {
-                    line = format!("exec runuser -u {} -- /bin/sh -c {}", shell_quote(u), shell_quote(&line));
-                }
                 let cwd = workdir.clone().unwrap_or_else(|| "/".into());
+                let target = Target::Ns { entry: entry.clone(), who: who.clone() };
                 run(&target, &line, &base, &env, &args, &cwd, log, &at).await?;
             }
             Inst::Copy { sources, dest, ignored_flags } => {
@@ -277,7 +292,8 @@ async fn run_instructions(
                         );
                     }
                 }
-                run(&target, &script, &base, &BTreeMap::new(), &BTreeMap::new(), "/", log, &at).await?;
+                let target = Target::Ns { entry: entry.clone(), who: Identity::root() };
+                run(&target, &script, &root_base, &BTreeMap::new(), &BTreeMap::new(), "/", log, &at).await?;
             }
             Inst::Cmd(c) => cmd = Some(c.shell_line()),
             Inst::Expose(words) => {
@@ -297,7 +313,8 @@ async fn run_instructions(
         digest: t.digest.clone(),
         dir: PathBuf::new(),
         layer: PathBuf::new(),
-        home: PathBuf::new(),
+        image: PathBuf::new(),
+        image_ref: String::new(),
         env,
         workdir,
         user,
@@ -305,11 +322,10 @@ async fn run_instructions(
         ports,
         log: Vec::new(),
         keep: spec.keep,
-        base: None,
     })
 }
 
-/// What substitution sees: the host's base env, then ARGs, then ENVs.
+/// What substitution sees: the base env (HOME, USER, PATH), then ARGs, then ENVs.
 fn subst(
     base: &BTreeMap<String, String>,
     args: &BTreeMap<String, String>,
@@ -426,13 +442,6 @@ async fn run(
             Err(ProviderError::invalid(format!("build failed at {at}: the command {how}\n{tail}")))
         }
     }
-}
-
-/// Whether `line` exits 0 in the build sandbox (output discarded).
-async fn run_quiet(target: &Target, line: &str, base: &BTreeMap<String, String>) -> bool {
-    let req = ExecRequest { cmd: line.to_string(), timeout: Some(Duration::from_secs(30)), ..Default::default() };
-    let Ok(p) = process::launch(target, base, "/", &req, None, false).await else { return false };
-    process::finish(&p, req.timeout).await.exit_code == Some(0)
 }
 
 #[cfg(test)]

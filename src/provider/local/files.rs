@@ -11,6 +11,11 @@
 //! Without isolation the root is the host's `/`, and `/home/user` and `/tmp` (and what is
 //! under them) are rewritten to the sandbox's own directories.
 //!
+//! In an isolated sandbox every operation runs with the file-system ids of the sandbox user
+//! it acts for (`setfsuid`/`setfsgid` on the calling thread, mapped to the host range of the
+//! sandbox's user namespace): permissions are checked as that user, and what it creates is
+//! owned by it, as if the user had done it inside (E2B's envd does the same for `user`).
+//!
 //! All functions here block; the provider calls them through `spawn_blocking`.
 
 use std::ffi::CString;
@@ -18,7 +23,9 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
+use super::enter::Identity;
 use super::sys;
+use super::userns::{self, IdMap};
 use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
 
 pub(crate) const HOME: &str = crate::provider::SANDBOX_HOME;
@@ -26,8 +33,8 @@ pub(crate) const HOME: &str = crate::provider::SANDBOX_HOME;
 /// How the provider reaches a sandbox's root.
 #[derive(Debug, Clone)]
 pub(crate) enum Root {
-    /// Through `/proc/<pid1>/root`.
-    Proc(u32),
+    /// Through `/proc/<pid1>/root`, acting as `who`.
+    Proc { pid1: u32, ids: IdMap, who: Identity },
     /// The host root with `/home/user` and `/tmp` rewritten.
     Plain { home: PathBuf, tmp: PathBuf },
 }
@@ -52,7 +59,7 @@ impl Root {
     /// A descriptor of the root and the path relative to it.
     fn resolve(&self, abs: &str) -> Result<(OwnedFd, String)> {
         let (root, rel) = match self {
-            Root::Proc(pid) => (format!("/proc/{pid}/root"), abs.trim_start_matches('/').to_string()),
+            Root::Proc { pid1, .. } => (format!("/proc/{pid1}/root"), abs.trim_start_matches('/').to_string()),
             Root::Plain { home, tmp } => {
                 let p = Self::plain_path(home, tmp, abs);
                 ("/".to_string(), p.to_string_lossy().trim_start_matches('/').to_string())
@@ -66,6 +73,24 @@ impl Root {
         }
         // SAFETY: fresh descriptor.
         Ok((unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }, rel))
+    }
+
+    /// Acts as the sandbox user for the rest of the calling scope (isolated sandboxes only).
+    fn as_user(&self) -> Option<FsIds> {
+        match self {
+            Root::Proc { ids, who, .. } => {
+                Some(FsIds::set(userns::host_id(*ids, who.uid), userns::host_id(*ids, who.gid)))
+            }
+            Root::Plain { .. } => None,
+        }
+    }
+
+    /// Reads a file with the provider's own rights (for the sandbox's `/etc/passwd`).
+    pub(crate) fn read_as_host(&self, abs: &str) -> Result<Vec<u8>> {
+        let fd = self.open(abs, libc::O_RDONLY, 0)?;
+        let mut data = Vec::new();
+        std::fs::File::from(fd).take(1 << 20).read_to_end(&mut data).map_err(|e| fs_err(e, abs))?;
+        Ok(data)
     }
 
     fn open(&self, abs: &str, flags: i32, mode: u32) -> Result<OwnedFd> {
@@ -90,6 +115,7 @@ impl Root {
     }
 
     pub(crate) fn stat(&self, abs: &str) -> Result<FileEntry> {
+        let _as = self.as_user();
         if abs == "/" {
             let fd = self.open("/", libc::O_PATH | libc::O_DIRECTORY, 0)?;
             let st = fstatat(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
@@ -110,6 +136,7 @@ impl Root {
     }
 
     pub(crate) fn read(&self, abs: &str) -> Result<Vec<u8>> {
+        let _as = self.as_user();
         let fd = self.open(abs, libc::O_RDONLY, 0)?;
         let mut f = std::fs::File::from(fd);
         if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
@@ -121,6 +148,7 @@ impl Root {
     }
 
     pub(crate) fn write(&self, abs: &str, data: &[u8], mode: Option<u32>) -> Result<FileEntry> {
+        let _as = self.as_user();
         if abs == "/" {
             return Err(fs_err(io::Error::from_raw_os_error(libc::EISDIR), abs));
         }
@@ -138,6 +166,7 @@ impl Root {
     }
 
     pub(crate) fn mkdir_p(&self, abs: &str) -> Result<()> {
+        let _as = self.as_user();
         // Walk the host-side path (rewritten without isolation), so that the directories
         // created are the sandbox's, never the host's.
         let (root, rel) = self.resolve(abs)?;
@@ -162,6 +191,7 @@ impl Root {
     }
 
     pub(crate) fn make_dir(&self, abs: &str) -> Result<FileEntry> {
+        let _as = self.as_user();
         self.mkdir_p(abs)?;
         // Follow a final symlink to a directory for the check, like `mkdir -p` does.
         let fd = self.open(abs, libc::O_PATH, 0)?;
@@ -173,6 +203,7 @@ impl Root {
     }
 
     pub(crate) fn list(&self, abs: &str) -> Result<Vec<FileEntry>> {
+        let _as = self.as_user();
         let fd = self.open(abs, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         let rd = std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|e| fs_err(e, abs))?;
         let mut out = Vec::new();
@@ -194,6 +225,7 @@ impl Root {
     }
 
     pub(crate) fn rename(&self, from: &str, to: &str) -> Result<FileEntry> {
+        let _as = self.as_user();
         let (fd1, n1) = self.parent(from)?;
         let (fd2, n2) = self.parent(to)?;
         // SAFETY: valid descriptors and C strings.
@@ -206,6 +238,7 @@ impl Root {
     }
 
     pub(crate) fn remove(&self, abs: &str) -> Result<()> {
+        let _as = self.as_user();
         if abs == "/" {
             return Err(ProviderError::invalid("cannot remove /"));
         }
@@ -222,6 +255,35 @@ impl Root {
                 return Err(fs_err(io::Error::last_os_error(), abs));
             }
             Ok(())
+        }
+    }
+}
+
+/// The calling thread's file-system ids, switched until dropped. (`setfsuid` is per thread;
+/// switching away from 0 also clears the thread's file capabilities, and switching back
+/// restores them.)
+pub(crate) struct FsIds {
+    uid: u32,
+    gid: u32,
+}
+
+impl FsIds {
+    fn set(uid: u32, gid: u32) -> Self {
+        // SAFETY: per-thread credential calls with plain integers; they return the old value.
+        unsafe {
+            let gid_before = libc::setfsgid(gid) as u32;
+            let uid_before = libc::setfsuid(uid) as u32;
+            Self { uid: uid_before, gid: gid_before }
+        }
+    }
+}
+
+impl Drop for FsIds {
+    fn drop(&mut self) {
+        // SAFETY: as in `set`; the uid first, so the capabilities to change the gid are back.
+        unsafe {
+            libc::setfsuid(self.uid);
+            libc::setfsgid(self.gid);
         }
     }
 }

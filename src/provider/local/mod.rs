@@ -57,33 +57,51 @@
 //! (root, for namespaces).
 
 mod build;
+mod cgroup;
+mod enter;
 mod files;
 mod process;
 mod sandbox;
+mod seccomp;
 mod sys;
+mod userns;
 
-use super::docker::{DockerOptions, DockerProvider};
+use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::mpsc;
 
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
     OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
 };
+use crate::image::{IdMap, ImageStore};
 use build::Layer;
+use cgroup::Limits;
+use enter::Identity;
 use files::Root;
 use process::{ProcTable, Target};
 use sandbox::{Layout, NsSandbox};
 
 /// Sandbox lifetime when `create` does not say.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+/// Limits when neither `create` nor the template says (E2B's defaults for `base`).
+const DEFAULT_CPUS: u32 = 2;
+const DEFAULT_MEMORY_MB: u64 = 512;
+/// Processes (and threads) a sandbox may have at once.
+const DEFAULT_PIDS: u64 = 1024;
+/// The image `base` (and a `create` with no template) starts from.
+pub const BASE_IMAGE: &str = "base";
+
+/// `KEY=VALUE` strings as a map (an image's `Env`).
+fn image_env(env: &[String]) -> BTreeMap<String, String> {
+    env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
 
 /// How sandboxes are isolated from the host and from each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -104,10 +122,8 @@ pub struct LocalOptions {
     /// `$SCENARIO_RUN_STATE_DIR`, else `/tmp/scenario-run-<uid>`.
     pub state_dir: PathBuf,
     pub isolation: Isolation,
-    /// Where `FROM` images come from. None (the default): `FROM` maps to the host's root.
-    /// `SCENARIO_RUN_LOCAL_IMAGES=docker`: the image's filesystem, exported from the Docker
-    /// engine of `DOCKER_HOST`, is the lowest layer of the build (see `build`).
-    pub images: Option<DockerOptions>,
+    /// Where root filesystems come from (`base`, and what a template's `FROM` names).
+    pub images: ImageStore,
 }
 
 impl LocalOptions {
@@ -122,12 +138,7 @@ impl LocalOptions {
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        let images = std::env::var("SCENARIO_RUN_LOCAL_IMAGES").ok().filter(|v| v.trim() == "docker");
-        Self {
-            state_dir: Self::default_state_dir(),
-            isolation: Isolation::Auto,
-            images: images.map(|_| DockerOptions::default()),
-        }
+        Self { state_dir: Self::default_state_dir(), isolation: Isolation::Auto, images: ImageStore::shared() }
     }
 }
 
@@ -141,20 +152,19 @@ pub struct LocalProvider {
 struct Inner {
     state_dir: PathBuf,
     namespaces: bool,
-    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
-    /// Sandboxes being torn down: no longer addressable, but a second Ctrl-C must still
-    /// finish them off.
-    dying: Mutex<HashMap<String, Arc<Sandbox>>>,
-    stats: Mutex<ProviderStats>,
-    in_flight: AtomicUsize,
-    in_flight_changed: Notify,
-    shutting_down: AtomicBool,
+    /// Registry, counters and creation guard (shared with the docker provider).
+    core: Core<Sandbox>,
     /// Template builds by digest: each is made once per provider (per run).
     builds: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Layer>>>>>,
     /// Templates `create` knows by name: registered by `build` (layer only) or `deploy`.
     templates: Mutex<HashMap<String, Registered>>,
-    /// The engine `FROM` images are exported from, if any.
-    images: Option<DockerProvider>,
+    /// Directories of builds under way: a build cancelled mid-way (Ctrl-C) never finishes its
+    /// own cleanup, so `remove_builds` removes what is left here.
+    building: Mutex<std::collections::HashSet<PathBuf>>,
+    /// Root filesystems: `base` and the images templates are built from.
+    images: ImageStore,
+    /// The host id range of every sandbox's user namespace.
+    ids: IdMap,
 }
 
 /// A template `create` can stack.
@@ -172,21 +182,28 @@ struct Sandbox {
     id: String,
     template: String,
     metadata: BTreeMap<String, String>,
-    /// Base environment plus the create-time envs.
+    /// The image's and template's ENV and the create-time envs (isolated sandboxes add the
+    /// user's HOME, USER and a default PATH below them; without isolation this is the whole
+    /// base environment).
     envs: BTreeMap<String, String>,
     started_at: u64,
-    end_at_ms: Mutex<u64>,
-    deadline_changed: Notify,
+    life: Life,
     dir: PathBuf,
-    /// Default working directory: the template's WORKDIR, else `/home/user`.
+    /// Default working directory: the template's WORKDIR, else the user's home.
     workdir: Option<String>,
+    /// The sandbox's id range on the host.
+    ids: IdMap,
     iso: Iso,
     procs: ProcTable,
-    gone: AtomicBool,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+impl Member for Sandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn life(&self) -> &Life {
+        &self.life
+    }
 }
 
 /// In each sandbox directory: `<pid>:<start time>` of the process that made it.
@@ -236,18 +253,14 @@ fn sweep_stale(state_dir: &std::path::Path) {
     }
 }
 
-fn no_sandbox(id: &str) -> ProviderError {
-    ProviderError::not_found(format!("no such sandbox: {id}"))
-}
-
 /// Probe results by state directory: "probes once".
-fn probe_cached(state_dir: &Path) -> std::result::Result<(), String> {
+fn probe_cached(state_dir: &Path, ids: IdMap) -> std::result::Result<(), String> {
     static CACHE: OnceLock<Mutex<HashMap<PathBuf, std::result::Result<(), String>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(r) = cache.lock().expect("probe cache").get(state_dir) {
         return r.clone();
     }
-    let r = sandbox::probe(state_dir);
+    let r = sandbox::probe(state_dir, ids);
     cache.lock().expect("probe cache").insert(state_dir.to_path_buf(), r.clone());
     r
 }
@@ -261,17 +274,18 @@ impl LocalProvider {
         })?;
         {
             use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o700));
+            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o711));
         }
         sweep_stale(&opts.state_dir);
+        cgroup::sweep();
         let (isolation, warning) = match opts.isolation {
             Isolation::None => (Isolation::None, None),
             Isolation::Namespaces => {
-                probe_cached(&opts.state_dir)
+                probe_cached(&opts.state_dir, opts.images.ids())
                     .map_err(|why| ProviderError::infra(format!("namespaces are not usable here: {why}")))?;
                 (Isolation::Namespaces, None)
             }
-            Isolation::Auto => match probe_cached(&opts.state_dir) {
+            Isolation::Auto => match probe_cached(&opts.state_dir, opts.images.ids()) {
                 Ok(()) => (Isolation::Namespaces, None),
                 Err(why) => (
                     Isolation::None,
@@ -287,24 +301,35 @@ impl LocalProvider {
             inner: Arc::new(Inner {
                 state_dir: opts.state_dir,
                 namespaces: isolation == Isolation::Namespaces,
-                sandboxes: Mutex::new(HashMap::new()),
-                dying: Mutex::new(HashMap::new()),
-                stats: Mutex::new(ProviderStats::default()),
-                in_flight: AtomicUsize::new(0),
-                in_flight_changed: Notify::new(),
-                shutting_down: AtomicBool::new(false),
+                core: Core::default(),
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
-                images: opts.images.map(DockerProvider::new),
+                building: Mutex::new(std::collections::HashSet::new()),
+                ids: opts.images.ids(),
+                images: opts.images,
             }),
             isolation,
             warning,
         })
     }
 
-    /// The one warning to show when [`Isolation::Auto`] fell back to no isolation.
+    /// The one warning to show when [`Isolation::Auto`] fell back to no isolation, or when
+    /// limits are enforced by rlimits only.
     pub fn warning(&self) -> Option<String> {
-        self.warning.clone()
+        if self.warning.is_some() {
+            return self.warning.clone();
+        }
+        match cgroup::Enforcement::get() {
+            e @ cgroup::Enforcement::Rlimits(_) if self.inner.namespaces => {
+                Some(format!("sandbox limits are weaker here: {}", e.describe()))
+            }
+            _ => None,
+        }
+    }
+
+    /// How cpu, memory and process limits are enforced (for reports and the README).
+    pub fn limits_enforcement(&self) -> String {
+        cgroup::Enforcement::get().describe()
     }
 
     /// The isolation in effect ([`Isolation::Namespaces`] or [`Isolation::None`]).
@@ -329,10 +354,8 @@ impl LocalProvider {
         open_stdin: bool,
     ) -> Result<Arc<process::Proc>> {
         let sb = self.get(id)?;
-        let mut env = sb.envs.clone();
-        env.extend(req.envs.clone());
-        let cwd = sb.cwd(req.cwd.as_deref())?;
-        let p = process::launch(&sb.target(), &env, &cwd, &req, output, open_stdin).await?;
+        let (target, env, cwd) = sb.plan(&req)?;
+        let p = process::launch(&target, &env, &cwd, &req, output, open_stdin).await?;
         sb.procs.insert(p.clone());
         if let Some(t) = req.timeout {
             let p = p.clone();
@@ -353,23 +376,52 @@ impl Sandbox {
             template: self.template.clone(),
             metadata: self.metadata.clone(),
             started_at: self.started_at,
-            end_at: self.end_at_ms.lock().expect("end_at").div_ceil(1000),
+            end_at: self.life.end_ms().div_ceil(1000),
             state: "running".into(),
         }
     }
 
     fn alive(&self) -> bool {
-        !self.gone.load(Ordering::SeqCst)
+        !self.life.is_gone()
             && match &self.iso {
                 Iso::Ns { ns, .. } => ns.alive(),
                 Iso::Plain { .. } => true,
             }
     }
 
-    fn target(&self) -> Target {
+    /// Where `req` runs: as its user (default: the sandbox user `user`), with its full
+    /// environment (`req.envs` on top) and its working directory (default: the template's
+    /// WORKDIR, else the user's home).
+    fn plan(&self, req: &ExecRequest) -> Result<(Target, BTreeMap<String, String>, String)> {
         match &self.iso {
-            Iso::Ns { ns, .. } => Target::Ns { pid1: ns.pid1.pid() },
-            Iso::Plain { bash_env, .. } => Target::Plain { bash_env: bash_env.clone() },
+            Iso::Ns { ns, .. } => {
+                let who = self.identity(req.user.as_deref().unwrap_or("user"))?;
+                let mut env = process::sandbox_env(&who);
+                env.extend(self.envs.clone());
+                env.extend(req.envs.clone());
+                let cwd = files::normalize(req.cwd.as_deref().or(self.workdir.as_deref()).unwrap_or(&who.home))?;
+                Ok((Target::Ns { entry: ns.entry.clone(), who }, env, cwd))
+            }
+            Iso::Plain { bash_env, home, tmp } => {
+                let mut env = self.envs.clone();
+                env.extend(req.envs.clone());
+                let abs = files::normalize(req.cwd.as_deref().unwrap_or(files::HOME))?;
+                let cwd = Root::plain_path(home, tmp, &abs).display().to_string();
+                Ok((Target::Plain { bash_env: bash_env.clone() }, env, cwd))
+            }
+        }
+    }
+
+    /// `user` as the sandbox's own `/etc/passwd` and `/etc/group` define it.
+    fn identity(&self, user: &str) -> Result<Identity> {
+        let root = self.root()?;
+        let read = |p: &str| root.read_as_host(p).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let (passwd, group) = (read("/etc/passwd"), read("/etc/group"));
+        match Identity::lookup(user, &passwd, &group) {
+            Some(who) => Ok(who),
+            None if user == "user" => Ok(Identity::user()),
+            None if user == "root" => Ok(Identity::root()),
+            None => Err(ProviderError::invalid(format!("no such user in the sandbox: {user}"))),
         }
     }
 
@@ -378,29 +430,13 @@ impl Sandbox {
             return Err(ProviderError::infra(format!("sandbox {} is not running", self.id)));
         }
         Ok(match &self.iso {
-            Iso::Ns { ns, .. } => Root::Proc(ns.pid1.pid()),
+            Iso::Ns { ns, .. } => Root::Proc { pid1: ns.pid1.pid(), ids: self.ids, who: Identity::user() },
             Iso::Plain { home, tmp, .. } => Root::Plain { home: home.clone(), tmp: tmp.clone() },
         })
     }
 
-    /// The working directory as the launcher must name it.
-    fn cwd(&self, cwd: Option<&str>) -> Result<String> {
-        let abs = files::normalize(cwd.or(self.workdir.as_deref()).unwrap_or(files::HOME))?;
-        Ok(match &self.iso {
-            Iso::Ns { .. } => abs,
-            Iso::Plain { home, tmp, .. } => Root::plain_path(home, tmp, &abs).display().to_string(),
-        })
-    }
-
-    fn set_end(&self, end_ms: u64) {
-        *self.end_at_ms.lock().expect("end_at") = end_ms;
-        self.deadline_changed.notify_one();
-    }
-
     /// Kills everything in the sandbox and removes its state. Idempotent.
     async fn teardown(&self) {
-        self.gone.store(true, Ordering::SeqCst);
-        self.deadline_changed.notify_one();
         match &self.iso {
             Iso::Ns { ns, fwd } => {
                 fwd.stop();
@@ -432,7 +468,7 @@ impl Sandbox {
 
 impl Inner {
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
-        self.sandboxes.lock().expect("sandboxes").get(id).cloned().ok_or_else(|| no_sandbox(id))
+        self.core.get(id)
     }
 
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
@@ -451,40 +487,47 @@ impl Inner {
             .and_then(|()| std::fs::write(dir.join(OWNER_FILE), owner_token()))
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
         let mut envs;
+        let mut workdir = None;
         let iso = if self.namespaces {
-            let mut layout = Layout::new(&dir);
-            if let Some(t) = &tpl {
-                layout.lowers.push(t.built.layer.clone());
-                layout.lowers.extend(t.built.base.clone());
+            let limits = Limits {
+                cpus: req.cpu.or(tpl.as_ref().and_then(|t| t.cpu)).unwrap_or(DEFAULT_CPUS).clamp(1, 256),
+                memory_mb: req
+                    .memory_mb
+                    .or(tpl.as_ref().and_then(|t| t.memory_mb))
+                    .unwrap_or(DEFAULT_MEMORY_MB)
+                    .max(16),
+                pids: DEFAULT_PIDS,
+            };
+            let mut layout = Layout::new(&dir, self.ids, limits);
+            envs = BTreeMap::new();
+            match &tpl {
+                Some(t) => {
+                    layout.lowers.push(t.built.layer.clone());
+                    layout.lowers.push(t.built.image.clone());
+                    envs.extend(t.built.env.clone());
+                    envs.extend(t.envs.clone());
+                    workdir.clone_from(&t.built.workdir);
+                }
+                None => {
+                    let (log, _) = mpsc::unbounded_channel();
+                    let base = self.images.get(BASE_IMAGE, None, &log).await?;
+                    layout.lowers.push(base.dir.clone());
+                    envs.extend(image_env(&base.config.env));
+                    workdir.clone_from(&base.config.workdir);
+                }
             }
             let l = layout.clone();
-            let home = tpl.as_ref().map(|t| t.built.home.clone());
-            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                l.create()?;
-                // The template's /home/user: a copy per sandbox (home is a bind, not overlaid).
-                if let Some(home) = home.filter(|h| h.is_dir()) {
-                    let st = std::process::Command::new("cp").arg("-a").arg(home.join(".")).arg(&l.home).status()?;
-                    if !st.success() {
-                        return Err(std::io::Error::other(format!("copying the template's home failed ({st})")));
-                    }
-                }
-                Ok(())
-            })
-            .await
-            .map_err(|e| ProviderError::infra(e.to_string()))?
-            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
-            let ns = match NsSandbox::start(layout).await {
+            tokio::task::spawn_blocking(move || l.create())
+                .await
+                .map_err(|e| ProviderError::infra(e.to_string()))?
+                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+            let ns = match NsSandbox::start(layout, &id).await {
                 Ok(ns) => ns,
                 Err(e) => {
                     let _ = tokio::fs::remove_dir_all(&dir).await;
                     return Err(e);
                 }
             };
-            envs = process::base_env(files::HOME);
-            if let Some(t) = &tpl {
-                envs.extend(t.built.env.clone());
-                envs.extend(t.envs.clone());
-            }
             Iso::Ns { fwd: forward::Forwarder::new(ns.pid1.pid()), ns: Box::new(ns) }
         } else {
             let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
@@ -510,28 +553,19 @@ impl Inner {
             metadata: req.metadata.clone(),
             envs,
             started_at: now / 1000,
-            end_at_ms: Mutex::new(now.saturating_add(timeout_ms)),
-            deadline_changed: Notify::new(),
+            life: Life::new(now.saturating_add(timeout_ms)),
             dir,
-            workdir: if self.namespaces { tpl.as_ref().and_then(|t| t.built.workdir.clone()) } else { None },
+            workdir,
+            ids: self.ids,
             iso,
             procs: ProcTable::default(),
-            gone: AtomicBool::new(false),
         });
-        {
-            // Register and count under one lock so peak_live is exact.
-            let mut map = self.sandboxes.lock().expect("sandboxes");
-            map.insert(id.clone(), sb.clone());
-            let mut st = self.stats.lock().expect("stats");
-            st.created += 1;
-            st.live += 1;
-            st.peak_live = st.peak_live.max(st.live);
-        }
-        tokio::spawn(expire(Arc::downgrade(self), sb.clone()));
+        let sb = self.core.register(sb);
+        core::expire_at_end(self, sb.clone());
         if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
             let t = tpl.as_ref().expect("checked");
-            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports).await {
-                self.kill(&sb.id).await;
+            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports, t.built.user.as_deref()).await {
+                core::kill(self.as_ref(), &sb.id).await;
                 return Err(e);
             }
         }
@@ -557,7 +591,9 @@ impl Inner {
                     return Ok(Arc::new(layer));
                 }
                 fresh = true;
-                let r = build::build(spec, &dir, &owner_token(), self.images.as_ref(), log.clone()).await;
+                self.building.lock().expect("building").insert(dir.clone());
+                let r = build::build(spec, &dir, &owner_token(), &self.images, log.clone()).await;
+                self.building.lock().expect("building").remove(&dir);
                 if r.is_err() {
                     // A failed build is never reused (or found by remove_builds): do not leave it.
                     let d = dir.clone();
@@ -576,23 +612,11 @@ impl Inner {
         Ok((layer, !fresh))
     }
 
-    /// Unregisters and tears down `id`; false if unknown.
-    async fn kill(&self, id: &str) -> bool {
-        let Some(sb) = self.sandboxes.lock().expect("sandboxes").remove(id) else {
-            return false;
-        };
-        self.dying.lock().expect("dying").insert(id.to_string(), sb.clone());
-        sb.teardown().await;
-        self.dying.lock().expect("dying").remove(id);
-        let mut st = self.stats.lock().expect("stats");
-        st.destroyed += 1;
-        st.live = st.live.saturating_sub(1);
-        true
-    }
-
     fn kill_all_now(&self) {
-        let mut all: Vec<Arc<Sandbox>> = self.sandboxes.lock().expect("sandboxes").values().cloned().collect();
-        all.extend(self.dying.lock().expect("dying").values().cloned());
+        for dir in self.building.lock().expect("building").drain() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let all = self.core.everything();
         for sb in &all {
             sb.kill_now();
         }
@@ -601,8 +625,22 @@ impl Inner {
         // Bounded: this runs on the way out after a second Ctrl-C.
         std::thread::sleep(Duration::from_millis(150));
         for sb in &all {
+            if let Iso::Ns { ns, .. } = &sb.iso {
+                ns.remove_cgroup();
+            }
             let _ = std::fs::remove_dir_all(&sb.dir);
         }
+    }
+}
+
+#[async_trait]
+impl Host for Inner {
+    type Sandbox = Sandbox;
+    fn core(&self) -> &Core<Sandbox> {
+        &self.core
+    }
+    async fn teardown(&self, sb: &Arc<Sandbox>) {
+        sb.teardown().await;
     }
 }
 
@@ -613,41 +651,20 @@ impl Drop for Inner {
     }
 }
 
-/// Kills `sb` at its end time (which `set_timeout` may move).
-async fn expire(inner: Weak<Inner>, sb: Arc<Sandbox>) {
-    loop {
-        if sb.gone.load(Ordering::SeqCst) {
-            return;
-        }
-        let end = *sb.end_at_ms.lock().expect("end_at");
-        let now = now_ms();
-        if now >= end {
-            if let Some(inner) = inner.upgrade() {
-                inner.kill(&sb.id).await;
-            }
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(end - now)) => {}
-            _ = sb.deadline_changed.notified() => {}
-        }
-    }
-}
-
-/// Decrements the in-flight create counter even if the create task panics.
-struct InFlight(Arc<Inner>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.0.in_flight_changed.notify_waiters();
-    }
-}
-
 #[async_trait]
 impl Provider for LocalProvider {
     fn name(&self) -> &str {
         "local"
+    }
+
+    /// Makes sure the `base` image is ready, building it on first use (about a minute), so a
+    /// first run says what it is doing and how long it took before any scenario waits on it.
+    async fn prepare(&self, log: mpsc::UnboundedSender<String>) -> Result<()> {
+        if !self.inner.namespaces {
+            return Ok(());
+        }
+        self.inner.images.get(BASE_IMAGE, None, &log).await?;
+        Ok(())
     }
 
     fn capabilities(&self) -> &[Capability] {
@@ -665,41 +682,20 @@ impl Provider for LocalProvider {
                 return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
             }
         }
-        // The work runs in its own task so that a caller dropping this future cannot leave a
-        // half-made sandbox behind: the task finishes, and kills the sandbox if nobody is
-        // waiting for it any more.
         let inner = self.inner.clone();
-        inner.in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(inner.clone());
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
-            let _guard = guard;
-            match inner.create_sandbox(req).await {
-                Ok(sb) => {
-                    if inner.shutting_down.load(Ordering::SeqCst) {
-                        inner.kill(&sb.id).await;
-                        let _ = tx.send(Err(ProviderError::infra("provider is shutting down")));
-                    } else if tx.send(Ok(sb.info())).is_err() {
-                        inner.kill(&sb.id).await;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        });
-        rx.await.map_err(|_| ProviderError::infra("sandbox creation failed unexpectedly"))?
+        let sb = core::create(self.inner.clone(), async move { inner.create_sandbox(req).await }).await?;
+        Ok(sb.info())
     }
 
     async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo> {
         let sb = self.get(id)?;
         if !sb.alive() {
             // Died under us (e.g. pid 1 killed from outside): clean up and report it gone.
-            self.inner.kill(id).await;
+            core::kill(self.inner.as_ref(), id).await;
             return Err(no_sandbox(id));
         }
         if let Some(t) = timeout_secs {
-            sb.set_end(now_ms().saturating_add(t.saturating_mul(1000)));
+            sb.life.extend(t);
         }
         Ok(sb.info())
     }
@@ -709,9 +705,11 @@ impl Provider for LocalProvider {
     }
 
     async fn list(&self, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>> {
-        let map = self.inner.sandboxes.lock().expect("sandboxes");
-        let mut out: Vec<SandboxInfo> = map
-            .values()
+        let mut out: Vec<SandboxInfo> = self
+            .inner
+            .core
+            .live()
+            .iter()
             .filter(|sb| metadata.iter().all(|(k, v)| sb.metadata.get(k) == Some(v)))
             .map(|sb| sb.info())
             .collect();
@@ -720,11 +718,11 @@ impl Provider for LocalProvider {
     }
 
     async fn kill(&self, id: &str) -> Result<bool> {
-        Ok(self.inner.kill(id).await)
+        Ok(core::kill(self.inner.as_ref(), id).await)
     }
 
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
-        self.get(id)?.set_end(now_ms().saturating_add(timeout_secs.saturating_mul(1000)));
+        self.get(id)?.life.extend(timeout_secs);
         Ok(())
     }
 
@@ -735,10 +733,8 @@ impl Provider for LocalProvider {
         output: Option<mpsc::UnboundedSender<OutputChunk>>,
     ) -> Result<ExecResult> {
         let sb = self.get(id)?;
-        let mut env = sb.envs.clone();
-        env.extend(req.envs.clone());
-        let cwd = sb.cwd(req.cwd.as_deref())?;
-        let p = process::launch(&sb.target(), &env, &cwd, &req, output, false).await?;
+        let (target, env, cwd) = sb.plan(&req)?;
+        let p = process::launch(&target, &env, &cwd, &req, output, false).await?;
         sb.procs.insert(p.clone());
         let mut guard = process::KillOnDrop(Some(p.clone()));
         let result = process::finish(&p, req.timeout).await;
@@ -859,6 +855,12 @@ impl Provider for LocalProvider {
 
     async fn remove_builds(&self) -> usize {
         self.inner.templates.lock().expect("templates").clear();
+        // Builds cancelled before they finished (their sandboxes died with their futures).
+        let unfinished: Vec<PathBuf> = self.inner.building.lock().expect("building").drain().collect();
+        for dir in unfinished {
+            let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
+            let _ = tokio::time::timeout(Duration::from_secs(30), rm).await;
+        }
         let builds: Vec<_> = self.inner.builds.lock().expect("builds").drain().collect();
         let mut removed = 0;
         for (_, cell) in builds {
@@ -894,33 +896,7 @@ impl Provider for LocalProvider {
     }
 
     async fn destroy_all(&self) -> usize {
-        let inner = &self.inner;
-        inner.shutting_down.store(true, Ordering::SeqCst);
-        let mut count = 0;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let ids: Vec<String> = inner.sandboxes.lock().expect("sandboxes").keys().cloned().collect();
-            let mut set = tokio::task::JoinSet::new();
-            for id in ids {
-                let inner = inner.clone();
-                set.spawn(async move { inner.kill(&id).await });
-            }
-            while let Some(r) = set.join_next().await {
-                if matches!(r, Ok(true)) {
-                    count += 1;
-                }
-            }
-            // Creations still under way register (and, seeing the flag, kill) their sandbox.
-            while inner.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-                let changed = inner.in_flight_changed.notified();
-                let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
-            }
-            if inner.sandboxes.lock().expect("sandboxes").is_empty() || tokio::time::Instant::now() >= deadline {
-                break;
-            }
-        }
-        inner.shutting_down.store(false, Ordering::SeqCst);
-        count
+        core::destroy_all(&self.inner).await
     }
 
     fn destroy_all_now(&self) {
@@ -928,7 +904,7 @@ impl Provider for LocalProvider {
     }
 
     fn stats(&self) -> ProviderStats {
-        self.inner.stats.lock().expect("stats").clone()
+        self.inner.core.stats()
     }
 }
 
@@ -943,10 +919,18 @@ fn registered(layer: &Arc<Layer>, def: &crate::templates::TemplateDef, deploy: b
 
 /// Starts a deployed template's start command in `sb` and waits until its ready command
 /// exits 0 (or, without one, until every port accepts connections inside the sandbox).
-async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, ports: &[u16]) -> Result<()> {
-    let cwd = sb.cwd(None)?;
-    let req = ExecRequest { cmd: start.to_string(), ..Default::default() };
-    let p = process::launch(&sb.target(), &sb.envs, &cwd, &req, None, false).await?;
+async fn start_template(
+    sb: &Arc<Sandbox>,
+    start: &str,
+    ready: Option<&str>,
+    ports: &[u16],
+    user: Option<&str>,
+) -> Result<()> {
+    // As a container's CMD: the Dockerfile's USER, else root.
+    let user = Some(user.unwrap_or("root").to_string());
+    let req = ExecRequest { cmd: start.to_string(), user: user.clone(), ..Default::default() };
+    let (target, env, cwd) = sb.plan(&req)?;
+    let p = process::launch(&target, &env, &cwd, &req, None, false).await?;
     sb.procs.insert(p.clone());
     let probe = match ready {
         Some(r) => r.to_string(),
@@ -969,8 +953,13 @@ async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, por
                 tail.join("\n")
             )));
         }
-        let check = ExecRequest { cmd: probe.clone(), timeout: Some(Duration::from_secs(10)), ..Default::default() };
-        let q = process::launch(&sb.target(), &sb.envs, &cwd, &check, None, false).await?;
+        let check = ExecRequest {
+            cmd: probe.clone(),
+            timeout: Some(Duration::from_secs(10)),
+            user: user.clone(),
+            ..Default::default()
+        };
+        let q = process::launch(&target, &env, &cwd, &check, None, false).await?;
         if process::finish(&q, check.timeout).await.exit_code == Some(0) {
             return Ok(());
         }

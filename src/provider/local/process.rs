@@ -1,30 +1,25 @@
 //! Processes in a sandbox: launching commands, collecting their output, the per-sandbox
 //! process table behind `spawn`/`process_list`/`signal`/`wait`, and timeouts.
 //!
-//! How a command enters a namespaced sandbox: we run
-//! `nsenter -t <pid1> --mount --pid --net --ipc --uts --root -- /bin/sh -c <prelude> …` rather
-//! than calling `setns` in `pre_exec`. Joining a PID namespace only affects *children* of the
-//! caller, so someone has to fork after `setns`; nsenter does exactly that, mirrors the child's
-//! exit status (including death by signal, which it re-raises on itself) and is part of
-//! util-linux, so nothing of ours runs between fork and exec inside the sandbox. The tiny
-//! prelude writes its own pid (`$$`, i.e. the pid *inside* the sandbox) to fd 3, closes fd 3,
-//! enters the working directory and exec's `/bin/bash -l -c <cmd>` (through `setsid`, see
-//! `PRELUDE_NS`), with the environment set on nsenter, so the reported pid is the
-//! user's command itself and there is no race with a command that exits at once. For
-//! `signal` we also need the host pid: it is nsenter's child whose `NSpid:` ends in that pid,
-//! found in `/proc/<nsenter>/task/<nsenter>/children` and held as a pidfd (no pid reuse race).
+//! How a command enters an isolated sandbox: see `enter` (namespaces, cgroups, seccomp and
+//! the user, joined between fork and exec; the command reports its pid inside the sandbox and
+//! its intermediate the host pid, which we hold as a pidfd for `signal`). The command itself
+//! is `/bin/bash -l -c <cmd>`, started in the working directory with exactly the environment
+//! given: `PATH` (the image's, else Debian's default), `HOME` and `USER` of the user it runs
+//! as, the image's and template's `ENV`, the sandbox's create-time envs, then the exec's envs,
+//! which win. Debian's `/etc/profile` resets PATH for login shells, so `BASH_ENV` names a
+//! one-line script that restores the PATH we asked for after the profile ran (bash reads
+//! `BASH_ENV` after the login files for `bash -l -c`) and then unsets itself, so nested shells
+//! are unaffected.
 //!
-//! Environment: nsenter starts with exactly the command's; the base is PATH from the host, HOME=/home/user, USER
-//! and LANG (if set), then the sandbox's create-time envs, then the exec's envs (which win).
-//! Debian's `/etc/profile` resets PATH for login shells, so `BASH_ENV` names a one-line script
-//! that restores the PATH we asked for after the profile ran (bash reads `BASH_ENV` after the
-//! login files for `bash -l -c`) and then unsets itself, so nested shells are unaffected.
+//! Without isolation (the fallback), a tiny shell prelude reports `$$` on fd 3 and enters the
+//! working directory before exec'ing the same bash.
 //!
 //! `spawn_live` (for the E2B server's `Process/Start`) is `spawn` with the live output channel
 //! of `exec` and, on request, a stdin pipe kept open in the [`Proc`] for `write_stdin` /
 //! `close_stdin` (which closes it, so the command sees end of file).
 //!
-//! Every command runs in its own process group (nsenter's); a timeout SIGKILLs that group and
+//! Every command leads its own session and process group; a timeout SIGKILLs that group and
 //! the command's pidfd. Output is read until the command exits, then for a short grace period
 //! so a background grandchild holding the pipe open cannot hang `exec`.
 
@@ -39,7 +34,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
+use super::enter::{self, Entry, Identity};
 use super::sys::{self, Pidfd};
+use crate::provider::core::{Process, Procs};
 use crate::provider::output::Captured;
 use crate::provider::{ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
 
@@ -49,18 +46,9 @@ pub(crate) const BASH_ENV_SCRIPT: &str =
 if [ -n \"${SCENARIO_RUN_PATH-}\" ]; then PATH=$SCENARIO_RUN_PATH; export PATH; fi\n\
 unset SCENARIO_RUN_PATH BASH_ENV\n";
 
-/// Reports the in-sandbox pid on fd 3, enters `$1` (the working directory), then becomes the
-/// command. (The environment is already the command's: it is set on nsenter, which passes it
-/// on, so no `env -i` exec is needed; that was one exec in four per command.)
+/// Without isolation: reports the pid on fd 3, enters `$1` (the working directory), then
+/// becomes the command. (The environment is already the command's.)
 const PRELUDE: &str = "echo $$ >&3; exec 3>&-; cd -- \"$1\" || exit 125; unset OLDPWD; shift; exec \"$@\"";
-/// Inside a namespace the command also becomes the leader of a process group of its own
-/// (`setsid` does not fork here: the shell is not a group leader, so the pid stays the one
-/// reported). Killing that group then leaves nsenter alive to reap the command at once; if
-/// nsenter died first, the command's zombie would be re-parented to the host's init, and the
-/// sandbox's PID namespace could not finish tearing down until that init reaped it (seconds
-/// on hosts whose init reaps lazily).
-const PRELUDE_NS: &str =
-    "echo $$ >&3; exec 3>&-; cd -- \"$1\" || exit 125; unset OLDPWD; shift; exec /usr/bin/setsid \"$@\"";
 
 /// After a command exited, how long to keep reading output its descendants still write.
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
@@ -74,8 +62,8 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 /// Where a command is launched.
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
-    /// Inside the namespaces of this pid 1.
-    Ns { pid1: u32 },
+    /// Inside an isolated sandbox, as `who`.
+    Ns { entry: Arc<Entry>, who: Identity },
     /// Directly on the host (no isolation), with this `BASH_ENV` script.
     Plain { bash_env: PathBuf },
 }
@@ -94,7 +82,7 @@ pub(crate) struct Proc {
     /// Pid inside the sandbox (0 if it never reported one).
     pub pid: u32,
     pub cmd: String,
-    /// Host pid of the process-group leader (nsenter, or the command itself without isolation).
+    /// Host pid of the process-group leader: the command itself.
     pub pgid: u32,
     /// The command's own process on the host, if still found after launch.
     target: Option<Pidfd>,
@@ -186,13 +174,24 @@ impl Proc {
     }
 }
 
-/// The base environment of every sandbox process, before create-time and exec envs.
+/// PATH in a sandbox whose image does not set one (Debian's and Docker's default).
+pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The base environment of a process in an isolated sandbox running as `who`, before the
+/// image's, template's, create-time and exec envs.
+pub(crate) fn sandbox_env(who: &Identity) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
+    env.insert("HOME".to_string(), who.home.clone());
+    env.insert("USER".to_string(), who.name.clone());
+    env.insert("LOGNAME".to_string(), who.name.clone());
+    env
+}
+
+/// The base environment of a process without isolation, before create-time and exec envs.
 pub(crate) fn base_env(home: &str) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
-    env.insert(
-        "PATH".to_string(),
-        std::env::var("PATH").unwrap_or_else(|_| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
-    );
+    env.insert("PATH".to_string(), std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into()));
     env.insert("HOME".to_string(), home.to_string());
     let user = std::env::var("USER").ok().unwrap_or_else(|| {
         // SAFETY: getuid cannot fail.
@@ -209,19 +208,6 @@ pub(crate) fn base_env(home: &str) -> BTreeMap<String, String> {
         }
     }
     env
-}
-
-/// nsenter's path, looked up once on the host's PATH: the command that nsenter runs gets the
-/// sandbox's environment, whose PATH may differ.
-fn nsenter() -> &'static str {
-    static NSENTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NSENTER.get_or_init(|| {
-        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
-        std::env::split_paths(&path)
-            .map(|d| d.join("nsenter"))
-            .find(|p| p.is_file())
-            .map_or_else(|| "nsenter".into(), |p| p.display().to_string())
-    })
 }
 
 fn check_env_key(k: &str) -> Result<()> {
@@ -243,50 +229,49 @@ pub(crate) async fn launch(
     output: Option<mpsc::UnboundedSender<OutputChunk>>,
     open_stdin: bool,
 ) -> Result<Arc<Proc>> {
-    let mut argv: Vec<String> = Vec::new();
-    let bash_env = match target {
-        Target::Ns { pid1 } => {
-            argv.extend(
-                [nsenter(), "-t", &pid1.to_string(), "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--"]
-                    .map(String::from),
-            );
-            super::sandbox::BASH_ENV_IN_SANDBOX.to_string()
-        }
-        Target::Plain { bash_env, .. } => bash_env.display().to_string(),
-    };
-    let prelude = if matches!(target, Target::Ns { .. }) { PRELUDE_NS } else { PRELUDE };
-    argv.extend(["/bin/sh", "-c", prelude, "sh", cwd].map(String::from));
-    argv.extend(["/bin/bash", "-l", "-c", &req.cmd].map(String::from));
     for k in env.keys() {
         check_env_key(k)?;
     }
-    let path = env.get("PATH").cloned().unwrap_or_default();
-    if argv.iter().chain(env.values()).any(|a| a.contains('\0')) {
+    if req.cmd.contains('\0') || cwd.contains('\0') || env.values().any(|v| v.contains('\0')) {
         return Err(ProviderError::invalid("command or environment contains a NUL byte"));
     }
-
+    let path = env.get("PATH").cloned().unwrap_or_default();
     let (pid_r, pid_w) = sys::cloexec_pipe()?;
-    let mut cmd = std::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..])
+    let mut cmd = match target {
+        Target::Ns { .. } => std::process::Command::new("/bin/bash"),
+        Target::Plain { .. } => {
+            let mut c = std::process::Command::new("/bin/sh");
+            c.args(["-c", PRELUDE, "sh", cwd, "/bin/bash"]);
+            c
+        }
+    };
+    cmd.args(["-l", "-c", &req.cmd])
         .env_clear()
         .envs(env)
         .env("SCENARIO_RUN_PATH", &path)
-        .env("BASH_ENV", &bash_env)
         .stdin(if req.stdin.is_some() || open_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     let fd = pid_w.as_raw_fd();
-    let plain = matches!(target, Target::Plain { .. });
-    // SAFETY: only async-signal-safe calls (dup2/fcntl/prctl) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            sys::dup_onto(fd, 3)?;
-            if plain && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
+    match target {
+        Target::Ns { entry, who } => {
+            cmd.env("BASH_ENV", super::sandbox::BASH_ENV_IN_SANDBOX);
+            entry.prepare(&mut cmd, who, cwd, fd);
+        }
+        Target::Plain { bash_env } => {
+            cmd.env("BASH_ENV", bash_env);
+            // SAFETY: only async-signal-safe calls (dup2/fcntl/prctl) between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    sys::dup_onto(fd, 3)?;
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
             }
-            Ok(())
-        });
+        }
     }
     let mut cmd = tokio::process::Command::from(cmd);
     let handle = tokio::runtime::Handle::current();
@@ -301,33 +286,48 @@ pub(crate) async fn launch(
         spawned.map_err(|e| ProviderError::infra(format!("cannot start command: {}", sys::errno_text(&e))))?;
     let leader = child.id().unwrap_or(0);
 
-    // The prelude's pid report; nsenter keeps its copy of fd 3, so read a line, not to EOF.
-    let read_pid = async {
+    // The pid reports: the prelude's `$$` without isolation; with it, the intermediate's `h`
+    // (host pid) and the command's `n` (pid inside). Every copy of the write end is closed
+    // once the command runs, so read to the end (bounded).
+    let plain = matches!(target, Target::Plain { .. });
+    let read_reports = async {
         let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(pid_r)?;
         let mut buf = Vec::new();
-        let mut chunk = [0u8; 32];
-        while !buf.contains(&b'\n') {
+        let mut chunk = [0u8; 64];
+        while buf.len() < 256 {
             let n = rx.read(&mut chunk).await?;
             if n == 0 {
                 break;
             }
             buf.extend_from_slice(&chunk[..n]);
+            // Without isolation the prelude's shell keeps fd 3 until exec: one line is all.
+            if plain && buf.contains(&b'\n') {
+                break;
+            }
         }
-        Ok::<u32, std::io::Error>(String::from_utf8_lossy(&buf).trim().parse().unwrap_or(0))
+        Ok::<String, std::io::Error>(String::from_utf8_lossy(&buf).into_owned())
     };
-    let pid = match tokio::time::timeout(PID_TIMEOUT, read_pid).await {
-        Ok(Ok(p)) => p,
+    let reports = match tokio::time::timeout(PID_TIMEOUT, read_reports).await {
+        Ok(Ok(text)) => text,
         _ => {
             sys::kill_group(leader, libc::SIGKILL);
             let _ = child.kill().await;
             return Err(ProviderError::infra("command did not start in the sandbox"));
         }
     };
-
-    let target_fd = match target {
-        Target::Plain { .. } => Pidfd::open(leader).ok(),
-        Target::Ns { .. } if pid != 0 => find_in_ns(&mut child, leader, pid).await,
-        Target::Ns { .. } => None,
+    let (pid, target_fd) = match target {
+        Target::Plain { .. } => (reports.trim().parse().unwrap_or(0), Pidfd::open(leader).ok()),
+        Target::Ns { .. } => {
+            let (host, inside) = enter::parse_reports(&reports);
+            let fd = match (host, inside) {
+                (Some(h), Some(n)) => Pidfd::open(h)
+                    .ok()
+                    // Still the command (and not a reused pid) once we hold it?
+                    .filter(|_| sys::ns_pids(h).and_then(|v| v.last().copied()) == Some(n)),
+                _ => None,
+            };
+            (inside.unwrap_or(0), fd)
+        }
     };
 
     let (done, _) = watch::channel(false);
@@ -335,7 +335,7 @@ pub(crate) async fn launch(
     let proc = Arc::new(Proc {
         pid,
         cmd: req.cmd.clone(),
-        // In a namespace the command leads its own group (PRELUDE_NS); nsenter is not in it.
+        // In a sandbox the command leads its own group; the intermediate is not in it.
         pgid: match (&target_fd, target) {
             (Some(t), Target::Ns { .. }) => t.pid(),
             _ => leader,
@@ -354,31 +354,6 @@ pub(crate) async fn launch(
     }
     tokio::spawn(drive(child, proc.clone(), output));
     Ok(proc)
-}
-
-/// The host process of the command that has pid `ns_pid` in the sandbox: nsenter's child.
-/// None once nsenter has exited: the command is over (a quick one can be, before we look).
-async fn find_in_ns(child: &mut tokio::process::Child, nsenter: u32, ns_pid: u32) -> Option<Pidfd> {
-    for _ in 0..100 {
-        for c in sys::children(nsenter) {
-            if sys::ns_pids(c).and_then(|v| v.last().copied()) == Some(ns_pid) {
-                if let Ok(fd) = Pidfd::open(c) {
-                    // Re-check after opening, in case the pid was reused in between.
-                    if sys::ns_pids(c).and_then(|v| v.last().copied()) == Some(ns_pid) {
-                        return Some(fd);
-                    }
-                }
-            }
-        }
-        // nsenter has exited (so has the command). It is our child: until reaped it stays a
-        // zombie whose /proc entry still exists, so ask wait(2), not /proc. The status is kept
-        // for `drive`'s wait.
-        if !matches!(child.try_wait(), Ok(None)) {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    None
 }
 
 /// Collects output until the command exits (plus a short grace), then records its status.
@@ -431,43 +406,34 @@ async fn drive(mut child: tokio::process::Child, proc: Arc<Proc>, output: Option
     proc.done.send_replace(true);
 }
 
-/// A sandbox's processes by in-sandbox pid.
-#[derive(Debug, Default)]
+impl Process for Proc {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn info(&self) -> ProcessInfo {
+        Proc::info(self)
+    }
+}
+
+/// A sandbox's processes by in-sandbox pid, and every process group ever started (to kill a
+/// sandbox that has no PID namespace of its own).
+#[derive(Default)]
 pub(crate) struct ProcTable {
-    procs: Mutex<BTreeMap<u32, Arc<Proc>>>,
-    /// Every process group ever started (for killing a sandbox without isolation).
+    procs: Procs<Proc>,
     groups: Mutex<Vec<u32>>,
+}
+
+impl std::ops::Deref for ProcTable {
+    type Target = Procs<Proc>;
+    fn deref(&self) -> &Procs<Proc> {
+        &self.procs
+    }
 }
 
 impl ProcTable {
     pub(crate) fn insert(&self, p: Arc<Proc>) {
         self.groups.lock().expect("groups").push(p.pgid);
-        self.procs.lock().expect("procs").insert(p.pid, p);
-    }
-
-    /// Removes `p` if it is still the entry for its pid.
-    pub(crate) fn remove(&self, p: &Arc<Proc>) {
-        let mut procs = self.procs.lock().expect("procs");
-        if procs.get(&p.pid).is_some_and(|q| Arc::ptr_eq(q, p)) {
-            procs.remove(&p.pid);
-        }
-    }
-
-    pub(crate) fn get(&self, pid: u32) -> Result<Arc<Proc>> {
-        self.procs
-            .lock()
-            .expect("procs")
-            .get(&pid)
-            .cloned()
-            .ok_or_else(|| ProviderError::not_found(format!("no such process: {pid}")))
-    }
-
-    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
-        self.procs.lock().expect("procs").values().map(|p| p.info()).collect()
-    }
-
-    pub(crate) fn all(&self) -> Vec<Arc<Proc>> {
-        self.procs.lock().expect("procs").values().cloned().collect()
+        self.procs.insert(p);
     }
 
     /// SIGKILLs every process group ever started here.

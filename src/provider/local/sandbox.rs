@@ -1,36 +1,48 @@
-//! Namespace setup: starting, probing and stopping one isolated sandbox.
+//! Starting, probing and stopping one isolated sandbox.
 //!
-//! A sandbox is a bubblewrap (`bwrap`) process tree whose root is an overlay of the host's `/`
-//! (under the template's layers, if any: `lowerdir=<layers>:/`) with a per-sandbox upper directory, plus a private tmpfs `/tmp` and a per-sandbox directory
-//! bound at `/home/user`. bwrap runs with `--unshare-all`, so the sandbox has its own mount,
-//! PID, network (only `lo`, brought up by bwrap), IPC, UTS and cgroup namespaces.
+//! A sandbox is a bubblewrap (`bwrap`) process tree whose root is an overlay of its image
+//! (and of the template layers built on it, `lowerdir=<layers>:<image>`) with a per-sandbox
+//! upper directory. It runs in a **user namespace of its own** (see `userns`): root inside is
+//! an unprivileged id range on the host. bwrap then unshares the mount, PID, network (only
+//! `lo`, which it brings up), IPC, UTS and cgroup namespaces, mounts a fresh `/proc` and a
+//! minimal `/dev`, pivots into the overlay (so nothing of the host's filesystem is visible),
+//! drops every capability of its keep-alive child, and reaps zombies as the namespace's pid 1.
+//! `/sys` is not mounted. bwrap mounts the root `nosuid`; `Entry::allow_setuid_root` lifts
+//! that for `/` alone, so `sudo` works inside.
 //!
-//! Why bubblewrap plus a private-mount-namespace overlay, rather than hakoniwa or a
-//! hand-written `clone()`: bwrap is the field's standard sandbox launcher (Flatpak, many
-//! agent sandboxes), packaged by Debian, needs no setuid bit when we are root, and already gets
-//! the fiddly parts right: a minimal `/dev`, a fresh `/proc` for the new PID namespace,
-//! bringing `lo` up in the new network namespace, a zombie-reaping pid 1, `--info-fd` to report
-//! the host pid of that pid 1, and `--die-with-parent` so a crashed scenario-run takes its
-//! sandboxes with it. bwrap 0.8 (Debian 12) has no `--overlay` options, so before exec'ing
-//! bwrap the forked child (in `pre_exec`) unshares a mount namespace, makes it private and
-//! mounts the overlay there. The overlay therefore exists only in that namespace and vanishes
-//! with the sandbox's last process: no host mount can leak, not even on SIGKILL of
-//! scenario-run. The child exec's bwrap directly, so bwrap's parent is scenario-run itself
-//! (forked from the long-lived spawner thread, see `sys`), which `--die-with-parent` needs.
+//! Why bubblewrap: it is the field's standard sandbox launcher (Flatpak, many agent
+//! sandboxes), packaged by Debian, and gets the fiddly parts right: `/dev`, a `/proc` for the
+//! new PID namespace, `lo`, pid 1's reaping, `--info-fd` to report the host pid of that pid 1,
+//! and `--die-with-parent`, so a crashed scenario-run takes its sandboxes with it. bwrap 0.8
+//! (Debian 12) has no overlay options and would map only one id in a user namespace of its own
+//! making, so the forked child (in `pre_exec`), still host root, first joins the sandbox's
+//! control groups, unshares a private mount namespace and mounts the overlay there (`nodev`);
+//! then it enters the prepared user namespace as its root and exec's bwrap. The overlay exists
+//! only in that namespace and vanishes with the sandbox's last process: no host mount can
+//! leak, not even on SIGKILL of scenario-run. Mounts made by host root and carried into the
+//! sandbox's (less privileged) mount namespace are locked: they cannot be unmounted to reveal
+//! what is below.
 //!
-//! The namespace's pid 1 is bwrap's own reaper; its child is `sleep infinity`, which only
-//! keeps the sandbox alive. Killing pid 1 with SIGKILL makes the kernel kill every process in
-//! the PID namespace; the outer bwrap then exits and we reap it.
+//! The namespace's pid 1 is bwrap's reaper; its child is `sleep infinity`, which only keeps
+//! the sandbox alive. Commands enter from outside (`enter`). Killing pid 1 makes the kernel
+//! kill every process in the PID namespace; the outer bwrap then exits and we reap it; what is
+//! left in the sandbox's control group is killed too, and the group removed.
 
-use std::os::fd::AsRawFd;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
+use super::cgroup::{Cgroup, Limits};
+use super::enter::Entry;
 use super::sys::{self, Pidfd};
+use super::userns::{self, IdMap};
 use crate::provider::{ProviderError, Result};
 
 /// Seconds to wait for bwrap to report and the sandbox to say it is ready.
@@ -38,60 +50,74 @@ const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// Seconds to wait for the outer bwrap to exit after pid 1 was killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where a sandbox keeps its state on the host (all under `<state_dir>/<id>`).
+/// Where a sandbox keeps its state on the host (all under `<state_dir>/<id>`), and what it
+/// is made of.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     pub dir: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
     pub merged: PathBuf,
-    pub home: PathBuf,
-    /// Template layers stacked above the host's `/`, topmost first (`lowerdir=<layer>:/`).
+    /// Read-only layers, topmost first; the last is the image's root filesystem.
     pub lowers: Vec<PathBuf>,
     /// Keep the host's network (template builds reach the package registries).
     pub share_net: bool,
-    /// Host directories bound read-only at a path inside (after `/tmp` is mounted).
+    /// Host directories bound read-only at a path inside.
     pub ro_binds: Vec<(PathBuf, String)>,
+    pub ids: IdMap,
+    pub limits: Limits,
 }
 
 impl Layout {
-    pub(crate) fn new(dir: &Path) -> Self {
+    pub(crate) fn new(dir: &Path, ids: IdMap, limits: Limits) -> Self {
         Self {
             dir: dir.to_path_buf(),
             upper: dir.join("upper"),
             work: dir.join("work"),
             merged: dir.join("merged"),
-            home: dir.join("home"),
             lowers: Vec::new(),
             share_net: false,
             ro_binds: Vec::new(),
+            ids,
+            limits,
         }
     }
 
-    /// Creates the directories, and the login-shell hook (see `process`) in the upper layer.
+    /// Creates the directories, owned by the sandbox's root (so `/` inside is root's and
+    /// bwrap, already inside the user namespace, can reach `merged`), and the login-shell hook
+    /// (see `process`) in the upper layer.
     pub(crate) fn create(&self) -> std::io::Result<()> {
-        for d in [&self.upper, &self.work, &self.merged, &self.home] {
+        let root = userns::host_id(self.ids, 0);
+        for d in [&self.dir, &self.upper, &self.work, &self.merged] {
             std::fs::create_dir_all(d)?;
+            std::os::unix::fs::lchown(d, Some(root), Some(root))?;
         }
-        if !self.lowers.is_empty() {
-            std::fs::create_dir_all(self.layers())?;
-            std::fs::create_dir_all(self.empty())?;
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::set_permissions(&self.upper, std::fs::Permissions::from_mode(0o755))?;
+        let rc = self.upper.join(BASH_ENV_IN_SANDBOX.trim_start_matches('/'));
+        let mut d = self.upper.clone();
+        for part in Path::new(BASH_ENV_IN_SANDBOX.trim_start_matches('/')).parent().into_iter().flat_map(|p| p.iter()) {
+            d.push(part);
+            if !d.exists() {
+                std::fs::create_dir(&d)?;
+                std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
+            }
         }
-        let rc_dir = self.upper.join(BASH_ENV_IN_SANDBOX.trim_start_matches('/'));
-        if let Some(parent) = rc_dir.parent() {
-            std::fs::create_dir_all(parent)?;
+        std::fs::write(&rc, super::process::BASH_ENV_SCRIPT)?;
+        std::os::unix::fs::lchown(&rc, Some(root), Some(root))?;
+        // As a container runtime does: the sandbox's own name resolves whatever the image
+        // ships, and a build (which shares the host's network) resolves names as the host does.
+        let mut files = vec![("hosts", HOSTS.to_string()), ("hostname", format!("{HOSTNAME}\n"))];
+        if self.share_net {
+            files.push(("resolv.conf", std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()));
         }
-        std::fs::write(rc_dir, super::process::BASH_ENV_SCRIPT)
-    }
-
-    /// Mount point of the read-only overlay that presents the template layers.
-    fn layers(&self) -> PathBuf {
-        self.dir.join("layers")
-    }
-
-    /// The empty second lower of that overlay.
-    fn empty(&self) -> PathBuf {
-        self.dir.join("empty")
+        let etc = self.upper.join("etc");
+        for (name, text) in files {
+            let p = etc.join(name);
+            std::fs::write(&p, text)?;
+            std::os::unix::fs::lchown(&p, Some(root), Some(root))?;
+        }
+        Ok(())
     }
 
     fn log(&self) -> PathBuf {
@@ -99,73 +125,76 @@ impl Layout {
     }
 }
 
-/// Path, inside a namespaced sandbox, of the script named by `BASH_ENV` (see `process`).
+/// The sandbox's hostname, and the `/etc/hosts` that resolves it.
+const HOSTNAME: &str = "localhost";
+const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+
+/// Path, inside a sandbox, of the script named by `BASH_ENV` (see `process`).
 pub(crate) const BASH_ENV_IN_SANDBOX: &str = "/etc/scenario-run/bash_env.sh";
 
-/// The `bwrap` command line for `layout`, with the `pre_exec` hook that unshares a private
-/// mount namespace and mounts the overlay. `info_fd` becomes fd 3 (`--info-fd 3`).
-fn bwrap_command(layout: &Layout, info_fd: i32, argv: &[&str]) -> std::io::Result<std::process::Command> {
+/// The `bwrap` command line for `layout`, with the `pre_exec` hook described in the module
+/// documentation. `info_fd` becomes fd 3 (`--info-fd 3`), `seccomp_fd` fd 4.
+fn bwrap_command(
+    layout: &Layout,
+    userns: &OwnedFd,
+    cgroup: Option<&Cgroup>,
+    info_fd: i32,
+    seccomp_fd: i32,
+    argv: &[&str],
+    probe: bool,
+) -> std::io::Result<std::process::Command> {
     use std::ffi::CString;
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("unusable {what} path"));
-    let merged_s = layout.merged.to_str().ok_or_else(|| bad("state"))?;
+    if layout.lowers.is_empty() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a sandbox needs an image"));
+    }
     for p in [&layout.upper, &layout.work].into_iter().chain(&layout.lowers) {
         let s = p.to_str().ok_or_else(|| bad("state"))?;
         // overlayfs splits its options at ',' and lowerdir at ':'.
         if s.contains([',', ':']) {
-            return Err(bad("state directory (contains ',' or ':')"));
+            return Err(bad("layer (contains ',' or ':')"));
         }
     }
-    // Template layers live on the host's root filesystem, below `/`, and overlayfs refuses a
-    // lower layer inside another one (ELOOP, "overlapping lowerdir path"). So the layers are
-    // first presented by a read-only overlay of their own (a separate superblock) at
-    // `layers`, whose second lower is an empty directory (a read-only overlay needs two);
-    // the sandbox's overlay then stacks `lowerdir=<layers>:/`.
-    let layers = if layout.lowers.is_empty() {
-        None
-    } else {
-        let mut lower = String::new();
-        for l in &layout.lowers {
-            lower.push_str(&l.display().to_string());
-            lower.push(':');
-        }
-        lower.push_str(&layout.empty().display().to_string());
-        let target = layout.layers().to_str().ok_or_else(|| bad("state"))?.to_string();
-        Some((
-            CString::new(target).map_err(|_| bad("state"))?,
-            CString::new(format!("lowerdir={lower}")).map_err(|_| bad("state"))?,
-        ))
-    };
-    let lower = match &layers {
-        Some(_) => format!("{}:/", layout.layers().display()),
-        None => "/".to_string(),
-    };
+    let lower = layout.lowers.iter().map(|l| l.display().to_string()).collect::<Vec<_>>().join(":");
     let opts = format!("lowerdir={lower},upperdir={},workdir={}", layout.upper.display(), layout.work.display());
-    let c_merged = CString::new(merged_s).map_err(|_| bad("state"))?;
+    let c_merged = CString::new(layout.merged.to_str().ok_or_else(|| bad("state"))?).map_err(|_| bad("state"))?;
     let c_opts = CString::new(opts).map_err(|_| bad("state"))?;
     let c_overlay = CString::new("overlay").expect("static");
     let c_root = CString::new("/").expect("static");
+    let procs: Vec<CString> = cgroup.map(|c| c.procs.clone()).unwrap_or_default();
+    let userns = userns.as_raw_fd();
 
     let mut cmd = std::process::Command::new("bwrap");
-    cmd.arg("--bind")
-        .arg(&layout.merged)
-        .arg("/")
-        .args(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind"])
-        .arg(&layout.home)
-        .arg("/home/user");
+    if probe {
+        // The host's root, read-only, stands in for an image; the overlay is bound below it.
+        cmd.args(["--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind"]).arg(&layout.merged).arg("/tmp/probe");
+    } else {
+        cmd.arg("--bind").arg(&layout.merged).arg("/");
+    }
+    cmd.args(["--dev", "/dev", "--proc", "/proc"]);
     for (host, inside) in &layout.ro_binds {
         cmd.arg("--ro-bind").arg(host).arg(inside);
     }
-    cmd.arg("--unshare-all");
-    if layout.share_net {
-        cmd.arg("--share-net");
+    // The hostname resolves in any image (`sudo` looks it up).
+    cmd.args(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", "--hostname", HOSTNAME]);
+    if !layout.share_net {
+        cmd.arg("--unshare-net");
     }
-    cmd.args(["--die-with-parent", "--info-fd", "3", "--chdir", "/", "--"]).args(argv);
+    cmd.args(["--die-with-parent", "--cap-drop", "ALL", "--info-fd", "3", "--seccomp", "4", "--chdir", "/", "--"])
+        .args(argv);
     // Own process group: a Ctrl-C on the terminal reaches scenario-run, which then tears the
     // sandboxes down in order, instead of killing them under its feet.
     cmd.process_group(0);
     // SAFETY: the closure only makes async-signal-safe system calls on data prepared above.
     unsafe {
         cmd.pre_exec(move || {
+            for p in &procs {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+            }
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -173,19 +202,32 @@ fn bwrap_command(layout: &Layout, info_fd: i32, argv: &[&str]) -> std::io::Resul
             if libc::mount(none, c_root.as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if let Some((target, opts)) = &layers {
-                let ro = libc::MS_RDONLY;
-                if libc::mount(c_overlay.as_ptr(), target.as_ptr(), c_overlay.as_ptr(), ro, opts.as_ptr().cast()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if libc::mount(c_overlay.as_ptr(), c_merged.as_ptr(), c_overlay.as_ptr(), 0, c_opts.as_ptr().cast()) != 0 {
+            let flags = libc::MS_NODEV;
+            if libc::mount(c_overlay.as_ptr(), c_merged.as_ptr(), c_overlay.as_ptr(), flags, c_opts.as_ptr().cast())
+                != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
-            sys::dup_onto(info_fd, 3)
+            if libc::setns(userns, libc::CLONE_NEWUSER) != 0
+                || libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(0, 0, 0) != 0
+                || libc::setresuid(0, 0, 0) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            sys::dup_onto(info_fd, 3)?;
+            sys::dup_onto(seccomp_fd, 4)
         });
     }
     Ok(cmd)
+}
+
+/// A pipe whose read end yields the seccomp program's bytes (for `--seccomp`).
+fn seccomp_pipe() -> std::io::Result<OwnedFd> {
+    let (r, w) = sys::cloexec_pipe()?;
+    let bytes = super::seccomp::to_bytes(&super::seccomp::program());
+    std::fs::File::from(w).write_all(&bytes)?;
+    Ok(r)
 }
 
 /// A running namespaced sandbox.
@@ -193,17 +235,86 @@ fn bwrap_command(layout: &Layout, info_fd: i32, argv: &[&str]) -> std::io::Resul
 pub(crate) struct NsSandbox {
     /// The namespace's pid 1 (bwrap's reaper), by host pid.
     pub pid1: Pidfd,
+    /// What commands join.
+    pub entry: Arc<Entry>,
     /// The outer bwrap process, our direct child.
     bwrap: tokio::sync::Mutex<tokio::process::Child>,
+    cgroup: Option<Cgroup>,
+    /// Set once `stop` ran; a sandbox dropped without it is killed by `Drop`.
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for NsSandbox {
+    /// A sandbox whose owner was dropped mid-way (a cancelled build, an interrupted create)
+    /// must not outlive it: kill pid 1 and whatever the cgroup holds, and remove the cgroup.
+    /// (The outer bwrap is a `kill_on_drop` child, which tokio reaps.)
+    fn drop(&mut self) {
+        if !self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            self.stop_now();
+            if let Some(c) = &self.cgroup {
+                c.remove();
+            }
+        }
+    }
 }
 
 impl NsSandbox {
-    /// Starts the sandbox and waits until its root is in place.
-    pub(crate) async fn start(layout: Layout) -> Result<Self> {
+    /// Starts the sandbox and waits until its root is in place. `name` names its cgroup.
+    pub(crate) async fn start(layout: Layout, name: &str) -> Result<Self> {
+        let infra = |what: &str, e: std::io::Error| ProviderError::infra(format!("{what}: {}", sys::errno_text(&e)));
+        let cgroup = Cgroup::create(&super::cgroup::group_name(name), layout.limits)
+            .map_err(|e| infra("cannot create the sandbox's cgroup", e))?;
+        let (pid1, mut child) = match Self::start_in(&layout, cgroup.as_ref()).await {
+            Ok(started) => started,
+            Err(e) => {
+                if let Some(c) = &cgroup {
+                    c.kill_all().await;
+                    c.remove();
+                }
+                return Err(e);
+            }
+        };
+        let rlimits = cgroup.is_none().then_some(layout.limits);
+        let procs = cgroup.as_ref().map(|c| c.procs.clone()).unwrap_or_default();
+        let opened = Entry::open(pid1.pid(), procs, rlimits).and_then(|entry| {
+            entry.allow_setuid_root()?;
+            Ok(entry)
+        });
+        match opened {
+            Ok(entry) => Ok(Self {
+                pid1,
+                entry: Arc::new(entry),
+                bwrap: tokio::sync::Mutex::new(child),
+                cgroup,
+                stopped: std::sync::atomic::AtomicBool::new(false),
+            }),
+            Err(e) => {
+                let _ = pid1.signal(libc::SIGKILL);
+                let _ = tokio::time::timeout(STOP_TIMEOUT, child.wait()).await;
+                if let Some(c) = &cgroup {
+                    c.kill_all().await;
+                    c.remove();
+                }
+                Err(infra("sandbox namespaces vanished", e))
+            }
+        }
+    }
+
+    async fn start_in(layout: &Layout, cgroup: Option<&Cgroup>) -> Result<(Pidfd, tokio::process::Child)> {
+        let ns = userns::create(layout.ids)
+            .map_err(|e| ProviderError::infra(format!("cannot create a user namespace: {}", sys::errno_text(&e))))?;
         let (info_r, info_w) = sys::cloexec_pipe()?;
+        let seccomp = seccomp_pipe()?;
         let log = std::fs::File::create(layout.log())?;
-        let mut cmd =
-            bwrap_command(&layout, info_w.as_raw_fd(), &["/bin/sh", "-c", "echo ready && exec sleep infinity"])?;
+        let mut cmd = bwrap_command(
+            layout,
+            &ns,
+            cgroup,
+            info_w.as_raw_fd(),
+            seccomp.as_raw_fd(),
+            &["/bin/sh", "-c", "echo ready && exec sleep infinity"],
+            false,
+        )?;
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
         let mut cmd = tokio::process::Command::from(cmd);
         // Safety net: if we drop the child before it is tracked, the outer bwrap is killed
@@ -212,7 +323,9 @@ impl NsSandbox {
         let handle = tokio::runtime::Handle::current();
         let spawned = sys::on_spawner(move || {
             let _guard = handle.enter();
-            cmd.spawn()
+            let r = cmd.spawn();
+            drop((ns, seccomp));
+            r
         })
         .await?;
         drop(info_w);
@@ -234,7 +347,7 @@ impl NsSandbox {
                 BufReader::new(out).read_line(&mut line).await?;
             }
             if line.trim() != "ready" {
-                return Err(std::io::Error::other("sandbox init did not start"));
+                return Err(std::io::Error::other("sandbox init did not start (does the image have /bin/sh?)"));
             }
             Ok::<u32, std::io::Error>(pid as u32)
         };
@@ -259,15 +372,17 @@ impl NsSandbox {
             }
         };
         let pid1 = Pidfd::open(pid).map_err(|e| ProviderError::infra(format!("sandbox pid 1 vanished: {e}")))?;
-        Ok(Self { pid1, bwrap: tokio::sync::Mutex::new(child) })
+        Ok((pid1, child))
     }
 
     pub(crate) fn alive(&self) -> bool {
         !self.pid1.exited()
     }
 
-    /// SIGKILLs pid 1 (and with it the whole PID namespace) and waits for bwrap to exit.
+    /// SIGKILLs pid 1 (and with it the whole PID namespace), waits for bwrap to exit, kills
+    /// what the sandbox's cgroup still holds and removes the cgroup.
     pub(crate) async fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = self.pid1.signal(libc::SIGKILL);
         let mut child = self.bwrap.lock().await;
         if tokio::time::timeout(STOP_TIMEOUT, child.wait()).await.is_err() {
@@ -275,28 +390,46 @@ impl NsSandbox {
             let _ = tokio::time::timeout(STOP_TIMEOUT, child.wait()).await;
         }
         let _ = self.pid1.wait_exit(STOP_TIMEOUT).await;
+        if let Some(c) = &self.cgroup {
+            c.kill_all().await;
+            c.remove();
+        }
     }
 
-    /// Last resort: SIGKILL pid 1 without waiting.
+    /// Last resort: SIGKILL pid 1 and everything in the cgroup, without waiting.
     pub(crate) fn stop_now(&self) {
         let _ = self.pid1.signal(libc::SIGKILL);
+        if let Some(c) = &self.cgroup {
+            for p in c.pids() {
+                // SAFETY: plain syscall.
+                unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+            }
+        }
+    }
+
+    /// Removes the cgroup after `stop_now` (best effort, bounded).
+    pub(crate) fn remove_cgroup(&self) {
+        if let Some(c) = &self.cgroup {
+            c.remove();
+        }
     }
 }
 
-/// Checks once that namespaced sandboxes work here: `nsenter` exists and bwrap can start a
-/// sandbox over a private overlay. Returns why not.
-pub(crate) fn probe(state_dir: &Path) -> std::result::Result<(), String> {
-    let nsenter =
-        std::process::Command::new("nsenter").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if !matches!(nsenter, Ok(s) if s.success()) {
-        return Err("nsenter is not available".into());
-    }
+/// Checks once that isolated sandboxes work here: a user namespace with a full id map, an
+/// overlay mounted for it, and bwrap starting inside it. Returns why not.
+pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), String> {
     let dir = state_dir.join(format!("probe-{}", sys::random_hex(4)));
-    let layout = Layout::new(&dir);
+    let limits = Limits { cpus: 1, memory_mb: 64, pids: 64 };
+    let mut layout = Layout::new(&dir, ids, limits);
+    layout.lowers.push(dir.join("lower"));
     let result = (|| {
         layout.create().map_err(|e| format!("cannot prepare {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir.join("lower")).map_err(|e| e.to_string())?;
+        let ns = userns::create(ids).map_err(|e| format!("cannot create a user namespace: {}", sys::errno_text(&e)))?;
         let (_r, w) = sys::cloexec_pipe().map_err(|e| e.to_string())?;
-        let mut cmd = bwrap_command(&layout, w.as_raw_fd(), &["/bin/true"]).map_err(|e| e.to_string())?;
+        let seccomp = seccomp_pipe().map_err(|e| e.to_string())?;
+        let mut cmd = bwrap_command(&layout, &ns, None, w.as_raw_fd(), seccomp.as_raw_fd(), &["/bin/true"], true)
+            .map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let run = sys::on_spawner_blocking(move || -> std::result::Result<(), String> {
             let mut child = cmd.spawn().map_err(|e| format!("cannot start bwrap: {}", sys::errno_text(&e)))?;
@@ -323,7 +456,7 @@ pub(crate) fn probe(state_dir: &Path) -> std::result::Result<(), String> {
             }
         })
         .map_err(|e| e.to_string())?;
-        drop(w);
+        drop((w, ns));
         run
     })();
     let _ = std::fs::remove_dir_all(&dir);

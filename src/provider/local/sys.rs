@@ -99,26 +99,7 @@ pub(crate) fn kill_group(pgid: u32, sig: i32) {
     }
 }
 
-/// `n` random bytes as lowercase hex.
-pub(crate) fn random_hex(n: usize) -> String {
-    let mut buf = vec![0u8; n];
-    let mut filled = 0;
-    while filled < n {
-        // SAFETY: writing into our own buffer within bounds.
-        let r = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), n - filled, 0) };
-        if r <= 0 {
-            // Extremely unlikely; fall back to time + pid so ids stay unique enough.
-            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            let seed = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
-            for (i, b) in buf.iter_mut().enumerate() {
-                *b = (seed >> ((i % 8) * 8)) as u8;
-            }
-            break;
-        }
-        filled += r as usize;
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub(crate) use crate::provider::core::random_hex;
 
 #[repr(C)]
 struct OpenHow {
@@ -226,13 +207,6 @@ pub(crate) fn ns_pids(pid: u32) -> Option<Vec<u32>> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
     line["NSpid:".len()..].split_whitespace().map(|s| s.parse().ok()).collect()
-}
-
-/// Children of `pid` (its main thread), from `/proc/<pid>/task/<pid>/children`.
-pub(crate) fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect())
-        .unwrap_or_default()
 }
 
 /// Lowercase description of an errno, e.g. "no such file or directory".

@@ -1,0 +1,346 @@
+//! Building an offline recipe's root filesystem with mmdebstrap, from the Debian mirror.
+//!
+//! mmdebstrap (root mode, `--variant=minbase`) writes the tree as a tar on its stdout, which
+//! is unpacked straight into the build directory with owners shifted, so no 200 MB
+//! intermediate file and no second walk. The flags follow what was measured for the local
+//! stack (shared/docs/local-stack.md): the merged-usr hook (without it apt picks `usrmerge`,
+//! which pulls perl), dpkg path excludes for docs, man pages and locales, no apt lists. The
+//! host's extra CAs (`/usr/local/share/ca-certificates/*.crt`; a TLS-intercepting proxy's
+//! among them) are copied in and `update-ca-certificates` is run, or pip and npm inside
+//! fail. The mirror is `SCENARIO_RUN_DEBIAN_MIRROR`, else the host's apt sources, else
+//! http://deb.debian.org/debian; the cache key covers all of it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::cache::{sha256_hex, HashReader};
+use super::error::{ImageError, Result};
+use super::idmap::IdMap;
+use super::offline::{Recipe, RecipeKind, RECIPE_VERSION, SUITE};
+use super::unpack::{UnpackStats, Unpacker};
+
+const MERGED_USR_HOOK: &str = "/usr/share/mmdebstrap/hooks/merged-usr";
+const HOST_CA_DIR: &str = "/usr/local/share/ca-certificates";
+/// How many lines of mmdebstrap's output a failure shows.
+const TAIL: usize = 25;
+
+/// Debian codenames and aliases, to tell a Debian source from a third-party one.
+const DEBIAN_SUITES: &[&str] =
+    &["buster", "bullseye", "bookworm", "trixie", "forky", "duke", "sid", "stable", "testing", "unstable", "oldstable"];
+
+/// `(uri, suites)` of each `deb` source of the host.
+fn host_sources() -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = vec![PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(rd) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        let mut more: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        more.sort();
+        files.extend(more);
+    }
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else { continue };
+        if f.extension().is_some_and(|e| e == "sources") {
+            for block in text.split("\n\n") {
+                let get = |k: &str| {
+                    block.lines().find_map(|l| {
+                        l.split_once(':')
+                            .filter(|(n, _)| n.trim().eq_ignore_ascii_case(k))
+                            .map(|(_, v)| v.trim().to_string())
+                    })
+                };
+                if !get("Types").is_some_and(|t| t.split_whitespace().any(|t| t == "deb")) {
+                    continue;
+                }
+                if let (Some(uris), Some(suites)) = (get("URIs"), get("Suites")) {
+                    let suites: Vec<String> = suites.split_whitespace().map(str::to_string).collect();
+                    for u in uris.split_whitespace() {
+                        out.push((u.to_string(), suites.clone()));
+                    }
+                }
+            }
+        } else if f.extension().is_some_and(|e| e == "list") || f.ends_with("sources.list") {
+            for l in text.lines() {
+                let mut w = l.split_whitespace();
+                if w.next() != Some("deb") {
+                    continue;
+                }
+                let mut rest: Vec<&str> = w.collect();
+                if rest.first().is_some_and(|r| r.starts_with('[')) {
+                    while let Some(t) = rest.first() {
+                        let end = t.ends_with(']');
+                        rest.remove(0);
+                        if end {
+                            break;
+                        }
+                    }
+                }
+                if rest.len() >= 2 {
+                    out.push((rest[0].to_string(), vec![rest[1].to_string()]));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn is_debian_suite(s: &str, security: bool) -> bool {
+    let base = s.split('-').next().unwrap_or(s);
+    let sec = s.ends_with("-security") || s.ends_with("/updates");
+    DEBIAN_SUITES.contains(&base) && sec == security
+}
+
+/// The apt source lines the recipes are built from.
+pub(crate) fn sources() -> Vec<String> {
+    let env = std::env::var("SCENARIO_RUN_DEBIAN_MIRROR").ok().filter(|m| !m.trim().is_empty());
+    let host = host_sources();
+    let mirror = env.clone().or_else(|| {
+        host.iter()
+            .find(|(u, s)| !u.contains("security") && s.iter().any(|s| is_debian_suite(s, false)))
+            .map(|(u, _)| u.clone())
+    });
+    let mirror = mirror.unwrap_or_else(|| "http://deb.debian.org/debian".into());
+    let mirror = mirror.trim_end_matches('/');
+    let mut lines = vec![format!("deb {mirror} {SUITE} main"), format!("deb {mirror} {SUITE}-updates main")];
+    if env.is_none() {
+        if let Some((u, _)) = host.iter().find(|(_, s)| s.iter().any(|s| is_debian_suite(s, true))) {
+            lines.push(format!("deb {} {SUITE}-security main", u.trim_end_matches('/')));
+        }
+    }
+    lines
+}
+
+/// The host's extra CA certificates, sorted.
+pub(crate) fn host_cas() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(HOST_CA_DIR)
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "crt")).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The cache key of `recipe`: its definition and version, the suite, the sources, the CAs
+/// (by content) and the id map the tree is shifted to.
+pub(crate) fn key(recipe: &Recipe, sources: &[String], cas: &[PathBuf], ids: IdMap) -> String {
+    let mut k = format!("recipe {} v{RECIPE_VERSION} {recipe:?}\nsuite {SUITE}\n", recipe.name);
+    for s in sources {
+        k.push_str(&format!("source {s}\n"));
+    }
+    for c in cas {
+        let body = std::fs::read(c).unwrap_or_default();
+        k.push_str(&format!("ca {} {}\n", c.display(), sha256_hex(&body)));
+    }
+    k.push_str(&format!("ids {ids}\n"));
+    k
+}
+
+/// The mmdebstrap command line for `recipe` (tar to stdout).
+pub(crate) fn command(recipe: &Recipe, sources: &[String], cas: &[PathBuf]) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "mmdebstrap".into(),
+        "--variant=minbase".into(),
+        "--mode=root".into(),
+        "--format=tar".into(),
+        format!("--include={}", recipe.packages.join(",")),
+        "--aptopt=Acquire::Languages \"none\"".into(),
+    ];
+    if Path::new(MERGED_USR_HOOK).is_dir() {
+        a.push(format!("--hook-dir={MERGED_USR_HOOK}"));
+    }
+    for o in [
+        "path-exclude=/usr/share/doc/*",
+        "path-include=/usr/share/doc/*/copyright",
+        "path-exclude=/usr/share/man/*",
+        "path-exclude=/usr/share/info/*",
+        "path-exclude=/usr/share/locale/*",
+    ] {
+        a.push(format!("--dpkgopt={o}"));
+    }
+    if !cas.is_empty() {
+        let mut hook = "--customize-hook=copy-in".to_string();
+        for c in cas {
+            hook.push(' ');
+            hook.push_str(&c.display().to_string());
+        }
+        hook.push_str(" /usr/local/share/ca-certificates/");
+        a.push(hook);
+    }
+    // Hook output goes to stderr: stdout is the tar.
+    a.push("--customize-hook=chroot \"$1\" update-ca-certificates >&2".into());
+    if recipe.kind == RecipeKind::Python {
+        // The official image's pip installs system-wide; Debian's refuses without this.
+        a.push("--customize-hook=rm -f \"$1\"/usr/lib/python3*/EXTERNALLY-MANAGED".into());
+    }
+    a.push("--customize-hook=rm -f \"$1\"/var/cache/apt/*.bin".into());
+    a.push(SUITE.into());
+    a.push("-".into());
+    a.extend(sources.iter().cloned());
+    a
+}
+
+/// What a finished mmdebstrap run gave.
+pub(crate) struct Built {
+    /// sha256 of the tar mmdebstrap wrote.
+    pub tar_digest: String,
+    pub stats: UnpackStats,
+    /// What update-ca-certificates said (`2 added, 0 removed; done.`).
+    pub ca_line: Option<String>,
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(bin)).find(|p| p.is_file())
+}
+
+fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=./,:".contains(&b)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs mmdebstrap for `recipe` and unpacks its tar into `rootfs` (blocking).
+pub(crate) fn build(recipe: &Recipe, sources: &[String], cas: &[PathBuf], rootfs: &Path, ids: IdMap) -> Result<Built> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(ImageError::infra(format!(
+            "build the offline image {}: mmdebstrap's root mode needs root; run scenario-run as root",
+            recipe.name
+        )));
+    }
+    let args = command(recipe, sources, cas);
+    // mmdebstrap mounts /proc, /sys and /dev into its chroot: in a mount namespace of its
+    // own they vanish with it even if it is killed, and its scratch files live in our build
+    // directory (`scratch`), which the cache sweeps if we are killed too. It also dies with
+    // the thread that waits for it.
+    let scratch = rootfs.with_file_name("mmdebstrap");
+    std::fs::create_dir_all(&scratch).map_err(|e| ImageError::infra(format!("create {}: {e}", scratch.display())))?;
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "--"]).args(&args);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    if which("mmdebstrap").is_none() {
+        return Err(ImageError::infra(format!(
+            "build the offline image {}: mmdebstrap is not installed (scripts/setup installs it: apt-get install mmdebstrap)",
+            recipe.name
+        )));
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .env("TMPDIR", &scratch)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("LC_ALL", "C.UTF-8")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .spawn()
+        .map_err(|e| ImageError::infra(format!("start mmdebstrap (through unshare): {e}")))?;
+    let stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut tail: std::collections::VecDeque<String> = Default::default();
+        let mut ca_line = None;
+        for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+            if line.contains(" added, ") && line.contains(" removed") {
+                ca_line = Some(line.trim().to_string());
+            }
+            tail.push_back(line);
+            if tail.len() > TAIL {
+                tail.pop_front();
+            }
+        }
+        (tail, ca_line)
+    });
+    let stdout = child.stdout.take().expect("piped");
+    let mut hashed = HashReader::new(stdout);
+    let unpacked = Unpacker::new(rootfs, ids).and_then(|mut u| {
+        u.apply(&mut hashed)?;
+        // Drain what tar left (its end blocks) so the digest covers the whole stream.
+        std::io::copy(&mut hashed, &mut std::io::sink())?;
+        Ok(u.stats)
+    });
+    if unpacked.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().map_err(|e| ImageError::infra(format!("wait for mmdebstrap: {e}")))?;
+    let (tail, ca_line) = reader.join().unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&scratch);
+    let tail: Vec<String> = tail.into_iter().collect();
+    if !status.success() {
+        return Err(ImageError::infra(format!(
+            "build the offline image {}: mmdebstrap exited with {}\n$ {}\n{}",
+            recipe.name,
+            status.code().map_or_else(|| "a signal".to_string(), |c| c.to_string()),
+            shell_words(&args),
+            tail.join("\n")
+        )));
+    }
+    let stats = unpacked.map_err(|e| {
+        ImageError::infra(format!("build the offline image {}: unpack mmdebstrap's output: {e}", recipe.name))
+    })?;
+    Ok(Built { tar_digest: hashed.digest(), stats, ca_line })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_has_the_measured_flags() {
+        let r = super::super::offline::recipe("python-3.11").unwrap();
+        let srcs = vec!["deb http://m/debian bookworm main".to_string()];
+        let cas = vec![PathBuf::from("/usr/local/share/ca-certificates/a.crt")];
+        let c = command(r, &srcs, &cas);
+        let has = |s: &str| c.iter().any(|a| a == s);
+        assert!(has("--variant=minbase") && has("--mode=root") && has("--format=tar"));
+        assert!(has("--include=ca-certificates,python3,python3-pip,python3-venv,python-is-python3"));
+        assert!(has("--dpkgopt=path-exclude=/usr/share/man/*"));
+        assert!(has(
+            "--customize-hook=copy-in /usr/local/share/ca-certificates/a.crt /usr/local/share/ca-certificates/"
+        ));
+        assert!(c.iter().any(|a| a.contains("EXTERNALLY-MANAGED")));
+        assert_eq!(&c[c.len() - 3..], &["bookworm".to_string(), "-".into(), srcs[0].clone()]);
+    }
+
+    #[test]
+    fn keys_change_with_what_goes_in() {
+        let r = super::super::offline::recipe("debian-bookworm").unwrap();
+        let a = key(r, &["deb http://a bookworm main".into()], &[], IdMap::default());
+        let b = key(r, &["deb http://b bookworm main".into()], &[], IdMap::default());
+        let c = key(r, &["deb http://a bookworm main".into()], &[], IdMap { host_base: 1, len: 10 });
+        assert!(a != b && a != c);
+        assert!(a.contains("v1") && a.contains("bookworm"));
+    }
+
+    #[test]
+    fn suites() {
+        assert!(is_debian_suite("bookworm-updates", false));
+        assert!(is_debian_suite("bookworm-security", true));
+        assert!(!is_debian_suite("nodistro", false));
+        assert!(!is_debian_suite("cloud-sdk-bookworm", false));
+    }
+
+    /// A real mmdebstrap against a mirror that refuses connections: the error has the command
+    /// and apt's complaint, and no scratch is left.
+    #[test]
+    fn a_failed_build_shows_the_command_and_its_last_lines() {
+        let t = tempfile::tempdir().unwrap();
+        let rootfs = t.path().join("rootfs");
+        std::fs::create_dir(&rootfs).unwrap();
+        let r = super::super::offline::recipe("debian-bookworm").unwrap();
+        let srcs = vec!["deb http://127.0.0.1:9/debian bookworm main".to_string()];
+        let e = build(r, &srcs, &[], &rootfs, IdMap::default()).err().expect("the mirror is unreachable");
+        assert!(e.message.starts_with("build the offline image debian-bookworm: mmdebstrap exited with"), "{e}");
+        assert!(e.message.contains("\n$ mmdebstrap --variant=minbase --mode=root"), "{e}");
+        assert!(e.message.contains("127.0.0.1:9"), "apt's output names the mirror: {e}");
+        assert!(!t.path().join("mmdebstrap").exists());
+    }
+}

@@ -1,0 +1,453 @@
+//! What the providers that run sandboxes themselves (local, docker) share: the registry of
+//! live sandboxes with their deadlines, the counters behind [`Provider::stats`], the guard
+//! that lets `destroy_all` wait for creations still under way, and the table of a sandbox's
+//! processes. Each provider supplies only what differs: how a sandbox is torn down
+//! ([`Host::teardown`]) and what a process is.
+//!
+//! Ordering rules, kept in one place:
+//! * a sandbox is registered and counted (`created`, `live`, `peak_live`) under one lock, and
+//!   unregistered and counted `destroyed` under that same lock, so the counters always agree
+//!   with what `list` shows (a sandbox being torn down is already gone for callers, as on a
+//!   cloud that answers 404 once a kill is accepted);
+//! * a creation runs in a task of its own, so a caller that stops waiting (Ctrl-C, a step
+//!   timeout) cannot leave a half-made sandbox: the task finishes and kills what it made;
+//! * `destroy_all` kills what is registered, then waits (bounded) for creations still in
+//!   flight, which see the shutdown flag and kill what they made themselves.
+//!
+//! [`Provider::stats`]: super::Provider::stats
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{oneshot, Notify};
+
+use super::{ProcessInfo, ProviderError, ProviderStats, Result};
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// `n` random bytes as lowercase hex (sandbox ids, run tags).
+pub(crate) fn random_hex(n: usize) -> String {
+    let mut buf = vec![0u8; n];
+    let mut filled = 0;
+    while filled < n {
+        // SAFETY: writing into our own buffer within bounds.
+        let r = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), n - filled, 0) };
+        if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if r <= 0 {
+            // getrandom(2) does not fail for small requests on Linux >= 3.17; should it, the
+            // kernel's pool is still there.
+            use std::io::Read;
+            let urandom = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf[filled..]));
+            if urandom.is_err() {
+                let seed = now_ms() ^ (u64::from(std::process::id()) << 32);
+                for (i, b) in buf[filled..].iter_mut().enumerate() {
+                    *b = (seed >> ((i % 8) * 8)) as u8 ^ (i as u8).wrapping_mul(151);
+                }
+            }
+            break;
+        }
+        filled += r as usize;
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The "no such sandbox" error every provider answers with.
+pub(crate) fn no_sandbox(id: &str) -> ProviderError {
+    ProviderError::not_found(format!("no such sandbox: {id}"))
+}
+
+/// A sandbox's end time and whether it is gone.
+#[derive(Debug)]
+pub(crate) struct Life {
+    end_at_ms: Mutex<u64>,
+    changed: Notify,
+    gone: AtomicBool,
+}
+
+impl Life {
+    pub(crate) fn new(end_at_ms: u64) -> Self {
+        Self { end_at_ms: Mutex::new(end_at_ms), changed: Notify::new(), gone: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn end_ms(&self) -> u64 {
+        *self.end_at_ms.lock().expect("end_at")
+    }
+
+    /// Moves the end time (`set_timeout`, `connect`).
+    pub(crate) fn set_end(&self, end_ms: u64) {
+        *self.end_at_ms.lock().expect("end_at") = end_ms;
+        self.changed.notify_one();
+    }
+
+    /// `timeout_secs` from now.
+    pub(crate) fn extend(&self, timeout_secs: u64) {
+        self.set_end(now_ms().saturating_add(timeout_secs.saturating_mul(1000)));
+    }
+
+    pub(crate) fn mark_gone(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+        self.changed.notify_one();
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
+    }
+}
+
+/// A sandbox as the registry sees it.
+pub(crate) trait Member: Send + Sync + 'static {
+    fn id(&self) -> &str;
+    fn life(&self) -> &Life;
+    /// Whether this provider made it (and so counts it, and `destroy_all` removes it). The
+    /// docker provider also holds sandboxes of other runs it connected to.
+    fn owned(&self) -> bool {
+        true
+    }
+}
+
+/// The provider side of the shared core.
+#[async_trait]
+pub(crate) trait Host: Send + Sync + Sized + 'static {
+    type Sandbox: Member;
+    fn core(&self) -> &Core<Self::Sandbox>;
+    /// Tears a sandbox down for good; it is already unregistered. Must be bounded.
+    async fn teardown(&self, sb: &Arc<Self::Sandbox>);
+}
+
+/// The registry, counters and creation guard of one provider.
+pub(crate) struct Core<S> {
+    live: Mutex<HashMap<String, Arc<S>>>,
+    /// Being torn down: no longer addressable, but a second Ctrl-C must still finish them off.
+    dying: Mutex<HashMap<String, Arc<S>>>,
+    stats: Mutex<ProviderStats>,
+    in_flight: AtomicUsize,
+    in_flight_changed: Notify,
+    shutting_down: AtomicBool,
+}
+
+impl<S> Default for Core<S> {
+    fn default() -> Self {
+        Self {
+            live: Mutex::new(HashMap::new()),
+            dying: Mutex::new(HashMap::new()),
+            stats: Mutex::new(ProviderStats::default()),
+            in_flight: AtomicUsize::new(0),
+            in_flight_changed: Notify::new(),
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<S: Member> Core<S> {
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<S>> {
+        self.live.lock().expect("sandboxes").get(id).cloned().ok_or_else(|| no_sandbox(id))
+    }
+
+    /// Registers `sb` (counted if owned); an adopted one already registered is kept.
+    pub(crate) fn register(&self, sb: Arc<S>) -> Arc<S> {
+        let mut live = self.live.lock().expect("sandboxes");
+        if let Some(existing) = live.get(sb.id()) {
+            return existing.clone();
+        }
+        if sb.owned() {
+            let mut st = self.stats.lock().expect("stats");
+            st.created += 1;
+            st.live += 1;
+            st.peak_live = st.peak_live.max(st.live);
+        }
+        live.insert(sb.id().to_string(), sb.clone());
+        sb
+    }
+
+    /// The registered sandboxes.
+    pub(crate) fn live(&self) -> Vec<Arc<S>> {
+        self.live.lock().expect("sandboxes").values().cloned().collect()
+    }
+
+    /// Registered and dying ones: what a last-resort kill must reach.
+    pub(crate) fn everything(&self) -> Vec<Arc<S>> {
+        let mut all = self.live();
+        all.extend(self.dying.lock().expect("dying").values().cloned());
+        all
+    }
+
+    pub(crate) fn is_dying(&self, id: &str) -> bool {
+        self.dying.lock().expect("dying").contains_key(id)
+    }
+
+    pub(crate) fn stats(&self) -> ProviderStats {
+        self.stats.lock().expect("stats").clone()
+    }
+
+    /// Unregisters `id` and moves it to the dying set, counting it destroyed under the same
+    /// lock. None if it was not registered.
+    fn unregister(&self, id: &str) -> Option<Arc<S>> {
+        let mut live = self.live.lock().expect("sandboxes");
+        let sb = live.remove(id)?;
+        if sb.owned() {
+            let mut st = self.stats.lock().expect("stats");
+            st.destroyed += 1;
+            st.live = st.live.saturating_sub(1);
+        }
+        self.dying.lock().expect("dying").insert(id.to_string(), sb.clone());
+        drop(live);
+        sb.life().mark_gone();
+        Some(sb)
+    }
+}
+
+/// Unregisters and tears down `id`; false if it was not registered.
+pub(crate) async fn kill<H: Host>(host: &H, id: &str) -> bool {
+    let core = host.core();
+    let Some(sb) = core.unregister(id) else { return false };
+    host.teardown(&sb).await;
+    core.dying.lock().expect("dying").remove(id);
+    true
+}
+
+/// Decrements the in-flight counter even if the creation task panics.
+struct InFlight<H: Host>(Arc<H>);
+
+impl<H: Host> Drop for InFlight<H> {
+    fn drop(&mut self) {
+        let core = self.0.core();
+        core.in_flight.fetch_sub(1, Ordering::SeqCst);
+        core.in_flight_changed.notify_waiters();
+    }
+}
+
+/// Runs `make` (which registers what it makes) in a task of its own and returns its sandbox;
+/// if nobody waits for it any more, or the provider is shutting down, the sandbox is killed.
+pub(crate) async fn create<H, F>(host: Arc<H>, make: F) -> Result<Arc<H::Sandbox>>
+where
+    H: Host,
+    F: Future<Output = Result<Arc<H::Sandbox>>> + Send + 'static,
+{
+    host.core().in_flight.fetch_add(1, Ordering::SeqCst);
+    let guard = InFlight(host.clone());
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let guard = guard;
+        let host = &guard.0;
+        match make.await {
+            Ok(sb) => {
+                if host.core().shutting_down.load(Ordering::SeqCst) {
+                    kill(host.as_ref(), sb.id()).await;
+                    let _ = tx.send(Err(ProviderError::infra("provider is shutting down")));
+                } else if let Err(Ok(sb)) = tx.send(Ok(sb)) {
+                    kill(host.as_ref(), sb.id()).await;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+    });
+    rx.await.map_err(|_| ProviderError::infra("sandbox creation failed unexpectedly"))?
+}
+
+/// Kills every owned sandbox, waiting (bounded) for creations in flight; returns how many.
+pub(crate) async fn destroy_all<H: Host>(host: &Arc<H>) -> usize {
+    let core = host.core();
+    core.shutting_down.store(true, Ordering::SeqCst);
+    let mut count = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ids: Vec<String> = core.live().iter().filter(|sb| sb.owned()).map(|sb| sb.id().to_string()).collect();
+        let mut set = tokio::task::JoinSet::new();
+        for id in ids {
+            let host = host.clone();
+            set.spawn(async move { kill(host.as_ref(), &id).await });
+        }
+        while let Some(r) = set.join_next().await {
+            if matches!(r, Ok(true)) {
+                count += 1;
+            }
+        }
+        // Creations still under way register (and, seeing the flag, kill) their sandbox.
+        while core.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            let changed = core.in_flight_changed.notified();
+            let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
+        }
+        let left = core.live().iter().any(|sb| sb.owned());
+        if !left || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+    }
+    core.shutting_down.store(false, Ordering::SeqCst);
+    count
+}
+
+/// Kills `sb` at its end time (which `set_timeout` may move), unless it is gone first.
+pub(crate) fn expire_at_end<H: Host>(host: &Arc<H>, sb: Arc<H::Sandbox>) {
+    let host: Weak<H> = Arc::downgrade(host);
+    tokio::spawn(async move {
+        loop {
+            let life = sb.life();
+            if life.is_gone() {
+                return;
+            }
+            let (end, now) = (life.end_ms(), now_ms());
+            if now >= end {
+                if let Some(host) = host.upgrade() {
+                    kill(host.as_ref(), sb.id()).await;
+                }
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(end - now)) => {}
+                _ = life.changed.notified() => {}
+            }
+        }
+    });
+}
+
+/// A process as the table sees it.
+pub(crate) trait Process: Send + Sync {
+    /// Its pid inside the sandbox.
+    fn pid(&self) -> u32;
+    fn info(&self) -> ProcessInfo;
+}
+
+/// A sandbox's processes by pid inside it.
+pub(crate) struct Procs<P> {
+    procs: Mutex<BTreeMap<u32, Arc<P>>>,
+}
+
+impl<P> Default for Procs<P> {
+    fn default() -> Self {
+        Self { procs: Mutex::new(BTreeMap::new()) }
+    }
+}
+
+impl<P: Process> Procs<P> {
+    pub(crate) fn insert(&self, p: Arc<P>) {
+        self.procs.lock().expect("procs").insert(p.pid(), p);
+    }
+
+    /// Removes `p` if it is still the entry for its pid.
+    pub(crate) fn remove(&self, p: &Arc<P>) {
+        let mut procs = self.procs.lock().expect("procs");
+        if procs.get(&p.pid()).is_some_and(|q| Arc::ptr_eq(q, p)) {
+            procs.remove(&p.pid());
+        }
+    }
+
+    pub(crate) fn get(&self, pid: u32) -> Result<Arc<P>> {
+        self.procs
+            .lock()
+            .expect("procs")
+            .get(&pid)
+            .cloned()
+            .ok_or_else(|| ProviderError::not_found(format!("no such process: {pid}")))
+    }
+
+    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
+        self.procs.lock().expect("procs").values().map(|p| p.info()).collect()
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<P>> {
+        self.procs.lock().expect("procs").values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Sb {
+        id: String,
+        life: Life,
+    }
+
+    impl Member for Sb {
+        fn id(&self) -> &str {
+            &self.id
+        }
+        fn life(&self) -> &Life {
+            &self.life
+        }
+    }
+
+    #[derive(Default)]
+    struct Fake {
+        core: Core<Sb>,
+        torn_down: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl Host for Fake {
+        type Sandbox = Sb;
+        fn core(&self) -> &Core<Sb> {
+            &self.core
+        }
+        async fn teardown(&self, sb: &Arc<Sb>) {
+            // While a teardown runs, the sandbox is already counted destroyed and unlisted.
+            let st = self.core.stats();
+            assert_eq!(st.live as usize, self.core.live().len());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.torn_down.lock().unwrap().push(sb.id.clone());
+        }
+    }
+
+    fn sb(id: &str, end: u64) -> Arc<Sb> {
+        Arc::new(Sb { id: id.into(), life: Life::new(end) })
+    }
+
+    #[tokio::test]
+    async fn counters_agree_with_the_registry_at_every_step() {
+        let host = Arc::new(Fake::default());
+        for i in 0..3 {
+            host.core.register(sb(&format!("s{i}"), u64::MAX));
+        }
+        assert_eq!((host.core.stats().created, host.core.stats().live, host.core.stats().peak_live), (3, 3, 3));
+        let h = host.clone();
+        let killing = tokio::spawn(async move { kill(h.as_ref(), "s0").await });
+        tokio::task::yield_now().await;
+        assert!(killing.await.unwrap());
+        assert!(!kill(host.as_ref(), "s0").await, "a second kill finds nothing");
+        let st = host.core.stats();
+        assert_eq!((st.created, st.destroyed, st.live), (3, 1, 2));
+        assert_eq!(destroy_all(&host).await, 2);
+        assert_eq!(host.core.stats().live, 0);
+        assert_eq!(host.torn_down.lock().unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_creation_nobody_waits_for_is_killed() {
+        let host = Arc::new(Fake::default());
+        let h = host.clone();
+        let make = async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(h.core.register(sb("orphan", u64::MAX)))
+        };
+        let waiting = tokio::spawn(create(host.clone(), make));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waiting.abort();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(host.torn_down.lock().unwrap().as_slice(), ["orphan"]);
+        assert_eq!(host.core.stats().live, 0);
+    }
+
+    #[tokio::test]
+    async fn sandboxes_expire_at_their_end_time_which_can_move() {
+        let host = Arc::new(Fake::default());
+        let a = host.core.register(sb("a", now_ms() + 50));
+        let b = host.core.register(sb("b", now_ms() + 50));
+        b.life.extend(60);
+        expire_at_end(&host, a);
+        expire_at_end(&host, b);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(host.torn_down.lock().unwrap().as_slice(), ["a"]);
+        assert!(host.core.get("b").is_ok());
+    }
+}
