@@ -230,7 +230,7 @@ fn python_hello_builds_over_the_template_api_and_is_deleted_at_the_end() {
     let log = built[0]["log"].as_str().unwrap();
     // The COPY context went up as a tar, and serve ran it through the local builder.
     assert!(log.contains("uploading 1 files"), "{log}");
-    assert!(log.contains("FROM maps to /"), "{log}");
+    assert!(log.contains("FROM ") && log.contains(" maps to "), "{log}");
     let deployed = step_outputs(report.path(), "deploy");
     let id = deployed[0]["template_id"].as_str().unwrap().to_string();
     assert_eq!(id.len(), 20, "a serve template ID, not the name: {id}");
