@@ -335,22 +335,37 @@ async fn a_template_from_an_image_with_registry_credentials_never_shows_the_pass
         ..Default::default()
     };
     let auth = RegistryAuth { username: "robot".into(), password: "pa55-w0rd-never-shown".into() };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let id = p.build_from_image("registry.example/ns/img:1", Some(&auth), &def, &tx).await.unwrap();
+    let logged = |mut rx: tokio::sync::mpsc::UnboundedReceiver<String>| async move {
+        let mut log = String::new();
+        while let Some(l) = rx.recv().await {
+            log += &l;
+            log.push('\n');
+        }
+        log
+    };
+    // A private registry that cannot be reached (a closed loopback port): the build fails,
+    // and neither its error nor its log holds the password.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let err = p.build_from_image("127.0.0.1:9/ns/img:1", Some(&auth), &def, &tx).await.unwrap_err();
     drop(tx);
-    let mut log = String::new();
-    while let Some(l) = rx.recv().await {
-        log += &l;
-        log.push('\n');
+    let log = logged(rx).await;
+    assert!(log.contains("from image 127.0.0.1:9/ns/img:1"), "{log}");
+    for text in [&log, &format!("{err:?}")] {
+        assert!(!text.contains(&auth.password), "{text}");
     }
-    assert!(log.contains("FROM registry.example/ns/img:1"), "{log}");
+    // An image the local provider has offline, with the same credentials, builds and runs.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let id = p.build_from_image("python:3.11-slim", Some(&auth), &def, &tx).await.unwrap();
+    drop(tx);
+    let log = logged(rx).await;
+    assert!(log.contains("from image python:3.11-slim"), "{log}");
     assert!(!log.contains(&auth.password), "{log}");
     // Created by its ID, the start command ran and was ready before create returned.
     let sb = p.create(CreateRequest { template: id.clone(), ..Default::default() }).await.unwrap();
     let r = p.exec(&sb.id, ExecRequest { cmd: "cat /tmp/up".into(), ..Default::default() }, None).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&r.stdout), "up\n");
     p.kill(&sb.id).await.unwrap();
-    assert_eq!(p.remove_builds().await, 1, "the template is deleted with the run's builds");
+    assert!(p.remove_builds().await >= 1, "the template is deleted with the run's builds");
     let ((code, _), _srv) =
         tokio::task::spawn_blocking(move || (get(&srv, &format!("/templates/{id}")), srv)).await.unwrap();
     assert_eq!(code, 404);

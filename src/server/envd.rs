@@ -202,6 +202,20 @@ fn config_json(cfg: &ProcessConfig) -> Value {
     v
 }
 
+/// The user an envd request selects with `Authorization: Basic base64("<user>:")` (protocol
+/// doc §3.3); none means the sandbox's default user.
+fn basic_user(h: &HeaderMap) -> Option<String> {
+    let v = h.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, b64) = v.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let user = text.split(':').next().unwrap_or_default();
+    (!user.is_empty()).then(|| user.to_string())
+}
+
 fn timeout_header(h: &HeaderMap) -> Option<Duration> {
     let ms: u64 = h.get("connect-timeout-ms")?.to_str().ok()?.trim().parse().ok()?;
     (ms > 0).then(|| Duration::from_millis(ms))
@@ -322,6 +336,7 @@ async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) 
         cmd: command_line(&req.process),
         cwd,
         envs: req.process.envs.clone(),
+        user: basic_user(headers),
         // The output reaches clients live (`procs`); what the provider would keep for `wait`
         // (64 MiB a stream by default) is never read here, so it keeps none.
         max_output: Some(0),
@@ -475,13 +490,10 @@ fn permissions(kind: &str, mode: u32) -> String {
     s
 }
 
+/// The owner reported for every entry: the provider writes files as the sandbox user, and
+/// `FileEntry` carries no owner.
 fn owner_name() -> &'static str {
-    // SAFETY: getuid cannot fail. Commands (and so files) belong to the server's user.
-    if unsafe { libc::getuid() } == 0 {
-        "root"
-    } else {
-        "user"
-    }
+    "user"
 }
 
 /// `EntryInfo` in proto3 JSON (int64 size as a string, enum names).
@@ -611,6 +623,18 @@ mod tests {
         assert_eq!(command_line(&sdk), "echo hi");
         let other = ProcessConfig { cmd: "ls".into(), args: vec!["-la".into(), "it's".into()], ..Default::default() };
         assert_eq!(command_line(&other), "exec 'ls' '-la' 'it'\\''s'");
+    }
+
+    #[test]
+    fn basic_auth_selects_the_user() {
+        let mut h = HeaderMap::new();
+        assert_eq!(basic_user(&h), None);
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic cm9vdDo=")); // root:
+        assert_eq!(basic_user(&h).as_deref(), Some("root"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer cm9vdDo="));
+        assert_eq!(basic_user(&h), None);
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic Og==")); // ":"
+        assert_eq!(basic_user(&h), None);
     }
 
     #[test]
