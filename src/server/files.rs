@@ -54,12 +54,18 @@ pub(crate) struct Spool {
     next: AtomicU64,
     /// KiB of upload bytes that may be held in memory at once, over all requests.
     budget: Arc<tokio::sync::Semaphore>,
+    budget_kib: u32,
 }
 
 impl Spool {
     pub(crate) fn new(dir: PathBuf, max_upload: u64) -> Self {
-        let kib = usize::try_from(max_upload.div_ceil(1024)).unwrap_or(usize::MAX).max(1);
-        Self { dir, next: AtomicU64::new(0), budget: Arc::new(tokio::sync::Semaphore::new(kib)) }
+        let kib = u32::try_from(max_upload.div_ceil(1024)).unwrap_or(u32::MAX).max(1);
+        Self {
+            dir,
+            next: AtomicU64::new(0),
+            budget: Arc::new(tokio::sync::Semaphore::new(kib as usize)),
+            budget_kib: kib,
+        }
     }
 
     /// A new, empty spool file, removed when dropped.
@@ -423,7 +429,8 @@ pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req:
     let mut out = Vec::new();
     for (abs, f) in resolved {
         // The provider takes the bytes at once: hold them within the shared budget.
-        let kib = u32::try_from(f.len.div_ceil(1024)).unwrap_or(u32::MAX);
+        // At most the whole budget, so that one file never waits for more than exists.
+        let kib = u32::try_from(f.len.div_ceil(1024)).unwrap_or(u32::MAX).min(st.spool.budget_kib);
         let Ok(_permit) = st.spool.budget.acquire_many(kib).await else {
             return json_error(StatusCode::INTERNAL_SERVER_ERROR, "upload budget closed");
         };
