@@ -399,10 +399,7 @@ fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
     let registry_port: u16 = registry.rsplit(':').next().unwrap().parse().unwrap();
     let namespace = format!("acr-test-{}", std::process::id());
     let state = tempfile::tempdir().unwrap();
-    let srv = serve_env(
-        &[],
-        &[("SCENARIO_RUN_STATE_DIR", state.path()), ("SCENARIO_RUN_LOCAL_IMAGES", std::path::Path::new("docker"))],
-    );
+    let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
     let report = tempfile::NamedTempFile::new().unwrap();
     let password = "acr-pa55-never-shown";
     let out = alicloud_cmd(
@@ -427,7 +424,12 @@ fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
     let tag = format!("{registry}/{namespace}/python-hello:");
     assert!(log.contains(&format!("push {tag}")) && log.contains(&format!("pushed {tag}")), "{log}");
     assert!(log.contains(&format!("fromImage {tag}")) && log.contains(", 0 steps"), "{log}");
-    assert!(log.contains("is the base layer"), "serve made the template from the image: {log}");
+    // serve pulled the pushed image from the registry and made the template from it.
+    assert!(
+        log.contains(&format!("FROM {tag}"))
+            && log.contains(&format!("maps to {registry}/{namespace}/python-hello@sha256:")),
+        "serve made the template from the image: {log}"
+    );
     // In the registry, under the digest's tag; the engine's tag went with the run.
     let digest12 = &build["digest"].as_str().unwrap().trim_start_matches("sha256:")[..12];
     let (code, tags) = plain_get(registry_port, &format!("/v2/{namespace}/python-hello/tags/list"));

@@ -274,10 +274,11 @@ impl LocalProvider {
         })?;
         {
             use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o711));
+            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o700));
         }
         sweep_stale(&opts.state_dir);
         cgroup::sweep();
+        sandbox::sweep_mount_points();
         let (isolation, warning) = match opts.isolation {
             Isolation::None => (Isolation::None, None),
             Isolation::Namespaces => {

@@ -50,8 +50,34 @@ const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// Seconds to wait for the outer bwrap to exit after pid 1 was killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where a sandbox keeps its state on the host (all under `<state_dir>/<id>`), and what it
-/// is made of.
+/// Where sandbox roots are mounted (each in its own private mount namespace only; on the host
+/// these are empty directories). bwrap, already the namespace's root when it binds the root,
+/// must be able to walk to it, which a state directory inside a 0700 home or temporary
+/// directory would not allow; this path is traversable (0711) and each entry is the sandbox
+/// root's own (0700).
+pub(crate) const ROOTS: &str = "/run/scenario-run/roots";
+
+/// A fresh mount point under [`ROOTS`], named `<owner pid>.<start time>.<random>` so the next
+/// run can sweep what a killed one left.
+fn mount_point() -> PathBuf {
+    Path::new(ROOTS).join(format!("{}.{}", super::owner_token().replace(':', "."), sys::random_hex(6)))
+}
+
+/// Removes mount points whose owner process is gone (empty directories a SIGKILLed run left).
+pub(crate) fn sweep_mount_points() {
+    let Ok(entries) = std::fs::read_dir(ROOTS) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let mut parts = name.splitn(3, '.');
+        let (pid, start) = (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next().unwrap_or(""));
+        if !pid.is_some_and(|p| super::start_time(p).is_some_and(|s| s == start)) {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// Where a sandbox keeps its state on the host (all under `<state_dir>/<id>`, but for its
+/// mount point), and what it is made of.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     pub dir: PathBuf,
@@ -74,7 +100,7 @@ impl Layout {
             dir: dir.to_path_buf(),
             upper: dir.join("upper"),
             work: dir.join("work"),
-            merged: dir.join("merged"),
+            merged: mount_point(),
             lowers: Vec::new(),
             share_net: false,
             ro_binds: Vec::new(),
@@ -84,16 +110,40 @@ impl Layout {
     }
 
     /// Creates the directories, owned by the sandbox's root (so `/` inside is root's and
-    /// bwrap, already inside the user namespace, can reach `merged`), and the login-shell hook
-    /// (see `process`) in the upper layer.
+    /// bwrap, already inside the user namespace, can reach `merged`), the login-shell hook
+    /// (see `process`) in the upper layer, and the mount points of the read-only binds.
     pub(crate) fn create(&self) -> std::io::Result<()> {
         let root = userns::host_id(self.ids, 0);
+        for d in [Path::new("/run/scenario-run"), Path::new(ROOTS)] {
+            std::fs::create_dir_all(d)?;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
+        }
         for d in [&self.dir, &self.upper, &self.work, &self.merged] {
             std::fs::create_dir_all(d)?;
             std::os::unix::fs::lchown(d, Some(root), Some(root))?;
         }
         std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
         std::fs::set_permissions(&self.upper, std::fs::Permissions::from_mode(0o755))?;
+        for (_, inside) in &self.ro_binds {
+            let mut d = self.upper.clone();
+            let mut rel = PathBuf::new();
+            for part in Path::new(inside.trim_start_matches('/')).iter() {
+                d.push(part);
+                rel.push(part);
+                if !d.exists() {
+                    // A directory the image has keeps its mode and owner (`/tmp` stays 1777);
+                    // a new one is root's.
+                    use std::os::unix::fs::MetadataExt;
+                    let below = self.lowers.iter().find_map(|l| std::fs::symlink_metadata(l.join(&rel)).ok());
+                    std::fs::create_dir(&d)?;
+                    let (mode, uid, gid) = below
+                        .filter(|m| m.is_dir())
+                        .map_or((0o755, root, root), |m| (m.mode() & 0o7777, m.uid(), m.gid()));
+                    std::os::unix::fs::lchown(&d, Some(uid), Some(gid))?;
+                    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))?;
+                }
+            }
+        }
         let rc = self.upper.join(BASH_ENV_IN_SANDBOX.trim_start_matches('/'));
         let mut d = self.upper.clone();
         for part in Path::new(BASH_ENV_IN_SANDBOX.trim_start_matches('/')).parent().into_iter().flat_map(|p| p.iter()) {
@@ -172,8 +222,15 @@ fn bwrap_command(
         cmd.arg("--bind").arg(&layout.merged).arg("/");
     }
     cmd.args(["--dev", "/dev", "--proc", "/proc"]);
+    // The read-only binds are mounted into the root by the child, as host root (bwrap, as the
+    // namespace's root, might not reach their host paths).
+    let mut binds = Vec::new();
     for (host, inside) in &layout.ro_binds {
-        cmd.arg("--ro-bind").arg(host).arg(inside);
+        let target = layout.merged.join(inside.trim_start_matches('/'));
+        binds.push((
+            CString::new(host.to_str().ok_or_else(|| bad("bind"))?).map_err(|_| bad("bind"))?,
+            CString::new(target.to_str().ok_or_else(|| bad("bind"))?).map_err(|_| bad("bind"))?,
+        ));
     }
     // The hostname resolves in any image (`sudo` looks it up).
     cmd.args(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", "--hostname", HOSTNAME]);
@@ -208,6 +265,15 @@ fn bwrap_command(
             {
                 return Err(std::io::Error::last_os_error());
             }
+            for (src, dst) in &binds {
+                if libc::mount(src.as_ptr(), dst.as_ptr(), none, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+                if libc::mount(none, dst.as_ptr(), none, ro, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             if libc::setns(userns, libc::CLONE_NEWUSER) != 0
                 || libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setresgid(0, 0, 0) != 0
@@ -240,6 +306,8 @@ pub(crate) struct NsSandbox {
     /// The outer bwrap process, our direct child.
     bwrap: tokio::sync::Mutex<tokio::process::Child>,
     cgroup: Option<Cgroup>,
+    /// The (host-side empty) mount point of its root, removed when it stops.
+    mount_point: PathBuf,
     /// Set once `stop` ran; a sandbox dropped without it is killed by `Drop`.
     stopped: std::sync::atomic::AtomicBool,
 }
@@ -254,6 +322,7 @@ impl Drop for NsSandbox {
             if let Some(c) = &self.cgroup {
                 c.remove();
             }
+            let _ = std::fs::remove_dir(&self.mount_point);
         }
     }
 }
@@ -269,8 +338,9 @@ impl NsSandbox {
             Err(e) => {
                 if let Some(c) = &cgroup {
                     c.kill_all().await;
-                    c.remove();
+                    c.remove_async().await;
                 }
+                let _ = std::fs::remove_dir(&layout.merged);
                 return Err(e);
             }
         };
@@ -286,6 +356,7 @@ impl NsSandbox {
                 entry: Arc::new(entry),
                 bwrap: tokio::sync::Mutex::new(child),
                 cgroup,
+                mount_point: layout.merged.clone(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
             }),
             Err(e) => {
@@ -293,8 +364,9 @@ impl NsSandbox {
                 let _ = tokio::time::timeout(STOP_TIMEOUT, child.wait()).await;
                 if let Some(c) = &cgroup {
                     c.kill_all().await;
-                    c.remove();
+                    c.remove_async().await;
                 }
+                let _ = std::fs::remove_dir(&layout.merged);
                 Err(infra("sandbox namespaces vanished", e))
             }
         }
@@ -392,8 +464,9 @@ impl NsSandbox {
         let _ = self.pid1.wait_exit(STOP_TIMEOUT).await;
         if let Some(c) = &self.cgroup {
             c.kill_all().await;
-            c.remove();
+            c.remove_async().await;
         }
+        let _ = std::fs::remove_dir(&self.mount_point);
     }
 
     /// Last resort: SIGKILL pid 1 and everything in the cgroup, without waiting.
@@ -460,5 +533,6 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Str
         run
     })();
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir(&layout.merged);
     result
 }
