@@ -70,7 +70,7 @@ pub(crate) fn sweep_mount_points() {
         let name = e.file_name().to_string_lossy().to_string();
         let mut parts = name.splitn(3, '.');
         let (pid, start) = (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next().unwrap_or(""));
-        if !pid.is_some_and(|p| super::start_time(p).is_some_and(|s| s == start)) {
+        if pid.is_none_or(|p| super::start_time(p).is_none_or(|s| s != start)) {
             let _ = std::fs::remove_dir(e.path());
         }
     }
