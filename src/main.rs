@@ -717,7 +717,7 @@ fn run(args: RunArgs) -> u8 {
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let cancel = CancellationToken::new();
-        spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone());
+        spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
         let printer = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 reporter.handle(&ev);
@@ -777,6 +777,7 @@ fn spawn_signal_handler(
     cancel: CancellationToken,
     provider: Arc<dyn Provider>,
     tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    run_id: String,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(async move {
@@ -796,6 +797,12 @@ fn spawn_signal_handler(
             } else {
                 errln!("\nscenario-run: second {name}: destroying sandboxes and exiting now");
                 provider.destroy_all_now();
+                // A create under way when the signal came may still land on a remote provider:
+                // what carries this run's tag goes too (bounded: this exit is meant to be quick).
+                for _ in 0..2 {
+                    runner::sweep_run(provider.as_ref(), &run_id, Duration::from_secs(2)).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
                 std::process::exit(130);
             }
         }

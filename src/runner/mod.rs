@@ -161,6 +161,15 @@ pub async fn run(
     if leftovers > 0 {
         crate::errln!("scenario-run: destroyed {leftovers} sandbox(es) left behind at the end of the run");
     }
+    // Then by the run's tag: sandboxes this process never tracked (made by an SDK or CLI a
+    // scenario drove, or by a create whose answer was lost) carry it too.
+    let swept = sweep_run(cfg.provider.as_ref(), &cfg.run_id, Duration::from_secs(60)).await;
+    if swept > 0 {
+        crate::errln!(
+            "scenario-run: swept {swept} sandbox(es) tagged e2e={} that the run had not destroyed",
+            cfg.run_id
+        );
+    }
     // Template builds and deployments of this run, unless they were asked to be kept.
     cfg.provider.remove_builds().await;
     results.sort_by_key(|r| r.index);
@@ -297,4 +306,21 @@ mod tests {
         }
         assert_eq!(finished, 2, "every scenario is reported");
     }
+}
+
+/// Kills every sandbox the provider lists with this run's tag (`e2e=<run id>`), within
+/// `within`; returns how many. The session-end sweep, and the last act of a second Ctrl-C.
+pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, within: Duration) -> usize {
+    let work = async {
+        let tag: std::collections::BTreeMap<String, String> = [("e2e".to_string(), run_id.to_string())].into();
+        let Ok(found) = provider.list(&tag).await else { return 0 };
+        let mut swept = 0;
+        for sb in found {
+            if matches!(provider.kill(&sb.id).await, Ok(true)) {
+                swept += 1;
+            }
+        }
+        swept
+    };
+    tokio::time::timeout(within, work).await.unwrap_or(0)
 }

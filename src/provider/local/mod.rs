@@ -518,10 +518,15 @@ impl Inner {
                 }
             }
             let l = layout.clone();
-            tokio::task::spawn_blocking(move || l.create())
+            let prepared = tokio::task::spawn_blocking(move || l.create())
                 .await
-                .map_err(|e| ProviderError::infra(e.to_string()))?
-                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+                .map_err(|e| ProviderError::infra(e.to_string()))
+                .and_then(|r| r.map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}"))));
+            if let Err(e) = prepared {
+                let _ = std::fs::remove_dir(&layout.merged);
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(e);
+            }
             let ns = match NsSandbox::start(layout, &id).await {
                 Ok(ns) => ns,
                 Err(e) => {
@@ -627,7 +632,7 @@ impl Inner {
         std::thread::sleep(Duration::from_millis(150));
         for sb in &all {
             if let Iso::Ns { ns, .. } = &sb.iso {
-                ns.remove_cgroup();
+                ns.remove_leftovers();
             }
             let _ = std::fs::remove_dir_all(&sb.dir);
         }

@@ -331,8 +331,13 @@ impl NsSandbox {
     /// Starts the sandbox and waits until its root is in place. `name` names its cgroup.
     pub(crate) async fn start(layout: Layout, name: &str) -> Result<Self> {
         let infra = |what: &str, e: std::io::Error| ProviderError::infra(format!("{what}: {}", sys::errno_text(&e)));
-        let cgroup = Cgroup::create(&super::cgroup::group_name(name), layout.limits)
-            .map_err(|e| infra("cannot create the sandbox's cgroup", e))?;
+        let cgroup = match Cgroup::create(&super::cgroup::group_name(name), layout.limits) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&layout.merged);
+                return Err(infra("cannot create the sandbox's cgroup", e));
+            }
+        };
         let (pid1, mut child) = match Self::start_in(&layout, cgroup.as_ref()).await {
             Ok(started) => started,
             Err(e) => {
@@ -480,11 +485,12 @@ impl NsSandbox {
         }
     }
 
-    /// Removes the cgroup after `stop_now` (best effort, bounded).
-    pub(crate) fn remove_cgroup(&self) {
+    /// Removes the cgroup and the mount point after `stop_now` (best effort, bounded).
+    pub(crate) fn remove_leftovers(&self) {
         if let Some(c) = &self.cgroup {
             c.remove();
         }
+        let _ = std::fs::remove_dir(&self.mount_point);
     }
 }
 
