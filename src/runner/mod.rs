@@ -231,6 +231,23 @@ fn not_run(
     r
 }
 
+/// Kills every sandbox the provider lists with this run's tag (`e2e=<run id>`), within
+/// `within`; returns how many. The session-end sweep, and the last act of a second Ctrl-C.
+pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, within: Duration) -> usize {
+    let work = async {
+        let tag: std::collections::BTreeMap<String, String> = [("e2e".to_string(), run_id.to_string())].into();
+        let Ok(found) = provider.list(&tag).await else { return 0 };
+        let mut swept = 0;
+        for sb in found {
+            if matches!(provider.kill(&sb.id).await, Ok(true)) {
+                swept += 1;
+            }
+        }
+        swept
+    };
+    tokio::time::timeout(within, work).await.unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,21 +323,4 @@ mod tests {
         }
         assert_eq!(finished, 2, "every scenario is reported");
     }
-}
-
-/// Kills every sandbox the provider lists with this run's tag (`e2e=<run id>`), within
-/// `within`; returns how many. The session-end sweep, and the last act of a second Ctrl-C.
-pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, within: Duration) -> usize {
-    let work = async {
-        let tag: std::collections::BTreeMap<String, String> = [("e2e".to_string(), run_id.to_string())].into();
-        let Ok(found) = provider.list(&tag).await else { return 0 };
-        let mut swept = 0;
-        for sb in found {
-            if matches!(provider.kill(&sb.id).await, Ok(true)) {
-                swept += 1;
-            }
-        }
-        swept
-    };
-    tokio::time::timeout(within, work).await.unwrap_or(0)
 }
