@@ -98,7 +98,7 @@ pub fn summary() -> RunSummary {
         "check content",
         loc("scenarios/files.yaml", 12, 7),
         "stdout did not match",
-        Some(Mismatch { expected: "hello".into(), actual: "world".into() }),
+        Some(Mismatch::new("hello", "world")),
         StepStatus::Failed,
     );
 
@@ -107,7 +107,7 @@ pub fn summary() -> RunSummary {
         "exec: ls",
         loc("scenarios/files.yaml", 30, 7),
         "stdout did not match\nsee diff",
-        Some(Mismatch { expected: "a\nb\nc\n".into(), actual: "a\nB\nc\n".into() }),
+        Some(Mismatch::new("a\nb\nc\n", "a\nB\nc\n")),
         StepStatus::Failed,
     );
 

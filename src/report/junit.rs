@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(failure.attribute("message"), Some("stdout did not match"));
         let text = failure.text().unwrap();
         assert!(text.starts_with("scenarios/files.yaml:12:7: check content\n"), "{text}");
-        assert!(text.contains("expected: \"hello\"\nactual:   \"world\""), "{text}");
+        assert!(text.contains("expected: \"hello\"\nfound:    \"world\""), "{text}");
         let out = case.children().find(|n| n.has_tag_name("system-out")).unwrap().text().unwrap();
         assert!(
             out.contains("FAILED  [steps] check content (scenarios/files.yaml:12:7, 0.10s): stdout did not match"),

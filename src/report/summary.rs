@@ -159,11 +159,11 @@ fixed bug                  XPASS       0.40s                                    
 
 FAILED write file[template=base] › check content (scenarios/files.yaml:12:7)
 expected: \"hello\"
-actual:   \"world\"
+found:    \"world\"
 
 FAILED multi line › exec: ls (scenarios/files.yaml:30:7)
 --- expected
-+++ actual
++++ found
 @@ -1,3 +1,3 @@
  a
 -b

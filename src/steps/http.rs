@@ -107,28 +107,33 @@ fn check_expect(expect: &J, status: u16, headers: &serde_json::Map<String, J>, b
         if !allowed.contains(&i64::from(status)) {
             let snippet: String = body.chars().take(300).collect();
             let mut err =
-                StepError::fail(format!("expected status {}, got {status}; body: {snippet:?}", super::text(want)));
-            err.mismatch = Some(Box::new(Mismatch { expected: super::text(want), actual: status.to_string() }));
+                StepError::fail(format!("expected status {}, found {status}; body: {snippet:?}", super::text(want)));
+            err.mismatch = Some(Box::new(Mismatch::new(super::text(want), status.to_string())));
             return Err(err);
         }
     }
     if let Some(m) = e.get("body") {
-        Matcher::from_json(m).map_err(StepError::error)?.check_text(body).map_err(StepError::from)?;
+        Matcher::from_json(m).map_err(StepError::error)?.check_text(body).map_err(|f| {
+            let mut e = StepError::from(f);
+            e.message = format!("body: {}", e.message);
+            e
+        })?;
     }
     if let Some(checks) = e.get("json") {
-        Matcher::from_json(&json!({ "json": checks }))
-            .map_err(StepError::error)?
-            .check_text(body)
-            .map_err(StepError::from)?;
+        Matcher::from_json(&json!({ "json": checks })).map_err(StepError::error)?.check_text(body).map_err(|f| {
+            let mut e = StepError::from(f);
+            e.message = format!("body: {}", e.message);
+            e
+        })?;
     }
     for (name, want) in e.str_map("headers")? {
         let got = headers.get(&name.to_ascii_lowercase()).and_then(J::as_str);
         match got {
             Some(v) if v.contains(&want) => {}
             Some(v) => {
-                return Err(StepError::fail(format!("header {name}: expected it to contain {want:?}, got {v:?}")))
+                return Err(StepError::fail(format!("header {name}: expected a value containing {want:?}, found {v:?}")))
             }
-            None => return Err(StepError::fail(format!("header {name} is missing"))),
+            None => return Err(StepError::fail(format!("expected header {name}, found no such header"))),
         }
     }
     Ok(())
