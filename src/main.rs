@@ -373,6 +373,7 @@ fn load(
     paths: &[String],
     vars: &[String],
     masker: &Masker,
+    env: &std::collections::BTreeMap<String, String>,
 ) -> Result<(model::Loaded, serde_json::Map<String, serde_json::Value>), u8> {
     let mut cli_vars = serde_json::Map::new();
     for v in vars {
@@ -390,7 +391,11 @@ fn load(
         errln!("error: {e}");
         EXIT_USAGE
     })?;
-    let opts = LoadOptions { cli_vars: cli_vars.keys().cloned().collect(), today: config::today() };
+    let opts = LoadOptions {
+        cli_vars: cli_vars.keys().cloned().collect(),
+        today: config::today(),
+        templates_dir: env.get(scenario_run::templates::TEMPLATES_DIR_ENV).cloned(),
+    };
     match model::load(&files, &opts) {
         Ok(loaded) => Ok((loaded, cli_vars)),
         Err(diags) => {
@@ -403,7 +408,7 @@ fn load(
 fn check(args: CheckArgs) -> u8 {
     let env = config::environment(Path::new(".env"), &[]).unwrap_or_default();
     let masker = Masker::from_env(&env, &[]);
-    match load(&args.paths, &args.vars, &masker) {
+    match load(&args.paths, &args.vars, &masker, &env) {
         Ok((loaded, _)) => {
             outln!("ok: {} scenarios ({} cases) in {} files", loaded.scenarios.len(), loaded.cases.len(), loaded.files);
             0
@@ -629,7 +634,7 @@ fn run(args: RunArgs) -> u8 {
         }
     };
     let base_masker = Masker::from_env(&env, &[]);
-    let (loaded, cli_vars) = match load(&args.paths, &args.vars, &base_masker) {
+    let (loaded, cli_vars) = match load(&args.paths, &args.vars, &base_masker, &env) {
         Ok(l) => l,
         Err(code) => return code,
     };

@@ -155,7 +155,8 @@ pub fn difference(expected: &str, found: &str) -> Option<Hint> {
             };
             format!("{short}: the text found ends with {found_tail:?}, as the output of `echo` and most commands does; {fix}")
         } else {
-            let found = if found_tail.is_empty() { "does not".to_string() } else { format!("ends with {found_tail:?}") };
+            let found =
+                if found_tail.is_empty() { "does not".to_string() } else { format!("ends with {found_tail:?}") };
             format!(
                 "{short}: the expected text ends with {expected_tail:?} and the text found {found}; a YAML block scalar `|` adds a newline, `|-` does not"
             )
@@ -475,7 +476,11 @@ impl Clause {
                     if let Some(want) = check.exists {
                         if found_at.is_some() != want {
                             let message = if want {
-                                format!("expected {} to exist, found no such path in {}", check.path, short_raw(&doc.to_string()))
+                                format!(
+                                    "expected {} to exist, found no such path in {}",
+                                    check.path,
+                                    short_raw(&doc.to_string())
+                                )
                             } else {
                                 format!(
                                     "expected {} not to exist, found {}",

@@ -22,6 +22,16 @@ fn spec(ctx: &StepCtx, a: &Args<'_>) -> Result<BuildSpec, StepError> {
         Some(p) => ctx.scenario_dir.join(p),
         None => find_dir(&name, &ctx.scenario_dir, ctx.env.get(TEMPLATES_DIR_ENV).map(String::as_str)),
     };
+    if !dir.is_dir() {
+        let hint = match (a.opt_str("path"), ctx.env.get(TEMPLATES_DIR_ENV).filter(|v| !v.is_empty())) {
+            (Some(_), _) => "`path:` is relative to the scenario file".to_string(),
+            (None, Some(root)) => format!("{TEMPLATES_DIR_ENV} is {root}, and it has no folder `{name}`"),
+            (None, None) => format!(
+                "looked for `templates/{name}` in the folders above the scenario file; set {TEMPLATES_DIR_ENV} to the folder that holds your template folders, or give `path:`"
+            ),
+        };
+        return Err(StepError::error(format!("no template folder {} ({hint})", dir.display())));
+    }
     let template = TemplateDir::load(&dir).map_err(StepError::error)?;
     if template.def.name != name {
         return Err(StepError::error(format!(

@@ -1360,7 +1360,7 @@ async fn build_and_deploy_load_the_folder_and_collect_the_log() {
     assert_eq!(out["log"], "deploying python-hello");
 
     let e = errored(step(&mut c, "build", json!({ "template": "no-such-template" })).await);
-    assert!(e.message.contains("no-such-template") && e.message.contains("does not exist"), "{}", e.message);
+    assert!(e.message.starts_with("no template folder templates/no-such-template (looked for `templates/no-such-template` in the folders above the scenario file; set SCENARIO_RUN_TEMPLATES_DIR"), "{}", e.message);
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("broken")).unwrap();
@@ -1391,4 +1391,64 @@ async fn rendered_huge_durations_are_errors() {
     }
     let e = step(&mut c, "sleep", json!({ "duration": 1e300 })).await.unwrap_err();
     assert!(e.message.contains("too long"), "{}", e.message);
+}
+
+/// Issue 18: `http-get: { port: 8000 }` with nothing listening said "request to
+/// http://127.0.0.1:43595/health failed: … connection reset": the forwarder's port, not 8000.
+/// A forwarder accepts and then closes; a plain port refuses; E2B's proxy answers 502.
+#[tokio::test]
+async fn nothing_listening_names_the_sandbox_port() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    // A forwarder with nothing behind it: accepts, then closes.
+    let fwd = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fport = fwd.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = fwd.accept().await {
+            drop(sock);
+        }
+    });
+    let e = failed(step(&mut c, "http-get", json!({ "port": fport, "path": "/health" })).await);
+    assert_eq!(
+        e.message.replace(&fport.to_string(), "<port>"),
+        "nothing is listening on port <port> in the sandbox: GET /health got connection closed before message \
+         completed (through http://127.0.0.1:<port>); start a server on port <port> before this step, and give this \
+         step `eventually: 10s` while it starts"
+    );
+    // Polled: the hint does not ask for what the step already has.
+    c.polling = true;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let e = failed(step(&mut c, "http", json!({ "method": "post", "port": closed, "path": "/x" })).await);
+    assert_eq!(
+        e.message.replace(&closed.to_string(), "<port>"),
+        "nothing is listening on port <port> in the sandbox: POST /x got connection refused \
+         (through http://127.0.0.1:<port>); start a server on port <port> before this step"
+    );
+    c.polling = false;
+    // A URL is the author's own: its failure names it.
+    let e = failed(step(&mut c, "http-get", json!({ "url": format!("http://127.0.0.1:{closed}/y") })).await);
+    assert!(e.message.starts_with(&format!("request to http://127.0.0.1:{closed}/y failed: ")), "{}", e.message);
+    // E2B's proxy and `serve`: 502 "port is not open".
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pport = proxy.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = proxy.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = sock.read(&mut buf).await;
+            let body = r#"{"message":"The sandbox is running but port is not open","code":502}"#;
+            let resp = format!("HTTP/1.1 502 Bad Gateway\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut sock, resp.as_bytes()).await;
+        }
+    });
+    let e = failed(step(&mut c, "http-get", json!({ "port": pport, "expect": { "status": 200 } })).await);
+    assert!(
+        e.message.starts_with(&format!(
+            "expected status 200, found 502 (nothing is listening on port {pport} in the sandbox); body: "
+        )),
+        "{}",
+        e.message
+    );
 }

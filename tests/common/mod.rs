@@ -19,7 +19,11 @@ pub fn root() -> PathBuf {
 /// The binary, run from the project root with a clean, predictable environment.
 pub fn cmd(args: &[&str]) -> Command {
     let mut c = Command::new(bin());
-    c.current_dir(root()).args(args).env("NO_COLOR", "1").env_remove("E2E_RUN_ID");
+    c.current_dir(root())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("E2E_RUN_ID")
+        .env_remove("SCENARIO_RUN_TEMPLATES_DIR");
     c
 }
 
