@@ -717,7 +717,12 @@ fn run(args: RunArgs) -> u8 {
             _ => tty && std::env::var_os("NO_COLOR").is_none(),
         };
         let mut reporter = HumanReporter::new(
-            HumanOptions { progress: tty && !args.no_progress, color, verbose: args.verbose },
+            HumanOptions {
+                progress: tty && !args.no_progress,
+                color,
+                verbose: args.verbose,
+                width: out::terminal_width(),
+            },
             Box::new(std::io::stdout()),
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();

@@ -42,7 +42,7 @@ fn failing_runs_show_diffs_and_exit_1() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stdout = redact(&text(&out.stdout));
     expect_file(&root().join("tests/fixtures/failing.out"), &stdout);
-    assert!(stdout.contains("-BETA\n+beta"), "multi-line diff missing:\n{stdout}");
+    assert!(stdout.contains("  -BETA\n  +beta"), "multi-line diff missing:\n{stdout}");
     let xml = junit_doc(&junit);
     let doc = roxmltree::Document::parse(&xml).unwrap();
     let failures: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("failure")).collect();

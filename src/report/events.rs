@@ -216,6 +216,11 @@ pub enum Event {
         phase: Phase,
         label: String,
     },
+    /// A running step says what it is doing (a line of a build's log), for the live view.
+    StepProgress {
+        index: usize,
+        line: String,
+    },
     StepFinished {
         index: usize,
         record: StepRecord,

@@ -102,6 +102,17 @@ pub fn summary() -> RunSummary {
         StepStatus::Failed,
     );
 
+    let mut matrix = matrix;
+    let mut log = step(3, "exec: cat /tmp/app.log", StepStatus::Passed, loc("scenarios/files.yaml", 40, 5));
+    log.phase = Phase::Finally;
+    log.kind = "exec".into();
+    log.outputs = json!({
+        "exit_code": 0,
+        "stdout": (1..=25).map(|i| format!("log line {i}\n")).collect::<String>(),
+        "stderr": "",
+    });
+    matrix.steps.push(log);
+
     let multi = failed(
         scenario(2, "multi line", "scenarios/files.yaml", Outcome::Failed, 63_000),
         "exec: ls",

@@ -164,6 +164,13 @@ pub async fn run_case(
         current_source: None,
         polling: false,
         env: std::sync::Arc::new(cfg.env.clone()),
+        progress: Some({
+            let (events, masker) = (events.clone(), cfg.masker.clone());
+            std::sync::Arc::new(move |line: &str| {
+                let line = masker.mask(line).into_owned();
+                let _ = events.send(Event::StepProgress { index, line });
+            })
+        }),
     };
     let mut run = CaseRun {
         cfg,

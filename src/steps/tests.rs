@@ -26,6 +26,7 @@ fn fake() -> Arc<FakeProvider> {
 
 fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
     StepCtx {
+        progress: None,
         provider: p.clone(),
         http: crate::net::client_builder().no_proxy().build().unwrap(),
         sandboxes: Vec::new(),
