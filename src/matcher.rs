@@ -128,8 +128,44 @@ fn first_difference(a: &str, b: &str) -> usize {
 }
 
 /// Why two texts that should be equal are not, when the reason is hard to see: only a
-/// trailing newline, only line endings, only letter case or only whitespace differs.
+/// trailing newline, only line endings, only letter case or only whitespace differs, or a
+/// few of these at once ("only letter case and a trailing newline differ").
 pub fn difference(expected: &str, found: &str) -> Option<Hint> {
+    if expected == found {
+        return None;
+    }
+    if let Some(h) = one_difference(expected, found) {
+        return Some(h);
+    }
+    type Norm = fn(&str) -> String;
+    let kinds: [(&str, Norm); 3] = [
+        ("a trailing newline", |s| s.trim_end_matches(['\n', '\r']).replace("\r\n", "\n")),
+        ("letter case", |s| s.to_lowercase()),
+        ("whitespace", |s| s.split_whitespace().collect::<Vec<_>>().join(" ")),
+    ];
+    // The smallest set of kinds whose normalisations make the two equal.
+    for set in [[0, 1].as_slice(), &[1, 2]] {
+        let all = |s: &str| set.iter().fold(s.to_string(), |t, &k| kinds[k].1(&t));
+        if all(expected) != all(found) {
+            continue;
+        }
+        let names: Vec<&str> = set.iter().map(|&k| kinds[k].0).collect();
+        let short = format!("only {} differ", names.join(" and "));
+        // Each kind's own hint, with the other kinds taken out.
+        let details: Vec<String> = set
+            .iter()
+            .filter_map(|&k| {
+                let others = |s: &str| set.iter().filter(|&&o| o != k).fold(s.to_string(), |t, &o| kinds[o].1(&t));
+                one_difference(&others(expected), &others(found)).map(|h| h.full)
+            })
+            .collect();
+        let full = if details.is_empty() { short.clone() } else { format!("{short}: {}", details.join("; ")) };
+        return Some(Hint { short, full });
+    }
+    None
+}
+
+fn one_difference(expected: &str, found: &str) -> Option<Hint> {
     if expected == found {
         return None;
     }
@@ -791,6 +827,7 @@ mod tests {
     #[test]
     fn failure_messages_snapshot() {
         let cases: &[(J, &str)] = &[
+            (json!({"equals": "hello"}), "Hello\n"),
             (json!({"equals": "hi"}), "hi\n"),
             (json!({"equals": "hi\n"}), "hi"),
             (json!({"equals": "a\nb\n"}), "a\r\nb\r\n"),
@@ -830,7 +867,10 @@ mod tests {
                 got.push_str(&format!("  hint: {hint}\n"));
             }
         }
-        let want = r#"{"equals":"hi"} on "hi\n"
+        let want = r#"{"equals":"hello"} on "Hello\n"
+  expected "hello", found "Hello\n" (only a trailing newline and letter case differ)
+  hint: only a trailing newline and letter case differ: only a trailing newline differs: the text found ends with "\n", as the output of `echo` and most commands does; expect "hello\n" (or use `starts_with`); only letter case differs, first at character 1: expected "h", found "H"
+{"equals":"hi"} on "hi\n"
   expected "hi", found "hi\n" (only a trailing newline differs)
   hint: only a trailing newline differs: the text found ends with "\n", as the output of `echo` and most commands does; expect "hi\n" (or use `starts_with`)
 {"equals":"hi\n"} on "hi"
@@ -907,6 +947,7 @@ mod tests {
     fn difference_hints() {
         assert_eq!(difference("same", "same"), None);
         assert_eq!(difference("abc", "xyz"), None);
+        assert_eq!(difference("Ab  c\n", "aB c").unwrap().short, "only letter case and whitespace differ");
         let h = difference("line\n", "line\n\n").unwrap();
         assert_eq!(h.short, "only a trailing newline differs");
         assert!(h.full.contains(r#"expect "line\n\n""#), "{}", h.full);

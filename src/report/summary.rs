@@ -149,6 +149,7 @@ fn rows(results: &[&ScenarioResult], opts: SummaryOptions) -> String {
     }
     let has_location = w[3] > 0;
     let lead = w[0] + 2 + w[1] + 2 + w[2] + if has_location { 2 + w[3] } else { 0 } + 2;
+    // Narrow: `file:line` and the reason go on a line of their own, under the name.
     let own_line = opts.width.is_some_and(|width| width < lead + MIN_REASON);
     let indent = w[0] + 2;
 
@@ -164,19 +165,23 @@ fn rows(results: &[&ScenarioResult], opts: SummaryOptions) -> String {
         line.push_str(&pad(&name, w[1]));
         line.push_str("  ");
         line.push_str(&format!("{}{}", " ".repeat(w[2] - row[2].chars().count()), row[2]));
-        if has_location {
+        if has_location && !own_line {
             line.push_str("  ");
             line.push_str(&pad(&row[3], w[3]));
         }
         let reason = &row[4];
-        if reason.is_empty() {
+        if own_line {
             out.push_str(line.trim_end());
             out.push('\n');
-        } else if own_line {
+            let below =
+                [row[3].as_str(), reason.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>();
+            if !below.is_empty() {
+                let room = opts.width.unwrap_or(usize::MAX).saturating_sub(indent).max(MIN_REASON);
+                let _ = writeln!(out, "{}{}", " ".repeat(indent), fit(&below.join("  "), room));
+            }
+        } else if reason.is_empty() {
             out.push_str(line.trim_end());
             out.push('\n');
-            let room = opts.width.unwrap_or(usize::MAX).saturating_sub(indent).max(MIN_REASON);
-            let _ = writeln!(out, "{}{}", " ".repeat(indent), fit(reason, room));
         } else {
             let room = opts.width.map_or(usize::MAX, |width| width.saturating_sub(lead).max(1));
             line.push_str("  ");
@@ -196,13 +201,13 @@ fn details(r: &ScenarioResult, opts: SummaryOptions) -> String {
     let title = paint(&format::sanitize(&r.name), Color::Bold, color);
     match &r.failure {
         Some(f) => {
-            let _ = writeln!(
-                out,
+            let head = format!(
                 "{} {title} › {} ({})",
                 format::outcome_label(r.outcome, color),
                 format::sanitize(&f.step),
                 f.location
             );
+            out.push_str(&wrap(&head, "", "    ", opts.width));
             for line in f.message.lines() {
                 out.push_str(&wrap(&format::sanitize(line), "  ", "    ", opts.width));
             }
@@ -218,14 +223,15 @@ fn details(r: &ScenarioResult, opts: SummaryOptions) -> String {
             }
         }
         None => {
-            let _ = writeln!(out, "{} {title} ({})", format::outcome_label(r.outcome, color), r.location);
+            let head = format!("{} {title} ({})", format::outcome_label(r.outcome, color), r.location);
+            out.push_str(&wrap(&head, "", "    ", opts.width));
             if let Some(reason) = &r.reason {
                 out.push_str(&wrap(&format::sanitize(reason), "  ", "    ", opts.width));
             }
         }
     }
     for s in r.steps.iter().filter(|s| s.phase == Phase::Finally) {
-        out.push_str(&finally_output(s, color));
+        out.push_str(&finally_output(s, opts));
     }
     out
 }
@@ -269,7 +275,8 @@ fn wrap(text: &str, first: &str, rest: &str, width: Option<usize>) -> String {
 }
 
 /// The tail of what a `finally` step printed, or nothing when it printed nothing.
-fn finally_output(s: &StepRecord, color: bool) -> String {
+fn finally_output(s: &StepRecord, opts: SummaryOptions) -> String {
+    let color = opts.color;
     let streams: Vec<(&str, &str)> = ["stdout", "stderr"]
         .iter()
         .filter_map(|k| s.outputs.get(*k).and_then(|v| v.as_str()).filter(|t| !t.is_empty()).map(|t| (*k, t)))
@@ -278,10 +285,10 @@ fn finally_output(s: &StepRecord, color: bool) -> String {
     if streams.is_empty() && s.message.is_none() {
         return out;
     }
-    let _ =
-        writeln!(out, "  {} › {} ({})", paint("finally", Color::Cyan, color), format::sanitize(&s.label), s.location);
+    let head = format!("{} › {} ({})", paint("finally", Color::Cyan, color), format::sanitize(&s.label), s.location);
+    out.push_str(&wrap(&head, "  ", "      ", opts.width));
     if let Some(m) = &s.message {
-        let _ = writeln!(out, "    {}", format::sanitize(format::first_line(m)));
+        out.push_str(&wrap(&format::sanitize(format::first_line(m)), "    ", "      ", opts.width));
     }
     for (name, text) in &streams {
         if streams.len() > 1 {
@@ -296,8 +303,10 @@ fn finally_output(s: &StepRecord, color: bool) -> String {
                 if skip == 1 { "" } else { "s" }
             );
         }
+        // A log line is cut to the width, not wrapped: all of it is in the reports.
         for line in &lines[skip..] {
-            let _ = writeln!(out, "    | {}", format::sanitize(line));
+            let line = format!("    | {}", format::sanitize(line));
+            let _ = writeln!(out, "{}", opts.width.map_or_else(|| line.clone(), |w| fit(&line, w)));
         }
     }
     out
@@ -392,16 +401,16 @@ ERROR broken provider › create: base (scenarios/net.yaml:3:5)
   connection refused: the provider at http://127.0.0.1:3000 did not answer
     within 30s; is `scenario-run serve` running?
 
-FAILED   multi line                 1m03s  scenarios/files.yaml:30
-         stdout did not match
-FAILED   write file[template=base]  0.30s  scenarios/files.yaml:12
-         stdout did not match
-ERROR    broken provider            0.05s  scenarios/net.yaml:3
-         connection refused: the provider at http://127.0.0.1:3000 did not answ…
+FAILED   multi line                 1m03s
+         scenarios/files.yaml:30  stdout did not match
+FAILED   write file[template=base]  0.30s
+         scenarios/files.yaml:12  stdout did not match
+ERROR    broken provider            0.05s
+         scenarios/net.yaml:3  connection refused: the provider at http://127.0…
 XPASS    fixed bug                  0.40s
          known issue #7 passed
-XFAIL    known bug                  0.80s  scenarios/bugs.yaml:8
-         issue #12: exit code lost
+XFAIL    known bug                  0.80s
+         scenarios/bugs.yaml:8  issue #12: exit code lost
 SKIPPED  needs ports                0.00s
          missing credentials [ABX_SANDBOX_API_KEY, ALIBABA_CLOUD_ACCESS_KEY_ID,…
 
@@ -421,6 +430,8 @@ SKIPPED  needs ports                0.00s
         s.results[0].name = "a scenario whose name is much longer than a narrow terminal allows".into();
         let text = render_summary(&s, plain(Some(60)));
         assert!(text.starts_with("SKIPPED  a scenario whose name i…  0.00s\n         provider lacks"), "{text}");
+        let rows = text.split("\n\n").next().unwrap();
+        assert!(rows.lines().all(|l| l.chars().count() <= 60), "{text}");
         let unlimited = render_summary(&s, plain(None));
         assert!(
             unlimited.starts_with(

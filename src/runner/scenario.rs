@@ -693,7 +693,7 @@ impl CaseRun<'_> {
             if keep {
                 continue;
             }
-            let t0 = Instant::now();
+            let (t0, start_ms) = (Instant::now(), self.elapsed_ms());
             let r = tokio::time::timeout(Duration::from_secs(60), self.ctx.provider.kill(&id)).await;
             let (status, message) = match r {
                 Ok(Ok(_)) => (StepStatus::Passed, None),
@@ -716,7 +716,8 @@ impl CaseRun<'_> {
                 message: message.clone(),
                 mismatch: None,
                 attempts: 1,
-                start_ms: self.elapsed_ms(),
+                // When the destroy started (the timeline of the HTML report draws from it).
+                start_ms,
                 duration_ms: t0.elapsed().as_millis() as u64,
                 continued: false,
             };
