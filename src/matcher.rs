@@ -151,15 +151,32 @@ pub fn difference(expected: &str, found: &str) -> Option<Hint> {
         }
         let names: Vec<&str> = set.iter().map(|&k| kinds[k].0).collect();
         let short = format!("only {} differ", names.join(" and "));
-        // Each kind's own hint, with the other kinds taken out.
+        // What each kind changes, seen with the other kinds taken out.
         let details: Vec<String> = set
             .iter()
-            .filter_map(|&k| {
+            .map(|&k| {
                 let others = |s: &str| set.iter().filter(|&&o| o != k).fold(s.to_string(), |t, &o| kinds[o].1(&t));
-                one_difference(&others(expected), &others(found)).map(|h| h.full)
+                let (e, f) = (others(expected), others(found));
+                let i = first_difference(&e, &f);
+                match k {
+                    0 if f.len() > e.len() => format!("the text found ends with {:?}", &f[e.len()..]),
+                    0 => format!("the expected text ends with {:?} and the text found does not", &e[f.len()..]),
+                    1 => format!(
+                        "letter case first differs at character {}: expected {}, found {}",
+                        i + 1,
+                        char_at(&e, i),
+                        char_at(&f, i)
+                    ),
+                    _ => format!(
+                        "whitespace first differs at character {}: expected {}, found {}",
+                        i + 1,
+                        char_at(&e, i),
+                        char_at(&f, i)
+                    ),
+                }
             })
             .collect();
-        let full = if details.is_empty() { short.clone() } else { format!("{short}: {}", details.join("; ")) };
+        let full = format!("{short}: {}", details.join("; "));
         return Some(Hint { short, full });
     }
     None
@@ -869,7 +886,7 @@ mod tests {
         }
         let want = r#"{"equals":"hello"} on "Hello\n"
   expected "hello", found "Hello\n" (only a trailing newline and letter case differ)
-  hint: only a trailing newline and letter case differ: only a trailing newline differs: the text found ends with "\n", as the output of `echo` and most commands does; expect "hello\n" (or use `starts_with`); only letter case differs, first at character 1: expected "h", found "H"
+  hint: only a trailing newline and letter case differ: the text found ends with "\n"; letter case first differs at character 1: expected "h", found "H"
 {"equals":"hi"} on "hi\n"
   expected "hi", found "hi\n" (only a trailing newline differs)
   hint: only a trailing newline differs: the text found ends with "\n", as the output of `echo` and most commands does; expect "hi\n" (or use `starts_with`)

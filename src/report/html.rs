@@ -324,7 +324,7 @@ fn cut(s: &str) -> String {
 fn mismatch(m: &Mismatch) -> String {
     let mut h = String::from("<div class=\"mismatch\">");
     if format::is_multiline(&m.expected) || format::is_multiline(&m.actual) {
-        h.push_str("<pre class=\"diff\"><span class=\"hdr\">--- expected\n+++ found</span>\n");
+        h.push_str("<pre class=\"diff\"><span class=\"hdr\">--- expected</span><span class=\"hdr\">+++ found</span>");
         for change in TextDiff::from_lines(&m.expected, &m.actual).iter_all_changes() {
             let (class, sign) = match change.tag() {
                 ChangeTag::Delete => ("del", '-'),
@@ -334,7 +334,8 @@ fn mismatch(m: &Mismatch) -> String {
             let line = change.value();
             let shown = line.strip_suffix('\n').unwrap_or(line);
             let eol = if line.ends_with('\n') { "" } else { " ⏎ no newline at end" };
-            let _ = writeln!(h, "<span class=\"{class}\">{sign}{}{eol}</span>", esc(shown));
+            // Block spans: one per line, no newline between them (it would be a blank line).
+            let _ = write!(h, "<span class=\"{class}\">{sign}{}{eol}</span>", esc(shown));
         }
         h.push_str("</pre>");
     } else {
@@ -509,7 +510,7 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
         let label = summary::fit(&r.name, 34);
         let _ = write!(
             h,
-            "<a href=\"#s{idx}\" class=\"lane\" data-scenario=\"s{idx}\"><title>{name}: {outcome}, waited {wait}, ran {dur}</title><text class=\"name\" x=\"4\" y=\"{ty:.1}\">{label}</text>",
+            "<a href=\"#s{idx}\" class=\"lane\" data-scenario=\"s{idx}\"><title>{name}: {outcome}, waited {wait}, ran {dur}</title><text class=\"lbl\" x=\"4\" y=\"{ty:.1}\">{label}</text>",
             idx = r.index,
             name = esc(&r.name),
             outcome = r.outcome.label(),
@@ -561,7 +562,7 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
     );
     y += ROW;
     for (i, lane) in packed.iter().enumerate() {
-        let _ = write!(h, "<text class=\"name\" x=\"4\" y=\"{:.1}\">slot {}</text>", y + 12.0, i + 1);
+        let _ = write!(h, "<text class=\"lbl\" x=\"4\" y=\"{:.1}\">slot {}</text>", y + 12.0, i + 1);
         for l in lane {
             let _ = write!(
                 h,
@@ -621,13 +622,13 @@ pre{margin:4px 0;padding:6px 8px;background:var(--soft);border:1px solid var(--l
 .reason{border-left:3px solid var(--line);padding:2px 10px;margin:6px 0}.reason.failed,.reason.error{border-left-color:var(--failed)}.reason .at{margin:2px 0}
 .message{background:#fff5f5;border-color:#ffd7d5}.reason.skipped .message,.reason.xfail .message,.reason.xpass .message{background:var(--soft);border-color:var(--line)}
 .mismatch .hint{margin:4px 0;padding:4px 8px;background:#ddf4ff;border:1px solid #b6e3ff;border-radius:4px}
-.diff .del{color:var(--failed);display:block;background:#ffebe9}.diff .ins{color:var(--passed);display:block;background:#dafbe1}.diff .same{display:block}.diff .hdr{color:var(--muted)}
+.diff span{display:block;min-height:1.2em}.diff .del{color:var(--failed);background:#ffebe9}.diff .ins{color:var(--passed);background:#dafbe1}.diff .hdr{color:var(--muted)}
 code.exp{color:var(--passed)}code.got{color:var(--failed)}
 .kv{border-collapse:collapse;margin:2px 0;width:100%}.kv th{text-align:left;vertical-align:top;color:var(--muted);font-weight:500;padding:2px 10px 2px 0;width:1%;white-space:nowrap}.kv td{padding:2px 0}
 .steps{list-style:none;padding:0;margin:6px 0}.step>details>summary{cursor:pointer;padding:2px 0}.step .phase{color:var(--muted);font-size:12px;min-width:48px;display:inline-block}.loc,.time{color:var(--muted);font-size:12px}
 .step-body{padding:2px 0 6px 24px}
 #timeline .chart{width:100%;height:auto;border:1px solid var(--line);border-radius:4px;background:#fff}
-.tick{font-size:10px;fill:var(--muted);text-anchor:middle}.grid{stroke:#eaeef2}.group{font-size:11px;font-weight:700;fill:var(--muted);text-transform:uppercase}.name{font-size:11px;fill:var(--fg)}
+.tick{font-size:10px;fill:var(--muted);text-anchor:middle}.grid{stroke:#eaeef2}.group{font-size:11px;font-weight:700;fill:var(--muted);text-transform:uppercase}.lbl{font-size:11px;fill:var(--fg)}
 .wait{fill:#eaeef2}.hatch{stroke:#c8d1da;stroke-width:2}.runbar{opacity:.28}.runbar.passed,.sbx.passed{fill:var(--passed)}.runbar.failed,.sbx.failed{fill:var(--failed)}.runbar.error,.sbx.error{fill:var(--error)}
 .runbar.skipped,.sbx.skipped{fill:var(--skipped)}.runbar.xfail,.sbx.xfail{fill:var(--xfail)}.runbar.xpass,.sbx.xpass{fill:var(--xpass)}.sbx{opacity:.8}
 .seg{fill:#57606a}.seg.k-life{fill:#0969da}.seg.k-build{fill:#bf8700}.seg.k-cmd{fill:#1f2328}.seg.k-http{fill:#8250df}.seg.k-file{fill:#1b7c83}.seg.k-check{fill:#6e7781}.seg.failed,.seg.error{fill:var(--failed)}
