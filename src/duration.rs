@@ -79,7 +79,7 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-pub const HINT: &str = "write a number with a unit: `500ms`, `30s`, `2m`, `1h`, `1m30s`";
+pub const HINT: &str = "write a number with a unit: `500ms`, `30s`, `2m`, `1h`, `1m30s`; a bare number is seconds";
 
 #[cfg(test)]
 mod tests {

@@ -204,6 +204,10 @@ struct RunArgs {
     /// Write one evidence file per scenario into DIR.
     #[arg(long, value_name = "DIR")]
     evidence: Option<PathBuf>,
+    /// Write a self-contained HTML report (totals, filterable scenarios with every step, a
+    /// timeline of sandboxes) for CI artifacts.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Plain lines instead of the live progress view.
     #[arg(long)]
     no_progress: bool,
@@ -373,6 +377,7 @@ fn load(
     paths: &[String],
     vars: &[String],
     masker: &Masker,
+    env: &std::collections::BTreeMap<String, String>,
 ) -> Result<(model::Loaded, serde_json::Map<String, serde_json::Value>), u8> {
     let mut cli_vars = serde_json::Map::new();
     for v in vars {
@@ -390,7 +395,11 @@ fn load(
         errln!("error: {e}");
         EXIT_USAGE
     })?;
-    let opts = LoadOptions { cli_vars: cli_vars.keys().cloned().collect(), today: config::today() };
+    let opts = LoadOptions {
+        cli_vars: cli_vars.keys().cloned().collect(),
+        today: config::today(),
+        templates_dir: env.get(scenario_run::templates::TEMPLATES_DIR_ENV).cloned(),
+    };
     match model::load(&files, &opts) {
         Ok(loaded) => Ok((loaded, cli_vars)),
         Err(diags) => {
@@ -403,13 +412,23 @@ fn load(
 fn check(args: CheckArgs) -> u8 {
     let env = config::environment(Path::new(".env"), &[]).unwrap_or_default();
     let masker = Masker::from_env(&env, &[]);
-    match load(&args.paths, &args.vars, &masker) {
+    match load(&args.paths, &args.vars, &masker, &env) {
         Ok((loaded, _)) => {
-            outln!("ok: {} scenarios ({} cases) in {} files", loaded.scenarios.len(), loaded.cases.len(), loaded.files);
+            outln!(
+                "ok: {} ({}) in {}",
+                count(loaded.scenarios.len(), "scenario"),
+                count(loaded.cases.len(), "case"),
+                count(loaded.files, "file")
+            );
             0
         }
         Err(code) => code,
     }
+}
+
+/// `1 scenario`, `2 scenarios`.
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 fn select(cases: Vec<Case>, args: &RunArgs) -> Result<Vec<Case>, String> {
@@ -629,7 +648,7 @@ fn run(args: RunArgs) -> u8 {
         }
     };
     let base_masker = Masker::from_env(&env, &[]);
-    let (loaded, cli_vars) = match load(&args.paths, &args.vars, &base_masker) {
+    let (loaded, cli_vars) = match load(&args.paths, &args.vars, &base_masker, &env) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -678,7 +697,7 @@ fn run(args: RunArgs) -> u8 {
             text.push_str(&format!("{}  {}{tags}\n", c.name, c.scenario.location));
         }
         let code = emit(&text);
-        errln!("{} scenarios selected", cases.len());
+        errln!("{} selected", count(cases.len(), "scenario"));
         return code;
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
@@ -690,6 +709,11 @@ fn run(args: RunArgs) -> u8 {
                 return EXIT_INFRA;
             }
         };
+        // In GitHub Actions: annotations and the job summary after the run.
+        let github = scenario_run::report::github::in_actions(&env).then(|| GithubOut {
+            step_summary: env.get("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()).map(PathBuf::from),
+            workspace: env.get("GITHUB_WORKSPACE").cloned(),
+        });
         let cfg = Arc::new(RunConfig {
             provider: provider.clone(),
             concurrency: args.concurrency as usize,
@@ -712,7 +736,12 @@ fn run(args: RunArgs) -> u8 {
             _ => tty && std::env::var_os("NO_COLOR").is_none(),
         };
         let mut reporter = HumanReporter::new(
-            HumanOptions { progress: tty && !args.no_progress, color, verbose: args.verbose },
+            HumanOptions {
+                progress: tty && !args.no_progress,
+                color,
+                verbose: args.verbose,
+                width: out::terminal_width(),
+            },
             Box::new(std::io::stdout()),
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
@@ -738,18 +767,27 @@ fn run(args: RunArgs) -> u8 {
         let summary = runner::run(cfg, cases, tx, cancel).await;
         let _ = printer.await;
         let mut code = summary.exit_code as u8;
-        if let Err(e) = write_reports(&summary, &args) {
+        if let Err(e) = write_reports(&summary, &args, &masker) {
             errln!("error: {e}");
             if code == 0 {
                 code = EXIT_INFRA;
+            }
+        }
+        if let Some(gh) = github {
+            if let Err(e) = gh.write(&summary, &masker) {
+                errln!("warning: {e}");
             }
         }
         code
     })
 }
 
-fn write_reports(summary: &scenario_run::report::events::RunSummary, args: &RunArgs) -> Result<(), String> {
-    use scenario_run::report::{evidence, json, junit};
+fn write_reports(
+    summary: &scenario_run::report::events::RunSummary,
+    args: &RunArgs,
+    masker: &Masker,
+) -> Result<(), String> {
+    use scenario_run::report::{evidence, html, json, junit};
     let create = |p: &Path| -> Result<std::io::BufWriter<std::fs::File>, String> {
         if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -768,7 +806,43 @@ fn write_reports(summary: &scenario_run::report::events::RunSummary, args: &RunA
         evidence::write_evidence(summary, dir)
             .map_err(|e| format!("cannot write evidence to {}: {e}", dir.display()))?;
     }
+    if let Some(p) = &args.html {
+        // Masked as a whole once more: the page holds every step's arguments and outputs.
+        let page = html::render_html(summary);
+        let mut w = create(p)?;
+        std::io::Write::write_all(&mut w, masker.mask(&page).as_bytes())
+            .and_then(|()| std::io::Write::flush(&mut w))
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
     Ok(())
+}
+
+/// Where a run in GitHub Actions reports besides the terminal.
+struct GithubOut {
+    /// `$GITHUB_STEP_SUMMARY`: the job summary is appended to it.
+    step_summary: Option<PathBuf>,
+    /// `$GITHUB_WORKSPACE`: annotation paths are relative to it.
+    workspace: Option<String>,
+}
+
+impl GithubOut {
+    /// Failures as workflow commands on stdout, the run as markdown in the job summary; both
+    /// masked like every other output.
+    fn write(&self, summary: &scenario_run::report::events::RunSummary, masker: &Masker) -> Result<(), String> {
+        use scenario_run::report::github;
+        let _ = out::stdout(&masker.mask(&github::annotations(summary, self.workspace.as_deref())));
+        if let Some(path) = &self.step_summary {
+            let md = github::step_summary(summary);
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
+            std::io::Write::write_all(&mut f, masker.mask(&md).as_bytes())
+                .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
 }
 
 /// First SIGINT/SIGTERM: stop scheduling, let cases run `finally` and destroy their

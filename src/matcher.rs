@@ -59,17 +59,31 @@ pub struct JsonCheck {
 pub struct Matcher(pub Vec<Clause>);
 
 /// Why a matcher did not hold.
+///
+/// Every message follows one convention: `expected <what was expected>, found <what was
+/// found>`, then in parentheses a short hint when the two differ only in a way that is hard
+/// to see (a trailing newline, line endings, letter case, whitespace). The [`Mismatch`]
+/// carries both sides and the full hint for the expected/found block below the summary.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MatchFailure {
     pub message: String,
     pub mismatch: Option<Mismatch>,
 }
 
-fn fail(message: impl Into<String>, expected: Option<String>, actual: &str) -> MatchFailure {
-    MatchFailure {
-        message: message.into(),
-        mismatch: expected.map(|e| Mismatch { expected: e, actual: actual.to_string() }),
-    }
+/// A difference that is hard to see: `short` goes into the one-line message, `full` (what
+/// differs and how to write the expectation) under the expected/found block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hint {
+    pub short: String,
+    pub full: String,
+}
+
+fn failure(message: String, hint: Option<&Hint>, mismatch: Option<Mismatch>) -> MatchFailure {
+    let message = match hint {
+        Some(h) => format!("{message} ({})", h.short),
+        None => message,
+    };
+    MatchFailure { message, mismatch: mismatch.map(|m| m.with_hint(hint.map(|h| h.full.clone()))) }
 }
 
 fn text_of(v: &J) -> String {
@@ -79,12 +93,224 @@ fn text_of(v: &J) -> String {
     }
 }
 
+/// A value as shown in a message: strings quoted with escapes visible (`"hi\n"`), cut at 200
+/// characters; other JSON as JSON (`3`, `[1,2]`).
+fn shown(v: &J) -> String {
+    match v {
+        J::String(s) => short(s),
+        other => short_raw(&other.to_string()),
+    }
+}
+
 fn short(s: &str) -> String {
+    format!("{:?}", cut(s))
+}
+
+fn short_raw(s: &str) -> String {
+    cut(s)
+}
+
+fn cut(s: &str) -> String {
     let mut t: String = s.chars().take(200).collect();
     if t.len() < s.len() {
         t.push('…');
     }
-    format!("{t:?}")
+    t
+}
+
+/// One character for a hint: quoted with escapes, or `the end of the text`.
+fn char_at(s: &str, i: usize) -> String {
+    s.chars().nth(i).map_or_else(|| "the end of the text".to_string(), |c| format!("{:?}", c.to_string()))
+}
+
+fn first_difference(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
+}
+
+/// Why two texts that should be equal are not, when the reason is hard to see: only a
+/// trailing newline, only line endings, only letter case or only whitespace differs, or a
+/// few of these at once ("only letter case and a trailing newline differ").
+pub fn difference(expected: &str, found: &str) -> Option<Hint> {
+    if expected == found {
+        return None;
+    }
+    if let Some(h) = one_difference(expected, found) {
+        return Some(h);
+    }
+    type Norm = fn(&str) -> String;
+    let kinds: [(&str, Norm); 3] = [
+        ("a trailing newline", |s| s.trim_end_matches(['\n', '\r']).replace("\r\n", "\n")),
+        ("letter case", |s| s.to_lowercase()),
+        ("whitespace", |s| s.split_whitespace().collect::<Vec<_>>().join(" ")),
+    ];
+    // The smallest set of kinds whose normalisations make the two equal.
+    for set in [[0, 1].as_slice(), &[1, 2]] {
+        let all = |s: &str| set.iter().fold(s.to_string(), |t, &k| kinds[k].1(&t));
+        if all(expected) != all(found) {
+            continue;
+        }
+        let names: Vec<&str> = set.iter().map(|&k| kinds[k].0).collect();
+        let short = format!("only {} differ", names.join(" and "));
+        // What each kind changes, seen with the other kinds taken out.
+        let details: Vec<String> = set
+            .iter()
+            .map(|&k| {
+                let others = |s: &str| set.iter().filter(|&&o| o != k).fold(s.to_string(), |t, &o| kinds[o].1(&t));
+                let (e, f) = (others(expected), others(found));
+                let i = first_difference(&e, &f);
+                match k {
+                    0 if f.len() > e.len() => format!("the text found ends with {:?}", &f[e.len()..]),
+                    0 => format!("the expected text ends with {:?} and the text found does not", &e[f.len()..]),
+                    1 => format!(
+                        "letter case first differs at character {}: expected {}, found {}",
+                        i + 1,
+                        char_at(&e, i),
+                        char_at(&f, i)
+                    ),
+                    _ => format!(
+                        "whitespace first differs at character {}: expected {}, found {}",
+                        i + 1,
+                        char_at(&e, i),
+                        char_at(&f, i)
+                    ),
+                }
+            })
+            .collect();
+        let full = format!("{short}: {}", details.join("; "));
+        return Some(Hint { short, full });
+    }
+    None
+}
+
+fn one_difference(expected: &str, found: &str) -> Option<Hint> {
+    if expected == found {
+        return None;
+    }
+    let unix = |s: &str| s.replace("\r\n", "\n");
+    if expected.contains('\r') != found.contains('\r') && unix(expected) == unix(found) {
+        let (who, other) = if found.contains("\r\n") { ("found", "expected") } else { ("expected", "found") };
+        return Some(Hint {
+            short: "only line endings differ".into(),
+            full: format!(
+                "only line endings differ: the text {who} has Windows line endings (\"\\r\\n\"), the text {other} has \"\\n\""
+            ),
+        });
+    }
+    let body = |s: &str| s.trim_end_matches(['\n', '\r']).len();
+    if expected[..body(expected)] == found[..body(found)] {
+        let short = "only a trailing newline differs".to_string();
+        let (found_tail, expected_tail) = (&found[body(found)..], &expected[body(expected)..]);
+        let full = if found_tail.len() > expected_tail.len() {
+            let fix = if expected.chars().count() <= 60 {
+                format!("expect {:?} (or use `starts_with`)", format!("{}{found_tail}", &expected[..body(expected)]))
+            } else {
+                format!("end the expected text with {found_tail:?} (or use `starts_with`)")
+            };
+            format!("{short}: the text found ends with {found_tail:?}, as the output of `echo` and most commands does; {fix}")
+        } else {
+            let found =
+                if found_tail.is_empty() { "does not".to_string() } else { format!("ends with {found_tail:?}") };
+            format!(
+                "{short}: the expected text ends with {expected_tail:?} and the text found {found}; a YAML block scalar `|` adds a newline, `|-` does not"
+            )
+        };
+        return Some(Hint { short, full });
+    }
+    if expected.to_lowercase() == found.to_lowercase() {
+        let i = first_difference(expected, found);
+        return Some(Hint {
+            short: "only letter case differs".into(),
+            full: format!(
+                "only letter case differs, first at character {}: expected {}, found {}",
+                i + 1,
+                char_at(expected, i),
+                char_at(found, i)
+            ),
+        });
+    }
+    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if squeeze(expected) == squeeze(found) {
+        if expected.trim() == found.trim() {
+            return Some(Hint {
+                short: "only leading or trailing whitespace differs".into(),
+                full: format!(
+                    "only leading or trailing whitespace differs: expected {} around the text, found {}",
+                    edges(expected),
+                    edges(found)
+                ),
+            });
+        }
+        let i = first_difference(expected, found);
+        return Some(Hint {
+            short: "only whitespace differs".into(),
+            full: format!(
+                "only whitespace differs (spaces, tabs or line breaks), first at character {}: expected {}, found {}",
+                i + 1,
+                char_at(expected, i),
+                char_at(found, i)
+            ),
+        });
+    }
+    None
+}
+
+/// The whitespace before and after a text, for a hint: `"  " and "\n"`, or `none`.
+fn edges(s: &str) -> String {
+    let lead = &s[..s.len() - s.trim_start().len()];
+    let trail = &s[s.trim_end().len()..];
+    match (lead.is_empty(), trail.is_empty()) {
+        (true, true) => "none".into(),
+        (false, true) => format!("{lead:?} before"),
+        (true, false) => format!("{trail:?} after"),
+        (false, false) => format!("{lead:?} before and {trail:?} after"),
+    }
+}
+
+/// A hint for `contains`/`starts_with`/`ends_with` whose text is in the subject only in a
+/// form that is hard to tell apart: another letter case, other whitespace, a trailing newline.
+fn near_hint(want: &str, text: &str, holds: impl Fn(&str, &str) -> bool, verb: &str) -> Option<Hint> {
+    let trimmed = want.trim_end_matches(['\n', '\r']);
+    if trimmed != want && holds(text, trimmed) {
+        return Some(Hint {
+            short: "only a trailing newline differs".into(),
+            full: format!(
+                "only a trailing newline differs: the text found {verb} {} but not followed by {:?}",
+                short(trimmed),
+                &want[trimmed.len()..]
+            ),
+        });
+    }
+    if verb == "ends with" {
+        let t = text.trim_end_matches(['\n', '\r']);
+        if t != text && t.ends_with(want) {
+            return Some(Hint {
+                short: "only a trailing newline differs".into(),
+                full: format!(
+                    "only a trailing newline differs: the text found ends with {} and then {:?}; use `ends_with: {:?}`",
+                    short(want),
+                    &text[t.len()..],
+                    format!("{want}{}", &text[t.len()..])
+                ),
+            });
+        }
+    }
+    if holds(&text.to_lowercase(), &want.to_lowercase()) {
+        return Some(Hint {
+            short: "only letter case differs".into(),
+            full: format!("only letter case differs: the text found {verb} {} in another case", short(want)),
+        });
+    }
+    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !want.trim().is_empty() && holds(&squeeze(text), &squeeze(want)) {
+        return Some(Hint {
+            short: "only whitespace differs".into(),
+            full: format!(
+                "only whitespace differs: the text found {verb} {} with other spaces, tabs or line breaks",
+                short(&squeeze(want))
+            ),
+        });
+    }
+    None
 }
 
 impl Matcher {
@@ -158,18 +384,41 @@ impl Matcher {
         }
         Ok(())
     }
+
+    /// The matcher as written, for messages: `{ contains "a", empty: false }`.
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = self.0.iter().map(Clause::describe).collect();
+        format!("{{ {} }}", parts.join(", "))
+    }
 }
 
 impl Clause {
+    fn describe(&self) -> String {
+        match self {
+            Clause::Equals(v) => format!("equals {}", shown(v)),
+            Clause::Contains(s) => format!("contains {}", short(s)),
+            Clause::NotContains(s) => format!("not_contains {}", short(s)),
+            Clause::Matches(re) => format!("matches /{}/", re.as_str()),
+            Clause::StartsWith(s) => format!("starts_with {}", short(s)),
+            Clause::EndsWith(s) => format!("ends_with {}", short(s)),
+            Clause::Empty(b) => format!("empty: {b}"),
+            Clause::LineCount(n) => format!("lines: {n}"),
+            Clause::Lines(l) => format!("lines: {}", short_raw(&serde_json::to_string(l).unwrap_or_default())),
+            Clause::Length(n) => format!("length: {n}"),
+            Clause::Json(checks) => {
+                let paths: Vec<&str> = checks.iter().map(|c| c.path.as_str()).collect();
+                format!("json at {}", paths.join(", "))
+            }
+            Clause::Not(m) => format!("not {}", m.describe()),
+            Clause::All(ms) => format!("all [{}]", ms.iter().map(Matcher::describe).collect::<Vec<_>>().join(", ")),
+            Clause::Any(ms) => format!("any [{}]", ms.iter().map(Matcher::describe).collect::<Vec<_>>().join(", ")),
+        }
+    }
+
     fn check(&self, actual: &J) -> Result<(), MatchFailure> {
         let text = text_of(actual);
-        let ok = |b: bool, msg: String, exp: Option<String>| {
-            if b {
-                Ok(())
-            } else {
-                Err(fail(msg, exp, &text))
-            }
-        };
+        let found = shown(actual);
+        let plain = |ok: bool, message: String| if ok { Ok(()) } else { Err(failure(message, None, None)) };
         match self {
             Clause::Equals(exp) => {
                 let equal = match (exp, actual) {
@@ -179,77 +428,132 @@ impl Clause {
                     }
                     (e, a) => loose_eq(e, a),
                 };
-                ok(equal, format!("expected {} to equal {}", short(&text), short(&text_of(exp))), Some(text_of(exp)))
+                if equal {
+                    return Ok(());
+                }
+                let want = text_of(exp);
+                let hint = difference(&want, &text);
+                let m = Mismatch::new(want, text.clone());
+                Err(failure(format!("expected {}, found {found}", shown(exp)), hint.as_ref(), Some(m)))
             }
-            Clause::Contains(s) => ok(
-                text.contains(s.as_str()),
-                format!("expected {} to contain {}", short(&text), short(s)),
-                Some(s.clone()),
-            ),
+            Clause::Contains(s) => {
+                if text.contains(s.as_str()) {
+                    return Ok(());
+                }
+                let hint = near_hint(s, &text, |t, w| t.contains(w), "contains");
+                Err(failure(format!("expected text containing {}, found {found}", short(s)), hint.as_ref(), None))
+            }
             Clause::NotContains(s) => {
-                ok(!text.contains(s.as_str()), format!("expected {} not to contain {}", short(&text), short(s)), None)
+                plain(!text.contains(s.as_str()), format!("expected text not containing {}, found {found}", short(s)))
             }
             Clause::Matches(re) => {
-                ok(re.is_match(&text), format!("expected {} to match /{}/", short(&text), re.as_str()), None)
+                if re.is_match(&text) {
+                    return Ok(());
+                }
+                let hint = regex_hint(re, &text);
+                Err(failure(format!("expected text matching /{}/, found {found}", re.as_str()), hint.as_ref(), None))
             }
             Clause::StartsWith(s) => {
-                ok(text.starts_with(s.as_str()), format!("expected {} to start with {}", short(&text), short(s)), None)
+                if text.starts_with(s.as_str()) {
+                    return Ok(());
+                }
+                let hint = near_hint(s, &text, |t, w| t.starts_with(w), "starts with");
+                Err(failure(format!("expected text starting with {}, found {found}", short(s)), hint.as_ref(), None))
             }
             Clause::EndsWith(s) => {
-                ok(text.ends_with(s.as_str()), format!("expected {} to end with {}", short(&text), short(s)), None)
+                if text.ends_with(s.as_str()) {
+                    return Ok(());
+                }
+                let hint = near_hint(s, &text, |t, w| t.ends_with(w), "ends with");
+                Err(failure(format!("expected text ending with {}, found {found}", short(s)), hint.as_ref(), None))
             }
             Clause::Empty(want) => {
-                let msg = if *want {
-                    format!("expected empty, got {}", short(&text))
-                } else {
-                    "expected non-empty, got empty".to_string()
-                };
-                ok(text.is_empty() == *want, msg, None)
+                if text.is_empty() == *want {
+                    return Ok(());
+                }
+                if !*want {
+                    return plain(false, "expected non-empty text, found empty text".into());
+                }
+                let hint = text.trim().is_empty().then(|| Hint {
+                    short: "only whitespace".into(),
+                    full: format!("the text found is only whitespace ({found}); use `matches: '^\\s*$'` to allow it"),
+                });
+                Err(failure(format!("expected empty text, found {found}"), hint.as_ref(), None))
             }
             Clause::LineCount(n) => {
                 let got = text.lines().count();
-                ok(got == *n, format!("expected {n} lines, got {got}"), None)
+                plain(got == *n, format!("expected {n} line{}, found {got}: {found}", if *n == 1 { "" } else { "s" }))
             }
             Clause::Lines(lines) => {
                 let got: Vec<&str> = text.lines().collect();
+                if got == *lines {
+                    return Ok(());
+                }
                 let mut expected = lines.join("\n");
                 if !lines.is_empty() {
                     expected.push('\n');
                 }
-                ok(
-                    got == *lines,
-                    format!("expected {} lines as listed, got {}", lines.len(), got.len()),
-                    Some(expected),
-                )
+                let joined = got.join("\n") + if got.is_empty() { "" } else { "\n" };
+                let hint = difference(&expected, &joined);
+                let listed = |l: &[&str]| short_raw(&serde_json::to_string(l).unwrap_or_default());
+                let want: Vec<&str> = lines.iter().map(String::as_str).collect();
+                Err(failure(
+                    format!("expected the lines {}, found {}", listed(&want), listed(&got)),
+                    hint.as_ref(),
+                    Some(Mismatch::new(expected, text.clone())),
+                ))
             }
             Clause::Length(n) => {
                 let got = text.chars().count();
-                ok(got == *n, format!("expected length {n}, got {got}"), None)
+                if got == *n {
+                    return Ok(());
+                }
+                let trimmed = text.trim_end_matches(['\n', '\r']);
+                let hint = (trimmed.chars().count() == *n).then(|| Hint {
+                    short: "only a trailing newline differs".into(),
+                    full: format!(
+                        "only a trailing newline differs: without its trailing {:?} the text found has length {n}",
+                        &text[trimmed.len()..]
+                    ),
+                });
+                Err(failure(format!("expected length {n}, found length {got}: {found}"), hint.as_ref(), None))
             }
             Clause::Json(checks) => {
                 let doc: J = match actual {
                     J::String(s) => serde_json::from_str(s)
-                        .map_err(|e| fail(format!("expected JSON, got {} ({e})", short(s)), None, s))?,
+                        .map_err(|e| failure(format!("expected JSON, found {} ({e})", short(s)), None, None))?,
                     other => other.clone(),
                 };
                 for check in checks {
-                    let found = lookup(&doc, &check.path);
+                    let found_at = lookup(&doc, &check.path);
                     if let Some(want) = check.exists {
-                        if found.is_some() != want {
-                            let msg = if want { "to exist" } else { "not to exist" };
-                            return Err(fail(
-                                format!("expected {} {msg} in {}", check.path, short(&doc.to_string())),
-                                None,
-                                &text,
-                            ));
+                        if found_at.is_some() != want {
+                            let message = if want {
+                                format!(
+                                    "expected {} to exist, found no such path in {}",
+                                    check.path,
+                                    short_raw(&doc.to_string())
+                                )
+                            } else {
+                                format!(
+                                    "expected {} not to exist, found {}",
+                                    check.path,
+                                    found_at.map(shown).unwrap_or_default()
+                                )
+                            };
+                            return Err(failure(message, None, None));
                         }
                     }
                     if let Some(m) = &check.matcher {
-                        let Some(v) = found else {
-                            return Err(fail(
-                                format!("{} not found in {}", check.path, short(&doc.to_string())),
+                        let Some(v) = found_at else {
+                            return Err(failure(
+                                format!(
+                                    "at {}: expected a value, found no such path in {}",
+                                    check.path,
+                                    short_raw(&doc.to_string())
+                                ),
                                 None,
-                                &text,
+                                None,
                             ));
                         };
                         m.check(v)
@@ -259,7 +563,7 @@ impl Clause {
                 Ok(())
             }
             Clause::Not(m) => match m.check(actual) {
-                Ok(()) => Err(fail(format!("expected {} not to match {:?}", short(&text), m), None, &text)),
+                Ok(()) => plain(false, format!("expected text not matching {}, found {found}", m.describe())),
                 Err(_) => Ok(()),
             },
             Clause::All(ms) => ms.iter().try_for_each(|m| m.check(actual)),
@@ -271,10 +575,37 @@ impl Clause {
                         Err(f) => reasons.push(f.message),
                     }
                 }
-                Err(fail(format!("no alternative matched: {}", reasons.join("; ")), None, &text))
+                let alternatives: Vec<String> = ms.iter().map(Matcher::describe).collect();
+                plain(
+                    false,
+                    format!("expected any of {}, found {found} ({})", alternatives.join(" or "), reasons.join("; ")),
+                )
             }
         }
     }
+}
+
+/// A hint for a regex that does not match: `$` before a trailing newline, letter case.
+fn regex_hint(re: &Regex, text: &str) -> Option<Hint> {
+    let trimmed = text.trim_end_matches(['\n', '\r']);
+    if trimmed != text && re.is_match(trimmed) {
+        return Some(Hint {
+            short: "only a trailing newline differs".into(),
+            full: format!(
+                "only a trailing newline differs: the text found ends with {:?}, and `$` is the very end of the text; match it with `\\n$`, or use `(?m)` to make `$` the end of each line",
+                &text[trimmed.len()..]
+            ),
+        });
+    }
+    if let Ok(ci) = Regex::new(&format!("(?i){}", re.as_str())) {
+        if ci.is_match(text) {
+            return Some(Hint {
+                short: "only letter case differs".into(),
+                full: "only letter case differs: start the pattern with `(?i)` to ignore case".into(),
+            });
+        }
+    }
+    None
 }
 
 /// Numbers compare by value (`1` equals `1.0`).
@@ -504,7 +835,142 @@ mod tests {
     #[test]
     fn equals_failure_carries_expected_and_actual() {
         let f = m(json!({"equals": "a\nb\n"})).check_text("a\nc\n").unwrap_err();
-        assert_eq!(f.mismatch, Some(Mismatch { expected: "a\nb\n".into(), actual: "a\nc\n".into() }));
+        assert_eq!(f.mismatch, Some(Mismatch::new("a\nb\n", "a\nc\n")));
+    }
+
+    /// Issue 18: every failure reads "expected …, found …", with a pointed hint when only a
+    /// trailing newline, line endings, letter case or whitespace differs. The exact text a
+    /// user sees, one case per line: matcher, subject, then message and hint.
+    #[test]
+    fn failure_messages_snapshot() {
+        let cases: &[(J, &str)] = &[
+            (json!({"equals": "hello"}), "Hello\n"),
+            (json!({"equals": "hi"}), "hi\n"),
+            (json!({"equals": "hi\n"}), "hi"),
+            (json!({"equals": "a\nb\n"}), "a\r\nb\r\n"),
+            (json!({"equals": "Hello World"}), "hello world"),
+            (json!({"equals": "a b"}), "a\tb"),
+            (json!({"equals": "ok"}), "  ok "),
+            (json!({"equals": "bye"}), "hello\n"),
+            (json!({"equals": 3}), "2"),
+            (json!({"contains": "hi\n"}), "say hi"),
+            (json!({"contains": "ERROR"}), "an error happened"),
+            (json!({"contains": "a  b"}), "a b"),
+            (json!({"contains": "bye"}), "hello\n"),
+            (json!({"not_contains": "l"}), "hello"),
+            (json!({"starts_with": "Hello"}), "hello"),
+            (json!({"ends_with": "done"}), "all done\n"),
+            (json!({"matches": "^hi$"}), "hi\n"),
+            (json!({"matches": "^HI"}), "hi"),
+            (json!({"matches": "^x"}), "hi"),
+            (json!({"empty": true}), "\n"),
+            (json!({"empty": true}), "x"),
+            (json!({"empty": false}), ""),
+            (json!({"lines": 1}), "a\nb\n"),
+            (json!({"lines": ["a", "b"]}), "a\nc\n"),
+            (json!({"length": 2}), "hi\n"),
+            (json!({"json": [{"path": "$.n", "equals": 3}]}), r#"{"n":2}"#),
+            (json!({"json": [{"path": "$.name", "equals": "Box"}]}), r#"{"name":"box"}"#),
+            (json!({"json": [{"path": "$.a", "exists": true}]}), r#"{"n":2}"#),
+            (json!({"json": [{"path": "$.a", "exists": true}]}), "ok"),
+            (json!({"not": {"contains": "a"}}), "abc"),
+            (json!({"any": [{"equals": "x"}, {"contains": "z"}]}), "abc"),
+        ];
+        let mut got = String::new();
+        for (matcher, subject) in cases {
+            let f = m(matcher.clone()).check_text(subject).unwrap_err();
+            got.push_str(&format!("{matcher} on {subject:?}\n  {}\n", f.message));
+            if let Some(hint) = f.mismatch.as_ref().and_then(|m| m.hint.as_ref()) {
+                got.push_str(&format!("  hint: {hint}\n"));
+            }
+        }
+        let want = r#"{"equals":"hello"} on "Hello\n"
+  expected "hello", found "Hello\n" (only a trailing newline and letter case differ)
+  hint: only a trailing newline and letter case differ: the text found ends with "\n"; letter case first differs at character 1: expected "h", found "H"
+{"equals":"hi"} on "hi\n"
+  expected "hi", found "hi\n" (only a trailing newline differs)
+  hint: only a trailing newline differs: the text found ends with "\n", as the output of `echo` and most commands does; expect "hi\n" (or use `starts_with`)
+{"equals":"hi\n"} on "hi"
+  expected "hi\n", found "hi" (only a trailing newline differs)
+  hint: only a trailing newline differs: the expected text ends with "\n" and the text found does not; a YAML block scalar `|` adds a newline, `|-` does not
+{"equals":"a\nb\n"} on "a\r\nb\r\n"
+  expected "a\nb\n", found "a\r\nb\r\n" (only line endings differ)
+  hint: only line endings differ: the text found has Windows line endings ("\r\n"), the text expected has "\n"
+{"equals":"Hello World"} on "hello world"
+  expected "Hello World", found "hello world" (only letter case differs)
+  hint: only letter case differs, first at character 1: expected "H", found "h"
+{"equals":"a b"} on "a\tb"
+  expected "a b", found "a\tb" (only whitespace differs)
+  hint: only whitespace differs (spaces, tabs or line breaks), first at character 2: expected " ", found "\t"
+{"equals":"ok"} on "  ok "
+  expected "ok", found "  ok " (only leading or trailing whitespace differs)
+  hint: only leading or trailing whitespace differs: expected none around the text, found "  " before and " " after
+{"equals":"bye"} on "hello\n"
+  expected "bye", found "hello\n"
+{"equals":3} on "2"
+  expected 3, found "2"
+{"contains":"hi\n"} on "say hi"
+  expected text containing "hi\n", found "say hi" (only a trailing newline differs)
+{"contains":"ERROR"} on "an error happened"
+  expected text containing "ERROR", found "an error happened" (only letter case differs)
+{"contains":"a  b"} on "a b"
+  expected text containing "a  b", found "a b" (only whitespace differs)
+{"contains":"bye"} on "hello\n"
+  expected text containing "bye", found "hello\n"
+{"not_contains":"l"} on "hello"
+  expected text not containing "l", found "hello"
+{"starts_with":"Hello"} on "hello"
+  expected text starting with "Hello", found "hello" (only letter case differs)
+{"ends_with":"done"} on "all done\n"
+  expected text ending with "done", found "all done\n" (only a trailing newline differs)
+{"matches":"^hi$"} on "hi\n"
+  expected text matching /^hi$/, found "hi\n" (only a trailing newline differs)
+{"matches":"^HI"} on "hi"
+  expected text matching /^HI/, found "hi" (only letter case differs)
+{"matches":"^x"} on "hi"
+  expected text matching /^x/, found "hi"
+{"empty":true} on "\n"
+  expected empty text, found "\n" (only whitespace)
+{"empty":true} on "x"
+  expected empty text, found "x"
+{"empty":false} on ""
+  expected non-empty text, found empty text
+{"lines":1} on "a\nb\n"
+  expected 1 line, found 2: "a\nb\n"
+{"lines":["a","b"]} on "a\nc\n"
+  expected the lines ["a","b"], found ["a","c"]
+{"length":2} on "hi\n"
+  expected length 2, found length 3: "hi\n" (only a trailing newline differs)
+{"json":[{"path":"$.n","equals":3}]} on "{\"n\":2}"
+  at $.n: expected 3, found 2
+{"json":[{"path":"$.name","equals":"Box"}]} on "{\"name\":\"box\"}"
+  at $.name: expected "Box", found "box" (only letter case differs)
+  hint: only letter case differs, first at character 1: expected "B", found "b"
+{"json":[{"path":"$.a","exists":true}]} on "{\"n\":2}"
+  expected $.a to exist, found no such path in {"n":2}
+{"json":[{"path":"$.a","exists":true}]} on "ok"
+  expected JSON, found "ok" (expected value at line 1 column 1)
+{"not":{"contains":"a"}} on "abc"
+  expected text not matching { contains "a" }, found "abc"
+{"any":[{"equals":"x"},{"contains":"z"}]} on "abc"
+  expected any of { equals "x" } or { contains "z" }, found "abc" (expected "x", found "abc"; expected text containing "z", found "abc")
+"#;
+        assert_eq!(got, want, "\n--- got ---\n{got}");
+    }
+
+    /// The full hints of the clauses that carry no expected/found pair reach the message only
+    /// in short; `difference` itself is what the summary shows under expected/found.
+    #[test]
+    fn difference_hints() {
+        assert_eq!(difference("same", "same"), None);
+        assert_eq!(difference("abc", "xyz"), None);
+        assert_eq!(difference("Ab  c\n", "aB c").unwrap().short, "only letter case and whitespace differ");
+        let h = difference("line\n", "line\n\n").unwrap();
+        assert_eq!(h.short, "only a trailing newline differs");
+        assert!(h.full.contains(r#"expect "line\n\n""#), "{}", h.full);
+        let long = "x".repeat(80);
+        let h = difference(&long, &format!("{long}\n")).unwrap();
+        assert!(h.full.ends_with(r#"end the expected text with "\n" (or use `starts_with`)"#), "{}", h.full);
     }
 
     #[test]

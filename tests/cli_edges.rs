@@ -56,7 +56,7 @@ fn a_selection_that_matches_nothing_fails_unless_allowed() {
     // Listing is a question, not a run: an empty answer is not an error.
     let out = run(&["--list", "-t", "nosuchtag"]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(text(&out.stderr).contains("0 scenarios selected"));
+    assert!(text(&out.stderr).contains("0 scenarios selected"), "zero is plural");
 }
 
 /// `--list | head`, `schema --out - | head` and friends exited 101 with a panic message.

@@ -78,6 +78,17 @@ fn views(name: &str, text: &str) -> Vec<String> {
         let j: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         walk(&j, &mut v);
     }
+    // The HTML report and the GitHub job summary (markdown whose cells escape HTML and `|`).
+    if name.ends_with(".html") || name.ends_with(".md") {
+        let decoded = text
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("\\|", "|")
+            .replace("&amp;", "&");
+        v.push(decoded);
+    }
     if name.ends_with(".xml") {
         let doc = roxmltree::Document::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         for n in doc.descendants() {
@@ -96,6 +107,9 @@ fn views(name: &str, text: &str) -> Vec<String> {
 fn no_form_of_any_secret_reaches_any_output() {
     let tmp = tempfile::tempdir().unwrap();
     let (junit, json, evidence) = (tmp.path().join("junit.xml"), tmp.path().join("run.json"), tmp.path().join("ev"));
+    // Issue 18's outputs: the HTML report, and in GitHub Actions the annotations (on stdout)
+    // and the job summary.
+    let (html, job_summary) = (tmp.path().join("report.html"), tmp.path().join("summary.md"));
     let mut files = vec!["tests/fixtures/canaries/echo-forms.yaml", "tests/fixtures/canaries/fails-with-secrets.yaml"];
     let build = can_build();
     if build {
@@ -104,7 +118,10 @@ fn no_form_of_any_secret_reaches_any_output() {
     let mut args = files.clone();
     args.extend(["--no-progress", "-v", "-j", "3", "--junit", junit.to_str().unwrap()]);
     args.extend(["--json", json.to_str().unwrap(), "--evidence", evidence.to_str().unwrap()]);
+    args.extend(["--html", html.to_str().unwrap()]);
     let out = cmd(&args)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &job_summary)
         .env("CANARY_API_KEY", API_KEY)
         .env("CANARY_PASSWORD", PASSWORD)
         .env("CANARY_LISTED", LISTED)
@@ -124,8 +141,9 @@ fn no_form_of_any_secret_reaches_any_output() {
         assert_eq!(outcome("canaries in a build log"), "passed", "{stdout}");
     }
     // Every output, and every form of every secret.
+    assert!(stdout.contains("::error file=tests/fixtures/canaries/"), "annotations are there:\n{stdout}");
     let mut outputs: Vec<(String, String)> = vec![("stdout".into(), stdout), ("stderr".into(), stderr)];
-    for p in [&junit, &json] {
+    for p in [&junit, &json, &html, &job_summary] {
         outputs.push((p.file_name().unwrap().to_string_lossy().into(), std::fs::read_to_string(p).unwrap()));
     }
     let mut evidence_files = 0;

@@ -42,7 +42,7 @@ fn failing_runs_show_diffs_and_exit_1() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stdout = redact(&text(&out.stdout));
     expect_file(&root().join("tests/fixtures/failing.out"), &stdout);
-    assert!(stdout.contains("-BETA\n+beta"), "multi-line diff missing:\n{stdout}");
+    assert!(stdout.contains("  -BETA\n  +beta"), "multi-line diff missing:\n{stdout}");
     let xml = junit_doc(&junit);
     let doc = roxmltree::Document::parse(&xml).unwrap();
     let failures: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("failure")).collect();
@@ -177,6 +177,7 @@ steps:
     )
     .unwrap();
     let (junit, json, evidence) = (tmp.path().join("j.xml"), tmp.path().join("r.json"), tmp.path().join("ev"));
+    let (html, step_summary) = (tmp.path().join("r.html"), tmp.path().join("summary.md"));
     let out = cmd(&[
         scenario.to_str().unwrap(),
         "--no-progress",
@@ -187,7 +188,11 @@ steps:
         json.to_str().unwrap(),
         "--evidence",
         evidence.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
     ])
+    .env("GITHUB_ACTIONS", "true")
+    .env("GITHUB_STEP_SUMMARY", &step_summary)
     .env("CANARY_API_KEY", &canary)
     .env("PLAIN_VALUE", "plain-canary-value")
     .output()
@@ -201,6 +206,10 @@ steps:
     let mut outputs = vec![("stdout".to_string(), text(&out.stdout)), ("stderr".to_string(), text(&out.stderr))];
     outputs.push(("junit".into(), std::fs::read_to_string(&junit).unwrap()));
     outputs.push(("json".into(), std::fs::read_to_string(&json).unwrap()));
+    // Issue 18: the HTML report and the GitHub job summary (and the annotations, on stdout).
+    outputs.push(("html".into(), std::fs::read_to_string(&html).unwrap()));
+    outputs.push(("job summary".into(), std::fs::read_to_string(&step_summary).unwrap()));
+    assert!(text(&out.stdout).contains("::error file="), "annotations are on stdout");
     for e in std::fs::read_dir(&evidence).unwrap().flatten() {
         outputs.push((e.path().display().to_string(), std::fs::read_to_string(e.path()).unwrap()));
     }

@@ -14,6 +14,9 @@ pub struct LoadOptions {
     pub cli_vars: BTreeSet<String>,
     /// Today's date (YYYY-MM-DD), for `known_issue.until`.
     pub today: String,
+    /// `SCENARIO_RUN_TEMPLATES_DIR` of the run's environment: where `build`/`deploy` look for
+    /// template folders, so `check` finds a missing one before a run does.
+    pub templates_dir: Option<String>,
 }
 
 #[derive(Debug)]

@@ -277,7 +277,7 @@ fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptio
             continue;
         };
         for item in items {
-            if let Some(step) = step(cx, item, &mut scope, &mut ids, &mut sandboxes) {
+            if let Some(step) = step(cx, item, &mut scope, &mut ids, &mut sandboxes, opts) {
                 lists[slot].push(step);
             }
         }
@@ -398,6 +398,7 @@ fn step(
     scope: &mut Scope,
     ids: &mut BTreeMap<String, u32>,
     sandboxes: &mut usize,
+    opts: &LoadOptions,
 ) -> Option<Step> {
     let Some(map) = item.as_map() else {
         let kind = item.as_str().and_then(registry::lookup);
@@ -573,7 +574,9 @@ fn step(
             "if" => match &v.value {
                 Value::Str(s) => {
                     let expr = if template::is_template(s) { s.clone() } else { format!("{{{{ {s} }}}}") };
+                    let before = cx.diags.len();
                     template::check(v, &expr, scope, cx.src, &mut cx.diags);
+                    bare_expression_help(&mut cx.diags[before..], "if", "if: provider.name != 'docker'");
                     st.condition = Some((s.clone(), v.clone()));
                 }
                 Value::Bool(b) => st.condition = Some((b.to_string(), v.clone())),
@@ -601,6 +604,9 @@ fn step(
 
     // Fields of the kind.
     fields(cx, kind.name, &st.args, kind.fields, kind.matcher, kind.free_keys, scope);
+    if kind.name == "build" || kind.name == "deploy" {
+        template_folder(cx, kind.name, &st.args, opts);
+    }
 
     // A step that needs a sandbox must come after one exists.
     let names_target = st.args.get("id").is_some() || st.args.get("url").is_some();
@@ -735,7 +741,15 @@ fn eventually(cx: &mut Ctx<'_>, v: &Node) -> Option<Eventually> {
 }
 
 /// Check the fields of a step (or of a nested object) against the registry.
-fn fields(cx: &mut Ctx<'_>, owner: &str, args: &Node, spec: &[Field], matcher: bool, free: bool, scope: &Scope) {
+fn fields(
+    cx: &mut Ctx<'_>,
+    owner: &str,
+    args: &Node,
+    spec: &'static [Field],
+    matcher: bool,
+    free: bool,
+    scope: &Scope,
+) {
     let Some(map) = args.as_map() else { return };
     let mut seen = BTreeSet::new();
     let mut matcher_entries = Vec::new();
@@ -744,6 +758,9 @@ fn fields(cx: &mut Ctx<'_>, owner: &str, args: &Node, spec: &[Field], matcher: b
     if matcher {
         known.extend(crate::matcher::KEYS.iter().map(|(k, _)| *k));
     }
+    // Required fields a better diagnostic already speaks for (`files: { mkdir: /x }` names
+    // both `op` and `path` in its help).
+    let mut covered: BTreeSet<&str> = BTreeSet::new();
     for (k, v) in map {
         let kt = k.key_text();
         seen.insert(kt.clone());
@@ -759,15 +776,22 @@ fn fields(cx: &mut Ctx<'_>, owner: &str, args: &Node, spec: &[Field], matcher: b
             }
             None => {
                 unknown += 1;
-                cx.unknown_key(k, &known, &format!("for `{owner}`"));
+                if let Some(d) = value_as_key(cx.src, owner, k, v, map, spec, &mut covered) {
+                    cx.push(d);
+                } else if let Some(d) = common_key_inside(cx.src, owner, k, v, map) {
+                    cx.push(d);
+                } else {
+                    cx.unknown_key(k, &known, &format!("for `{owner}`"));
+                }
             }
         }
     }
-    for f in spec.iter().filter(|f| f.required) {
+    for f in spec.iter().filter(|f| f.required && !covered.contains(f.name)) {
         if !seen.contains(f.name) {
+            let example = registry::lookup(owner).map(|k| format!("\nexample:\n{}", k.example)).unwrap_or_default();
             let d = args
                 .diag(cx.src, format!("missing required field `{}` for `{owner}`", f.name))
-                .help(format!("`{}`: {}", f.name, f.doc));
+                .help(format!("`{}`: {}{example}", f.name, f.doc));
             cx.push(d);
         }
     }
@@ -862,7 +886,10 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
         FieldType::Expr => match v.as_str() {
             Some(s) => {
                 let expr = if template::is_template(s) { s.to_string() } else { format!("{{{{ {s} }}}}") };
+                let before = cx.diags.len();
                 template::check(v, &expr, scope, cx.src, &mut cx.diags);
+                let example = format!("{key}: steps.first.exit_code == 0");
+                bare_expression_help(&mut cx.diags[before..], key, &example);
             }
             None if matches!(v.value, Value::Bool(_)) => {}
             None => cx.wrong_type(v, "an expression", key),
@@ -895,5 +922,123 @@ fn templates(cx: &mut Ctx<'_>, v: &Node, scope: &Scope) {
         Value::Seq(items) => items.iter().for_each(|i| templates(cx, i, scope)),
         Value::Map(m) => m.iter().for_each(|(_, val)| templates(cx, val, scope)),
         _ => {}
+    }
+}
+
+/// `files: { mkdir: /tmp/x }`: a value of one of the step's choice fields written as a key.
+/// One diagnostic that shows the form (`files: { op: mkdir, path: /tmp/x }`), instead of
+/// "missing `op`", "missing `path`" and "unknown field `mkdir`".
+fn value_as_key(
+    src: &Source,
+    owner: &str,
+    k: &Node,
+    v: &Node,
+    map: &[(Node, Node)],
+    spec: &'static [Field],
+    covered: &mut BTreeSet<&'static str>,
+) -> Option<Diagnostic> {
+    let kt = k.key_text();
+    let choice = spec.iter().find(|f| matches!(f.ty, FieldType::Enum(opts) if opts.contains(&kt.as_str())))?;
+    let present = |name: &str| map.iter().any(|(mk, _)| mk.key_text() == name);
+    if present(choice.name) {
+        return None;
+    }
+    covered.insert(choice.name);
+    // The value goes to the first required text field not written yet (`path`).
+    let target =
+        spec.iter().find(|f| f.required && f.ty == FieldType::Str && f.name != choice.name && !present(f.name));
+    let mut form = format!("{}: {kt}", choice.name);
+    if let Some(t) = target {
+        covered.insert(t.name);
+        let value =
+            if matches!(v.value, Value::Map(_) | Value::Seq(_) | Value::Null) { "…".into() } else { v.key_text() };
+        form.push_str(&format!(", {}: {value}", t.name));
+    }
+    for (mk, mv) in map.iter().filter(|(mk, _)| mk.key_text() != kt) {
+        form.push_str(&format!(
+            ", {}: {}",
+            mk.key_text(),
+            if matches!(mv.value, Value::Map(_) | Value::Seq(_)) { "…".into() } else { mv.key_text() }
+        ));
+    }
+    Some(
+        k.diag(src, format!("`{kt}` is a value of `{}`, not a field of `{owner}`", choice.name))
+            .label(format!("an `{}`", choice.name))
+            .help(format!("write `{owner}: {{ {form} }}`")),
+    )
+}
+
+/// `exec: { cmd: …, sandbox: sb }`: a key that goes beside the step kind, written inside it.
+fn common_key_inside(src: &Source, owner: &str, k: &Node, v: &Node, map: &[(Node, Node)]) -> Option<Diagnostic> {
+    let kt = k.key_text();
+    // Nested objects (`http.expect`) are not steps.
+    if owner.contains('.') || !COMMON_KEYS.iter().any(|(c, _)| *c == kt) {
+        return None;
+    }
+    let flow =
+        |n: &Node| if matches!(n.value, Value::Map(_) | Value::Seq(_)) { "…".to_string() } else { n.key_text() };
+    let rest: Vec<String> = map
+        .iter()
+        .filter(|(mk, _)| mk.key_text() != kt)
+        .map(|(mk, mv)| format!("{}: {}", mk.key_text(), flow(mv)))
+        .collect();
+    Some(
+        k.diag(src, format!("`{kt}` is a key of the step, not a field of `{owner}`"))
+            .label("belongs beside the step kind")
+            .help(format!(
+                "write it beside `{owner}:`, at the same indentation:\n  - {owner}: {{ {} }}\n    {kt}: {}",
+                rest.join(", "),
+                flow(v)
+            )),
+    )
+}
+
+/// A syntax error in an expression field (`that:`, `if:`): say it takes a bare expression,
+/// since the general template help (`{{ vars.name }}`) suggests the braces it does not need.
+fn bare_expression_help(diags: &mut [Diagnostic], key: &str, example: &str) {
+    for d in diags {
+        if let Some(rest) = d.message.strip_prefix("template syntax error: ") {
+            d.message = format!("expression syntax error in `{key}`: {}", rest.trim_start_matches("syntax error: "));
+            d.label = Some("in this expression".into());
+            d.help = Some(format!(
+                "`{key}:` takes a bare expression, without `{{{{ }}}}`, e.g. `{example}`; operators: == != < > and or not in"
+            ));
+        }
+    }
+}
+
+/// `build`/`deploy` of a template folder that is not there: found now rather than by the run.
+fn template_folder(cx: &mut Ctx<'_>, kind: &str, args: &Node, opts: &LoadOptions) {
+    let scenario_dir = std::path::Path::new(&cx.src.path).parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let (node, dir, help) = match (args.get("path"), args.get("template")) {
+        (Some(p), _) => {
+            let Some(rel) = p.as_str().filter(|s| !template::is_template(s)) else { return };
+            let dir = scenario_dir.join(rel);
+            (p, dir, "`path:` is relative to the scenario file".to_string())
+        }
+        (None, Some(t)) => {
+            let Some(name) = t.as_str().filter(|s| !template::is_template(s)) else { return };
+            let root = opts.templates_dir.as_deref().filter(|r| !r.is_empty());
+            let dir = crate::templates::find_dir(name, &scenario_dir, root);
+            let help = match root {
+                Some(r) => format!(
+                    "{} is {r}, and it has no folder `{name}`; unset it to search `templates/` above the scenario file, or add the folder",
+                    crate::templates::TEMPLATES_DIR_ENV
+                ),
+                None => format!(
+                    "looked for `templates/{name}` in the folders above the scenario file; set {} to the folder that holds your template folders, or give `path:` (relative to the scenario file)",
+                    crate::templates::TEMPLATES_DIR_ENV
+                ),
+            };
+            (t, dir, help)
+        }
+        _ => return,
+    };
+    if !dir.is_dir() {
+        let d = node
+            .diag(cx.src, format!("no template folder {} for `{kind}`", dir.display()))
+            .label("folder not found")
+            .help(help);
+        cx.push(d);
     }
 }

@@ -62,11 +62,26 @@ pub enum StepStatus {
     Skipped,
 }
 
-/// Expected vs actual for a failed comparison; reporters show a diff when either is multi-line.
+/// Expected vs found for a failed comparison; reporters show a diff when either is multi-line.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Mismatch {
     pub expected: String,
+    /// What was found (`actual` in the JSON schema, version 1).
     pub actual: String,
+    /// A pointed hint when the two differ only in a way that is hard to see: a trailing
+    /// newline, line endings, letter case or whitespace (see `matcher::difference`).
+    pub hint: Option<String>,
+}
+
+impl Mismatch {
+    pub fn new(expected: impl Into<String>, actual: impl Into<String>) -> Self {
+        Mismatch { expected: expected.into(), actual: actual.into(), hint: None }
+    }
+
+    pub fn with_hint(mut self, hint: Option<String>) -> Self {
+        self.hint = hint;
+        self
+    }
 }
 
 /// Everything known about one executed (or skipped) step.
@@ -200,6 +215,11 @@ pub enum Event {
         step: usize,
         phase: Phase,
         label: String,
+    },
+    /// A running step says what it is doing (a line of a build's log), for the live view.
+    StepProgress {
+        index: usize,
+        line: String,
     },
     StepFinished {
         index: usize,

@@ -162,7 +162,7 @@ mod tests {
         assert_eq!(v["run_id"], "r-20240101-abcd");
         let sc = &v["scenario"];
         assert_eq!(sc["name"], "write file[template=base]");
-        assert_eq!(sc["steps"].as_array().unwrap().len(), 3);
+        assert_eq!(sc["steps"].as_array().unwrap().len(), 4);
         let failed = &sc["steps"][1];
         assert_eq!(failed["status"], "failed");
         assert_eq!(failed["args"]["cmd"], "cat /tmp/out.txt");

@@ -98,16 +98,27 @@ pub fn summary() -> RunSummary {
         "check content",
         loc("scenarios/files.yaml", 12, 7),
         "stdout did not match",
-        Some(Mismatch { expected: "hello".into(), actual: "world".into() }),
+        Some(Mismatch::new("hello", "world")),
         StepStatus::Failed,
     );
+
+    let mut matrix = matrix;
+    let mut log = step(3, "exec: cat /tmp/app.log", StepStatus::Passed, loc("scenarios/files.yaml", 40, 5));
+    log.phase = Phase::Finally;
+    log.kind = "exec".into();
+    log.outputs = json!({
+        "exit_code": 0,
+        "stdout": (1..=25).map(|i| format!("log line {i}\n")).collect::<String>(),
+        "stderr": "",
+    });
+    matrix.steps.push(log);
 
     let multi = failed(
         scenario(2, "multi line", "scenarios/files.yaml", Outcome::Failed, 63_000),
         "exec: ls",
         loc("scenarios/files.yaml", 30, 7),
         "stdout did not match\nsee diff",
-        Some(Mismatch { expected: "a\nb\nc\n".into(), actual: "a\nB\nc\n".into() }),
+        Some(Mismatch::new("a\nb\nc\n", "a\nB\nc\n")),
         StepStatus::Failed,
     );
 

@@ -100,20 +100,33 @@ pub fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-/// Expected vs actual: quoted one-liners, or a unified diff when either side is multi-line.
-/// Every line ends with `\n`.
+/// Expected vs found: quoted one-liners, or a unified diff when either side is multi-line;
+/// then the hint, if any. Every line ends with `\n`.
 pub fn mismatch(m: &Mismatch, color: bool) -> String {
-    if !is_multiline(&m.expected) && !is_multiline(&m.actual) {
-        return format!(
-            "{} {}\n{}   {}\n",
+    let mut out = if !is_multiline(&m.expected) && !is_multiline(&m.actual) {
+        format!(
+            "{} {}\n{}    {}\n",
             paint("expected:", Color::Green, color),
             quote(&m.expected),
-            paint("actual:", Color::Red, color),
+            paint("found:", Color::Red, color),
             quote(&m.actual)
-        );
+        )
+    } else {
+        diff(&m.expected, &m.actual, color)
+    };
+    if let Some(h) = &m.hint {
+        out.push_str(&paint("hint:", Color::Cyan, color));
+        out.push(' ');
+        out.push_str(h);
+        out.push('\n');
     }
-    let diff = TextDiff::from_lines(&m.expected, &m.actual);
-    let text = diff.unified_diff().header("expected", "actual").to_string();
+    out
+}
+
+/// A unified diff from the expected text to the text found, coloured when `color`.
+pub fn diff(expected: &str, found: &str, color: bool) -> String {
+    let diff = TextDiff::from_lines(expected, found);
+    let text = diff.unified_diff().header("expected", "found").to_string();
     let mut out = String::with_capacity(text.len() + 16);
     for line in text.lines() {
         let c = if line.starts_with("+++") || line.starts_with("---") {
@@ -158,13 +171,13 @@ mod tests {
 
     #[test]
     fn one_line_mismatch_is_quoted() {
-        let m = Mismatch { expected: "hello\n".into(), actual: "he\tllo".into() };
-        assert_eq!(mismatch(&m, false), "expected: \"hello\\n\"\nactual:   \"he\\tllo\"\n");
+        let m = Mismatch::new("hello\n", "he\tllo");
+        assert_eq!(mismatch(&m, false), "expected: \"hello\\n\"\nfound:    \"he\\tllo\"\n");
     }
 
     #[test]
     fn multi_line_mismatch_is_a_diff() {
-        let m = Mismatch { expected: "a\nb\nc\n".into(), actual: "a\nB\nc\n".into() };
-        assert_eq!(mismatch(&m, false), "--- expected\n+++ actual\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n");
+        let m = Mismatch::new("a\nb\nc\n", "a\nB\nc\n");
+        assert_eq!(mismatch(&m, false), "--- expected\n+++ found\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n");
     }
 }

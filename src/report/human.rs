@@ -1,22 +1,28 @@
 //! The terminal reporter: a live indicatif view when stdout is a terminal, plain lines
-//! otherwise, and the summary table at the end.
+//! otherwise, and the summary at the end.
 //!
 //! Live view (`progress`): one spinner line per running scenario, `name › current step`, above
-//! an overall bar with done/total, pass/fail counts and elapsed time. When a scenario ends its
-//! line goes away and a permanent `PASSED name (1.20s)` line is printed above the bars. The bars
-//! are drawn on stdout by indicatif; `out` receives the final summary.
+//! an overall bar with done/total, pass/fail counts and elapsed time. A step that reports
+//! progress (a template build) shows its current build step and the last line of its log:
+//! `name › build: python-hello › #4 RUN pip install flask │ Successfully installed flask`.
+//! When a scenario ends its line goes away and a permanent `PASSED name (1.20s)` line is
+//! printed above the bars, cut to the terminal's width. The bars are drawn on stdout by
+//! indicatif; `out` receives the final summary. On Ctrl-C the live view is taken down at once
+//! and the rest of the run is reported in plain lines: the terminal has echoed `^C`, cleanup
+//! may print, and a spinner redrawn over that left a stale line behind.
 //!
 //! Plain mode: one line per finished scenario, written to `out` and flushed at once, so CI
 //! logs stream:
 //!
 //! ```text
 //! PASSED  hello  1.20s
-//! FAILED  write file  0.30s  scenarios/files.yaml:12  stdout did not match
+//! FAILED  write file  0.30s  scenarios/files.yaml:12  stdout: expected "hi", found "hi\n" (…)
 //! SKIPPED needs ports  0.00s  provider lacks capability `ports`
 //! ```
 //!
-//! `verbose` adds a `START name` line per scenario and one line per finished step. Write
-//! errors (a closed pipe) are ignored: reporting must never take the run down.
+//! `verbose` adds a `START name` line per scenario, one line per finished step, and the
+//! steps of a build as they start. Write errors (a closed pipe) are ignored: reporting must
+//! never take the run down.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -26,7 +32,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::events::{Event, Outcome, Phase, Reporter, ScenarioResult, StepRecord, StepStatus, Totals};
 use super::format::{self, paint, Color};
-use super::summary::render_summary;
+use super::summary::{self, render_summary, SummaryOptions};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HumanOptions {
@@ -36,6 +42,8 @@ pub struct HumanOptions {
     pub color: bool,
     /// Also show scenario starts and every finished step.
     pub verbose: bool,
+    /// The terminal's width in columns, to fit lines and the summary; `None`: never cut.
+    pub width: Option<usize>,
 }
 
 pub struct HumanReporter {
@@ -43,6 +51,8 @@ pub struct HumanReporter {
     out: Box<dyn Write + Send>,
     live: Option<Live>,
     names: HashMap<usize, String>,
+    /// What each running scenario is doing, for the live line.
+    doing: HashMap<usize, Doing>,
     total: usize,
     counts: Totals,
 }
@@ -51,6 +61,42 @@ struct Live {
     mp: MultiProgress,
     overall: ProgressBar,
     running: HashMap<usize, ProgressBar>,
+}
+
+/// The current step of a running scenario and, for a build, its current build step and the
+/// last line of its log.
+#[derive(Default)]
+struct Doing {
+    step: String,
+    stage: Option<String>,
+    tail: Option<String>,
+}
+
+impl Doing {
+    fn message(&self) -> String {
+        let mut msg = self.step.clone();
+        if let Some(stage) = &self.stage {
+            msg.push_str(" › ");
+            msg.push_str(stage);
+        }
+        if let Some(tail) = self.tail.as_ref().filter(|t| Some(*t) != self.stage.as_ref()) {
+            msg.push_str(" │ ");
+            msg.push_str(tail);
+        }
+        msg
+    }
+}
+
+/// A build log line that starts a build step: `#4 RUN …` (local), `Step 3/7 : RUN …`
+/// (Docker's builder), `[2/5] …` (BuildKit and the template build API), or the first line.
+pub fn is_build_stage(line: &str) -> bool {
+    let t = line.trim_end();
+    let numbered = |rest: &str| rest.chars().next().is_some_and(|c| c.is_ascii_digit());
+    (t.starts_with('#') && numbered(&t[1..]))
+        || (t.starts_with("Step ") && numbered(&t[5..]))
+        || (t.starts_with('[') && numbered(&t[1..]) && t.contains('/'))
+        || t.starts_with("building template ")
+        || t.starts_with("FROM ")
 }
 
 impl HumanReporter {
@@ -66,7 +112,15 @@ impl HumanReporter {
             overall.enable_steady_tick(Duration::from_millis(250));
             Live { mp, overall, running: HashMap::new() }
         });
-        HumanReporter { opts, out, live, names: HashMap::new(), total: 0, counts: Totals::default() }
+        HumanReporter {
+            opts,
+            out,
+            live,
+            names: HashMap::new(),
+            doing: HashMap::new(),
+            total: 0,
+            counts: Totals::default(),
+        }
     }
 
     /// A permanent line: above the bars in live mode, else straight to `out`.
@@ -95,6 +149,7 @@ impl HumanReporter {
 
     fn scenario_started(&mut self, index: usize, name: &str) {
         self.names.insert(index, name.to_string());
+        self.doing.insert(index, Doing { step: "starting".into(), ..Default::default() });
         let color = self.opts.color;
         if let Some(live) = &mut self.live {
             let pb = live.mp.insert_before(&live.overall, ProgressBar::new_spinner().with_style(spinner_style(color)));
@@ -108,14 +163,44 @@ impl HumanReporter {
         }
     }
 
+    fn redraw(&self, index: usize) {
+        let (Some(pb), Some(doing)) = (self.live.as_ref().and_then(|l| l.running.get(&index)), self.doing.get(&index))
+        else {
+            return;
+        };
+        pb.set_message(doing.message());
+    }
+
     fn step_started(&mut self, index: usize, phase: Phase, label: &str) {
-        let Some(pb) = self.live.as_ref().and_then(|l| l.running.get(&index)) else { return };
         let label = format::sanitize(label);
-        match phase {
-            Phase::Steps => pb.set_message(label),
-            Phase::Setup => pb.set_message(format!("setup: {label}")),
-            Phase::Finally => pb.set_message(format!("finally: {label}")),
-            Phase::Cleanup => pb.set_message(format!("cleanup: {label}")),
+        let step = match phase {
+            Phase::Steps => label,
+            Phase::Setup => format!("setup: {label}"),
+            Phase::Finally => format!("finally: {label}"),
+            Phase::Cleanup => format!("cleanup: {label}"),
+        };
+        self.doing.insert(index, Doing { step, ..Default::default() });
+        self.redraw(index);
+    }
+
+    fn step_progress(&mut self, index: usize, line: &str) {
+        let line = format::sanitize(line.trim());
+        if line.is_empty() {
+            return;
+        }
+        let stage = is_build_stage(&line);
+        let Some(doing) = self.doing.get_mut(&index) else { return };
+        if stage {
+            doing.stage = Some(line.clone());
+            doing.tail = None;
+        } else {
+            doing.tail = Some(line.clone());
+        }
+        let step = doing.step.clone();
+        self.redraw(index);
+        if stage && self.opts.verbose && self.live.is_none() {
+            let name = self.names.get(&index).map_or_else(|| format!("#{index}"), |n| format::sanitize(n));
+            self.line(&format!("  {name} › {step} › {line}"));
         }
     }
 
@@ -157,7 +242,19 @@ impl HumanReporter {
         }
         self.counts.total += 1;
         self.names.remove(&r.index);
-        let text = finished_line(r, self.opts.color, self.live.is_some());
+        self.doing.remove(&r.index);
+        let live = self.live.is_some();
+        let mut text = finished_line(r, false, live);
+        if live {
+            if let Some(w) = self.opts.width {
+                text = summary::fit(&text, w);
+            }
+        }
+        if self.opts.color && text.len() > 7 {
+            // Coloured after cutting, so the escape codes are never cut in half.
+            let label = r.outcome.label();
+            text = format!("{}{}", paint(&format!("{label:<7}"), format::outcome_color(r.outcome), true), &text[7..]);
+        }
         if let Some(live) = &mut self.live {
             if let Some(pb) = live.running.remove(&r.index) {
                 pb.finish_and_clear();
@@ -176,8 +273,10 @@ impl HumanReporter {
         if let Some(live) = self.live.take() {
             for pb in live.running.values() {
                 pb.finish_and_clear();
+                live.mp.remove(pb);
             }
             live.overall.finish_and_clear();
+            live.mp.remove(&live.overall);
             let _ = live.mp.clear();
         }
     }
@@ -201,19 +300,24 @@ impl Reporter for HumanReporter {
             }
             Event::ScenarioStarted { index, name } => self.scenario_started(*index, name),
             Event::StepStarted { index, phase, label, .. } => self.step_started(*index, *phase, label),
+            Event::StepProgress { index, line } => self.step_progress(*index, line),
             Event::StepFinished { index, record } => self.step_finished(*index, record),
             Event::ScenarioFinished { result } => self.scenario_finished(result),
             Event::Interrupted { signal } => {
-                let text = format!("interrupted by {signal}: finishing cleanup, press Ctrl-C again to exit at once");
+                // Plain lines from here on: nothing left on screen to go stale.
+                self.finish_live();
+                let running = self.names.len();
+                let text = format!(
+                    "interrupted by {signal}: finishing cleanup of {running} running scenario{}, press Ctrl-C again to exit at once",
+                    if running == 1 { "" } else { "s" }
+                );
                 self.line(&paint(&text, Color::Yellow, self.opts.color));
-                if let Some(live) = &self.live {
-                    live.overall.set_message(format!("{}, interrupted: cleaning up", self.counts_message()));
-                }
             }
             Event::RunFinished { summary } => {
                 self.finish_live();
                 let _ = writeln!(self.out);
-                let _ = self.out.write_all(render_summary(summary, self.opts.color).as_bytes());
+                let opts = SummaryOptions { color: self.opts.color, width: self.opts.width };
+                let _ = self.out.write_all(render_summary(summary, opts).as_bytes());
                 let _ = self.out.flush();
             }
         }
@@ -234,18 +338,12 @@ fn finished_line(r: &ScenarioResult, color: bool, live: bool) -> String {
     let name = format::sanitize(&r.name);
     let duration = format::duration(r.duration_ms);
     let mut text = if live { format!("{label} {name} ({duration})") } else { format!("{label} {name}  {duration}") };
-    let failure_message = r.failure.as_ref().map(|f| f.message.as_str());
-    let reason = match r.outcome {
-        Outcome::Passed => None,
-        Outcome::Failed | Outcome::Error => failure_message.or(r.reason.as_deref()),
-        Outcome::Skipped | Outcome::Xfail | Outcome::Xpass => r.reason.as_deref().or(failure_message),
-    };
     if r.outcome != Outcome::Passed {
         if let Some(f) = &r.failure {
             text.push_str(&format!("  {}:{}", f.location.file, f.location.line));
         }
     }
-    if let Some(reason) = reason {
+    if let Some(reason) = summary::reason(r) {
         text.push_str("  ");
         text.push_str(&format::sanitize(format::first_line(reason)));
     }
@@ -331,7 +429,7 @@ mod tests {
 PASSED  hello  1.20s
 FAILED  write file[template=base]  0.30s  scenarios/files.yaml:12  stdout did not match
 FAILED  multi line  1m03s  scenarios/files.yaml:30  stdout did not match
-interrupted by SIGINT: finishing cleanup, press Ctrl-C again to exit at once
+interrupted by SIGINT: finishing cleanup of 0 running scenarios, press Ctrl-C again to exit at once
 ERROR   broken provider  0.05s  scenarios/net.yaml:3  connection refused <&> \"q\" 'a' \\0\\u{1b}[31m
 SKIPPED needs ports  0.00s  provider lacks capability `ports`
 XFAIL   known bug  0.80s  scenarios/bugs.yaml:8  issue #12: exit code lost
@@ -340,15 +438,15 @@ XPASS   fixed bug  0.40s  known issue #7 passed
 
     #[test]
     fn plain_mode_lines_then_summary() {
-        let opts = HumanOptions { progress: false, color: false, verbose: false };
+        let opts = HumanOptions { progress: false, color: false, verbose: false, width: None };
         let text = run(opts, true);
-        let summary = render_summary(&fixture::summary(), false);
+        let summary = render_summary(&fixture::summary(), SummaryOptions::default());
         assert_eq!(text, format!("{PLAIN}\n{summary}"), "\n--- got ---\n{text}");
     }
 
     #[test]
     fn verbose_adds_start_and_step_lines() {
-        let opts = HumanOptions { progress: false, color: false, verbose: true };
+        let opts = HumanOptions { progress: false, color: false, verbose: true, width: None };
         let text = run(opts, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "run r-20240101-abcd: 7 scenarios on local, concurrency 4");
@@ -374,14 +472,14 @@ XPASS   fixed bug  0.40s  known issue #7 passed
 
     #[test]
     fn colour_codes_only_with_colour() {
-        let text = run(HumanOptions { progress: false, color: true, verbose: false }, false);
+        let text = run(HumanOptions { progress: false, color: true, verbose: false, width: None }, false);
         assert!(text.starts_with("\x1b[32mPASSED \x1b[0m hello  1.20s\n"), "{text}");
     }
 
     #[test]
     fn live_mode_tracks_running_scenarios_and_writes_summary() {
         let buf = Buf::default();
-        let opts = HumanOptions { progress: true, color: false, verbose: false };
+        let opts = HumanOptions { progress: true, color: false, verbose: false, width: None };
         let mut rep = HumanReporter::with_draw_target(opts, Box::new(buf.clone()), ProgressDrawTarget::hidden());
         let ev = events(false);
         let mut max_running = 0;
@@ -404,7 +502,7 @@ XPASS   fixed bug  0.40s  known issue #7 passed
         assert_eq!(buf.text(), "");
         rep.handle(ev.last().unwrap());
         assert!(rep.live.is_none());
-        assert_eq!(buf.text(), format!("\n{}", render_summary(&fixture::summary(), false)));
+        assert_eq!(buf.text(), format!("\n{}", render_summary(&fixture::summary(), SummaryOptions::default())));
     }
 
     #[test]
@@ -415,5 +513,176 @@ XPASS   fixed bug  0.40s  known issue #7 passed
             finished_line(r, false, true),
             "FAILED  write file[template=base] (0.30s)  scenarios/files.yaml:12  stdout did not match"
         );
+    }
+
+    /// A terminal that keeps what is on screen, as far as indicatif draws: lines, a cursor
+    /// row, clearing and moving up.
+    #[derive(Debug, Clone, Default)]
+    struct Screen(Arc<Mutex<(Vec<String>, usize)>>);
+
+    impl Screen {
+        fn visible(&self) -> Vec<String> {
+            let s = self.0.lock().unwrap();
+            s.0.iter().filter(|l| !l.is_empty()).cloned().collect()
+        }
+        fn put(&self, text: &str, newline: bool) {
+            let mut s = self.0.lock().unwrap();
+            let row = s.1;
+            while s.0.len() <= row {
+                s.0.push(String::new());
+            }
+            s.0[row].push_str(text);
+            if newline {
+                s.1 += 1;
+            }
+        }
+    }
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            100
+        }
+        fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+            let mut s = self.0.lock().unwrap();
+            s.1 = s.1.saturating_sub(n);
+            Ok(())
+        }
+        fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+            self.0.lock().unwrap().1 += n;
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, text: &str) -> std::io::Result<()> {
+            self.put(text, true);
+            Ok(())
+        }
+        fn write_str(&self, text: &str) -> std::io::Result<()> {
+            self.put(text, false);
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            let mut s = self.0.lock().unwrap();
+            let row = s.1;
+            if let Some(l) = s.0.get_mut(row) {
+                l.clear();
+            }
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn live_on(screen: &Screen) -> (HumanReporter, Buf) {
+        let opts = HumanOptions { progress: true, color: false, verbose: false, width: Some(100) };
+        let target = ProgressDrawTarget::term_like_with_hz(Box::new(screen.clone()), 200);
+        let out = Buf::default();
+        (HumanReporter::with_draw_target(opts, Box::new(out.clone()), target), out)
+    }
+
+    /// Issue 18: a stale spinner line stayed on screen after Ctrl-C. The first interrupt
+    /// takes the live view down; what follows is plain lines.
+    #[test]
+    fn ctrl_c_leaves_no_spinner_on_screen() {
+        let screen = Screen::default();
+        let (mut rep, out) = live_on(&screen);
+        rep.handle(&Event::RunStarted { run_id: "r".into(), provider: "local".into(), total: 3, concurrency: 2 });
+        for (i, name) in ["first", "second"].iter().enumerate() {
+            rep.handle(&Event::ScenarioStarted { index: i, name: name.to_string() });
+            rep.handle(&Event::StepStarted { index: i, step: 0, phase: Phase::Steps, label: "exec: sleep 60".into() });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let before = screen.visible();
+        assert!(before.iter().any(|l| l.contains("first › exec: sleep 60")), "{before:?}");
+        rep.handle(&Event::Interrupted { signal: "SIGINT".into() });
+        assert!(rep.live.is_none(), "the live view is gone");
+        std::thread::sleep(Duration::from_millis(300));
+        let after = screen.visible();
+        assert!(after.is_empty(), "stale lines: {after:?}");
+        // The rest of the run is plain lines on stdout.
+        rep.handle(&Event::ScenarioFinished { result: fixture::scenario(0, "first", "a.yaml", Outcome::Error, 10) });
+        assert_eq!(
+            out.text(),
+            "interrupted by SIGINT: finishing cleanup of 2 running scenarios, press Ctrl-C again to exit at once\n\
+             ERROR   first  0.01s\n"
+        );
+        assert!(screen.visible().is_empty());
+    }
+
+    /// Item 3 of issue 18: a build shows its current build step and the last line of its log.
+    #[test]
+    fn a_build_shows_its_current_step_and_log_tail() {
+        let screen = Screen::default();
+        let (mut rep, _out) = live_on(&screen);
+        rep.handle(&Event::RunStarted { run_id: "r".into(), provider: "local".into(), total: 1, concurrency: 1 });
+        rep.handle(&Event::ScenarioStarted { index: 0, name: "custom".into() });
+        rep.handle(&Event::StepStarted { index: 0, step: 0, phase: Phase::Setup, label: "build: python-hello".into() });
+        let message = |rep: &HumanReporter| rep.live.as_ref().unwrap().running[&0].message();
+        assert_eq!(message(&rep), "setup: build: python-hello");
+        for line in
+            ["building template python-hello (sha256:ab) from templates/python-hello", "#3 RUN pip install flask"]
+        {
+            rep.handle(&Event::StepProgress { index: 0, line: line.into() });
+        }
+        assert_eq!(message(&rep), "setup: build: python-hello › #3 RUN pip install flask");
+        rep.handle(&Event::StepProgress { index: 0, line: "  Collecting flask".into() });
+        rep.handle(&Event::StepProgress { index: 0, line: "  Successfully installed flask-3.0".into() });
+        assert_eq!(
+            message(&rep),
+            "setup: build: python-hello › #3 RUN pip install flask │ Successfully installed flask-3.0"
+        );
+        rep.handle(&Event::StepProgress { index: 0, line: "Step 4/7 : COPY app.py /app/".into() });
+        assert_eq!(message(&rep), "setup: build: python-hello › Step 4/7 : COPY app.py /app/");
+        // The next step starts clean.
+        rep.handle(&Event::StepStarted {
+            index: 0,
+            step: 1,
+            phase: Phase::Steps,
+            label: "create: python-hello".into(),
+        });
+        assert_eq!(message(&rep), "create: python-hello");
+        std::thread::sleep(Duration::from_millis(50));
+        rep.handle(&Event::StepProgress { index: 0, line: "#1 FROM base".into() });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            screen.visible().iter().any(|l| l.contains("custom › create: python-hello › #1 FROM base")),
+            "{:?}",
+            screen.visible()
+        );
+    }
+
+    #[test]
+    fn build_stages() {
+        for yes in
+            ["#4 RUN x", "Step 3/7 : RUN x", "[2/5] RUN x", "building template a (b) from c", "FROM base maps to x"]
+        {
+            assert!(is_build_stage(yes), "{yes}");
+        }
+        for no in ["  output", "#!/bin/sh", "Successfully built", "[notice] pip", "# comment"] {
+            assert!(!is_build_stage(no), "{no}");
+        }
+    }
+
+    /// Plain mode with -v shows the steps of a build as they start (CI logs are not silent
+    /// for the minutes a build takes); without -v it stays quiet.
+    #[test]
+    fn plain_verbose_prints_build_stages() {
+        for verbose in [true, false] {
+            let buf = Buf::default();
+            let opts = HumanOptions { progress: false, color: false, verbose, width: None };
+            let mut rep = HumanReporter::with_draw_target(opts, Box::new(buf.clone()), ProgressDrawTarget::hidden());
+            rep.handle(&Event::ScenarioStarted { index: 0, name: "custom".into() });
+            rep.handle(&Event::StepStarted { index: 0, step: 0, phase: Phase::Steps, label: "build: web".into() });
+            rep.handle(&Event::StepProgress { index: 0, line: "#2 RUN make".into() });
+            rep.handle(&Event::StepProgress { index: 0, line: "  cc -o app app.c".into() });
+            let text = buf.text();
+            assert_eq!(text.contains("  custom › build: web › #2 RUN make\n"), verbose, "{text}");
+            assert!(!text.contains("cc -o app"), "{text}");
+        }
     }
 }

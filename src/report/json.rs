@@ -24,7 +24,8 @@
 //!       "outcome": "passed"|"failed"|"error"|"skipped"|"xfail"|"xpass",
 //!       "reason": string|null,
 //!       "failure": null | {"step": string, "location": {…}, "message": string,
-//!                          "mismatch": null | {"expected": string, "actual": string}},
+//!                          "mismatch": null | {"expected": string, "actual": string,
+//!                                               "hint": string|null}},
 //!       "known_issue": null | {"id": string|null, "reason": string, "strict": bool},
 //!       "steps": [
 //!         {"index": number, "phase": "setup"|"steps"|"finally"|"cleanup",

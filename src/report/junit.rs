@@ -24,7 +24,7 @@
 
 use std::io::{self, Write};
 
-use super::events::{Outcome, RunSummary, ScenarioResult, StepStatus};
+use super::events::{Outcome, Phase, RunSummary, ScenarioResult, StepStatus};
 use super::format;
 
 /// Write the whole JUnit document for a run.
@@ -184,6 +184,19 @@ fn step_log(r: &ScenarioResult) -> String {
         out.push_str(&serde_json::to_string_pretty(&s.outputs).unwrap_or_default());
         out.push('\n');
     }
+    // What `finally` printed (`finally: exec: cat /tmp/app.log` is how a scenario says what to
+    // look at), as text, for every scenario.
+    for s in r.steps.iter().filter(|s| s.phase == Phase::Finally) {
+        for stream in ["stdout", "stderr"] {
+            let Some(text) = s.outputs.get(stream).and_then(|v| v.as_str()).filter(|t| !t.is_empty()) else {
+                continue;
+            };
+            out.push_str(&format!("\n--- finally › {} ({}): {stream} ---\n{text}", s.label, s.location));
+            if !text.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+    }
     out
 }
 
@@ -322,7 +335,7 @@ mod tests {
         assert_eq!(failure.attribute("message"), Some("stdout did not match"));
         let text = failure.text().unwrap();
         assert!(text.starts_with("scenarios/files.yaml:12:7: check content\n"), "{text}");
-        assert!(text.contains("expected: \"hello\"\nactual:   \"world\""), "{text}");
+        assert!(text.contains("expected: \"hello\"\nfound:    \"world\""), "{text}");
         let out = case.children().find(|n| n.has_tag_name("system-out")).unwrap().text().unwrap();
         assert!(
             out.contains("FAILED  [steps] check content (scenarios/files.yaml:12:7, 0.10s): stdout did not match"),
@@ -330,6 +343,14 @@ mod tests {
         );
         assert!(out.contains("--- outputs of check content"), "{out}");
         assert!(out.contains("\"stdout\": \"world\\n\""), "{out}");
+        // Issue 18: what `finally` printed is in <system-out>, as text.
+        assert!(
+            out.contains(
+                "\n--- finally › exec: cat /tmp/app.log (scenarios/files.yaml:40:5): stdout ---\nlog line 1\n"
+            ),
+            "{out}"
+        );
+        assert!(out.ends_with("log line 25\n"), "{out}");
     }
 
     #[test]

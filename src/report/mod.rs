@@ -1,8 +1,10 @@
-//! Reporters: the live terminal view, the summary table, and the JUnit, JSON and evidence files.
+//! Reporters: the live terminal view, the summary, and the JUnit, JSON, evidence and HTML files.
 
 pub mod events;
 pub mod evidence;
 pub mod format;
+pub mod github;
+pub mod html;
 pub mod human;
 pub mod json;
 pub mod junit;

@@ -1,5 +1,30 @@
-//! The end-of-run summary: a table of scenarios, expected-vs-actual blocks for failed
-//! comparisons, and the totals line.
+//! The end-of-run summary, in the order a reader needs it (pytest's shape): the details of
+//! every failure, then one line per scenario that did not pass, then the totals.
+//!
+//! ```text
+//! FAILED echo hi › assert-stdout: hi (a.yaml:5:5)
+//!   stdout: expected "hi", found "hi\n" (only a trailing newline differs)
+//!   expected: "hi"
+//!   found:    "hi\n"
+//!   hint: only a trailing newline differs: …
+//!   finally › exec: cat /tmp/app.log (a.yaml:9:5)
+//!     | Serving HTTP on 0.0.0.0 port 8000
+//!
+//! FAILED   echo hi            0.75s  a.yaml:5  stdout: expected "hi", found "hi\n" (only a…
+//! SKIPPED  needs credentials  0.00s            missing credentials [E2B_API_KEY]
+//!
+//! 0 passed, 1 failed, 0 error, 1 skipped, 0 xfail, 0 xpass in 1.23s
+//! ```
+//!
+//! Passed scenarios are not repeated: the streamed lines (or the live view) showed them. The
+//! rows are sorted by outcome (FAILED, ERROR, XPASS, XFAIL, SKIPPED), then by name, so what
+//! needs attention comes first and names are easy to find. Rows fit the terminal's width:
+//! when the reason would have less than [`MIN_REASON`] columns it goes on a line of its own,
+//! and whatever does not fit is cut with `…` (the details above have it in full, wrapped).
+//! Without a width (not a terminal, no `COLUMNS`) nothing is cut or wrapped.
+//!
+//! The details show what `finally` printed (the tail of its commands' output), since
+//! `finally: exec: cat /tmp/app.log` is how a scenario says what to look at when it fails.
 //!
 //! The totals line has a fixed format that tests and CI parse:
 //!
@@ -8,40 +33,41 @@
 //! ```
 //!
 //! Every count is always present, in that order. The duration uses the same format as the
-//! table (`0.42s`, `1m03s`, `1h02m03s`). When the run was interrupted a further line
+//! rows (`0.42s`, `1m03s`, `1h02m03s`). When the run was interrupted a further line
 //! `run <run_id> interrupted` follows.
 
 use std::fmt::Write as _;
 
-use super::events::{Outcome, RunSummary, ScenarioResult, Totals};
+use super::events::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult, StepRecord, Totals};
 use super::format::{self, paint, Color};
 
+/// Narrower than this, a row's reason goes on a line of its own.
+pub const MIN_REASON: usize = 40;
+/// The most lines of one `finally` output shown in the details (the tail).
+pub const FINALLY_TAIL: usize = 20;
+
+/// How the summary is drawn.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SummaryOptions {
+    /// ANSI colours.
+    pub color: bool,
+    /// The terminal's width in columns; `None`: never cut or wrap.
+    pub width: Option<usize>,
+}
+
 /// Render the summary as text ending with `\n`. With `color` false the text has no ANSI codes.
-pub fn render_summary(summary: &RunSummary, color: bool) -> String {
-    let mut results: Vec<&ScenarioResult> = summary.results.iter().collect();
-    results.sort_by_key(|r| r.index);
+pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
+    let color = opts.color;
+    let mut results: Vec<&ScenarioResult> = summary.results.iter().filter(|r| r.outcome != Outcome::Passed).collect();
+    results.sort_by(|a, b| rank(a.outcome).cmp(&rank(b.outcome)).then_with(|| a.name.cmp(&b.name)));
 
     let mut out = String::new();
-    if !results.is_empty() {
-        out.push_str(&table(&results, color));
-    }
-
-    for r in &results {
-        let Some(f) = &r.failure else { continue };
-        let Some(m) = &f.mismatch else { continue };
+    for r in results.iter().filter(|r| matches!(r.outcome, Outcome::Failed | Outcome::Error)) {
+        out.push_str(&details(r, opts));
         out.push('\n');
-        let _ = writeln!(
-            out,
-            "{} {} › {} ({})",
-            format::outcome_label(r.outcome, color),
-            paint(&r.name, Color::Bold, color),
-            f.step,
-            f.location
-        );
-        out.push_str(&format::mismatch(m, color));
     }
-
-    if !out.is_empty() {
+    if !results.is_empty() {
+        out.push_str(&rows(&results, opts));
         out.push('\n');
     }
     let line = totals_line(&summary.totals, summary.duration_ms);
@@ -51,6 +77,18 @@ pub fn render_summary(summary: &RunSummary, color: bool) -> String {
         let _ = writeln!(out, "{}", paint(&format!("run {} interrupted", summary.run_id), Color::Yellow, color));
     }
     out
+}
+
+/// What needs attention first.
+fn rank(o: Outcome) -> u8 {
+    match o {
+        Outcome::Failed => 0,
+        Outcome::Error => 1,
+        Outcome::Xpass => 2,
+        Outcome::Xfail => 3,
+        Outcome::Skipped => 4,
+        Outcome::Passed => 5,
+    }
 }
 
 /// `N passed, N failed, N error, N skipped, N xfail, N xpass in 1.23s`, without newline.
@@ -67,77 +105,209 @@ pub fn totals_line(t: &Totals, duration_ms: u64) -> String {
     )
 }
 
-/// The step, `file:line` and reason cells of a scenario; empty for a clean pass.
-fn detail(r: &ScenarioResult) -> [String; 3] {
-    let (step, location) = match &r.failure {
-        Some(f) => (f.step.clone(), format!("{}:{}", f.location.file, f.location.line)),
-        None => (String::new(), String::new()),
-    };
+/// The reason shown for a scenario that did not pass: the failure for FAILED and ERROR, the
+/// known issue or skip reason for the others.
+pub fn reason(r: &ScenarioResult) -> Option<&str> {
     let failure_message = r.failure.as_ref().map(|f| f.message.as_str());
-    let reason = match r.outcome {
+    match r.outcome {
         Outcome::Passed => None,
         Outcome::Failed | Outcome::Error => failure_message.or(r.reason.as_deref()),
         Outcome::Skipped | Outcome::Xfail | Outcome::Xpass => r.reason.as_deref().or(failure_message),
-    };
-    [format::sanitize(&step), location, format::sanitize(format::first_line(reason.unwrap_or("")))]
+    }
 }
 
-fn table(results: &[&ScenarioResult], color: bool) -> String {
-    const HEADER: [&str; 6] = ["scenario", "outcome", "duration", "step", "location", "reason"];
-    let rows: Vec<[String; 6]> = results
+/// `text` cut to `width` characters, the last one `…` when cut.
+pub fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut t: String = text.chars().take(width.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+/// One line per scenario that did not pass: outcome, name, duration, `file:line`, reason.
+fn rows(results: &[&ScenarioResult], opts: SummaryOptions) -> String {
+    let cells: Vec<[String; 5]> = results
         .iter()
         .map(|r| {
-            let [step, location, reason] = detail(r);
+            let location = r.failure.as_ref().map(|f| format!("{}:{}", f.location.file, f.location.line));
             [
-                format::sanitize(&r.name),
                 r.outcome.label().to_string(),
+                format::sanitize(&r.name),
                 format::duration(r.duration_ms),
-                step,
-                location,
-                reason,
+                location.unwrap_or_default(),
+                format::sanitize(format::first_line(reason(r).unwrap_or(""))),
             ]
         })
         .collect();
-
-    // Drop the trailing detail columns when no row has anything in them.
-    let mut ncols = HEADER.len();
-    while ncols > 3 && rows.iter().all(|row| row[ncols - 1].is_empty()) {
-        ncols -= 1;
+    let widest = |c: usize| cells.iter().map(|row| row[c].chars().count()).max().unwrap_or(0);
+    let mut w = [widest(0), widest(1), widest(2), widest(3)];
+    // A long name may take at most 40% of a narrow terminal.
+    if let Some(width) = opts.width {
+        w[1] = w[1].min((width * 2 / 5).max(12));
     }
-    let width = |c: usize| rows.iter().map(|row| row[c].chars().count()).chain([HEADER[c].len()]).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..ncols).map(width).collect();
+    let has_location = w[3] > 0;
+    let lead = w[0] + 2 + w[1] + 2 + w[2] + if has_location { 2 + w[3] } else { 0 } + 2;
+    // Narrow: `file:line` and the reason go on a line of their own, under the name.
+    let own_line = opts.width.is_some_and(|width| width < lead + MIN_REASON);
+    let indent = w[0] + 2;
 
     let mut out = String::new();
-    let render_row = |out: &mut String, cells: &[&str], outcome: Option<Outcome>| {
-        let mut line = String::new();
-        for (c, cell) in cells.iter().enumerate().take(ncols) {
-            if c > 0 {
-                line.push_str("  ");
-            }
-            let pad = widths[c].saturating_sub(cell.chars().count());
-            let last = c + 1 == ncols;
-            // Durations are right-aligned; the last column is never padded.
-            let padded = if c == 2 {
-                format!("{}{cell}", " ".repeat(pad))
-            } else if last {
-                cell.to_string()
-            } else {
-                format!("{cell}{}", " ".repeat(pad))
-            };
-            let painted = match (c, outcome) {
-                (1, Some(o)) => paint(&padded, format::outcome_color(o), color),
-                (_, None) => paint(&padded, Color::Bold, color),
-                _ => padded,
-            };
-            line.push_str(&painted);
+    for (r, row) in results.iter().zip(&cells) {
+        let pad = |s: &str, n: usize| format!("{s}{}", " ".repeat(n.saturating_sub(s.chars().count())));
+        let mut line = paint(&pad(&row[0], w[0]), format::outcome_color(r.outcome), opts.color);
+        line.push_str("  ");
+        let name = match opts.width {
+            Some(_) => fit(&row[1], w[1]),
+            None => row[1].clone(),
+        };
+        line.push_str(&pad(&name, w[1]));
+        line.push_str("  ");
+        line.push_str(&format!("{}{}", " ".repeat(w[2] - row[2].chars().count()), row[2]));
+        if has_location && !own_line {
+            line.push_str("  ");
+            line.push_str(&pad(&row[3], w[3]));
         }
-        out.push_str(line.trim_end());
-        out.push('\n');
+        let reason = &row[4];
+        if own_line {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            let below =
+                [row[3].as_str(), reason.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>();
+            if !below.is_empty() {
+                let room = opts.width.unwrap_or(usize::MAX).saturating_sub(indent).max(MIN_REASON);
+                let _ = writeln!(out, "{}{}", " ".repeat(indent), fit(&below.join("  "), room));
+            }
+        } else if reason.is_empty() {
+            out.push_str(line.trim_end());
+            out.push('\n');
+        } else {
+            let room = opts.width.map_or(usize::MAX, |width| width.saturating_sub(lead).max(1));
+            line.push_str("  ");
+            line.push_str(&fit(reason, room));
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The details of a failure: where, the whole message, expected/found with the hint, and
+/// what `finally` printed.
+fn details(r: &ScenarioResult, opts: SummaryOptions) -> String {
+    let color = opts.color;
+    let mut out = String::new();
+    let title = paint(&format::sanitize(&r.name), Color::Bold, color);
+    match &r.failure {
+        Some(f) => {
+            let head = format!(
+                "{} {title} › {} ({})",
+                format::outcome_label(r.outcome, color),
+                format::sanitize(&f.step),
+                f.location
+            );
+            out.push_str(&wrap(&head, "", "    ", opts.width));
+            for line in f.message.lines() {
+                out.push_str(&wrap(&format::sanitize(line), "  ", "    ", opts.width));
+            }
+            if let Some(m) = &f.mismatch {
+                let block = format::mismatch(&Mismatch { hint: None, ..m.clone() }, color);
+                for line in block.lines() {
+                    let _ = writeln!(out, "  {line}");
+                }
+                if let Some(h) = &m.hint {
+                    let hint = format!("{} {}", paint("hint:", Color::Cyan, color), format::sanitize(h));
+                    out.push_str(&wrap(&hint, "  ", "        ", opts.width));
+                }
+            }
+        }
+        None => {
+            let head = format!("{} {title} ({})", format::outcome_label(r.outcome, color), r.location);
+            out.push_str(&wrap(&head, "", "    ", opts.width));
+            if let Some(reason) = &r.reason {
+                out.push_str(&wrap(&format::sanitize(reason), "  ", "    ", opts.width));
+            }
+        }
+    }
+    for s in r.steps.iter().filter(|s| s.phase == Phase::Finally) {
+        out.push_str(&finally_output(s, opts));
+    }
+    out
+}
+
+/// `text` after `first` (the first line's indent), wrapped at spaces to `width` with `rest`
+/// before every further line; a word longer than a line stays whole. Ends with `\n`.
+fn wrap(text: &str, first: &str, rest: &str, width: Option<usize>) -> String {
+    let Some(width) = width else { return format!("{first}{text}\n") };
+    // Colour codes take no columns.
+    let visible = |s: &str| {
+        let (mut n, mut esc) = (0, false);
+        for c in s.chars() {
+            match (esc, c) {
+                (false, '\x1b') => esc = true,
+                (true, 'm') => esc = false,
+                (true, _) => {}
+                _ => n += 1,
+            }
+        }
+        n
     };
-    render_row(&mut out, &HEADER, None);
-    for (r, row) in results.iter().zip(&rows) {
-        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-        render_row(&mut out, &cells, Some(r.outcome));
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut empty = true;
+    for word in text.split(' ') {
+        if !empty && visible(&line) + 1 + visible(word) > width {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = rest.to_string();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
+/// The tail of what a `finally` step printed, or nothing when it printed nothing.
+fn finally_output(s: &StepRecord, opts: SummaryOptions) -> String {
+    let color = opts.color;
+    let streams: Vec<(&str, &str)> = ["stdout", "stderr"]
+        .iter()
+        .filter_map(|k| s.outputs.get(*k).and_then(|v| v.as_str()).filter(|t| !t.is_empty()).map(|t| (*k, t)))
+        .collect();
+    let mut out = String::new();
+    if streams.is_empty() && s.message.is_none() {
+        return out;
+    }
+    let head = format!("{} › {} ({})", paint("finally", Color::Cyan, color), format::sanitize(&s.label), s.location);
+    out.push_str(&wrap(&head, "  ", "      ", opts.width));
+    if let Some(m) = &s.message {
+        out.push_str(&wrap(&format::sanitize(format::first_line(m)), "    ", "      ", opts.width));
+    }
+    for (name, text) in &streams {
+        if streams.len() > 1 {
+            let _ = writeln!(out, "    {name}:");
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        let skip = lines.len().saturating_sub(FINALLY_TAIL);
+        if skip > 0 {
+            let _ = writeln!(
+                out,
+                "    | … {skip} earlier line{} (all of it in --json, --evidence and --html)",
+                if skip == 1 { "" } else { "s" }
+            );
+        }
+        // A log line is cut to the width, not wrapped: all of it is in the reports.
+        for line in &lines[skip..] {
+            let line = format!("    | {}", format::sanitize(line));
+            let _ = writeln!(out, "{}", opts.width.map_or_else(|| line.clone(), |w| fit(&line, w)));
+        }
     }
     out
 }
@@ -147,43 +317,134 @@ mod tests {
     use super::*;
     use crate::report::fixture;
 
-    const EXPECTED: &str = "\
-scenario                   outcome  duration  step           location                 reason
-hello                      PASSED      1.20s
-write file[template=base]  FAILED      0.30s  check content  scenarios/files.yaml:12  stdout did not match
-multi line                 FAILED      1m03s  exec: ls       scenarios/files.yaml:30  stdout did not match
-broken provider            ERROR       0.05s  create: base   scenarios/net.yaml:3     connection refused <&> \"q\" 'a' \\0\\u{1b}[31m
-needs ports                SKIPPED     0.00s                                          provider lacks capability `ports`
-known bug                  XFAIL       0.80s  exec: exit 3   scenarios/bugs.yaml:8    issue #12: exit code lost
-fixed bug                  XPASS       0.40s                                          known issue #7 passed
+    fn plain(width: Option<usize>) -> SummaryOptions {
+        SummaryOptions { color: false, width }
+    }
+
+    /// Issue 18: the exact summary at 160 columns: details first, then one row per scenario
+    /// that did not pass (passed ones are not repeated), sorted by outcome then name.
+    #[test]
+    fn snapshot_at_160_columns() {
+        let text = render_summary(&fixture::summary(), plain(Some(160)));
+        let want = "\
+FAILED multi line › exec: ls (scenarios/files.yaml:30:7)
+  stdout did not match
+  see diff
+  --- expected
+  +++ found
+  @@ -1,3 +1,3 @@
+   a
+  -b
+  +B
+   c
 
 FAILED write file[template=base] › check content (scenarios/files.yaml:12:7)
-expected: \"hello\"
-actual:   \"world\"
+  stdout did not match
+  expected: \"hello\"
+  found:    \"world\"
+  finally › exec: cat /tmp/app.log (scenarios/files.yaml:40:5)
+    | … 5 earlier lines (all of it in --json, --evidence and --html)
+    | log line 6
+    | log line 7
+    | log line 8
+    | log line 9
+    | log line 10
+    | log line 11
+    | log line 12
+    | log line 13
+    | log line 14
+    | log line 15
+    | log line 16
+    | log line 17
+    | log line 18
+    | log line 19
+    | log line 20
+    | log line 21
+    | log line 22
+    | log line 23
+    | log line 24
+    | log line 25
 
-FAILED multi line › exec: ls (scenarios/files.yaml:30:7)
---- expected
-+++ actual
-@@ -1,3 +1,3 @@
- a
--b
-+B
- c
+ERROR broken provider › create: base (scenarios/net.yaml:3:5)
+  connection refused <&> \"q\" 'a' \\0\\u{1b}[31m
+
+FAILED   multi line                 1m03s  scenarios/files.yaml:30  stdout did not match
+FAILED   write file[template=base]  0.30s  scenarios/files.yaml:12  stdout did not match
+ERROR    broken provider            0.05s  scenarios/net.yaml:3     connection refused <&> \"q\" 'a' \\0\\u{1b}[31m
+XPASS    fixed bug                  0.40s                           known issue #7 passed
+XFAIL    known bug                  0.80s  scenarios/bugs.yaml:8    issue #12: exit code lost
+SKIPPED  needs ports                0.00s                           provider lacks capability `ports`
 
 1 passed, 2 failed, 1 error, 1 skipped, 1 xfail, 1 xpass in 1.23s
 ";
+        assert_eq!(text, want, "\n--- got ---\n{text}");
+        assert!(!text.contains("\x1b[1m") && !text.contains("\x1b[0m"));
+    }
+
+    /// At 80 columns no line is longer than 80: the reasons go on their own lines, cut to
+    /// fit, and the details wrap.
+    #[test]
+    fn snapshot_at_80_columns() {
+        let mut s = fixture::summary();
+        for r in &mut s.results {
+            if r.name == "needs ports" {
+                r.reason =
+                    Some("missing credentials [ABX_SANDBOX_API_KEY, ALIBABA_CLOUD_ACCESS_KEY_ID, E2B_API_KEY]".into());
+            }
+            if let Some(f) = r.failure.as_mut().filter(|_| r.name == "broken provider") {
+                f.message = "connection refused: the provider at http://127.0.0.1:3000 did not answer within 30s; is `scenario-run serve` running?".into();
+            }
+        }
+        let text = render_summary(&s, plain(Some(80)));
+        let want = "\
+ERROR broken provider › create: base (scenarios/net.yaml:3:5)
+  connection refused: the provider at http://127.0.0.1:3000 did not answer
+    within 30s; is `scenario-run serve` running?
+
+FAILED   multi line                 1m03s
+         scenarios/files.yaml:30  stdout did not match
+FAILED   write file[template=base]  0.30s
+         scenarios/files.yaml:12  stdout did not match
+ERROR    broken provider            0.05s
+         scenarios/net.yaml:3  connection refused: the provider at http://127.0…
+XPASS    fixed bug                  0.40s
+         known issue #7 passed
+XFAIL    known bug                  0.80s
+         scenarios/bugs.yaml:8  issue #12: exit code lost
+SKIPPED  needs ports                0.00s
+         missing credentials [ABX_SANDBOX_API_KEY, ALIBABA_CLOUD_ACCESS_KEY_ID,…
+
+1 passed, 2 failed, 1 error, 1 skipped, 1 xfail, 1 xpass in 1.23s
+";
+        let tail = &text[text.find("ERROR broken provider").unwrap()..];
+        assert_eq!(tail, want, "\n--- got ---\n{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "longer than 80 columns: {line:?}");
+        }
+    }
 
     #[test]
-    fn snapshot_without_colour() {
-        let text = render_summary(&fixture::summary(), false);
-        assert_eq!(text, EXPECTED, "\n--- got ---\n{text}");
-        assert!(!text.contains("\x1b[1m") && !text.contains("\x1b[0m"));
+    fn long_names_are_cut_on_a_narrow_terminal() {
+        let mut s = fixture::summary();
+        s.results.retain(|r| r.outcome == Outcome::Skipped);
+        s.results[0].name = "a scenario whose name is much longer than a narrow terminal allows".into();
+        let text = render_summary(&s, plain(Some(60)));
+        assert!(text.starts_with("SKIPPED  a scenario whose name i…  0.00s\n         provider lacks"), "{text}");
+        let rows = text.split("\n\n").next().unwrap();
+        assert!(rows.lines().all(|l| l.chars().count() <= 60), "{text}");
+        let unlimited = render_summary(&s, plain(None));
+        assert!(
+            unlimited.starts_with(
+                "SKIPPED  a scenario whose name is much longer than a narrow terminal allows  0.00s  provider"
+            ),
+            "{unlimited}"
+        );
     }
 
     #[test]
     fn totals_line_format_is_stable() {
         let s = fixture::summary();
-        let line = render_summary(&s, false).lines().last().unwrap().to_string();
+        let line = render_summary(&s, plain(None)).lines().last().unwrap().to_string();
         assert_eq!(line, "1 passed, 2 failed, 1 error, 1 skipped, 1 xfail, 1 xpass in 1.23s");
         let t = Totals { total: 0, ..Default::default() };
         assert_eq!(totals_line(&t, 63_000), "0 passed, 0 failed, 0 error, 0 skipped, 0 xfail, 0 xpass in 1m03s");
@@ -193,30 +454,41 @@ FAILED multi line › exec: ls (scenarios/files.yaml:30:7)
     fn interrupted_run_says_so() {
         let mut s = fixture::summary();
         s.interrupted = true;
-        let text = render_summary(&s, false);
+        let text = render_summary(&s, plain(None));
         assert!(text.ends_with("in 1.23s\nrun r-20240101-abcd interrupted\n"), "{text}");
     }
 
     #[test]
-    fn all_passing_table_has_no_detail_columns() {
+    fn an_all_passing_run_is_only_the_totals() {
         let mut s = fixture::summary();
         s.results.retain(|r| r.outcome == Outcome::Passed);
         s.totals = Totals::from_results(&s.results);
-        let text = render_summary(&s, false);
-        assert_eq!(
-            text,
-            "scenario  outcome  duration\nhello     PASSED      1.20s\n\n\
-             1 passed, 0 failed, 0 error, 0 skipped, 0 xfail, 0 xpass in 1.23s\n"
-        );
+        let text = render_summary(&s, plain(Some(80)));
+        assert_eq!(text, "1 passed, 0 failed, 0 error, 0 skipped, 0 xfail, 0 xpass in 1.23s\n");
     }
 
     #[test]
     fn colour_only_when_asked() {
-        let text = render_summary(&fixture::summary(), true);
-        assert!(text.contains("\x1b[32mPASSED \x1b[0m"), "{text}");
+        let text = render_summary(&fixture::summary(), SummaryOptions { color: true, width: Some(160) });
+        assert!(text.contains("\x1b[31mFAILED \x1b[0m"), "{text}");
         assert!(text.contains("\x1b[31m-b\x1b[0m"), "{text}");
-        // Alignment is computed before colouring: stripping codes gives the plain table.
+        // Alignment is computed before colouring: stripping codes gives the plain summary.
         let stripped = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap().replace_all(&text, "");
-        assert_eq!(stripped, EXPECTED);
+        assert_eq!(stripped, render_summary(&fixture::summary(), plain(Some(160))));
+    }
+
+    #[test]
+    fn fit_cuts_with_an_ellipsis() {
+        assert_eq!(fit("abcdef", 6), "abcdef");
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("héllo wörld", 5), "héll…");
+    }
+
+    #[test]
+    fn wrap_keeps_long_words_and_indents() {
+        assert_eq!(wrap("aa bb cc", "> ", "  ", Some(7)), "> aa bb\n  cc\n");
+        assert_eq!(wrap("averyveryverylongword x", "> ", "  ", Some(6)), "> averyveryverylongword\n  x\n");
+        assert_eq!(wrap("aa bb cc", "> ", "  ", None), "> aa bb cc\n");
+        assert_eq!(wrap("\x1b[36mhint:\x1b[0m ab cd", "", "", Some(8)), "\x1b[36mhint:\x1b[0m ab\ncd\n");
     }
 }

@@ -164,6 +164,13 @@ pub async fn run_case(
         current_source: None,
         polling: false,
         env: std::sync::Arc::new(cfg.env.clone()),
+        progress: Some({
+            let (events, masker) = (events.clone(), cfg.masker.clone());
+            std::sync::Arc::new(move |line: &str| {
+                let line = masker.mask(line).into_owned();
+                let _ = events.send(Event::StepProgress { index, line });
+            })
+        }),
     };
     let mut run = CaseRun {
         cfg,
@@ -686,7 +693,7 @@ impl CaseRun<'_> {
             if keep {
                 continue;
             }
-            let t0 = Instant::now();
+            let (t0, start_ms) = (Instant::now(), self.elapsed_ms());
             let r = tokio::time::timeout(Duration::from_secs(60), self.ctx.provider.kill(&id)).await;
             let (status, message) = match r {
                 Ok(Ok(_)) => (StepStatus::Passed, None),
@@ -709,7 +716,8 @@ impl CaseRun<'_> {
                 message: message.clone(),
                 mismatch: None,
                 attempts: 1,
-                start_ms: self.elapsed_ms(),
+                // When the destroy started (the timeline of the HTML report draws from it).
+                start_ms,
                 duration_ms: t0.elapsed().as_millis() as u64,
                 continued: false,
             };

@@ -36,6 +36,7 @@ async fn assert_stream(ctx: &mut StepCtx, args: &J, stream: &str) -> StepResult 
     let m = matcher_of(args, &["of"])?.ok_or_else(|| StepError::error("no matcher given"))?;
     m.check_text(&text).map_err(|e| {
         let mut e = StepError::from(e);
+        e.message = format!("{stream}: {}", e.message);
         if dropped > 0 {
             e.message.push_str(&super::cut_note(stream, text.len(), dropped));
         }
@@ -63,8 +64,8 @@ pub async fn assert_exit(ctx: &mut StepCtx, args: &J) -> StepResult {
             (None, Some(s)) => format!("none (killed by signal {s})"),
             (None, None) => "none (still running or unknown)".into(),
         };
-        let mut e = StepError::fail(format!("expected exit code {want}, got {got_text}"));
-        e.mismatch = Some(Box::new(crate::report::events::Mismatch { expected: want.to_string(), actual: got_text }));
+        let mut e = StepError::fail(format!("expected exit code {want}, found {got_text}"));
+        e.mismatch = Some(Box::new(crate::report::events::Mismatch::new(want.to_string(), got_text)));
         return Err(e);
     }
     Ok(J::Null)
@@ -78,16 +79,22 @@ pub async fn assert_file(ctx: &mut StepCtx, args: &J) -> StepResult {
     let read = ctx.provider.read_file(&id, &path).await;
     match (read, must_exist) {
         (Err(e), false) if e.kind == ErrorKind::NotFound => Ok(json!({ "content": null, "size": null })),
-        (Ok(_), false) => Err(StepError::fail(format!("expected {path} not to exist, but it does"))),
+        (Ok(data), false) => {
+            Err(StepError::fail(format!("expected {path} not to exist, found a file of {} bytes", data.len())))
+        }
         (Err(e), true) if e.kind == ErrorKind::NotFound => {
-            Err(StepError::fail(format!("expected {path} to exist: {}", e.message)))
+            Err(StepError::fail(format!("expected {path} to exist, found none ({})", e.message)))
         }
         (Err(e), _) => Err(e.into()),
         (Ok(data), true) => {
             let text = String::from_utf8_lossy(&data).into_owned();
             let outputs = json!({ "content": text, "size": data.len() });
             if let Some(m) = matcher_of(args, &["path", "exists"])? {
-                m.check_text(&text).map_err(|f| StepError::from(f).with_outputs(outputs.clone()))?;
+                m.check_text(&text).map_err(|f| {
+                    let mut e = StepError::from(f).with_outputs(outputs.clone());
+                    e.message = format!("{path}: {}", e.message);
+                    e
+                })?;
             }
             Ok(outputs)
         }

@@ -22,6 +22,16 @@ fn spec(ctx: &StepCtx, a: &Args<'_>) -> Result<BuildSpec, StepError> {
         Some(p) => ctx.scenario_dir.join(p),
         None => find_dir(&name, &ctx.scenario_dir, ctx.env.get(TEMPLATES_DIR_ENV).map(String::as_str)),
     };
+    if !dir.is_dir() {
+        let hint = match (a.opt_str("path"), ctx.env.get(TEMPLATES_DIR_ENV).filter(|v| !v.is_empty())) {
+            (Some(_), _) => "`path:` is relative to the scenario file".to_string(),
+            (None, Some(root)) => format!("{TEMPLATES_DIR_ENV} is {root}, and it has no folder `{name}`"),
+            (None, None) => format!(
+                "looked for `templates/{name}` in the folders above the scenario file; set {TEMPLATES_DIR_ENV} to the folder that holds your template folders, or give `path:`"
+            ),
+        };
+        return Err(StepError::error(format!("no template folder {} ({hint})", dir.display())));
+    }
     let template = TemplateDir::load(&dir).map_err(StepError::error)?;
     if template.def.name != name {
         return Err(StepError::error(format!(
@@ -34,12 +44,16 @@ fn spec(ctx: &StepCtx, a: &Args<'_>) -> Result<BuildSpec, StepError> {
     Ok(BuildSpec { template, build_args: a.str_map("args")?, keep: a.bool("keep")? || keep_env })
 }
 
-/// Collects the streamed log until the provider drops its sender.
-fn collector() -> (mpsc::UnboundedSender<String>, tokio::task::JoinHandle<String>) {
+/// Collects the streamed log until the provider drops its sender, passing each line on to the
+/// live view as it comes.
+fn collector(progress: Option<super::Progress>) -> (mpsc::UnboundedSender<String>, tokio::task::JoinHandle<String>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let task = tokio::spawn(async move {
         let mut lines = Vec::new();
         while let Some(l) = rx.recv().await {
+            if let Some(p) = &progress {
+                p(&l);
+            }
             lines.push(l);
         }
         lines.join("\n")
@@ -50,7 +64,7 @@ fn collector() -> (mpsc::UnboundedSender<String>, tokio::task::JoinHandle<String
 pub async fn build(ctx: &mut StepCtx, args: &J) -> StepResult {
     let spec = spec(ctx, &Args(args))?;
     let name = spec.template.def.name.clone();
-    let (tx, task) = collector();
+    let (tx, task) = collector(ctx.progress.clone());
     let result = ctx.provider.build(spec, tx).await;
     let log = task.await.unwrap_or_default();
     match result {
@@ -61,7 +75,7 @@ pub async fn build(ctx: &mut StepCtx, args: &J) -> StepResult {
 
 pub async fn deploy(ctx: &mut StepCtx, args: &J) -> StepResult {
     let spec = spec(ctx, &Args(args))?;
-    let (tx, task) = collector();
+    let (tx, task) = collector(ctx.progress.clone());
     let result = ctx.provider.deploy(spec, tx).await;
     let log = task.await.unwrap_or_default();
     match result {

@@ -40,7 +40,7 @@ pub async fn exec(ctx: &mut StepCtx, args: &J) -> StepResult {
             let stderr = super::lossy(&result.stderr);
             let tail: String =
                 stderr.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-            let mut msg = format!("expected exit code {want}, got {got}");
+            let mut msg = format!("expected exit code {want}, found {got}");
             if !tail.is_empty() {
                 msg.push_str(&format!("; stderr: {tail}"));
             }

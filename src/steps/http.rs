@@ -23,12 +23,14 @@ pub async fn http(ctx: &mut StepCtx, args: &J) -> StepResult {
     request(ctx, args, method).await
 }
 
-async fn url_of(ctx: &mut StepCtx, a: &Args<'_>) -> Result<String, StepError> {
+/// Where a request goes: the URL, and the port inside the sandbox when it was given as one
+/// (the URL is then the provider's forwarder, whose own port means nothing to the author).
+async fn url_of(ctx: &mut StepCtx, a: &Args<'_>) -> Result<(String, Option<u16>), StepError> {
     if let Some(url) = a.opt_str("url") {
         if a.get("port").is_some() {
             return Err(StepError::error("give `url` or `port`, not both"));
         }
-        return Ok(url);
+        return Ok((url, None));
     }
     let port =
         a.opt_int("port")?.ok_or_else(|| StepError::error("give `url`, or `port` (and `path`) inside the sandbox"))?;
@@ -37,12 +39,45 @@ async fn url_of(ctx: &mut StepCtx, a: &Args<'_>) -> Result<String, StepError> {
     let base = ctx.provider.port_url(&id, port).await?;
     let path = a.opt_str("path").unwrap_or_else(|| "/".into());
     let sep = if path.starts_with('/') { "" } else { "/" };
-    Ok(format!("{}{sep}{path}", base.trim_end_matches('/')))
+    Ok((format!("{}{sep}{path}", base.trim_end_matches('/')), Some(port)))
+}
+
+/// The message for a request that got no answer. A sandbox port with nothing listening shows
+/// up as a refused, reset or closed connection on the forwarder's host port: say so in terms
+/// of the port the scenario named (as `serve` answers "port is not open"), not the forwarder's.
+fn send_failed(url: &str, port: Option<u16>, method: &str, polling: bool, e: &reqwest::Error) -> String {
+    let chain = error_chain(e);
+    let lower = chain.to_ascii_lowercase();
+    let no_listener = e.is_connect()
+        || ["connection refused", "connection reset", "connection closed before message completed", "broken pipe"]
+            .iter()
+            .any(|s| lower.contains(s));
+    match port {
+        Some(port) if no_listener => {
+            let path = reqwest::Url::parse(url).map(|u| u.path().to_string()).unwrap_or_default();
+            let why = ["connection refused", "connection reset", "connection closed before message completed"]
+                .iter()
+                .find(|s| lower.contains(*s))
+                .copied()
+                .unwrap_or("no connection");
+            let wait = if polling { "" } else { ", and give this step `eventually: 10s` while it starts" };
+            format!(
+                "nothing is listening on port {port} in the sandbox: {method} {path} got {why} (through {}); start a server on port {port} before this step{wait}",
+                origin(url)
+            )
+        }
+        _ => format!("request to {url} failed: {chain}"),
+    }
+}
+
+/// `http://127.0.0.1:43595` of a URL.
+fn origin(url: &str) -> String {
+    reqwest::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_else(|_| url.to_string())
 }
 
 async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
     let a = Args(args);
-    let url = url_of(ctx, &a).await?;
+    let (url, port) = url_of(ctx, &a).await?;
     let m = reqwest::Method::from_bytes(method.as_bytes())
         .map_err(|_| StepError::error(format!("bad method `{method}`")))?;
     let limit = a.opt_duration("request_timeout")?.unwrap_or(if ctx.polling { POLLED_TIMEOUT } else { TIMEOUT });
@@ -62,8 +97,7 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
         Some(J::String(s)) => req = req.body(s.clone()),
         Some(other) => req = req.json(other),
     }
-    let mut resp =
-        req.send().await.map_err(|e| StepError::fail(format!("request to {url} failed: {}", error_chain(&e))))?;
+    let mut resp = req.send().await.map_err(|e| StepError::fail(send_failed(&url, port, &method, ctx.polling, &e)))?;
     let status = resp.status().as_u16();
     let headers: serde_json::Map<String, J> = resp
         .headers()
@@ -85,7 +119,7 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
         "status": status, "body": body, "headers": headers, "json": parsed, "url": url, "body_dropped": dropped,
     });
     if let Some(expect) = a.get("expect") {
-        check_expect(expect, status, &headers, &body).map_err(|mut e| {
+        check_expect(expect, status, &headers, &body, port).map_err(|mut e| {
             if dropped > 0 {
                 e.message.push_str(&super::cut_note("the body", kept.len(), dropped));
             }
@@ -95,7 +129,13 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
     Ok(outputs)
 }
 
-fn check_expect(expect: &J, status: u16, headers: &serde_json::Map<String, J>, body: &str) -> Result<(), StepError> {
+fn check_expect(
+    expect: &J,
+    status: u16,
+    headers: &serde_json::Map<String, J>,
+    body: &str,
+    port: Option<u16>,
+) -> Result<(), StepError> {
     let e = Args(expect);
     if let Some(want) = e.get("status") {
         let allowed: Vec<i64> = match want {
@@ -106,29 +146,45 @@ fn check_expect(expect: &J, status: u16, headers: &serde_json::Map<String, J>, b
         };
         if !allowed.contains(&i64::from(status)) {
             let snippet: String = body.chars().take(300).collect();
-            let mut err =
-                StepError::fail(format!("expected status {}, got {status}; body: {snippet:?}", super::text(want)));
-            err.mismatch = Some(Box::new(Mismatch { expected: super::text(want), actual: status.to_string() }));
+            // E2B's proxy (and `serve`) answer 502 "port is not open" for a port nobody listens on.
+            let closed = match port {
+                Some(p) if status == 502 && body.contains("port is not open") => {
+                    format!(" (nothing is listening on port {p} in the sandbox)")
+                }
+                _ => String::new(),
+            };
+            let mut err = StepError::fail(format!(
+                "expected status {}, found {status}{closed}; body: {snippet:?}",
+                super::text(want)
+            ));
+            err.mismatch = Some(Box::new(Mismatch::new(super::text(want), status.to_string())));
             return Err(err);
         }
     }
     if let Some(m) = e.get("body") {
-        Matcher::from_json(m).map_err(StepError::error)?.check_text(body).map_err(StepError::from)?;
+        Matcher::from_json(m).map_err(StepError::error)?.check_text(body).map_err(|f| {
+            let mut e = StepError::from(f);
+            e.message = format!("body: {}", e.message);
+            e
+        })?;
     }
     if let Some(checks) = e.get("json") {
-        Matcher::from_json(&json!({ "json": checks }))
-            .map_err(StepError::error)?
-            .check_text(body)
-            .map_err(StepError::from)?;
+        Matcher::from_json(&json!({ "json": checks })).map_err(StepError::error)?.check_text(body).map_err(|f| {
+            let mut e = StepError::from(f);
+            e.message = format!("body: {}", e.message);
+            e
+        })?;
     }
     for (name, want) in e.str_map("headers")? {
         let got = headers.get(&name.to_ascii_lowercase()).and_then(J::as_str);
         match got {
             Some(v) if v.contains(&want) => {}
             Some(v) => {
-                return Err(StepError::fail(format!("header {name}: expected it to contain {want:?}, got {v:?}")))
+                return Err(StepError::fail(format!(
+                    "header {name}: expected a value containing {want:?}, found {v:?}"
+                )))
             }
-            None => return Err(StepError::fail(format!("header {name} is missing"))),
+            None => return Err(StepError::fail(format!("expected header {name}, found no such header"))),
         }
     }
     Ok(())

@@ -133,7 +133,13 @@ pub struct StepCtx {
     /// The run's environment (files and process), for the settings steps read:
     /// `SCENARIO_RUN_KEEP_BUILDS`, `SCENARIO_RUN_TEMPLATES_DIR`.
     pub env: Arc<BTreeMap<String, String>>,
+    /// Where a long step reports what it is doing (a build's log lines), for the live view;
+    /// the runner masks them and turns them into `Event::StepProgress`.
+    pub progress: Option<Progress>,
 }
+
+/// A sink for a running step's progress lines.
+pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl StepCtx {
     /// The sandbox this step works on, or a clear error if there is none.

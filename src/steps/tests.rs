@@ -26,6 +26,7 @@ fn fake() -> Arc<FakeProvider> {
 
 fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
     StepCtx {
+        progress: None,
         provider: p.clone(),
         http: crate::net::client_builder().no_proxy().build().unwrap(),
         sandboxes: Vec::new(),
@@ -83,7 +84,7 @@ fn outputs_of(e: &StepError) -> J {
 }
 
 fn mismatch(expected: &str, actual: &str) -> Option<Box<Mismatch>> {
-    Some(Box::new(Mismatch { expected: expected.into(), actual: actual.into() }))
+    Some(Box::new(Mismatch::new(expected, actual)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -387,15 +388,15 @@ async fn exec_exit_code_expectation() {
     step(&mut c, "exec", json!({ "cmd": "three", "exit_code": "3" })).await.unwrap();
 
     let e = failed(step(&mut c, "exec", json!({ "cmd": "three", "exit_code": 0 })).await);
-    assert_eq!(e.message, "expected exit code 0, got 3; stderr: l2\nl3\nl4");
+    assert_eq!(e.message, "expected exit code 0, found 3; stderr: l2\nl3\nl4");
     let out = timeless(outputs_of(&e));
     assert_eq!((&out["stdout"], &out["exit_code"], &out["pid"]), (&json!("out\n"), &json!(3), &json!(FIRST_PID + 2)));
     let e = failed(step(&mut c, "exec", json!({ "cmd": "quiet", "exit_code": 1 })).await);
-    assert_eq!(e.message, "expected exit code 1, got 3");
+    assert_eq!(e.message, "expected exit code 1, found 3");
 
     p.script(|_, _| ExecResult { exit_code: None, signal: Some(9), ..Default::default() });
     let e = failed(step(&mut c, "exec", json!({ "cmd": "killed", "exit_code": 0 })).await);
-    assert_eq!(e.message, "expected exit code 0, got signal 9");
+    assert_eq!(e.message, "expected exit code 0, found signal 9");
     assert_eq!(outputs_of(&e)["signal"], 9);
 }
 
@@ -786,14 +787,16 @@ async fn assert_stdout_pass_and_fail() {
     assert_eq!(step(&mut c, "assert-stdout", json!({ "equals": "hello\n" })).await.unwrap(), J::Null);
     step(&mut c, "assert-stdout", json!({ "contains": "ell", "starts_with": "he", "lines": 1 })).await.unwrap();
     let e = failed(step(&mut c, "assert-stdout", json!({ "equals": "hello" })).await);
-    assert_eq!(e.message, r#"expected "hello\n" to equal "hello""#);
-    assert_eq!(e.mismatch, mismatch("hello", "hello\n"));
+    assert_eq!(e.message, r#"stdout: expected "hello", found "hello\n" (only a trailing newline differs)"#);
+    let m = e.mismatch.unwrap();
+    assert_eq!((m.expected.as_str(), m.actual.as_str()), ("hello", "hello\n"));
+    assert!(m.hint.unwrap().starts_with("only a trailing newline differs: "));
     let e = failed(step(&mut c, "assert-stdout", json!({ "contains": "bye" })).await);
-    assert_eq!(e.message, r#"expected "hello\n" to contain "bye""#);
-    assert_eq!(e.mismatch, mismatch("bye", "hello\n"));
+    assert_eq!(e.message, r#"stdout: expected text containing "bye", found "hello\n""#);
+    assert_eq!(e.mismatch, None);
     // All clauses must hold.
     let e = failed(step(&mut c, "assert-stdout", json!({ "contains": "ell", "empty": true })).await);
-    assert_eq!(e.message, r#"expected empty, got "hello\n""#);
+    assert_eq!(e.message, r#"stdout: expected empty text, found "hello\n""#);
 }
 
 #[tokio::test]
@@ -827,10 +830,10 @@ async fn assert_stderr_pass_and_fail() {
     step(&mut c, "assert-stderr", json!({ "matches": "^o+ps$" })).await.unwrap_err();
     step(&mut c, "assert-stderr", json!({ "matches": "(?m)^o+ps$" })).await.unwrap();
     let e = failed(step(&mut c, "assert-stderr", json!({ "not_contains": "oops" })).await);
-    assert_eq!(e.message, r#"expected "oops\n" not to contain "oops""#);
+    assert_eq!(e.message, r#"stderr: expected text not containing "oops", found "oops\n""#);
     assert_eq!(e.mismatch, None);
     let e = failed(step(&mut c, "assert-stderr", json!({ "of": "first", "contains": "oops" })).await);
-    assert_eq!(e.mismatch, mismatch("oops", ""));
+    assert_eq!(e.message, r#"stderr: expected text containing "oops", found """#);
     step(&mut c, "assert-stderr", json!({ "of": "first", "empty": true })).await.unwrap();
 }
 
@@ -842,16 +845,16 @@ async fn assert_exit_pass_and_fail() {
     step(&mut c, "assert-exit", json!({ "code": "3" })).await.unwrap();
     step(&mut c, "assert-exit", json!({ "code": 0, "of": "first" })).await.unwrap();
     let e = failed(step(&mut c, "assert-exit", json!({ "code": 0 })).await);
-    assert_eq!(e.message, "expected exit code 0, got 3");
+    assert_eq!(e.message, "expected exit code 0, found 3");
     assert_eq!(e.mismatch, mismatch("0", "3"));
 
     c.last_exec = Some(json!({ "exit_code": null, "signal": 15 }));
     let e = failed(step(&mut c, "assert-exit", json!({ "code": 0 })).await);
-    assert_eq!(e.message, "expected exit code 0, got none (killed by signal 15)");
+    assert_eq!(e.message, "expected exit code 0, found none (killed by signal 15)");
     assert_eq!(e.mismatch, mismatch("0", "none (killed by signal 15)"));
     c.last_exec = Some(json!({ "exit_code": null, "signal": null }));
     let e = failed(step(&mut c, "assert-exit", json!({ "code": 0 })).await);
-    assert_eq!(e.message, "expected exit code 0, got none (still running or unknown)");
+    assert_eq!(e.message, "expected exit code 0, found none (still running or unknown)");
     assert_eq!(errored(step(&mut c, "assert-exit", json!({})).await).message, "missing `code`");
     let e = errored(step(&mut c, "assert-exit", json!({ "code": 0, "of": "later" })).await);
     assert_eq!(e.message, "step `later` has not run");
@@ -869,7 +872,7 @@ async fn assert_file_with_a_matcher() {
     step(&mut c, "assert-file", json!({ "path": "/tmp/hello.txt", "exists": true, "ends_with": "\n" })).await.unwrap();
 
     let e = failed(step(&mut c, "assert-file", json!({ "path": "/tmp/hello.txt", "equals": "hi" })).await);
-    assert_eq!(e.message, r#"expected "hi there\n" to equal "hi""#);
+    assert_eq!(e.message, r#"/tmp/hello.txt: expected "hi", found "hi there\n""#);
     assert_eq!(e.mismatch, mismatch("hi", "hi there\n"));
     assert_eq!(outputs_of(&e), json!({ "content": "hi there\n", "size": 9 }));
 }
@@ -880,12 +883,12 @@ async fn assert_file_existence() {
     let mut c = ctx_sb(&p).await;
     p.put_file("sb-1", "/tmp/there", b"x");
     let e = failed(step(&mut c, "assert-file", json!({ "path": "/tmp/missing", "contains": "x" })).await);
-    assert_eq!(e.message, "expected /tmp/missing to exist: no such file: /tmp/missing");
+    assert_eq!(e.message, "expected /tmp/missing to exist, found none (no such file: /tmp/missing)");
     let out = step(&mut c, "assert-file", json!({ "path": "/tmp/missing", "exists": false })).await.unwrap();
     assert_eq!(out, json!({ "content": null, "size": null }));
     step(&mut c, "assert-file", json!({ "path": "/tmp/missing", "exists": "false" })).await.unwrap();
     let e = failed(step(&mut c, "assert-file", json!({ "path": "/tmp/there", "exists": false })).await);
-    assert_eq!(e.message, "expected /tmp/there not to exist, but it does");
+    assert_eq!(e.message, "expected /tmp/there not to exist, found a file of 1 bytes");
     p.fail("read_file", ProviderError::infra("envd crashed"));
     let e = errored(step(&mut c, "assert-file", json!({ "path": "/tmp/there", "exists": false })).await);
     assert_eq!(e.message, "envd crashed");
@@ -1073,31 +1076,31 @@ async fn http_expectations_fail_with_the_response() {
     let get = |path: &str, expect: J| json!({ "port": port, "path": path, "expect": expect });
 
     let e = failed(step(&mut c, "http-get", get("/missing", json!({ "status": [200, 204] }))).await);
-    assert_eq!(e.message, "expected status [200,204], got 404; body: \"nope\"");
+    assert_eq!(e.message, "expected status [200,204], found 404; body: \"nope\"");
     assert_eq!(e.mismatch, mismatch("[200,204]", "404"));
     let out = outputs_of(&e);
     assert_eq!((&out["status"], &out["body"]), (&json!(404), &json!("nope")));
     step(&mut c, "http-get", get("/missing", json!({ "status": "404" }))).await.unwrap();
 
     let e = failed(step(&mut c, "http-get", get("/health", json!({ "body": "okay" }))).await);
-    assert_eq!(e.message, r#"expected "ok" to equal "okay""#);
+    assert_eq!(e.message, r#"body: expected "okay", found "ok""#);
     assert_eq!(e.mismatch, mismatch("okay", "ok"));
     assert_eq!(outputs_of(&e)["body"], "ok");
 
     let e = failed(
         step(&mut c, "http-get", get("/json", json!({ "json": [{ "path": "$.name", "equals": "crate" }] }))).await,
     );
-    assert_eq!(e.message, r#"at $.name: expected "box" to equal "crate""#);
+    assert_eq!(e.message, r#"body: at $.name: expected "crate", found "box""#);
     assert_eq!(outputs_of(&e)["status"], 200);
     let e =
         failed(step(&mut c, "http-get", get("/health", json!({ "json": [{ "path": "$.a", "exists": true }] }))).await);
-    assert!(e.message.starts_with(r#"expected JSON, got "ok""#), "{}", e.message);
+    assert!(e.message.starts_with(r#"body: expected JSON, found "ok""#), "{}", e.message);
 
     let e = failed(step(&mut c, "http-get", get("/health", json!({ "headers": { "X-Served-By": "zzz" } }))).await);
-    assert_eq!(e.message, r#"header X-Served-By: expected it to contain "zzz", got "fake""#);
+    assert_eq!(e.message, r#"header X-Served-By: expected a value containing "zzz", found "fake""#);
     assert_eq!(outputs_of(&e)["headers"]["x-served-by"], "fake");
     let e = failed(step(&mut c, "http-get", get("/health", json!({ "headers": { "x-nope": "" } }))).await);
-    assert_eq!(e.message, "header x-nope is missing");
+    assert_eq!(e.message, "expected header x-nope, found no such header");
     let e = errored(step(&mut c, "http-get", get("/health", json!({ "body": { "bogus": 1 } }))).await);
     assert_eq!(e.message, "unknown matcher `bogus`");
 }
@@ -1358,7 +1361,7 @@ async fn build_and_deploy_load_the_folder_and_collect_the_log() {
     assert_eq!(out["log"], "deploying python-hello");
 
     let e = errored(step(&mut c, "build", json!({ "template": "no-such-template" })).await);
-    assert!(e.message.contains("no-such-template") && e.message.contains("does not exist"), "{}", e.message);
+    assert!(e.message.starts_with("no template folder templates/no-such-template (looked for `templates/no-such-template` in the folders above the scenario file; set SCENARIO_RUN_TEMPLATES_DIR"), "{}", e.message);
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("broken")).unwrap();
@@ -1389,4 +1392,64 @@ async fn rendered_huge_durations_are_errors() {
     }
     let e = step(&mut c, "sleep", json!({ "duration": 1e300 })).await.unwrap_err();
     assert!(e.message.contains("too long"), "{}", e.message);
+}
+
+/// Issue 18: `http-get: { port: 8000 }` with nothing listening said "request to
+/// http://127.0.0.1:43595/health failed: … connection reset": the forwarder's port, not 8000.
+/// A forwarder accepts and then closes; a plain port refuses; E2B's proxy answers 502.
+#[tokio::test]
+async fn nothing_listening_names_the_sandbox_port() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    // A forwarder with nothing behind it: accepts, then closes.
+    let fwd = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fport = fwd.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = fwd.accept().await {
+            drop(sock);
+        }
+    });
+    let e = failed(step(&mut c, "http-get", json!({ "port": fport, "path": "/health" })).await);
+    assert_eq!(
+        e.message.replace(&fport.to_string(), "<port>"),
+        "nothing is listening on port <port> in the sandbox: GET /health got connection closed before message \
+         completed (through http://127.0.0.1:<port>); start a server on port <port> before this step, and give this \
+         step `eventually: 10s` while it starts"
+    );
+    // Polled: the hint does not ask for what the step already has.
+    c.polling = true;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let e = failed(step(&mut c, "http", json!({ "method": "post", "port": closed, "path": "/x" })).await);
+    assert_eq!(
+        e.message.replace(&closed.to_string(), "<port>"),
+        "nothing is listening on port <port> in the sandbox: POST /x got connection refused \
+         (through http://127.0.0.1:<port>); start a server on port <port> before this step"
+    );
+    c.polling = false;
+    // A URL is the author's own: its failure names it.
+    let e = failed(step(&mut c, "http-get", json!({ "url": format!("http://127.0.0.1:{closed}/y") })).await);
+    assert!(e.message.starts_with(&format!("request to http://127.0.0.1:{closed}/y failed: ")), "{}", e.message);
+    // E2B's proxy and `serve`: 502 "port is not open".
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pport = proxy.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = proxy.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = sock.read(&mut buf).await;
+            let body = r#"{"message":"The sandbox is running but port is not open","code":502}"#;
+            let resp = format!("HTTP/1.1 502 Bad Gateway\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut sock, resp.as_bytes()).await;
+        }
+    });
+    let e = failed(step(&mut c, "http-get", json!({ "port": pport, "expect": { "status": 200 } })).await);
+    assert!(
+        e.message.starts_with(&format!(
+            "expected status 200, found 502 (nothing is listening on port {pport} in the sandbox); body: "
+        )),
+        "{}",
+        e.message
+    );
 }

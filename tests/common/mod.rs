@@ -16,10 +16,19 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The binary, run from the project root with a clean, predictable environment.
+/// The binary, run from the project root with a clean, predictable environment (also when
+/// the tests themselves run in GitHub Actions: no annotations or job summary unless a test
+/// asks for them).
 pub fn cmd(args: &[&str]) -> Command {
     let mut c = Command::new(bin());
-    c.current_dir(root()).args(args).env("NO_COLOR", "1").env_remove("E2E_RUN_ID");
+    c.current_dir(root())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("E2E_RUN_ID")
+        .env_remove("SCENARIO_RUN_TEMPLATES_DIR")
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("COLUMNS");
     c
 }
 
