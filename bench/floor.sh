@@ -18,6 +18,7 @@ set -u
 state=$1 id=$2 n=$3 rootfs=$4
 base=100000000
 d="$state/fl-$id"
+rm -rf "$d"
 mkdir -p "$d/upper/etc/scenario-run" "$d/work" "$d/merged"
 printf '%s\n' '# Written by scenario-run: the login profile resets PATH; restore the requested one.' \
   'if [ -n "${SCENARIO_RUN_PATH-}" ]; then PATH=$SCENARIO_RUN_PATH; export PATH; fi' \
@@ -26,12 +27,12 @@ chown -R "$base:$base" "$d"
 chmod 700 "$d"
 cg=()
 for c in memory cpu pids; do
-  g="/sys/fs/cgroup/$c/scenario-run/fl-$id"
+  g="/sys/fs/cgroup/$c/scenario-run-floor/fl-$id"
   mkdir -p "$g" && cg+=("$g")
 done
-echo $((512 << 20)) >"/sys/fs/cgroup/memory/scenario-run/fl-$id/memory.limit_in_bytes"
-echo 200000 >"/sys/fs/cgroup/cpu/scenario-run/fl-$id/cpu.cfs_quota_us"
-echo 1024 >"/sys/fs/cgroup/pids/scenario-run/fl-$id/pids.max"
+echo $((512 << 20)) >"/sys/fs/cgroup/memory/scenario-run-floor/fl-$id/memory.limit_in_bytes"
+echo 200000 >"/sys/fs/cgroup/cpu/scenario-run-floor/fl-$id/cpu.cfs_quota_us"
+echo 1024 >"/sys/fs/cgroup/pids/scenario-run-floor/fl-$id/pids.max"
 for g in "${cg[@]}"; do echo $$ >"$g/cgroup.procs"; done
 unshare -U sleep 30 &
 holder=$!
@@ -52,7 +53,7 @@ info=$(cat "$d/info")
 read -r ready <&5
 exec 5<&-
 kill "$holder"
-[ "$ready" = ready ] || { echo "floor: sandbox $id did not start: $(cat "$d/bwrap.log")" >&2; exit 1; }
+[ "$ready" = ready ] || { echo "floor: sandbox $id did not start: $(cat "$d/bwrap.log")" | tee -a "$state/errors.log" >&2; exit 1; }
 pid=${info#*\"child-pid\": }
 pid=${pid%%[!0-9]*}
 path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -62,9 +63,9 @@ for ((i = 0; i < n; i++)); do
     BASH_ENV=/etc/scenario-run/bash_env.sh \
     nsenter -t "$pid" --user --mount --pid --net --ipc --uts --cgroup --root -S 1000 -G 1000 -- \
     /bin/bash -l -c "cd /home/user && true" >"$d/out" 2>"$d/err" </dev/null || {
-    echo "floor: command failed in $id: $(cat "$d/err")" >&2; exit 1; }
+    echo "floor: command failed in $id: $(cat "$d/err")" | tee -a "$state/errors.log" >&2; exit 1; }
 done
 kill -KILL "$pid"
 wait "$bwrap_pid" 2>/dev/null
-for g in "${cg[@]}"; do echo $$ >"${g%/scenario-run/*}/cgroup.procs"; rmdir "$g" 2>/dev/null; done
+for g in "${cg[@]}"; do echo $$ >"${g%/scenario-run-floor/*}/cgroup.procs"; rmdir "$g" 2>/dev/null; done
 rm -rf "$d"

@@ -332,9 +332,14 @@ pub(crate) fn sweep() {
         let Ok(entries) = std::fs::read_dir(&parent) else { continue };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
+            // Only groups named the way this program names them: `<pid>.<start time>.<id>`.
             let mut parts = name.splitn(3, '.');
-            let (pid, start) = (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next().unwrap_or(""));
-            let alive = pid.is_some_and(|p| super::start_time(p).is_some_and(|s| s == start));
+            let (Some(pid), Some(start), Some(_)) =
+                (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let alive = super::start_time(pid).is_some_and(|s| s == start);
             if !e.path().is_dir() || alive {
                 continue;
             }
@@ -382,6 +387,27 @@ mod tests {
         let a = pick_cpus(&all, 1);
         let b = pick_cpus(&all, 1);
         assert_ne!(a, b, "two one-cpu sandboxes get different cpus");
+    }
+
+    #[test]
+    fn the_sweep_leaves_groups_it_did_not_name_and_those_of_live_runs() {
+        let Enforcement::V1(ctrls) = Enforcement::get() else { return };
+        let parent = ctrls["pids"].join(PARENT);
+        std::fs::create_dir_all(&parent).unwrap();
+        let foreign = parent.join(format!("someone-else-{}", std::process::id()));
+        let live = parent.join(group_name(&format!("sbx-test-{}", std::process::id())));
+        let dead = parent.join(format!("0.0.sbx-dead-{}", std::process::id()));
+        for d in [&foreign, &live, &dead] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        sweep();
+        let (f, l, d) = (foreign.exists(), live.exists(), dead.exists());
+        for dir in [&foreign, &live, &dead] {
+            let _ = std::fs::remove_dir(dir);
+        }
+        assert!(f, "a group named by someone else was removed");
+        assert!(l, "a group of a live run was removed");
+        assert!(!d, "a group of a dead run was kept");
     }
 
     #[test]

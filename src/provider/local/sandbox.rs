@@ -68,9 +68,14 @@ pub(crate) fn sweep_mount_points() {
     let Ok(entries) = std::fs::read_dir(ROOTS) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
+        // Only mount points named the way this program names them.
         let mut parts = name.splitn(3, '.');
-        let (pid, start) = (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next().unwrap_or(""));
-        if pid.is_none_or(|p| super::start_time(p).is_none_or(|s| s != start)) {
+        let (Some(pid), Some(start), Some(_)) =
+            (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if super::start_time(pid).is_none_or(|s| s != start) {
             let _ = std::fs::remove_dir(e.path());
         }
     }
