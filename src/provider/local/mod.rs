@@ -57,6 +57,7 @@
 //! (root, for namespaces).
 
 mod build;
+mod build_cache;
 mod cgroup;
 mod enter;
 mod files;

@@ -64,6 +64,12 @@ pub(crate) struct Layout {
     pub share_net: bool,
     /// Host directories bound read-only at a path inside.
     pub ro_binds: Vec<(PathBuf, String)>,
+    /// Host directories bound read-write at a path inside (a build's package caches). They are
+    /// mounted by host root before the user namespace is entered, so they may live where the
+    /// sandbox's root could not reach (under a 0700 home); what is in them must belong to the
+    /// sandbox's ids to be usable inside. The mount points are made in the upper directory
+    /// (see [`Layout::create`]) and removed again by [`Layout::remove_mount_points`].
+    pub rw_binds: Vec<(PathBuf, String)>,
     pub ids: IdMap,
     pub limits: Limits,
 }
@@ -78,6 +84,7 @@ impl Layout {
             lowers: Vec::new(),
             share_net: false,
             ro_binds: Vec::new(),
+            rw_binds: Vec::new(),
             ids,
             limits,
         }
@@ -117,7 +124,30 @@ impl Layout {
             std::fs::write(&p, text)?;
             std::os::unix::fs::lchown(&p, Some(root), Some(root))?;
         }
+        for (_, inside) in &self.rw_binds {
+            let mut d = self.upper.clone();
+            for part in Path::new(inside.trim_start_matches('/')).iter() {
+                d.push(part);
+                if !d.exists() {
+                    std::fs::create_dir(&d)?;
+                    std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Removes the read-write binds' mount points from the upper directory, and the parents
+    /// they needed, as far as they are empty: what stays is what the sandbox itself wrote.
+    pub(crate) fn remove_mount_points(&self) {
+        for (_, inside) in &self.rw_binds {
+            let mut d = self.upper.join(inside.trim_start_matches('/'));
+            while d != self.upper && std::fs::remove_dir(&d).is_ok() {
+                if !d.pop() {
+                    break;
+                }
+            }
+        }
     }
 
     fn log(&self) -> PathBuf {
@@ -162,6 +192,12 @@ fn bwrap_command(
     let c_overlay = CString::new("overlay").expect("static");
     let c_root = CString::new("/").expect("static");
     let procs: Vec<CString> = cgroup.map(|c| c.procs.clone()).unwrap_or_default();
+    let mut rw: Vec<(CString, CString)> = Vec::new();
+    for (host, inside) in &layout.rw_binds {
+        let target = layout.merged.join(inside.trim_start_matches('/'));
+        let c = |p: &Path| CString::new(p.to_str().ok_or_else(|| bad("bind"))?).map_err(|_| bad("bind"));
+        rw.push((c(host)?, c(&target)?));
+    }
     let userns = userns.as_raw_fd();
 
     let mut cmd = std::process::Command::new("bwrap");
@@ -207,6 +243,13 @@ fn bwrap_command(
                 != 0
             {
                 return Err(std::io::Error::last_os_error());
+            }
+            // Still host root, in the private mount namespace: bwrap's recursive bind of the
+            // root carries these along.
+            for (host, target) in &rw {
+                if libc::mount(host.as_ptr(), target.as_ptr(), none, libc::MS_BIND, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             if libc::setns(userns, libc::CLONE_NEWUSER) != 0
                 || libc::setgroups(0, std::ptr::null()) != 0
