@@ -47,6 +47,9 @@ pub fn render_summary(summary: &RunSummary, color: bool) -> String {
     let line = totals_line(&summary.totals, summary.duration_ms);
     let bad = summary.totals.failed + summary.totals.error > 0 || summary.interrupted;
     let _ = writeln!(out, "{}", paint(&line, if bad { Color::Red } else { Color::Green }, color));
+    if let Some(line) = skipped_steps_line(&summary.totals) {
+        let _ = writeln!(out, "{}", paint(&line, Color::Yellow, color));
+    }
     if summary.interrupted {
         let _ = writeln!(out, "{}", paint(&format!("run {} interrupted", summary.run_id), Color::Yellow, color));
     }
@@ -67,6 +70,15 @@ pub fn totals_line(t: &Totals, duration_ms: u64) -> String {
     )
 }
 
+/// `3 steps skipped: missing credentials (steps with requires.env)`, when any were: the
+/// totals line keeps its fixed format, this one follows it.
+pub fn skipped_steps_line(t: &Totals) -> Option<String> {
+    let n = t.skipped_steps;
+    (n > 0).then(|| {
+        format!("{n} step{} skipped: missing credentials (steps with requires.env)", if n == 1 { "" } else { "s" })
+    })
+}
+
 /// The step, `file:line` and reason cells of a scenario; empty for a clean pass.
 fn detail(r: &ScenarioResult) -> [String; 3] {
     let (step, location) = match &r.failure {
@@ -74,8 +86,9 @@ fn detail(r: &ScenarioResult) -> [String; 3] {
         None => (String::new(), String::new()),
     };
     let failure_message = r.failure.as_ref().map(|f| f.message.as_str());
+    let note = r.skipped_steps_note();
     let reason = match r.outcome {
-        Outcome::Passed => None,
+        Outcome::Passed => note.as_deref(),
         Outcome::Failed | Outcome::Error => failure_message.or(r.reason.as_deref()),
         Outcome::Skipped | Outcome::Xfail | Outcome::Xpass => r.reason.as_deref().or(failure_message),
     };

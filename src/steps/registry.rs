@@ -114,6 +114,10 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
     ("eventually", "`30s` or { within: 30s, every: 500ms }: poll until the step passes"),
     ("if", "expression; false => the step is SKIPPED"),
     ("continue_on_error", "record the failure and carry on"),
+    (
+        "requires",
+        "{ env: [NAME, ...] }: run only when these variables are set and non-empty (a model's key); else the step is SKIPPED with `missing credentials [NAME]`, counted in every report, and the scenario goes on",
+    ),
     ("expect_error", "the step must fail: `true`, or a matcher for the error message, e.g. { contains: not found }"),
 ];
 
