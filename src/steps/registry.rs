@@ -198,7 +198,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "create a sandbox from a template; it is destroyed when the scenario ends unless `keep: true`",
         main: Some("template"),
         fields: &[
-            f("template", FieldType::Str, "template name or id (default `base`)"),
+            f("template", FieldType::Str, "template name or id (default `base`); a name whose folder's template.yaml has `ids.<provider>` sends that id (the official templates in the cloud)"),
             f("as", FieldType::Str, "alias for `sandbox:` and `{{ sandboxes.<alias> }}`"),
             f("timeout", FieldType::Duration, "sandbox lifetime before it expires by itself (default `E2E_SANDBOX_TTL`, else 300 s)"),
             f("metadata", FieldType::StrMap, "metadata; always gains the run tag e2e=<run id>"),
@@ -209,7 +209,12 @@ pub static REGISTRY: &[StepKind] = &[
         ],
         matcher: false,
         free_keys: false,
-        outputs: &[("id", "sandbox id"), ("template", "template"), ("alias", "alias or null")],
+        outputs: &[
+            ("id", "sandbox id"),
+            ("template", "template"),
+            ("template_id", "the template id sent (after template.yaml `ids`)"),
+            ("alias", "alias or null"),
+        ],
         uses_sandbox: false,
         eventual: false,
         sets_last: false,

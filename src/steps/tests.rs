@@ -102,7 +102,7 @@ async fn create_passes_every_field_and_tags_the_run() {
     )
     .await
     .unwrap();
-    assert_eq!(out, json!({ "id": "sb-1", "template": "py", "alias": "main" }));
+    assert_eq!(out, json!({ "id": "sb-1", "template": "py", "template_id": "py", "alias": "main" }));
     {
         let s = p.state();
         let req = &s.creates[0];
@@ -130,7 +130,7 @@ async fn create_defaults_and_the_newest_sandbox_becomes_current() {
     let mut c = ctx(&p);
     assert_eq!(
         step(&mut c, "create", json!({})).await.unwrap(),
-        json!({ "id": "sb-1", "template": "base", "alias": null })
+        json!({ "id": "sb-1", "template": "base", "template_id": "base", "alias": null })
     );
     // Sub-second lifetimes round up to one second rather than zero.
     step(&mut c, "create", json!({ "timeout": "200ms" })).await.unwrap();
