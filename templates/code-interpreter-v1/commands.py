@@ -36,7 +36,9 @@ def _kernel(context: str):
         if k is not None and k[0].is_alive():
             return k
         km = KernelManager(kernel_name="python3")
-        km.start_kernel(cwd=HOME)
+        # Charts come back as images (matplotlib's inline backend), not the Agg of scripts.
+        env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+        km.start_kernel(cwd=HOME, env=env)
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
