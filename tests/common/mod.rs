@@ -140,7 +140,8 @@ pub fn templates_built_by_passing_scenarios(report: &Path) -> (Vec<String>, Vec<
                 }
             }
             if s["status"] == "skipped" && s["message"].as_str().is_some_and(|m| !m.starts_with("if: ")) {
-                skips.push(format!("{}: {}: {}", res["name"], s["label"], s["message"]));
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                skips.push(format!("{}: {}: {}", text(&res["name"]), text(&s["label"]), text(&s["message"])));
             }
         }
     }

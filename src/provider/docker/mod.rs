@@ -327,6 +327,7 @@ impl Inner {
     }
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
+
         self.core.get(id)
     }
 
@@ -627,6 +628,30 @@ impl DockerProvider {
         }
     }
 
+    /// The sandbox with its forwarder made (None in it on the host's network), for
+    /// `port_url` and `expose_host`.
+    async fn forwarded(&self, id: &str) -> Result<Arc<Sandbox>> {
+        let sb = self.get(id)?;
+        let docker = self.inner.client().await?;
+        sb
+            .fwd
+            .get_or_try_init(|| async {
+                let c = docker
+                    .inspect_container(id, None::<InspectContainerOptions>)
+                    .await
+                    .map_err(|e| api_err(e, "inspect the container"))?;
+                if c.host_config.and_then(|h| h.network_mode).as_deref() == Some("host") {
+                    return Ok(None);
+                }
+                match c.state.and_then(|s| s.pid).filter(|p| *p > 0) {
+                    Some(pid) => Ok(Some(Forwarder::new(pid as u32))),
+                    None => Err(ProviderError::infra(format!("sandbox {id} is not running"))),
+                }
+            })
+            .await?;
+        Ok(sb)
+    }
+
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
         let sb = self.inner.get(id)?;
         sb.alive()?;
@@ -916,25 +941,8 @@ impl Provider for DockerProvider {
     }
 
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {
-        let sb = self.get(id)?;
-        let docker = self.inner.client().await?;
-        let fwd = sb
-            .fwd
-            .get_or_try_init(|| async {
-                let c = docker
-                    .inspect_container(id, None::<InspectContainerOptions>)
-                    .await
-                    .map_err(|e| api_err(e, "inspect the container"))?;
-                if c.host_config.and_then(|h| h.network_mode).as_deref() == Some("host") {
-                    return Ok(None);
-                }
-                match c.state.and_then(|s| s.pid).filter(|p| *p > 0) {
-                    Some(pid) => Ok(Some(Forwarder::new(pid as u32))),
-                    None => Err(ProviderError::infra(format!("sandbox {id} is not running"))),
-                }
-            })
-            .await?;
-        match fwd {
+        let sb = self.forwarded(id).await?;
+        match sb.fwd.get().and_then(Option::as_ref) {
             Some(f) => Ok(format!(
                 "http://127.0.0.1:{}",
                 f.host_port(port).await.map_err(|e| {
@@ -947,6 +955,18 @@ impl Provider for DockerProvider {
             )),
             // Host networking: the container's port is the host's.
             None => Ok(format!("http://127.0.0.1:{port}")),
+        }
+    }
+
+    async fn expose_host(&self, id: &str, host: std::net::SocketAddr, port: u16) -> Result<String> {
+        let sb = self.forwarded(id).await?;
+        match sb.fwd.get().and_then(Option::as_ref) {
+            Some(f) => {
+                f.expose(port, host).await?;
+                Ok(format!("http://127.0.0.1:{port}"))
+            }
+            // Host networking: the host's service is reachable as it is.
+            None => Ok(format!("http://{host}")),
         }
     }
 

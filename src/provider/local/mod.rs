@@ -828,6 +828,21 @@ impl Provider for LocalProvider {
         }
     }
 
+    async fn expose_host(&self, id: &str, host: std::net::SocketAddr, port: u16) -> Result<String> {
+        let sb = self.get(id)?;
+        if !sb.alive() {
+            return Err(ProviderError::infra(format!("sandbox {id} is not running")));
+        }
+        match &sb.iso {
+            Iso::Ns { fwd, .. } => {
+                fwd.expose(port, host).await?;
+                Ok(format!("http://127.0.0.1:{port}"))
+            }
+            // The host's network is the sandbox's.
+            Iso::Plain { .. } => Ok(format!("http://{host}")),
+        }
+    }
+
     async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput> {
         let (layer, cached) = self.inner.build(&spec, log).await?;
         let def = &spec.template.def;
