@@ -139,6 +139,7 @@ pub async fn run_case(
         template_ctx: MValue::UNDEFINED,
         current_source: None,
         polling: false,
+        services: Vec::new(),
     };
     let mut run = CaseRun {
         cfg,

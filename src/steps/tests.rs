@@ -42,6 +42,7 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         template_ctx: MValue::UNDEFINED,
         current_source: None,
         polling: false,
+        services: Vec::new(),
     }
 }
 
@@ -1374,4 +1375,15 @@ fn every_registry_kind_is_tested() {
     let src: String = include_str!("tests.rs").split_whitespace().collect();
     let untested: Vec<&str> = registry::names().filter(|k| !src.contains(&format!("step(&mutc,\"{k}\""))).collect();
     assert!(untested.is_empty(), "step kinds without a test here: {untested:?}");
+}
+
+#[tokio::test]
+async fn scripted_model_needs_a_provider_that_can_expose_the_host() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let e = errored(step(&mut c, "scripted-model", json!({ "file": "/tmp/x", "content": "hi" })).await);
+    assert!(e.message.contains("cannot make a service of this machine reachable"), "{}", e.message);
+    let e = errored(step(&mut c, "scripted-model", json!({ "file": "x", "content": "hi" })).await);
+    assert!(e.message.contains("absolute path"), "{}", e.message);
+    assert!(c.services.is_empty());
 }
