@@ -3,7 +3,7 @@
 //! It speaks the three wire shapes the agent CLIs use: OpenAI Chat Completions
 //! (`POST …/chat/completions`), OpenAI Responses (`POST …/responses`) and Anthropic Messages
 //! (`POST …/messages`, plus `…/messages/count_tokens`), each whole or streamed (server-sent
-//! events, as the real APIs send them), and lists one model (`GET …/models`). What it answers
+//! events, as the real APIs send them), and lists one model (`GET …/models`, `…/models/<id>`). What it answers
 //! is decided by the conversation alone, so any number of side requests a CLI makes (titles,
 //! summaries, probes) get sensible answers:
 //!
@@ -101,7 +101,8 @@ impl ScriptedModel {
 
 fn log_doc(state: &Shared) -> J {
     let requests = state.log.lock().expect("log").clone();
-    let count = |what: &str| requests.iter().filter(|r| r["answer"].as_str().is_some_and(|a| a.starts_with(what))).count();
+    let count =
+        |what: &str| requests.iter().filter(|r| r["answer"].as_str().is_some_and(|a| a.starts_with(what))).count();
     json!({ "tool_calls": count("tool_call"), "texts": count("text"), "requests": requests })
 }
 
@@ -160,6 +161,12 @@ async fn handle(State(state): State<Arc<Shared>>, method: Method, uri: Uri, body
     let req: J = serde_json::from_slice(&body).unwrap_or(J::Null);
     if method == Method::GET && path == "/_log" {
         return json_response(StatusCode::OK, &log_doc(&state));
+    }
+    if method == Method::GET && path.rsplit_once("/models/").is_some_and(|(_, id)| !id.contains('/')) {
+        let id = path.rsplit_once("/models/").map(|(_, id)| id).unwrap_or_default();
+        let doc = json!({ "id": id, "object": "model", "type": "model", "created": 0, "owned_by": "scenario-run",
+            "display_name": id, "created_at": "2025-01-01T00:00:00Z" });
+        return json_response(StatusCode::OK, &doc);
     }
     if method == Method::GET && path.ends_with("/models") {
         let m = &state.script.model;
@@ -246,7 +253,11 @@ fn tools_of(api: Api, req: &J) -> Vec<Tool> {
         let tool = match api {
             Api::Chat => {
                 let f = if t["function"].is_object() { &t["function"] } else { t };
-                f["name"].as_str().map(|n| Tool { name: n.into(), params: f["parameters"].clone(), kind: ToolKind::Function })
+                f["name"].as_str().map(|n| Tool {
+                    name: n.into(),
+                    params: f["parameters"].clone(),
+                    kind: ToolKind::Function,
+                })
             }
             Api::Responses => match t["type"].as_str() {
                 Some("function") => t["name"].as_str().map(|n| Tool {
@@ -275,12 +286,12 @@ fn tools_of(api: Api, req: &J) -> Vec<Tool> {
 
 fn has_tool_result(api: Api, req: &J) -> bool {
     match api {
-        Api::Chat => req["messages"].as_array().is_some_and(|m| {
-            m.iter().any(|m| matches!(m["role"].as_str(), Some("tool" | "function")))
-        }),
-        Api::Responses => req["input"].as_array().is_some_and(|items| {
-            items.iter().any(|i| i["type"].as_str().is_some_and(|t| t.ends_with("_call_output")))
-        }),
+        Api::Chat => req["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| matches!(m["role"].as_str(), Some("tool" | "function")))),
+        Api::Responses => req["input"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|i| i["type"].as_str().is_some_and(|t| t.ends_with("_call_output")))),
         Api::Messages => req["messages"].as_array().is_some_and(|m| {
             m.iter().any(|m| {
                 m["content"].as_array().is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
@@ -350,7 +361,8 @@ fn answer(script: &Script, tools: &[Tool], tool_result_seen: bool) -> Answer {
             ToolKind::Function if SHELL_NAMES.contains(&t.name.to_ascii_lowercase().as_str()) => {
                 let Some(p) = props(t) else { continue };
                 let Some(ck) = first_key(p, COMMAND_KEYS) else { continue };
-                let value = if p[ck]["type"] == "array" { json!(["bash", "-lc", line]) } else { J::String(line.clone()) };
+                let value =
+                    if p[ck]["type"] == "array" { json!(["bash", "-lc", line]) } else { J::String(line.clone()) };
                 let mut args = Map::new();
                 args.insert(ck.into(), value);
                 fill_required(t, &mut args);
@@ -654,8 +666,13 @@ mod tests {
         let Answer::Call { input: CallInput::Arguments(a), .. } = answer(&script(), &[s], false) else { panic!() };
         assert_eq!(a["login"], false);
         let line = a["cmd"].as_str().unwrap();
-        assert_eq!(line, r#"mkdir -p /home/user/workspace && printf '%s' 'hello it'\''s me' > /home/user/workspace/hello.txt"#);
-        let out = std::process::Command::new("bash").args(["-c", &line.replace("/home/user/workspace", "/tmp/sm-test")]).status();
+        assert_eq!(
+            line,
+            r#"mkdir -p /home/user/workspace && printf '%s' 'hello it'\''s me' > /home/user/workspace/hello.txt"#
+        );
+        let out = std::process::Command::new("bash")
+            .args(["-c", &line.replace("/home/user/workspace", "/tmp/sm-test")])
+            .status();
         assert!(out.unwrap().success());
         assert_eq!(std::fs::read_to_string("/tmp/sm-test/hello.txt").unwrap(), "hello it's me");
         let _ = std::fs::remove_dir_all("/tmp/sm-test");
@@ -676,7 +693,10 @@ mod tests {
     fn tool_results_are_seen_in_every_shape() {
         assert!(has_tool_result(Api::Chat, &json!({ "messages": [{ "role": "tool", "content": "ok" }] })));
         assert!(!has_tool_result(Api::Chat, &json!({ "messages": [{ "role": "user", "content": "hi" }] })));
-        assert!(has_tool_result(Api::Responses, &json!({ "input": [{ "type": "function_call_output", "output": "" }] })));
+        assert!(has_tool_result(
+            Api::Responses,
+            &json!({ "input": [{ "type": "function_call_output", "output": "" }] })
+        ));
         assert!(has_tool_result(Api::Responses, &json!({ "input": [{ "type": "custom_tool_call_output" }] })));
         assert!(!has_tool_result(Api::Responses, &json!({ "input": "hi" })));
         let m = json!({ "messages": [{ "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "x" }] }] });
@@ -700,7 +720,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r["choices"][0]["finish_reason"], "tool_calls");
-        let args: J = serde_json::from_str(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        let args: J = serde_json::from_str(
+            r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap(),
+        )
+        .unwrap();
         assert_eq!(args["path"], "/home/user/workspace/hello.txt");
         let text = http
             .post(url("/v1/chat/completions"))
@@ -733,7 +756,10 @@ mod tests {
             .text()
             .await
             .unwrap();
-        assert!(text.contains("event: response.output_item.done") && text.contains("event: response.completed"), "{text}");
+        assert!(
+            text.contains("event: response.output_item.done") && text.contains("event: response.completed"),
+            "{text}"
+        );
         let log: J = http.get(url("/_log")).send().await.unwrap().json().await.unwrap();
         assert_eq!((log["tool_calls"].as_u64(), log["texts"].as_u64()), (Some(3), Some(1)), "{log}");
         assert_eq!(log["requests"][2]["api"], "anthropic-messages");

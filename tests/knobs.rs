@@ -22,7 +22,10 @@ fn e2e_sandbox_ttl_is_the_default_lifetime() {
     ttl_run(Some("7"), "7");
     ttl_run(Some("2m"), "120");
     // A value that is not a duration is a usage error, said as such.
-    let out = cmd(&["tests/fixtures/knobs/sandbox-ttl.yaml", "--no-progress"]).env("E2E_SANDBOX_TTL", "soon").output().unwrap();
+    let out = cmd(&["tests/fixtures/knobs/sandbox-ttl.yaml", "--no-progress"])
+        .env("E2E_SANDBOX_TTL", "soon")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
 

@@ -69,7 +69,14 @@ fn stub() -> (u16, Arc<Mutex<Vec<serde_json::Value>>>) {
 /// Runs the fixture on `provider` (its variables in `env`); the fixture checks `template_id`.
 fn run_on(provider: &str, env: &[(&str, String)], expect: (&str, &str)) {
     let mut c = cmd(&["tests/fixtures/official-ids/create-official.yaml", "--provider", provider, "--no-progress"]);
-    for k in ["E2B_API_KEY", "E2B_API_URL", "E2B_DOMAIN", "ABX_SANDBOX_API_KEY", "ABX_SANDBOX_BASE_URL", "ABX_SANDBOX_DOMAIN"] {
+    for k in [
+        "E2B_API_KEY",
+        "E2B_API_URL",
+        "E2B_DOMAIN",
+        "ABX_SANDBOX_API_KEY",
+        "ABX_SANDBOX_BASE_URL",
+        "ABX_SANDBOX_DOMAIN",
+    ] {
         c.env_remove(k);
     }
     for (k, v) in env {

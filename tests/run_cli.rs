@@ -383,7 +383,11 @@ fn a_step_without_its_key_is_skipped_counted_and_the_rest_still_decides() {
     let step = &report["results"][0]["steps"][1];
     assert_eq!(
         (&step["status"], &step["message"], &step["missing_env"]),
-        (&serde_json::json!("skipped"), &serde_json::json!("missing credentials [FIXTURE_MODEL_KEY]"), &serde_json::json!(["FIXTURE_MODEL_KEY"]))
+        (
+            &serde_json::json!("skipped"),
+            &serde_json::json!("missing credentials [FIXTURE_MODEL_KEY]"),
+            &serde_json::json!(["FIXTURE_MODEL_KEY"])
+        )
     );
     let xml = junit_doc(&junit);
     assert!(xml.contains(r#"<property name="skipped_steps" value="3"/>"#), "{xml}");

@@ -81,10 +81,11 @@ fn a_failing_run_names_its_dockerfile_line_and_last_output() {
     can_build();
     let state = tempfile::tempdir().unwrap();
     let report = state.path().join("report.json");
-    let out = cmd(&["tests/fixtures/broken-build/broken-run.yaml", "--no-progress", "--json", report.to_str().unwrap()])
-        .env("SCENARIO_RUN_STATE_DIR", state.path())
-        .output()
-        .unwrap();
+    let out =
+        cmd(&["tests/fixtures/broken-build/broken-run.yaml", "--no-progress", "--json", report.to_str().unwrap()])
+            .env("SCENARIO_RUN_STATE_DIR", state.path())
+            .output()
+            .unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("build failed at Dockerfile:5: the command exited with 3"), "{stdout}");

@@ -173,7 +173,8 @@ async fn expose_loop(listener: tokio::net::TcpListener, host: SocketAddr, cancel
         };
         let cancel = cancel.clone();
         tokio::spawn(async move {
-            let Ok(Ok(mut upstream)) = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(host)).await
+            let Ok(Ok(mut upstream)) =
+                tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(host)).await
             else {
                 return;
             };

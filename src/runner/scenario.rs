@@ -401,7 +401,8 @@ impl CaseRun<'_> {
             .collect();
         if !missing.is_empty() {
             let why = format!("missing credentials [{}]", missing.join(", "));
-            let mut rec = self.record(step, index, phase, StepStatus::Skipped, J::Null, J::Null, Some(why), 0, start_ms, 0);
+            let mut rec =
+                self.record(step, index, phase, StepStatus::Skipped, J::Null, J::Null, Some(why), 0, start_ms, 0);
             rec.missing_env = missing;
             self.push_record(rec);
             return false;

@@ -25,7 +25,10 @@ pub async fn scripted_model(ctx: &mut StepCtx, args: &J) -> StepResult {
         return Err(StepError::error(format!("`file` must be an absolute path in the sandbox, got `{}`", script.path)));
     }
     let port = match a.opt_int("port")? {
-        Some(p) => u16::try_from(p).ok().filter(|p| *p > 0).ok_or_else(|| StepError::error(format!("port {p} is not a port")))?,
+        Some(p) => u16::try_from(p)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| StepError::error(format!("port {p} is not a port")))?,
         None => DEFAULT_PORT,
     };
     let id = ctx.sandbox_id()?;

@@ -1,10 +1,11 @@
 """claude-code: agent-sandbox-server on 9000 with Claude Code's commands.
 
 - `version()`: `claude --version` (no key needed).
-- `run(task, model="")`: `claude -p <task> --output-format json` in /home/user/workspace, tools
-  allowed without prompts (the sandbox is the boundary; Claude Code allows that only when not
-  root, which is why the server runs as `user`). The key is ANTHROPIC_API_KEY; another endpoint
-  is ANTHROPIC_BASE_URL (Messages API).
+- `run(task, model="", base_url="", api_key="")`: `claude -p <task> --output-format json` in
+  /home/user/workspace, tools allowed without prompts (the sandbox is the boundary; Claude Code
+  allows that only when not root, which is why the server runs as `user`). The key is
+  `api_key`, else ANTHROPIC_API_KEY; another endpoint is `base_url` (or ANTHROPIC_BASE_URL;
+  Messages API).
 - `run_script(script)`: Python in the workspace.
 """
 
@@ -51,12 +52,17 @@ def version() -> dict:
     return _run(["claude", "--version"])
 
 
-@command(description="Give Claude Code a task in the workspace (needs ANTHROPIC_API_KEY)")
-def run(task: str, model: str = "", timeout: int = 600) -> dict:
+@command(description="Give Claude Code a task in the workspace (needs ANTHROPIC_API_KEY, or base_url and api_key of another endpoint)")
+def run(task: str, model: str = "", base_url: str = "", api_key: str = "", timeout: int = 600) -> dict:
     argv = ["claude", "-p", task, "--output-format", "json", "--dangerously-skip-permissions"]
     if model:
         argv += ["--model", model]
-    return _run(argv, timeout=timeout)
+    env = {}
+    if base_url:
+        env["ANTHROPIC_BASE_URL"] = base_url
+    if api_key:
+        env["ANTHROPIC_API_KEY"] = api_key
+    return _run(argv, env=env, timeout=timeout)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """codex: agent-sandbox-server on 9000 with the Codex CLI's commands.
 
 - `version()`: `codex --version` (no key needed).
-- `run(prompt, model="")`: `codex exec` in /home/user/workspace, non-interactive, with the sandbox
-  mode of CODEX_SANDBOX_MODE (default danger-full-access: the sandbox itself is the boundary,
-  and Codex's own Linux sandbox needs namespaces a sandbox does not grant). The model endpoint is
-  OpenAI's unless OPENAI_BASE_URL names another (Responses API); the key is OPENAI_API_KEY.
+- `run(prompt, model="", base_url="", api_key="")`: `codex exec` in /home/user/workspace,
+  non-interactive, with the sandbox mode of CODEX_SANDBOX_MODE (default danger-full-access: the
+  sandbox itself is the boundary, and Codex's own Linux sandbox needs namespaces a sandbox does
+  not grant). The model endpoint is OpenAI's unless `base_url` (or OPENAI_BASE_URL) names
+  another (Responses API); the key is `api_key`, else OPENAI_API_KEY.
 - `run_script(script)`: Python in the workspace.
 """
 
@@ -51,20 +52,21 @@ def version() -> dict:
     return _run(["codex", "--version"])
 
 
-@command(description="Give Codex a task in the workspace (codex exec; needs OPENAI_API_KEY)")
-def run(prompt: str, model: str = "", timeout: int = 600) -> dict:
+@command(description="Give Codex a task in the workspace (codex exec; needs OPENAI_API_KEY, or base_url and api_key of another endpoint)")
+def run(prompt: str, model: str = "", base_url: str = "", api_key: str = "", timeout: int = 600) -> dict:
     mode = os.environ.get("CODEX_SANDBOX_MODE") or "danger-full-access"
     argv = ["codex", "exec", "--skip-git-repo-check", "--sandbox", mode, "--color", "never"]
     if model:
         argv += ["--model", model]
-    base = os.environ.get("OPENAI_BASE_URL")
+    env = {"OPENAI_API_KEY": api_key} if api_key else {}
+    base = base_url or os.environ.get("OPENAI_BASE_URL")
     if base:
         # A provider of our own for another endpoint (Responses API, key from OPENAI_API_KEY).
         argv += [
             "-c", f'model_providers.custom={{name="custom",base_url="{base}",env_key="OPENAI_API_KEY",wire_api="responses"}}',
             "-c", "model_provider=custom",
         ]
-    return _run(argv + [prompt], timeout=timeout)
+    return _run(argv + [prompt], env=env, timeout=timeout)
 
 
 if __name__ == "__main__":

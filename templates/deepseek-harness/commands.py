@@ -3,8 +3,9 @@
 - `version()`: versions of dsh-agent, deepseek-harness and openai (no key needed).
 - `self_test()`: the agent's tool loop without a model: a tool call DeepSeek leaked into text is
   salvaged by the harness and carried out (a file written and read back) (no key needed).
-- `run(task, model="deepseek-chat")`: `dsh-agent <task>` in /home/user/workspace against
-  DEEPSEEK_BASE_URL (https://api.deepseek.com by default) with DEEPSEEK_API_KEY.
+- `run(task, model="deepseek-chat", base_url="", api_key="")`: `dsh-agent <task>` in
+  /home/user/workspace against `base_url`, else DEEPSEEK_BASE_URL (https://api.deepseek.com by
+  default), with `api_key`, else DEEPSEEK_API_KEY.
 - `run_script(script)`: Python in the workspace.
 """
 
@@ -56,9 +57,17 @@ def self_test() -> dict:
     return _run(["dsh-agent", "--self-test"])
 
 
-@command(description="Give the DeepSeek agent a task in the workspace (needs DEEPSEEK_API_KEY)")
-def run(task: str, model: str = "deepseek-chat", max_turns: int = 20, timeout: int = 600) -> dict:
-    return _run(["dsh-agent", "--model", model, "--max-turns", str(max_turns), task], timeout=timeout)
+@command(description="Give the DeepSeek agent a task in the workspace (needs DEEPSEEK_API_KEY, or base_url and api_key)")
+def run(
+    task: str, model: str = "deepseek-chat", max_turns: int = 20, base_url: str = "", api_key: str = "",
+    timeout: int = 600,
+) -> dict:
+    env = {}
+    if base_url:
+        env["DEEPSEEK_BASE_URL"] = base_url
+    if api_key:
+        env["DEEPSEEK_API_KEY"] = api_key
+    return _run(["dsh-agent", "--model", model, "--max-turns", str(max_turns), task], env=env, timeout=timeout)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """hermes-agent: agent-sandbox-server on 9000 with Hermes Agent's commands.
 
 - `version()`: `hermes --version` (no key needed).
-- `run(prompt, model, toolsets)`: one Hermes turn (`hermes -z <prompt>`: the agent loop with its
-  file and terminal tools, approvals bypassed) in /home/user/workspace, against the provider
-  `openai-api`: OPENAI_BASE_URL (OpenAI's by default) and OPENAI_API_KEY.
+- `run(prompt, model, toolsets, base_url="", api_key="")`: one Hermes turn (`hermes -z <prompt>`:
+  the agent loop with its file and terminal tools, approvals bypassed) in /home/user/workspace,
+  against the provider `openai-api`: `base_url`, else OPENAI_BASE_URL (OpenAI's by default), and
+  `api_key`, else OPENAI_API_KEY.
 - `run_script(script)`: Python in the workspace.
 """
 
@@ -50,10 +51,18 @@ def version() -> dict:
     return _run(["hermes", "--version"])
 
 
-@command(description="One Hermes Agent turn with file and terminal tools (needs OPENAI_API_KEY)")
-def run(prompt: str, model: str = "gpt-4.1-mini", toolsets: str = "file,terminal", timeout: int = 600) -> dict:
+@command(description="One Hermes Agent turn with file and terminal tools (needs OPENAI_API_KEY, or base_url and api_key)")
+def run(
+    prompt: str, model: str = "gpt-4.1-mini", toolsets: str = "file,terminal", base_url: str = "",
+    api_key: str = "", timeout: int = 600,
+) -> dict:
     argv = ["hermes", "-z", prompt, "--provider", "openai-api", "--model", model, "--toolsets", toolsets]
-    return _run(argv, timeout=timeout)
+    env = {}
+    if base_url:
+        env["OPENAI_BASE_URL"] = base_url
+    if api_key:
+        env["OPENAI_API_KEY"] = api_key
+    return _run(argv, env=env, timeout=timeout)
 
 
 if __name__ == "__main__":

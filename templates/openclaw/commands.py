@@ -2,11 +2,14 @@
 
 - `version()`: `openclaw --version` (no key needed).
 - `start()`: the OpenClaw gateway on 18789, in the background (log in /tmp/openclaw.log).
-- `agent(message)`: one agent turn, run locally (`openclaw agent --local`), in
-  /home/user/workspace (needs a model key: ANTHROPIC_API_KEY or OPENAI_API_KEY).
+- `agent(message, base_url="", model="", api_key="")`: one agent turn of the `main` agent, run
+  locally (`openclaw agent --local --json`), in /home/user/workspace: with a model key in the
+  environment (ANTHROPIC_API_KEY or OPENAI_API_KEY), or against the OpenAI-compatible endpoint
+  `base_url`, registered as the provider `custom` with the model `model`.
 - `run_script(script)`: Python in the workspace.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -60,9 +63,28 @@ def start_gateway() -> dict:
     return {"pid": p.pid, "log": log.name}
 
 
-@command(description="One OpenClaw agent turn, run locally (needs a model key)")
-def agent(message: str, timeout: int = 600) -> dict:
-    return _run(["openclaw", "agent", "--local", "--message", message], timeout=timeout)
+def _use_endpoint(base_url: str, model: str, api_key: str) -> None:
+    """Registers an OpenAI-compatible endpoint as the provider `custom` (models.providers in
+    ~/.openclaw/openclaw.json) and makes `custom/<model>` the agents' default model."""
+    path = os.path.expanduser("~/.openclaw/openclaw.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    config = {
+        "models": {"mode": "merge", "providers": {"custom": {
+            "baseUrl": base_url, "apiKey": api_key or "none", "api": "openai-completions",
+            "models": [{"id": model, "name": model, "reasoning": False, "input": ["text"],
+                        "contextWindow": 128000, "maxTokens": 8000}],
+        }}},
+        "agents": {"defaults": {"model": {"primary": f"custom/{model}"}, "workspace": WORK}},
+    }
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
+@command(description="One OpenClaw agent turn, run locally (needs a model key, or base_url of an OpenAI-compatible endpoint)")
+def agent(message: str, base_url: str = "", model: str = "", api_key: str = "", timeout: int = 600) -> dict:
+    if base_url:
+        _use_endpoint(base_url, model or "default", api_key)
+    return _run(["openclaw", "agent", "--local", "--agent", "main", "--message", message, "--json"], timeout=timeout)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """qwen-code: agent-sandbox-server on 9000 with the Qwen Code CLI's commands.
 
 - `version()`: `qwen --version` (no key needed).
-- `deploy(prompt, max_turns=100)`: `qwen -p <prompt> --yolo --output-format json` in
-  /home/user/workspace against OPENAI_BASE_URL (DashScope's compatible mode by default) with
-  the key DASHSCOPE_API_KEY (else OPENAI_API_KEY) and OPENAI_MODEL.
+- `deploy(prompt, max_turns=100, base_url="", model="", api_key="")`: `qwen -p <prompt> --yolo
+  --output-format json` in /home/user/workspace against `base_url`, else OPENAI_BASE_URL
+  (DashScope's compatible mode by default), with the key `api_key`, else DASHSCOPE_API_KEY,
+  else OPENAI_API_KEY, and the model `model`, else OPENAI_MODEL.
 - `run(script)`, `run_script(script)`: Python in the workspace (dashscope and openai installed).
 """
 
@@ -56,10 +57,17 @@ def run(script: str) -> dict:
 
 
 @command(description="Let Qwen Code carry out a prompt (qwen -p ... --yolo --output-format json)")
-def deploy(prompt: str, max_turns: int = 100, timeout: int = 1800) -> dict:
-    key = os.environ.get("DASHSCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
+def deploy(
+    prompt: str, max_turns: int = 100, base_url: str = "", model: str = "", api_key: str = "", timeout: int = 1800
+) -> dict:
+    key = api_key or os.environ.get("DASHSCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
+    env = {"OPENAI_API_KEY": key, "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
+    if base_url:
+        env["OPENAI_BASE_URL"] = base_url
+    if model:
+        env["OPENAI_MODEL"] = model
     argv = ["qwen", "-p", prompt, "--yolo", "--output-format", "json", "--max-session-turns", str(max_turns)]
-    return _run(argv, env={"OPENAI_API_KEY": key}, timeout=timeout)
+    return _run(argv, env=env, timeout=timeout)
 
 
 if __name__ == "__main__":

@@ -327,7 +327,6 @@ impl Inner {
     }
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
-
         self.core.get(id)
     }
 
@@ -633,8 +632,7 @@ impl DockerProvider {
     async fn forwarded(&self, id: &str) -> Result<Arc<Sandbox>> {
         let sb = self.get(id)?;
         let docker = self.inner.client().await?;
-        sb
-            .fwd
+        sb.fwd
             .get_or_try_init(|| async {
                 let c = docker
                     .inspect_container(id, None::<InspectContainerOptions>)

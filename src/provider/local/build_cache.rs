@@ -65,8 +65,7 @@ impl BuildCache {
     /// The read-write binds of a build in `build_dir` over an image whose root is `image`:
     /// npm, pip, and (if the image has apt) a private archives directory seeded from the cache.
     pub(crate) fn binds(&self, build_dir: &Path, image: &Path, ids: IdMap) -> std::io::Result<Vec<(PathBuf, String)>> {
-        let mut binds =
-            vec![(self.dir.join("npm"), NPM_IN.to_string()), (self.dir.join("pip"), PIP_IN.to_string())];
+        let mut binds = vec![(self.dir.join("npm"), NPM_IN.to_string()), (self.dir.join("pip"), PIP_IN.to_string())];
         if image.join(APT_IN.trim_start_matches('/')).is_dir() {
             let own = apt_dir(build_dir);
             std::fs::create_dir_all(own.join("partial"))?;
