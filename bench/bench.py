@@ -312,7 +312,9 @@ def row_engine(q):
     (STATE / "engine").mkdir(parents=True, exist_ok=True)
     (STATE / "floor").mkdir(parents=True, exist_ok=True)
     engine = f"SCENARIO_RUN_STATE_DIR={STATE / 'engine'} {BIN} {d} -j 5 --no-progress >/dev/null"
-    floor = f"seq 1 {n} | xargs -P 5 -I{{}} {ROOT / 'bench' / 'floor.sh'} {STATE / 'floor'} {{}} {cmds}"
+    # The floor starts its sandboxes from the same image as the engine (built now if needed).
+    rootfs = subprocess.run([str(BIN), "image", "base"], check=True, capture_output=True, text=True).stdout.strip()
+    floor = f"seq 1 {n} | xargs -P 5 -I{{}} {ROOT / 'bench' / 'floor.sh'} {STATE / 'floor'} {{}} {cmds} {rootfs}"
     r = paired("engine", {"scenario-run": engine, "floor": floor}, runs, warmup=not q)
     ratio = r["ratios"]["median"]
     return {"n": n, "commands": cmds, "engine": r["scenario-run"], "floor": r["floor"], "ratio": ratio,

@@ -35,8 +35,9 @@ pub fn parse_dotenv(text: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(out)
 }
 
-/// The environment scenarios see.
-pub fn environment(cwd_env: &Path, extra: &[String]) -> Result<BTreeMap<String, String>, String> {
+/// The variables the files give: `.env` in the working directory, then each `--env-file` in
+/// order (a later file wins). The process environment is not included, and never written.
+pub fn file_layer(cwd_env: &Path, extra: &[String]) -> Result<BTreeMap<String, String>, String> {
     let mut env = BTreeMap::new();
     if cwd_env.is_file() {
         let text = std::fs::read_to_string(cwd_env).map_err(|e| format!("cannot read {}: {e}", cwd_env.display()))?;
@@ -46,6 +47,12 @@ pub fn environment(cwd_env: &Path, extra: &[String]) -> Result<BTreeMap<String, 
         let text = std::fs::read_to_string(f).map_err(|e| format!("cannot read --env-file {f}: {e}"))?;
         env.extend(parse_dotenv(&text).map_err(|e| format!("{f}: {e}"))?);
     }
+    Ok(env)
+}
+
+/// The environment scenarios see: [`file_layer`] under the process environment.
+pub fn environment(cwd_env: &Path, extra: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut env = file_layer(cwd_env, extra)?;
     env.extend(std::env::vars());
     Ok(env)
 }
@@ -80,19 +87,10 @@ pub fn today() -> String {
     utc_date(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
 }
 
-/// The UTC date of a Unix time as YYYY-MM-DD (Howard Hinnant's civil_from_days; no time zone
-/// database needed).
+/// The UTC date of a Unix time as YYYY-MM-DD.
 pub fn utc_date(unix_secs: u64) -> String {
-    let z = (unix_secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    let ts = i64::try_from(unix_secs).ok().and_then(|s| jiff::Timestamp::from_second(s).ok());
+    ts.unwrap_or(jiff::Timestamp::MAX).strftime("%Y-%m-%d").to_string()
 }
 
 #[cfg(test)]
@@ -114,6 +112,13 @@ mod tests {
         assert_eq!(parse_var("n=3").unwrap().1, serde_json::json!(3));
         assert_eq!(parse_var("s=a=b").unwrap(), ("s".into(), serde_json::json!("a=b")));
         assert!(parse_var("novalue").is_err());
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(1_709_210_096), "2024-02-29");
+        assert!(utc_date(u64::MAX).starts_with("9999-12-"), "saturates, never panics");
     }
 
     #[test]

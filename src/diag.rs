@@ -35,15 +35,28 @@ impl std::fmt::Display for Location {
 pub struct Source {
     pub path: String,
     pub text: String,
+    /// Byte offset of the start of every line, so finding a line is O(1): a file with many
+    /// problems must not cost a scan of the file per problem.
+    line_starts: Vec<usize>,
 }
 
 impl Source {
     pub fn new(path: impl Into<String>, text: impl Into<String>) -> Arc<Self> {
-        Arc::new(Self { path: path.into(), text: text.into() })
+        let text = text.into();
+        let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        Arc::new(Self { path: path.into(), text, line_starts })
     }
 
+    /// Line `line` (1-based) without its line ending, as `str::lines` gives it.
     pub fn line_text(&self, line: u32) -> Option<&str> {
-        self.text.lines().nth(line.saturating_sub(1) as usize)
+        let i = (line as usize).checked_sub(1)?;
+        let start = *self.line_starts.get(i)?;
+        let end = self.line_starts.get(i + 1).map_or(self.text.len(), |next| next - 1);
+        if start == self.text.len() {
+            return None; // at the end of the text (after a final newline) there is no line
+        }
+        let l = &self.text[start..end];
+        Some(l.strip_suffix('\r').unwrap_or(l))
     }
 }
 
@@ -164,6 +177,17 @@ mod tests {
         assert_eq!(did_you_mean("exce", kinds), Some("exec"));
         assert_eq!(did_you_mean("write_file", kinds), Some("write-file"));
         assert_eq!(did_you_mean("banana", kinds), None);
+    }
+
+    #[test]
+    fn line_text_agrees_with_str_lines() {
+        for text in ["", "a", "a\n", "a\nb", "a\r\nb\r\n", "\n\n", "x\n\ny\n", "é\nü"] {
+            let src = Source::new("t", text);
+            let want: Vec<&str> = text.lines().collect();
+            let got: Vec<&str> = (1..=want.len() as u32 + 2).map_while(|l| src.line_text(l)).collect();
+            assert_eq!(got, want, "{text:?}");
+            assert_eq!(src.line_text(0), None);
+        }
     }
 
     #[test]

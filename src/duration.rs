@@ -1,6 +1,30 @@
 //! Durations as authors write them: `500ms`, `30s`, `2m`, `1h`, `1m30s`; a bare number is seconds.
+//!
+//! Every conversion is checked and bounded by [`MAX`]: a duration comes from a scenario file,
+//! a flag or a template, and `Duration::from_secs_f64` panics on what does not fit, while a
+//! deadline of `now + u64::MAX s` panics when it is added to an `Instant`. A year is far longer
+//! than any end-to-end test, so anything longer is a typo and gets an error, not a panic.
 
 use std::time::Duration;
+
+/// The longest duration accepted anywhere: 366 days.
+pub const MAX: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// A number of seconds as a duration, if it is finite, not negative, and at most [`MAX`].
+pub fn from_secs_f64(secs: f64) -> Result<Duration, String> {
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("invalid duration `{secs}`: it must be a number of seconds, 0 or more"));
+    }
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if d <= MAX => Ok(d),
+        _ if secs < 1e15 => Err(too_long(&format!("{secs}"))),
+        _ => Err(too_long(&format!("{secs:e}"))),
+    }
+}
+
+fn too_long(text: &str) -> String {
+    format!("duration `{text}` is too long: the longest is 366 days (8784h)")
+}
 
 pub fn parse(text: &str) -> Result<Duration, String> {
     let t = text.trim();
@@ -9,7 +33,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     }
     if let Ok(secs) = t.parse::<f64>() {
         return if secs >= 0.0 && secs.is_finite() {
-            Ok(Duration::from_secs_f64(secs))
+            from_secs_f64(secs).map_err(|_| too_long(t))
         } else {
             Err(format!("invalid duration `{t}`"))
         };
@@ -32,10 +56,16 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             "" => return Err(format!("invalid duration `{t}`: a unit is missing after {n}")),
             u => return Err(format!("invalid duration `{t}`: unknown unit `{u}`")),
         };
-        total += Duration::from_secs_f64(n * factor);
+        let part = from_secs_f64(n * factor).map_err(|_| too_long(t))?;
+        total = total.checked_add(part).filter(|d| *d <= MAX).ok_or_else(|| too_long(t))?;
         rest = &rest[unit_end..];
     }
     Ok(total)
+}
+
+/// `d * factor`, saturating at [`MAX`] instead of panicking (retry backoff).
+pub fn saturating_mul_f64(d: Duration, factor: f64) -> Duration {
+    from_secs_f64(d.as_secs_f64() * factor).unwrap_or(MAX)
 }
 
 /// Short human form: `0.42s`, `12.3s`, `1m03s`.
@@ -71,5 +101,19 @@ mod tests {
         assert!(parse("abc").is_err());
         assert!(parse("").is_err());
         assert!(parse("-1").is_err());
+    }
+
+    #[test]
+    fn huge_durations_are_errors_not_panics() {
+        for t in ["99999999999999999999h", "1e300", "1e20", "9999999h", "367d", "8785h", "200000000000000000000ms"] {
+            let e = parse(t);
+            assert!(e.is_err(), "{t}: {e:?}");
+        }
+        assert!(parse("99999999999999999999h").unwrap_err().contains("too long"));
+        assert_eq!(parse("8784h").unwrap(), MAX);
+        assert!(from_secs_f64(f64::NAN).is_err());
+        assert!(from_secs_f64(1e300).is_err());
+        assert_eq!(saturating_mul_f64(Duration::from_millis(1), 1e300), MAX);
+        assert_eq!(saturating_mul_f64(Duration::from_secs(2), 1.5), Duration::from_secs(3));
     }
 }

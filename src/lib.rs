@@ -12,6 +12,7 @@ pub mod mask;
 pub mod matcher;
 pub mod model;
 pub mod net;
+pub mod out;
 pub mod provider;
 pub mod report;
 pub mod runner;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use scenario_run::diag::Diagnostic;
@@ -21,11 +21,55 @@ use scenario_run::report::events::{Event, Reporter};
 use scenario_run::report::human::{HumanOptions, HumanReporter};
 use scenario_run::runner::{self, RunConfig};
 use scenario_run::select::{Expr, Shard};
-use scenario_run::{config, schema};
+use scenario_run::{config, errln, out, schema};
+
+/// `println!` that never panics: a closed stdout (`| head`) is not an error of ours, and a
+/// command that must go on (cleanup deleting sandboxes) goes on.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        let _ = out::stdout(&format!("{}\n", format_args!($($arg)*)));
+    };
+}
 
 const EXIT_USAGE: u8 = 2;
 const EXIT_INVALID: u8 = 3;
 const EXIT_INFRA: u8 = 4;
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Where sandboxes live (a closed set: an unknown name is a usage error, exit 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProviderKind {
+    /// Isolated sandboxes on this machine (bubblewrap); no account needed.
+    Local,
+    /// Containers on the Docker engine of DOCKER_HOST.
+    Docker,
+    /// E2B (api.e2b.app), over the E2B REST API and envd.
+    E2b,
+    /// Alibaba Cloud FC Agent Sandbox, over the E2B protocol.
+    Alicloud,
+}
+
+impl ProviderKind {
+    fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Docker => "docker",
+            ProviderKind::E2b => "e2b",
+            ProviderKind::Alicloud => "alicloud",
+        }
+    }
+}
+
+/// What a run whose selection matched no scenario does (`--no-scenarios`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum NoScenarios {
+    /// Exit 2 with a message: a typo in -k or -t must not pass in CI.
+    Fail,
+    /// Say so on stderr and run nothing (exit 0).
+    Warn,
+    /// Run nothing, quietly (exit 0).
+    Pass,
+}
 
 #[derive(Parser)]
 #[command(
@@ -65,8 +109,8 @@ enum Command {
     /// unless --yes; never touches a sandbox without the tag.
     Cleanup {
         /// Where to look.
-        #[arg(long, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
-        provider: String,
+        #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
+        provider: ProviderKind,
         /// Only sandboxes of this run (default: $E2E_RUN_ID).
         #[arg(long, env = "E2E_RUN_ID", conflicts_with = "all_tagged")]
         run_id: Option<String>,
@@ -95,34 +139,21 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         providers: Vec<String>,
     },
+    /// Build or pull an image for local sandboxes (`base`, a public name from the offline
+    /// table, or a registry reference) and print where its root filesystem is. Useful to
+    /// prepare a CI machine's cache before a run.
+    Image {
+        /// The image: `base`, `python:3.11-slim-bookworm`, `localhost:5000/x:tag`, ...
+        reference: String,
+        /// Registry login for a private registry (or REGISTRY_USERNAME / REGISTRY_PASSWORD).
+        #[arg(long, env = "REGISTRY_USERNAME")]
+        username: Option<String>,
+        #[arg(long, env = "REGISTRY_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+    },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
-    Serve {
-        /// Address to listen on (loopback by default; there is no TLS).
-        #[arg(long, default_value = "127.0.0.1:3000")]
-        listen: std::net::SocketAddr,
-        /// The API key clients must send (X-API-KEY or Authorization: Bearer).
-        #[arg(long, env = "E2B_API_KEY", hide_env_values = true)]
-        api_key: String,
-        /// Local provider isolation: auto (namespaces when the host allows), namespaces, none.
-        #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
-        isolation: String,
-        /// Fault injection: delay every request by this many milliseconds.
-        #[arg(long, value_name = "MS")]
-        fault_latency: Option<u64>,
-        /// Fault injection: answer every Nth request 429 (with Retry-After: 1).
-        #[arg(long, value_name = "N")]
-        fault_429_every: Option<u64>,
-        /// Fault injection: answer every Nth request 503.
-        #[arg(long, value_name = "N")]
-        fault_5xx_every: Option<u64>,
-        /// Fault injection: abort streamed responses (process output, downloads) after BYTES.
-        #[arg(long, value_name = "BYTES")]
-        fault_cut_stream_after: Option<u64>,
-        /// Fault injection: 429/503 faults hit control-plane requests only, not envd.
-        #[arg(long)]
-        fault_control_plane_only: bool,
-    },
+    Serve(scenario_run::server::ServeArgs),
 }
 
 #[derive(Args, Clone)]
@@ -159,8 +190,11 @@ struct RunArgs {
     #[arg(long)]
     fail_fast: bool,
     /// Where sandboxes live.
-    #[arg(long, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
-    provider: String,
+    #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
+    provider: ProviderKind,
+    /// When -k, -t or --shard select no scenario: fail (exit 2), warn, or pass.
+    #[arg(long, value_enum, default_value = "fail", env = "SCENARIO_RUN_NO_SCENARIOS", value_name = "WHAT")]
+    no_scenarios: NoScenarios,
     /// Write a JUnit XML report.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
@@ -214,58 +248,78 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     scenario_run::duration::parse(s)
 }
 
-fn main() -> ExitCode {
-    // ./.env fills in what the shell did not set, before flags read their `env = …` defaults.
-    if let Ok(text) = std::fs::read_to_string(".env") {
-        if let Ok(vars) = config::parse_dotenv(&text) {
-            for (k, v) in vars {
-                if std::env::var_os(&k).is_none() {
-                    // SAFETY: single-threaded here; no other thread reads the environment yet.
-                    unsafe { std::env::set_var(k, v) };
-                }
+/// Parse the command line. Flags with an `env = …` default take it, in this order: the flag,
+/// the process environment, the last `--env-file` that sets it, `./.env`, the built-in
+/// default (README, "Configuration and secrets"). The files are read here, not copied into
+/// the process environment: a copy would count as a shell variable and beat `--env-file`.
+fn parse_cli() -> Cli {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // A first pass only to learn the --env-file flags; a bad command line is reported by
+    // the second, and a bad file by the command that reads the environment.
+    let env_files = match Cli::try_parse_from(&args) {
+        Ok(Cli { command: None, run }) => run.env_files,
+        Ok(Cli { command: Some(Command::Run(run)), .. }) => run.env_files,
+        Ok(Cli { command: Some(Command::Cleanup { env_files, .. }), .. }) => env_files,
+        _ => Vec::new(),
+    };
+    let files = config::file_layer(Path::new(".env"), &env_files).unwrap_or_default();
+    let cmd = with_file_defaults(Cli::command(), &files);
+    let matches = cmd.get_matches_from(&args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// Give every flag that reads a variable the files' value of it as its default, unless the
+/// process environment has it (then clap's own `env` lookup wins).
+fn with_file_defaults(cmd: clap::Command, files: &std::collections::BTreeMap<String, String>) -> clap::Command {
+    let from_files: Vec<(clap::Id, String)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            let name = a.get_env()?.to_str()?;
+            if std::env::var_os(name).is_some_and(|v| !v.is_empty()) {
+                return None;
             }
+            let value = files.get(name).filter(|v| !v.is_empty())?;
+            Some((a.get_id().clone(), value.clone()))
+        })
+        .collect();
+    let mut cmd = from_files.into_iter().fold(cmd, |c, (id, v)| c.mut_arg(id, |a| a.default_value(v)));
+    let subs: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for name in subs {
+        cmd = cmd.mut_subcommand(name, |s| with_file_defaults(s, files));
+    }
+    cmd
+}
+
+/// Write a command's whole output to stdout: exit 0, also when the reader has gone.
+fn emit(text: &str) -> u8 {
+    match out::stdout(text) {
+        Ok(()) => 0,
+        Err(e) => {
+            errln!("error: cannot write to standard output: {e}");
+            1
         }
     }
-    let cli = Cli::parse();
+}
+
+fn main() -> ExitCode {
+    let cli = parse_cli();
     let code = match cli.command {
         Some(Command::Check(args)) => check(args),
         Some(Command::Steps { kind }) => match schema::steps_reference(kind.as_deref()) {
-            Ok(text) => {
-                print!("{text}");
-                0
-            }
+            Ok(text) => emit(&text),
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 EXIT_USAGE
             }
         },
         Some(Command::Schema { out, check }) => write_schema(&out, check),
         Some(Command::Run(args)) => run(*args),
         Some(Command::Cleanup { provider, run_id, all_tagged, older_than, yes, env_files }) => {
-            cleanup(&provider, run_id, all_tagged, older_than, yes, &env_files)
+            cleanup(provider, run_id, all_tagged, older_than, yes, &env_files)
         }
         Some(Command::Matrix { emit, root, providers }) => matrix(&emit, &root, &providers),
-        Some(Command::Serve {
-            listen,
-            api_key,
-            isolation,
-            fault_latency,
-            fault_429_every,
-            fault_5xx_every,
-            fault_cut_stream_after,
-            fault_control_plane_only,
-        }) => serve(
-            listen,
-            api_key,
-            &isolation,
-            scenario_run::server::Faults {
-                latency: fault_latency.map(Duration::from_millis),
-                every_429: fault_429_every,
-                every_5xx: fault_5xx_every,
-                cut_stream_after: fault_cut_stream_after,
-                control_plane_only: fault_control_plane_only,
-            },
-        ),
+        Some(Command::Image { reference, username, password }) => image(&reference, username, password),
+        Some(Command::Serve(args)) => serve(&args),
         None => run(cli.run),
     };
     ExitCode::from(code)
@@ -274,14 +328,13 @@ fn main() -> ExitCode {
 fn write_schema(out: &str, check: bool) -> u8 {
     let text = schema::schema_text();
     if out == "-" {
-        print!("{text}");
-        return 0;
+        return emit(&text);
     }
     if check {
         return match std::fs::read_to_string(out) {
             Ok(existing) if existing == text => 0,
             _ => {
-                eprintln!("error: {out} is stale: run `scenario-run schema`");
+                errln!("error: {out} is stale: run `scenario-run schema`");
                 1
             }
         };
@@ -291,11 +344,11 @@ fn write_schema(out: &str, check: bool) -> u8 {
     }
     match std::fs::write(out, text) {
         Ok(()) => {
-            eprintln!("wrote {out}");
+            errln!("wrote {out}");
             0
         }
         Err(e) => {
-            eprintln!("error: cannot write {out}: {e}");
+            errln!("error: cannot write {out}: {e}");
             EXIT_USAGE
         }
     }
@@ -304,10 +357,10 @@ fn write_schema(out: &str, check: bool) -> u8 {
 fn print_diagnostics(diags: &[Diagnostic], masker: &Masker) {
     let files: BTreeSet<&str> = diags.iter().map(|d| d.location.file.as_str()).collect();
     for d in diags {
-        eprintln!("{}", masker.mask(&d.render()));
+        errln!("{}", masker.mask(&d.render()));
     }
     let n = diags.len();
-    eprintln!(
+    errln!(
         "error: {n} problem{} in {} file{}; nothing was run",
         if n == 1 { "" } else { "s" },
         files.len(),
@@ -328,13 +381,13 @@ fn load(
                 cli_vars.insert(k, val);
             }
             Err(e) => {
-                eprintln!("error: --var {e}");
+                errln!("error: --var {e}");
                 return Err(EXIT_USAGE);
             }
         }
     }
     let files = model::expand_paths(paths).map_err(|e| {
-        eprintln!("error: {e}");
+        errln!("error: {e}");
         EXIT_USAGE
     })?;
     let opts = LoadOptions { cli_vars: cli_vars.keys().cloned().collect(), today: config::today() };
@@ -352,12 +405,7 @@ fn check(args: CheckArgs) -> u8 {
     let masker = Masker::from_env(&env, &[]);
     match load(&args.paths, &args.vars, &masker) {
         Ok((loaded, _)) => {
-            println!(
-                "ok: {} scenarios ({} cases) in {} files",
-                loaded.scenarios.len(),
-                loaded.cases.len(),
-                loaded.files
-            );
+            outln!("ok: {} scenarios ({} cases) in {} files", loaded.scenarios.len(), loaded.cases.len(), loaded.files);
             0
         }
         Err(code) => code,
@@ -375,37 +423,103 @@ fn select(cases: Vec<Case>, args: &RunArgs) -> Result<Vec<Case>, String> {
         .collect())
 }
 
+/// The local provider's options, with the state directory from the run's environment (files
+/// and process), so `.env` and `--env-file` reach it without touching the process's own.
+fn local_options(isolation: Isolation, env: &std::collections::BTreeMap<String, String>) -> LocalOptions {
+    let state_dir = env
+        .get("SCENARIO_RUN_STATE_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(LocalOptions::default_state_dir, PathBuf::from);
+    // The image cache and id range come from the run's environment (.env included), for the
+    // local provider and the docker provider's offline images alike.
+    let images = scenario_run::image::ImageStore::set_shared(scenario_run::image::ImageStore::from_vars(env));
+    LocalOptions { state_dir, isolation, images }
+}
+
+/// `scenario-run image REF`: the root filesystem of an image, built or pulled on first use.
+fn image(reference: &str, username: Option<String>, password: Option<String>) -> u8 {
+    use scenario_run::image::{ImageStore, RegistryAuth};
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let store = ImageStore::from_vars(&env);
+    let auth = match (username, password) {
+        (Some(username), Some(password)) => Some(RegistryAuth { username, password }),
+        _ => None,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
+    rt.block_on(async move {
+        let (log, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let printer = tokio::spawn(async move {
+            while let Some(line) = lines.recv().await {
+                errln!("{line}");
+            }
+        });
+        let got = store.get(reference, auth.as_ref(), &log).await;
+        drop(log);
+        let _ = printer.await;
+        match got {
+            Ok(rootfs) => {
+                outln!("{}", rootfs.dir.display());
+                errln!("{} ({}, {})", rootfs.reference, rootfs.resolved, rootfs.digest);
+                0
+            }
+            Err(e) => {
+                errln!("error: {e}");
+                EXIT_INFRA
+            }
+        }
+    })
+}
+
+/// The provider's one-time preparation (the local `base` image on first use), its progress
+/// printed as it comes; Ctrl-C stops it.
+async fn prepare(provider: &dyn Provider, cancel: &CancellationToken) -> Result<(), String> {
+    let (log, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let printer = tokio::spawn(async move {
+        while let Some(line) = lines.recv().await {
+            errln!("{line}");
+        }
+    });
+    let r = tokio::select! {
+        r = provider.prepare(log) => r.map_err(|e| format!("{} provider: {e}", provider.name())),
+        _ = cancel.cancelled() => Err("interrupted while preparing the provider".to_string()),
+    };
+    let _ = printer.await;
+    r
+}
+
 fn make_provider(
-    provider: &str,
+    provider: ProviderKind,
     isolation: &str,
     env: &std::collections::BTreeMap<String, String>,
 ) -> Result<Arc<dyn Provider>, String> {
     match provider {
-        "local" => {
+        ProviderKind::Local => {
             let isolation = match isolation {
                 "namespaces" => Isolation::Namespaces,
                 "none" => Isolation::None,
                 _ => Isolation::Auto,
             };
-            let p = LocalProvider::new(LocalOptions { isolation, ..LocalOptions::default() })
-                .map_err(|e| format!("local provider: {e}"))?;
+            let p = LocalProvider::new(local_options(isolation, env)).map_err(|e| format!("local provider: {e}"))?;
             if let Some(w) = p.warning() {
-                eprintln!("warning: {w}");
+                errln!("warning: {w}");
             }
             Ok(Arc::new(p))
         }
-        "e2b" | "alicloud" => {
-            let preset = if provider == "e2b" { Preset::E2b } else { Preset::Alicloud };
-            let p = E2bProvider::new(preset, env).map_err(|e| format!("{provider} provider: {e}"))?;
+        ProviderKind::E2b | ProviderKind::Alicloud => {
+            let preset = if provider == ProviderKind::E2b { Preset::E2b } else { Preset::Alicloud };
+            let p = E2bProvider::new(preset, env).map_err(|e| format!("{} provider: {e}", provider.name()))?;
             Ok(Arc::new(p))
         }
-        "docker" => Ok(Arc::new(DockerProvider::new(DockerOptions::from_env(env)))),
-        other => Err(format!("unknown provider `{other}`: use local, docker, e2b or alicloud")),
+        ProviderKind::Docker => {
+            // Offline images (`base`, FROM names) come from the store the run's environment names.
+            scenario_run::image::ImageStore::set_shared(scenario_run::image::ImageStore::from_vars(env));
+            Ok(Arc::new(DockerProvider::new(DockerOptions::from_env(env))))
+        }
     }
 }
 
 fn cleanup(
-    provider: &str,
+    provider: ProviderKind,
     run_id: Option<String>,
     all_tagged: bool,
     older_than: Option<Duration>,
@@ -416,13 +530,13 @@ fn cleanup(
     let env = match config::environment(Path::new(".env"), env_files) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return EXIT_USAGE;
         }
     };
     let run_id = run_id.filter(|r| !r.is_empty());
     if run_id.is_none() && !all_tagged {
-        eprintln!("error: say which sandboxes: --run-id ID (or E2E_RUN_ID), or --all-tagged");
+        errln!("error: say which sandboxes: --run-id ID (or E2E_RUN_ID), or --all-tagged");
         return EXIT_USAGE;
     }
     let masker = Masker::from_env(&env, &[]);
@@ -431,17 +545,17 @@ fn cleanup(
         let p = match make_provider(provider, "auto", &env) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return EXIT_INFRA;
             }
         };
         let missing = p.required_credentials();
         if !missing.is_empty() {
-            eprintln!("error: missing credentials [{}]", missing.join(", "));
+            errln!("error: missing credentials [{}]", missing.join(", "));
             return EXIT_INFRA;
         }
         if p.name() == "local" {
-            println!("local sandboxes die with the run that made them (even on SIGKILL): nothing to clean up");
+            outln!("local sandboxes die with the run that made them (even on SIGKILL): nothing to clean up");
             return 0;
         }
         let sel = janitor::Selection { run_id, all_tagged, older_than };
@@ -449,22 +563,22 @@ fn cleanup(
         let found = match janitor::find(p.as_ref(), &sel, now).await {
             Ok(f) => f,
             Err(e) => {
-                eprintln!("error: {}", masker.mask(&e));
+                errln!("error: {}", masker.mask(&e));
                 return EXIT_INFRA;
             }
         };
         for s in &found {
-            println!("{}", masker.mask(&janitor::describe(s, now)));
+            outln!("{}", masker.mask(&janitor::describe(s, now)));
         }
         if !yes {
-            println!("{} sandbox(es) would be deleted; run again with --yes to delete them", found.len());
+            outln!("{} sandbox(es) would be deleted; run again with --yes to delete them", found.len());
             return 0;
         }
         let failed = janitor::delete(p.as_ref(), &found).await;
         for (id, why) in &failed {
-            eprintln!("error: could not delete {id}: {}", masker.mask(why));
+            errln!("error: could not delete {id}: {}", masker.mask(why));
         }
-        println!("deleted {} sandbox(es)", found.len() - failed.len());
+        outln!("deleted {} sandbox(es)", found.len() - failed.len());
         if failed.is_empty() {
             0
         } else {
@@ -483,15 +597,14 @@ fn matrix(emit: &str, root: &str, providers: &[String]) -> u8 {
             .map(|e| format!("{root}/{}", e.file_name().to_string_lossy()))
             .collect(),
         Err(e) => {
-            eprintln!("error: cannot read {root}: {e}");
+            errln!("error: cannot read {root}: {e}");
             return EXIT_USAGE;
         }
     };
     folders.sort();
     if emit == "lines" {
-        for f in &folders {
-            println!("{f}");
-        }
+        let text: String = folders.iter().map(|f| format!("{f}\n")).collect();
+        self::emit(&text)
     } else {
         let mut include = Vec::new();
         for f in &folders {
@@ -503,16 +616,15 @@ fn matrix(emit: &str, root: &str, providers: &[String]) -> u8 {
                 include.push(serde_json::json!({ "area": area, "path": f, "provider": p }));
             }
         }
-        println!("{}", serde_json::json!({ "include": include }));
+        self::emit(&format!("{}\n", serde_json::json!({ "include": include })))
     }
-    0
 }
 
 fn run(args: RunArgs) -> u8 {
     let env = match config::environment(Path::new(".env"), &args.env_files) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return EXIT_USAGE;
         }
     };
@@ -523,28 +635,58 @@ fn run(args: RunArgs) -> u8 {
     };
     let secret_names: Vec<String> = loaded.scenarios.iter().flat_map(|s| s.secrets.iter().cloned()).collect();
     let masker = Arc::new(Masker::from_env(&env, &secret_names));
+    // A panic is reported as the scenario's ERROR (with its message, masked); what the default
+    // hook would print on stderr could hold a secret, so it goes through the masker too.
+    let hook_masker = masker.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        errln!("scenario-run: internal error: {}", hook_masker.mask(&info.to_string()));
+    }));
+    let loaded_cases = loaded.cases.len();
     let cases = match select(loaded.cases, &args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return EXIT_USAGE;
         }
     };
+    if cases.is_empty() && !args.list {
+        let mut filters = Vec::new();
+        if let Some(k) = &args.name_expr {
+            filters.push(format!("-k '{k}'"));
+        }
+        if let Some(t) = &args.tags {
+            filters.push(format!("-t '{t}'"));
+        }
+        if let Some(s) = &args.shard {
+            filters.push(format!("--shard {}/{}", s.index, s.count));
+        }
+        let what = format!("no scenario matches {} (of {loaded_cases} loaded)", filters.join(" "));
+        match args.no_scenarios {
+            NoScenarios::Fail => {
+                errln!("error: {what}; nothing was run\n  = help: check the expression for a typo, or pass --no-scenarios=pass (or warn) if an empty selection is expected");
+                return EXIT_USAGE;
+            }
+            NoScenarios::Warn => errln!("warning: {what}"),
+            NoScenarios::Pass => {}
+        }
+    }
     if args.list {
+        let mut text = String::new();
         for c in &cases {
             let tags =
                 if c.scenario.tags.is_empty() { String::new() } else { format!("  [{}]", c.scenario.tags.join(", ")) };
-            println!("{}  {}{tags}", c.name, c.scenario.location);
+            text.push_str(&format!("{}  {}{tags}\n", c.name, c.scenario.location));
         }
-        eprintln!("{} scenarios selected", cases.len());
-        return 0;
+        let code = emit(&text);
+        errln!("{} scenarios selected", cases.len());
+        return code;
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
-        let provider = match make_provider(&args.provider, &args.isolation, &env) {
+        let provider = match make_provider(args.provider, &args.isolation, &env) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return EXIT_INFRA;
             }
         };
@@ -575,7 +717,7 @@ fn run(args: RunArgs) -> u8 {
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let cancel = CancellationToken::new();
-        spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone());
+        spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
         let printer = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 reporter.handle(&ev);
@@ -584,11 +726,20 @@ fn run(args: RunArgs) -> u8 {
                 }
             }
         });
+        if !cases.is_empty() {
+            match prepare(provider.as_ref(), &cancel).await {
+                Ok(()) => {}
+                Err(e) => {
+                    errln!("error: {e}");
+                    return if cancel.is_cancelled() { EXIT_INTERRUPTED } else { EXIT_INFRA };
+                }
+            }
+        }
         let summary = runner::run(cfg, cases, tx, cancel).await;
         let _ = printer.await;
         let mut code = summary.exit_code as u8;
         if let Err(e) = write_reports(&summary, &args) {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             if code == 0 {
                 code = EXIT_INFRA;
             }
@@ -626,6 +777,7 @@ fn spawn_signal_handler(
     cancel: CancellationToken,
     provider: Arc<dyn Provider>,
     tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    run_id: String,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(async move {
@@ -643,8 +795,14 @@ fn spawn_signal_handler(
                 let _ = tx.send(Event::Interrupted { signal: name.to_string() });
                 cancel.cancel();
             } else {
-                eprintln!("\nscenario-run: second {name}: destroying sandboxes and exiting now");
+                errln!("\nscenario-run: second {name}: destroying sandboxes and exiting now");
                 provider.destroy_all_now();
+                // A create under way when the signal came may still land on a remote provider:
+                // what carries this run's tag goes too (bounded: this exit is meant to be quick).
+                for _ in 0..2 {
+                    runner::sweep_run(provider.as_ref(), &run_id, Duration::from_secs(2)).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
                 std::process::exit(130);
             }
         }
@@ -653,13 +811,17 @@ fn spawn_signal_handler(
 
 /// `serve`: the E2B-compatible server over the local provider until SIGINT/SIGTERM, then
 /// every sandbox it made is destroyed.
-fn serve(listen: std::net::SocketAddr, api_key: String, isolation: &str, faults: scenario_run::server::Faults) -> u8 {
+fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
-    if api_key.trim().is_empty() {
-        eprintln!("error: --api-key (or E2B_API_KEY) must not be empty");
-        return EXIT_USAGE;
-    }
+    let opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            errln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let (listen, isolation) = (args.listen, args.isolation.as_str());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
         let isolation = match isolation {
@@ -667,29 +829,35 @@ fn serve(listen: std::net::SocketAddr, api_key: String, isolation: &str, faults:
             "none" => Isolation::None,
             _ => Isolation::Auto,
         };
-        let provider = match LocalProvider::new(LocalOptions { isolation, ..LocalOptions::default() }) {
+        let env = config::environment(Path::new(".env"), &[]).unwrap_or_default();
+        let provider = match LocalProvider::new(local_options(isolation, &env)) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: local provider: {e}");
+                errln!("error: local provider: {e}");
                 return EXIT_INFRA;
             }
         };
         if let Some(w) = provider.warning() {
-            eprintln!("warning: {w}");
+            errln!("warning: {w}");
+        }
+        // Build `base` before listening, so no client's first create waits a minute on it.
+        if let Err(e) = prepare(&provider, &CancellationToken::new()).await {
+            errln!("error: {e}");
+            return EXIT_INFRA;
         }
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("error: cannot listen on {listen}: {e}");
+                errln!("error: cannot listen on {listen}: {e}");
                 return EXIT_USAGE;
             }
         };
         let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-            eprintln!("error: cannot install signal handlers");
+            errln!("error: cannot install signal handlers");
             return EXIT_INFRA;
         };
         let addr = listener.local_addr().unwrap_or(listen);
-        println!("listening on http://{addr}");
+        outln!("listening on http://{addr}");
         let _ = std::io::stdout().flush();
         let shutdown = async move {
             tokio::select! {
@@ -697,14 +865,13 @@ fn serve(listen: std::net::SocketAddr, api_key: String, isolation: &str, faults:
                 _ = term.recv() => {}
             }
         };
-        let opts = scenario_run::server::ServeOptions { api_key, faults };
         match scenario_run::server::serve(listener, Arc::new(provider), opts, shutdown).await {
             Ok(n) => {
-                eprintln!("serve: stopped; destroyed {n} sandbox{}", if n == 1 { "" } else { "es" });
+                errln!("serve: stopped; destroyed {n} sandbox{}", if n == 1 { "" } else { "es" });
                 0
             }
             Err(e) => {
-                eprintln!("error: serve: {e}");
+                errln!("error: serve: {e}");
                 EXIT_INFRA
             }
         }

@@ -5,35 +5,43 @@
 //!
 //! - the value itself (and its whitespace-trimmed form, for values read from files);
 //! - base64: standard and URL-safe alphabets, with and without padding;
-//! - percent-encoding: `%20` and `+` for spaces, upper- and lower-case hex digits;
-//! - JSON string escaping, as `serde_json::to_string` writes it without the quotes, and that
-//!   escaping applied twice (JSON inside a JSON string);
+//! - percent-encoding as the common encoders write it: everything but RFC 3986's unreserved
+//!   characters (`urlencoding`), that keeping `/` (Python's `quote()`), minijinja's
+//!   `urlencode` (keeps `/`, encodes `~`), JavaScript's `encodeURIComponent` (keeps
+//!   `!'()*`) and HTML forms (keep `*`); `%20` or `+` for spaces; upper- or lower-case hex;
+//! - JSON string escaping: as `serde_json` writes it, that applied twice (JSON inside a JSON
+//!   string), with `\uXXXX` for every non-ASCII character (Python's `json.dumps`), with
+//!   `<`, `>`, `&`, `'` as `\u003c`… (Go's `encoding/json`), and with `\/`;
+//! - HTML and XML entities: `&amp;`, `&lt;`, `&gt;`, `&quot;`/`&#34;`, `&#x27;`/`&#39;`/
+//!   `&apos;`, and `/` as `&#x2f;` (minijinja's `escape`);
 //! - hex of the bytes, lower and upper case.
 //!
 //! base64 of a secret inside a longer base64 string (HTTP basic auth is
 //! `base64("user:" + secret)`, a JWT payload is base64 of JSON) does not contain base64 of
-//! the secret as a substring, because base64 works in 3-byte groups. A second pass therefore
-//! finds base64-looking tokens (runs of at least 8 base64 characters), decodes them (both
-//! alphabets, at each of the four alignments) and masks the whole token when the decoded
-//! bytes contain any form of a secret.
+//! the secret as a substring, because base64 works in 3-byte groups; and `base64` and MIME
+//! wrap their output at 76 columns, so the encoding of any secret of 57 bytes or more (a
+//! typical model-provider key) is broken across lines. A second pass therefore finds runs of
+//! base64 characters, joins runs that continue on the next line (a line break, or an escaped
+//! `\n` in JSON text, between them, and the next line's indentation), decodes them at each of the four alignments, and masks
+//! the runs that hold the encoding of any form of a secret, leaving the line breaks.
+//!
+//! A secret folded across lines (a terminal or `fold` breaking it, a wrapped log line) is
+//! found by a third pass over the text with its line breaks (and escaped `\n`, `\r`, and the
+//! indentation of the next line, as a build log has it) taken out; each piece of it is
+//! masked, and the line breaks stay.
 //!
 //! Values shorter than [`MIN_SECRET_LEN`] characters are ignored: masking every `abc` or
 //! `1` in a log would destroy it while protecting nothing, since such values are guessable
-//! anyway. Not covered: a base64 encoding broken across lines (MIME wrapping), and secrets
-//! split across separately masked texts.
+//! anyway. Not covered: secrets split across separately masked texts, encodings other than
+//! these (a secret ROT13'd, gzipped or encrypted is not recognised).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use aho_corasick::{AhoCorasick, MatchKind};
-use base64::alphabet;
-use base64::engine::general_purpose::{
-    GeneralPurpose, GeneralPurposeConfig, STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD,
-};
-use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use regex::Regex;
 
 /// What a masked secret is replaced with.
 pub const MASK: &str = "***";
@@ -50,7 +58,6 @@ pub struct Masker {
     secrets: usize,
     /// Every form of every secret; `None` when there are no secrets.
     forms: Option<AhoCorasick>,
-    base64_token: Regex,
 }
 
 impl fmt::Debug for Masker {
@@ -64,12 +71,6 @@ impl Default for Masker {
         Self::new(std::iter::empty())
     }
 }
-
-const LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
-    .with_decode_padding_mode(DecodePaddingMode::RequireNone)
-    .with_decode_allow_trailing_bits(true);
-const LENIENT_STANDARD: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, LENIENT);
-const LENIENT_URL_SAFE: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, LENIENT);
 
 impl Masker {
     /// A masker for these values. Values shorter than [`MIN_SECRET_LEN`] characters, leading and
@@ -101,11 +102,7 @@ impl Masker {
         let automaton = (!forms.is_empty()).then(|| {
             AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(&forms).expect("secret patterns build")
         });
-        Masker {
-            secrets: values.len(),
-            forms: automaton,
-            base64_token: Regex::new(r"[A-Za-z0-9+/_-]{8,}={0,2}").expect("static regex"),
-        }
+        Masker { secrets: values.len(), forms: automaton }
     }
 
     /// Every variable whose name contains KEY, SECRET, TOKEN or PASSWORD (any case), and
@@ -134,9 +131,9 @@ impl Masker {
     /// nothing needed masking.
     pub fn mask<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let Some(ac) = &self.forms else { return Cow::Borrowed(text) };
-        // Whole base64 tokens first, so a token with a secret inside is masked entirely rather
+        // Whole base64 runs first, so a run with a secret inside is masked entirely rather
         // than around a directly matched, aligned base64 fragment.
-        let mut out = match self.mask_base64_tokens(ac, text) {
+        let mut out = match mask_base64_runs(ac, text) {
             Some(masked) => Cow::Owned(masked),
             None => Cow::Borrowed(text),
         };
@@ -147,6 +144,9 @@ impl Masker {
                 true
             });
             out = Cow::Owned(dst);
+        }
+        if let Some(unfolded) = mask_folded(ac, &out) {
+            out = Cow::Owned(unfolded);
         }
         out
     }
@@ -174,43 +174,281 @@ impl Masker {
             Value::Null | Value::Bool(_) | Value::Number(_) => {}
         }
     }
+}
 
-    /// The second pass: whole base64 tokens whose decoding contains a secret.
-    fn mask_base64_tokens(&self, ac: &AhoCorasick, text: &str) -> Option<String> {
-        let mut out: Option<String> = None;
-        let mut last = 0;
-        for m in self.base64_token.find_iter(text) {
-            if decodes_to_secret(ac, m.as_str()) {
-                let dst = out.get_or_insert_with(|| String::with_capacity(text.len()));
-                dst.push_str(&text[last..m.start()]);
-                dst.push_str(MASK);
-                last = m.end();
-            }
-        }
-        let mut dst = out?;
-        dst.push_str(&text[last..]);
-        Some(dst)
+/// The base64 alphabets' union: `+` and `-` are 62, `/` and `_` are 63, so one decoder reads
+/// the standard and the URL-safe alphabet alike, and a run mixing them still decodes.
+fn b64_value(c: u8) -> Option<u8> {
+    match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' | b'-' => Some(62),
+        b'/' | b'_' => Some(63),
+        _ => None,
     }
 }
 
-fn decodes_to_secret(ac: &AhoCorasick, token: &str) -> bool {
-    let body = token.trim_end_matches('=').as_bytes();
-    for skip in 0..4 {
-        let Some(rest) = body.get(skip..) else { break };
-        // A single character left over at the end encodes no whole byte.
-        let rest = if rest.len() % 4 == 1 { &rest[..rest.len() - 1] } else { rest };
-        if rest.len() < 4 {
-            break;
+/// Decode base64 characters (all valid, no padding), dropping a partial last group's bits.
+fn b64_decode(chars: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(chars.len() / 4 * 3 + 2);
+    for quad in chars.chunks(4) {
+        let n = quad.iter().fold(0u32, |acc, c| acc << 6 | u32::from(b64_value(*c).unwrap_or(0)));
+        let n = n << (6 * (4 - quad.len()));
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..(quad.len() * 6 / 8)]);
+    }
+    out
+}
+
+/// A run of base64 characters in a text, with `=` padding after it (`end` is past it).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    start: usize,
+    /// End of the base64 characters.
+    data_end: usize,
+    end: usize,
+}
+
+/// Runs of base64 characters. The letter of an escape (`\n`, `\r`, `\t` in JSON text) is not
+/// part of a run, so a mask next to an escaped newline keeps its `n`.
+fn base64_runs(text: &[u8]) -> Vec<Run> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        let escaped = i > 0 && text[i - 1] == b'\\' && matches!(text[i], b'n' | b'r' | b't');
+        if escaped || b64_value(text[i]).is_none() {
+            i += 1;
+            continue;
         }
-        for engine in [&LENIENT_STANDARD, &LENIENT_URL_SAFE] {
-            if let Ok(bytes) = engine.decode(rest) {
-                if ac.is_match(bytes.as_slice()) {
-                    return true;
+        let start = i;
+        while i < text.len() && b64_value(text[i]).is_some() {
+            i += 1;
+        }
+        let data_end = i;
+        while i < text.len() && i - data_end < 2 && text[i] == b'=' {
+            i += 1;
+        }
+        runs.push(Run { start, data_end, end: i });
+    }
+    runs
+}
+
+/// A line break between two runs that continue each other: a newline, CRLF, or their JSON
+/// escapes, and the next line's indentation (a build log indents what a step prints).
+fn is_line_break(gap: &[u8]) -> bool {
+    let indent = gap.iter().rev().take_while(|b| matches!(b, b' ' | b'\t')).count();
+    matches!(&gap[..gap.len() - indent], b"\n" | b"\r\n" | b"\\n" | b"\\r\\n")
+}
+
+/// Bytes of a line break at the start of `rest`, with the next line's indentation; 0 if
+/// `rest` does not start with one.
+fn line_break_width(rest: &[u8]) -> usize {
+    let brk = match rest {
+        [b'\n', ..] | [b'\r', ..] => 1,
+        [b'\\', b'n' | b'r', ..] => 2,
+        _ => return 0,
+    };
+    let ends_line = matches!(rest[..brk], [b'\n'] | [b'\\', b'n']);
+    let indent = if ends_line { rest[brk..].iter().take_while(|b| matches!(b, b' ' | b'\t')).count() } else { 0 };
+    brk + indent
+}
+
+/// The second pass (see the module docs): runs, joined across line breaks, whose decoding
+/// holds a form of a secret are replaced by [`MASK`]; `None` when none is.
+fn mask_base64_runs(ac: &AhoCorasick, text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let runs = base64_runs(bytes);
+    let mut doomed = vec![false; runs.len()];
+    let mut first = 0;
+    while first < runs.len() {
+        // A group: runs that continue on the next line; padding ends one.
+        let mut last = first;
+        while last + 1 < runs.len()
+            && runs[last].end == runs[last].data_end
+            && is_line_break(&bytes[runs[last].end..runs[last + 1].start])
+        {
+            last += 1;
+        }
+        let mut joined = Vec::new();
+        let mut offsets = Vec::with_capacity(last - first + 1);
+        for r in &runs[first..=last] {
+            offsets.push(joined.len());
+            joined.extend_from_slice(&bytes[r.start..r.data_end]);
+        }
+        if joined.len() >= 8 {
+            for skip in 0..4.min(joined.len()) {
+                let decoded = b64_decode(&joined[skip..]);
+                for m in ac.find_iter(decoded.as_slice()) {
+                    // The characters that hold the match's bits (6 bits each), and their runs.
+                    let from = skip + m.start() * 8 / 6;
+                    let to = (skip + (m.end() * 8 - 1) / 6 + 1).min(joined.len());
+                    for (k, off) in offsets.iter().enumerate() {
+                        let r = &runs[first + k];
+                        let len = r.data_end - r.start;
+                        if *off < to && off + len > from {
+                            doomed[first + k] = true;
+                        }
+                    }
                 }
             }
         }
+        first = last + 1;
     }
-    false
+    if !doomed.contains(&true) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (r, _) in runs.iter().zip(&doomed).filter(|(_, d)| **d) {
+        out.push_str(&text[last..r.start]);
+        out.push_str(MASK);
+        last = r.end;
+    }
+    out.push_str(&text[last..]);
+    Some(out)
+}
+
+/// The third pass: forms of secrets broken across lines. The text is searched with its line
+/// breaks (and escaped `\n`, `\r`, and the indentation after them) taken out; each piece of a match that spans one is
+/// replaced by [`MASK`], and the line breaks stay. `None` when there is no such match.
+fn mask_folded(ac: &AhoCorasick, text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    if !bytes.iter().any(|b| matches!(b, b'\n' | b'\r')) && !text.contains("\\n") && !text.contains("\\r") {
+        return None;
+    }
+    // The text without breaks, and where each removed stretch was: (index in `kept` where
+    // it was, original bytes removed so far including it).
+    let mut kept = Vec::with_capacity(bytes.len());
+    let mut breaks: Vec<(usize, usize)> = Vec::new();
+    let mut removed = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let width = line_break_width(&bytes[i..]);
+        if width == 0 {
+            kept.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        removed += width;
+        match breaks.last_mut() {
+            Some((at, total)) if *at == kept.len() => *total = removed,
+            _ => breaks.push((kept.len(), removed)),
+        }
+        i += width;
+    }
+    // Original offset of the byte at `k` in `kept`.
+    let original = |k: usize| -> usize {
+        let n = breaks.partition_point(|(at, _)| *at <= k);
+        k + if n == 0 { 0 } else { breaks[n - 1].1 }
+    };
+    let mut pieces: Vec<(usize, usize)> = Vec::new();
+    for m in ac.find_iter(kept.as_slice()) {
+        let (start, end) = (original(m.start()), original(m.end() - 1) + 1);
+        if end - start == m.len() {
+            continue; // not folded: the direct pass saw it
+        }
+        // Split at the breaks inside the match.
+        let mut piece_start = m.start();
+        let first_break = breaks.partition_point(|(at, _)| *at <= m.start());
+        for (at, _) in breaks[first_break..].iter().take_while(|(at, _)| *at < m.end()) {
+            pieces.push((original(piece_start), original(at - 1) + 1));
+            piece_start = *at;
+        }
+        pieces.push((original(piece_start), end));
+    }
+    if pieces.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (start, end) in pieces {
+        out.push_str(&text[last..start]);
+        out.push_str(MASK);
+        last = end;
+    }
+    out.push_str(&text[last..]);
+    Some(out)
+}
+
+/// Percent-encoding of `s`, keeping ASCII alphanumerics and the bytes in `keep`.
+fn percent(s: &str, keep: &[u8], plus_for_space: bool, lower: bool) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || keep.contains(&b) {
+            out.push(b as char);
+        } else if b == b' ' && plus_for_space {
+            out.push('+');
+        } else if lower {
+            out.push_str(&format!("%{b:02x}"));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// How a JSON encoder escapes a string (without the quotes).
+#[derive(Clone, Copy)]
+struct JsonStyle {
+    /// `\uXXXX` for every non-ASCII character: Some(lower-case hex?).
+    ascii: Option<bool>,
+    /// `<`, `>`, `&`, `'` as `\u003c`, `\u003e`, `\u0026`, `\u0027` (Go, HTML-safe encoders).
+    html: bool,
+    /// `/` as `\/`.
+    slash: bool,
+}
+
+fn json_escape(s: &str, style: JsonStyle) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    let lower = style.ascii.unwrap_or(true);
+    let u = |out: &mut String, unit: u32| {
+        if lower {
+            out.push_str(&format!("\\u{unit:04x}"));
+        } else {
+            out.push_str(&format!("\\u{unit:04X}"));
+        }
+    };
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '/' if style.slash => out.push_str("\\/"),
+            '<' | '>' | '&' | '\'' if style.html => u(&mut out, c as u32),
+            c if (c as u32) < 0x20 => u(&mut out, c as u32),
+            c if !c.is_ascii() && style.ascii.is_some() => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    u(&mut out, u32::from(*unit));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// HTML/XML entity escaping of `s`: `&`, `<`, `>` always; `"`, `'` and `/` as given
+/// (`None`: left as they are).
+fn html_escape(s: &str, quote: Option<&str>, apostrophe: Option<&str>, slash: Option<&str>) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match (c, quote, apostrophe, slash) {
+            ('&', ..) => out.push_str("&amp;"),
+            ('<', ..) => out.push_str("&lt;"),
+            ('>', ..) => out.push_str("&gt;"),
+            ('"', Some(q), _, _) => out.push_str(q),
+            ('\'', _, Some(a), _) => out.push_str(a),
+            ('/', _, _, Some(sl)) => out.push_str(sl),
+            (c, ..) => out.push(c),
+        }
+    }
+    out
 }
 
 /// The forms one secret can take; see the module docs.
@@ -219,39 +457,35 @@ fn derived_forms(s: &str) -> Vec<String> {
     for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
         forms.push(engine.encode(s));
     }
-    let percent = urlencoding::encode(s).into_owned();
-    let plus = percent.replace("%20", "+");
-    for p in [percent, plus] {
-        forms.push(lowercase_percent_hex(&p));
-        forms.push(p);
+    // Percent-encoders differ in what they leave alone (see the module docs).
+    let keep_sets: [&[u8]; 5] = [b"-_.~", b"-_.~/", b"-_./", b"-_.!~*'()", b"-_.*"];
+    for keep in keep_sets {
+        for plus in [false, true] {
+            for lower in [false, true] {
+                forms.push(percent(s, keep, plus, lower));
+            }
+        }
     }
-    let json = serde_json::to_string(s).expect("strings serialise");
-    let json = json[1..json.len() - 1].to_string();
-    let json2 = serde_json::to_string(&json).expect("strings serialise");
-    forms.push(json2[1..json2.len() - 1].to_string());
-    forms.push(json);
+    for ascii in [None, Some(true), Some(false)] {
+        for html in [false, true] {
+            for slash in [false, true] {
+                forms.push(json_escape(s, JsonStyle { ascii, html, slash }));
+            }
+        }
+    }
+    let json = json_escape(s, JsonStyle { ascii: None, html: false, slash: false });
+    forms.push(json_escape(&json, JsonStyle { ascii: None, html: false, slash: false }));
+    for quote in [None, Some("&quot;"), Some("&#34;")] {
+        for apostrophe in [None, Some("&#x27;"), Some("&#39;"), Some("&apos;")] {
+            for slash in [None, Some("&#x2f;")] {
+                forms.push(html_escape(s, quote, apostrophe, slash));
+            }
+        }
+    }
     let hex: String = s.bytes().map(|b| format!("{b:02x}")).collect();
     forms.push(hex.to_ascii_uppercase());
     forms.push(hex);
     forms
-}
-
-/// `%2F` → `%2f`, leaving everything else alone.
-fn lowercase_percent_hex(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut after_percent = 0;
-    for c in s.chars() {
-        if after_percent > 0 {
-            out.push(c.to_ascii_lowercase());
-            after_percent -= 1;
-        } else {
-            if c == '%' {
-                after_percent = 2;
-            }
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -323,7 +557,7 @@ mod tests {
         assert_eq!(m.mask(&format!("GET /?p={pct}&x=1")), "GET /?p=***&x=1");
         let plus = pct.replace("%20", "+");
         assert_eq!(m.mask(&format!("p={plus}&x=1")), "p=***&x=1");
-        let lower = lowercase_percent_hex(&pct);
+        let lower = percent(SECRET, b"-_.~", false, true);
         assert_ne!(lower, pct);
         assert_eq!(m.mask(&format!("p={lower}")), "p=***");
     }
@@ -404,6 +638,147 @@ mod tests {
         // Key order is kept.
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
         assert_eq!(keys, ["stdout", "***", "n"]);
+    }
+
+    /// Issue 13: forms that leaked. A key of 57 bytes or more is a typical model-provider key.
+    const LONG_KEY: &str = "sk-proj-Zq3vT9xLm2Rk8WpY4nHc6JdF1sAe7UgB5oKi0VlNtQrXyMbCwEzDhGjP-u_8";
+
+    fn long() -> Masker {
+        Masker::new([LONG_KEY.to_string(), SECRET.to_string()])
+    }
+
+    /// `base64`, Python's `base64.encodebytes` and MIME wrap at 76 columns.
+    fn wrapped(b64: &str, width: usize, sep: &str) -> String {
+        b64.as_bytes().chunks(width).map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(sep)
+    }
+
+    #[test]
+    fn base64_wrapped_at_76_columns() {
+        assert!(LONG_KEY.len() >= 57);
+        let m = long();
+        for secret in [LONG_KEY, SECRET] {
+            let b64 = STANDARD.encode(format!("{secret}\n"));
+            for sep in ["\n", "\r\n", "\\n"] {
+                let text = format!("before\n{}{sep}after", wrapped(&b64, 76, sep));
+                let out = m.mask(&text).into_owned();
+                for line in wrapped(&b64, 76, "\n").lines() {
+                    assert!(!out.contains(line), "{sep:?}: {line} in {out}");
+                }
+                assert!(out.starts_with("before\n***") && out.ends_with(&format!("***{sep}after")), "{out}");
+                assert_eq!(out.matches(sep).count(), text.matches(sep).count(), "line breaks stay: {out}");
+            }
+        }
+        // Inside basic auth, wrapped, and with the other alphabet.
+        let token = URL_SAFE.encode(format!("user:{LONG_KEY}"));
+        let out = m.mask(&wrapped(&token, 20, "\n")).into_owned();
+        assert!(out.split('\n').all(|l| l == "***"), "{out}");
+    }
+
+    #[test]
+    fn url_encoding_that_keeps_slashes_and_other_sets() {
+        let m = masker();
+        let minijinja = crate::template::env().render_str("{{ s | urlencode }}", minijinja::context! { s => SECRET });
+        let minijinja = minijinja.unwrap();
+        assert!(minijinja.contains('/'), "{minijinja}");
+        let python_quote = percent(SECRET, b"-_.~/", false, false);
+        let js = percent(SECRET, b"-_.!~*'()", false, false);
+        for form in [minijinja, python_quote, js] {
+            assert_eq!(m.mask(&format!("GET /x?p={form}&q=1")), "GET /x?p=***&q=1", "{form}");
+        }
+    }
+
+    #[test]
+    fn html_entities() {
+        let m = Masker::new(["p&ss<w>\"o'rd/x".to_string()]);
+        for form in [
+            "p&amp;ss&lt;w&gt;&quot;o&#x27;rd/x",
+            "p&amp;ss&lt;w&gt;&#34;o&#39;rd/x",
+            "p&amp;ss&lt;w&gt;&quot;o&apos;rd/x",
+            "p&amp;ss&lt;w&gt;&quot;o&#x27;rd&#x2f;x",
+            "p&amp;ss&lt;w&gt;\"o'rd/x",
+        ] {
+            assert_eq!(m.mask(&format!("<td>{form}</td>")), "<td>***</td>", "{form}");
+        }
+        let minijinja = crate::template::env()
+            .render_str("{{ s | escape }}", minijinja::context! { s => "p&ss<w>\"o'rd/x" })
+            .unwrap();
+        assert_eq!(m.mask(&minijinja), "***", "{minijinja}");
+    }
+
+    #[test]
+    fn json_unicode_escapes() {
+        let m = masker();
+        // Python's json.dumps (ensure_ascii): "wörd" -> "w\u00f6rd".
+        let python = json_escape(SECRET, JsonStyle { ascii: Some(true), html: false, slash: false });
+        assert!(python.contains("\\u00f6"), "{python}");
+        let upper = json_escape(SECRET, JsonStyle { ascii: Some(false), html: false, slash: false });
+        let go = json_escape("a<b>&c'dé", JsonStyle { ascii: None, html: true, slash: false });
+        assert_eq!(go, "a\\u003cb\\u003e\\u0026c\\u0027dé");
+        let php = json_escape(SECRET, JsonStyle { ascii: Some(true), html: false, slash: true });
+        for form in [python, upper, php] {
+            assert_eq!(m.mask(&format!("{{\"k\": \"{form}\"}}")), "{\"k\": \"***\"}", "{form}");
+        }
+        let m = Masker::new(["a<b>&c'dé".to_string()]);
+        assert_eq!(m.mask(&format!("\"{go}\"")), "\"***\"");
+    }
+
+    #[test]
+    fn a_secret_folded_across_lines() {
+        let m = long();
+        for width in [1, 7, 20, 40] {
+            for sep in ["\n", "\r\n", "\\n"] {
+                let folded = wrapped(LONG_KEY, width, sep);
+                let out = m.mask(&format!("key:\n{folded}\ndone")).into_owned();
+                assert!(!out.replace(sep, "").contains("Zq3vT9xLm2Rk"), "{width} {sep:?}: {out}");
+                assert_eq!(out.matches(sep).count(), format!("key:\n{folded}\ndone").matches(sep).count());
+                assert!(out.starts_with("key:\n***") && out.ends_with("***\ndone"), "{out}");
+            }
+        }
+        // Folded and encoded: hex across lines.
+        let hex: String = LONG_KEY.bytes().map(|b| format!("{b:02x}")).collect();
+        let out = m.mask(&wrapped(&hex, 32, "\n")).into_owned();
+        assert!(out.lines().all(|l| l == "***"), "{out}");
+    }
+
+    #[test]
+    fn escaped_newlines_next_to_a_mask_keep_their_n() {
+        let m = long();
+        let b64 = STANDARD.encode(LONG_KEY);
+        // JSON text of a command's output: the token sits between escaped newlines.
+        let text = format!("{{\"stdout\": \"x\\n{b64}\\ny\"}}");
+        assert_eq!(m.mask(&text), "{\"stdout\": \"x\\n***\\ny\"}");
+        let text = format!("line\\n{LONG_KEY}\\nnext");
+        assert_eq!(m.mask(&text), "line\\n***\\nnext");
+        let text = format!("\\n{}", wrapped(LONG_KEY, 30, "\\n"));
+        assert_eq!(m.mask(&text), "\\n***\\n***\\n***");
+    }
+
+    /// Found by the canaries: a build log indents what a RUN step prints.
+    #[test]
+    fn indented_wrapped_and_folded_forms() {
+        let m = long();
+        let b64 = STANDARD.encode(LONG_KEY);
+        let log = format!("#4 RUN x\n  {}\n  {}\nbuilt\n", wrapped(&b64, 76, "\n  "), wrapped(LONG_KEY, 12, "\n  "));
+        let out = m.mask(&log).into_owned();
+        assert!(!out.contains("sk-proj") && !out.contains(&b64[..20]), "{out}");
+        assert!(out.starts_with("#4 RUN x\n  ***\n  ***\n  ***\n") && out.ends_with("  ***\nbuilt\n"), "{out}");
+    }
+
+    #[test]
+    fn a_word_on_the_line_after_a_token_stays() {
+        let m = long();
+        let text = format!("K b64url: {}\nK mime:\n", URL_SAFE_NO_PAD.encode(LONG_KEY));
+        assert_eq!(m.mask(&text), "K b64url: ***\nK mime:\n");
+    }
+
+    #[test]
+    fn unrelated_lines_beside_a_wrapped_secret_stay() {
+        let m = long();
+        let b64 = STANDARD.encode(LONG_KEY);
+        let text = format!("hello\nworld\n{}\nthe-end\n", wrapped(&b64, 76, "\n"));
+        let out = m.mask(&text).into_owned();
+        assert!(out.starts_with("hello\nworld\n***\n***\n"), "{out}");
+        assert!(out.ends_with("the-end\n"), "{out}");
     }
 
     #[test]

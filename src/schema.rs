@@ -91,11 +91,11 @@ pub fn schema() -> J {
                 "name" | "sandbox" => json!({ "type": "string" }),
                 "timeout" => json!({ "$ref": "#/definitions/duration" }),
                 "retry" => json!({ "anyOf": [
-                    { "type": "integer", "minimum": 1 },
+                    { "type": "integer", "minimum": 1, "maximum": crate::model::MAX_ATTEMPTS },
                     { "type": "object", "additionalProperties": false, "properties": {
-                        "attempts": { "type": "integer", "minimum": 1 },
+                        "attempts": { "type": "integer", "minimum": 1, "maximum": crate::model::MAX_ATTEMPTS },
                         "delay": { "$ref": "#/definitions/duration" },
-                        "backoff": { "type": "number", "minimum": 1 } } } ] }),
+                        "backoff": { "type": "number", "minimum": 1, "maximum": crate::model::MAX_BACKOFF } } } ] }),
                 "eventually" => json!({ "anyOf": [
                     { "$ref": "#/definitions/duration" },
                     { "type": "object", "additionalProperties": false, "properties": {

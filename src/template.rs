@@ -211,6 +211,30 @@ pub struct Scope {
     pub aliases: BTreeSet<String>,
     /// A `create` or `connect` came before this point.
     pub has_sandbox: bool,
+    /// Suggestions made over large candidate sets so far (see [`Scope::suggest`]).
+    pub suggestions: std::cell::Cell<u32>,
+}
+
+/// Candidate sets up to this size always get a suggestion.
+const SMALL_SET: usize = 64;
+/// Suggestions over larger sets, per scenario: each one compares the word with every name.
+const LARGE_SET_SUGGESTIONS: u32 = 64;
+
+impl Scope {
+    /// `did you mean` over names the scenario defines (vars, step ids, aliases). A file with
+    /// thousands of names and thousands of typos would make every typo scan every name
+    /// (quadratic: 4,000 of each took a minute), so after [`LARGE_SET_SUGGESTIONS`] such
+    /// scans in one scenario large sets get no suggestion; the problems are all reported.
+    pub fn suggest<'a>(&self, word: &str, names: impl ExactSizeIterator<Item = &'a str>) -> Option<&'a str> {
+        if names.len() > SMALL_SET {
+            let spent = self.suggestions.get();
+            if spent >= LARGE_SET_SUGGESTIONS {
+                return None;
+            }
+            self.suggestions.set(spent + 1);
+        }
+        did_you_mean(word, names)
+    }
 }
 
 /// Compile a templated string and check its variables; push diagnostics.
@@ -250,6 +274,7 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
     let second = parts.next();
     let third = parts.next();
     let mean = |word: &str, cands: Vec<&str>| did_you_mean(word, cands).map(|s| format!("did you mean `{s}`?"));
+    let said = |s: Option<&str>| s.map(|s| format!("did you mean `{s}`?"));
     if !ROOTS.contains(&root) {
         let help = if scope.vars.contains(root) {
             Some(format!("variables live under `vars`: did you mean `vars.{root}`?"))
@@ -262,12 +287,12 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
     match root {
         "vars" if !scope.vars.contains(second) => Some((
             format!("undefined variable `vars.{second}`"),
-            mean(second, scope.vars.iter().map(String::as_str).collect())
+            said(scope.suggest(second, scope.vars.iter().map(String::as_str)))
                 .or_else(|| Some("define it under `vars:` in the file, with a `set` step, or with `--var`".into())),
         )),
         "matrix" if !scope.matrix.contains(second) => Some((
             format!("undefined variable `matrix.{second}`"),
-            mean(second, scope.matrix.iter().map(String::as_str).collect()).or_else(|| {
+            said(scope.suggest(second, scope.matrix.iter().map(String::as_str))).or_else(|| {
                 Some(if scope.matrix.is_empty() {
                     "this scenario has no `matrix:`".into()
                 } else {
@@ -282,7 +307,7 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
             )),
             None => Some((
                 format!("reference to unknown step id `{second}`"),
-                mean(second, scope.steps.keys().map(String::as_str).collect())
+                said(scope.suggest(second, scope.steps.keys().map(String::as_str)))
                     .or_else(|| Some("give the step an `id:` to refer to its outputs".into())),
             )),
             Some(outputs) => {
@@ -298,7 +323,7 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
         },
         "sandboxes" if !scope.aliases.contains(second) => Some((
             format!("unknown sandbox alias `{second}`"),
-            mean(second, scope.aliases.iter().map(String::as_str).collect())
+            said(scope.suggest(second, scope.aliases.iter().map(String::as_str)))
                 .or_else(|| Some("name a sandbox with `create: { as: <alias> }`".into())),
         )),
         "sandbox" if !["id", "template", "alias", "url", "host"].contains(&second) => Some((
@@ -378,6 +403,17 @@ mod tests {
             ["undefined variable `foo`", "reference to unknown step id `nope`", "undefined variable `vars.greting`"]
         );
         assert_eq!(diags[2].help.as_deref(), Some("did you mean `greeting`?"));
+    }
+
+    #[test]
+    fn suggestions_over_large_sets_are_budgeted_small_sets_never() {
+        let scope = Scope { vars: (0..1000).map(|i| format!("v{i}")).collect(), ..Default::default() };
+        let hits = (0..1000)
+            .filter(|i| scope.suggest(&format!("v{i}x"), scope.vars.iter().map(String::as_str)).is_some())
+            .count();
+        assert_eq!(hits, LARGE_SET_SUGGESTIONS as usize);
+        let small = ["alpha", "beta"];
+        assert_eq!(scope.suggest("alpah", small.iter().copied()), Some("alpha"), "small sets always");
     }
 
     #[test]

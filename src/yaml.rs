@@ -117,12 +117,24 @@ pub fn parse(source: &Source) -> Result<Vec<Node>, Vec<Diagnostic>> {
 /// Like [`parse`], but problems that leave the tree usable (duplicate keys) come back beside
 /// it, so validation can go on and report everything at once. `Err` is a syntax error.
 pub fn parse_keeping_going(source: &Source) -> Result<(Vec<Node>, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let mut builder =
-        Builder { source, stack: Vec::new(), docs: Vec::new(), anchors: HashMap::new(), diags: Vec::new() };
+    let mut builder = Builder {
+        source,
+        stack: Vec::new(),
+        docs: Vec::new(),
+        anchors: HashMap::new(),
+        diags: Vec::new(),
+        alias_nodes: 0,
+        fatal: false,
+    };
     let mut parser = Parser::new_from_str(&source.text);
     while let Some(event) = parser.next_event() {
         match event {
-            Ok((event, span)) => builder.event(event, span),
+            Ok((event, span)) => {
+                builder.event(event, span);
+                if builder.fatal {
+                    return Err(builder.diags);
+                }
+            }
             Err(e) => {
                 let m = e.marker();
                 let (line, col) = (m.line() as u32, m.col() as u32 + 1);
@@ -146,17 +158,90 @@ pub fn parse_keeping_going(source: &Source) -> Result<(Vec<Node>, Vec<Diagnostic
     Ok((builder.docs, builder.diags))
 }
 
+/// How many nodes aliases may add to one file, in all: an anchor is a reference, an alias a
+/// copy, so nine aliases of nine aliases of … (the "billion laughs") are exponential in the
+/// text. Real scenarios reuse a few step lists; this is thousands of times more.
+pub const MAX_ALIAS_NODES: usize = 100_000;
+
+/// How deep collections may nest. Later phases walk the tree recursively (and dropping a
+/// tree recurses), so an unbounded depth would overflow the stack; no scenario needs more
+/// than a dozen levels.
+pub const MAX_DEPTH: usize = 200;
+
+/// Nodes in a tree (itself included) and its height (a scalar is 1).
+#[derive(Clone, Copy)]
+struct Shape {
+    size: usize,
+    height: usize,
+}
+
+impl Shape {
+    const LEAF: Shape = Shape { size: 1, height: 1 };
+
+    /// Add a child to a collection's shape.
+    fn add(&mut self, child: Shape) {
+        self.size += child.size;
+        self.height = self.height.max(child.height + 1);
+    }
+}
+
+/// A collection being built, with its shape so far.
 enum Frame {
-    Seq(Node, usize),
-    Map(Node, usize, Option<Node>),
+    Seq(Node, usize, Shape),
+    /// The mapping, its anchor, its shape, the key waiting for its value, and the keys seen.
+    Map(Node, usize, Shape, Option<Node>, Keys),
+}
+
+/// The keys of one mapping, for finding duplicates in O(1) per key (a linear scan made a
+/// mapping of n keys cost n²: 40,000 `vars` took seconds).
+#[derive(Default)]
+struct Keys {
+    /// Scalar keys by kind and text, with the line of the first.
+    scalars: HashMap<(u8, String), u32>,
+    /// Keys that are collections (rare): compared one by one.
+    complex: Vec<(Value, u32)>,
+}
+
+impl Keys {
+    /// The line of an equal key seen before, and remember this one.
+    fn first_line(&mut self, key: &Node) -> Option<u32> {
+        let scalar = match &key.value {
+            Value::Null => Some((0, String::new())),
+            Value::Bool(b) => Some((1, b.to_string())),
+            Value::Int(i) => Some((2, i.to_string())),
+            Value::Float(f) if f.is_nan() => None, // NaN equals nothing
+            Value::Float(f) => Some((3, f.to_bits().to_string())),
+            Value::Str(s) => Some((4, s.clone())),
+            Value::Seq(_) | Value::Map(_) => {
+                if let Some((_, line)) = self.complex.iter().find(|(v, _)| *v == key.value) {
+                    return Some(*line);
+                }
+                self.complex.push((key.value.clone(), key.line));
+                return None;
+            }
+        };
+        let k = scalar?;
+        match self.scalars.get(&k) {
+            Some(line) => Some(*line),
+            None => {
+                self.scalars.insert(k, key.line);
+                None
+            }
+        }
+    }
 }
 
 struct Builder<'a> {
     source: &'a Source,
     stack: Vec<Frame>,
     docs: Vec<Node>,
-    anchors: HashMap<usize, Node>,
+    /// Anchored nodes with their shapes.
+    anchors: HashMap<usize, (Node, Shape)>,
     diags: Vec<Diagnostic>,
+    /// Nodes added by aliases so far.
+    alias_nodes: usize,
+    /// A problem that makes the rest of the file untrustworthy (too deep): stop there.
+    fatal: bool,
 }
 
 fn node_at(span: Span, value: Value) -> Node {
@@ -180,60 +265,103 @@ impl Builder<'_> {
                 if matches!(style, ScalarStyle::Plain) {
                     node.len = text.chars().count().max(1);
                 }
-                self.push_value(node, anchor);
+                self.push_value(node, anchor, Shape::LEAF);
             }
-            Event::SequenceStart(anchor, _) => {
-                self.stack.push(Frame::Seq(node_at(span, Value::Seq(Vec::new())), anchor));
-            }
-            Event::MappingStart(anchor, _) => {
-                self.stack.push(Frame::Map(node_at(span, Value::Map(Vec::new())), anchor, None));
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if self.stack.len() >= MAX_DEPTH {
+                    let d = node_at(span, Value::Null)
+                        .diag(self.source, format!("collections nest more than {MAX_DEPTH} levels deep"))
+                        .label("too deep")
+                        .help("a scenario needs a few levels; flatten the structure");
+                    self.diags.push(d);
+                    self.fatal = true;
+                    return;
+                }
+                let frame = if matches!(event, Event::SequenceStart(..)) {
+                    Frame::Seq(node_at(span, Value::Seq(Vec::new())), anchor, Shape::LEAF)
+                } else {
+                    Frame::Map(node_at(span, Value::Map(Vec::new())), anchor, Shape::LEAF, None, Keys::default())
+                };
+                self.stack.push(frame);
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 if let Some(frame) = self.stack.pop() {
-                    let (node, anchor) = match frame {
-                        Frame::Seq(n, a) => (n, a),
-                        Frame::Map(n, a, _) => (n, a),
+                    let (node, anchor, shape) = match frame {
+                        Frame::Seq(n, a, shape) => (n, a, shape),
+                        Frame::Map(n, a, shape, _, _) => (n, a, shape),
                     };
-                    self.push_value(node, anchor);
+                    self.push_value(node, anchor, shape);
                 }
             }
             Event::Alias(id) => {
-                let node = match self.anchors.get(&id) {
-                    Some(n) => Node { line: span.start.line() as u32, col: span.start.col() as u32 + 1, ..n.clone() },
-                    None => node_at(span, Value::Null),
+                let at = node_at(span, Value::Null);
+                let (node, shape) = match self.anchors.get(&id) {
+                    Some((_, shape)) if self.stack.len() + shape.height > MAX_DEPTH + 1 => {
+                        let d = at
+                            .diag(
+                                self.source,
+                                format!("this alias nests collections more than {MAX_DEPTH} levels deep"),
+                            )
+                            .label("too deep")
+                            .help("a scenario needs a few levels; flatten the structure");
+                        self.diags.push(d);
+                        self.fatal = true;
+                        (at, Shape::LEAF)
+                    }
+                    Some((_, shape)) if self.alias_nodes + shape.size > MAX_ALIAS_NODES => {
+                        let d = at
+                            .diag(
+                                self.source,
+                                format!("aliases in this file expand to more than {MAX_ALIAS_NODES} nodes"),
+                            )
+                            .label("this alias is one too many")
+                            .help("each alias copies its anchor's whole value; nested aliases multiply");
+                        self.diags.push(d);
+                        self.fatal = true;
+                        (at, Shape::LEAF)
+                    }
+                    Some((n, shape)) => {
+                        self.alias_nodes += shape.size;
+                        (Node { line: at.line, col: at.col, ..n.clone() }, *shape)
+                    }
+                    None => (at, Shape::LEAF),
                 };
-                self.push_value(node, 0);
+                self.push_value(node, 0, shape);
             }
             Event::StreamStart | Event::StreamEnd | Event::DocumentStart(_) | Event::DocumentEnd | Event::Nothing => {}
         }
     }
 
-    fn push_value(&mut self, node: Node, anchor: usize) {
+    fn push_value(&mut self, node: Node, anchor: usize, shape: Shape) {
         if anchor > 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), shape));
         }
         match self.stack.last_mut() {
             None => self.docs.push(node),
-            Some(Frame::Seq(seq, _)) => {
+            Some(Frame::Seq(seq, _, total)) => {
+                total.add(shape);
                 if let Value::Seq(items) = &mut seq.value {
                     items.push(node);
                 }
             }
-            Some(Frame::Map(map, _, pending)) => match pending.take() {
-                None => *pending = Some(node),
-                Some(key) => {
-                    if let Value::Map(entries) = &mut map.value {
-                        if let Some((first, _)) = entries.iter().find(|(k, _)| k.value == key.value) {
-                            let d = key
-                                .diag(self.source, format!("duplicate key `{}`", key.key_text()))
-                                .label("defined again here")
-                                .help(format!("the first `{}` is at line {}", key.key_text(), first.line));
-                            self.diags.push(d);
+            Some(Frame::Map(map, _, total, pending, keys)) => {
+                total.add(shape);
+                match pending.take() {
+                    None => *pending = Some(node),
+                    Some(key) => {
+                        if let Value::Map(entries) = &mut map.value {
+                            if let Some(first) = keys.first_line(&key) {
+                                let d = key
+                                    .diag(self.source, format!("duplicate key `{}`", key.key_text()))
+                                    .label("defined again here")
+                                    .help(format!("the first `{}` is at line {first}", key.key_text()));
+                                self.diags.push(d);
+                            }
+                            entries.push((key, node));
                         }
-                        entries.push((key, node));
                     }
                 }
-            },
+            }
         }
     }
 }
@@ -324,6 +452,36 @@ mod tests {
         let d = parse(&src).unwrap_err();
         assert_eq!((d[0].location.line, d[0].location.col), (2, 1));
         assert!(d[0].message.contains("duplicate key `name`"));
+    }
+
+    #[test]
+    fn duplicate_keys_among_many_and_of_every_kind() {
+        let mut text: String = (0..20_000).map(|i| format!("k{i}: {i}\n")).collect();
+        text.push_str("k17: again\n1: a\n1: b\n'1': c\n.nan: 1\n.nan: 2\n");
+        let src = Source::new("t.yaml", text);
+        let d = parse(&src).unwrap_err();
+        let msgs: Vec<String> = d.iter().map(|d| d.message.clone()).collect();
+        assert_eq!(msgs, ["duplicate key `k17`", "duplicate key `1`"]);
+        assert_eq!(d[0].help.as_deref(), Some("the first `k17` is at line 18"));
+    }
+
+    #[test]
+    fn alias_expansion_and_depth_are_bounded() {
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..8 {
+            bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 10].join(", ")));
+        }
+        let d = parse(&Source::new("t.yaml", bomb)).unwrap_err();
+        assert!(d[0].message.contains("expand to more than"), "{:?}", d[0]);
+        assert_eq!(d[0].location.line, 5, "the first alias over the budget");
+        // Small reuse is fine.
+        let ok = parse(&Source::new("t.yaml", "a: &s [1, 2]\nb: [*s, *s, *s]\n")).unwrap();
+        assert_eq!(ok[0].get("b").unwrap().as_seq().unwrap().len(), 3);
+        // An alias cannot smuggle in depth.
+        let deep =
+            format!("a: &d {}{}\nb: {}*d{}\n", "[".repeat(150), "]".repeat(150), "[".repeat(100), "]".repeat(100));
+        let d = parse(&Source::new("t.yaml", deep)).unwrap_err();
+        assert!(d[0].message.contains("levels deep"), "{:?}", d[0]);
     }
 
     #[test]

@@ -230,7 +230,7 @@ fn python_hello_builds_over_the_template_api_and_is_deleted_at_the_end() {
     let log = built[0]["log"].as_str().unwrap();
     // The COPY context went up as a tar, and serve ran it through the local builder.
     assert!(log.contains("uploading 1 files"), "{log}");
-    assert!(log.contains("FROM maps to /"), "{log}");
+    assert!(log.contains("FROM ") && log.contains(" maps to "), "{log}");
     let deployed = step_outputs(report.path(), "deploy");
     let id = deployed[0]["template_id"].as_str().unwrap().to_string();
     assert_eq!(id.len(), 20, "a serve template ID, not the name: {id}");
@@ -335,22 +335,37 @@ async fn a_template_from_an_image_with_registry_credentials_never_shows_the_pass
         ..Default::default()
     };
     let auth = RegistryAuth { username: "robot".into(), password: "pa55-w0rd-never-shown".into() };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let id = p.build_from_image("registry.example/ns/img:1", Some(&auth), &def, &tx).await.unwrap();
+    let logged = |mut rx: tokio::sync::mpsc::UnboundedReceiver<String>| async move {
+        let mut log = String::new();
+        while let Some(l) = rx.recv().await {
+            log += &l;
+            log.push('\n');
+        }
+        log
+    };
+    // A private registry that cannot be reached (a closed loopback port): the build fails,
+    // and neither its error nor its log holds the password.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let err = p.build_from_image("127.0.0.1:9/ns/img:1", Some(&auth), &def, &tx).await.unwrap_err();
     drop(tx);
-    let mut log = String::new();
-    while let Some(l) = rx.recv().await {
-        log += &l;
-        log.push('\n');
+    let log = logged(rx).await;
+    assert!(log.contains("from image 127.0.0.1:9/ns/img:1"), "{log}");
+    for text in [&log, &format!("{err:?}")] {
+        assert!(!text.contains(&auth.password), "{text}");
     }
-    assert!(log.contains("FROM registry.example/ns/img:1"), "{log}");
+    // An image the local provider has offline, with the same credentials, builds and runs.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let id = p.build_from_image("python:3.11-slim", Some(&auth), &def, &tx).await.unwrap();
+    drop(tx);
+    let log = logged(rx).await;
+    assert!(log.contains("from image python:3.11-slim"), "{log}");
     assert!(!log.contains(&auth.password), "{log}");
     // Created by its ID, the start command ran and was ready before create returned.
     let sb = p.create(CreateRequest { template: id.clone(), ..Default::default() }).await.unwrap();
     let r = p.exec(&sb.id, ExecRequest { cmd: "cat /tmp/up".into(), ..Default::default() }, None).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&r.stdout), "up\n");
     p.kill(&sb.id).await.unwrap();
-    assert_eq!(p.remove_builds().await, 1, "the template is deleted with the run's builds");
+    assert!(p.remove_builds().await >= 1, "the template is deleted with the run's builds");
     let ((code, _), _srv) =
         tokio::task::spawn_blocking(move || (get(&srv, &format!("/templates/{id}")), srv)).await.unwrap();
     assert_eq!(code, 404);
@@ -384,10 +399,7 @@ fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
     let registry_port: u16 = registry.rsplit(':').next().unwrap().parse().unwrap();
     let namespace = format!("acr-test-{}", std::process::id());
     let state = tempfile::tempdir().unwrap();
-    let srv = serve_env(
-        &[],
-        &[("SCENARIO_RUN_STATE_DIR", state.path()), ("SCENARIO_RUN_LOCAL_IMAGES", std::path::Path::new("docker"))],
-    );
+    let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
     let report = tempfile::NamedTempFile::new().unwrap();
     let password = "acr-pa55-never-shown";
     let out = alicloud_cmd(
@@ -412,7 +424,12 @@ fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
     let tag = format!("{registry}/{namespace}/python-hello:");
     assert!(log.contains(&format!("push {tag}")) && log.contains(&format!("pushed {tag}")), "{log}");
     assert!(log.contains(&format!("fromImage {tag}")) && log.contains(", 0 steps"), "{log}");
-    assert!(log.contains("is the base layer"), "serve made the template from the image: {log}");
+    // serve pulled the pushed image from the registry and made the template from it.
+    assert!(
+        log.contains(&format!("FROM {tag}"))
+            && log.contains(&format!("maps to {registry}/{namespace}/python-hello@sha256:")),
+        "serve made the template from the image: {log}"
+    );
     // In the registry, under the digest's tag; the engine's tag went with the run.
     let digest12 = &build["digest"].as_str().unwrap().trim_start_matches("sha256:")[..12];
     let (code, tags) = plain_get(registry_port, &format!("/v2/{namespace}/python-hello/tags/list"));
@@ -431,4 +448,154 @@ fn the_e2b_client_keeps_output_only_to_max_output() {
     let srv = serve();
     let (out, _report) = e2b_run_report(&srv, &["--max-output", "1KiB", "tests/fixtures/output-cap.yaml"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+}
+
+/// `method path` on the control plane with the key and a JSON body: (status, body).
+fn api(srv: &Server, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-KEY: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        srv.key,
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, serde_json::from_str(&body).unwrap_or(serde_json::Value::Null))
+}
+
+/// Everything under `dir`, read as text.
+fn all_text(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out += &all_text(&p);
+        } else {
+            out += &String::from_utf8_lossy(&std::fs::read(&p).unwrap());
+        }
+    }
+    out
+}
+
+/// The sandbox tokens are secrets: the e2b client sends them where they belong (envd calls,
+/// the port requests of http steps) and nowhere else, and serve keeps them from the
+/// sandbox's application, so no output of a run holds one, whatever the scenario prints.
+#[test]
+fn sandbox_tokens_never_reach_any_output() {
+    use base64::Engine;
+    let srv = serve();
+    let (status, made) = api(&srv, "POST", "/v2/sandboxes", r#"{"templateID":"base","timeout":120}"#);
+    assert_eq!(status, 201, "{made}");
+    let id = made["sandboxID"].as_str().unwrap().to_string();
+    let secrets: Vec<String> =
+        ["envdAccessToken", "trafficAccessToken"].iter().map(|k| made[k].as_str().unwrap().to_string()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("tokens.yaml");
+    std::fs::write(
+        &scenario,
+        r#"name: tokens stay out of every output
+steps:
+  - connect: { id: "{{ vars.sbid }}" }
+  - write-file:
+      path: /tmp/echo.py
+      content: |
+        import http.server, json
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps(dict(self.headers.items())).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            def log_message(self, *a):
+                pass
+        http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()
+  - exec: { cmd: "exec python3 /tmp/echo.py", background: true }
+  - http-get: { port: 8080, path: /by-port, expect: { status: 200 } }
+    eventually: { within: 20s, every: 200ms }
+    id: by_port
+  - http-get: { url: "{{ sandbox.url(8080) }}/by-url", expect: { status: 200 } }
+    id: by_url
+  - assert: { that: "'e2b-traffic-access-token' not in steps.by_port.json and 'e2b-traffic-access-token' not in steps.by_url.json" }
+  - exec: env; cat /proc/self/environ | tr '\0' '\n'
+  - read-file: /tmp/echo.py
+  - files: { op: list, path: /tmp }
+"#,
+    )
+    .unwrap();
+    let report = dir.path().join("report.json");
+    let junit = dir.path().join("junit.xml");
+    let evidence = dir.path().join("evidence");
+    let out = e2b_cmd(
+        &srv,
+        &[
+            "--provider",
+            "e2b",
+            "--no-progress",
+            "-v",
+            "--var",
+            &format!("sbid={id}"),
+            scenario.to_str().unwrap(),
+            "--json",
+            report.to_str().unwrap(),
+            "--junit",
+            junit.to_str().unwrap(),
+            "--evidence",
+            evidence.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let everything = format!(
+        "{stdout}{stderr}{}{}{}",
+        std::fs::read_to_string(&report).unwrap(),
+        std::fs::read_to_string(&junit).unwrap(),
+        all_text(&evidence)
+    );
+    assert!(everything.contains("/by-port") && everything.contains(&id), "the outputs are the run's");
+    for s in &secrets {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(s);
+        assert!(!everything.contains(s.as_str()) && !everything.contains(&b64), "a token shows in the outputs");
+    }
+    let (status, _) = api(&srv, "DELETE", &format!("/sandboxes/{id}"), "");
+    assert_eq!(status, 204);
+}
+
+/// The fault matrix (issue 13) in quick mode: the shipped scenarios' representative subset
+/// with `--provider e2b` against serve under each fault; no create may be repeated after an
+/// answer that was not a refusal, and no sandbox may be left alive. `scripts/fault-matrix`
+/// prints the full figures.
+#[test]
+fn fault_matrix_quick_has_no_double_creates_and_no_leaks() {
+    let out = std::process::Command::new(root().join("scripts/fault-matrix"))
+        .arg("--quick")
+        .env("SCENARIO_RUN_BIN", bin())
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| fault")).collect();
+    assert!(rows.len() >= 4, "a row per fault: {stdout}");
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // | fault | scenarios | outcomes | creates | refused | double creates | leaked |
+        assert_eq!(cells[6], "0", "double creates: {row}");
+        assert_eq!(cells[7], "0", "leaked sandboxes: {row}");
+        assert!(cells[4].parse::<u64>().unwrap() > 0, "the run made sandboxes: {row}");
+        if cells[1] == "none" {
+            // Without faults everything passes: the matrix measures the client, not a
+            // broken environment.
+            assert_eq!(cells[3], format!("{} passed", cells[2]), "{row}");
+        }
+    }
 }

@@ -210,12 +210,21 @@ async fn kill_ends_every_process_and_leaves_nothing() {
     let link = sh(&p, &sb.id, "readlink /proc/self/ns/pid").await.trim().to_string();
     assert!(link.starts_with("pid:["), "{link}");
     assert!(host_processes_in_ns(&link).len() >= 3, "sandbox processes visible before kill");
-    let merged = d.path().join(&sb.id).join("merged");
-    assert!(merged.exists());
+    let upper = d.path().join(&sb.id).join("upper");
+    assert!(upper.exists());
+    // Mount points are named `<owner pid>.…`: this test process's are its sandbox's.
+    let mine = format!("{}.", std::process::id());
+    let roots = || {
+        std::fs::read_dir("/run/scenario-run/roots")
+            .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&mine)).count())
+            .unwrap_or(0)
+    };
+    assert_eq!(roots(), 1, "the sandbox's mount point");
     assert!(p.kill(&sb.id).await.unwrap());
     assert_eq!(host_processes_in_ns(&link), Vec::<String>::new());
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mountinfo.contains(&merged.display().to_string()));
+    assert!(!mountinfo.contains(&upper.display().to_string()), "no overlay of it on the host");
+    assert_eq!(roots(), 0, "its mount point is removed");
     assert!(!d.path().join(&sb.id).exists(), "state dir removed");
     assert_eq!(p.exec(&sb.id, cmd("true"), None).await.unwrap_err().kind, ErrorKind::NotFound);
     assert_eq!(p.connect(&sb.id, None).await.unwrap_err().kind, ErrorKind::NotFound);
@@ -446,4 +455,22 @@ async fn output_past_max_output_is_streamed_whole_but_kept_only_to_the_cap() {
     }
     assert_eq!(streamed, 300_000, "a live listener gets all of it");
     p.destroy_all().await;
+}
+
+/// A state directory inside a directory only root may enter (a 0700 home or temporary
+/// directory) still gives isolated sandboxes: the sandbox's root must not need to walk there.
+#[tokio::test]
+async fn a_state_directory_under_a_private_directory_still_isolates() {
+    use std::os::unix::fs::PermissionsExt;
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let opts = LocalOptions {
+        state_dir: private.path().join("state"),
+        isolation: Isolation::Namespaces,
+        ..LocalOptions::default()
+    };
+    let p = LocalProvider::new(opts).expect("isolation works under a private directory");
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    assert_eq!(sh(&p, &sb.id, "id -un").await, "user\n");
+    p.kill(&sb.id).await.unwrap();
 }

@@ -37,6 +37,26 @@ async fn ok(p: &LocalProvider, id: &str, user: &str, cmd: &str) -> String {
     out
 }
 
+/// Mounts in the host's namespace that a sandbox could have made: anything of tmpfs, proc,
+/// sysfs, cgroup or overlay type, or under the sandboxes' mount points. (Other processes on a
+/// busy machine, a Docker engine among them, add and remove their own mounts meanwhile: those
+/// are told apart by their mount points, which are never the paths a sandbox names.)
+fn sandbox_mounts_on_the_host() -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            let mount_point = l.split(' ').nth(4).unwrap_or("");
+            mount_point == "/mnt"
+                || mount_point.starts_with("/run/scenario-run")
+                || l.contains("/run/scenario-run/roots/")
+        })
+        .map(str::to_string)
+        .collect();
+    found.sort();
+    found
+}
+
 fn status_field(status: &str, key: &str) -> String {
     status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string()).unwrap_or_default()
 }
@@ -84,7 +104,7 @@ async fn root_inside_is_an_unprivileged_range_on_the_host() {
 async fn mounts_devices_and_kernel_interfaces_are_refused_even_to_root() {
     let (p, _d) = provider();
     let sb = p.create(CreateRequest::default()).await.unwrap();
-    let host_mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
+    let host_mounts = sandbox_mounts_on_the_host();
     let attacks = [
         "mount -t tmpfs none /mnt",
         "mount -t proc proc /mnt",
@@ -118,7 +138,7 @@ async fn mounts_devices_and_kernel_interfaces_are_refused_even_to_root() {
     // sudo gives root inside, and root inside still cannot mount.
     let (code, _, _) = run(&p, &sb.id, "user", "sudo -n mount -t tmpfs none /mnt").await;
     assert_ne!(code, Some(0));
-    assert_eq!(std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count(), host_mounts);
+    assert_eq!(sandbox_mounts_on_the_host(), host_mounts);
     p.kill(&sb.id).await.unwrap();
 }
 
@@ -230,4 +250,32 @@ async fn killing_a_sandbox_leaves_no_process_and_no_cgroup() {
         .map(str::to_string)
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// The hostile scenarios in tests/fixtures/hostile, through the real binary: every attack
+/// fails inside (the run passes, nothing printed ESCAPED) and the host is untouched.
+#[test]
+fn hostile_scenarios_fail_inside_and_leave_the_host_untouched() {
+    let canary_dir = tempfile::tempdir().unwrap();
+    let canary = canary_dir.path().join("canary");
+    std::fs::write(&canary, "host secret").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let mounts = sandbox_mounts_on_the_host();
+    let state = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scenario-run"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["tests/fixtures/hostile", "--no-progress", "--isolation", "namespaces"])
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .env("HOSTILE_HOST_PORT", &port)
+        .env("HOSTILE_HOST_CANARY", &canary)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("3 passed"), "{text}");
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "host secret", "the host's file was written");
+    assert_eq!(sandbox_mounts_on_the_host(), mounts);
+    drop(listener);
 }

@@ -1,6 +1,9 @@
 //! `scenario-run serve` on the real binary, spoken to with raw HTTP (reqwest): create a
 //! sandbox, run a command through the Connect `Process/Start` stream, check the streamed
-//! output and exit code, the 401 and 502 error bodies, kill, and clean shutdown on SIGTERM.
+//! output and exit code, the 401 and 502 error bodies, kill, and clean shutdown on SIGTERM;
+//! the data plane's authentication (envd token, signed `/files` URLs, traffic token on
+//! ports); and its bounds (create validation, `--max-sandboxes`, a gzip bomb, slow readers,
+//! Connect body size).
 //! Needs what the local provider needs (root, bwrap, nsenter), like `local_provider.rs`.
 
 mod common;
@@ -41,8 +44,17 @@ impl Server {
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).expect("ready line within 30 s");
+        assert!(!line.is_empty(), "serve exited before listening");
         let base = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("ready line: {line:?}"));
         Self { base: base.to_string(), child: Some(child), _state: state }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn port(&self) -> u16 {
+        self.base.rsplit(':').next().unwrap().parse().unwrap()
     }
 
     /// SIGTERM, wait, and return (success, stderr).
@@ -122,6 +134,10 @@ async fn serve_speaks_the_e2b_protocol() {
     assert_eq!(sb["templateID"], "base");
     assert_eq!(sb["clientID"], "6532622b");
     assert!(sb["envdVersion"].as_str().is_some());
+    let token = sb["envdAccessToken"].as_str().expect("an envd access token").to_string();
+    let traffic = sb["trafficAccessToken"].as_str().expect("a traffic access token").to_string();
+    assert_eq!(token.len(), 64);
+    assert_ne!(token, traffic);
 
     // Process/Start: start{pid}, stdout and stderr data, end with the exit code, end-stream {}.
     let start = json!({
@@ -132,6 +148,7 @@ async fn serve_speaks_the_e2b_protocol() {
         .post(format!("{base}/process.Process/Start"))
         .header("E2b-Sandbox-Id", &id)
         .header("E2b-Sandbox-Port", "49983")
+        .header("X-Access-Token", &token)
         .header("Content-Type", "application/connect+json")
         .header("Connect-Protocol-Version", "1")
         .body(envelope(&start))
@@ -168,6 +185,7 @@ async fn serve_speaks_the_e2b_protocol() {
     let r = http
         .post(format!("{base}/process.Process/Start"))
         .header("E2b-Sandbox-Id", &id)
+        .header("X-Access-Token", &token)
         .header("Content-Type", "application/connect+json")
         .body(envelope(&bad))
         .send()
@@ -183,6 +201,7 @@ async fn serve_speaks_the_e2b_protocol() {
     let r = http
         .post(format!("{base}/filesystem.Filesystem/Stat"))
         .header("E2b-Sandbox-Id", &id)
+        .header("X-Access-Token", &token)
         .json(&json!({"path": "/home/user/missing"}))
         .send()
         .await
@@ -197,6 +216,7 @@ async fn serve_speaks_the_e2b_protocol() {
     let detail: Value = r.json().await.unwrap();
     assert_eq!(detail["state"], "running");
     assert_eq!(detail["metadata"], json!({"who": "serve.rs"}));
+    assert_eq!(detail["envdAccessToken"], token.as_str(), "SandboxDetail carries the envd token, as E2B's");
     for key in ["startedAt", "endAt", "cpuCount", "memoryMB", "diskSizeMB", "envdVersion", "clientID"] {
         assert!(detail.get(key).is_some(), "SandboxDetail lacks {key}: {detail}");
     }
@@ -265,7 +285,9 @@ async fn serve_fault_flags_cut_streams_and_answer_503() {
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
-    let id = r.json::<Value>().await.unwrap()["sandboxID"].as_str().unwrap().to_string();
+    let sb = r.json::<Value>().await.unwrap();
+    let (id, token) =
+        (sb["sandboxID"].as_str().unwrap().to_string(), sb["envdAccessToken"].as_str().unwrap().to_string());
     let r = http.get(format!("{base}/sandboxes/{id}")).header("X-API-KEY", KEY).send().await.unwrap();
     assert_eq!(r.status(), 503);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], 503);
@@ -275,6 +297,7 @@ async fn serve_fault_flags_cut_streams_and_answer_503() {
     let r = http
         .post(format!("{base}/process.Process/Start"))
         .header("E2b-Sandbox-Id", &id)
+        .header("X-Access-Token", &token)
         .header("Content-Type", "application/connect+json")
         .body(envelope(&start))
         .send()
@@ -285,4 +308,728 @@ async fn serve_fault_flags_cut_streams_and_answer_503() {
     let (ok, stderr) = server.stop();
     assert!(ok, "server exit: {stderr}");
     assert!(stderr.contains("destroyed 1 sandbox"), "{stderr}");
+}
+
+// ---- the data plane's authentication (issue 12, item 5) -------------------------------------
+
+/// A sandbox made through serve: its id and both tokens.
+struct Made {
+    id: String,
+    token: String,
+    traffic: String,
+}
+
+fn client() -> reqwest::Client {
+    scenario_run::net::client_builder().dns_resolver(scenario_run::net::LoopbackResolver).build().unwrap()
+}
+
+async fn make(http: &reqwest::Client, base: &str) -> Made {
+    let r = http
+        .post(format!("{base}/v2/sandboxes"))
+        .header("X-API-KEY", KEY)
+        .json(&json!({"templateID": "base", "timeout": 120}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let sb: Value = r.json().await.unwrap();
+    // Absent tokens read as empty, so that these tests, run against a server without
+    // authentication, fail at what they check rather than here.
+    let text = |k: &str| sb[k].as_str().unwrap_or_default().to_string();
+    Made { id: text("sandboxID"), token: text("envdAccessToken"), traffic: text("trafficAccessToken") }
+}
+
+/// Runs `cmd` to its end through Process/Start with the token: (stdout, end event or error).
+async fn run_cmd(http: &reqwest::Client, base: &str, sb: &Made, cmd: &str) -> (String, Value) {
+    let start = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}, "stdin": false});
+    let r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&start))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut out = Vec::new();
+    let mut last = Value::Null;
+    for (flags, msg) in envelopes(&r.bytes().await.unwrap()) {
+        if let Some(s) = msg["event"]["data"]["stdout"].as_str() {
+            out.extend(b64.decode(s).unwrap());
+        } else if msg["event"].get("end").is_some() {
+            last = msg["event"]["end"].clone();
+        } else if flags == 2 && msg.get("error").is_some() {
+            last = msg.clone();
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), last)
+}
+
+/// A credential header to add, if any: (name, value).
+type Credential<'a> = Option<(&'a str, &'a str)>;
+
+/// (what, method, path and query, extra header, expected message).
+type SignedCase<'a> = (&'a str, reqwest::Method, String, Option<(&'a str, String)>, &'a str);
+
+/// Every envd route, as (method, path, body).
+fn envd_routes() -> Vec<(reqwest::Method, &'static str, Vec<u8>)> {
+    use reqwest::Method;
+    let start = envelope(&json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo pwned > /tmp/pwned"]}}));
+    // Not pid 1: with the token, SIGKILL to the sandbox's init would end the sandbox.
+    let pid = json!({"process": {"pid": 999_999}}).to_string().into_bytes();
+    let path = json!({"path": "/tmp"}).to_string().into_bytes();
+    vec![
+        (Method::POST, "/process.Process/Start", start),
+        (Method::POST, "/process.Process/Connect", envelope(&json!({"process": {"pid": 999_999}}))),
+        (Method::POST, "/process.Process/List", b"{}".to_vec()),
+        (
+            Method::POST,
+            "/process.Process/SendSignal",
+            json!({"process": {"pid": 999_999}, "signal": "SIGNAL_SIGKILL"}).to_string().into_bytes(),
+        ),
+        (
+            Method::POST,
+            "/process.Process/SendInput",
+            json!({"process": {"pid": 999_999}, "input": {"stdin": "aGkK"}}).to_string().into_bytes(),
+        ),
+        (Method::POST, "/process.Process/CloseStdin", pid),
+        (Method::POST, "/process.Process/StreamInput", b"{}".to_vec()),
+        (Method::POST, "/filesystem.Filesystem/Stat", path.clone()),
+        (Method::POST, "/filesystem.Filesystem/ListDir", path.clone()),
+        (Method::POST, "/filesystem.Filesystem/MakeDir", json!({"path": "/tmp/pwned-dir"}).to_string().into_bytes()),
+        (
+            Method::POST,
+            "/filesystem.Filesystem/Move",
+            json!({"source": "/tmp/a", "destination": "/tmp/b"}).to_string().into_bytes(),
+        ),
+        (Method::POST, "/filesystem.Filesystem/Remove", json!({"path": "/home/user"}).to_string().into_bytes()),
+        (Method::POST, "/filesystem.Filesystem/WatchDir", path),
+        (Method::GET, "/files?path=/etc/hostname", Vec::new()),
+        (Method::POST, "/files?path=/tmp/pwned", b"pwned".to_vec()),
+    ]
+}
+
+#[tokio::test]
+async fn envd_routes_refuse_requests_without_the_token() {
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let sb = make(&http, &base).await;
+    let host = format!("49983-{}.localhost:{}", sb.id, server.port());
+    let wrong = "0".repeat(64);
+    for (method, path, body) in envd_routes() {
+        let ctype = if path.starts_with("/files") { "application/octet-stream" } else { "application/json" };
+        // (how the sandbox is named, extra credential header, expected 401)
+        let cases: Vec<(&str, Credential, bool)> = vec![
+            ("header", None, true),
+            ("host", None, true),
+            ("header", Some(("X-Access-Token", wrong.as_str())), true),
+            ("header", Some(("X-API-KEY", "e2b_0000000000000000000000000000000000000000")), true),
+            // The other sandbox-scoped token does not open envd.
+            ("header", Some(("e2b-traffic-access-token", sb.traffic.as_str())), true),
+            ("header", Some(("X-Access-Token", sb.token.as_str())), false),
+            ("host", Some(("X-Access-Token", sb.token.as_str())), false),
+            ("header", Some(("X-API-KEY", KEY)), false),
+        ];
+        for (via, cred, refused) in cases {
+            let url = match via {
+                "host" => format!("http://{host}{path}"),
+                _ => format!("{base}{path}"),
+            };
+            let mut req = http.request(method.clone(), &url).header("Content-Type", ctype).body(body.clone());
+            if via == "header" {
+                req = req.header("E2b-Sandbox-Id", &sb.id).header("E2b-Sandbox-Port", "49983");
+            }
+            if let Some((h, v)) = cred {
+                req = req.header(h, v);
+            }
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            if refused {
+                assert_eq!(status, 401, "{method} {path} via {via} with {cred:?}: {text}");
+                let body: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(body["code"], 401, "{text}");
+                assert!(!text.contains(&sb.token) && !text.contains(&sb.traffic), "a token echoed: {text}");
+            } else {
+                assert_ne!(status, 401, "{method} {path} via {via} with {cred:?}: {text}");
+            }
+        }
+    }
+    // Health stays open, as envd's.
+    let r = http.get(format!("{base}/health")).header("E2b-Sandbox-Id", &sb.id).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    // Nothing the refused requests asked for happened (the accepted ones ran `echo pwned`
+    // only after being let in, so check before them: a fresh sandbox).
+    let fresh = make(&http, &base).await;
+    for (method, path, body) in envd_routes() {
+        let r = http
+            .request(method, format!("{base}{path}"))
+            .header("E2b-Sandbox-Id", &fresh.id)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+    }
+    let (out, end) = run_cmd(&http, &base, &fresh, "ls /tmp/pwned /tmp/pwned-dir 2>&1; ls -d /home/user").await;
+    assert!(out.contains("No such file") && out.contains("/home/user\n"), "{out} {end}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// `?path=…&signature=…[&signature_expiration=…]` as the SDK's `download_url`/`upload_url`.
+fn signed(path: &str, op: &str, token: &str, expiration: Option<i64>) -> String {
+    use sha2::Digest;
+    let raw = match expiration {
+        Some(e) => format!("{path}:{op}::{token}:{e}"),
+        None => format!("{path}:{op}::{token}"),
+    };
+    let sig = base64::engine::general_purpose::STANDARD_NO_PAD.encode(sha2::Sha256::digest(raw.as_bytes()));
+    let mut q =
+        format!("/files?path={}&signature={}", urlencoding::encode(path), urlencoding::encode(&format!("v1_{sig}")));
+    if let Some(e) = expiration {
+        q.push_str(&format!("&signature_expiration={e}"));
+    }
+    q
+}
+
+#[tokio::test]
+async fn files_take_a_signature_in_place_of_the_token() {
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let sb = make(&http, &base).await;
+    let other = make(&http, &base).await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let path = "/home/user/signed file.txt";
+    // Write through a signed URL: with the sandbox header, and with no sandbox named at all
+    // (the SDK's URL on E2B_SANDBOX_URL): the signature says whose it is.
+    for (i, with_header) in [(0, true), (1, false)] {
+        let mut req = http
+            .post(format!("{base}{}", signed(path, "write", &sb.token, Some(now + 60))))
+            .header("Content-Type", "application/octet-stream")
+            .body(format!("written {i}"));
+        if with_header {
+            req = req.header("E2b-Sandbox-Id", &sb.id);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        let r = http.get(format!("{base}{}", signed(path, "read", &sb.token, None))).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), format!("written {i}"));
+    }
+    // The other sandbox's file system was not touched.
+    let r = http.get(format!("{base}{}", signed(path, "read", &other.token, None))).send().await.unwrap();
+    assert_eq!(r.status(), 404, "{}", r.text().await.unwrap());
+    // Refusals, each with envd's message.
+    let cases: Vec<SignedCase> = vec![
+        (
+            "no credential",
+            reqwest::Method::GET,
+            format!("/files?path={}", urlencoding::encode(path)),
+            None,
+            "missing signature",
+        ),
+        (
+            "wrong signature",
+            reqwest::Method::GET,
+            signed(path, "read", &"f".repeat(64), None),
+            None,
+            "invalid signature",
+        ),
+        (
+            "another path",
+            reqwest::Method::GET,
+            signed(path, "read", &sb.token, None).replace("signed%20file", "other"),
+            None,
+            "invalid signature",
+        ),
+        (
+            "a read signature used to write",
+            reqwest::Method::POST,
+            signed(path, "read", &sb.token, None),
+            None,
+            "invalid signature",
+        ),
+        (
+            "expired",
+            reqwest::Method::GET,
+            signed(path, "read", &sb.token, Some(now - 5)),
+            None,
+            "signature is already expired",
+        ),
+        (
+            "expiration changed",
+            reqwest::Method::GET,
+            signed(path, "read", &sb.token, Some(now + 60))
+                .replace(&format!("={}", now + 60), &format!("={}", now + 999)),
+            None,
+            "invalid signature",
+        ),
+        (
+            "a wrong token beside a good signature",
+            reqwest::Method::GET,
+            signed(path, "read", &sb.token, None),
+            Some(("X-Access-Token", "0".repeat(64))),
+            "does not match",
+        ),
+    ];
+    for (what, method, q, extra, want) in cases {
+        for with_header in [true, false] {
+            let mut req = http
+                .request(method.clone(), format!("{base}{q}"))
+                .header("Content-Type", "application/octet-stream")
+                .body("x");
+            if with_header {
+                req = req.header("E2b-Sandbox-Id", &sb.id);
+            }
+            if let Some((h, v)) = &extra {
+                req = req.header(*h, v);
+            }
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap();
+            if !with_header && what == "no credential" {
+                // No sandbox and no signature: that is the control plane, which wants the key.
+                assert_eq!(status, 401, "{what}: {body}");
+                continue;
+            }
+            assert_eq!(status, 401, "{what} (sandbox header: {with_header}): {body}");
+            assert!(body.contains(want), "{what}: {body}");
+        }
+    }
+    let r = http.get(format!("{base}{}", signed(path, "read", &sb.token, None))).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "written 1", "no refused write landed");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// A tiny HTTP server for inside the sandbox: answers every GET with the request's headers.
+const ECHO_SERVER: &str = r#"
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = "".join(f"{k.lower()}: {v}\n" for k, v in self.headers.items()).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()
+"#;
+
+#[tokio::test]
+async fn ports_need_the_traffic_token() {
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let sb = make(&http, &base).await;
+    let r = http
+        .post(format!("{base}/files?path=/tmp/echo.py"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/octet-stream")
+        .body(ECHO_SERVER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    run_cmd(&http, &base, &sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
+    let url = format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
+    let get = |cred: Option<(&'static str, String)>| {
+        let mut req = http.get(&url);
+        if let Some((h, v)) = cred {
+            req = req.header(h, v);
+        }
+        req.send()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = get(Some(("e2b-traffic-access-token", sb.traffic.clone()))).await.unwrap();
+        if r.status() == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the echo server did not come up: {}", r.status());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Refused: E2B's proxy answers 403, missing or invalid.
+    for (cred, want) in [
+        (None, "missing traffic access token"),
+        (Some(("e2b-traffic-access-token", "0".repeat(64))), "invalid traffic access token"),
+        (Some(("X-Access-Token", "0".repeat(64))), "missing traffic access token"),
+        (
+            Some(("X-API-KEY", "e2b_0000000000000000000000000000000000000000".to_string())),
+            "missing traffic access token",
+        ),
+    ] {
+        let r = get(cred.clone()).await.unwrap();
+        assert_eq!(r.status(), 403, "{cred:?}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["code"], 403);
+        assert_eq!(body["sandboxId"], sb.id.as_str());
+        assert!(body["message"].as_str().unwrap().contains(want), "{body}");
+    }
+    // The header form of E2B's edge is held to the same rule.
+    let r = http
+        .get(format!("{base}/hello"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("E2b-Sandbox-Port", "8080")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Accepted: the traffic token, the envd token, the API key; none reaches the application.
+    for cred in [
+        ("e2b-traffic-access-token", sb.traffic.clone()),
+        ("X-Access-Token", sb.token.clone()),
+        ("X-API-KEY", KEY.to_string()),
+    ] {
+        let r = get(Some(cred.clone())).await.unwrap();
+        assert_eq!(r.status(), 200, "{cred:?}");
+        let seen = r.text().await.unwrap();
+        assert!(seen.contains(&format!("host: 8080-{}", sb.id)), "{seen}");
+        for secret in [&sb.traffic, &sb.token, &KEY.to_string()] {
+            assert!(!seen.contains(secret.as_str()), "a credential reached the application: {seen}");
+        }
+        assert!(!seen.contains("e2b-traffic-access-token"), "{seen}");
+    }
+    let r = http
+        .get(format!("{base}/hello"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("E2b-Sandbox-Port", "8080")
+        .header("e2b-traffic-access-token", &sb.traffic)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Another sandbox's token does not open this one.
+    let other = make(&http, &base).await;
+    let r = get(Some(("e2b-traffic-access-token", other.traffic.clone()))).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+// ---- bounded input (issue 13, items 12 and 13) ----------------------------------------------
+
+#[tokio::test]
+async fn create_refuses_what_e2b_refuses() {
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let create = |body: &'static str| {
+        http.post(format!("{base}/sandboxes"))
+            .header("X-API-KEY", KEY)
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+    };
+    for (body, status, want) in [
+        ("[]", 400, "JSON object"),
+        ("\"base\"", 400, "JSON object"),
+        ("{\"templateID\": 7}", 400, "parsing request"),
+        ("{\"templateID\": \"no-such-template\"}", 404, "template 'no-such-template' not found"),
+        ("{\"envVars\": {\"A\": \"x\\u0000y\"}}", 400, "NUL"),
+        ("{\"envVars\": {\"A\\u0000B\": \"x\"}}", 400, "NUL"),
+        ("{\"envVars\": {\"A=B\": \"x\"}}", 400, "'='"),
+        ("{\"envVars\": {\"\": \"x\"}}", 400, "empty"),
+        ("{\"metadata\": {\"k\": \"v\\u0000\"}}", 400, "NUL"),
+    ] {
+        let r = create(body).await.unwrap();
+        assert_eq!(r.status().as_u16(), status, "{body}");
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["code"], status, "{body}");
+        assert!(b["message"].as_str().unwrap().contains(want), "{body}: {b}");
+    }
+    // None of them made a sandbox.
+    let r = http.get(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).send().await.unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap(), json!([]));
+    // NUL in a command's envs is refused too.
+    let sb = make(&http, &base).await;
+    let start = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "env"], "envs": {"A": "x\u{0}y"}}});
+    let r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&start))
+        .send()
+        .await
+        .unwrap();
+    let frames = envelopes(&r.bytes().await.unwrap());
+    assert_eq!(frames[0].1["error"]["code"], "invalid_argument", "{frames:?}");
+    // A Connect body past the limit is 413, not read into memory.
+    let r = http
+        .post(format!("{base}/filesystem.Filesystem/Stat"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/json")
+        .body(vec![b' '; 20 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+#[test]
+fn a_short_api_key_is_refused() {
+    let mut child = Command::new(common::bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--api-key", "e2b_short"])
+        .env_remove("E2B_API_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A server that takes the key runs until stopped: give it 10 s to refuse.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve started with a 9-character key");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(2));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("at least 32"), "{err}");
+    assert!(!err.contains("e2b_short"), "the key is not echoed: {err}");
+}
+
+#[tokio::test]
+async fn max_sandboxes_caps_live_sandboxes() {
+    let server = Server::start(&["--max-sandboxes", "2"]);
+    let base = server.base.clone();
+    let http = client();
+    let a = make(&http, &base).await;
+    let _b = make(&http, &base).await;
+    let r = http.post(format!("{base}/sandboxes")).header("X-API-KEY", KEY).json(&json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    let body: Value = r.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("maximum number of concurrent sandboxes (2)"), "{body}");
+    // A place comes back when a sandbox goes, by kill or by expiry.
+    let r = http.delete(format!("{base}/sandboxes/{}", a.id)).header("X-API-KEY", KEY).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    let c = make(&http, &base).await;
+    let r = http
+        .post(format!("{base}/sandboxes/{}/timeout", c.id))
+        .header("X-API-KEY", KEY)
+        .json(&json!({"timeout": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let _d = make(&http, &base).await;
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// Peak resident memory of process `pid` (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// 800 MB of zeros through `gzip -9`: about 780 KB.
+fn gzip_bomb() -> Vec<u8> {
+    let out = Command::new("sh").args(["-c", "head -c 800000000 /dev/zero | gzip -9"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.len() < 1 << 20, "{}", out.stdout.len());
+    out.stdout
+}
+
+/// Regression (issue 13, item 12): a 783 KB gzip upload to `/files` inflated to 800 MB of
+/// server memory. It is refused now while it inflates on disk, and memory stays flat.
+#[tokio::test]
+async fn a_gzip_bomb_upload_is_refused_without_inflating_in_memory() {
+    let bomb = tokio::task::spawn_blocking(gzip_bomb).await.unwrap();
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let sb = make(&http, &base).await;
+    let upload = |body: Vec<u8>, path: &str| {
+        http.post(format!("{base}/files?path={path}"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream")
+            .header("Content-Encoding", "gzip")
+            .body(body)
+            .send()
+    };
+    let before = peak_rss_kib(server.pid());
+    let r = upload(bomb, "/tmp/bomb.bin").await.unwrap();
+    assert_eq!(r.status(), 413);
+    assert!(r.text().await.unwrap().contains("--max-inflate-ratio"));
+    let after = peak_rss_kib(server.pid());
+    eprintln!("gzip bomb: serve's peak RSS {before} KiB before, {after} KiB after");
+    assert!(after < before + 100 * 1024, "peak RSS went from {before} KiB to {after} KiB");
+    // No spool file is left behind, and nothing was written.
+    let spool = std::env::temp_dir().join(format!("scenario-run-serve-{}-{}/spool", server.pid(), server.port()));
+    let left: Vec<_> = std::fs::read_dir(&spool).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    let (out, _) = run_cmd(&http, &base, &sb, "test -e /tmp/bomb.bin && echo there || echo absent").await;
+    assert_eq!(out, "absent\n");
+    // An honest gzip upload still works.
+    let text: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, text.as_bytes()).unwrap();
+    let r = upload(gz.finish().unwrap(), "/tmp/text.txt").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .get(format!("{base}/files?path=/tmp/text.txt"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), text);
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+#[tokio::test]
+async fn uploads_past_max_upload_are_refused() {
+    let server = Server::start(&["--max-upload", "1MiB"]);
+    let base = server.base.clone();
+    let http = client();
+    let sb = make(&http, &base).await;
+    let send = |n: usize, multipart: bool| {
+        let req = http
+            .post(format!("{base}/files?path=/tmp/big"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token);
+        if multipart {
+            let body = scenario_run_multipart(n);
+            req.header("Content-Type", "multipart/form-data; boundary=XyZ").body(body).send()
+        } else {
+            req.header("Content-Type", "application/octet-stream").body(vec![b'a'; n]).send()
+        }
+    };
+    for multipart in [false, true] {
+        assert_eq!(send(1 << 20, multipart).await.unwrap().status(), 200, "multipart: {multipart}");
+        let r = send((1 << 20) + 1, multipart).await.unwrap();
+        assert_eq!(r.status(), 413, "multipart: {multipart}");
+        assert!(r.text().await.unwrap().contains("--max-upload"));
+    }
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+fn scenario_run_multipart(n: usize) -> Vec<u8> {
+    let mut b = b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/big\"\r\n\r\n".to_vec();
+    b.extend(vec![b'a'; n]);
+    b.extend_from_slice(b"\r\n--XyZ--\r\n");
+    b
+}
+
+/// Regression (issue 13, item 13): a client that opens a process stream and does not read it
+/// made serve queue the whole output in memory. It is cut off after a bounded backlog now.
+#[tokio::test]
+async fn a_client_that_does_not_read_its_stream_is_cut_off() {
+    use std::io::{Read, Write};
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let sb = make(&http, &base).await;
+    let before = peak_rss_kib(server.pid());
+    // 400 MB of output to a client that reads nothing until the process is done.
+    let body = envelope(
+        &json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "head -c 400000000 /dev/zero; echo done > /tmp/done"]}, "stdin": false}),
+    );
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    sock.shrink_receive_buffer();
+    write!(
+        sock,
+        "POST /process.Process/Start HTTP/1.1\r\nHost: 127.0.0.1\r\nE2b-Sandbox-Id: {}\r\nX-Access-Token: {}\r\n\
+         Content-Type: application/connect+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        sb.id,
+        sb.token,
+        body.len()
+    )
+    .unwrap();
+    sock.write_all(&body).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (out, _) = run_cmd(&http, &base, &sb, "cat /tmp/done 2>/dev/null || true").await;
+        if out == "done\n" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the writer did not finish");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let after = peak_rss_kib(server.pid());
+    eprintln!("400 MB to a client that does not read: serve's peak RSS {before} KiB before, {after} KiB after");
+    assert!(after < before + 64 * 1024, "peak RSS went from {before} KiB to {after} KiB");
+    // What was queued is delivered, then the stream ends with the reason.
+    let mut all = Vec::new();
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let _ = sock.read_to_end(&mut all);
+    let text = String::from_utf8_lossy(&all);
+    assert!(
+        text.contains("resource_exhausted") && text.contains("fell behind"),
+        "{}",
+        &text[text.len().saturating_sub(400)..]
+    );
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// A small receive buffer, so that the kernel holds little of what the client does not read.
+trait SmallBuffer {
+    fn shrink_receive_buffer(&self);
+}
+
+impl SmallBuffer for std::net::TcpStream {
+    fn shrink_receive_buffer(&self) {
+        use std::os::fd::AsRawFd;
+        let size: libc::c_int = 64 << 10;
+        // SAFETY: setsockopt on a socket we own, with a c_int option value.
+        unsafe {
+            libc::setsockopt(
+                self.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_create_repeated_after_an_answer_that_was_not_a_refusal_is_counted() {
+    // Requests 1 (create), 2 (its repeat: the injected 503), 3 (another repeat), 4 (stats).
+    let server = Server::start(&["--fault-5xx-every", "2"]);
+    let base = server.base.clone();
+    let http = client();
+    let create = |key: &'static str| {
+        http.post(format!("{base}/sandboxes"))
+            .header("X-API-KEY", KEY)
+            .header("Idempotency-Key", key)
+            .json(&json!({}))
+            .send()
+    };
+    assert_eq!(create("k1").await.unwrap().status(), 201);
+    assert_eq!(create("k1").await.unwrap().status(), 503);
+    assert_eq!(create("k1").await.unwrap().status(), 201);
+    let r = http.get(format!("{base}/_serve/stats")).header("X-API-KEY", KEY).send().await.unwrap();
+    let stats: Value = r.json().await.unwrap();
+    assert_eq!(stats, json!({"live": 2, "creates": 3, "refusedCreates": 0, "doubleCreates": 2}));
+    let r = http.get(format!("{base}/_serve/stats")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "stats need the key");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("3 creates, 0 refused, 2 double"), "{stderr}");
 }

@@ -137,7 +137,12 @@ pub fn offline_recipe(reference: &str) -> Option<&'static offline::Recipe> {
 /// The default cache directory: `$SCENARIO_RUN_IMAGE_CACHE`, else
 /// `$XDG_CACHE_HOME/scenario-run/images`, else `~/.cache/scenario-run/images`.
 pub fn default_cache_dir() -> PathBuf {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    cache_dir_from(|k| std::env::var(k).ok())
+}
+
+/// [`default_cache_dir`] with the variables looked up in `lookup`.
+fn cache_dir_from(lookup: impl Fn(&str) -> Option<String>) -> PathBuf {
+    let var = |k: &str| lookup(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(d) = var("SCENARIO_RUN_IMAGE_CACHE") {
         return d;
     }
@@ -174,10 +179,34 @@ impl ImageStore {
         }
     }
 
-    /// The process's store (made by [`ImageStore::from_env`] on first use).
-    pub fn shared() -> Self {
+    /// A store configured by `vars` (a run's environment: the shell, `--env-file` and `.env`):
+    /// `SCENARIO_RUN_IMAGE_CACHE`, `XDG_CACHE_HOME`, `HOME`, `SCENARIO_RUN_ID_MAP`.
+    pub fn from_vars(vars: &std::collections::BTreeMap<String, String>) -> Self {
+        let dir = cache_dir_from(|k| vars.get(k).cloned());
+        match vars.get("SCENARIO_RUN_ID_MAP").map(|v| v.trim()).filter(|v| !v.is_empty()) {
+            None => Self::new(dir, IdMap::default()),
+            Some(v) => match IdMap::parse(v) {
+                Ok(ids) => Self::new(dir, ids),
+                Err(e) => Self::with(dir, IdMap::default(), Some(e)),
+            },
+        }
+    }
+
+    fn shared_cell() -> &'static std::sync::OnceLock<ImageStore> {
         static SHARED: std::sync::OnceLock<ImageStore> = std::sync::OnceLock::new();
-        SHARED.get_or_init(Self::from_env).clone()
+        &SHARED
+    }
+
+    /// The process's store (made by [`ImageStore::from_env`] on first use, unless
+    /// [`ImageStore::set_shared`] came first).
+    pub fn shared() -> Self {
+        Self::shared_cell().get_or_init(Self::from_env).clone()
+    }
+
+    /// Makes `store` the process's store, if none was made yet (the binary does this first,
+    /// with the run's environment). Returns the store in force.
+    pub fn set_shared(store: ImageStore) -> Self {
+        Self::shared_cell().get_or_init(|| store).clone()
     }
 
     pub fn ids(&self) -> IdMap {

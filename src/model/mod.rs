@@ -6,7 +6,7 @@
 mod load;
 mod validate;
 
-pub use validate::PROVIDERS;
+pub use validate::{MAX_ATTEMPTS, MAX_BACKOFF, MAX_CASES, PROVIDERS};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -32,6 +32,12 @@ const TOP_KEYS: &[&str] = &[
     "finally",
 ];
 pub const PROVIDERS: &[&str] = &["local", "docker", "e2b", "alicloud"];
+/// The largest `retry.backoff`: each attempt waits at most ten times the one before.
+pub const MAX_BACKOFF: f64 = 10.0;
+/// The most cases one scenario's `matrix` may expand to.
+pub const MAX_CASES: usize = 1000;
+/// The most `retry.attempts`.
+pub const MAX_ATTEMPTS: u32 = 1000;
 
 struct Ctx<'a> {
     src: &'a Arc<Source>,
@@ -88,9 +94,25 @@ impl Ctx<'_> {
     }
 
     fn duration(&mut self, node: &Node, key: &str) -> Option<Duration> {
+        let parsed = match &node.value {
+            Value::Int(i) if *i >= 0 => Some(crate::duration::from_secs_f64(*i as f64)),
+            Value::Float(f) if *f >= 0.0 => Some(crate::duration::from_secs_f64(*f)),
+            _ => None,
+        };
+        if let Some(parsed) = parsed {
+            return match parsed {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    let d = node
+                        .diag(self.src, format!("bad duration for `{key}`: {e}"))
+                        .label("not a duration")
+                        .help(crate::duration::HINT);
+                    self.push(d);
+                    None
+                }
+            };
+        }
         match &node.value {
-            Value::Int(i) if *i >= 0 => Some(Duration::from_secs(*i as u64)),
-            Value::Float(f) if *f >= 0.0 => Some(Duration::from_secs_f64(*f)),
             Value::Str(s) if template::is_template(s) => None,
             Value::Str(s) => match crate::duration::parse(s) {
                 Ok(d) => Some(d),
@@ -211,6 +233,21 @@ fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptio
                 }
             }
             None => cx.wrong_type(m, "a mapping of names to lists", "matrix"),
+        }
+        let cases = matrix.iter().try_fold(1usize, |n, (_, values)| n.checked_mul(values.len()));
+        if cases.is_none_or(|n| n > MAX_CASES) {
+            let product: f64 = matrix.iter().map(|(_, v)| v.len() as f64).product();
+            let count = cases.map_or_else(|| format!("{product:.0e}"), |n| n.to_string());
+            let sizes: Vec<String> = matrix.iter().map(|(_, v)| v.len().to_string()).collect();
+            let d = m
+                .diag(
+                    cx.src,
+                    format!("matrix expands to {count} cases ({}); the most is {MAX_CASES}", sizes.join(" x ")),
+                )
+                .label("too many combinations")
+                .help("split the scenario, or use fewer keys or values");
+            cx.push(d);
+            matrix.clear();
         }
     }
 
@@ -357,10 +394,7 @@ fn known_issue(cx: &mut Ctx<'_>, node: &Node, today: &str) -> Option<KnownIssue>
             "strict" => ki.strict = cx.boolean(v, "known_issue.strict").unwrap_or(false),
             "until" => {
                 let Some(s) = cx.string(v, "known_issue.until") else { continue };
-                let valid = s.len() == 10
-                    && s.as_bytes()[4] == b'-'
-                    && s.as_bytes()[7] == b'-'
-                    && s.chars().filter(char::is_ascii_digit).count() == 8;
+                let valid = s.len() == 10 && s.parse::<jiff::civil::Date>().is_ok();
                 if !valid {
                     cx.err(v, format!("`until` must be a date like 2027-03-01, found `{s}`"));
                 } else if !today.is_empty() && s.as_str() < today {
@@ -541,7 +575,7 @@ fn step(
             "sandbox" => {
                 let Some(alias) = cx.string(v, "sandbox") else { continue };
                 if !template::is_template(&alias) && !scope.aliases.contains(&alias) {
-                    let help = did_you_mean(&alias, scope.aliases.iter().map(String::as_str)).map_or_else(
+                    let help = scope.suggest(&alias, scope.aliases.iter().map(String::as_str)).map_or_else(
                         || "name a sandbox with `create: { as: <alias> }` before this step".to_string(),
                         |s| format!("did you mean `{s}`?"),
                     );
@@ -660,19 +694,23 @@ fn label(kind: &str, args: &Node, main: Option<&str>) -> String {
 fn retry(cx: &mut Ctx<'_>, v: &Node) -> Option<Retry> {
     let mut r = Retry { attempts: 3, delay: Duration::from_secs(1), backoff: 1.0 };
     match &v.value {
-        Value::Int(n) if *n >= 1 => r.attempts = *n as u32,
+        Value::Int(_) => r.attempts = attempts(cx, v)?,
         Value::Map(m) => {
             for (k, val) in m {
                 match k.key_text().as_str() {
-                    "attempts" => match val.value {
-                        Value::Int(n) if n >= 1 => r.attempts = n as u32,
-                        _ => cx.wrong_type(val, "a positive integer", "retry.attempts"),
-                    },
+                    "attempts" => r.attempts = attempts(cx, val).unwrap_or(r.attempts),
                     "delay" => r.delay = cx.duration(val, "retry.delay").unwrap_or(r.delay),
                     "backoff" => match val.value {
-                        Value::Int(n) if n >= 1 => r.backoff = n as f64,
-                        Value::Float(f) if f >= 1.0 => r.backoff = f,
-                        _ => cx.wrong_type(val, "a number >= 1", "retry.backoff"),
+                        Value::Int(n) if (1..=MAX_BACKOFF as i64).contains(&n) => r.backoff = n as f64,
+                        Value::Float(f) if (1.0..=MAX_BACKOFF).contains(&f) => r.backoff = f,
+                        Value::Int(_) | Value::Float(_) => {
+                            let d = val
+                                .diag(cx.src, format!("`retry.backoff` must be between 1 and {MAX_BACKOFF}"))
+                                .label("out of range")
+                                .help("the delay is multiplied by `backoff` after each attempt: 2 doubles it");
+                            cx.push(d);
+                        }
+                        _ => cx.wrong_type(val, "a number between 1 and 10", "retry.backoff"),
                     },
                     _ => cx.unknown_key(k, &["attempts", "delay", "backoff"], "in `retry`"),
                 }
@@ -684,6 +722,23 @@ fn retry(cx: &mut Ctx<'_>, v: &Node) -> Option<Retry> {
         }
     }
     Some(r)
+}
+
+/// `retry.attempts`: 1 to [`MAX_ATTEMPTS`].
+fn attempts(cx: &mut Ctx<'_>, v: &Node) -> Option<u32> {
+    match v.value {
+        Value::Int(n) if (1..=i64::from(MAX_ATTEMPTS)).contains(&n) => u32::try_from(n).ok(),
+        Value::Int(_) => {
+            let d =
+                v.diag(cx.src, format!("`retry.attempts` must be between 1 and {MAX_ATTEMPTS}")).label("out of range");
+            cx.push(d);
+            None
+        }
+        _ => {
+            cx.wrong_type(v, "a positive integer", "retry.attempts");
+            None
+        }
+    }
 }
 
 fn eventually(cx: &mut Ctx<'_>, v: &Node) -> Option<Eventually> {
@@ -762,7 +817,7 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
             if let Some(text) = cx.string(v, key) {
                 templates(cx, v, scope);
                 if key == "of" && !template::is_template(&text) && !scope.steps.contains_key(&text) {
-                    let help = did_you_mean(&text, scope.steps.keys().map(String::as_str)).map_or_else(
+                    let help = scope.suggest(&text, scope.steps.keys().map(String::as_str)).map_or_else(
                         || "`of` names the `id` of an earlier exec step".to_string(),
                         |s| format!("did you mean `{s}`?"),
                     );

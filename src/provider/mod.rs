@@ -364,6 +364,13 @@ pub trait Provider: Send + Sync {
 
     /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
     async fn port_url(&self, id: &str, port: u16) -> Result<String>;
+    /// Headers a request to `url` must carry to get through, when `url` is under a base that
+    /// [`Provider::port_url`] handed out (E2B's private ingress: `e2b-traffic-access-token`).
+    /// Empty for every other URL, so a credential never goes where it was not issued for.
+    fn port_headers(&self, url: &str) -> Vec<(String, String)> {
+        let _ = url;
+        Vec::new()
+    }
 
     /// The reverse of [`port_url`](Self::port_url): makes `host`, a service on this machine's
     /// loopback (a scripted model endpoint the run serves), reachable from inside the sandbox,
@@ -390,6 +397,13 @@ pub trait Provider: Send + Sync {
         let _ = (spec, log);
         Err(ProviderError::unsupported(format!("{} cannot deploy templates", self.name())))
     }
+    /// Before the first scenario: make ready what every sandbox needs (the local provider
+    /// builds its `base` image on first use). Progress lines go to `log`.
+    async fn prepare(&self, log: mpsc::UnboundedSender<String>) -> Result<()> {
+        let _ = log;
+        Ok(())
+    }
+
     /// End of run: remove the builds and registrations made by `build`/`deploy` that were not
     /// asked to be kept. Returns how many were removed.
     async fn remove_builds(&self) -> usize {

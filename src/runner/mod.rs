@@ -7,14 +7,20 @@
 //! while holding the first (no deadlock). Cancellation is a token tree: the run's token is
 //! cancelled by the first SIGINT/SIGTERM; each case's current step is dropped, its `finally`
 //! runs under the grace period, and its sandboxes are destroyed.
+//!
+//! A panic is a bug of ours, and never a lost result: a step that panics is that scenario's
+//! ERROR with the panic's message (its `finally` and cleanup still run), and a task that dies
+//! anyway becomes an ERROR result of its case, so totals, reports and the exit code see it.
 
 mod scenario;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures_util::FutureExt as _;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -90,6 +96,8 @@ pub async fn run(
     let sem = Arc::new(Semaphore::new(limit));
     let stop_scheduling = Arc::new(AtomicBool::new(false));
     let mut set = JoinSet::new();
+    // The case of every task still running, so a task that dies still gets its result.
+    let mut running: HashMap<tokio::task::Id, (Case, usize)> = HashMap::new();
     let mut results: Vec<ScenarioResult> = Vec::new();
     let mut pending = cases.into_iter().enumerate();
     for (index, case) in pending.by_ref() {
@@ -109,12 +117,22 @@ pub async fn run(
             results.push(not_run(&case, index, "not run: --fail-fast stopped the run", false, &events));
             continue;
         }
-        let cfg = cfg.clone();
-        let events = events.clone();
+        let task_cfg = cfg.clone();
+        let task_events = events.clone();
         let cancel = cancel.clone();
         let stop = stop_scheduling.clone();
-        set.spawn(async move {
-            let result = scenario::run_case(&cfg, case, index, &events, &cancel).await;
+        let task_case = case.clone();
+        let handle = set.spawn(async move {
+            let (cfg, events) = (task_cfg, task_events);
+            let this = case.clone();
+            let run = AssertUnwindSafe(scenario::run_case(&cfg, case, index, &events, &cancel)).catch_unwind();
+            let result = match run.await {
+                Ok(result) => result,
+                Err(panic) => {
+                    let why = format!("internal error: the scenario panicked: {}", scenario::panic_message(&*panic));
+                    scenario::panicked_result(&this, index, cfg.masker.mask(&why).into_owned())
+                }
+            };
             if cfg.fail_fast && matches!(result.outcome, Outcome::Failed | Outcome::Error) {
                 stop.store(true, Ordering::SeqCst);
             }
@@ -123,11 +141,10 @@ pub async fn run(
             drop(permit);
             result
         });
+        running.insert(handle.id(), (task_case, index));
         // Reap finished tasks as we go so memory stays flat on long runs.
-        while let Some(done) = set.try_join_next() {
-            if let Ok(r) = done {
-                results.push(r);
-            }
+        while let Some(done) = set.try_join_next_with_id() {
+            results.push(joined(done, &mut running, &events, &cfg.masker));
         }
     }
     let interrupted_left = cancel.is_cancelled();
@@ -136,16 +153,22 @@ pub async fn run(
             if interrupted_left { "interrupted before it started" } else { "not run: --fail-fast stopped the run" };
         results.push(not_run(&case, index, reason, interrupted_left, &events));
     }
-    while let Some(done) = set.join_next().await {
-        match done {
-            Ok(r) => results.push(r),
-            Err(e) => eprintln!("scenario-run: internal error: a scenario task failed: {e}"),
-        }
+    while let Some(done) = set.join_next_with_id().await {
+        results.push(joined(done, &mut running, &events, &cfg.masker));
     }
     // Belt and braces: anything a case could not destroy (a dropped create, a failed kill).
     let leftovers = cfg.provider.destroy_all().await;
     if leftovers > 0 {
-        eprintln!("scenario-run: destroyed {leftovers} sandbox(es) left behind at the end of the run");
+        crate::errln!("scenario-run: destroyed {leftovers} sandbox(es) left behind at the end of the run");
+    }
+    // Then by the run's tag: sandboxes this process never tracked (made by an SDK or CLI a
+    // scenario drove, or by a create whose answer was lost) carry it too.
+    let swept = sweep_run(cfg.provider.as_ref(), &cfg.run_id, Duration::from_secs(60)).await;
+    if swept > 0 {
+        crate::errln!(
+            "scenario-run: swept {swept} sandbox(es) tagged e2e={} that the run had not destroyed",
+            cfg.run_id
+        );
     }
     // Template builds and deployments of this run, unless they were asked to be kept.
     cfg.provider.remove_builds().await;
@@ -167,6 +190,34 @@ pub async fn run(
     summary
 }
 
+/// The result of a finished task. A task that died (it panics outside the guard in it, or is
+/// aborted) becomes an ERROR result of its case, reported like any other: a scenario never
+/// vanishes from the totals, the reports and the exit code.
+fn joined(
+    done: Result<(tokio::task::Id, ScenarioResult), tokio::task::JoinError>,
+    running: &mut HashMap<tokio::task::Id, (Case, usize)>,
+    events: &mpsc::UnboundedSender<Event>,
+    masker: &Masker,
+) -> ScenarioResult {
+    match done {
+        Ok((id, r)) => {
+            running.remove(&id);
+            r
+        }
+        Err(e) => {
+            let (case, index) = running.remove(&e.id()).expect("every task is in the table");
+            let why = if e.is_panic() {
+                format!("internal error: the scenario panicked: {}", scenario::panic_message(&*e.into_panic()))
+            } else {
+                format!("internal error: the scenario task ended early: {e}")
+            };
+            let r = scenario::panicked_result(&case, index, masker.mask(&why).into_owned());
+            let _ = events.send(Event::ScenarioFinished { result: r.clone() });
+            r
+        }
+    }
+}
+
 fn not_run(
     case: &Case,
     index: usize,
@@ -178,4 +229,98 @@ fn not_run(
     r.interrupted = interrupted;
     let _ = events.send(Event::ScenarioFinished { result: r.clone() });
     r
+}
+
+/// Kills every sandbox the provider lists with this run's tag (`e2e=<run id>`), within
+/// `within`; returns how many. The session-end sweep, and the last act of a second Ctrl-C.
+pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, within: Duration) -> usize {
+    let work = async {
+        let tag: std::collections::BTreeMap<String, String> = [("e2e".to_string(), run_id.to_string())].into();
+        let Ok(found) = provider.list(&tag).await else { return 0 };
+        let mut swept = 0;
+        for sb in found {
+            if matches!(provider.kill(&sb.id).await, Ok(true)) {
+                swept += 1;
+            }
+        }
+        swept
+    };
+    tokio::time::timeout(within, work).await.unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::steps::fake::FakeProvider;
+
+    fn config(provider: Arc<FakeProvider>) -> Arc<RunConfig> {
+        Arc::new(RunConfig {
+            provider,
+            concurrency: 2,
+            fail_fast: false,
+            run_id: "run-1".into(),
+            env: BTreeMap::new(),
+            cli_vars: serde_json::Map::new(),
+            masker: Arc::new(Masker::default()),
+            step_timeout: Duration::from_secs(10),
+            scenario_timeout: Duration::from_secs(30),
+            exec_timeout: Duration::from_secs(10),
+            max_output: 1 << 20,
+            sandbox_ttl: Duration::from_secs(300),
+            grace: Duration::from_secs(5),
+        })
+    }
+
+    fn cases(yaml: &str) -> Vec<Case> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        crate::model::load(&[path], &crate::model::LoadOptions::default()).expect("valid").cases
+    }
+
+    /// Issue 13: a panic in a step was only logged; the scenario vanished from the totals and
+    /// the reports, and the run exited 0.
+    #[tokio::test]
+    async fn a_panicking_step_is_an_error_result_and_fails_the_run() {
+        let provider = Arc::new(FakeProvider::new());
+        provider.script(|req, _| {
+            if req.cmd.contains("boom") {
+                panic!("step blew up on purpose");
+            }
+            crate::steps::fake::done("ok\n", "", 0)
+        });
+        let cases = cases(concat!(
+            "name: panics\nsteps:\n  - create: base\n  - exec: boom\n  - exec: never runs\n",
+            "finally:\n  - exec: echo finally\n",
+            "---\nname: passes\nsteps:\n  - create: base\n  - exec: echo fine\n",
+        ));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let summary = run(config(provider.clone()), cases, tx, CancellationToken::new()).await;
+        let outcomes: Vec<(&str, Outcome)> = summary.results.iter().map(|r| (r.name.as_str(), r.outcome)).collect();
+        assert_eq!(outcomes, [("panics", Outcome::Error), ("passes", Outcome::Passed)]);
+        let r = &summary.results[0];
+        let reason = r.reason.as_deref().unwrap();
+        assert!(reason.contains("panicked: step blew up on purpose"), "{reason}");
+        assert_eq!(r.failure.as_ref().unwrap().location.line, 4, "the failure points at the step");
+        // `finally` still ran and the sandbox was destroyed by the case itself.
+        let kinds: Vec<(&str, StepStatus)> = r.steps.iter().map(|s| (s.kind.as_str(), s.status)).collect();
+        use crate::report::events::StepStatus;
+        assert_eq!(
+            kinds,
+            [
+                ("create", StepStatus::Passed),
+                ("exec", StepStatus::Error),
+                ("exec", StepStatus::Skipped),
+                ("exec", StepStatus::Passed),
+                ("destroy", StepStatus::Passed)
+            ]
+        );
+        assert_eq!(summary.totals.error, 1);
+        assert_ne!(summary.exit_code, 0);
+        let mut finished = 0;
+        while let Ok(ev) = rx.try_recv() {
+            finished += usize::from(matches!(ev, Event::ScenarioFinished { .. }));
+        }
+        assert_eq!(finished, 2, "every scenario is reported");
+    }
 }

@@ -1,7 +1,10 @@
 //! One case from start to end: requirements, steps, `finally`, cleanup, outcome.
 
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
+
+use futures_util::FutureExt as _;
 
 use minijinja::value::{Serde, Value as MValue};
 use serde_json::{json, Value as J};
@@ -43,6 +46,27 @@ pub fn skipped_result(case: &Case, index: usize, reason: String) -> ScenarioResu
         duration_ms: 0,
         interrupted: false,
     }
+}
+
+/// The text of a panic's payload (`panic!` with a message gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// An ERROR result for a case whose task died (a panic outside any step), so the run never
+/// loses a scenario: totals, reports and the exit code all see it.
+pub fn panicked_result(case: &Case, index: usize, message: String) -> ScenarioResult {
+    let failure = Failure {
+        step: "scenario".into(),
+        location: case.scenario.location.clone(),
+        message: message.clone(),
+        mismatch: None,
+    };
+    ScenarioResult { outcome: Outcome::Error, failure: Some(failure), ..skipped_result(case, index, message) }
 }
 
 /// Why a case cannot run here, if it cannot.
@@ -140,6 +164,7 @@ pub async fn run_case(
         current_source: None,
         polling: false,
         services: Vec::new(),
+        env: std::sync::Arc::new(cfg.env.clone()),
     };
     let mut run = CaseRun {
         cfg,
@@ -338,7 +363,31 @@ impl CaseRun<'_> {
                 label: self.cfg.masker.mask(&step.label).into_owned(),
             });
             let outcome = tokio::select! {
-                r = self.step(step, i, phase) => Some(r),
+                r = AssertUnwindSafe(self.step(step, i, phase)).catch_unwind() => match r {
+                    Ok(failed) => Some(failed),
+                    // A bug in a step is this scenario's ERROR, never a lost result; the
+                    // step's state is abandoned, and `finally` and cleanup still run.
+                    Err(panic) => {
+                        let why = format!("internal error: the step panicked: {}", panic_message(&*panic));
+                        let rec =
+                            self.record(step, i, phase, StepStatus::Error, J::Null, J::Null, Some(why), 1, self.elapsed_ms(), 0);
+                        if self.failure.is_none() {
+                            let failure = Failure {
+                                step: rec.label.clone(),
+                                location: rec.location.clone(),
+                                message: rec.message.clone().unwrap_or_default(),
+                                mismatch: None,
+                            };
+                            self.failure = Some((Severity::Error, failure));
+                        }
+                        self.push_record(rec);
+                        if phase != Phase::Finally {
+                            self.skip_all(&steps[i + 1..], phase, "an earlier step failed");
+                            return Stop::Failed;
+                        }
+                        continue;
+                    }
+                },
                 _ = tokio::time::sleep_until(deadline) => None,
                 _ = cancel.cancelled() => None,
             };
@@ -485,7 +534,7 @@ impl CaseRun<'_> {
                     break r;
                 }
                 tokio::time::sleep(delay).await;
-                delay = delay.mul_f64(retry.backoff);
+                delay = crate::duration::saturating_mul_f64(delay, retry.backoff);
             }
         };
         let result = match &step.expect_error {

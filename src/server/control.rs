@@ -62,9 +62,30 @@ fn not_found(id: &str) -> Response {
     json_error(StatusCode::NOT_FOUND, &format!("sandbox \"{id}\" not found"))
 }
 
+/// A JSON object body (an empty one is `{}`). serde would also build a struct from an array
+/// (`[]` made a sandbox of every default), which E2B's API refuses.
 fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
-    serde_json::from_slice(body).map_err(|e| json_error(StatusCode::BAD_REQUEST, &format!("invalid request body: {e}")))
+    let bad = |e: String| json_error(StatusCode::BAD_REQUEST, &format!("Error when parsing request: {e}"));
+    let v: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+    if !v.is_object() {
+        return Err(bad("the body must be a JSON object".into()));
+    }
+    serde_json::from_value(v).map_err(|e| bad(e.to_string()))
+}
+
+/// What is wrong with an environment variable, if anything: a process cannot be given a
+/// name that is empty or holds `=` or NUL, nor a value with NUL (`execve` takes C strings).
+pub(crate) fn env_problem(name: &str, value: &str) -> Option<String> {
+    if name.is_empty() {
+        Some("environment variable names must not be empty".into())
+    } else if name.contains('=') || name.contains('\0') {
+        Some(format!("environment variable name {name:?} must not contain '=' or NUL"))
+    } else if value.contains('\0') {
+        Some(format!("environment variable {name} must not contain NUL"))
+    } else {
+        None
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,7 +104,7 @@ struct NewSandbox {
     memory_mb: Option<u64>,
 }
 
-/// The `Sandbox` body of create and connect.
+/// The `Sandbox` body of create and connect, with both tokens (see `auth`).
 fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
     json!({
         "sandboxID": sb.id,
@@ -91,13 +112,22 @@ fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
         "alias": sb.template,
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
-        "trafficAccessToken": null,
+        "envdAccessToken": sb.tokens.envd,
+        "trafficAccessToken": sb.tokens.traffic,
         "domain": st.domain,
     })
 }
 
-/// `SandboxDetail` / `ListedSandbox`.
-fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
+/// `SandboxDetail` (with the envd token, as E2B's) or `ListedSandbox` (without).
+fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo, with_token: bool) -> Value {
+    let mut v = listed_json(st, sb, info);
+    if with_token {
+        v["envdAccessToken"] = json!(sb.tokens.envd);
+    }
+    v
+}
+
+fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
     json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
@@ -127,9 +157,35 @@ async fn create(State(st): St, body: Bytes) -> Response {
             &format!("timeout must be between 1 and {MAX_TIMEOUT_SECS} seconds, got {timeout}"),
         );
     }
-    let template = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
+    if let Some(bad) = req.env_vars.iter().flatten().find_map(|(k, v)| env_problem(k, v)) {
+        return json_error(StatusCode::BAD_REQUEST, &bad);
+    }
+    if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
+        return json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL");
+    }
+    let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
-    let template = st.templates.resolve(&template);
+    let template = st.templates.resolve(&asked);
+    // A place under --max-sandboxes; forget expired sandboxes first, they hold places too.
+    st.prune().await;
+    let Ok(slot) = st.slots.clone().try_acquire_owned() else {
+        return json_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "you have reached the maximum number of concurrent sandboxes ({}); kill some, or raise serve --max-sandboxes",
+                st.limits.max_sandboxes
+            ),
+        );
+    };
+    let tokens = match super::auth::Tokens::new() {
+        Ok(t) => t,
+        Err(e) => {
+            return json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot make the sandbox's access tokens: {e}"),
+            )
+        }
+    };
     let id = super::new_sandbox_id();
     // envd's global environment: E2B_* first, the caller's envVars over them.
     let mut envs = BTreeMap::from([
@@ -151,6 +207,10 @@ async fn create(State(st): St, body: Bytes) -> Response {
         .await
     {
         Ok(i) => i,
+        // E2B's answer for a template it does not know.
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            return json_error(StatusCode::NOT_FOUND, &format!("template '{asked}' not found"))
+        }
         Err(e) => return provider_error(e),
     };
     let host = super::host_resources();
@@ -162,8 +222,9 @@ async fn create(State(st): St, body: Bytes) -> Response {
         memory_mb: req.memory_mb.unwrap_or(host.1),
         disk_mb: host.2,
         procs: Default::default(),
+        tokens,
+        _slot: slot,
     });
-    st.prune().await;
     st.register(sb.clone());
     (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response()
 }
@@ -172,7 +233,7 @@ async fn detail(State(st): St, Path(id): Path<String>) -> Response {
     let Some((sb, info)) = st.lookup(&id).await else {
         return not_found(&id);
     };
-    Json(detail_json(&st, &sb, &info)).into_response()
+    Json(detail_json(&st, &sb, &info, true)).into_response()
 }
 
 async fn kill(State(st): St, Path(id): Path<String>) -> Response {
@@ -344,7 +405,7 @@ async fn list_v2(State(st): St, RawQuery(q): RawQuery) -> Response {
         Some(Ok(n)) => n,
         Some(Err(_)) => return json_error(StatusCode::BAD_REQUEST, "invalid nextToken"),
     };
-    let page: Vec<Value> = all.iter().skip(offset).take(limit).map(|(sb, i)| detail_json(&st, sb, i)).collect();
+    let page: Vec<Value> = all.iter().skip(offset).take(limit).map(|(sb, i)| detail_json(&st, sb, i, false)).collect();
     let mut headers = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_str(&all.len().to_string()) {
         headers.insert("x-total-running", v);
@@ -363,7 +424,7 @@ async fn list_legacy(State(st): St, RawQuery(q): RawQuery) -> Response {
         Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
     };
     match matching(&st, &params).await {
-        Ok(all) => Json(all.iter().map(|(sb, i)| detail_json(&st, sb, i)).collect::<Vec<_>>()).into_response(),
+        Ok(all) => Json(all.iter().map(|(sb, i)| detail_json(&st, sb, i, false)).collect::<Vec<_>>()).into_response(),
         Err(resp) => resp,
     }
 }

@@ -5,15 +5,16 @@
 //! Paths follow envd's resolution: empty → `/home/user`, `~` and `~/x` → the home
 //! directory, relative → under the home directory. Processes get the sandbox's create-time
 //! `envVars` (applied by the provider) and the request's `envs`; `Connect-Timeout-Ms` on
-//! `Process/Start` is the process's lifetime. PTYs, watchers and access tokens are not
-//! implemented (clean `unimplemented` errors).
+//! `Process/Start` is the process's lifetime. PTYs and watchers are not implemented (clean
+//! `unimplemented` errors). Access tokens are checked before this router runs (`auth`);
+//! `/files` is in `files`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Multipart, Query, Request};
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -24,7 +25,7 @@ use serde_json::{json, Value};
 
 use super::connect::{self, lenient, RpcError, Unary};
 use super::procs::{self, Event};
-use super::{json_error, limit_body, AppState, Sbx};
+use super::{json_error, limit_body, AppState, Sbx, RPC_BODY_LIMIT};
 use crate::provider::{ErrorKind, ExecRequest, FileEntry, OutputChunk, ProviderError};
 
 const HOME: &str = "/home/user";
@@ -38,7 +39,6 @@ type Sb = Extension<Arc<Sbx>>;
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
-        .route("/files", get(download).post(upload))
         .route("/process.Process/Start", post(process_start))
         .route("/process.Process/Connect", post(process_connect))
         .route("/process.Process/List", post(unary_route(process_list)))
@@ -51,7 +51,9 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/filesystem.Filesystem/Move", post(unary_route(fs_move)))
         .route("/filesystem.Filesystem/Remove", post(unary_route(fs_remove)))
         .fallback(unknown)
-        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(DefaultBodyLimit::max(RPC_BODY_LIMIT))
+        // Uploads are streamed to disk under their own limits (`files`).
+        .route("/files", get(super::files::download).post(super::files::upload).layer(DefaultBodyLimit::disable()))
         .with_state(state)
 }
 
@@ -91,7 +93,7 @@ macro_rules! unary_fn {
 // ---- paths ----
 
 /// envd's path resolution (see the module documentation).
-fn resolve(path: &str) -> Result<String, RpcError> {
+pub(crate) fn resolve(path: &str) -> Result<String, RpcError> {
     let p = if path.is_empty() || path == "~" {
         HOME.to_string()
     } else if let Some(rest) = path.strip_prefix("~/") {
@@ -200,6 +202,20 @@ fn config_json(cfg: &ProcessConfig) -> Value {
     v
 }
 
+/// The user an envd request selects with `Authorization: Basic base64("<user>:")` (protocol
+/// doc §3.3); none means the sandbox's default user.
+fn basic_user(h: &HeaderMap) -> Option<String> {
+    let v = h.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, b64) = v.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let user = text.split(':').next().unwrap_or_default();
+    (!user.is_empty()).then(|| user.to_string())
+}
+
 fn timeout_header(h: &HeaderMap) -> Option<Duration> {
     let ms: u64 = h.get("connect-timeout-ms")?.to_str().ok()?.trim().parse().ok()?;
     (ms > 0).then(|| Duration::from_millis(ms))
@@ -236,12 +252,7 @@ fn event_json(ev: Value) -> Value {
 
 /// Writes `start{pid}`, then the subscriber's events, keepalives while idle, and the end.
 /// Stops when the client goes away (the process keeps running).
-async fn pump(
-    pid: u32,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
-    out: tokio::sync::mpsc::Sender<Bytes>,
-    keepalive: Duration,
-) {
+async fn pump(pid: u32, mut events: procs::Subscription, out: tokio::sync::mpsc::Sender<Bytes>, keepalive: Duration) {
     let b64 = base64::engine::general_purpose::STANDARD;
     if out.send(connect::message(&event_json(json!({"start": {"pid": pid}})))).await.is_err() {
         return;
@@ -303,6 +314,9 @@ async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) 
     if req.process.cmd.is_empty() {
         return Err(RpcError::invalid("process.cmd is required"));
     }
+    if let Some(bad) = req.process.envs.iter().find_map(|(k, v)| super::control::env_problem(k, v)) {
+        return Err(RpcError::invalid(bad));
+    }
     let cwd = match req.process.cwd.as_deref() {
         None | Some("") => None,
         Some(c) => {
@@ -318,8 +332,16 @@ async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) 
             Some(abs)
         }
     };
-    let exec =
-        ExecRequest { cmd: command_line(&req.process), cwd, envs: req.process.envs.clone(), ..Default::default() };
+    let exec = ExecRequest {
+        cmd: command_line(&req.process),
+        cwd,
+        envs: req.process.envs.clone(),
+        user: basic_user(headers),
+        // The output reaches clients live (`procs`); what the provider would keep for `wait`
+        // (64 MiB a stream by default) is never read here, so it keeps none.
+        max_output: Some(0),
+        ..Default::default()
+    };
     // `stdin` absent means open (back-compat with old clients); the SDK sends false.
     let open_stdin = req.stdin.unwrap_or(true);
     let live = st.provider.spawn_live(&sb.provider_id, exec, open_stdin).await?;
@@ -468,13 +490,10 @@ fn permissions(kind: &str, mode: u32) -> String {
     s
 }
 
+/// The owner reported for every entry: the provider writes files as the sandbox user, and
+/// `FileEntry` carries no owner.
 fn owner_name() -> &'static str {
-    // SAFETY: getuid cannot fail. Commands (and so files) belong to the server's user.
-    if unsafe { libc::getuid() } == 0 {
-        "root"
-    } else {
-        "user"
-    }
+    "user"
 }
 
 /// `EntryInfo` in proto3 JSON (int64 size as a string, enum names).
@@ -580,133 +599,6 @@ unary_fn!(fs_remove, PathRequest, |st, sb, r| {
     }
 });
 
-// ---- /files ----
-
-#[derive(Debug, Deserialize)]
-struct FilesQuery {
-    #[serde(default)]
-    path: Option<String>,
-}
-
-fn files_error(e: ProviderError, path: &str) -> Response {
-    match e.kind {
-        ErrorKind::NotFound => json_error(StatusCode::NOT_FOUND, &format!("path '{path}' does not exist")),
-        ErrorKind::Invalid if e.message.starts_with("is a directory") => {
-            json_error(StatusCode::BAD_REQUEST, &format!("path '{path}' is a directory"))
-        }
-        ErrorKind::Invalid => json_error(StatusCode::BAD_REQUEST, &e.message),
-        _ => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.message),
-    }
-}
-
-async fn download(axum::extract::State(st): St, Extension(sb): Sb, Query(q): Query<FilesQuery>) -> Response {
-    let raw = q.path.unwrap_or_default();
-    let path = match resolve(&raw) {
-        Ok(p) => p,
-        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
-    };
-    match st.provider.read_file(&sb.provider_id, &path).await {
-        Ok(data) => {
-            let name = path.rsplit('/').next().unwrap_or("file").replace('"', "");
-            let disposition = HeaderValue::from_str(&format!("inline; filename=\"{name}\""))
-                .unwrap_or_else(|_| HeaderValue::from_static("inline"));
-            let body = limit_body(Body::from(data), st.faults.cut_stream_after);
-            (
-                [
-                    (header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
-                    (header::CONTENT_DISPOSITION, disposition),
-                ],
-                body,
-            )
-                .into_response()
-        }
-        Err(e) => files_error(e, &path),
-    }
-}
-
-fn written(e: &FileEntry) -> Value {
-    json!({"path": e.path, "name": e.name, "type": "file"})
-}
-
-async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req: Request) -> Response {
-    let q: FilesQuery = Query::try_from_uri(req.uri()).map(|q| q.0).unwrap_or(FilesQuery { path: None });
-    let ctype = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let gzip = req
-        .headers()
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
-    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
-    if ctype.starts_with("multipart/form-data") {
-        let mut mp = match Multipart::from_request(req, &()).await {
-            Ok(m) => m,
-            Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("invalid multipart body: {e}")),
-        };
-        loop {
-            let field = match mp.next_field().await {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("invalid multipart body: {e}")),
-            };
-            if field.name() != Some("file") {
-                continue;
-            }
-            let name = field.file_name().map(str::to_string);
-            let data = match field.bytes().await {
-                Ok(b) => b.to_vec(),
-                Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("invalid multipart body: {e}")),
-            };
-            files.push((name.unwrap_or_default(), data));
-        }
-        if let (Some(p), 1) = (&q.path, files.len()) {
-            files[0].0 = p.clone();
-        }
-    } else if ctype.starts_with("application/octet-stream") {
-        let Some(p) = q.path.clone() else {
-            return json_error(StatusCode::BAD_REQUEST, "path is required for application/octet-stream uploads");
-        };
-        let data = match axum::body::to_bytes(req.into_body(), usize::MAX).await {
-            Ok(b) => b,
-            Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}")),
-        };
-        let data = if gzip {
-            use std::io::Read;
-            let mut out = Vec::new();
-            if let Err(e) = flate2::read::GzDecoder::new(&data[..]).read_to_end(&mut out) {
-                return json_error(StatusCode::BAD_REQUEST, &format!("invalid gzip body: {e}"));
-            }
-            out
-        } else {
-            data.to_vec()
-        };
-        files.push((p, data));
-    } else {
-        return json_error(StatusCode::BAD_REQUEST, &format!("unsupported content type: {ctype:?}"));
-    }
-    if files.is_empty() {
-        return json_error(StatusCode::BAD_REQUEST, "no file in the request");
-    }
-    let mut resolved = Vec::new();
-    for (p, data) in files {
-        let abs = match resolve(&p) {
-            Ok(a) => a,
-            Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
-        };
-        if resolved.iter().any(|(a, _): &(String, Vec<u8>)| *a == abs) {
-            return json_error(StatusCode::BAD_REQUEST, &format!("path '{abs}' is given twice"));
-        }
-        resolved.push((abs, data));
-    }
-    let mut out = Vec::new();
-    for (abs, data) in resolved {
-        match st.provider.write_file(&sb.provider_id, &abs, data, None).await {
-            Ok(e) => out.push(written(&e)),
-            Err(e) => return files_error(e, &abs),
-        }
-    }
-    axum::Json(Value::Array(out)).into_response()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -731,6 +623,18 @@ mod tests {
         assert_eq!(command_line(&sdk), "echo hi");
         let other = ProcessConfig { cmd: "ls".into(), args: vec!["-la".into(), "it's".into()], ..Default::default() };
         assert_eq!(command_line(&other), "exec 'ls' '-la' 'it'\\''s'");
+    }
+
+    #[test]
+    fn basic_auth_selects_the_user() {
+        let mut h = HeaderMap::new();
+        assert_eq!(basic_user(&h), None);
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic cm9vdDo=")); // root:
+        assert_eq!(basic_user(&h).as_deref(), Some("root"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer cm9vdDo="));
+        assert_eq!(basic_user(&h), None);
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic Og==")); // ":"
+        assert_eq!(basic_user(&h), None);
     }
 
     #[test]

@@ -17,9 +17,22 @@
 //!    `E2b-Sandbox-Port` if that is not 49983. An unknown or killed sandbox answers 502
 //!    `{"code":502,"message":"The sandbox <id> was not found"}` (the SDK raises
 //!    `SandboxNotRunningException`).
-//! 3. Otherwise the control plane, which needs the API key (`X-API-KEY`, or
+//! 3. A `/files` request with a `signature` and neither of the above (a signed URL the SDK
+//!    built on `E2B_SANDBOX_URL`): envd of the sandbox whose token made the signature.
+//! 4. Otherwise the control plane, which needs the API key (`X-API-KEY`, or
 //!    `Authorization: Bearer`) on every route but `/health`; a missing or wrong key is 401
 //!    `{"code":401,"message":…}`.
+//!
+//! Data-plane requests (1–3) are authenticated by `auth`: envd needs the sandbox's
+//! `envdAccessToken` (or a `/files` signature), a port its `trafficAccessToken`; the API key
+//! opens both.
+//!
+//! # Limits ([`Limits`])
+//!
+//! Live sandboxes are capped (`--max-sandboxes`, 429 past it, as E2B's concurrency limit);
+//! `/files` uploads are spooled to disk while they arrive, capped in size and in how far a
+//! gzip body may inflate (`files`); Connect request bodies are capped at [`RPC_BODY_LIMIT`];
+//! each process output subscriber may queue a bounded number of bytes (`procs`).
 //!
 //! # Fault injection ([`Faults`], all off by default)
 //!
@@ -29,20 +42,33 @@
 //! connection aborted, after a number of bytes. `--fault-control-plane-only` keeps envd (and
 //! port) traffic free of the 429/503 faults, to test a client's control-plane retry policy.
 //!
+//! # Accounting
+//!
+//! Creates are counted, and a create carrying an `Idempotency-Key` already seen on a create
+//! that was answered with a 5xx other than a refusal, or with success, is counted as a
+//! *double create*: the client repeated what may already have been done. `GET /_serve/stats`
+//! (API key) answers `{"live","creates","refusedCreates","doubleCreates"}`; the fault
+//! matrix (`scripts/fault-matrix`) reads it.
+//!
 //! # Lifecycle
 //!
 //! Sandboxes expire at their end time (the provider kills them); [`serve`] runs until its
 //! shutdown future resolves and then destroys every sandbox it created, and removes every
 //! template built through the template API (`templates`, protocol doc §8.1).
 
+mod args;
+mod auth;
 mod connect;
 mod control;
 mod envd;
+mod files;
 mod procs;
 mod proxy;
 mod templates;
 
-use std::collections::HashMap;
+pub use args::ServeArgs;
+
+use std::collections::{HashMap, VecDeque};
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +77,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use futures_util::StreamExt;
@@ -84,12 +110,78 @@ pub struct Faults {
     pub control_plane_only: bool,
 }
 
+/// The most a Connect request body may hold (a unary message, or a streaming call's one
+/// request envelope). `SendInput` carries stdin in these, base64.
+pub const RPC_BODY_LIMIT: usize = 16 << 20;
+
+/// Bounds on what clients may make serve hold; see the module documentation.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Most sandboxes alive at once; a create past it answers 429.
+    pub max_sandboxes: u32,
+    /// Most bytes one `/files` upload may write (all its files, after decompression).
+    pub max_upload: u64,
+    /// Most a gzip upload may inflate, as a multiple of its compressed size (counted once it
+    /// has inflated past [`files::INFLATE_GRACE`]).
+    pub max_inflate_ratio: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_sandboxes: 256, max_upload: 1 << 30, max_inflate_ratio: 100 }
+    }
+}
+
 /// Options of [`serve`].
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// The API key clients must send.
     pub api_key: String,
     pub faults: Faults,
+    pub limits: Limits,
+}
+
+/// What happened to a create, for double-create accounting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum CreateOutcome {
+    /// Refused before anything was made (429, `Should-Retry: true`, a 4xx): repeating is fine.
+    Refused,
+    /// Made, or maybe made (a 5xx that is not a refusal): repeating may make a second one.
+    MaybeMade,
+}
+
+/// Creates seen, by `Idempotency-Key`; see the module documentation.
+#[derive(Debug, Default)]
+struct CreateLog {
+    creates: u64,
+    refused: u64,
+    doubles: u64,
+    by_key: HashMap<String, CreateOutcome>,
+    order: VecDeque<String>,
+}
+
+/// Keys remembered for double-create accounting.
+const CREATE_KEYS_KEPT: usize = 4096;
+
+impl CreateLog {
+    fn record(&mut self, key: Option<&str>, outcome: CreateOutcome) {
+        self.creates += 1;
+        if outcome == CreateOutcome::Refused {
+            self.refused += 1;
+        }
+        let Some(key) = key else { return };
+        if self.by_key.get(key) == Some(&CreateOutcome::MaybeMade) {
+            self.doubles += 1;
+        }
+        if self.by_key.insert(key.to_string(), outcome).is_none() {
+            self.order.push_back(key.to_string());
+            if self.order.len() > CREATE_KEYS_KEPT {
+                if let Some(old) = self.order.pop_front() {
+                    self.by_key.remove(&old);
+                }
+            }
+        }
+    }
 }
 
 /// One sandbox as the E2B API knows it.
@@ -104,6 +196,9 @@ pub(crate) struct Sbx {
     pub memory_mb: u64,
     pub disk_mb: u64,
     pub procs: procs::Table,
+    pub tokens: auth::Tokens,
+    /// Its place under `--max-sandboxes`, given back when the record goes.
+    pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 pub(crate) struct AppState {
@@ -120,6 +215,12 @@ pub(crate) struct AppState {
     pub templates: templates::Store,
     /// `http://<listen address>`: where upload URLs point.
     pub base_url: String,
+    pub limits: Limits,
+    /// One permit per sandbox that may still be made (`--max-sandboxes`).
+    pub slots: Arc<tokio::sync::Semaphore>,
+    creates: Mutex<CreateLog>,
+    /// Where `/files` uploads are spooled while they arrive.
+    pub spool: files::Spool,
 }
 
 impl AppState {
@@ -137,6 +238,11 @@ impl AppState {
     /// The record of `id`, without asking the provider whether it is still alive.
     fn sandbox(&self, id: &str) -> Option<Arc<Sbx>> {
         self.sandboxes.lock().expect("sandboxes").get(id).cloned()
+    }
+
+    /// Every live record (for finding the signer of a signed URL).
+    fn all_sandboxes(&self) -> Vec<Arc<Sbx>> {
+        self.sandboxes.lock().expect("sandboxes").values().cloned().collect()
     }
 
     fn by_provider_id(&self, pid: &str) -> Option<Arc<Sbx>> {
@@ -210,8 +316,8 @@ pub(crate) fn now_secs() -> u64 {
 
 /// Unix seconds as RFC 3339 UTC (`2024-01-01T00:00:00Z`).
 pub(crate) fn rfc3339(secs: u64) -> String {
-    let rem = secs % 86400;
-    format!("{}T{:02}:{:02}:{:02}Z", crate::config::utc_date(secs), rem / 3600, rem / 60 % 60, rem % 60)
+    let ts = i64::try_from(secs).ok().and_then(|s| jiff::Timestamp::from_second(s).ok());
+    ts.unwrap_or(jiff::Timestamp::MAX).strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// What the host offers, reported as a sandbox's resources when create names none: CPUs,
@@ -291,12 +397,15 @@ fn authorized(st: &AppState, req: &Request) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    let ok = |k: Option<&str>| k.is_some_and(|k| constant_time_eq(k.as_bytes(), st.api_key.as_bytes()));
+    let ok = |k: Option<&str>| k.is_some_and(|k| auth::ct_eq(k.as_bytes(), st.api_key.as_bytes()));
     ok(key) || ok(bearer)
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Reads (and drops) what is left of a refused request's body, up to 1 MiB and 5 s: a
+/// response before the body makes hyper close the connection, and a client that reuses it
+/// from its pool (the SDK after a refused create) sees "disconnected without a response".
+async fn drain(body: Body) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), axum::body::to_bytes(body, 1 << 20)).await;
 }
 
 /// Injected faults for this request, if any.
@@ -322,61 +431,134 @@ struct Routers {
 }
 
 /// Routes one request; see the module documentation.
-async fn dispatch(st: Arc<AppState>, routers: Arc<Routers>, mut req: Request) -> Response {
-    let is_envd = req.headers().contains_key("e2b-sandbox-id")
-        || req
-            .headers()
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|h| proxy::host_route(h).is_some());
-    if req.uri().path() != "/health" && !(st.faults.control_plane_only && is_envd) {
-        if let Some(r) = inject(&st).await {
+async fn dispatch(st: Arc<AppState>, routers: Arc<Routers>, req: Request) -> Response {
+    let create = req.method() == Method::POST && matches!(req.uri().path(), "/sandboxes" | "/v2/sandboxes");
+    if !create {
+        return route(&st, &routers, req).await;
+    }
+    let key = req.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let resp = route(&st, &routers, req).await;
+    let s = resp.status();
+    let should_retry = resp.headers().get("should-retry").and_then(|v| v.to_str().ok()).map(str::trim);
+    let outcome = if s.is_success() {
+        CreateOutcome::MaybeMade
+    } else if s == StatusCode::TOO_MANY_REQUESTS || should_retry.is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        CreateOutcome::Refused
+    } else if s.is_server_error() {
+        CreateOutcome::MaybeMade
+    } else {
+        CreateOutcome::Refused
+    };
+    st.creates.lock().expect("creates").record(key.as_deref(), outcome);
+    resp
+}
+
+/// Where a data-plane request goes: `(sandbox id, port)` from the host or the headers.
+fn data_target(req: &Request) -> Option<(String, u16)> {
+    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let host = host.or_else(|| req.uri().host().map(str::to_string)).unwrap_or_default();
+    if let Some((port, id)) = proxy::host_route(&host) {
+        return Some((id.to_string(), port));
+    }
+    let id = req.headers().get("e2b-sandbox-id").and_then(|v| v.to_str().ok())?;
+    let port = req
+        .headers()
+        .get("e2b-sandbox-port")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(ENVD_PORT);
+    Some((id.trim().to_string(), port))
+}
+
+/// A signed `/files` URL that names no sandbox (see `auth::find_signer`).
+fn signed_files(req: &Request) -> bool {
+    req.uri().path() == "/files" && req.uri().query().is_some_and(|q| q.split('&').any(|p| p.starts_with("signature=")))
+}
+
+async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Response {
+    let target = data_target(&req);
+    let is_data = target.is_some() || signed_files(&req);
+    // Health and serve's own accounting are never faulted: they observe the faults.
+    let observer = req.uri().path() == "/health" || req.uri().path().starts_with("/_serve/");
+    let exempt = observer || (st.faults.control_plane_only && is_data);
+    if !exempt {
+        if let Some(r) = inject(st).await {
             return r;
         }
     }
-    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let host = host.or_else(|| req.uri().host().map(str::to_string)).unwrap_or_default();
-    let target = if let Some((port, id)) = proxy::host_route(&host) {
-        Some((id.to_string(), port))
-    } else if let Some(id) = req.headers().get("e2b-sandbox-id").and_then(|v| v.to_str().ok()) {
-        let port = req
-            .headers()
-            .get("e2b-sandbox-port")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or(ENVD_PORT);
-        Some((id.trim().to_string(), port))
-    } else {
-        None
-    };
-    match target {
+    let sb = match target {
         Some((id, port)) => {
             let Some((sb, _)) = st.lookup(&id).await else {
                 return not_running(&id);
             };
-            if port == ENVD_PORT {
-                req.extensions_mut().insert(sb);
-                routers.envd.clone().oneshot(req).await.into_response()
+            if port != ENVD_PORT {
+                if let Err(r) = auth::port(st, &sb, req.headers()) {
+                    drain(req.into_body()).await;
+                    return r;
+                }
+                auth::strip_credentials(st, &sb, req.headers_mut());
+                return proxy::forward(st, &sb, port, req).await;
+            }
+            let checked = if req.uri().path() == "/files" {
+                let q = auth::Signed::from_query(req.uri().query());
+                auth::files(st, &sb, req.method(), &q, req.headers())
             } else {
-                proxy::forward(&st, &sb, port, req).await
+                auth::envd(st, &sb, req.uri().path(), req.headers())
+            };
+            if let Err(r) = checked {
+                drain(req.into_body()).await;
+                return r;
+            }
+            sb
+        }
+        None if is_data => {
+            let q = auth::Signed::from_query(req.uri().query());
+            // Found by its signature, then held to envd's rules like any other (a token
+            // header present must match).
+            let found = match auth::find_signer(st, req.method(), &q) {
+                Ok(sb) => auth::files(st, &sb, req.method(), &q, req.headers()).map(|()| sb),
+                Err(r) => Err(r),
+            };
+            match found {
+                Ok(sb) => sb,
+                Err(r) => {
+                    drain(req.into_body()).await;
+                    return r;
+                }
             }
         }
         None => {
             // Upload URLs carry their own one-time token, like presigned URLs.
             let open = req.uri().path() == "/health" || req.uri().path().starts_with("/_upload/");
-            if !open && !authorized(&st, &req) {
-                // Read what the client sent first: a response before its body makes hyper
-                // close the connection, and a client that reuses it from its pool (the SDK
-                // after a refused create) sees "disconnected without a response".
-                let _ = axum::body::to_bytes(req.into_body(), 1 << 20).await;
+            if !open && !authorized(st, &req) {
+                drain(req.into_body()).await;
                 return json_error(
                     StatusCode::UNAUTHORIZED,
                     "Invalid API key, please visit https://e2b.dev/docs/api-key",
                 );
             }
-            routers.control.clone().oneshot(req).await.into_response()
+            if req.uri().path() == "/_serve/stats" {
+                return stats(st).await;
+            }
+            return routers.control.clone().oneshot(req).await.into_response();
         }
-    }
+    };
+    req.extensions_mut().insert(sb);
+    routers.envd.clone().oneshot(req).await.into_response()
+}
+
+/// `GET /_serve/stats`: live sandboxes and create accounting.
+async fn stats(st: &AppState) -> Response {
+    st.prune().await;
+    let live = st.sandboxes.lock().expect("sandboxes").len();
+    let c = st.creates.lock().expect("creates");
+    let body = serde_json::json!({
+        "live": live,
+        "creates": c.creates,
+        "refusedCreates": c.refused,
+        "doubleCreates": c.doubles,
+    });
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 /// Serves the E2B API on `listener` until `shutdown` resolves, then destroys every sandbox
@@ -388,6 +570,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<usize> {
     let addr: SocketAddr = listener.local_addr()?;
+    let work = std::env::temp_dir().join(format!("scenario-run-serve-{}-{}", std::process::id(), addr.port()));
     let st = Arc::new(AppState {
         provider: provider.clone(),
         api_key: opts.api_key,
@@ -397,12 +580,12 @@ pub async fn serve(
         sandboxes: Mutex::new(HashMap::new()),
         by_provider: Mutex::new(HashMap::new()),
         http: Client::builder(TokioExecutor::new()).build_http(),
-        templates: templates::Store::new(std::env::temp_dir().join(format!(
-            "scenario-run-serve-{}-{}",
-            std::process::id(),
-            addr.port()
-        ))),
+        templates: templates::Store::new(work.clone()),
         base_url: format!("http://{addr}"),
+        slots: Arc::new(tokio::sync::Semaphore::new(opts.limits.max_sandboxes as usize)),
+        spool: files::Spool::new(work.join("spool"), opts.limits.max_upload),
+        limits: opts.limits,
+        creates: Mutex::new(CreateLog::default()),
     });
     let state = st.clone();
     let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });
@@ -421,6 +604,15 @@ pub async fn serve(
             // shutdown forever: give in-flight requests a moment, then drop them.
             let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await;
         }
+    }
+    {
+        let c = state.creates.lock().expect("creates");
+        crate::errln!(
+            "serve: {} creates, {} refused, {} double (repeated after a 5xx that was not a refusal, or after success)",
+            c.creates,
+            c.refused,
+            c.doubles
+        );
     }
     let destroyed = provider.destroy_all().await;
     // Templates made through the API go with the server.

@@ -7,8 +7,20 @@
 //! it subscribed. When the output ends the hub asks the provider for the exit status, sends the
 //! `end` event (or a `deadline_exceeded` stream error if the hub killed the process at its
 //! deadline) and keeps it, so a `Connect` to a process that just ended still gets its end.
+//!
+//! # Slow subscribers
+//!
+//! The hub never waits for a subscriber: it must keep draining the provider's output, which
+//! is unbounded, or memory would grow there instead. Each subscriber may have at most
+//! [`SUBSCRIBER_BUDGET`] bytes of output queued and not yet written to its HTTP stream (a
+//! client that does not read fills its socket, then this queue). The policy past it is to
+//! disconnect, not to drop chunks silently: the subscriber gets what was queued, then its
+//! stream ends with `resource_exhausted` ("fell behind"); the process keeps running, and
+//! `Process/Connect` attaches again (to new output, as envd's does). So a slow client costs
+//! at most the budget, and never sees output with holes in it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +29,9 @@ use tokio::sync::mpsc;
 
 use super::connect::RpcError;
 use crate::provider::{ExecResult, LiveProcess, OutputChunk, Provider};
+
+/// Most bytes of output one subscriber may have queued; see the module documentation.
+pub(crate) const SUBSCRIBER_BUDGET: usize = 16 << 20;
 
 /// What a stream subscriber receives.
 #[derive(Debug, Clone)]
@@ -36,11 +51,64 @@ pub(crate) struct Entry {
     /// The `ProcessConfig` it was started with, for `Process/List`.
     pub config: Value,
     state: Mutex<EntryState>,
+    /// [`SUBSCRIBER_BUDGET`], smaller in tests.
+    budget: usize,
+}
+
+/// The hub's side of one subscriber.
+#[derive(Debug)]
+struct Subscriber {
+    tx: mpsc::UnboundedSender<Event>,
+    /// Bytes sent and not yet taken by the receiver.
+    queued: Arc<AtomicUsize>,
+}
+
+impl Subscriber {
+    /// Queues `ev`; false when the subscriber is gone or was just cut off for falling behind.
+    fn send(&self, ev: &Event, budget: usize) -> bool {
+        if let Event::Data(c) = ev {
+            let n = chunk_len(c);
+            if self.queued.load(Ordering::SeqCst) + n > budget {
+                let why = format!(
+                    "output stream fell behind by more than {} and was disconnected; the process keeps \
+                     running: reconnect with Process/Connect",
+                    crate::size::human(budget as u64)
+                );
+                let _ = self.tx.send(Event::Error(RpcError::new("resource_exhausted", why)));
+                return false;
+            }
+            self.queued.fetch_add(n, Ordering::SeqCst);
+        }
+        self.tx.send(ev.clone()).is_ok()
+    }
+}
+
+fn chunk_len(c: &OutputChunk) -> usize {
+    match c {
+        OutputChunk::Stdout(b) | OutputChunk::Stderr(b) => b.len(),
+    }
+}
+
+/// The stream's side of one subscriber.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    rx: mpsc::UnboundedReceiver<Event>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Subscription {
+    pub(crate) async fn recv(&mut self) -> Option<Event> {
+        let ev = self.rx.recv().await;
+        if let Some(Event::Data(c)) = &ev {
+            self.queued.fetch_sub(chunk_len(c), Ordering::SeqCst);
+        }
+        ev
+    }
 }
 
 #[derive(Debug, Default)]
 struct EntryState {
-    subscribers: Vec<mpsc::UnboundedSender<Event>>,
+    subscribers: Vec<Subscriber>,
     /// The final event, once the process ended.
     end: Option<Event>,
 }
@@ -51,26 +119,28 @@ impl Entry {
     }
 
     /// A new subscriber; if the process has ended the receiver already holds the final event.
-    pub(crate) fn subscribe(&self) -> mpsc::UnboundedReceiver<Event> {
+    pub(crate) fn subscribe(&self) -> Subscription {
         let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
         let mut st = self.state.lock().expect("entry");
         match &st.end {
             Some(end) => {
                 let _ = tx.send(end.clone());
             }
-            None => st.subscribers.push(tx),
+            None => st.subscribers.push(Subscriber { tx, queued: queued.clone() }),
         }
-        rx
+        Subscription { rx, queued }
     }
 
     fn broadcast(&self, ev: Event) {
-        self.state.lock().expect("entry").subscribers.retain(|s| s.send(ev.clone()).is_ok());
+        let budget = self.budget;
+        self.state.lock().expect("entry").subscribers.retain(|s| s.send(&ev, budget));
     }
 
     fn finish(&self, ev: Event) {
         let mut st = self.state.lock().expect("entry");
         for s in st.subscribers.drain(..) {
-            let _ = s.send(ev.clone());
+            let _ = s.tx.send(ev.clone());
         }
         st.end = Some(ev);
     }
@@ -93,8 +163,14 @@ impl Table {
         config: Value,
         tag: Option<String>,
         deadline: Option<Duration>,
-    ) -> (Arc<Entry>, mpsc::UnboundedReceiver<Event>) {
-        let entry = Arc::new(Entry { pid: live.pid, tag, config, state: Mutex::new(EntryState::default()) });
+    ) -> (Arc<Entry>, Subscription) {
+        let entry = Arc::new(Entry {
+            pid: live.pid,
+            tag,
+            config,
+            state: Mutex::new(EntryState::default()),
+            budget: SUBSCRIBER_BUDGET,
+        });
         let rx = entry.subscribe();
         self.procs.lock().expect("procs").insert(live.pid, entry.clone());
         tokio::spawn(hub(provider, sandbox, live, entry.clone(), deadline));
@@ -191,6 +267,44 @@ fn signal_name(sig: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(budget: usize) -> Entry {
+        Entry { pid: 1, tag: None, config: json!({}), state: Mutex::new(EntryState::default()), budget }
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_is_cut_off_not_fed_holes() {
+        let e = entry(10);
+        let mut slow = e.subscribe();
+        let mut fast = e.subscribe();
+        let chunk = || Event::Data(OutputChunk::Stdout(vec![b'x'; 4]));
+        e.broadcast(chunk());
+        assert!(matches!(fast.recv().await, Some(Event::Data(_))));
+        e.broadcast(chunk());
+        assert!(matches!(fast.recv().await, Some(Event::Data(_))));
+        // `slow` has 8 bytes queued; 4 more would pass its budget of 10.
+        e.broadcast(chunk());
+        assert!(matches!(fast.recv().await, Some(Event::Data(_))));
+        assert_eq!(e.state.lock().unwrap().subscribers.len(), 1, "the slow one is dropped");
+        for _ in 0..2 {
+            assert!(matches!(slow.recv().await, Some(Event::Data(_))), "what was queued is delivered");
+        }
+        match slow.recv().await {
+            Some(Event::Error(err)) => {
+                assert_eq!(err.code, "resource_exhausted");
+                assert!(err.message.contains("fell behind"), "{}", err.message);
+            }
+            other => panic!("expected the cut-off error, got {other:?}"),
+        }
+        assert!(slow.recv().await.is_none());
+        // The queue stays bounded however much more the process writes.
+        for _ in 0..1000 {
+            e.broadcast(chunk());
+            assert!(matches!(fast.recv().await, Some(Event::Data(_))));
+        }
+        e.finish(Event::End(json!({"exited": true})));
+        assert!(matches!(fast.recv().await, Some(Event::End(_))));
+    }
 
     #[test]
     fn end_events_look_like_envd() {

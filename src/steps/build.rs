@@ -11,7 +11,7 @@ use serde_json::{json, Value as J};
 use tokio::sync::mpsc;
 
 use super::{Args, StepCtx, StepError, StepResult};
-use crate::templates::{find_dir, BuildSpec, TemplateDir};
+use crate::templates::{find_dir, BuildSpec, TemplateDir, TEMPLATES_DIR_ENV};
 
 /// The environment variable that keeps every build after the run.
 pub const KEEP_ENV: &str = "SCENARIO_RUN_KEEP_BUILDS";
@@ -20,7 +20,7 @@ fn spec(ctx: &StepCtx, a: &Args<'_>) -> Result<BuildSpec, StepError> {
     let name = a.str("template")?;
     let dir = match a.opt_str("path") {
         Some(p) => ctx.scenario_dir.join(p),
-        None => find_dir(&name, &ctx.scenario_dir),
+        None => find_dir(&name, &ctx.scenario_dir, ctx.env.get(TEMPLATES_DIR_ENV).map(String::as_str)),
     };
     let template = TemplateDir::load(&dir).map_err(StepError::error)?;
     if template.def.name != name {
@@ -30,7 +30,7 @@ fn spec(ctx: &StepCtx, a: &Args<'_>) -> Result<BuildSpec, StepError> {
             template.def.name
         )));
     }
-    let keep_env = std::env::var(KEEP_ENV).is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
+    let keep_env = ctx.env.get(KEEP_ENV).is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
     Ok(BuildSpec { template, build_args: a.str_map("args")?, keep: a.bool("keep")? || keep_env })
 }
 

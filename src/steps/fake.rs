@@ -167,7 +167,7 @@ impl FakeProvider {
 
     /// Answer `exec`/`spawn` with this closure.
     pub fn script(&self, f: impl Fn(&ExecRequest, &mut Fs) -> ExecResult + Send + Sync + 'static) {
-        *self.script.lock().unwrap() = Arc::new(f);
+        *self.script.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(f);
     }
 
     /// Answer commands from a table of `cmd` to result; anything else exits 127.
@@ -182,11 +182,11 @@ impl FakeProvider {
 
     /// Make every later call of `method` (its trait name, e.g. "exec") fail with `err`.
     pub fn fail(&self, method: &'static str, err: ProviderError) {
-        self.failures.lock().unwrap().insert(method, err);
+        self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(method, err);
     }
 
     pub fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap()
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A sandbox made behind the scenario's back (for `connect` and `list`).
@@ -222,14 +222,14 @@ impl FakeProvider {
     fn enter(&self, method: &'static str) -> Result<MutexGuard<'_, State>> {
         let mut s = self.state();
         s.calls.push(method);
-        if let Some(e) = self.failures.lock().unwrap().get(method) {
+        if let Some(e) = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(method) {
             return Err(e.clone());
         }
         Ok(s)
     }
 
     fn run_script(&self, req: &ExecRequest, fs: &mut Fs) -> ExecResult {
-        let f = self.script.lock().unwrap().clone();
+        let f = self.script.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         f(req, fs)
     }
 }

@@ -47,6 +47,13 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
         .map_err(|_| StepError::error(format!("bad method `{method}`")))?;
     let limit = a.opt_duration("request_timeout")?.unwrap_or(if ctx.polling { POLLED_TIMEOUT } else { TIMEOUT });
     let mut req = ctx.http.request(m, &url).timeout(limit);
+    // A port behind private ingress needs its token; the provider knows the URLs it gave out.
+    for (k, v) in ctx.provider.port_headers(&url) {
+        let mut v = reqwest::header::HeaderValue::from_str(&v)
+            .map_err(|_| StepError::error(format!("the provider's header {k} is not a valid header value")))?;
+        v.set_sensitive(true);
+        req = req.header(k, v);
+    }
     for (k, v) in a.str_map("headers")? {
         req = req.header(k, v);
     }

@@ -16,7 +16,7 @@ pub mod registry;
 pub mod scripted;
 
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 #[cfg(test)]
 mod tests;
 
@@ -133,6 +133,9 @@ pub struct StepCtx {
     pub polling: bool,
     /// Services the scenario started (scripted model endpoints); they stop when it ends.
     pub services: Vec<Arc<crate::scripted_model::ScriptedModel>>,
+    /// The run's environment (files and process), for the settings steps read:
+    /// `SCENARIO_RUN_KEEP_BUILDS`, `SCENARIO_RUN_TEMPLATES_DIR`.
+    pub env: Arc<BTreeMap<String, String>>,
 }
 
 impl StepCtx {
@@ -200,9 +203,9 @@ impl<'a> Args<'a> {
             None => Ok(None),
             Some(J::Number(n)) => n
                 .as_f64()
-                .map(Duration::try_from_secs_f64)
+                .map(crate::duration::from_secs_f64)
                 .transpose()
-                .map_err(|_| StepError::error(format!("`{key}`: invalid duration `{n}`"))),
+                .map_err(|e| StepError::error(format!("`{key}`: {e}"))),
             Some(v) => {
                 crate::duration::parse(&text(v)).map(Some).map_err(|e| StepError::error(format!("`{key}`: {e}")))
             }

@@ -43,6 +43,7 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         current_source: None,
         polling: false,
         services: Vec::new(),
+        env: Default::default(),
     }
 }
 
@@ -1238,9 +1239,9 @@ async fn sleep_argument_errors() {
     assert_eq!(e.message, "`duration`: invalid duration `soon`");
     // A templated value can render to any number; a bad one is an error, not a panic.
     let e = errored(step(&mut c, "sleep", json!({ "duration": -1 })).await);
-    assert_eq!(e.message, "`duration`: invalid duration `-1`");
+    assert_eq!(e.message, "`duration`: invalid duration `-1`: it must be a number of seconds, 0 or more");
     let e = errored(step(&mut c, "sleep", json!({ "duration": 1e300 })).await);
-    assert_eq!(e.message, "`duration`: invalid duration `1e+300`");
+    assert_eq!(e.message, "`duration`: duration `1e300` is too long: the longest is 366 days (8784h)");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1386,4 +1387,18 @@ async fn scripted_model_needs_a_provider_that_can_expose_the_host() {
     let e = errored(step(&mut c, "scripted-model", json!({ "file": "x", "content": "hi" })).await);
     assert!(e.message.contains("absolute path"), "{}", e.message);
     assert!(c.services.is_empty());
+}
+
+/// Issue 13: a rendered duration that does not fit (`timeout: "{{ vars.t }}"` with a huge
+/// number) is the step's error, not a panic in `Duration::from_secs_f64`.
+#[tokio::test]
+async fn rendered_huge_durations_are_errors() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    for timeout in [json!(1e300), json!("99999999999999999999h"), json!(-1), json!("1e300")] {
+        let e = step(&mut c, "exec", json!({ "cmd": "true", "timeout": timeout.clone() })).await.unwrap_err();
+        assert!(e.message.contains("timeout"), "{timeout}: {}", e.message);
+    }
+    let e = step(&mut c, "sleep", json!({ "duration": 1e300 })).await.unwrap_err();
+    assert!(e.message.contains("too long"), "{}", e.message);
 }

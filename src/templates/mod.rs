@@ -259,9 +259,13 @@ pub fn digest(dir: &Path) -> std::io::Result<String> {
     Ok(format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }
 
-/// Where the folder of template `name` is (see the module documentation).
-pub fn find_dir(name: &str, scenario_dir: &Path) -> PathBuf {
-    if let Some(root) = std::env::var_os("SCENARIO_RUN_TEMPLATES_DIR").filter(|v| !v.is_empty()) {
+/// The variable naming a folder of template folders, over the search from the scenario.
+pub const TEMPLATES_DIR_ENV: &str = "SCENARIO_RUN_TEMPLATES_DIR";
+
+/// Where the folder of template `name` is (see the module documentation); `root` is the
+/// value of [`TEMPLATES_DIR_ENV`] in the run's environment.
+pub fn find_dir(name: &str, scenario_dir: &Path, root: Option<&str>) -> PathBuf {
+    if let Some(root) = root.filter(|v| !v.is_empty()) {
         return PathBuf::from(root).join(name);
     }
     let start = if scenario_dir.is_absolute() {
@@ -283,12 +287,13 @@ pub fn find_dir(name: &str, scenario_dir: &Path) -> PathBuf {
 /// in the cloud, e.g. `base` is `216g37mamkdfhzrauvxk` on alicloud), else `name` itself (a
 /// template a run deployed, an id, a name the folder does not map). A folder whose
 /// `template.yaml` is broken is an error, with `file:line:col`.
-pub fn provider_id(name: &str, provider: &str, scenario_dir: &Path) -> Result<String, String> {
+/// `root` is [`TEMPLATES_DIR_ENV`] as for [`find_dir`].
+pub fn provider_id(name: &str, provider: &str, scenario_dir: &Path, root: Option<&str>) -> Result<String, String> {
     let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if !plain {
         return Ok(name.to_string());
     }
-    let yaml_path = find_dir(name, scenario_dir).join("template.yaml");
+    let yaml_path = find_dir(name, scenario_dir, root).join("template.yaml");
     let text = match std::fs::read_to_string(&yaml_path) {
         Ok(t) => t,
         Err(_) => return Ok(name.to_string()),

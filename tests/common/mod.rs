@@ -4,8 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The binary under test; `SCENARIO_RUN_TEST_BIN` points the tests at another build (to see
+/// a regression test fail on the code before its fix).
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_scenario-run"))
+    std::env::var_os("SCENARIO_RUN_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_scenario-run")))
 }
 
 pub fn root() -> PathBuf {

@@ -39,8 +39,9 @@ def test_several_mib(sandbox):
 
 
 def test_read_written_by_a_command(sandbox):
-    sandbox.commands.run("mkdir -p /srv/out && printf 'from bash' > /srv/out/f.txt")
-    assert sandbox.files.read("/srv/out/f.txt") == "from bash"
+    # Commands run as `user`, as on E2B: a directory that user may write.
+    sandbox.commands.run("mkdir -p /tmp/out && printf 'from bash' > /tmp/out/f.txt")
+    assert sandbox.files.read("/tmp/out/f.txt") == "from bash"
 
 
 def test_read_missing(sandbox):

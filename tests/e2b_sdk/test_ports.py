@@ -1,5 +1,7 @@
 """get_host and HTTP into a server running inside the sandbox, through the
-`{port}-{id}.localhost:PORT` host routing of scenario-run serve."""
+`{port}-{id}.localhost:PORT` host routing of scenario-run serve. Ports are behind E2B's
+private ingress: a request carries the sandbox's `traffic_access_token` as
+`e2b-traffic-access-token`, or is refused with 403, as E2B's proxy does."""
 
 import time
 
@@ -8,10 +10,16 @@ import httpx
 from conftest import server_port
 
 
-def get_via_host(host: str, path: str = "/") -> httpx.Response:
+def get_via_host(host: str, path: str = "/", headers: dict | None = None) -> httpx.Response:
     # `*.localhost` does not resolve under plain glibc: connect to the server and name the
     # sandbox port in the Host header, as a browser or curl would after resolving it.
-    return httpx.get(f"http://127.0.0.1:{server_port()}{path}", headers={"Host": host}, timeout=5)
+    return httpx.get(f"http://127.0.0.1:{server_port()}{path}", headers={"Host": host, **(headers or {})}, timeout=5)
+
+
+def traffic(sandbox) -> dict:
+    token = sandbox.traffic_access_token
+    assert isinstance(token, str) and len(token) == 64, token
+    return {"e2b-traffic-access-token": token}
 
 
 def test_get_host_and_http(sandbox):
@@ -22,25 +30,49 @@ def test_get_host_and_http(sandbox):
     deadline = time.time() + 15
     r = None
     while time.time() < deadline:
-        r = get_via_host(host, "/index.html")
+        r = get_via_host(host, "/index.html", traffic(sandbox))
         if r.status_code == 200:
             break
         time.sleep(0.2)
     assert r is not None and r.status_code == 200, r and r.text
     assert r.text == f"hello from {sandbox.sandbox_id}"
-    missing = get_via_host(host, "/missing.html")
+    missing = get_via_host(host, "/missing.html", traffic(sandbox))
     assert missing.status_code == 404
     # The E2B edge's other form: a bare host plus the sandbox id and port headers.
     r = httpx.get(
         f"http://127.0.0.1:{server_port()}/index.html",
-        headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "8080"},
+        headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "8080", **traffic(sandbox)},
         timeout=5,
     )
     assert r.status_code == 200 and r.text == f"hello from {sandbox.sandbox_id}"
 
 
+def test_ports_refuse_requests_without_the_traffic_token(sandbox):
+    host = sandbox.get_host(8080)
+    sandbox.files.write("/home/user/www/index.html", "private")
+    sandbox.commands.run("python3 -m http.server 8080 --bind 127.0.0.1", cwd="/home/user/www", background=True)
+    deadline = time.time() + 15
+    while time.time() < deadline and get_via_host(host, "/", traffic(sandbox)).status_code != 200:
+        time.sleep(0.2)
+    assert get_via_host(host, "/index.html", traffic(sandbox)).text == "private"
+    for headers, why in [
+        ({}, "missing traffic access token"),
+        ({"e2b-traffic-access-token": "0" * 64}, "invalid traffic access token"),
+    ]:
+        r = get_via_host(host, "/index.html", headers)
+        assert r.status_code == 403, r.text
+        assert r.json()["sandboxId"] == sandbox.sandbox_id
+        assert why in r.json()["message"]
+    r = httpx.get(
+        f"http://127.0.0.1:{server_port()}/index.html",
+        headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "8080"},
+        timeout=5,
+    )
+    assert r.status_code == 403
+
+
 def test_closed_port_is_502(sandbox):
-    r = get_via_host(sandbox.get_host(8999))
+    r = get_via_host(sandbox.get_host(8999), "/", traffic(sandbox))
     assert r.status_code == 502
     assert "port is not open" in r.json()["message"]
 

@@ -101,39 +101,8 @@ fn entry_from(abs: &str, st: &PathStatResponse) -> FileEntry {
 
 /// Unix seconds of an RFC 3339 time as Go prints it (`2026-12-02T17:42:11.5+01:00`).
 fn parse_rfc3339(s: &str) -> Option<u64> {
-    let (date, rest) = s.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let time_end = rest.find(['Z', '+', '-']).unwrap_or(rest.len());
-    let (time, zone) = rest.split_at(time_end);
-    let mut t = time.split(':');
-    let h: i64 = t.next()?.parse().ok()?;
-    let mi: i64 = t.next()?.parse().ok()?;
-    let sec: i64 = t.next()?.split('.').next()?.parse().ok()?;
-    let offset = match zone.chars().next() {
-        Some(sign @ ('+' | '-')) => {
-            let mut z = zone[1..].split(':');
-            let zh: i64 = z.next()?.parse().ok()?;
-            let zm: i64 = z.next().unwrap_or("0").parse().ok()?;
-            let o = zh * 3600 + zm * 60;
-            if sign == '+' {
-                o
-            } else {
-                -o
-            }
-        }
-        _ => 0,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146097 + doe - 719468;
-    let secs = days * 86400 + h * 3600 + mi * 60 + sec - offset;
-    u64::try_from(secs).ok()
+    let ts: jiff::Timestamp = s.trim().parse().ok()?;
+    u64::try_from(ts.as_second()).ok()
 }
 
 pub(crate) async fn stat(docker: &Docker, container: &str, abs: &str) -> Result<FileEntry> {

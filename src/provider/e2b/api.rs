@@ -114,6 +114,21 @@ impl Api {
         timeout: Duration,
         what: &str,
     ) -> Result<(StatusCode, Vec<u8>, reqwest::header::HeaderMap), CallError> {
+        self.call_with(method, path, body, &[], idem, timeout, what).await
+    }
+
+    /// [`Api::call`] with extra request headers, the same on every attempt.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&J>,
+        headers: &[(&'static str, String)],
+        idem: Idempotency,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(StatusCode, Vec<u8>, reqwest::header::HeaderMap), CallError> {
         let Some(key) = self.cfg.api_key() else {
             // Like the SDK: refuse before sending anything.
             return Err(CallError::Other(ProviderError::new(
@@ -136,6 +151,9 @@ impl Api {
         let url = format!("{}{path}", self.cfg.api_url);
         let build = || {
             let mut rb = self.http.request(method.clone(), &url).header(header.clone(), auth.clone()).timeout(timeout);
+            for (k, v) in headers {
+                rb = rb.header(*k, v.as_str());
+            }
             if let Some(b) = body {
                 rb = rb.json(b);
             }
@@ -186,7 +204,10 @@ impl Api {
         }
     }
 
-    /// `POST /sandboxes` (v1) or `POST /v2/sandboxes` (v2). Never retried on a status.
+    /// `POST /sandboxes` (v1) or `POST /v2/sandboxes` (v2). Repeated only after a refusal
+    /// (see `retry`). Every attempt of one create carries the same `Idempotency-Key`
+    /// (protocol doc §2.1): a server that honours it can tell a repeat from a second create,
+    /// and `serve` counts a repeat after a non-refusal as a double create.
     pub async fn create(&self, req: &CreateRequest) -> Result<SandboxJson> {
         let template = if req.template.is_empty() { "base" } else { req.template.as_str() };
         let mut body = json!({ "templateID": template, "metadata": req.metadata, "envVars": req.envs });
@@ -209,8 +230,9 @@ impl Api {
             CreateApi::V2 => "/v2/sandboxes",
         };
         let what = format!("create sandbox from template `{template}`");
+        let key = [("idempotency-key", idempotency_key())];
         let (_, bytes, _) = self
-            .call(Method::POST, path, Some(&body), Idempotency::Refused, CREATE_TIMEOUT, &what)
+            .call_with(Method::POST, path, Some(&body), &key, Idempotency::Refused, CREATE_TIMEOUT, &what)
             .await
             .map_err(|e| match e {
                 CallError::Status(f) if f.status == 404 => {
@@ -334,6 +356,17 @@ impl Api {
     }
 }
 
+/// A fresh `Idempotency-Key` (`[a-z0-9-]{1,255}`): unique per create, not secret.
+pub fn idempotency_key() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(n);
+    h.write_u32(std::process::id());
+    format!("sr-{:x}-{n}-{:016x}", std::process::id(), h.finish())
+}
+
 /// Percent-encodes everything but unreserved characters.
 pub fn enc(s: &str) -> String {
     urlencoding::encode(s).into_owned()
@@ -403,6 +436,18 @@ mod tests {
         assert_eq!(a.status_error("x", &f(429, "slow down")).kind, ErrorKind::Infra);
         assert_eq!(a.status_error("x", &f(503, "busy")).kind, ErrorKind::Infra);
         assert_eq!(a.scrub("echo e2b_secretsecret back"), "echo *** back");
+    }
+
+    #[test]
+    fn idempotency_keys_are_unique_and_well_formed() {
+        let (a, b) = (idempotency_key(), idempotency_key());
+        assert_ne!(a, b);
+        for k in [a, b] {
+            assert!(
+                k.len() <= 255 && k.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'),
+                "{k}"
+            );
+        }
     }
 
     #[tokio::test]

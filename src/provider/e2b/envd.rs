@@ -3,7 +3,8 @@
 //! calls, and the plain `/files` endpoints.
 //!
 //! Headers (§3.1): `E2b-Sandbox-Id`, `E2b-Sandbox-Port: 49983` always; `X-Access-Token` when
-//! the API issued an `envdAccessToken`; `Authorization: Basic base64("<user>:")` when the
+//! the API issued an `envdAccessToken` (marked sensitive, never in a message: text from envd
+//! is scrubbed of both tokens before it becomes an error); `Authorization: Basic base64("<user>:")` when the
 //! caller names a user (or envd is older than 0.4.0, where the SDK forces `user`). Without
 //! it envd runs the operation as the template's default user.
 //!
@@ -33,6 +34,8 @@ pub const FILES_TIMEOUT: Duration = Duration::from_secs(300);
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Seconds between keepalive events we ask envd for on streams (what the SDK asks).
 pub const KEEPALIVE_SECS: u32 = 50;
+/// E2B's private-ingress header for requests to a sandbox's ports (protocol doc §7).
+pub const TRAFFIC_HEADER: &str = "e2b-traffic-access-token";
 
 /// A failed envd call.
 #[derive(Debug)]
@@ -83,6 +86,9 @@ pub struct Envd {
     pub domain: Option<String>,
     pub version: Option<String>,
     token: Option<String>,
+    /// `trafficAccessToken`: what requests to the sandbox's other ports must carry as
+    /// `e2b-traffic-access-token` (E2B's private ingress), if the API issued one.
+    traffic: Option<String>,
 }
 
 impl std::fmt::Debug for Envd {
@@ -93,6 +99,7 @@ impl std::fmt::Debug for Envd {
             .field("domain", &self.domain)
             .field("version", &self.version)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("traffic", &self.traffic.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -115,11 +122,31 @@ impl Envd {
             domain: domain.filter(|d| !d.is_empty()),
             version,
             token: token.filter(|t| !t.is_empty()),
+            traffic: None,
         }
+    }
+
+    /// The same, with a traffic access token.
+    pub fn with_traffic(mut self, traffic: Option<String>) -> Self {
+        self.traffic = traffic.filter(|t| !t.is_empty());
+        self
     }
 
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()
+    }
+
+    pub fn traffic(&self) -> Option<&str> {
+        self.traffic.as_deref()
+    }
+
+    /// `text` from a server with this sandbox's tokens replaced by `***`.
+    fn scrub(&self, text: String) -> String {
+        [&self.token, &self.traffic]
+            .into_iter()
+            .flatten()
+            .filter(|t| t.len() >= 4)
+            .fold(text, |s, t| s.replace(t.as_str(), "***"))
     }
 
     /// The user to name: the caller's, else `user` when envd predates default users (< 0.4.0).
@@ -171,8 +198,9 @@ impl Envd {
     }
 
     /// Reads a non-200 answer into an error.
-    fn failure(status: u16, body: &[u8]) -> RpcError {
-        let e = error_from_body(status, body);
+    fn failure(&self, status: u16, body: &[u8]) -> RpcError {
+        let mut e = error_from_body(status, body);
+        e.message = self.scrub(e.message);
         if status == 502 && e.message.to_lowercase().contains("not found") {
             return RpcError::Gone(e.message);
         }
@@ -202,7 +230,7 @@ impl Envd {
         let status = resp.status().as_u16();
         let body = resp.bytes().await.map_err(|e| self.transport(what, &e, RPC_TIMEOUT))?;
         if status != 200 {
-            return Err(Self::failure(status, &body));
+            return Err(self.failure(status, &body));
         }
         let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &body };
         serde_json::from_slice(body).map_err(|e| {
@@ -252,7 +280,7 @@ impl Envd {
         if status != 200 {
             let body =
                 tokio::time::timeout(OPEN_TIMEOUT, resp.bytes()).await.ok().and_then(|r| r.ok()).unwrap_or_default();
-            return Err(Self::failure(status, &body));
+            return Err(self.failure(status, &body));
         }
         Ok(RpcStream { resp, dec: Decoder::new(), done: false, what: what.to_string() })
     }
@@ -266,7 +294,7 @@ impl Envd {
         let status = resp.status().as_u16();
         let body = resp.bytes().await.map_err(|e| self.transport(&what, &e, FILES_TIMEOUT))?;
         if status != 200 {
-            return Err(Self::failure(status, &body));
+            return Err(self.failure(status, &body));
         }
         Ok(body.to_vec())
     }
@@ -294,7 +322,7 @@ impl Envd {
         let status = resp.status().as_u16();
         let answer = resp.bytes().await.map_err(|e| self.transport(&what, &e, FILES_TIMEOUT))?;
         if status != 200 {
-            return Err(Self::failure(status, &answer));
+            return Err(self.failure(status, &answer));
         }
         let written: Vec<super::model::UploadedJson> = serde_json::from_slice(&answer).map_err(|e| {
             RpcError::Other(ProviderError::infra(format!(
@@ -420,18 +448,24 @@ mod tests {
 
     #[test]
     fn failures() {
-        let e = Envd::failure(502, br#"{"sandboxId":"x","message":"The sandbox was not found","code":502}"#);
+        let envd = Envd::new("x", "http://h".into(), None, None, Some("tok-secret".into()));
+        let e = envd.failure(502, br#"{"sandboxId":"x","message":"The sandbox was not found","code":502}"#);
         assert!(matches!(e, RpcError::Gone(_)));
         let p = e.into_provider("stat /x", "x");
         assert_eq!(p.kind, ErrorKind::NotFound);
         assert!(p.message.contains("not running"));
-        let e = Envd::failure(502, br#"{"message":"The sandbox is running but port is not open","code":502}"#);
+        let e = envd.failure(502, br#"{"message":"The sandbox is running but port is not open","code":502}"#);
         assert_eq!(e.code(), Some("unavailable"));
-        let e = Envd::failure(404, br#"{"code":404,"message":"path '/x' does not exist"}"#);
+        let e = envd.failure(404, br#"{"code":404,"message":"path '/x' does not exist"}"#);
         assert_eq!(e.code(), Some("not_found"));
-        let e = Envd::failure(401, br#"{"code":"unauthenticated","message":"invalid username: 'bob'"}"#);
+        let e = envd.failure(401, br#"{"code":"unauthenticated","message":"invalid username: 'bob'"}"#);
         let p = e.into_provider("run a command", "x");
         assert_eq!(p.kind, ErrorKind::Auth);
         assert!(p.message.starts_with("authentication failed"));
+        // A server that echoes a token does not get it into a message.
+        let envd = envd.with_traffic(Some("traffic-secret".into()));
+        let e = envd.failure(401, br#"{"code":401,"message":"bad token tok-secret or traffic-secret"}"#);
+        let p = e.into_provider("run a command", "x");
+        assert!(!p.message.contains("tok-secret") && !p.message.contains("traffic-secret"), "{}", p.message);
     }
 }

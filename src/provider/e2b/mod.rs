@@ -95,6 +95,9 @@ impl std::fmt::Debug for E2bProvider {
 struct Inner {
     api: Api,
     envds: Mutex<HashMap<String, Envd>>,
+    /// Port base URLs handed out by `port_url`, and whose sandbox they reach (for
+    /// `port_headers`).
+    port_bases: Mutex<HashMap<String, String>>,
     /// Sandboxes this provider created and has not seen killed.
     created: Mutex<HashSet<String>>,
     procs: ProcTable,
@@ -132,6 +135,12 @@ fn short(cmd: &str) -> String {
     }
 }
 
+/// Whether `url` is `base` or below it (a path, query or fragment follows), so that a
+/// look-alike host such as `{base}.evil.example` never matches.
+fn under(url: &str, base: &str) -> bool {
+    url.strip_prefix(base).is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?', '#']))
+}
+
 /// Single-quotes `s` for bash.
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -147,6 +156,7 @@ impl E2bProvider {
             inner: Arc::new(Inner {
                 api: Api::new(http_client()?, cfg),
                 envds: Mutex::new(HashMap::new()),
+                port_bases: Mutex::new(HashMap::new()),
                 created: Mutex::new(HashSet::new()),
                 procs: ProcTable::default(),
                 stats: Mutex::new(ProviderStats::default()),
@@ -192,8 +202,9 @@ impl Inner {
         let domain = sb.domain.clone().filter(|d| !d.is_empty()).or_else(|| old.and_then(|e| e.domain.clone()));
         let token = sb.envd_access_token.clone().or_else(|| old.and_then(|e| e.token().map(str::to_string)));
         let version = sb.envd_version.clone().or_else(|| old.and_then(|e| e.version.clone()));
+        let traffic = sb.traffic_access_token.clone().or_else(|| old.and_then(|e| e.traffic().map(str::to_string)));
         let base = self.api.cfg.envd_url(&sb.sandbox_id, domain.as_deref());
-        let e = Envd::new(&sb.sandbox_id, base, domain, version, token);
+        let e = Envd::new(&sb.sandbox_id, base, domain, version, token).with_traffic(traffic);
         envds.insert(sb.sandbox_id.clone(), e.clone());
         e
     }
@@ -227,6 +238,7 @@ impl Inner {
 
     fn forget(&self, id: &str) {
         self.envds.lock().expect("envds").remove(id);
+        self.port_bases.lock().expect("ports").retain(|_, sb| sb != id);
         self.procs.forget_sandbox(id);
     }
 
@@ -709,7 +721,22 @@ impl Provider for E2bProvider {
 
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {
         let envd = self.inner.envd(id).await?;
-        Ok(self.inner.api.cfg.port_url(id, envd.domain.as_deref(), port))
+        let url = self.inner.api.cfg.port_url(id, envd.domain.as_deref(), port);
+        self.inner.port_bases.lock().expect("ports").insert(url.trim_end_matches('/').to_string(), id.to_string());
+        Ok(url)
+    }
+
+    fn port_headers(&self, url: &str) -> Vec<(String, String)> {
+        let id = {
+            let bases = self.inner.port_bases.lock().expect("ports");
+            bases.iter().find(|(base, _)| under(url, base)).map(|(_, id)| id.clone())
+        };
+        let Some(id) = id else { return Vec::new() };
+        let envds = self.inner.envds.lock().expect("envds");
+        match envds.get(&id).and_then(Envd::traffic) {
+            Some(t) => vec![(envd::TRAFFIC_HEADER.to_string(), t.to_string())],
+            None => Vec::new(),
+        }
     }
 
     async fn destroy_all(&self) -> usize {
@@ -787,6 +814,27 @@ mod tests {
         let p = E2bProvider::new(Preset::E2b, &env).unwrap();
         assert!(p.required_credentials().is_empty());
         assert!(!format!("{p:?}").contains("topsecret"));
+    }
+
+    #[test]
+    fn port_headers_only_for_urls_we_handed_out() {
+        let base = "http://8000-abc.localhost:3000";
+        assert!(under("http://8000-abc.localhost:3000", base));
+        assert!(under("http://8000-abc.localhost:3000/index.html", base));
+        assert!(under("http://8000-abc.localhost:3000?x=1", base));
+        assert!(!under("http://8000-abc.localhost:30001/", base));
+        assert!(!under("http://8000-abc.localhost:3000.evil.example/", base));
+        assert!(!under("https://example.com/", base));
+        let p = E2bProvider::new(Preset::E2b, &BTreeMap::new()).unwrap();
+        p.inner.envds.lock().unwrap().insert(
+            "abc".into(),
+            Envd::new("abc", "http://h".into(), None, None, Some("t".into())).with_traffic(Some("traffic".into())),
+        );
+        p.inner.port_bases.lock().unwrap().insert(base.into(), "abc".into());
+        assert_eq!(p.port_headers(&format!("{base}/x")), vec![("e2b-traffic-access-token".into(), "traffic".into())]);
+        assert!(p.port_headers("http://127.0.0.1:3000/x").is_empty());
+        p.inner.forget("abc");
+        assert!(p.port_headers(&format!("{base}/x")).is_empty());
     }
 
     #[test]

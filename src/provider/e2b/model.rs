@@ -47,48 +47,11 @@ fn null_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>,
     Ok(Option::<BTreeMap<String, String>>::deserialize(d)?.unwrap_or_default())
 }
 
-/// RFC 3339 (`2024-01-01T00:00:00Z`, optional fraction, `Z` or `±hh:mm`) → unix seconds.
+/// RFC 3339 (`2024-01-01T00:00:00Z`, optional fraction, `Z` or `±hh:mm`) → unix seconds;
+/// `None` for anything else, whatever bytes a server sends (parsed by jiff).
 pub fn parse_rfc3339(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, sec) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut rest = &s[19..];
-    if let Some(frac) = rest.strip_prefix('.') {
-        let n = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if n == 0 {
-            return None;
-        }
-        rest = &frac[n..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) && &rest[3..4] == ":" => {
-            let oh: i64 = rest[1..3].parse().ok()?;
-            let om: i64 = rest[4..6].parse().ok()?;
-            let o = oh * 3600 + om * 60;
-            if rest.starts_with('-') {
-                -o
-            } else {
-                o
-            }
-        }
-        _ => return None,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let (y, m) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + sec - offset).ok()
+    let ts: jiff::Timestamp = s.trim().parse().ok()?;
+    u64::try_from(ts.as_second()).ok()
 }
 
 // ---- control plane -----------------------------------------------------------------------
@@ -364,6 +327,24 @@ mod tests {
         assert_eq!(parse_rfc3339("2023-12-31T23:00:00-01:00"), Some(1_704_067_200));
         assert_eq!(parse_rfc3339("2024-02-29T12:34:56Z"), Some(1_709_210_096));
         for bad in ["", "2024-01-01", "2024-13-01T00:00:00Z", "2024-01-01T00:00:00", "2024-01-01T00:00:00.Z"] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    /// Issue 13: the hand-written parser sliced by byte offset and panicked on a multi-byte
+    /// character where it expected the offset's digits.
+    #[test]
+    fn malformed_timestamps_from_a_server_are_none_not_a_panic() {
+        for bad in [
+            "2024-01-01T00:00:00+aé00",
+            "2024-01-01T00:00:00+é:00",
+            "2024-01-01T00:00:00é",
+            "2024-01-01Té0:00:00Z",
+            "é024-01-01T00:00:00Z",
+            "2024-01-01T00:00:00+99:99",
+            "1969-12-31T23:59:59Z",
+            "99999-01-01T00:00:00Z",
+        ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
     }

@@ -70,7 +70,7 @@ pub fn retry_after(value: Option<&str>) -> Option<Duration> {
     if !secs.is_finite() || secs < 0.0 {
         return None;
     }
-    Some(Duration::from_secs_f64(secs).min(MAX_RETRY_AFTER))
+    Some(Duration::try_from_secs_f64(secs).map_or(MAX_RETRY_AFTER, |d| d.min(MAX_RETRY_AFTER)))
 }
 
 /// Exponential backoff before retry number `attempt` (0-based), with `jitter` in [0, 1).
@@ -159,6 +159,8 @@ mod tests {
         assert_eq!(retry_after(Some("Wed, 21 Oct 2015 07:28:00 GMT")), None);
         assert_eq!(retry_after(Some("-1")), None);
         assert_eq!(retry_after(None), None);
+        // Issue 13: a server's huge Retry-After panicked in Duration::from_secs_f64.
+        assert_eq!(retry_after(Some("1e300")), Some(MAX_RETRY_AFTER));
         let mut h = HeaderMap::new();
         h.insert("retry-after", "1".parse().unwrap());
         assert_eq!(delay(2, &h), Duration::from_secs(1));

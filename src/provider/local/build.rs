@@ -169,6 +169,8 @@ pub(crate) async fn build(
     for d in [&layout.work, &layout.merged, &dir.join("context"), &dir.join("apt-archives")] {
         let _ = std::fs::remove_dir_all(d);
     }
+    // The context's mount point is not part of the template.
+    let _ = std::fs::remove_dir(layout.upper.join(CONTEXT.trim_start_matches('/')));
     let mut layer = result?;
     log.line(format!(
         "built {} in {:.1}s: layer {}",

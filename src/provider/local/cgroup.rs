@@ -283,7 +283,23 @@ impl Cgroup {
         }
     }
 
+    /// [`Cgroup::remove`] without blocking the runtime: retried with async sleeps while the
+    /// last processes exit (a group is busy until its zombies are reaped).
+    pub(crate) async fn remove_async(&self) {
+        for d in &self.dirs {
+            for attempt in 0..200 {
+                match std::fs::remove_dir(d) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) if attempt < 199 => tokio::time::sleep(Duration::from_millis(10)).await,
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+
     /// Removes the groups (they must be empty; retried briefly while the last processes exit).
+    /// Blocks: for the synchronous last-resort paths only.
     pub(crate) fn remove(&self) {
         for d in &self.dirs {
             for attempt in 0..50 {

@@ -275,10 +275,11 @@ impl LocalProvider {
         })?;
         {
             use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o711));
+            let _ = std::fs::set_permissions(&opts.state_dir, std::fs::Permissions::from_mode(0o700));
         }
         sweep_stale(&opts.state_dir);
         cgroup::sweep();
+        sandbox::sweep_mount_points();
         let (isolation, warning) = match opts.isolation {
             Isolation::None => (Isolation::None, None),
             Isolation::Namespaces => {
@@ -331,16 +332,6 @@ impl LocalProvider {
     /// How cpu, memory and process limits are enforced (for reports and the README).
     pub fn limits_enforcement(&self) -> String {
         cgroup::Enforcement::get().describe()
-    }
-
-    /// Makes sure the `base` image is ready, building it on first use; progress goes to `log`.
-    /// Runs before the scenarios so that a first run says what it is doing and how long it took.
-    pub async fn prepare(&self, log: &mpsc::UnboundedSender<String>) -> Result<()> {
-        if !self.inner.namespaces {
-            return Ok(());
-        }
-        self.inner.images.get(BASE_IMAGE, None, log).await?;
-        Ok(())
     }
 
     /// The isolation in effect ([`Isolation::Namespaces`] or [`Isolation::None`]).
@@ -528,10 +519,15 @@ impl Inner {
                 }
             }
             let l = layout.clone();
-            tokio::task::spawn_blocking(move || l.create())
+            let prepared = tokio::task::spawn_blocking(move || l.create())
                 .await
-                .map_err(|e| ProviderError::infra(e.to_string()))?
-                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+                .map_err(|e| ProviderError::infra(e.to_string()))
+                .and_then(|r| r.map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}"))));
+            if let Err(e) = prepared {
+                let _ = std::fs::remove_dir(&layout.merged);
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(e);
+            }
             let ns = match NsSandbox::start(layout, &id).await {
                 Ok(ns) => ns,
                 Err(e) => {
@@ -637,7 +633,7 @@ impl Inner {
         std::thread::sleep(Duration::from_millis(150));
         for sb in &all {
             if let Iso::Ns { ns, .. } = &sb.iso {
-                ns.remove_cgroup();
+                ns.remove_leftovers();
             }
             let _ = std::fs::remove_dir_all(&sb.dir);
         }
@@ -666,6 +662,16 @@ impl Drop for Inner {
 impl Provider for LocalProvider {
     fn name(&self) -> &str {
         "local"
+    }
+
+    /// Makes sure the `base` image is ready, building it on first use (about a minute), so a
+    /// first run says what it is doing and how long it took before any scenario waits on it.
+    async fn prepare(&self, log: mpsc::UnboundedSender<String>) -> Result<()> {
+        if !self.inner.namespaces {
+            return Ok(());
+        }
+        self.inner.images.get(BASE_IMAGE, None, &log).await?;
+        Ok(())
     }
 
     fn capabilities(&self) -> &[Capability] {

@@ -50,8 +50,34 @@ const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// Seconds to wait for the outer bwrap to exit after pid 1 was killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where a sandbox keeps its state on the host (all under `<state_dir>/<id>`), and what it
-/// is made of.
+/// Where sandbox roots are mounted (each in its own private mount namespace only; on the host
+/// these are empty directories). bwrap, already the namespace's root when it binds the root,
+/// must be able to walk to it, which a state directory inside a 0700 home or temporary
+/// directory would not allow; this path is traversable (0711) and each entry is the sandbox
+/// root's own (0700).
+pub(crate) const ROOTS: &str = "/run/scenario-run/roots";
+
+/// A fresh mount point under [`ROOTS`], named `<owner pid>.<start time>.<random>` so the next
+/// run can sweep what a killed one left.
+fn mount_point() -> PathBuf {
+    Path::new(ROOTS).join(format!("{}.{}", super::owner_token().replace(':', "."), sys::random_hex(6)))
+}
+
+/// Removes mount points whose owner process is gone (empty directories a SIGKILLed run left).
+pub(crate) fn sweep_mount_points() {
+    let Ok(entries) = std::fs::read_dir(ROOTS) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let mut parts = name.splitn(3, '.');
+        let (pid, start) = (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next().unwrap_or(""));
+        if pid.is_none_or(|p| super::start_time(p).is_none_or(|s| s != start)) {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// Where a sandbox keeps its state on the host (all under `<state_dir>/<id>`, but for its
+/// mount point), and what it is made of.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     pub dir: PathBuf,
@@ -64,11 +90,11 @@ pub(crate) struct Layout {
     pub share_net: bool,
     /// Host directories bound read-only at a path inside.
     pub ro_binds: Vec<(PathBuf, String)>,
-    /// Host directories bound read-write at a path inside (a build's package caches). They are
-    /// mounted by host root before the user namespace is entered, so they may live where the
-    /// sandbox's root could not reach (under a 0700 home); what is in them must belong to the
-    /// sandbox's ids to be usable inside. The mount points are made in the upper directory
-    /// (see [`Layout::create`]) and removed again by [`Layout::remove_mount_points`].
+    /// Host directories bound read-write at a path inside (a build's package caches). Like the
+    /// read-only ones they are mounted by host root before the user namespace is entered, so
+    /// they may live where the sandbox's root could not reach (under a 0700 home); what is in
+    /// them must belong to the sandbox's ids to be usable inside. Their mount points are made in
+    /// the upper directory (see [`Layout::create`]) and removed by [`Layout::remove_mount_points`].
     pub rw_binds: Vec<(PathBuf, String)>,
     pub ids: IdMap,
     pub limits: Limits,
@@ -80,7 +106,7 @@ impl Layout {
             dir: dir.to_path_buf(),
             upper: dir.join("upper"),
             work: dir.join("work"),
-            merged: dir.join("merged"),
+            merged: mount_point(),
             lowers: Vec::new(),
             share_net: false,
             ro_binds: Vec::new(),
@@ -91,16 +117,40 @@ impl Layout {
     }
 
     /// Creates the directories, owned by the sandbox's root (so `/` inside is root's and
-    /// bwrap, already inside the user namespace, can reach `merged`), and the login-shell hook
-    /// (see `process`) in the upper layer.
+    /// bwrap, already inside the user namespace, can reach `merged`), the login-shell hook
+    /// (see `process`) in the upper layer, and the mount points of the read-only binds.
     pub(crate) fn create(&self) -> std::io::Result<()> {
         let root = userns::host_id(self.ids, 0);
+        for d in [Path::new("/run/scenario-run"), Path::new(ROOTS)] {
+            std::fs::create_dir_all(d)?;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
+        }
         for d in [&self.dir, &self.upper, &self.work, &self.merged] {
             std::fs::create_dir_all(d)?;
             std::os::unix::fs::lchown(d, Some(root), Some(root))?;
         }
         std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
         std::fs::set_permissions(&self.upper, std::fs::Permissions::from_mode(0o755))?;
+        for (_, inside) in self.ro_binds.iter().chain(&self.rw_binds) {
+            let mut d = self.upper.clone();
+            let mut rel = PathBuf::new();
+            for part in Path::new(inside.trim_start_matches('/')).iter() {
+                d.push(part);
+                rel.push(part);
+                if !d.exists() {
+                    // A directory the image has keeps its mode and owner (`/tmp` stays 1777);
+                    // a new one is root's.
+                    use std::os::unix::fs::MetadataExt;
+                    let below = self.lowers.iter().find_map(|l| std::fs::symlink_metadata(l.join(&rel)).ok());
+                    std::fs::create_dir(&d)?;
+                    let (mode, uid, gid) = below
+                        .filter(|m| m.is_dir())
+                        .map_or((0o755, root, root), |m| (m.mode() & 0o7777, m.uid(), m.gid()));
+                    std::os::unix::fs::lchown(&d, Some(uid), Some(gid))?;
+                    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))?;
+                }
+            }
+        }
         let rc = self.upper.join(BASH_ENV_IN_SANDBOX.trim_start_matches('/'));
         let mut d = self.upper.clone();
         for part in Path::new(BASH_ENV_IN_SANDBOX.trim_start_matches('/')).parent().into_iter().flat_map(|p| p.iter()) {
@@ -123,16 +173,6 @@ impl Layout {
             let p = etc.join(name);
             std::fs::write(&p, text)?;
             std::os::unix::fs::lchown(&p, Some(root), Some(root))?;
-        }
-        for (_, inside) in &self.rw_binds {
-            let mut d = self.upper.clone();
-            for part in Path::new(inside.trim_start_matches('/')).iter() {
-                d.push(part);
-                if !d.exists() {
-                    std::fs::create_dir(&d)?;
-                    std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
-                }
-            }
         }
         Ok(())
     }
@@ -192,12 +232,6 @@ fn bwrap_command(
     let c_overlay = CString::new("overlay").expect("static");
     let c_root = CString::new("/").expect("static");
     let procs: Vec<CString> = cgroup.map(|c| c.procs.clone()).unwrap_or_default();
-    let mut rw: Vec<(CString, CString)> = Vec::new();
-    for (host, inside) in &layout.rw_binds {
-        let target = layout.merged.join(inside.trim_start_matches('/'));
-        let c = |p: &Path| CString::new(p.to_str().ok_or_else(|| bad("bind"))?).map_err(|_| bad("bind"));
-        rw.push((c(host)?, c(&target)?));
-    }
     let userns = userns.as_raw_fd();
 
     let mut cmd = std::process::Command::new("bwrap");
@@ -208,8 +242,17 @@ fn bwrap_command(
         cmd.arg("--bind").arg(&layout.merged).arg("/");
     }
     cmd.args(["--dev", "/dev", "--proc", "/proc"]);
-    for (host, inside) in &layout.ro_binds {
-        cmd.arg("--ro-bind").arg(host).arg(inside);
+    // The binds are mounted into the root by the child, as host root (bwrap, as the
+    // namespace's root, might not reach their host paths: a 0700 home holds the build caches).
+    let mut binds = Vec::new();
+    let ro = layout.ro_binds.iter().map(|b| (b, true));
+    for ((host, inside), read_only) in ro.chain(layout.rw_binds.iter().map(|b| (b, false))) {
+        let target = layout.merged.join(inside.trim_start_matches('/'));
+        binds.push((
+            CString::new(host.to_str().ok_or_else(|| bad("bind"))?).map_err(|_| bad("bind"))?,
+            CString::new(target.to_str().ok_or_else(|| bad("bind"))?).map_err(|_| bad("bind"))?,
+            read_only,
+        ));
     }
     // The hostname resolves in any image (`sudo` looks it up).
     cmd.args(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", "--hostname", HOSTNAME]);
@@ -245,9 +288,15 @@ fn bwrap_command(
                 return Err(std::io::Error::last_os_error());
             }
             // Still host root, in the private mount namespace: bwrap's recursive bind of the
-            // root carries these along.
-            for (host, target) in &rw {
-                if libc::mount(host.as_ptr(), target.as_ptr(), none, libc::MS_BIND, std::ptr::null()) != 0 {
+            // root carries these along. Read-only ones (the build context) and read-write ones
+            // (a build's package caches) alike are nosuid and nodev.
+            for (src, dst, read_only) in &binds {
+                if libc::mount(src.as_ptr(), dst.as_ptr(), none, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let ro = if *read_only { libc::MS_RDONLY } else { 0 };
+                let flags = libc::MS_BIND | libc::MS_REMOUNT | ro | libc::MS_NOSUID | libc::MS_NODEV;
+                if libc::mount(none, dst.as_ptr(), none, flags, std::ptr::null()) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
@@ -283,6 +332,8 @@ pub(crate) struct NsSandbox {
     /// The outer bwrap process, our direct child.
     bwrap: tokio::sync::Mutex<tokio::process::Child>,
     cgroup: Option<Cgroup>,
+    /// The (host-side empty) mount point of its root, removed when it stops.
+    mount_point: PathBuf,
     /// Set once `stop` ran; a sandbox dropped without it is killed by `Drop`.
     stopped: std::sync::atomic::AtomicBool,
 }
@@ -297,6 +348,7 @@ impl Drop for NsSandbox {
             if let Some(c) = &self.cgroup {
                 c.remove();
             }
+            let _ = std::fs::remove_dir(&self.mount_point);
         }
     }
 }
@@ -305,15 +357,21 @@ impl NsSandbox {
     /// Starts the sandbox and waits until its root is in place. `name` names its cgroup.
     pub(crate) async fn start(layout: Layout, name: &str) -> Result<Self> {
         let infra = |what: &str, e: std::io::Error| ProviderError::infra(format!("{what}: {}", sys::errno_text(&e)));
-        let cgroup = Cgroup::create(&super::cgroup::group_name(name), layout.limits)
-            .map_err(|e| infra("cannot create the sandbox's cgroup", e))?;
+        let cgroup = match Cgroup::create(&super::cgroup::group_name(name), layout.limits) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&layout.merged);
+                return Err(infra("cannot create the sandbox's cgroup", e));
+            }
+        };
         let (pid1, mut child) = match Self::start_in(&layout, cgroup.as_ref()).await {
             Ok(started) => started,
             Err(e) => {
                 if let Some(c) = &cgroup {
                     c.kill_all().await;
-                    c.remove();
+                    c.remove_async().await;
                 }
+                let _ = std::fs::remove_dir(&layout.merged);
                 return Err(e);
             }
         };
@@ -329,6 +387,7 @@ impl NsSandbox {
                 entry: Arc::new(entry),
                 bwrap: tokio::sync::Mutex::new(child),
                 cgroup,
+                mount_point: layout.merged.clone(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
             }),
             Err(e) => {
@@ -336,8 +395,9 @@ impl NsSandbox {
                 let _ = tokio::time::timeout(STOP_TIMEOUT, child.wait()).await;
                 if let Some(c) = &cgroup {
                     c.kill_all().await;
-                    c.remove();
+                    c.remove_async().await;
                 }
+                let _ = std::fs::remove_dir(&layout.merged);
                 Err(infra("sandbox namespaces vanished", e))
             }
         }
@@ -435,8 +495,9 @@ impl NsSandbox {
         let _ = self.pid1.wait_exit(STOP_TIMEOUT).await;
         if let Some(c) = &self.cgroup {
             c.kill_all().await;
-            c.remove();
+            c.remove_async().await;
         }
+        let _ = std::fs::remove_dir(&self.mount_point);
     }
 
     /// Last resort: SIGKILL pid 1 and everything in the cgroup, without waiting.
@@ -450,11 +511,12 @@ impl NsSandbox {
         }
     }
 
-    /// Removes the cgroup after `stop_now` (best effort, bounded).
-    pub(crate) fn remove_cgroup(&self) {
+    /// Removes the cgroup and the mount point after `stop_now` (best effort, bounded).
+    pub(crate) fn remove_leftovers(&self) {
         if let Some(c) = &self.cgroup {
             c.remove();
         }
+        let _ = std::fs::remove_dir(&self.mount_point);
     }
 }
 
@@ -503,5 +565,6 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Str
         run
     })();
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir(&layout.merged);
     result
 }

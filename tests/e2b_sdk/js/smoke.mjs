@@ -23,6 +23,17 @@ try {
 
   const info = await sbx.getInfo()
   assert.equal(info.metadata.suite, 'e2b-js')
+
+  // serve secures every sandbox: a traffic token for ports, signed URLs for files.
+  assert.match(sbx.trafficAccessToken, /^[0-9a-f]{64}$/)
+  const signed = await sbx.downloadUrl('/home/user/js.txt')
+  assert.match(signed, /signature=v1_/)
+  const got = await fetch(signed)
+  assert.equal(got.status, 200)
+  assert.equal(await got.text(), 'from node')
+  const unsigned = new URL(signed)
+  unsigned.searchParams.delete('signature')
+  assert.equal((await fetch(unsigned, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } })).status, 401)
 } finally {
   assert.equal(await sbx.kill(), true)
 }

@@ -1,0 +1,35 @@
+//! Writing to standard output and standard error without panicking.
+//!
+//! `print!`, `println!` and `eprintln!` panic when the write fails, and a closed pipe is an
+//! ordinary way for a write to fail: `scenario-run --list | head` closes stdout after ten
+//! lines, and the panic made the run exit 101. Rust ignores SIGPIPE, so the write returns
+//! `EPIPE` instead of killing the process (which would also skip sandbox cleanup); here that
+//! error is data. Stderr problems are ignored (there is nowhere left to say anything); stdout
+//! problems are returned, so a command can end quietly when its reader has gone.
+
+use std::io::{self, Write};
+
+/// Write `text` to stdout and flush. `Ok` also when the reader has gone (broken pipe): the
+/// output was not wanted any more, which is not an error of ours.
+pub fn stdout(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Write `text` to stderr, ignoring failure.
+pub fn stderr(text: &str) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}
+
+/// `eprintln!` that never panics.
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::out::stderr(&format!("{}\n", format_args!($($arg)*)))
+    };
+}

@@ -1,0 +1,122 @@
+//! The command line of `scenario-run serve`: its flags live here, beside what they configure,
+//! so `main.rs` only wires them to the local provider.
+
+use std::time::Duration;
+
+use super::{Faults, Limits, ServeOptions};
+
+/// The shortest API key accepted: the key is the only credential of the control plane, and
+/// serve may listen beyond loopback. E2B's keys are `e2b_` and 40 hex digits (44).
+pub const MIN_API_KEY_LEN: usize = 32;
+
+/// Flags of `scenario-run serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback by default; there is no TLS).
+    #[arg(long, default_value = "127.0.0.1:3000")]
+    pub listen: std::net::SocketAddr,
+    /// The API key clients must send (X-API-KEY or Authorization: Bearer); at least 32
+    /// characters, e.g. `e2b_` and 40 hex digits.
+    #[arg(long, env = "E2B_API_KEY", hide_env_values = true)]
+    pub api_key: String,
+    /// Local provider isolation: auto (namespaces when the host allows), namespaces, none.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
+    pub isolation: String,
+    /// Most sandboxes alive at once; a create past it answers 429.
+    #[arg(long, default_value_t = Limits::default().max_sandboxes, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sandboxes: u32,
+    /// Most bytes one /files upload may write (after decompression); 413 past it.
+    #[arg(long, default_value = "1GiB", value_name = "SIZE", value_parser = parse_size)]
+    pub max_upload: u64,
+    /// Most a gzip upload may inflate, as a multiple of its compressed size (past its
+    /// first MiB); 413 past it.
+    #[arg(long, default_value_t = Limits::default().max_inflate_ratio, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_inflate_ratio: u64,
+    /// Fault injection: delay every request by this many milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub fault_latency: Option<u64>,
+    /// Fault injection: answer every Nth request 429 (with Retry-After: 1).
+    #[arg(long, value_name = "N")]
+    pub fault_429_every: Option<u64>,
+    /// Fault injection: answer every Nth request 503.
+    #[arg(long, value_name = "N")]
+    pub fault_5xx_every: Option<u64>,
+    /// Fault injection: abort streamed responses (process output, downloads) after BYTES.
+    #[arg(long, value_name = "BYTES")]
+    pub fault_cut_stream_after: Option<u64>,
+    /// Fault injection: 429/503 faults hit control-plane requests only, not envd.
+    #[arg(long)]
+    pub fault_control_plane_only: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    crate::size::parse(s).map(|n| n as u64)
+}
+
+impl ServeArgs {
+    /// The server's options, or what is wrong with the flags.
+    pub fn options(&self) -> Result<ServeOptions, String> {
+        let key = self.api_key.trim();
+        if key.is_empty() {
+            return Err("--api-key (or E2B_API_KEY) must not be empty".into());
+        }
+        if key.chars().count() < MIN_API_KEY_LEN {
+            return Err(format!(
+                "--api-key (or E2B_API_KEY) is {} characters; use at least {MIN_API_KEY_LEN}, e.g. `e2b_` and 40 hex digits",
+                key.chars().count()
+            ));
+        }
+        Ok(ServeOptions {
+            api_key: key.to_string(),
+            faults: Faults {
+                latency: self.fault_latency.map(Duration::from_millis),
+                every_429: self.fault_429_every,
+                every_5xx: self.fault_5xx_every,
+                cut_stream_after: self.fault_cut_stream_after,
+                control_plane_only: self.fault_control_plane_only,
+            },
+            limits: Limits {
+                max_sandboxes: self.max_sandboxes,
+                max_upload: self.max_upload,
+                max_inflate_ratio: self.max_inflate_ratio,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServeOptions, String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        cli.serve.options()
+    }
+
+    #[test]
+    fn short_keys_are_refused() {
+        let e = parse(&["--api-key", "e2b_short"]).unwrap_err();
+        assert!(e.contains("is 9 characters") && e.contains("at least 32"), "{e}");
+        assert!(parse(&["--api-key", "   "]).unwrap_err().contains("must not be empty"));
+        let ok = parse(&["--api-key", "e2b_0123456789abcdef0123456789abcdef01234567"]).unwrap();
+        assert_eq!(ok.limits.max_sandboxes, 256);
+        assert_eq!(ok.limits.max_upload, 1 << 30);
+    }
+
+    #[test]
+    fn limits_parse() {
+        let key = "e2b_0123456789abcdef0123456789abcdef01234567";
+        let o = parse(&["--api-key", key, "--max-sandboxes", "3", "--max-upload", "10MiB", "--max-inflate-ratio", "7"])
+            .unwrap();
+        assert_eq!((o.limits.max_sandboxes, o.limits.max_upload, o.limits.max_inflate_ratio), (3, 10 << 20, 7));
+        assert!(parse(&["--api-key", key, "--max-sandboxes", "0"]).is_err());
+    }
+}
