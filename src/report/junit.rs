@@ -311,7 +311,10 @@ mod tests {
             .filter(|n| n.has_tag_name("property"))
             .map(|n| (n.attribute("name").unwrap(), n.attribute("value").unwrap()))
             .collect();
-        assert_eq!(props, [("run_id", "r-20240101-abcd"), ("provider", "local"), ("interrupted", "false")]);
+        assert_eq!(
+            props,
+            [("run_id", "r-20240101-abcd"), ("provider", "local"), ("interrupted", "false"), ("skipped_steps", "0")]
+        );
     }
 
     #[test]
