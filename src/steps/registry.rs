@@ -284,7 +284,7 @@ pub static REGISTRY: &[StepKind] = &[
         uses_sandbox: true,
         eventual: false,
         sets_last: false,
-        example: "- scripted-model: { file: /home/user/workspace/hello.txt, content: hi }\n  id: model\n- exec: qwen -p 'write the file' --yolo\n  env: { OPENAI_BASE_URL: \"{{ steps.model.openai_base_url }}\", OPENAI_API_KEY: none }",
+        example: "- scripted-model: { file: /home/user/workspace/hello.txt, content: hi }\n  id: model\n- exec:\n    cmd: qwen -p 'write the file' --yolo\n    env: { OPENAI_BASE_URL: \"{{ steps.model.openai_base_url }}\", OPENAI_API_KEY: none }\n- assert-file: { path: /home/user/workspace/hello.txt, equals: hi }",
         run: run_fn!(scripted::scripted_model),
     },
     StepKind {
