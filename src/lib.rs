@@ -17,6 +17,7 @@ pub mod provider;
 pub mod report;
 pub mod runner;
 pub mod schema;
+pub mod scripted_model;
 pub mod select;
 pub mod server;
 pub mod size;

@@ -102,6 +102,8 @@ pub fn schema() -> J {
                         "within": { "$ref": "#/definitions/duration" }, "every": { "$ref": "#/definitions/duration" } } } ] }),
                 "if" => json!({ "type": ["string", "boolean"] }),
                 "continue_on_error" => json!({ "type": "boolean" }),
+                "requires" => json!({ "type": "object", "additionalProperties": false, "properties": {
+                    "env": { "type": "array", "items": { "type": "string" } } } }),
                 "expect_error" => json!({ "anyOf": [{ "type": "boolean" }, { "$ref": "#/definitions/matcher_object" }] }),
                 _ => json!({}),
             };

@@ -356,3 +356,58 @@ fn output_past_max_output_is_counted_and_an_assertion_on_it_says_so() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("unknown unit `parsecs`"), "{}", text(&bad.stderr));
 }
+
+/// Issue 14: a step's `requires: { env }` skips that step alone when the variable is unset
+/// (a model's key), visibly and counted in every report, and the rest of the scenario runs and
+/// can fail; with the variable set, the step runs.
+#[test]
+fn a_step_without_its_key_is_skipped_counted_and_the_rest_still_decides() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (junit, json) = (tmp.path().join("junit.xml"), tmp.path().join("report.json"));
+    let out = cmd(&[
+        "tests/fixtures/step-requires",
+        "--no-progress",
+        "-j",
+        "1",
+        "--junit",
+        junit.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ])
+    .env_remove("FIXTURE_MODEL_KEY")
+    .output()
+    .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "the broken step still fails the run:\n{stdout}");
+    assert!(
+        stdout.contains("PASSED  step requires skips one step")
+            && stdout.contains("(2 steps skipped: missing credentials [FIXTURE_MODEL_KEY])"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("FAILED  step requires does not hide a failure"), "{stdout}");
+    assert!(stdout.contains("1 passed, 1 failed, 0 error, 0 skipped, 0 xfail, 0 xpass in "), "{stdout}");
+    assert!(stdout.contains("3 steps skipped: missing credentials (steps with requires.env)"), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["totals"]["skipped_steps"], 3);
+    let step = &report["results"][0]["steps"][1];
+    assert_eq!(
+        (&step["status"], &step["message"], &step["missing_env"]),
+        (
+            &serde_json::json!("skipped"),
+            &serde_json::json!("missing credentials [FIXTURE_MODEL_KEY]"),
+            &serde_json::json!(["FIXTURE_MODEL_KEY"])
+        )
+    );
+    let xml = junit_doc(&junit);
+    assert!(xml.contains(r#"<property name="skipped_steps" value="3"/>"#), "{xml}");
+    assert!(xml.contains("2 steps skipped: missing credentials [FIXTURE_MODEL_KEY]"), "{xml}");
+
+    // With the key, the step runs (and its check passes).
+    let out = cmd(&["tests/fixtures/step-requires/skips.yaml", "--no-progress"])
+        .env("FIXTURE_MODEL_KEY", "set")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(!stdout.contains("skipped: missing credentials"), "{stdout}");
+}

@@ -35,8 +35,9 @@ fn python_hello_scenario_passes_and_its_build_is_removed() {
     assert_eq!(builds.len(), 1);
     assert_eq!(builds[0]["cached"], false);
     let log = builds[0]["log"].as_str().unwrap();
-    assert!(log.contains("FROM python:3.11-slim maps to "), "{log}");
+    assert!(log.contains("FROM python:3.11-slim-bookworm maps to offline:python-3.11"), "{log}");
     assert!(log.contains("#8 RUN python3 -m venv /opt/abx"), "{log}");
+    assert!(log.contains("package caches: /var/cache/scenario-run/npm"), "{log}");
     assert!(builds_in(state.path()).is_empty(), "a build not kept is removed at the end of the run");
 }
 
@@ -71,6 +72,30 @@ fn one_build_per_digest_per_run_and_kept_builds_are_reused() {
     assert!(second.iter().all(|b| b["cached"] == true), "{second:?}");
     assert!(second.iter().any(|b| b["log"].as_str().unwrap().contains("reusing the kept build")), "{second:?}");
     std::fs::remove_dir_all(state.path().join(&kept[0])).unwrap();
+}
+
+/// Issue 14: a failing RUN fails the build naming its `Dockerfile:<line>`, with the last lines
+/// of the command's output, and nothing after it runs.
+#[test]
+fn a_failing_run_names_its_dockerfile_line_and_last_output() {
+    can_build();
+    let state = tempfile::tempdir().unwrap();
+    let report = state.path().join("report.json");
+    let out =
+        cmd(&["tests/fixtures/broken-build/broken-run.yaml", "--no-progress", "--json", report.to_str().unwrap()])
+            .env("SCENARIO_RUN_STATE_DIR", state.path())
+            .output()
+            .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("build failed at Dockerfile:5: the command exited with 3"), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let step = &doc["results"][0]["steps"][0];
+    let message = step["message"].as_str().unwrap();
+    assert!(message.ends_with("exited with 3\nabout-to-fail-on-line-5"), "the command's last output: {message}");
+    let log = step["outputs"]["log"].as_str().unwrap();
+    assert!(log.contains("before-the-failure") && !log.contains("never-reached\n"), "{log}");
+    assert!(builds_in(state.path()).is_empty(), "a failed build leaves nothing behind");
 }
 
 /// Regression (issue 13, item 10): a run interrupted in the middle of a template build left

@@ -63,6 +63,8 @@ pub struct Step {
     /// `if:` expression, and where it is.
     pub condition: Option<(String, Node)>,
     pub continue_on_error: bool,
+    /// `requires: { env }`: variables the step needs (a model's key); unset, it is SKIPPED.
+    pub requires_env: Vec<String>,
     /// `expect_error`: the step must fail; `Some(None)` means any error, else a matcher node.
     pub expect_error: Option<Option<Node>>,
 }

@@ -315,6 +315,28 @@ fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptio
     })
 }
 
+/// A step's `requires`: only `env` (providers and capabilities are the scenario's business).
+fn step_requires(cx: &mut Ctx<'_>, node: &Node) -> Vec<String> {
+    let Some(map) = node.as_map() else {
+        cx.wrong_type(node, "a mapping with env", "requires");
+        return Vec::new();
+    };
+    let mut env = Vec::new();
+    for (k, v) in map {
+        match k.key_text().as_str() {
+            "env" => env = cx.string_list(v, "requires.env"),
+            "providers" | "capabilities" => {
+                let d = k
+                    .diag(cx.src, format!("`requires.{}` is for a whole scenario, not a step", k.key_text()))
+                    .help("move it to the scenario's `requires`, or gate the step with `if: provider.name == '…'`");
+                cx.push(d);
+            }
+            _ => cx.unknown_key(k, &["env"], "in a step's `requires`"),
+        }
+    }
+    env
+}
+
 fn requires(cx: &mut Ctx<'_>, node: &Node) -> Requires {
     let mut r = Requires::default();
     let Some(map) = node.as_map() else {
@@ -526,6 +548,7 @@ fn step(
         eventually: None,
         condition: None,
         continue_on_error: false,
+        requires_env: Vec::new(),
         expect_error: None,
     };
     let mut name = None;
@@ -583,6 +606,7 @@ fn step(
                 _ => cx.wrong_type(v, "an expression", "if"),
             },
             "continue_on_error" => st.continue_on_error = cx.boolean(v, "continue_on_error").unwrap_or(false),
+            "requires" => st.requires_env = step_requires(cx, v),
             "expect_error" => match &v.value {
                 Value::Bool(true) => st.expect_error = Some(None),
                 Value::Bool(false) => {}

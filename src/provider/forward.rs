@@ -9,6 +9,11 @@
 //! a host `127.0.0.1:<ephemeral>` listener. One listener per sandbox and port, created lazily
 //! by `port_url`, torn down when the sandbox is killed. A refused connection inside the sandbox
 //! closes the client connection.
+//!
+//! The other way round ([`Forwarder::expose`]): the same thread creates a *listening* socket in
+//! the sandbox's netns (`127.0.0.1:<port>` inside), and each connection accepted on it is
+//! spliced to a service on the host's loopback, so a program inside reaches something the run
+//! serves (a scripted model endpoint) although the sandbox has no network of its own.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -24,9 +29,10 @@ use crate::provider::{ProviderError, Result};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-struct ConnectReq {
-    port: u16,
-    reply: oneshot::Sender<std::io::Result<std::net::TcpStream>>,
+/// What the netns thread does on request: connect to a port inside, or listen on one.
+enum NsReq {
+    Connect { port: u16, reply: oneshot::Sender<std::io::Result<std::net::TcpStream>> },
+    Listen { port: u16, reply: oneshot::Sender<std::io::Result<std::net::TcpListener>> },
 }
 
 /// Forwarders of one sandbox.
@@ -39,14 +45,17 @@ pub(crate) struct Forwarder {
 
 #[derive(Debug)]
 struct Active {
-    connector: std_mpsc::Sender<ConnectReq>,
+    connector: std_mpsc::Sender<NsReq>,
     /// Sandbox port -> host port.
     ports: HashMap<u16, u16>,
 }
 
-impl std::fmt::Debug for ConnectReq {
+impl std::fmt::Debug for NsReq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ConnectReq({})", self.port)
+        match self {
+            NsReq::Connect { port, .. } => write!(f, "Connect({port})"),
+            NsReq::Listen { port, .. } => write!(f, "Listen({port})"),
+        }
     }
 }
 
@@ -55,23 +64,43 @@ impl Forwarder {
         Self { pid1, inner: Mutex::new(None), cancel: CancellationToken::new() }
     }
 
-    /// The host port forwarding to `port` in the sandbox, starting the forwarder if needed.
-    pub(crate) async fn host_port(&self, port: u16) -> Result<u16> {
+    /// The netns thread's request channel, starting the thread if needed.
+    fn connector(&self) -> Result<std_mpsc::Sender<NsReq>> {
         if self.cancel.is_cancelled() {
             return Err(ProviderError::infra("sandbox is not running"));
         }
-        let connector = {
-            let mut inner = self.inner.lock().expect("forwarder");
-            if let Some(a) = inner.as_ref() {
-                if let Some(hp) = a.ports.get(&port) {
-                    return Ok(*hp);
-                }
-            }
-            if inner.is_none() {
-                *inner = Some(Active { connector: start_connector(self.pid1)?, ports: HashMap::new() });
-            }
-            inner.as_ref().expect("set").connector.clone()
-        };
+        let mut inner = self.inner.lock().expect("forwarder");
+        if inner.is_none() {
+            *inner = Some(Active { connector: start_connector(self.pid1)?, ports: HashMap::new() });
+        }
+        Ok(inner.as_ref().expect("set").connector.clone())
+    }
+
+    /// Makes `host` (a service on this machine's loopback) reachable inside the sandbox at
+    /// `127.0.0.1:port`, until the sandbox is stopped.
+    pub(crate) async fn expose(&self, port: u16, host: SocketAddr) -> Result<()> {
+        let connector = self.connector()?;
+        let (reply, rx) = oneshot::channel();
+        connector
+            .send(NsReq::Listen { port, reply })
+            .map_err(|_| ProviderError::infra("the sandbox's network namespace is gone"))?;
+        let listener = tokio::time::timeout(CONNECT_TIMEOUT, rx)
+            .await
+            .map_err(|_| ProviderError::infra("the sandbox's network namespace did not answer"))?
+            .map_err(|_| ProviderError::infra("the sandbox's network namespace is gone"))?
+            .map_err(|e| ProviderError::infra(format!("cannot listen on 127.0.0.1:{port} in the sandbox: {e}")))?;
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        tokio::spawn(expose_loop(listener, host, self.cancel.clone()));
+        Ok(())
+    }
+
+    /// The host port forwarding to `port` in the sandbox, starting the forwarder if needed.
+    pub(crate) async fn host_port(&self, port: u16) -> Result<u16> {
+        if let Some(hp) = self.inner.lock().expect("forwarder").as_ref().and_then(|a| a.ports.get(&port)) {
+            return Ok(*hp);
+        }
+        let connector = self.connector()?;
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let host_port = listener.local_addr()?.port();
         {
@@ -95,10 +124,10 @@ impl Forwarder {
 }
 
 /// Starts the thread that lives in the sandbox's network namespace.
-fn start_connector(pid1: u32) -> Result<std_mpsc::Sender<ConnectReq>> {
+fn start_connector(pid1: u32) -> Result<std_mpsc::Sender<NsReq>> {
     let ns = std::fs::File::open(format!("/proc/{pid1}/ns/net"))
         .map_err(|e| ProviderError::infra(format!("cannot open the sandbox network namespace: {e}")))?;
-    let (tx, rx) = std_mpsc::channel::<ConnectReq>();
+    let (tx, rx) = std_mpsc::channel::<NsReq>();
     let (ready_tx, ready_rx) = std_mpsc::channel::<std::io::Result<()>>();
     std::thread::Builder::new()
         .name(format!("netns-{pid1}"))
@@ -112,8 +141,15 @@ fn start_connector(pid1: u32) -> Result<std_mpsc::Sender<ConnectReq>> {
             let _ = ready_tx.send(Ok(()));
             // Ends when every sender (the forwarder and its accept loops) is gone.
             for req in rx {
-                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, req.port));
-                let _ = req.reply.send(std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT));
+                match req {
+                    NsReq::Connect { port, reply } => {
+                        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                        let _ = reply.send(std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT));
+                    }
+                    NsReq::Listen { port, reply } => {
+                        let _ = reply.send(std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)));
+                    }
+                }
             }
         })
         .map_err(|e| ProviderError::infra(format!("cannot start forwarder thread: {e}")))?;
@@ -124,10 +160,36 @@ fn start_connector(pid1: u32) -> Result<std_mpsc::Sender<ConnectReq>> {
     }
 }
 
+/// Accepts inside the sandbox and splices each connection to `host` on this machine.
+async fn expose_loop(listener: tokio::net::TcpListener, host: SocketAddr, cancel: CancellationToken) {
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        let Ok((mut inside, _)) = accepted else {
+            tokio::time::sleep(ACCEPT_BACKOFF).await;
+            continue;
+        };
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let Ok(Ok(mut upstream)) =
+                tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(host)).await
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::io::copy_bidirectional(&mut inside, &mut upstream) => {}
+            }
+        });
+    }
+}
+
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     port: u16,
-    connector: std_mpsc::Sender<ConnectReq>,
+    connector: std_mpsc::Sender<NsReq>,
     cancel: CancellationToken,
 ) {
     loop {
@@ -145,7 +207,7 @@ async fn accept_loop(
             }
         };
         let (reply, rx) = oneshot::channel();
-        if connector.send(ConnectReq { port, reply }).is_err() {
+        if connector.send(NsReq::Connect { port, reply }).is_err() {
             return;
         }
         let cancel = cancel.clone();

@@ -372,6 +372,18 @@ pub trait Provider: Send + Sync {
         Vec::new()
     }
 
+    /// The reverse of [`port_url`](Self::port_url): makes `host`, a service on this machine's
+    /// loopback (a scripted model endpoint the run serves), reachable from inside the sandbox,
+    /// at `127.0.0.1:port` when the sandbox has a network of its own, and returns the base URL
+    /// a program inside uses. Providers whose sandboxes run elsewhere cannot.
+    async fn expose_host(&self, id: &str, host: std::net::SocketAddr, port: u16) -> Result<String> {
+        let _ = (id, host, port);
+        Err(ProviderError::unsupported(format!(
+            "provider {} cannot make a service of this machine reachable from its sandboxes",
+            self.name()
+        )))
+    }
+
     /// Build a template folder (Dockerfile + files) into something `create` can use, streaming
     /// the build log line by line to `log`. The same digest is built once per provider
     /// instance (that is, per run); later calls reuse it and report `cached`.

@@ -110,6 +110,41 @@ pub struct StepRecord {
     pub duration_ms: u64,
     /// true when `continue_on_error` let the scenario go on after this failure.
     pub continued: bool,
+    /// The variables of the step's `requires.env` that were unset: it was SKIPPED for them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_env: Vec<String>,
+}
+
+impl StepRecord {
+    /// Skipped because its `requires.env` was not met (a model's key was not given).
+    pub fn skipped_for_env(&self) -> bool {
+        self.status == StepStatus::Skipped && !self.missing_env.is_empty()
+    }
+}
+
+impl ScenarioResult {
+    /// How many of its steps were skipped for unset `requires.env` variables, and which.
+    pub fn skipped_steps(&self) -> (usize, Vec<String>) {
+        let mut names: Vec<String> = Vec::new();
+        let mut n = 0;
+        for s in self.steps.iter().filter(|s| s.skipped_for_env()) {
+            n += 1;
+            for v in &s.missing_env {
+                if !names.contains(v) {
+                    names.push(v.clone());
+                }
+            }
+        }
+        (n, names)
+    }
+
+    /// `2 steps skipped: missing credentials [OPENAI_API_KEY]`, when any were.
+    pub fn skipped_steps_note(&self) -> Option<String> {
+        let (n, names) = self.skipped_steps();
+        (n > 0).then(|| {
+            format!("{n} step{} skipped: missing credentials [{}]", if n == 1 { "" } else { "s" }, names.join(", "))
+        })
+    }
 }
 
 /// The failing step of a scenario, for the summary table and JUnit.
@@ -162,6 +197,13 @@ pub struct Totals {
     pub skipped: usize,
     pub xfail: usize,
     pub xpass: usize,
+    /// Steps (of scenarios that ran) skipped because their `requires.env` was unset.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub skipped_steps: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Totals {
@@ -176,6 +218,7 @@ impl Totals {
                 Outcome::Xfail => t.xfail += 1,
                 Outcome::Xpass => t.xpass += 1,
             }
+            t.skipped_steps += r.skipped_steps().0;
         }
         t
     }

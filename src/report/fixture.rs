@@ -30,6 +30,7 @@ pub fn step(index: usize, label: &str, status: StepStatus, location: Location) -
         start_ms: index as u64 * 100,
         duration_ms: 100,
         continued: false,
+        missing_env: Vec::new(),
     }
 }
 

@@ -347,6 +347,10 @@ fn finished_line(r: &ScenarioResult, color: bool, live: bool) -> String {
         text.push_str("  ");
         text.push_str(&format::sanitize(format::first_line(reason)));
     }
+    // Steps skipped for a missing key are said, whatever the outcome.
+    if let Some(note) = r.skipped_steps_note() {
+        text.push_str(&format!("  ({note})"));
+    }
     text
 }
 

@@ -6,7 +6,7 @@
 //! ```text
 //! <testsuites name="scenario-run" tests failures errors skipped time>
 //!   <testsuite name="scenario-run" tests failures errors skipped time timestamp hostname>
-//!     <properties> run_id, provider, interrupted </properties>
+//!     <properties> run_id, provider, interrupted, skipped_steps </properties>
 //!     <testcase name classname file line time>        one per scenario, by index
 //!       <failure message type>…</failure>              FAILED, and XPASS of a strict known issue
 //!       <error message type>…</error>                  ERROR
@@ -53,10 +53,12 @@ pub fn write_junit(summary: &RunSummary, w: &mut impl Write) -> io::Result<()> {
     }
     writeln!(w, ">")?;
     writeln!(w, "    <properties>")?;
+    let skipped_steps = summary.totals.skipped_steps.to_string();
     for (name, value) in [
         ("run_id", summary.run_id.as_str()),
         ("provider", summary.provider.as_str()),
         ("interrupted", if summary.interrupted { "true" } else { "false" }),
+        ("skipped_steps", skipped_steps.as_str()),
     ] {
         writeln!(w, r#"      <property name="{name}" value="{}"/>"#, attr(value))?;
     }
@@ -154,6 +156,9 @@ fn failure_type(r: &ScenarioResult) -> String {
 /// One line per step, then the outputs of the steps that did not pass.
 fn step_log(r: &ScenarioResult) -> String {
     let mut out = String::new();
+    if let Some(note) = r.skipped_steps_note() {
+        out.push_str(&format!("{note}\n"));
+    }
     if r.outcome == Outcome::Xpass {
         let strict = r.known_issue.as_ref().is_some_and(|k| k.strict);
         out.push_str(&format!(
@@ -319,7 +324,10 @@ mod tests {
             .filter(|n| n.has_tag_name("property"))
             .map(|n| (n.attribute("name").unwrap(), n.attribute("value").unwrap()))
             .collect();
-        assert_eq!(props, [("run_id", "r-20240101-abcd"), ("provider", "local"), ("interrupted", "false")]);
+        assert_eq!(
+            props,
+            [("run_id", "r-20240101-abcd"), ("provider", "local"), ("interrupted", "false"), ("skipped_steps", "0")]
+        );
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
     let line = totals_line(&summary.totals, summary.duration_ms);
     let bad = summary.totals.failed + summary.totals.error > 0 || summary.interrupted;
     let _ = writeln!(out, "{}", paint(&line, if bad { Color::Red } else { Color::Green }, color));
+    if let Some(line) = skipped_steps_line(&summary.totals) {
+        let _ = writeln!(out, "{}", paint(&line, Color::Yellow, color));
+    }
     if summary.interrupted {
         let _ = writeln!(out, "{}", paint(&format!("run {} interrupted", summary.run_id), Color::Yellow, color));
     }
@@ -103,6 +106,15 @@ pub fn totals_line(t: &Totals, duration_ms: u64) -> String {
         t.xpass,
         format::duration(duration_ms)
     )
+}
+
+/// `3 steps skipped: missing credentials (steps with requires.env)`, when any were: the
+/// totals line keeps its fixed format, this one follows it.
+pub fn skipped_steps_line(t: &Totals) -> Option<String> {
+    let n = t.skipped_steps;
+    (n > 0).then(|| {
+        format!("{n} step{} skipped: missing credentials (steps with requires.env)", if n == 1 { "" } else { "s" })
+    })
 }
 
 /// The reason shown for a scenario that did not pass: the failure for FAILED and ERROR, the

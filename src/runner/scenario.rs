@@ -163,6 +163,7 @@ pub async fn run_case(
         template_ctx: MValue::UNDEFINED,
         current_source: None,
         polling: false,
+        services: Vec::new(),
         env: std::sync::Arc::new(cfg.env.clone()),
         progress: Some({
             let (events, masker) = (events.clone(), cfg.masker.clone());
@@ -320,6 +321,7 @@ impl CaseRun<'_> {
             start_ms,
             duration_ms,
             continued: false,
+            missing_env: Vec::new(),
         }
     }
 
@@ -445,6 +447,22 @@ impl CaseRun<'_> {
             },
             None => self.ctx.current,
         };
+        // `requires.env`: without them (a model's key) the step is skipped, visibly, and the
+        // scenario goes on; whatever else it checks still decides the outcome.
+        let missing: Vec<String> = step
+            .requires_env
+            .iter()
+            .filter(|name| self.cfg.env.get(name.as_str()).is_none_or(|v| v.is_empty()))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            let why = format!("missing credentials [{}]", missing.join(", "));
+            let mut rec =
+                self.record(step, index, phase, StepStatus::Skipped, J::Null, J::Null, Some(why), 0, start_ms, 0);
+            rec.missing_env = missing;
+            self.push_record(rec);
+            return false;
+        }
         self.resolve_ports(step).await;
         let tctx = self.template_ctx();
         if let Some((expr, node)) = &step.condition {
@@ -720,6 +738,7 @@ impl CaseRun<'_> {
                 start_ms,
                 duration_ms: t0.elapsed().as_millis() as u64,
                 continued: false,
+                missing_env: Vec::new(),
             };
             self.push_record(rec);
             if let Some(m) = message {

@@ -39,6 +39,10 @@ use sha2::{Digest, Sha256};
 use super::{json_error, rfc3339, AppState};
 use crate::templates::{BuildSpec, TemplateDir};
 
+/// Alibaba's ids of the official templates serve has (`create` of `base` on the alicloud preset
+/// sends `216g37mamkdfhzrauvxk`); serve has no official code-interpreter (scenarios build it).
+const OFFICIAL_IDS: &[(&str, &str)] = &[("216g37mamkdfhzrauvxk", "base")];
+
 type St = State<Arc<AppState>>;
 
 /// Largest COPY context accepted.
@@ -80,6 +84,11 @@ impl Store {
 
     /// The template ID for a name (or the ID itself).
     pub fn resolve(&self, name_or_id: &str) -> String {
+        // serve plays the platform, official templates included: the ids the alicloud preset
+        // sends for them (templates/*/template.yaml `ids`) name serve's own.
+        if let Some((_, name)) = OFFICIAL_IDS.iter().find(|(id, _)| *id == name_or_id) {
+            return name.to_string();
+        }
         let inner = self.inner.lock().expect("templates");
         inner.by_name.get(name_or_id).cloned().unwrap_or_else(|| name_or_id.to_string())
     }

@@ -23,6 +23,11 @@ fn push_sandbox(ctx: &mut StepCtx, sb: SandboxRef) {
 pub async fn create(ctx: &mut StepCtx, args: &J) -> StepResult {
     let a = Args(args);
     let template = a.opt_str("template").unwrap_or_else(|| "base".into());
+    // `base` and `code-interpreter-v1` are the platform's own templates in the cloud, under
+    // ids of its own: the template folder's `ids` say which (template.yaml).
+    let root = ctx.env.get(crate::templates::TEMPLATES_DIR_ENV).map(String::as_str);
+    let template = crate::templates::provider_id(&template, ctx.provider.name(), &ctx.scenario_dir, root)
+        .map_err(StepError::error)?;
     let mut metadata = a.str_map("metadata")?;
     metadata.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
     let req = CreateRequest {
@@ -49,7 +54,7 @@ pub async fn create(ctx: &mut StepCtx, args: &J) -> StepResult {
             urls: HashMap::new(),
         },
     );
-    Ok(json!({ "id": info.id, "template": info.template, "alias": alias }))
+    Ok(json!({ "id": info.id, "template": info.template, "template_id": template, "alias": alias }))
 }
 
 pub async fn connect(ctx: &mut StepCtx, args: &J) -> StepResult {

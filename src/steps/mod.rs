@@ -13,6 +13,7 @@ pub mod http;
 pub mod lifecycle;
 pub mod misc;
 pub mod registry;
+pub mod scripted;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -130,6 +131,8 @@ pub struct StepCtx {
     /// The step is polled (`eventually`): one attempt should give up soon and let the next
     /// one try, rather than spend the whole window on one stuck request.
     pub polling: bool,
+    /// Services the scenario started (scripted model endpoints); they stop when it ends.
+    pub services: Vec<Arc<crate::scripted_model::ScriptedModel>>,
     /// The run's environment (files and process), for the settings steps read:
     /// `SCENARIO_RUN_KEEP_BUILDS`, `SCENARIO_RUN_TEMPLATES_DIR`.
     pub env: Arc<BTreeMap<String, String>>,

@@ -114,6 +114,10 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
     ("eventually", "`30s` or { within: 30s, every: 500ms }: poll until the step passes"),
     ("if", "expression; false => the step is SKIPPED"),
     ("continue_on_error", "record the failure and carry on"),
+    (
+        "requires",
+        "{ env: [NAME, ...] }: run only when these variables are set and non-empty (a model's key); else the step is SKIPPED with `missing credentials [NAME]`, counted in every report, and the scenario goes on",
+    ),
     ("expect_error", "the step must fail: `true`, or a matcher for the error message, e.g. { contains: not found }"),
 ];
 
@@ -186,7 +190,7 @@ macro_rules! run_fn {
     }};
 }
 
-use super::{asserts, build, code, exec, files, http, lifecycle, misc};
+use super::{asserts, build, code, exec, files, http, lifecycle, misc, scripted};
 
 pub static REGISTRY: &[StepKind] = &[
     StepKind {
@@ -194,7 +198,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "create a sandbox from a template; it is destroyed when the scenario ends unless `keep: true`",
         main: Some("template"),
         fields: &[
-            f("template", FieldType::Str, "template name or id (default `base`)"),
+            f("template", FieldType::Str, "template name or id (default `base`); a name whose folder's template.yaml has `ids.<provider>` sends that id (the official templates in the cloud)"),
             f("as", FieldType::Str, "alias for `sandbox:` and `{{ sandboxes.<alias> }}`"),
             f("timeout", FieldType::Duration, "sandbox lifetime before it expires by itself (default `E2E_SANDBOX_TTL`, else 300 s)"),
             f("metadata", FieldType::StrMap, "metadata; always gains the run tag e2e=<run id>"),
@@ -205,7 +209,12 @@ pub static REGISTRY: &[StepKind] = &[
         ],
         matcher: false,
         free_keys: false,
-        outputs: &[("id", "sandbox id"), ("template", "template"), ("alias", "alias or null")],
+        outputs: &[
+            ("id", "sandbox id"),
+            ("template", "template"),
+            ("template_id", "the template id sent (after template.yaml `ids`)"),
+            ("alias", "alias or null"),
+        ],
         uses_sandbox: false,
         eventual: false,
         sets_last: false,
@@ -251,6 +260,32 @@ pub static REGISTRY: &[StepKind] = &[
         sets_last: false,
         example: "- deploy: python-hello\n  id: deployed\n  timeout: 10m\n- create: { template: \"{{ steps.deployed.template_id }}\" }",
         run: run_fn!(build::deploy),
+    },
+    StepKind {
+        name: "scripted-model",
+        summary: "serve a scripted model endpoint reachable inside the sandbox (OpenAI Chat Completions and Responses, Anthropic Messages; whole or streamed), so an agent CLI runs a real turn without a model or key: a request offering tools gets one tool call writing `file` with the agent's own write or shell tool, later requests the final `reply`",
+        main: None,
+        fields: &[
+            req("file", FieldType::Str, "absolute path in the sandbox the tool call writes"),
+            req("content", FieldType::Str, "what it writes there"),
+            f("reply", FieldType::Str, "the final message (default `done`)"),
+            f("port", FieldType::Int, "port inside the sandbox (default 8787); on a provider sharing the host's network the endpoint's own port is used"),
+            f("model", FieldType::Str, "the model name it lists (default `scripted`; any name a CLI sends is answered)"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[
+            ("url", "base URL inside the sandbox (`http://127.0.0.1:8787`)"),
+            ("openai_base_url", "`<url>/v1`, for OPENAI_BASE_URL"),
+            ("anthropic_base_url", "`<url>`, for ANTHROPIC_BASE_URL"),
+            ("host_url", "where the run reaches it: `GET <host_url>/_log` lists every request and answer"),
+            ("model", "the model name"),
+        ],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: false,
+        example: "- scripted-model: { file: /home/user/workspace/hello.txt, content: hi }\n  id: model\n- exec:\n    cmd: qwen -p 'write the file' --yolo\n    env: { OPENAI_BASE_URL: \"{{ steps.model.openai_base_url }}\", OPENAI_API_KEY: none }\n- assert-file: { path: /home/user/workspace/hello.txt, equals: hi }",
+        run: run_fn!(scripted::scripted_model),
     },
     StepKind {
         name: "connect",

@@ -43,6 +43,7 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         template_ctx: MValue::UNDEFINED,
         current_source: None,
         polling: false,
+        services: Vec::new(),
         env: Default::default(),
     }
 }
@@ -104,7 +105,7 @@ async fn create_passes_every_field_and_tags_the_run() {
     )
     .await
     .unwrap();
-    assert_eq!(out, json!({ "id": "sb-1", "template": "py", "alias": "main" }));
+    assert_eq!(out, json!({ "id": "sb-1", "template": "py", "template_id": "py", "alias": "main" }));
     {
         let s = p.state();
         let req = &s.creates[0];
@@ -132,7 +133,7 @@ async fn create_defaults_and_the_newest_sandbox_becomes_current() {
     let mut c = ctx(&p);
     assert_eq!(
         step(&mut c, "create", json!({})).await.unwrap(),
-        json!({ "id": "sb-1", "template": "base", "alias": null })
+        json!({ "id": "sb-1", "template": "base", "template_id": "base", "alias": null })
     );
     // Sub-second lifetimes round up to one second rather than zero.
     step(&mut c, "create", json!({ "timeout": "200ms" })).await.unwrap();
@@ -1378,6 +1379,17 @@ fn every_registry_kind_is_tested() {
     let src: String = include_str!("tests.rs").split_whitespace().collect();
     let untested: Vec<&str> = registry::names().filter(|k| !src.contains(&format!("step(&mutc,\"{k}\""))).collect();
     assert!(untested.is_empty(), "step kinds without a test here: {untested:?}");
+}
+
+#[tokio::test]
+async fn scripted_model_needs_a_provider_that_can_expose_the_host() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let e = errored(step(&mut c, "scripted-model", json!({ "file": "/tmp/x", "content": "hi" })).await);
+    assert!(e.message.contains("cannot make a service of this machine reachable"), "{}", e.message);
+    let e = errored(step(&mut c, "scripted-model", json!({ "file": "x", "content": "hi" })).await);
+    assert!(e.message.contains("absolute path"), "{}", e.message);
+    assert!(c.services.is_empty());
 }
 
 /// Issue 13: a rendered duration that does not fit (`timeout: "{{ vars.t }}"` with a huge

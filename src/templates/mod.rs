@@ -282,6 +282,31 @@ pub fn find_dir(name: &str, scenario_dir: &Path, root: Option<&str>) -> PathBuf 
     PathBuf::from("templates").join(name)
 }
 
+/// The id `create` sends for the template `name` on `provider`: `ids.<provider>` of the
+/// template folder `name` (see [`find_dir`]) when it names one (the official templates' ids
+/// in the cloud, e.g. `base` is `216g37mamkdfhzrauvxk` on alicloud), else `name` itself (a
+/// template a run deployed, an id, a name the folder does not map). A folder whose
+/// `template.yaml` is broken is an error, with `file:line:col`.
+/// `root` is [`TEMPLATES_DIR_ENV`] as for [`find_dir`].
+pub fn provider_id(name: &str, provider: &str, scenario_dir: &Path, root: Option<&str>) -> Result<String, String> {
+    let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if !plain {
+        return Ok(name.to_string());
+    }
+    let yaml_path = find_dir(name, scenario_dir, root).join("template.yaml");
+    let text = match std::fs::read_to_string(&yaml_path) {
+        Ok(t) => t,
+        Err(_) => return Ok(name.to_string()),
+    };
+    let src = Source::new(yaml_path.display().to_string(), text);
+    let def = parse_def(&src).map_err(|ds| ds.iter().map(Diagnostic::render).collect::<Vec<_>>().join(""))?;
+    // Only the folder of that very template (its `name:`) speaks for it.
+    if def.name != name {
+        return Ok(name.to_string());
+    }
+    Ok(def.ids.get(provider).filter(|id| !id.is_empty()).cloned().unwrap_or_else(|| name.to_string()))
+}
+
 /// Everything a provider needs to build a template (the folder, parsed).
 #[derive(Debug, Clone)]
 pub struct BuildSpec {

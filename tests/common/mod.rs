@@ -122,3 +122,42 @@ pub fn passed_and_skipped(report: &Path) -> (Vec<String>, Vec<(String, String)>)
     }
     (passed, skipped)
 }
+
+/// Every template folder under `templates/` (the names).
+pub fn template_folders() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("templates"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("Dockerfile").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The templates that scenarios which PASSED built or deployed in a JSON report, and the
+/// steps skipped in them with why (only missing keys may skip a step of a template scenario).
+pub fn templates_built_by_passing_scenarios(report: &Path) -> (Vec<String>, Vec<String>) {
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let (mut built, mut skips) = (Vec::new(), Vec::new());
+    for res in r["results"].as_array().unwrap().iter().filter(|r| r["outcome"] == "passed") {
+        for s in res["steps"].as_array().unwrap() {
+            let name = match s["kind"].as_str() {
+                Some("build") => s["outputs"]["name"].as_str(),
+                Some("deploy") => s["outputs"]["template_id"].as_str(),
+                _ => None,
+            };
+            if let Some(n) = name.filter(|_| s["status"] == "passed") {
+                if !built.iter().any(|b| b == n) {
+                    built.push(n.to_string());
+                }
+            }
+            if s["status"] == "skipped" && s["message"].as_str().is_some_and(|m| !m.starts_with("if: ")) {
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                skips.push(format!("{}: {}: {}", text(&res["name"]), text(&s["label"]), text(&s["message"])));
+            }
+        }
+    }
+    built.sort();
+    (built, skips)
+}

@@ -6,15 +6,11 @@
 //! args. The image is tagged `<registry>/<name>:<first 12 hex of the digest>` and pushed to the
 //! registry (the local stack's needs no credentials).
 //!
-//! `BASE_IMAGE`: unless the scenario passes `args: {BASE_IMAGE: ...}`, the Dockerfile's default
-//! is mapped to the stack's offline bases (Docker Hub is unreachable): `python:*` →
-//! `<registry>/base-python:latest`, `node:*` → `<registry>/base-node:latest`; the build log
-//! says so. Other defaults are used as they are.
-//!
-//! `FROM` a public name of the offline table (`python:3.11-slim-bookworm`, `e2bdev/base`, …;
-//! see `crate::image`) that the engine lacks: the offline image the local provider uses is
-//! imported into the engine under that name (once per digest), so the build never needs
-//! Docker Hub and the image is the same on both providers.
+//! `FROM` a public name of the offline table (`python:3.11-slim-bookworm`, `node:22-bookworm-slim`,
+//! `e2bdev/base`, …; see `crate::image`) that the engine lacks: the offline image the local
+//! provider uses is imported into the engine under that name (once per digest), so the build
+//! never needs Docker Hub and the image is the same on both providers. The Dockerfile is built
+//! as it is: build args are the scenario's `args`, nothing is rewritten.
 //!
 //! The build log is streamed line by line. The legacy builder announces every instruction
 //! as `Step N/M : ...`, counting an `ARG` before `FROM` like any other, so step N is the N-th
@@ -64,49 +60,9 @@ pub(crate) fn image_tag(registry: &str, name: &str, digest: &str) -> String {
     format!("{}/{clean}:{}", registry.trim_end_matches('/'), &hex[..hex.len().min(12)])
 }
 
-/// The offline base a public `BASE_IMAGE` default maps to, if any.
-pub(crate) fn offline_base(registry: &str, image: &str) -> Option<String> {
-    let reg = registry.trim_end_matches('/');
-    let repo = image.split(':').next().unwrap_or(image);
-    let repo = repo.strip_prefix("docker.io/").unwrap_or(repo);
-    let repo = repo.strip_prefix("library/").unwrap_or(repo);
-    match repo {
-        "python" => Some(format!("{reg}/base-python:latest")),
-        "node" => Some(format!("{reg}/base-node:latest")),
-        _ => None,
-    }
-}
-
-/// The build args sent to the engine: the spec's, plus `BASE_IMAGE` mapped to an offline base
-/// in `bases` (a registry) when the scenario did not pass it. Returns the args and the log
-/// lines that say what was mapped.
-pub(crate) fn build_args(spec: &BuildSpec, bases: Option<&str>) -> (HashMap<String, String>, Vec<String>) {
-    let mut args: HashMap<String, String> = spec.build_args.clone().into_iter().collect();
-    let mut notes = Vec::new();
-    let default = spec.template.dockerfile.instructions.iter().find_map(|i| match &i.inst {
-        Inst::Arg { name, default: Some(d) } if name == "BASE_IMAGE" => Some(d.expand(&BTreeMap::new())),
-        _ => None,
-    });
-    if let Some(v) = spec.build_args.get("BASE_IMAGE") {
-        notes.push(format!("BASE_IMAGE {v} (from the scenario's args): FROM maps to it as it is"));
-    } else if let Some(d) = default {
-        match bases.and_then(|r| offline_base(r, &d)) {
-            Some(base) => {
-                notes.push(format!("BASE_IMAGE {d} maps to {base} (FROM maps to the local stack's offline base)"));
-                args.insert("BASE_IMAGE".into(), base);
-            }
-            None if bases.is_some() => {
-                notes.push(format!("BASE_IMAGE {d}: no offline base for it; FROM maps to it as it is"))
-            }
-            None => notes.push(format!("BASE_IMAGE {d}: FROM uses it as it is")),
-        }
-    } else if let Some(from) = spec.template.dockerfile.from() {
-        notes.push(format!(
-            "FROM {}: no BASE_IMAGE arg, FROM maps to the image as it is",
-            from.expand(&BTreeMap::new())
-        ));
-    }
-    (args, notes)
+/// The build args sent to the engine: the scenario's `args`.
+pub(crate) fn build_args(spec: &BuildSpec) -> HashMap<String, String> {
+    spec.build_args.clone().into_iter().collect()
 }
 
 /// The image `FROM` names once the build args sent to the engine are applied.
@@ -131,10 +87,15 @@ pub(crate) fn from_image(spec: &BuildSpec, args: &HashMap<String, String>) -> Op
 /// digest), so the build finds it locally. Images the engine has, and other names, are left
 /// to the engine.
 async fn offline_from(docker: &Docker, from: &str, log: &mut BuildLog) -> Result<()> {
-    if docker.inspect_image(from).await.is_ok() {
+    if let Ok(img) = docker.inspect_image(from).await {
+        let id = img.id.unwrap_or_default();
+        log.line(format!("FROM {from} maps to the engine's image {}", &id[..id.len().min(19)]));
         return Ok(());
     }
-    let Some(recipe) = crate::image::offline_recipe(from) else { return Ok(()) };
+    let Some(recipe) = crate::image::offline_recipe(from) else {
+        log.line(format!("FROM {from}: not on the engine; the engine pulls it"));
+        return Ok(());
+    };
     let t0 = Instant::now();
     log.line(format!("FROM {from}: not on the engine; using the offline image {} (see README, Images)", recipe.name));
     let store = crate::image::ImageStore::shared();
@@ -160,7 +121,7 @@ async fn offline_from(docker: &Docker, from: &str, log: &mut BuildLog) -> Result
         .map_err(|e| ProviderError::from(e.context(&context)))?;
     let how = if imported { "imported into the engine" } else { "already on the engine" };
     log.line(format!(
-        "FROM {from}: {} ({}) {how}, tagged {from}, in {:.1}s",
+        "FROM {from} maps to {} ({}) {how}, tagged {from}, in {:.1}s",
         rootfs.resolved,
         &rootfs.digest[..rootfs.digest.len().min(19)],
         t0.elapsed().as_secs_f64()
@@ -189,12 +150,10 @@ fn layer_id(line: &str) -> Option<&str> {
     (id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
 }
 
-/// Builds `spec` as `tag` (public `BASE_IMAGE` defaults mapped to the offline bases in
-/// `bases`, if given) and pushes it, with `auth` if the registry needs it.
+/// Builds `spec` as `tag` and pushes it, with `auth` if the registry needs it.
 pub(crate) async fn build(
     docker: &Docker,
     spec: &BuildSpec,
-    bases: Option<&str>,
     tag: &str,
     auth: Option<DockerCredentials>,
     tx: mpsc::UnboundedSender<String>,
@@ -204,10 +163,7 @@ pub(crate) async fn build(
     let mut log = BuildLog::new(tx);
     let df_path = t.dir.join(&t.def.dockerfile).display().to_string();
     log.line(format!("building template {} ({}) from {} as {tag}", t.def.name, t.digest, t.dir.display()));
-    let (args, notes) = build_args(spec, bases);
-    for n in notes {
-        log.line(n);
-    }
+    let args = build_args(spec);
     if let Some(from) = from_image(spec, &args) {
         offline_from(docker, &from, &mut log).await?;
     }
@@ -376,14 +332,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tags_and_bases() {
+    fn tags() {
         assert_eq!(
             image_tag("localhost:5000/", "Py Hello", "sha256:0123456789abcdef"),
             "localhost:5000/py-hello:0123456789ab"
         );
-        assert_eq!(offline_base("r:1", "python:3.11-slim").as_deref(), Some("r:1/base-python:latest"));
-        assert_eq!(offline_base("r:1", "docker.io/library/node:20-slim").as_deref(), Some("r:1/base-node:latest"));
-        assert_eq!(offline_base("r:1", "ubuntu:22.04"), None);
     }
 
     #[test]

@@ -93,9 +93,8 @@
 //!
 //! `build` is a real engine build (`POST /build`, the classic builder, `--network host`) of the
 //! template folder sent as a tar, with its log streamed line by line into the step's evidence.
-//! A public `BASE_IMAGE` default (`python:*`, `node:*`) is mapped to the local stack's offline
-//! `base-python` / `base-node`, and the log says so; a scenario's own `BASE_IMAGE` arg wins. A
-//! `FROM` of the offline image table that the engine lacks is imported from `crate::image`. A
+//! The Dockerfile is built as it is; a `FROM` of the offline image table that the engine lacks
+//! is imported from `crate::image` (the image the local provider uses for that name). A
 //! failing instruction is reported as `<folder>/Dockerfile:<line>: <instruction> exited with
 //! <code>` with the last lines of its output, and the image of the last step that finished is
 //! removed so no untagged layer is left. The image is tagged `<registry>/<name>:<digest12>`
@@ -451,7 +450,7 @@ impl Inner {
                     format!("{tag}-{}", self.run_tag)
                 };
                 fresh = true;
-                build::build(&docker, spec, Some(&self.opts.registry), &tag, None, log.clone()).await.map(Arc::new)
+                build::build(&docker, spec, &tag, None, log.clone()).await.map(Arc::new)
             })
             .await?
             .clone();
@@ -600,13 +599,11 @@ impl DockerProvider {
     }
 
     /// Builds `spec` on the engine as `tag` and pushes it (with `auth` when given), for a
-    /// platform that makes templates from pushed images (the alicloud ACR path). Public
-    /// `BASE_IMAGE` defaults are mapped to the offline bases in `bases` when given. Returns
+    /// platform that makes templates from pushed images (the alicloud ACR path). Returns
     /// once the image is in the registry.
     pub(crate) async fn build_and_push(
         &self,
         spec: &BuildSpec,
-        bases: Option<&str>,
         tag: &str,
         auth: Option<(&str, &str)>,
         log: mpsc::UnboundedSender<String>,
@@ -619,7 +616,7 @@ impl DockerProvider {
             serveraddress: Some(registry.to_string()),
             ..Default::default()
         });
-        build::build(docker, spec, bases, tag, creds, log).await.map(|_| ())
+        build::build(docker, spec, tag, creds, log).await.map(|_| ())
     }
 
     /// Removes the engine's tag `tag` (not the pushed copy); false if it was not there.
@@ -628,6 +625,29 @@ impl DockerProvider {
             Ok(docker) => build::remove(docker, tag).await,
             Err(_) => false,
         }
+    }
+
+    /// The sandbox with its forwarder made (None in it on the host's network), for
+    /// `port_url` and `expose_host`.
+    async fn forwarded(&self, id: &str) -> Result<Arc<Sandbox>> {
+        let sb = self.get(id)?;
+        let docker = self.inner.client().await?;
+        sb.fwd
+            .get_or_try_init(|| async {
+                let c = docker
+                    .inspect_container(id, None::<InspectContainerOptions>)
+                    .await
+                    .map_err(|e| api_err(e, "inspect the container"))?;
+                if c.host_config.and_then(|h| h.network_mode).as_deref() == Some("host") {
+                    return Ok(None);
+                }
+                match c.state.and_then(|s| s.pid).filter(|p| *p > 0) {
+                    Some(pid) => Ok(Some(Forwarder::new(pid as u32))),
+                    None => Err(ProviderError::infra(format!("sandbox {id} is not running"))),
+                }
+            })
+            .await?;
+        Ok(sb)
     }
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
@@ -919,25 +939,8 @@ impl Provider for DockerProvider {
     }
 
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {
-        let sb = self.get(id)?;
-        let docker = self.inner.client().await?;
-        let fwd = sb
-            .fwd
-            .get_or_try_init(|| async {
-                let c = docker
-                    .inspect_container(id, None::<InspectContainerOptions>)
-                    .await
-                    .map_err(|e| api_err(e, "inspect the container"))?;
-                if c.host_config.and_then(|h| h.network_mode).as_deref() == Some("host") {
-                    return Ok(None);
-                }
-                match c.state.and_then(|s| s.pid).filter(|p| *p > 0) {
-                    Some(pid) => Ok(Some(Forwarder::new(pid as u32))),
-                    None => Err(ProviderError::infra(format!("sandbox {id} is not running"))),
-                }
-            })
-            .await?;
-        match fwd {
+        let sb = self.forwarded(id).await?;
+        match sb.fwd.get().and_then(Option::as_ref) {
             Some(f) => Ok(format!(
                 "http://127.0.0.1:{}",
                 f.host_port(port).await.map_err(|e| {
@@ -950,6 +953,18 @@ impl Provider for DockerProvider {
             )),
             // Host networking: the container's port is the host's.
             None => Ok(format!("http://127.0.0.1:{port}")),
+        }
+    }
+
+    async fn expose_host(&self, id: &str, host: std::net::SocketAddr, port: u16) -> Result<String> {
+        let sb = self.forwarded(id).await?;
+        match sb.fwd.get().and_then(Option::as_ref) {
+            Some(f) => {
+                f.expose(port, host).await?;
+                Ok(format!("http://127.0.0.1:{port}"))
+            }
+            // Host networking: the host's service is reachable as it is.
+            None => Ok(format!("http://{host}")),
         }
     }
 

@@ -63,7 +63,7 @@ impl AcrImages {
                 t.digest,
                 if pull == push { String::new() } else { format!(", the platform pulls {pull}") }
             ));
-            self.docker.build_and_push(spec, self.acr.bases.as_deref(), &push, self.acr.login(), log.clone()).await?;
+            self.docker.build_and_push(spec, &push, self.acr.login(), log.clone()).await?;
             if !spec.keep {
                 self.local.lock().expect("local").push(push);
             }

@@ -4,8 +4,11 @@
 //! 1. `POST /v3/templates` `{name, cpuCount, memoryMB}` (from `template.yaml`) →
 //!    `templateID`, `buildID`. Asking again with the same name gives the same template and a
 //!    new build.
-//! 2. The Dockerfile becomes `fromImage` plus `steps` (`plan`): RUN, COPY, ENV, WORKDIR and
-//!    USER one to one; ARGs (build args over their defaults) are substituted (in RUN
+//! 2. The Dockerfile becomes `fromImage` plus `steps` (`plan`), as the SDK's
+//!    `fromDockerfile` makes them: first `USER root` and `WORKDIR /` (Docker's defaults: the
+//!    platform's own default user for template steps is `user`, and a Dockerfile's RUNs before
+//!    its USER run as root), then RUN, COPY, ENV, WORKDIR and USER one to one, and at the end
+//!    `USER user` and `WORKDIR /home/user` (E2B's defaults) unless the Dockerfile set them; ARGs (build args over their defaults) are substituted (in RUN
 //!    commands textually, `$NAME`/`${NAME}`); FROM → `fromImage`; CMD and EXPOSE are dropped
 //!    (`template.yaml`'s `start_command`/`ready_command` become `startCmd`/`readyCmd`). A
 //!    COPY with several sources is one step per source.
@@ -140,8 +143,18 @@ pub(crate) fn plan(spec: &BuildSpec) -> Result<Plan> {
         v.extend(env.clone());
         v
     };
+    // Docker's defaults first, as the SDK's `fromDockerfile` does (see the module documentation).
+    let from = t.dockerfile.instructions.iter().find(|i| matches!(i.inst, Inst::From { .. }));
+    let (from_line, from_text) = from.map_or((1, "FROM".to_string()), |i| (i.line, i.text.clone()));
+    for (ty, arg) in [("USER", "root"), ("WORKDIR", "/")] {
+        let json = json!({"type": ty, "args": [arg], "force": false});
+        steps.push(PlannedStep { json, line: from_line, text: from_text.clone(), copy: None });
+    }
+    let (mut user_set, mut workdir_set) = (false, false);
     for ins in &t.dockerfile.instructions {
         let at = format!("{}:{}", t.def.dockerfile, ins.line);
+        user_set |= matches!(ins.inst, Inst::User(_));
+        workdir_set |= matches!(ins.inst, Inst::Workdir(_));
         let mut push = |json: J, copy: Option<CopyFiles>| {
             steps.push(PlannedStep { json, line: ins.line, text: ins.text.clone(), copy })
         };
@@ -201,6 +214,14 @@ pub(crate) fn plan(spec: &BuildSpec) -> Result<Plan> {
                 }
             }
             Inst::Cmd(_) | Inst::Expose(_) => {}
+        }
+    }
+    // Then E2B's defaults, for what the Dockerfile left as Docker's.
+    let last = t.dockerfile.instructions.last().map_or(from_line, |i| i.line);
+    for (set, ty, arg) in [(user_set, "USER", "user"), (workdir_set, "WORKDIR", "/home/user")] {
+        if !set {
+            let json = json!({"type": ty, "args": [arg], "force": false});
+            steps.push(PlannedStep { json, line: last, text: format!("{ty} {arg} (E2B's default)"), copy: None });
         }
     }
     let from_image = from_image
@@ -689,24 +710,32 @@ mod tests {
         let p = plan(&s).unwrap();
         assert_eq!(p.from_image, "python:3.11-slim");
         let js: Vec<&J> = p.steps.iter().map(|s| &s.json).collect();
+        // Docker's defaults first, as the SDK's fromDockerfile: RUNs before USER run as root.
+        assert_eq!((&js[0]["type"], &js[0]["args"]), (&json!("USER"), &json!(["root"])));
+        assert_eq!((&js[1]["type"], &js[1]["args"]), (&json!("WORKDIR"), &json!(["/"])));
+        let js = &js[2..];
         assert_eq!(js[0]["args"], json!(["echo 9 9 $HOME"]));
         assert_eq!(js[1]["args"], json!(["PATH", "/opt/bin:${PATH}", "A", "9"]));
         assert_eq!(js[2]["type"], "WORKDIR");
         assert_eq!(js[3]["args"], json!(["a.py", "/app/", "", ""]));
         assert_eq!(js[4]["args"], json!(["app/", "/app/", "", ""]));
-        assert_eq!(p.steps[4].copy.as_ref().unwrap().files, ["app", "app/b.py"]);
+        assert_eq!(p.steps[6].copy.as_ref().unwrap().files, ["app", "app/b.py"]);
         assert_eq!(js[5]["args"], json!(["user"]));
-        assert_eq!(p.steps.len(), 6, "CMD is dropped");
-        assert_eq!((p.steps[0].line, p.steps[3].line, p.steps[4].line), (4, 7, 7));
+        assert_eq!(p.steps.len(), 8, "CMD is dropped; USER and WORKDIR were set, so no E2B defaults follow");
+        assert_eq!((p.steps[2].line, p.steps[5].line, p.steps[6].line), (4, 7, 7));
         assert_ne!(js[3]["filesHash"], js[4]["filesHash"]);
+        // A Dockerfile that sets neither ends with E2B's defaults.
+        let (_d2, s2) = spec(&[("Dockerfile", "FROM x\nRUN true\n")]);
+        let tail: Vec<J> = plan(&s2).unwrap().steps[3..].iter().map(|s| s.json["args"].clone()).collect();
+        assert_eq!(tail, [json!(["user"]), json!(["/home/user"])]);
     }
 
     #[test]
     fn files_hash_follows_content() {
         let (d, s) = spec(&[("Dockerfile", "FROM x\nCOPY a.py /a.py\n"), ("a.py", "1")]);
-        let h1 = plan(&s).unwrap().steps[0].copy.clone().unwrap().hash;
+        let h1 = plan(&s).unwrap().steps[2].copy.clone().unwrap().hash;
         std::fs::write(d.path().join("a.py"), "2").unwrap();
-        let h2 = plan(&s).unwrap().steps[0].copy.clone().unwrap().hash;
+        let h2 = plan(&s).unwrap().steps[2].copy.clone().unwrap().hash;
         assert_ne!(h1, h2);
         let gz = tar_gz(d.path(), &["a.py".into()]).unwrap();
         let mut a = tar::Archive::new(flate2::read::GzDecoder::new(&gz[..]));
@@ -719,8 +748,9 @@ mod tests {
     fn a_failed_step_points_at_the_users_line() {
         let (_d, s) = spec(&[("Dockerfile", "FROM x\nENV A=1\n\nRUN exit 3\n")]);
         let p = plan(&s).unwrap();
-        let why = "step 2 (RUN exit 3) failed: the command exited with 3";
-        let e = build_error(why, &json!({"step": "2"}), &p, "t/Dockerfile");
+        // (steps 1 and 2 are Docker's defaults, USER root and WORKDIR /)
+        let why = "step 4 (RUN exit 3) failed: the command exited with 3";
+        let e = build_error(why, &json!({"step": "4"}), &p, "t/Dockerfile");
         assert_eq!(e.message, "build failed at t/Dockerfile:4: RUN exit 3: the command exited with 3");
         // Without `step`, a message naming the step is enough; without either, no line.
         assert!(build_error(why, &json!({}), &p, "t/Dockerfile").message.contains("t/Dockerfile:4"));

@@ -134,14 +134,11 @@ pub struct Config {
 ///   push address;
 /// * `SCENARIO_RUN_ACR_USERNAME` and `SCENARIO_RUN_ACR_PASSWORD`, else the AccessKey pair
 ///   `ALIBABA_CLOUD_ACCESS_KEY_ID` / `ALIBABA_CLOUD_ACCESS_KEY_SECRET` (what `docker login`
-///   to ACR accepts as the fallback); with neither, no login (a registry without auth);
-/// * `SCENARIO_RUN_DOCKER_REGISTRY` or `LOCAL_STACK_REGISTRY`: offline bases for public
-///   `BASE_IMAGE` defaults, as on the docker provider (unset: the public image is used).
+///   to ACR accepts as the fallback); with neither, no login (a registry without auth).
 #[derive(Clone)]
 pub struct Acr {
     pub registry: String,
     pub pull_registry: String,
-    pub bases: Option<String>,
     username: Option<String>,
     password: Option<String>,
 }
@@ -158,7 +155,6 @@ impl fmt::Debug for Acr {
         f.debug_struct("Acr")
             .field("registry", &self.registry)
             .field("pull_registry", &self.pull_registry)
-            .field("bases", &self.bases)
             .field("username", &self.username.as_ref().map(|_| "<set>"))
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
@@ -254,7 +250,6 @@ impl Config {
                     pull_registry: get(env, &["SCENARIO_RUN_ACR_PULL_REGISTRY"])
                         .map_or_else(|| registry.clone(), |p| p.trim_end_matches('/').to_string()),
                     registry,
-                    bases: get(env, &["SCENARIO_RUN_DOCKER_REGISTRY", "LOCAL_STACK_REGISTRY"]).map(str::to_string),
                     username: username.map(str::to_string),
                     password: password.map(str::to_string),
                 }
@@ -361,7 +356,6 @@ mod tests {
         assert_eq!(acr.registry, "r-registry-vpc.cn-beijing.cr.aliyuncs.com/ns");
         assert_eq!(acr.pull_registry, acr.registry);
         assert_eq!(acr.login(), Some(("LTAIid", "s3cr3t-value")), "the AccessKey pair is the fallback login");
-        assert_eq!(acr.bases, None);
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cr3t-value") && !shown.contains("LTAIid"), "{shown}");
         assert!(Config::from_env(Preset::E2b, &vars).unwrap().acr.is_none());
@@ -372,14 +366,10 @@ mod tests {
             ("SCENARIO_RUN_ACR_USERNAME", "robot"),
             ("SCENARIO_RUN_ACR_PASSWORD", "pw-value"),
             ("SCENARIO_RUN_ACR_PULL_REGISTRY", "r-registry-vpc.internal/ns"),
-            ("LOCAL_STACK_REGISTRY", "localhost:5000"),
         ]));
         let acr = Config::from_env(Preset::Alicloud, &vars).unwrap().acr.unwrap();
         assert_eq!(acr.login(), Some(("robot", "pw-value")));
-        assert_eq!(
-            (acr.pull_registry.as_str(), acr.bases.as_deref()),
-            ("r-registry-vpc.internal/ns", Some("localhost:5000"))
-        );
+        assert_eq!(acr.pull_registry, "r-registry-vpc.internal/ns");
         assert!(!format!("{acr:?}").contains("pw-value"));
     }
 

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::build_cache::BuildCache;
 use super::cgroup::Limits;
 use super::enter::Identity;
 use super::process::{self, Target};
@@ -135,15 +136,37 @@ pub(crate) async fn build(
     layout.lowers.push(image.dir.clone());
     let context = dir.join("context");
     layout.ro_binds.push((context.clone(), CONTEXT.to_string()));
+    let cache = BuildCache::from_env(images.cache_dir(), ids);
+    if let Some(c) = &cache {
+        let (c2, d, img) = (c.clone(), dir.to_path_buf(), image.dir.clone());
+        let binds = tokio::task::spawn_blocking(move || c2.prepare(ids).and_then(|()| c2.binds(&d, &img, ids)))
+            .await
+            .map_err(|e| ProviderError::infra(e.to_string()))?
+            .map_err(|e| ProviderError::infra(format!("cannot prepare the build caches: {e}")))?;
+        log.line(format!(
+            "package caches: {} ({}; SCENARIO_RUN_BUILD_CACHE=off turns them off)",
+            binds.iter().map(|(_, inside)| inside.as_str()).collect::<Vec<_>>().join(", "),
+            c.dir.display()
+        ));
+        layout.rw_binds = binds;
+    }
     let (l, src) = (layout.clone(), t.dir.clone());
     tokio::task::spawn_blocking(move || l.create().and_then(|()| stage_context(&src, &context, ids)))
         .await
         .map_err(|e| ProviderError::infra(e.to_string()))?
         .map_err(|e| ProviderError::infra(format!("cannot prepare the build directory: {e}")))?;
     let ns = NsSandbox::start(layout.clone(), &format!("build-{}", super::sys::random_hex(6))).await?;
-    let result = run_instructions(spec, &ns, &image.config, &mut log).await;
+    let result = run_instructions(spec, &ns, &image.config, cache.is_some(), &mut log).await;
     ns.stop().await;
-    for d in [&layout.work, &layout.merged, &dir.join("context")] {
+    layout.remove_mount_points();
+    if let Some(c) = &cache {
+        let (c2, d) = (c.clone(), dir.to_path_buf());
+        let kept = tokio::task::spawn_blocking(move || c2.keep_downloads(&d)).await.unwrap_or(0);
+        if kept > 0 {
+            log.line(format!("kept {kept} downloaded apt archives in {}", c.dir.join("apt").display()));
+        }
+    }
+    for d in [&layout.work, &layout.merged, &dir.join("context"), &dir.join("apt-archives")] {
         let _ = std::fs::remove_dir_all(d);
     }
     // The context's mount point is not part of the template.
@@ -208,7 +231,13 @@ fn build_identity(ns: &NsSandbox, user: Option<&str>) -> Result<Identity> {
     Ok(who)
 }
 
-async fn run_instructions(spec: &BuildSpec, ns: &NsSandbox, image: &ImageConfig, log: &mut BuildLog) -> Result<Layer> {
+async fn run_instructions(
+    spec: &BuildSpec,
+    ns: &NsSandbox,
+    image: &ImageConfig,
+    caches: bool,
+    log: &mut BuildLog,
+) -> Result<Layer> {
     let t = &spec.template;
     let df_name = &t.def.dockerfile;
     let entry = ns.entry.clone();
@@ -265,6 +294,12 @@ async fn run_instructions(spec: &BuildSpec, ns: &NsSandbox, image: &ImageConfig,
                 }
                 let cwd = workdir.clone().unwrap_or_else(|| "/".into());
                 let target = Target::Ns { entry: entry.clone(), who: who.clone() };
+                // The package caches, for root (what runs as another user leaves them alone:
+                // npm refuses a cache it cannot write).
+                let mut base = base.clone();
+                if caches && who.uid == 0 {
+                    base.extend(BuildCache::env());
+                }
                 run(&target, &line, &base, &env, &args, &cwd, log, &at).await?;
             }
             Inst::Copy { sources, dest, ignored_flags } => {

@@ -57,6 +57,7 @@
 //! (root, for namespaces).
 
 mod build;
+mod build_cache;
 mod cgroup;
 mod enter;
 mod files;
@@ -830,6 +831,21 @@ impl Provider for LocalProvider {
         match &sb.iso {
             Iso::Ns { fwd, .. } => Ok(format!("http://127.0.0.1:{}", fwd.host_port(port).await?)),
             Iso::Plain { .. } => Ok(format!("http://127.0.0.1:{port}")),
+        }
+    }
+
+    async fn expose_host(&self, id: &str, host: std::net::SocketAddr, port: u16) -> Result<String> {
+        let sb = self.get(id)?;
+        if !sb.alive() {
+            return Err(ProviderError::infra(format!("sandbox {id} is not running")));
+        }
+        match &sb.iso {
+            Iso::Ns { fwd, .. } => {
+                fwd.expose(port, host).await?;
+                Ok(format!("http://127.0.0.1:{port}"))
+            }
+            // The host's network is the sandbox's.
+            Iso::Plain { .. } => Ok(format!("http://{host}")),
         }
     }
 

@@ -95,6 +95,12 @@ pub(crate) struct Layout {
     pub share_net: bool,
     /// Host directories bound read-only at a path inside.
     pub ro_binds: Vec<(PathBuf, String)>,
+    /// Host directories bound read-write at a path inside (a build's package caches). Like the
+    /// read-only ones they are mounted by host root before the user namespace is entered, so
+    /// they may live where the sandbox's root could not reach (under a 0700 home); what is in
+    /// them must belong to the sandbox's ids to be usable inside. Their mount points are made in
+    /// the upper directory (see [`Layout::create`]) and removed by [`Layout::remove_mount_points`].
+    pub rw_binds: Vec<(PathBuf, String)>,
     pub ids: IdMap,
     pub limits: Limits,
 }
@@ -109,6 +115,7 @@ impl Layout {
             lowers: Vec::new(),
             share_net: false,
             ro_binds: Vec::new(),
+            rw_binds: Vec::new(),
             ids,
             limits,
         }
@@ -129,7 +136,7 @@ impl Layout {
         }
         std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
         std::fs::set_permissions(&self.upper, std::fs::Permissions::from_mode(0o755))?;
-        for (_, inside) in &self.ro_binds {
+        for (_, inside) in self.ro_binds.iter().chain(&self.rw_binds) {
             let mut d = self.upper.clone();
             let mut rel = PathBuf::new();
             for part in Path::new(inside.trim_start_matches('/')).iter() {
@@ -173,6 +180,19 @@ impl Layout {
             std::os::unix::fs::lchown(&p, Some(root), Some(root))?;
         }
         Ok(())
+    }
+
+    /// Removes the read-write binds' mount points from the upper directory, and the parents
+    /// they needed, as far as they are empty: what stays is what the sandbox itself wrote.
+    pub(crate) fn remove_mount_points(&self) {
+        for (_, inside) in &self.rw_binds {
+            let mut d = self.upper.join(inside.trim_start_matches('/'));
+            while d != self.upper && std::fs::remove_dir(&d).is_ok() {
+                if !d.pop() {
+                    break;
+                }
+            }
+        }
     }
 
     fn log(&self) -> PathBuf {
@@ -227,14 +247,16 @@ fn bwrap_command(
         cmd.arg("--bind").arg(&layout.merged).arg("/");
     }
     cmd.args(["--dev", "/dev", "--proc", "/proc"]);
-    // The read-only binds are mounted into the root by the child, as host root (bwrap, as the
-    // namespace's root, might not reach their host paths).
+    // The binds are mounted into the root by the child, as host root (bwrap, as the
+    // namespace's root, might not reach their host paths: a 0700 home holds the build caches).
     let mut binds = Vec::new();
-    for (host, inside) in &layout.ro_binds {
+    let ro = layout.ro_binds.iter().map(|b| (b, true));
+    for ((host, inside), read_only) in ro.chain(layout.rw_binds.iter().map(|b| (b, false))) {
         let target = layout.merged.join(inside.trim_start_matches('/'));
         binds.push((
             CString::new(host.to_str().ok_or_else(|| bad("bind"))?).map_err(|_| bad("bind"))?,
             CString::new(target.to_str().ok_or_else(|| bad("bind"))?).map_err(|_| bad("bind"))?,
+            read_only,
         ));
     }
     // The hostname resolves in any image (`sudo` looks it up).
@@ -270,12 +292,16 @@ fn bwrap_command(
             {
                 return Err(std::io::Error::last_os_error());
             }
-            for (src, dst) in &binds {
+            // Still host root, in the private mount namespace: bwrap's recursive bind of the
+            // root carries these along. Read-only ones (the build context) and read-write ones
+            // (a build's package caches) alike are nosuid and nodev.
+            for (src, dst, read_only) in &binds {
                 if libc::mount(src.as_ptr(), dst.as_ptr(), none, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
-                if libc::mount(none, dst.as_ptr(), none, ro, std::ptr::null()) != 0 {
+                let ro = if *read_only { libc::MS_RDONLY } else { 0 };
+                let flags = libc::MS_BIND | libc::MS_REMOUNT | ro | libc::MS_NOSUID | libc::MS_NODEV;
+                if libc::mount(none, dst.as_ptr(), none, flags, std::ptr::null()) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }

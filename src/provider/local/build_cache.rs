@@ -1,0 +1,175 @@
+//! Package caches that template builds keep on this machine between runs: apt's downloaded
+//! archives, npm's cache and pip's cache, so a second build of the same Dockerfile (the next
+//! CI run, another template installing the same packages) does not download them again.
+//!
+//! Where: `$SCENARIO_RUN_BUILD_CACHE`, else `build-cache` beside the image cache (by default
+//! `~/.cache/scenario-run/build-cache`), one folder per id map (`<base>-<len>/{apt,npm,pip}`),
+//! since what is in it belongs to the sandboxes' root on the host (`userns::host_id(ids, 0)`).
+//! `SCENARIO_RUN_BUILD_CACHE=off` turns them off (to measure a cold build). Delete the folder
+//! to reset them.
+//!
+//! How a build uses them, without a Dockerfile saying anything (the Dockerfile stays what the
+//! cloud builds): npm's and pip's caches are bound read-write at [`NPM_IN`] and [`PIP_IN`], and
+//! a RUN as root gets `npm_config_cache`, `npm_config_prefer_offline` and `PIP_CACHE_DIR`
+//! pointing there (both tools are safe for concurrent use). apt takes a lock on its archives
+//! directory and fails at once when another apt holds it, so two builds at once must not share
+//! it: each build gets its own archives directory, filled with hard links to the cached
+//! `.deb`s, bound at `/var/cache/apt/archives` (when the image has one), and what it downloaded
+//! is linked back into the cache when the build ends. Nothing of this lands in the layer.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::userns::{self, IdMap};
+
+/// Where the npm and pip caches are inside a build sandbox.
+pub(crate) const NPM_IN: &str = "/var/cache/scenario-run/npm";
+pub(crate) const PIP_IN: &str = "/var/cache/scenario-run/pip";
+const APT_IN: &str = "/var/cache/apt/archives";
+
+/// The caches of one id map.
+#[derive(Debug, Clone)]
+pub(crate) struct BuildCache {
+    pub dir: PathBuf,
+}
+
+impl BuildCache {
+    /// The caches for builds next to the image cache `image_cache`, or None when turned off.
+    pub(crate) fn from_env(image_cache: &Path, ids: IdMap) -> Option<Self> {
+        let root = match std::env::var("SCENARIO_RUN_BUILD_CACHE") {
+            Ok(v) if v == "off" => return None,
+            Ok(v) if !v.is_empty() => PathBuf::from(v),
+            _ if image_cache.file_name().is_some_and(|n| n == "images") => {
+                image_cache.parent().unwrap_or(image_cache).join("build-cache")
+            }
+            _ => image_cache.join("build-cache"),
+        };
+        Some(Self { dir: root.join(format!("{}-{}", ids.host_base, ids.len)) })
+    }
+
+    /// Makes the cache folders, owned by the sandboxes' root.
+    pub(crate) fn prepare(&self, ids: IdMap) -> std::io::Result<()> {
+        let root = userns::host_id(ids, 0);
+        for sub in ["apt", "npm", "pip"] {
+            let d = self.dir.join(sub);
+            std::fs::create_dir_all(&d)?;
+            let md = std::fs::metadata(&d)?;
+            if md.uid() != root || md.gid() != root {
+                std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The read-write binds of a build in `build_dir` over an image whose root is `image`:
+    /// npm, pip, and (if the image has apt) a private archives directory seeded from the cache.
+    pub(crate) fn binds(&self, build_dir: &Path, image: &Path, ids: IdMap) -> std::io::Result<Vec<(PathBuf, String)>> {
+        let mut binds = vec![(self.dir.join("npm"), NPM_IN.to_string()), (self.dir.join("pip"), PIP_IN.to_string())];
+        if image.join(APT_IN.trim_start_matches('/')).is_dir() {
+            let own = apt_dir(build_dir);
+            std::fs::create_dir_all(own.join("partial"))?;
+            let root = userns::host_id(ids, 0);
+            for d in [&own, &own.join("partial")] {
+                std::os::unix::fs::lchown(d, Some(root), Some(root))?;
+            }
+            for e in std::fs::read_dir(self.dir.join("apt"))?.flatten() {
+                let name = e.file_name();
+                if name.to_string_lossy().ends_with(".deb") {
+                    // A copy where a hard link cannot be made (another filesystem).
+                    let to = own.join(&name);
+                    if std::fs::hard_link(e.path(), &to).is_err() {
+                        let _ = std::fs::copy(e.path(), &to);
+                    }
+                }
+            }
+            binds.push((own, APT_IN.to_string()));
+        }
+        Ok(binds)
+    }
+
+    /// Keeps what the build in `build_dir` downloaded with apt (its `.deb`s not from the cache).
+    pub(crate) fn keep_downloads(&self, build_dir: &Path) -> usize {
+        let (own, cache) = (apt_dir(build_dir), self.dir.join("apt"));
+        let Ok(entries) = std::fs::read_dir(&own) else { return 0 };
+        let mut kept = 0;
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let fresh = e.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1);
+            if !fresh || !name.to_string_lossy().ends_with(".deb") || cache.join(&name).exists() {
+                continue;
+            }
+            // Into the cache under a temporary name first: a concurrent build seeding from
+            // the cache never links a half-copied file.
+            let tmp = cache.join(format!(".{}.tmp", name.to_string_lossy()));
+            let placed = std::fs::hard_link(e.path(), &tmp).is_ok() || std::fs::copy(e.path(), &tmp).is_ok();
+            if placed && std::fs::rename(&tmp, cache.join(&name)).is_ok() {
+                kept += 1;
+            } else {
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+        kept
+    }
+
+    /// What a RUN as root gets so npm and pip use the caches. (With everything cached, the
+    /// one fetch left is the one that stalls: npm gives up on a stalled request after 2 min
+    /// instead of 5 and tries it 4 times, so a stuck proxy connection costs minutes, not a
+    /// quarter of an hour per attempt.)
+    pub(crate) fn env() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("npm_config_cache".to_string(), NPM_IN.to_string()),
+            ("npm_config_prefer_offline".to_string(), "true".to_string()),
+            ("npm_config_fetch_timeout".to_string(), "120000".to_string()),
+            ("npm_config_fetch_retries".to_string(), "4".to_string()),
+            ("PIP_CACHE_DIR".to_string(), PIP_IN.to_string()),
+        ])
+    }
+}
+
+fn apt_dir(build_dir: &Path) -> PathBuf {
+    build_dir.join("apt-archives")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apt_downloads_are_shared_through_the_cache() {
+        let t = tempfile::tempdir().unwrap();
+        let ids = IdMap { host_base: unsafe { libc::getuid() }, len: 65536 };
+        let cache = BuildCache { dir: t.path().join("cache") };
+        // (ownership is the caller's id here, so prepare's chown is a no-op for this test)
+        std::fs::create_dir_all(cache.dir.join("apt")).unwrap();
+        std::fs::write(cache.dir.join("apt/old_1.0_all.deb"), "old").unwrap();
+        let image = t.path().join("image");
+        std::fs::create_dir_all(image.join("var/cache/apt/archives")).unwrap();
+        let build = t.path().join("build");
+        let binds = cache.binds(&build, &image, ids).unwrap();
+        assert_eq!(binds.last().unwrap().1, "/var/cache/apt/archives");
+        let own = &binds.last().unwrap().0;
+        assert_eq!(std::fs::read_to_string(own.join("old_1.0_all.deb")).unwrap(), "old");
+        std::fs::write(own.join("new_2.0_all.deb"), "new").unwrap();
+        std::fs::write(own.join("lock"), "").unwrap();
+        assert_eq!(cache.keep_downloads(&build), 1);
+        assert_eq!(std::fs::read_to_string(cache.dir.join("apt/new_2.0_all.deb")).unwrap(), "new");
+        assert!(!cache.dir.join("apt/lock").exists());
+        // An image without apt gets no archives bind.
+        let plain = t.path().join("plain");
+        std::fs::create_dir_all(&plain).unwrap();
+        assert_eq!(cache.binds(&t.path().join("b2"), &plain, ids).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_cache_sits_beside_the_image_cache_unless_told() {
+        let ids = IdMap { host_base: 100000000, len: 65536 };
+        if std::env::var_os("SCENARIO_RUN_BUILD_CACHE").is_some() {
+            return;
+        }
+        let c = BuildCache::from_env(Path::new("/c/scenario-run/images"), ids).unwrap();
+        assert_eq!(c.dir, Path::new("/c/scenario-run/build-cache/100000000-65536"));
+        let c = BuildCache::from_env(Path::new("/elsewhere"), ids).unwrap();
+        assert_eq!(c.dir, Path::new("/elsewhere/build-cache/100000000-65536"));
+    }
+}

@@ -1,0 +1,49 @@
+//! `scripted-model`: a scripted model endpoint for the agent CLIs in a sandbox (see
+//! [`crate::scripted_model`]), served by the run and made reachable inside the sandbox with
+//! [`Provider::expose_host`](crate::provider::Provider::expose_host). It lives until the
+//! scenario ends.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value as J};
+
+use super::{Args, StepCtx, StepError, StepResult};
+use crate::scripted_model::{Script, ScriptedModel};
+
+/// The port inside the sandbox when the step names none.
+pub const DEFAULT_PORT: u16 = 8787;
+
+pub async fn scripted_model(ctx: &mut StepCtx, args: &J) -> StepResult {
+    let a = Args(args);
+    let script = Script {
+        path: a.str("file")?,
+        content: a.str("content")?,
+        reply: a.opt_str("reply").unwrap_or_else(|| "done".into()),
+        model: a.opt_str("model").unwrap_or_else(|| "scripted".into()),
+    };
+    if !script.path.starts_with('/') {
+        return Err(StepError::error(format!("`file` must be an absolute path in the sandbox, got `{}`", script.path)));
+    }
+    let port = match a.opt_int("port")? {
+        Some(p) => u16::try_from(p)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| StepError::error(format!("port {p} is not a port")))?,
+        None => DEFAULT_PORT,
+    };
+    let id = ctx.sandbox_id()?;
+    let model = script.model.clone();
+    let server = ScriptedModel::start(script)
+        .await
+        .map_err(|e| StepError::error(format!("cannot start the scripted model: {e}")))?;
+    let url = ctx.provider.expose_host(&id, server.addr(), port).await?;
+    let host_url = format!("http://{}", server.addr());
+    ctx.services.push(Arc::new(server));
+    Ok(json!({
+        "url": url,
+        "openai_base_url": format!("{url}/v1"),
+        "anthropic_base_url": url,
+        "host_url": host_url,
+        "model": model,
+    }))
+}
