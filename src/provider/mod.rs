@@ -278,6 +278,19 @@ pub struct FileEntry {
     pub modified: u64,
 }
 
+/// What a sandbox uses now (E2B's sandbox metrics).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Usage {
+    /// CPU time its processes used since it started, in microseconds.
+    pub cpu_usec: u64,
+    /// Memory in use and its limit, in bytes.
+    pub mem_bytes: u64,
+    pub mem_limit_bytes: u64,
+    /// Bytes its own writable layer holds, and the size of the filesystem under it.
+    pub disk_bytes: u64,
+    pub disk_total_bytes: u64,
+}
+
 /// Counters a provider keeps about itself, for reports and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ProviderStats {
@@ -361,6 +374,29 @@ pub trait Provider: Send + Sync {
     async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry>;
     async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry>;
     async fn remove(&self, id: &str, path: &str) -> Result<()>;
+
+    /// The target of the symbolic link at `path`, as stored in the link (maybe relative).
+    async fn read_link(&self, id: &str, path: &str) -> Result<String> {
+        let _ = (id, path);
+        Err(ProviderError::unsupported(format!("{} cannot read symbolic links", self.name())))
+    }
+    /// What the sandbox uses now.
+    async fn usage(&self, id: &str) -> Result<Usage> {
+        let _ = id;
+        Err(ProviderError::unsupported(format!("{} does not report resource usage", self.name())))
+    }
+    /// Pauses the sandbox: its processes stop where they are (they get no CPU and keep their
+    /// memory) and it no longer expires; its files stay. Idempotent.
+    async fn pause(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Err(ProviderError::unsupported(format!("{} cannot pause sandboxes", self.name())))
+    }
+    /// Undoes [`Provider::pause`]: the processes run on, and the sandbox expires
+    /// `timeout_secs` from now. Idempotent.
+    async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        let _ = (id, timeout_secs);
+        Err(ProviderError::unsupported(format!("{} cannot resume sandboxes", self.name())))
+    }
 
     /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
     async fn port_url(&self, id: &str, port: u16) -> Result<String>;

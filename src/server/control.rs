@@ -20,8 +20,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{json_error, rfc3339, AppState, Sbx, CLIENT_ID, ENVD_VERSION};
-use crate::provider::{CreateRequest, ErrorKind, ProviderError, SandboxInfo};
+use super::{json_error, rfc3339, rfc3339_us, AppState, Sbx, CLIENT_ID, ENVD_VERSION};
+use crate::provider::{CreateRequest, ErrorKind, ProviderError, SandboxInfo, Usage};
 
 /// Sandbox lifetime when create does not say (E2B's default).
 const DEFAULT_TIMEOUT_SECS: u64 = 300;
@@ -41,10 +41,73 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/sandboxes/{id}/pause", post(unsupported))
         .route("/sandboxes/{id}/resume", post(unsupported))
-        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
+        .fallback(unimplemented_route)
+        .method_not_allowed_fallback(unimplemented_route)
         .with_state(state)
+}
+
+/// E2B API routes serve does not implement, by method and path pattern (`*` is one
+/// segment), with the feature each belongs to.
+const UNIMPLEMENTED: &[(&str, &str, &str)] = &[
+    ("POST", "/sandboxes/*/fork", "forking sandboxes"),
+    ("POST", "/sandboxes/*/snapshots", "snapshots"),
+    ("GET", "/snapshots", "snapshots"),
+    ("PUT", "/sandboxes/*/network", "network policy updates"),
+    ("POST", "/sandboxes/*/refreshes", "sandbox refreshes"),
+    ("GET", "/sandboxes/*/logs", "sandbox logs"),
+    ("GET", "/v2/sandboxes/*/logs", "sandbox logs"),
+    ("GET", "/sandboxes/metrics", "metrics of several sandboxes"),
+    ("*", "/volumes", "volumes"),
+    ("*", "/volumes/*", "volumes"),
+    ("*", "/volumes/*/*", "volumes"),
+    ("*", "/secrets", "secrets"),
+    ("*", "/secrets/*", "secrets"),
+    ("POST", "/templates", "legacy (v1) template builds"),
+    ("POST", "/templates/*", "legacy (v1) template builds"),
+    ("POST", "/v2/templates", "legacy (v2) template builds"),
+    ("POST", "/templates/*/builds/*", "legacy (v1) template builds"),
+    ("PATCH", "/templates/*", "template updates"),
+    ("PATCH", "/v2/templates/*", "template updates"),
+    ("GET", "/templates/*/builds/*/logs", "template build logs"),
+    ("GET", "/templates/aliases/*", "template alias lookups"),
+    ("*", "/templates/tags", "template tags"),
+    ("GET", "/templates/*/tags", "template tags"),
+    ("*", "/teams", "teams"),
+    ("*", "/teams/*", "teams"),
+    ("*", "/teams/*/*", "teams"),
+    ("*", "/api-keys", "API key management"),
+    ("*", "/api-keys/*", "API key management"),
+    ("*", "/access-tokens", "access token management"),
+    ("*", "/access-tokens/*", "access token management"),
+    ("*", "/nodes", "cluster nodes"),
+    ("*", "/nodes/*", "cluster nodes"),
+];
+
+/// The feature an E2B route belongs to, if serve leaves it unimplemented.
+pub(crate) fn unimplemented_feature(method: &str, path: &str) -> Option<&'static str> {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    UNIMPLEMENTED.iter().find_map(|(m, pattern, feature)| {
+        let pat: Vec<&str> = pattern.split('/').collect();
+        let same = pat.len() == segs.len() && pat.iter().zip(&segs).all(|(p, s)| *p == "*" || p == s);
+        (same && (*m == "*" || *m == method)).then_some(*feature)
+    })
+}
+
+/// What a route serve lacks answers: E2B's 501 for a feature a deployment does not offer,
+/// naming the feature (the SDKs raise it with the message), or 404 for a path that is no
+/// E2B route at all.
+async fn unimplemented_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    match unimplemented_feature(method.as_str(), path) {
+        Some(feature) => json_error(
+            StatusCode::NOT_IMPLEMENTED,
+            &format!("{feature} is not supported by scenario-run serve ({method} {path})"),
+        ),
+        None => json_error(StatusCode::NOT_FOUND, &format!("no such route: {method} {path}")),
+    }
 }
 
 fn provider_error(e: ProviderError) -> Response {
@@ -109,7 +172,7 @@ fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
     json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
-        "alias": sb.template,
+        "alias": sb.alias,
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": sb.tokens.envd,
@@ -131,9 +194,9 @@ fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
     json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
-        "alias": sb.template,
+        "alias": sb.alias,
         "clientID": CLIENT_ID,
-        "startedAt": rfc3339(info.started_at),
+        "startedAt": rfc3339_us(sb.started_us),
         "endAt": rfc3339(info.end_at),
         "envdVersion": ENVD_VERSION,
         "cpuCount": sb.cpu_count,
@@ -218,11 +281,15 @@ async fn create(State(st): St, body: Bytes) -> Response {
         id: id.clone(),
         provider_id: info.id.clone(),
         template,
+        alias: asked,
+        started_us: super::now_us(),
+        seq: super::next_seq(),
         cpu_count: req.cpu_count.unwrap_or(host.0),
         memory_mb: req.memory_mb.unwrap_or(host.1),
         disk_mb: host.2,
         procs: Default::default(),
         tokens,
+        samples: Default::default(),
         _slot: slot,
     });
     st.register(sb.clone());
@@ -240,8 +307,11 @@ async fn kill(State(st): St, Path(id): Path<String>) -> Response {
     let Some(sb) = st.sandbox(&id) else {
         return not_found(&id);
     };
-    let killed = st.provider.kill(&sb.provider_id).await;
+    // Gone for clients before its processes die: a client whose stream is cut by the kill
+    // asks `/health`, and must hear that the sandbox is gone.
+    sb.procs.mark_gone();
     st.unregister(&id);
+    let killed = st.provider.kill(&sb.provider_id).await;
     match killed {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
         Ok(false) => not_found(&id),
@@ -303,6 +373,86 @@ async fn connect(State(st): St, Path(id): Path<String>, body: Bytes) -> Response
     }
 }
 
+/// One metrics sample of a sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct Sample {
+    at_us: i64,
+    usage: Usage,
+    cpu_pct: f64,
+}
+
+/// Samples kept per sandbox (at most one a second is taken, when metrics are asked for).
+const MAX_SAMPLES: usize = 1000;
+
+/// `GET /sandboxes/{id}/metrics?start=&end=` (unix seconds): the sandbox's samples in that
+/// window (default: since it started, until now). A sample is taken when asked for, at most
+/// once a second: CPU use since the previous one (as a percentage of the sandbox's CPUs),
+/// memory in use and its limit, the bytes its writable layer holds.
+async fn metrics(State(st): St, Path(id): Path<String>, RawQuery(q): RawQuery) -> Response {
+    let mut window = [None, None];
+    for (k, v) in query_pairs(q.as_deref()).unwrap_or_default() {
+        let slot = match k.as_str() {
+            "start" => 0,
+            "end" => 1,
+            _ => continue,
+        };
+        match v.parse::<i64>() {
+            Ok(t) => window[slot] = Some(t),
+            Err(_) => return json_error(StatusCode::BAD_REQUEST, &format!("{k} must be unix seconds, got {v:?}")),
+        }
+    }
+    let Some((sb, _)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    let now = super::now_us();
+    let fresh = sb.samples.lock().expect("samples").last().is_some_and(|s| now - s.at_us < 1_000_000);
+    if !fresh {
+        let usage = match st.provider.usage(&sb.provider_id).await {
+            Ok(u) => u,
+            Err(e) => return provider_error(e),
+        };
+        let mut samples = sb.samples.lock().expect("samples");
+        let (prev_cpu, prev_at) = samples.last().map(|s| (s.usage.cpu_usec, s.at_us)).unwrap_or((0, sb.started_us));
+        let wall = (now - prev_at).max(1) as f64 * f64::from(sb.cpu_count.max(1));
+        let cpu_pct = (usage.cpu_usec.saturating_sub(prev_cpu) as f64 / wall * 100.0).clamp(0.0, 100.0);
+        samples.push(Sample { at_us: now, usage, cpu_pct });
+        if samples.len() > MAX_SAMPLES {
+            samples.remove(0);
+        }
+    }
+    let start = window[0].unwrap_or(sb.started_us.div_euclid(1_000_000));
+    let end = window[1].unwrap_or(i64::MAX);
+    let mem_total = |u: &Usage| {
+        let asked = sb.memory_mb.saturating_mul(1 << 20);
+        if u.mem_limit_bytes > 0 && u.mem_limit_bytes < asked {
+            u.mem_limit_bytes
+        } else {
+            asked
+        }
+    };
+    let out: Vec<Value> = sb
+        .samples
+        .lock()
+        .expect("samples")
+        .iter()
+        .filter(|s| (start..=end).contains(&s.at_us.div_euclid(1_000_000)))
+        .map(|s| {
+            json!({
+                "timestamp": rfc3339_us(s.at_us),
+                "timestampUnix": s.at_us.div_euclid(1_000_000),
+                "cpuCount": sb.cpu_count,
+                "cpuUsedPct": (s.cpu_pct * 100.0).round() / 100.0,
+                "memUsed": s.usage.mem_bytes,
+                "memTotal": mem_total(&s.usage),
+                "memCache": 0,
+                "diskUsed": s.usage.disk_bytes,
+                "diskTotal": s.usage.disk_total_bytes,
+            })
+        })
+        .collect();
+    Json(Value::Array(out)).into_response()
+}
+
 async fn unsupported() -> Response {
     json_error(StatusCode::NOT_IMPLEMENTED, "pause and resume are not supported by the local provider")
 }
@@ -357,17 +507,26 @@ fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// Live sandboxes matching the `metadata` and `state` parameters, newest first unless
-/// `order=asc`.
+/// Live sandboxes matching the `metadata`, `state`, `template` and `startedAfter`
+/// parameters, newest first unless `order=asc` (by start time, ties in creation order).
 async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc<Sbx>, SandboxInfo)>, Response> {
     let mut filter = BTreeMap::new();
     let mut running_wanted = true;
     let mut asc = false;
+    let mut template = None;
+    let mut after = None;
     for (k, v) in params {
         match k.as_str() {
             "metadata" => filter.extend(parse_metadata_filter(v).map_err(|e| json_error(StatusCode::BAD_REQUEST, &e))?),
             "state" => running_wanted = v.split(',').any(|s| s.trim() == "running"),
             "order" => asc = v == "asc",
+            "template" => template = Some(v.clone()),
+            "startedAfter" => {
+                let t: jiff::Timestamp = v.parse().map_err(|e| {
+                    json_error(StatusCode::BAD_REQUEST, &format!("startedAfter must be an RFC 3339 time: {e}"))
+                })?;
+                after = Some(t.as_microsecond());
+            }
             _ => {}
         }
     }
@@ -377,7 +536,10 @@ async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc
     if !running_wanted {
         out.clear();
     }
-    out.sort_by(|a, b| (a.1.started_at, &a.0.id).cmp(&(b.1.started_at, &b.0.id)));
+    // E2B matches the template by ID or by name.
+    out.retain(|(sb, _)| template.as_deref().is_none_or(|t| sb.template == t || sb.alias == t));
+    out.retain(|(sb, _)| after.is_none_or(|a| sb.started_us >= a));
+    out.sort_by_key(|(sb, _)| (sb.started_us, sb.seq));
     if !asc {
         out.reverse();
     }

@@ -230,11 +230,13 @@ fn keepalive_header(h: &HeaderMap) -> Duration {
         .unwrap_or(DEFAULT_KEEPALIVE)
 }
 
-/// A server-streaming response fed by a channel of already-framed envelopes.
-fn stream_response(st: &AppState, rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
-    let s = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<Bytes, std::io::Error>(b), rx))
-    });
+/// One piece of a streamed response: an already-framed envelope, or an error that aborts
+/// the connection.
+pub(crate) type Frame = Result<Bytes, std::io::Error>;
+
+/// A server-streaming response fed by a channel of frames.
+pub(crate) fn stream_response(st: &AppState, rx: tokio::sync::mpsc::Receiver<Frame>) -> Response {
+    let s = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
     let body = limit_body(Body::from_stream(s), st.faults.cut_stream_after);
     ([(header::CONTENT_TYPE, HeaderValue::from_static(connect::CONNECT_JSON))], body).into_response()
 }
@@ -242,7 +244,7 @@ fn stream_response(st: &AppState, rx: tokio::sync::mpsc::Receiver<Bytes>) -> Res
 /// A stream that fails before its first message: 200 with only the end-stream error.
 fn stream_error(st: &AppState, e: RpcError) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let _ = tx.try_send(connect::end_stream(Some(&e)));
+    let _ = tx.try_send(Ok(connect::end_stream(Some(&e))));
     stream_response(st, rx)
 }
 
@@ -252,15 +254,22 @@ fn event_json(ev: Value) -> Value {
 
 /// Writes `start{pid}`, then the subscriber's events, keepalives while idle, and the end.
 /// Stops when the client goes away (the process keeps running).
-async fn pump(pid: u32, mut events: procs::Subscription, out: tokio::sync::mpsc::Sender<Bytes>, keepalive: Duration) {
+async fn pump(
+    pid: u32,
+    mut events: procs::Subscription,
+    out: tokio::sync::mpsc::Sender<Frame>,
+    keepalive: Duration,
+    sock: Option<super::ConnSocket>,
+) {
     let b64 = base64::engine::general_purpose::STANDARD;
-    if out.send(connect::message(&event_json(json!({"start": {"pid": pid}})))).await.is_err() {
+    let send = |b: Bytes| out.send(Ok(b));
+    if send(connect::message(&event_json(json!({"start": {"pid": pid}})))).await.is_err() {
         return;
     }
     loop {
         let ev = match tokio::time::timeout(keepalive, events.recv()).await {
             Err(_) => {
-                if out.send(connect::message(&event_json(json!({"keepalive": {}})))).await.is_err() {
+                if send(connect::message(&event_json(json!({"keepalive": {}})))).await.is_err() {
                     return;
                 }
                 continue;
@@ -275,39 +284,58 @@ async fn pump(pid: u32, mut events: procs::Subscription, out: tokio::sync::mpsc:
                 connect::message(&event_json(json!({"data": {"stderr": b64.encode(b)}})))
             }
             Some(Event::End(end)) => {
-                if out.send(connect::message(&event_json(json!({"end": end})))).await.is_ok() {
-                    let _ = out.send(connect::end_stream(None)).await;
+                if send(connect::message(&event_json(json!({"end": end})))).await.is_ok() {
+                    let _ = send(connect::end_stream(None)).await;
                 }
                 return;
             }
             Some(Event::Error(e)) => {
-                let _ = out.send(connect::end_stream(Some(&e))).await;
+                let _ = send(connect::end_stream(Some(&e))).await;
+                return;
+            }
+            Some(Event::Abort) => {
+                if !out.is_closed() {
+                    super::reset_on_close(sock);
+                }
+                let _ = out.send(Err(std::io::Error::other("the sandbox went away"))).await;
                 return;
             }
             None => {
                 let e = RpcError::new("internal", "process output ended without a status");
-                let _ = out.send(connect::end_stream(Some(&e))).await;
+                let _ = send(connect::end_stream(Some(&e))).await;
                 return;
             }
         };
-        if out.send(frame).await.is_err() {
+        if send(frame).await.is_err() {
             return;
         }
     }
 }
 
-async fn process_start(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+async fn process_start(
+    axum::extract::State(st): St,
+    Extension(sb): Sb,
+    Extension(sock): Extension<Option<super::ConnSocket>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let req: StartRequest = match connect::stream_request(&body) {
         Ok(r) => r,
         Err(e) => return stream_error(&st, e),
     };
-    match start(&st, &sb, &headers, req).await {
+    match start(&st, &sb, &headers, req, sock).await {
         Ok(resp) => resp,
         Err(e) => stream_error(&st, e),
     }
 }
 
-async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) -> Result<Response, RpcError> {
+async fn start(
+    st: &AppState,
+    sb: &Sbx,
+    headers: &HeaderMap,
+    req: StartRequest,
+    sock: Option<super::ConnSocket>,
+) -> Result<Response, RpcError> {
     if req.pty.is_some() {
         return Err(RpcError::unimplemented("pty sessions are not supported by scenario-run serve"));
     }
@@ -355,7 +383,7 @@ async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) 
         timeout_header(headers),
     );
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(pump(pid, events, tx, keepalive_header(headers)));
+    tokio::spawn(pump(pid, events, tx, keepalive_header(headers), sock));
     Ok(stream_response(st, rx))
 }
 
@@ -373,7 +401,13 @@ fn no_process(pid: u32) -> RpcError {
     RpcError::not_found(format!("process with pid {pid} not found"))
 }
 
-async fn process_connect(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+async fn process_connect(
+    axum::extract::State(st): St,
+    Extension(sb): Sb,
+    Extension(sock): Extension<Option<super::ConnSocket>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let req: ProcessRequest = match connect::stream_request(&body) {
         Ok(r) => r,
         Err(e) => return stream_error(&st, e),
@@ -383,7 +417,7 @@ async fn process_connect(axum::extract::State(st): St, Extension(sb): Sb, header
         Err(e) => return stream_error(&st, e),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(pump(entry.pid, entry.subscribe(), tx, keepalive_header(&headers)));
+    tokio::spawn(pump(entry.pid, entry.subscribe(), tx, keepalive_header(&headers), sock));
     stream_response(&st, rx)
 }
 
@@ -516,6 +550,43 @@ fn entry_json(e: &FileEntry) -> Value {
     })
 }
 
+/// Most links followed in a row, as the kernel's `ELOOP` limit.
+const MAX_LINKS: usize = 40;
+
+/// Where the symbolic link `path` leads: the absolute path it resolves to and what is there,
+/// or `None` when it dangles or loops.
+async fn follow_link(st: &AppState, sb: &Sbx, path: &str) -> Option<(String, FileEntry)> {
+    let mut cur = path.to_string();
+    for _ in 0..MAX_LINKS {
+        let target = st.provider.read_link(&sb.provider_id, &cur).await.ok()?;
+        let base = cur.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        cur = resolve(&if target.starts_with('/') { target } else { format!("{base}/{target}") }).ok()?;
+        let e = st.provider.stat(&sb.provider_id, &cur).await.ok()?;
+        if e.kind != "symlink" {
+            return Some((cur, e));
+        }
+    }
+    None
+}
+
+/// envd's `EntryInfo` of `e`: a symbolic link is described by what it leads to (type, mode,
+/// size) with `symlinkTarget` set to the absolute path it resolves to; one that dangles stays
+/// a link.
+async fn describe(st: &AppState, sb: &Sbx, e: &FileEntry) -> Value {
+    if e.kind != "symlink" {
+        return entry_json(e);
+    }
+    match follow_link(st, sb, &e.path).await {
+        Some((target, t)) => {
+            let shown = FileEntry { name: e.name.clone(), path: e.path.clone(), modified: e.modified, ..t };
+            let mut v = entry_json(&shown);
+            v["symlinkTarget"] = json!(target);
+            v
+        }
+        None => entry_json(e),
+    }
+}
+
 fn file_not_found(path: &str) -> impl Fn(ProviderError) -> RpcError + '_ {
     move |e| {
         if e.kind == ErrorKind::NotFound {
@@ -529,37 +600,44 @@ fn file_not_found(path: &str) -> impl Fn(ProviderError) -> RpcError + '_ {
 unary_fn!(fs_stat, PathRequest, |st, sb, r| {
     let path = resolve(&r.path)?;
     let e = st.provider.stat(&sb.provider_id, &path).await.map_err(file_not_found(&path))?;
-    Ok(json!({"entry": entry_json(&e)}))
+    Ok(json!({"entry": describe(&st, &sb, &e).await}))
 });
 
 unary_fn!(fs_list_dir, PathRequest, |st, sb, r| {
     let path = resolve(&r.path)?;
     let depth = r.depth.filter(|d| *d > 0).unwrap_or(1);
+    // envd walks depth first, each directory in lexical order (the provider sorts by name),
+    // and does not descend into symbolic links; a symbolic link as the root is followed.
+    let root = match follow_link(&st, &sb, &path).await {
+        Some((target, e)) if e.kind == "dir" => target,
+        _ => path.clone(),
+    };
+    let entries = match st.provider.list_dir(&sb.provider_id, &root).await {
+        Ok(v) => v,
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            return Err(RpcError::not_found(format!("directory not found: {path}")))
+        }
+        Err(e) if e.message.starts_with("not a directory") => {
+            return Err(RpcError::invalid(format!("path is not a directory: {path}")))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Reported under the requested path, not where a symbolic link root leads.
+    let shown = |e: FileEntry, dir: &str| FileEntry { path: format!("{}/{}", dir.trim_end_matches('/'), e.name), ..e };
+    let mut stack: Vec<(FileEntry, String, u32)> =
+        entries.into_iter().rev().map(|e| (e.clone(), shown(e, &path).path, 1)).collect();
     let mut out = Vec::new();
-    let mut level = vec![path.clone()];
-    for d in 0..depth {
-        let mut next = Vec::new();
-        for dir in &level {
-            let entries = match st.provider.list_dir(&sb.provider_id, dir).await {
-                Ok(v) => v,
-                Err(e) if d == 0 && e.kind == ErrorKind::NotFound => {
-                    return Err(RpcError::not_found(format!("directory not found: {dir}")))
-                }
-                Err(e) if d == 0 && e.message.starts_with("not a directory") => {
-                    return Err(RpcError::invalid(format!("path is not a directory: {dir}")))
-                }
-                Err(e) if d == 0 => return Err(e.into()),
-                // Vanished or unreadable below the root: skip it.
-                Err(_) => continue,
-            };
-            for e in entries {
-                if e.kind == "dir" {
-                    next.push(e.path.clone());
-                }
-                out.push(entry_json(&e));
+    while let Some((e, at, level)) = stack.pop() {
+        out.push(describe(&st, &sb, &FileEntry { path: at.clone(), ..e.clone() }).await);
+        if e.kind == "dir" && level < depth {
+            // Vanished or unreadable below the root: skipped.
+            if let Ok(children) = st.provider.list_dir(&sb.provider_id, &e.path).await {
+                stack.extend(children.into_iter().rev().map(|c| {
+                    let p = shown(c.clone(), &at).path;
+                    (c, p, level + 1)
+                }));
             }
         }
-        level = next;
     }
     Ok(json!({ "entries": out }))
 });

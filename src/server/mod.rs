@@ -192,11 +192,20 @@ pub(crate) struct Sbx {
     /// The provider's ID for it.
     pub provider_id: String,
     pub template: String,
+    /// The name create was given for the template (`alias` in E2B's answers).
+    pub alias: String,
+    /// When serve made it, in microseconds since the epoch: `startedAt`, the list order and
+    /// its `startedAfter` filter need more than the provider's whole seconds.
+    pub started_us: i64,
+    /// Creation order, breaking ties between sandboxes started in the same microsecond.
+    pub seq: u64,
     pub cpu_count: u32,
     pub memory_mb: u64,
     pub disk_mb: u64,
     pub procs: procs::Table,
     pub tokens: auth::Tokens,
+    /// Resource samples taken for `GET /sandboxes/{id}/metrics`, oldest first.
+    pub samples: Mutex<Vec<control::Sample>>,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
@@ -314,6 +323,23 @@ pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// Microseconds since the epoch, now.
+pub(crate) fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// Microseconds since the epoch as RFC 3339 UTC with six fractional digits.
+pub(crate) fn rfc3339_us(us: i64) -> String {
+    let secs = rfc3339(u64::try_from(us.div_euclid(1_000_000)).unwrap_or(0));
+    format!("{}.{:06}Z", secs.trim_end_matches('Z'), us.rem_euclid(1_000_000))
+}
+
+/// The next creation sequence number.
+pub(crate) fn next_seq() -> u64 {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    SEQ.fetch_add(1, Ordering::SeqCst)
+}
+
 /// Unix seconds as RFC 3339 UTC (`2024-01-01T00:00:00Z`).
 pub(crate) fn rfc3339(secs: u64) -> String {
     let ts = i64::try_from(secs).ok().and_then(|s| jiff::Timestamp::from_second(s).ok());
@@ -423,6 +449,38 @@ async fn inject(st: &AppState) -> Option<Response> {
         return Some(json_error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable (injected fault)"));
     }
     None
+}
+
+/// The socket a request came in on, so that a stream whose sandbox dies can be cut as a
+/// dying envd's is: with a reset (see [`reset_on_close`]), not a clean close.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnSocket(std::os::fd::RawFd);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for ConnSocket {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        use std::os::fd::AsRawFd;
+        ConnSocket(stream.io().as_raw_fd())
+    }
+}
+
+/// Makes the connection of a request whose response is still streaming end with a TCP reset
+/// when it is closed (`SO_LINGER` 0): over HTTP/1.1 that is how the SDKs see a connection
+/// dropped mid-request (a transport failure, after which they ask `/health` whether the
+/// sandbox is gone) rather than a truncated body. Only for a response still being written,
+/// so the socket is the request's own.
+pub(crate) fn reset_on_close(sock: Option<ConnSocket>) {
+    let Some(ConnSocket(fd)) = sock else { return };
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: plain setsockopt on a descriptor the server holds open; a failure is harmless.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
 }
 
 struct Routers {
@@ -544,6 +602,8 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
         }
     };
     req.extensions_mut().insert(sb);
+    let sock = req.extensions().get::<axum::extract::ConnectInfo<ConnSocket>>().map(|c| c.0);
+    req.extensions_mut().insert(sock);
     routers.envd.clone().oneshot(req).await.into_response()
 }
 
@@ -591,6 +651,7 @@ pub async fn serve(
     let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });
     let app = Router::new().fallback(move |req: Request| dispatch(st.clone(), routers.clone(), req));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let app = app.into_make_service_with_connect_info::<ConnSocket>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });
@@ -640,6 +701,7 @@ mod tests {
     fn timestamps() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_704_067_200 + 3661), "2024-01-01T01:01:01Z");
+        assert_eq!(rfc3339_us(1_704_067_200_000_042), "2024-01-01T00:00:00.000042Z");
     }
 
     #[tokio::test]

@@ -126,6 +126,21 @@ impl Root {
         Ok(entry(abs, &st))
     }
 
+    /// The target stored in the symbolic link `abs` (`EINVAL`, "invalid argument", if it is
+    /// no link).
+    pub(crate) fn read_link(&self, abs: &str) -> Result<String> {
+        let _as = self.as_user();
+        let (dir, name) = self.parent(abs)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: valid descriptor, C string and buffer of the given length.
+        let n = unsafe { libc::readlinkat(dir.as_raw_fd(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(fs_err(io::Error::last_os_error(), abs));
+        }
+        buf.truncate(n as usize);
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
     pub(crate) fn exists(&self, abs: &str) -> Result<bool> {
         match self.stat(abs) {
             Ok(_) => Ok(true),

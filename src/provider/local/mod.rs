@@ -78,7 +78,7 @@ use tokio::sync::mpsc;
 
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
-    OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
+    OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo, Usage,
 };
 use crate::image::{IdMap, ImageStore};
 use build::Layer;
@@ -195,6 +195,8 @@ struct Sandbox {
     ids: IdMap,
     iso: Iso,
     procs: ProcTable,
+    /// Frozen by `pause` (its cgroup's freezer) until `resume`.
+    paused: std::sync::atomic::AtomicBool,
 }
 
 impl Member for Sandbox {
@@ -378,8 +380,21 @@ impl Sandbox {
             metadata: self.metadata.clone(),
             started_at: self.started_at,
             end_at: self.life.end_ms().div_ceil(1000),
-            state: "running".into(),
+            state: if self.is_paused() { "paused" } else { "running" }.into(),
         }
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The cgroup that pauses it: only isolated sandboxes with cgroups have one.
+    fn freezer(&self) -> Result<&cgroup::Cgroup> {
+        match &self.iso {
+            Iso::Ns { ns, .. } => ns.cgroup(),
+            Iso::Plain { .. } => None,
+        }
+        .ok_or_else(|| ProviderError::unsupported("pausing needs isolated sandboxes with cgroups (a freezer)"))
     }
 
     fn alive(&self) -> bool {
@@ -560,6 +575,7 @@ impl Inner {
             ids: self.ids,
             iso,
             procs: ProcTable::default(),
+            paused: Default::default(),
         });
         let sb = self.core.register(sb);
         core::expire_at_end(self, sb.clone());
@@ -695,7 +711,9 @@ impl Provider for LocalProvider {
             core::kill(self.inner.as_ref(), id).await;
             return Err(no_sandbox(id));
         }
-        if let Some(t) = timeout_secs {
+        if sb.is_paused() {
+            self.resume(id, timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS)).await?;
+        } else if let Some(t) = timeout_secs {
             sb.life.extend(t);
         }
         Ok(sb.info())
@@ -817,6 +835,50 @@ impl Provider for LocalProvider {
         blocking(move || root.remove(&abs)).await
     }
 
+    async fn read_link(&self, id: &str, path: &str) -> Result<String> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.read_link(&abs)).await
+    }
+
+    async fn usage(&self, id: &str) -> Result<Usage> {
+        let sb = self.get(id)?;
+        let (cpu_usec, mem_bytes, mem_limit_bytes) = match &sb.iso {
+            Iso::Ns { ns, .. } => ns.cgroup().map(|c| c.usage()).unwrap_or_default(),
+            Iso::Plain { .. } => (0, 0, 0),
+        };
+        let dir = sb.dir.clone();
+        let (disk_bytes, disk_total_bytes) = blocking(move || Ok(disk_usage(&dir))).await?;
+        Ok(Usage { cpu_usec, mem_bytes, mem_limit_bytes, disk_bytes, disk_total_bytes })
+    }
+
+    async fn pause(&self, id: &str) -> Result<()> {
+        let sb = self.get(id)?;
+        if sb.is_paused() {
+            return Ok(());
+        }
+        sb.freezer()?
+            .freeze(true)
+            .await
+            .map_err(|e| ProviderError::infra(format!("cannot pause sandbox {id}: {}", sys::errno_text(&e))))?;
+        sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+        // A paused sandbox does not expire (E2B keeps paused sandboxes until resumed or killed).
+        sb.life.set_end(u64::MAX / 2);
+        Ok(())
+    }
+
+    async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        let sb = self.get(id)?;
+        if sb.is_paused() {
+            sb.freezer()?
+                .freeze(false)
+                .await
+                .map_err(|e| ProviderError::infra(format!("cannot resume sandbox {id}: {}", sys::errno_text(&e))))?;
+            sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+        sb.life.extend(timeout_secs);
+        Ok(())
+    }
+
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {
         let sb = self.get(id)?;
         if !sb.alive() {
@@ -907,6 +969,44 @@ impl Provider for LocalProvider {
     fn stats(&self) -> ProviderStats {
         self.inner.core.stats()
     }
+}
+
+/// How long a sandbox resumed by `connect` without a timeout lives (E2B's default).
+const DEFAULT_RESUME_TIMEOUT_SECS: u64 = 300;
+
+/// Bytes under `dir` (a sandbox's writable layer and its bookkeeping; at most 200,000 entries
+/// are counted) and the size of the filesystem holding it.
+fn disk_usage(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut used = 0u64;
+    let mut seen = 0usize;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > 200_000 {
+                stack.clear();
+                break;
+            }
+            let Ok(m) = e.metadata() else { continue };
+            used += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    // SAFETY: statvfs fills a plain struct we own; valid C string.
+    let total = unsafe {
+        let mut sv: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut sv) == 0 {
+            sv.f_blocks as u64 * sv.f_frsize as u64
+        } else {
+            0
+        }
+    };
+    (used, total)
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
