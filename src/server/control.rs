@@ -42,8 +42,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/metrics", get(metrics))
-        .route("/sandboxes/{id}/pause", post(unsupported))
-        .route("/sandboxes/{id}/resume", post(unsupported))
+        .route("/sandboxes/{id}/pause", post(pause))
+        .route("/sandboxes/{id}/resume", post(resume_legacy))
         .fallback(unimplemented_route)
         .method_not_allowed_fallback(unimplemented_route)
         .with_state(state)
@@ -165,7 +165,32 @@ struct NewSandbox {
     cpu_count: Option<u32>,
     #[serde(rename = "memoryMB", default)]
     memory_mb: Option<u64>,
+    #[serde(rename = "autoPause", default)]
+    auto_pause: Option<bool>,
+    #[serde(rename = "autoPauseMemory", default)]
+    auto_pause_memory: Option<bool>,
+    #[serde(rename = "autoResume", default)]
+    auto_resume: Option<AutoResume>,
 }
+
+#[derive(Debug, Deserialize)]
+struct AutoResume {
+    #[serde(default)]
+    enabled: bool,
+}
+
+/// What a sandbox does at its end time (E2B's `lifecycle`): it is killed, or with
+/// `onTimeout: pause` (create's `autoPause`) paused, keeping its memory unless
+/// `autoPauseMemory` is false; with `autoResume` traffic to it wakes it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Lifecycle {
+    pub pause_on_timeout: bool,
+    pub keep_memory: bool,
+    pub auto_resume: bool,
+}
+
+/// What the provider is told an auto-pausing sandbox lives: serve pauses it at its end.
+const NEVER_SECS: u64 = 10 * 365 * 86_400;
 
 /// The `Sandbox` body of create and connect, with both tokens (see `auth`).
 fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
@@ -191,18 +216,22 @@ fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo, with_token: bool) ->
 }
 
 fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
+    let end_at = if sb.lifecycle.pause_on_timeout { *sb.end_ms.lock().expect("end") / 1000 } else { info.end_at };
+    let lc = &sb.lifecycle;
     json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
         "alias": sb.alias,
         "clientID": CLIENT_ID,
         "startedAt": rfc3339_us(sb.started_us),
-        "endAt": rfc3339(info.end_at),
+        "endAt": rfc3339(end_at),
         "envdVersion": ENVD_VERSION,
         "cpuCount": sb.cpu_count,
         "memoryMB": sb.memory_mb,
         "diskSizeMB": sb.disk_mb,
-        "state": "running",
+        "state": if sb.is_paused() { "paused" } else { "running" },
+        "lifecycle": {"autoResume": lc.auto_resume, "onTimeout": if lc.pause_on_timeout { "pause" } else { "kill" }},
+        "pauseMode": if lc.keep_memory { "full" } else { "filesystem" },
         "metadata": info.metadata,
         "domain": st.domain,
     })
@@ -257,11 +286,16 @@ async fn create(State(st): St, body: Bytes) -> Response {
         ("E2B_TEMPLATE_ID".to_string(), template.clone()),
     ]);
     envs.extend(req.env_vars.unwrap_or_default());
+    let lifecycle = Lifecycle {
+        pause_on_timeout: req.auto_pause.unwrap_or(false),
+        keep_memory: req.auto_pause_memory.unwrap_or(true),
+        auto_resume: req.auto_resume.is_some_and(|a| a.enabled),
+    };
     let info = match st
         .provider
         .create(CreateRequest {
             template: template.clone(),
-            timeout_secs: Some(timeout),
+            timeout_secs: Some(if lifecycle.pause_on_timeout { NEVER_SECS } else { timeout }),
             metadata: req.metadata.unwrap_or_default(),
             envs,
             cpu: req.cpu_count,
@@ -290,9 +324,17 @@ async fn create(State(st): St, body: Bytes) -> Response {
         procs: Default::default(),
         tokens,
         samples: Default::default(),
+        timeout_secs: timeout,
+        lifecycle,
+        paused: Default::default(),
+        end_ms: std::sync::Mutex::new(super::now_secs().saturating_add(timeout).saturating_mul(1000)),
+        end_changed: Default::default(),
         _slot: slot,
     });
     st.register(sb.clone());
+    if lifecycle.pause_on_timeout {
+        tokio::spawn(pause_at_end(st.clone(), Arc::downgrade(&sb)));
+    }
     (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response()
 }
 
@@ -311,6 +353,7 @@ async fn kill(State(st): St, Path(id): Path<String>) -> Response {
     // asks `/health`, and must hear that the sandbox is gone.
     sb.procs.mark_gone();
     st.unregister(&id);
+    sb.end_changed.notify_one();
     let killed = st.provider.kill(&sb.provider_id).await;
     match killed {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
@@ -339,6 +382,10 @@ async fn set_timeout(State(st): St, Path(id): Path<String>, body: Bytes) -> Resp
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };
+    if sb.lifecycle.pause_on_timeout {
+        set_end(&sb, t);
+        return StatusCode::NO_CONTENT.into_response();
+    }
     match st.provider.set_timeout(&sb.provider_id, t).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) if e.kind == ErrorKind::NotFound => not_found(&id),
@@ -354,10 +401,22 @@ async fn connect(State(st): St, Path(id): Path<String>, body: Bytes) -> Response
     let Some((sb, info)) = st.lookup(&id).await else {
         return not_found(&id);
     };
+    // A paused sandbox is resumed (201, as E2B answers a resume).
+    if sb.is_paused() {
+        let t = req.timeout.filter(|t| *t > 0).unwrap_or(sb.timeout_secs).min(MAX_TIMEOUT_SECS);
+        return match resume(&st, &sb, t).await {
+            Ok(()) => (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response(),
+            Err(e) => provider_error(e),
+        };
+    }
     // Connecting never shortens the sandbox's life, only extends it.
     if let Some(t) = req.timeout.filter(|t| *t > 0) {
         let t = t.min(MAX_TIMEOUT_SECS);
-        if super::now_secs() + t > info.end_at {
+        if sb.lifecycle.pause_on_timeout {
+            if (super::now_secs() + t) * 1000 > *sb.end_ms.lock().expect("end") {
+                set_end(&sb, t);
+            }
+        } else if super::now_secs() + t > info.end_at {
             if let Err(e) = st.provider.set_timeout(&sb.provider_id, t).await {
                 return provider_error(e);
             }
@@ -453,8 +512,97 @@ async fn metrics(State(st): St, Path(id): Path<String>, RawQuery(q): RawQuery) -
     Json(Value::Array(out)).into_response()
 }
 
-async fn unsupported() -> Response {
-    json_error(StatusCode::NOT_IMPLEMENTED, "pause and resume are not supported by the local provider")
+/// Moves an auto-pausing sandbox's end time `timeout_secs` from now.
+fn set_end(sb: &Sbx, timeout_secs: u64) {
+    *sb.end_ms.lock().expect("end") = super::now_secs().saturating_add(timeout_secs).saturating_mul(1000);
+    sb.end_changed.notify_one();
+}
+
+/// Pauses a sandbox created with `onTimeout: pause` at its end time (which `set_timeout`
+/// and connects move), and again after each resume; ends when the sandbox goes.
+async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<Sbx>) {
+    loop {
+        let Some(s) = sb.upgrade() else { return };
+        if st.sandbox(&s.id).is_none() {
+            return;
+        }
+        let end = *s.end_ms.lock().expect("end");
+        let now = u64::try_from(super::now_us() / 1000).unwrap_or(0);
+        if now >= end && !s.is_paused() {
+            if let Err(e) = pause_sandbox(&st, &s).await {
+                crate::errln!("serve: cannot auto-pause sandbox {}: {e}", s.id);
+                return;
+            }
+            continue;
+        }
+        let wait = if s.is_paused() {
+            std::time::Duration::from_secs(3600)
+        } else {
+            std::time::Duration::from_millis(end.saturating_sub(now))
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = s.end_changed.notified() => {}
+        }
+    }
+}
+
+/// Freezes the sandbox through the provider and marks it paused.
+async fn pause_sandbox(st: &AppState, sb: &Sbx) -> Result<(), ProviderError> {
+    st.provider.pause(&sb.provider_id).await?;
+    sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+    sb.end_changed.notify_one();
+    Ok(())
+}
+
+/// Resumes a paused sandbox for `timeout_secs`.
+pub(crate) async fn resume(st: &AppState, sb: &Sbx, timeout_secs: u64) -> Result<(), ProviderError> {
+    let provider_timeout = if sb.lifecycle.pause_on_timeout { NEVER_SECS } else { timeout_secs };
+    st.provider.resume(&sb.provider_id, provider_timeout).await?;
+    sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
+    if sb.lifecycle.pause_on_timeout {
+        set_end(sb, timeout_secs);
+    }
+    Ok(())
+}
+
+/// `POST /sandboxes/{id}/pause`: 204, or 409 if it is already paused.
+async fn pause(State(st): St, Path(id): Path<String>) -> Response {
+    let Some((sb, _)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    if sb.is_paused() {
+        return json_error(StatusCode::CONFLICT, &format!("sandbox \"{id}\" is already paused"));
+    }
+    match pause_sandbox(&st, &sb).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => provider_error(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ResumeBody {
+    #[serde(default)]
+    timeout: Option<u64>,
+}
+
+/// The deprecated `POST /sandboxes/{id}/resume`: 201 with the sandbox, 409 if it runs.
+async fn resume_legacy(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+    let req: ResumeBody = match parse_body(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let Some((sb, _)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    if !sb.is_paused() {
+        return json_error(StatusCode::CONFLICT, &format!("sandbox \"{id}\" is already running"));
+    }
+    let t = req.timeout.filter(|t| *t > 0).unwrap_or(sb.timeout_secs).min(MAX_TIMEOUT_SECS);
+    match resume(&st, &sb, t).await {
+        Ok(()) => (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response(),
+        Err(e) => provider_error(e),
+    }
 }
 
 /// The `metadata` list filter (protocol doc §2.7): the value (already query-decoded once) is
@@ -511,14 +659,17 @@ fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, String> {
 /// parameters, newest first unless `order=asc` (by start time, ties in creation order).
 async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc<Sbx>, SandboxInfo)>, Response> {
     let mut filter = BTreeMap::new();
-    let mut running_wanted = true;
+    let (mut running_wanted, mut paused_wanted) = (true, true);
     let mut asc = false;
     let mut template = None;
     let mut after = None;
     for (k, v) in params {
         match k.as_str() {
             "metadata" => filter.extend(parse_metadata_filter(v).map_err(|e| json_error(StatusCode::BAD_REQUEST, &e))?),
-            "state" => running_wanted = v.split(',').any(|s| s.trim() == "running"),
+            "state" => {
+                running_wanted = v.split(',').any(|s| s.trim() == "running");
+                paused_wanted = v.split(',').any(|s| s.trim() == "paused");
+            }
             "order" => asc = v == "asc",
             "template" => template = Some(v.clone()),
             "startedAfter" => {
@@ -533,9 +684,7 @@ async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc
     let infos = st.provider.list(&filter).await.map_err(provider_error)?;
     let mut out: Vec<(Arc<Sbx>, SandboxInfo)> =
         infos.into_iter().filter_map(|i| st.by_provider_id(&i.id).map(|sb| (sb, i))).collect();
-    if !running_wanted {
-        out.clear();
-    }
+    out.retain(|(sb, _)| if sb.is_paused() { paused_wanted } else { running_wanted });
     // E2B matches the template by ID or by name.
     out.retain(|(sb, _)| template.as_deref().is_none_or(|t| sb.template == t || sb.alias == t));
     out.retain(|(sb, _)| after.is_none_or(|a| sb.started_us >= a));

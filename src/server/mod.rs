@@ -206,6 +206,17 @@ pub(crate) struct Sbx {
     pub tokens: auth::Tokens,
     /// Resource samples taken for `GET /sandboxes/{id}/metrics`, oldest first.
     pub samples: Mutex<Vec<control::Sample>>,
+    /// The lifetime create gave it, which a resume on traffic gives it again.
+    pub timeout_secs: u64,
+    /// What happens at its end time, and how it wakes (see `control::Lifecycle`).
+    pub lifecycle: control::Lifecycle,
+    /// Paused (its processes frozen by the provider), until connected to or resumed.
+    pub paused: std::sync::atomic::AtomicBool,
+    /// With `onTimeout: pause` serve keeps the end time (unix ms) and pauses at it; the
+    /// provider is told the sandbox never expires.
+    pub end_ms: Mutex<u64>,
+    /// Wakes the auto-pause task when `end_ms` moves or the sandbox goes.
+    pub end_changed: tokio::sync::Notify,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
@@ -415,6 +426,25 @@ fn not_running(id: &str) -> Response {
     r
 }
 
+/// What reaching a paused sandbox answers (what E2B's proxy answers for one).
+fn paused(id: &str) -> Response {
+    let body = serde_json::json!({
+        "sandboxId": id,
+        "code": 502,
+        "message": format!("The sandbox {id} is paused; connect to it to resume it"),
+    });
+    let mut r =
+        (StatusCode::BAD_GATEWAY, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+    r.headers_mut().insert("should-retry", HeaderValue::from_static("false"));
+    r
+}
+
+impl Sbx {
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+}
+
 fn authorized(st: &AppState, req: &Request) -> bool {
     let h = req.headers();
     let key = h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
@@ -549,6 +579,15 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
             let Some((sb, _)) = st.lookup(&id).await else {
                 return not_running(&id);
             };
+            if sb.is_paused() {
+                // E2B's proxy wakes a paused sandbox that asked for it on traffic; any other
+                // stays paused and unreachable (`is_running()` is then false).
+                let woken = sb.lifecycle.auto_resume && control::resume(st, &sb, sb.timeout_secs).await.is_ok();
+                if !woken {
+                    drain(req.into_body()).await;
+                    return paused(&id);
+                }
+            }
             if port != ENVD_PORT {
                 if let Err(r) = auth::port(st, &sb, req.headers()) {
                     drain(req.into_body()).await;
