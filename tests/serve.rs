@@ -1033,3 +1033,216 @@ async fn a_create_repeated_after_an_answer_that_was_not_a_refusal_is_counted() {
     assert!(ok, "{stderr}");
     assert!(stderr.contains("3 creates, 0 refused, 2 double"), "{stderr}");
 }
+
+// ---- issue 17: what the official SDK suite found missing or wrong ----
+
+async fn api(http: &reqwest::Client, method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
+    let mut r = http.request(method, url).header("X-API-KEY", KEY);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn make_with(http: &reqwest::Client, base: &str, body: Value) -> Made {
+    let (status, sb) = api(http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(body)).await;
+    assert_eq!(status, 201, "{sb}");
+    let text = |k: &str| sb[k].as_str().unwrap_or_default().to_string();
+    Made { id: text("sandboxID"), token: text("envdAccessToken"), traffic: text("trafficAccessToken") }
+}
+
+async fn unary(http: &reqwest::Client, base: &str, sb: &Made, route: &str, body: Value) -> (u16, Value) {
+    let r = http
+        .post(format!("{base}/{route}"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list.as_array().unwrap().iter().map(|s| s["sandboxID"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn issue_17_list_orders_by_start_time_and_filters_by_start_and_template() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let tag = json!({"templateID": "base", "timeout": 120, "metadata": {"t": "order"}});
+    // Both start within the same second, which is what made the order fall back to the id.
+    let a = make_with(&http, &base, tag.clone()).await;
+    let b = make_with(&http, &base, tag).await;
+    let list = |q: &str| api(&http, reqwest::Method::GET, format!("{base}/v2/sandboxes?metadata=t%3Dorder{q}"), None);
+    let (_, desc) = list("").await;
+    assert_eq!(ids(&desc), [b.id.clone(), a.id.clone()], "newest first");
+    let (_, asc) = list("&order=asc").await;
+    assert_eq!(ids(&asc), [a.id.clone(), b.id.clone()]);
+    let b_started = desc[0]["startedAt"].as_str().unwrap().to_string();
+    let (_, after) = list(&format!("&startedAfter={}", b_started.replace(':', "%3A"))).await;
+    assert_eq!(ids(&after), [b.id.clone()], "startedAfter is inclusive and leaves out what started before");
+    let later: jiff::Timestamp = b_started.parse().unwrap();
+    let later = (later + jiff::SignedDuration::from_secs(1)).to_string().replace(':', "%3A");
+    let (_, none) = list(&format!("&startedAfter={later}")).await;
+    assert_eq!(ids(&none), Vec::<String>::new());
+    let (_, by_template) = list("&template=base").await;
+    assert_eq!(ids(&by_template).len(), 2);
+    let (_, unknown) = list("&template=unknown-template").await;
+    assert_eq!(ids(&unknown), Vec::<String>::new());
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_list_dir_is_depth_first_and_stat_follows_symlinks() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (_, end) = run_cmd(
+        &http,
+        &base,
+        &sb,
+        "mkdir -p d/a/x d/b && touch d/a/f d/c && ln -s /home/user/d/c d/link && ln -s c d/rel",
+    )
+    .await;
+    assert!(end.get("error").is_none(), "{end}");
+    let (status, r) = unary(&http, &base, &sb, "filesystem.Filesystem/ListDir", json!({"path": "d", "depth": 2})).await;
+    assert_eq!(status, 200, "{r}");
+    let names: Vec<&str> = r["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    let want = ["a", "a/f", "a/x", "b", "c", "link", "rel"].map(|n| format!("/home/user/d/{n}"));
+    assert_eq!(names, want, "each directory's entries right after it, in lexical order");
+    for link in ["d/link", "d/rel"] {
+        let (status, r) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": link})).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["entry"]["type"], "FILE_TYPE_FILE", "{link}: the link is followed: {r}");
+        assert_eq!(r["entry"]["symlinkTarget"], "/home/user/d/c", "{link}");
+    }
+    let (_, r) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": "d/c"})).await;
+    assert!(r["entry"].get("symlinkTarget").is_none(), "{r}");
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_a_sandbox_killed_under_a_command_resets_its_stream() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let start = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 60"]}, "stdin": false});
+    let mut r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&start))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = r.chunk().await.unwrap().expect("the start event");
+    assert!(String::from_utf8_lossy(&first).contains("start"));
+    let (status, _) = api(&http, reqwest::Method::DELETE, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(status, 204);
+    // envd's connection drops with its sandbox: no end event, no clean end of stream.
+    let mut rest = Vec::new();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match r.chunk().await {
+                Ok(Some(c)) => rest.extend_from_slice(&c),
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .expect("the stream ends within 10 s");
+    assert!(outcome.is_err(), "the stream ended cleanly: {:?}", String::from_utf8_lossy(&rest));
+    let health = http.get(format!("{base}/health")).header("E2b-Sandbox-Id", &sb.id).send().await.unwrap();
+    assert_eq!(health.status(), 502, "a client that asks after the cut hears the sandbox is gone");
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (status, m) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}/metrics", sb.id), None).await;
+    assert_eq!(status, 200, "{m}");
+    let m0 = &m.as_array().expect("an array of samples")[0];
+    for k in ["timestamp", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "diskUsed", "diskTotal"] {
+        assert!(m0.get(k).is_some(), "{k} missing from {m0}");
+    }
+    assert!(m0["memTotal"].as_u64().unwrap() > 0 && m0["diskTotal"].as_u64().unwrap() > 0, "{m0}");
+    let (_, before) =
+        api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}/metrics?start=1000&end=2000", sb.id), None).await;
+    assert_eq!(before, json!([]), "nothing before the sandbox existed");
+    let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/nosuchsandbox/metrics"), None).await;
+    assert_eq!(status, 404);
+    let (status, e) = api(&http, reqwest::Method::POST, format!("{base}/volumes"), Some(json!({"name": "v"}))).await;
+    assert_eq!(status, 501, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("volumes"), "the feature is named: {e}");
+    assert_eq!(e["code"], 501);
+    let (status, e) = api(&http, reqwest::Method::POST, format!("{base}/templates/tags"), Some(json!({}))).await;
+    assert_eq!((status, e["message"].as_str().unwrap().contains("template tags")), (501, true), "{e}");
+    let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/no/such/route"), None).await;
+    assert_eq!(status, 404, "a path that is no E2B route at all");
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_a_paused_sandbox_is_frozen_unreachable_and_resumes_on_connect() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    // A ticker: 20 increments a second while it runs.
+    let tick = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c",
+        "i=0; while :; do i=$((i+1)); echo $i > /tmp/n.tmp; mv /tmp/n.tmp /tmp/n; sleep 0.05; done"]}, "stdin": false});
+    let r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&tick))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let read = || run_cmd(&http, &base, &sb, "cat /tmp/n");
+    let n1: u64 = read().await.0.trim().parse().unwrap();
+    let pause = format!("{base}/sandboxes/{}/pause", sb.id);
+    let (status, e) = api(&http, reqwest::Method::POST, pause.clone(), Some(json!({}))).await;
+    assert_eq!(status, 204, "{e}");
+    let (status, _) = api(&http, reqwest::Method::POST, pause, Some(json!({}))).await;
+    assert_eq!(status, 409, "already paused");
+    let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(info["state"], "paused");
+    let (_, listed) = api(&http, reqwest::Method::GET, format!("{base}/v2/sandboxes?state=paused"), None).await;
+    assert_eq!(ids(&listed), [sb.id.clone()]);
+    let (_, running) = api(&http, reqwest::Method::GET, format!("{base}/v2/sandboxes?state=running"), None).await;
+    assert_eq!(ids(&running), Vec::<String>::new());
+    let health = http.get(format!("{base}/health")).header("E2b-Sandbox-Id", &sb.id).send().await.unwrap();
+    assert_eq!(health.status(), 502, "a paused sandbox is not running");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, e) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes/{}/connect", sb.id),
+        Some(json!({"timeout": 60})),
+    )
+    .await;
+    assert_eq!(status, 201, "a resume: {e}");
+    let n2: u64 = read().await.0.trim().parse().unwrap();
+    // 1.5 s running would be about 30 ticks; frozen, the ticker got no CPU at all.
+    assert!(n2 - n1 < 10, "the ticker ran while paused: {n1} -> {n2}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n3: u64 = read().await.0.trim().parse().unwrap();
+    assert!(n3 > n2 + 3, "the ticker runs again after the resume: {n2} -> {n3}");
+    drop(r);
+    server.stop();
+}

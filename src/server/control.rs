@@ -50,7 +50,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 }
 
 /// E2B API routes serve does not implement, by method and path pattern (`*` is one
-/// segment), with the feature each belongs to.
+/// segment), with the feature each belongs to; the first match wins.
 const UNIMPLEMENTED: &[(&str, &str, &str)] = &[
     ("POST", "/sandboxes/*/fork", "forking sandboxes"),
     ("POST", "/sandboxes/*/snapshots", "snapshots"),
@@ -65,6 +65,8 @@ const UNIMPLEMENTED: &[(&str, &str, &str)] = &[
     ("*", "/volumes/*/*", "volumes"),
     ("*", "/secrets", "secrets"),
     ("*", "/secrets/*", "secrets"),
+    ("GET", "/templates/aliases/*", "template alias lookups"),
+    ("*", "/templates/tags", "template tags"),
     ("POST", "/templates", "legacy (v1) template builds"),
     ("POST", "/templates/*", "legacy (v1) template builds"),
     ("POST", "/v2/templates", "legacy (v2) template builds"),
@@ -72,8 +74,6 @@ const UNIMPLEMENTED: &[(&str, &str, &str)] = &[
     ("PATCH", "/templates/*", "template updates"),
     ("PATCH", "/v2/templates/*", "template updates"),
     ("GET", "/templates/*/builds/*/logs", "template build logs"),
-    ("GET", "/templates/aliases/*", "template alias lookups"),
-    ("*", "/templates/tags", "template tags"),
     ("GET", "/templates/*/tags", "template tags"),
     ("*", "/teams", "teams"),
     ("*", "/teams/*", "teams"),
@@ -104,7 +104,7 @@ async fn unimplemented_route(method: axum::http::Method, uri: axum::http::Uri) -
     match unimplemented_feature(method.as_str(), path) {
         Some(feature) => json_error(
             StatusCode::NOT_IMPLEMENTED,
-            &format!("{feature} is not supported by scenario-run serve ({method} {path})"),
+            &format!("{feature}: not supported by scenario-run serve ({method} {path})"),
         ),
         None => json_error(StatusCode::NOT_FOUND, &format!("no such route: {method} {path}")),
     }
