@@ -398,6 +398,14 @@ pub trait Provider: Send + Sync {
         Err(ProviderError::unsupported(format!("{} cannot resume sandboxes", self.name())))
     }
 
+    /// Captures the sandbox's filesystem as a template named `name` that `create` starts
+    /// (with the environment and working directory of the sandbox's own template, no start
+    /// command); [`Provider::remove_template`] removes it. Processes are not captured.
+    async fn snapshot(&self, id: &str, name: &str) -> Result<()> {
+        let _ = (id, name);
+        Err(ProviderError::unsupported(format!("{} cannot snapshot sandboxes", self.name())))
+    }
+
     /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
     async fn port_url(&self, id: &str, port: u16) -> Result<String>;
     /// Headers a request to `url` must carry to get through, when `url` is under a base that

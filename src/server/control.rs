@@ -33,7 +33,7 @@ const MAX_PAGE: usize = 100;
 type St = State<Arc<AppState>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
-    super::templates::routes(Router::new())
+    super::snapshots::routes(super::templates::routes(Router::new()))
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .route("/sandboxes", post(create).get(list_legacy))
         .route("/v2/sandboxes", post(create).get(list_v2))
@@ -52,9 +52,6 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 /// E2B API routes serve does not implement, by method and path pattern (`*` is one
 /// segment), with the feature each belongs to; the first match wins.
 const UNIMPLEMENTED: &[(&str, &str, &str)] = &[
-    ("POST", "/sandboxes/*/fork", "forking sandboxes"),
-    ("POST", "/sandboxes/*/snapshots", "snapshots"),
-    ("GET", "/snapshots", "snapshots"),
     ("PUT", "/sandboxes/*/network", "network policy updates"),
     ("POST", "/sandboxes/*/refreshes", "sandbox refreshes"),
     ("GET", "/sandboxes/*/logs", "sandbox logs"),
@@ -110,7 +107,7 @@ async fn unimplemented_route(method: axum::http::Method, uri: axum::http::Uri) -
     }
 }
 
-fn provider_error(e: ProviderError) -> Response {
+pub(crate) fn provider_error(e: ProviderError) -> Response {
     let status = match e.kind {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Invalid => StatusCode::BAD_REQUEST,
@@ -121,13 +118,13 @@ fn provider_error(e: ProviderError) -> Response {
     json_error(status, &e.message)
 }
 
-fn not_found(id: &str) -> Response {
+pub(crate) fn not_found(id: &str) -> Response {
     json_error(StatusCode::NOT_FOUND, &format!("sandbox \"{id}\" not found"))
 }
 
 /// A JSON object body (an empty one is `{}`). serde would also build a struct from an array
 /// (`[]` made a sandbox of every default), which E2B's API refuses.
-fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
+pub(crate) fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
     let bad = |e: String| json_error(StatusCode::BAD_REQUEST, &format!("Error when parsing request: {e}"));
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
@@ -151,30 +148,30 @@ pub(crate) fn env_problem(name: &str, value: &str) -> Option<String> {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct NewSandbox {
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct NewSandbox {
     #[serde(rename = "templateID", default)]
-    template_id: Option<String>,
+    pub template_id: Option<String>,
     #[serde(default)]
-    timeout: Option<u64>,
+    pub timeout: Option<u64>,
     #[serde(default)]
-    metadata: Option<BTreeMap<String, String>>,
+    pub metadata: Option<BTreeMap<String, String>>,
     #[serde(rename = "envVars", default)]
-    env_vars: Option<BTreeMap<String, String>>,
+    pub env_vars: Option<BTreeMap<String, String>>,
     #[serde(rename = "cpuCount", default)]
-    cpu_count: Option<u32>,
+    pub cpu_count: Option<u32>,
     #[serde(rename = "memoryMB", default)]
-    memory_mb: Option<u64>,
+    pub memory_mb: Option<u64>,
     #[serde(rename = "autoPause", default)]
-    auto_pause: Option<bool>,
+    pub auto_pause: Option<bool>,
     #[serde(rename = "autoPauseMemory", default)]
-    auto_pause_memory: Option<bool>,
+    pub auto_pause_memory: Option<bool>,
     #[serde(rename = "autoResume", default)]
-    auto_resume: Option<AutoResume>,
+    pub auto_resume: Option<AutoResume>,
 }
 
 #[derive(Debug, Deserialize)]
-struct AutoResume {
+pub(crate) struct AutoResume {
     #[serde(default)]
     enabled: bool,
 }
@@ -193,7 +190,7 @@ pub(crate) struct Lifecycle {
 const NEVER_SECS: u64 = 10 * 365 * 86_400;
 
 /// The `Sandbox` body of create and connect, with both tokens (see `auth`).
-fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
+pub(crate) fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
     json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
@@ -242,40 +239,48 @@ async fn create(State(st): St, body: Bytes) -> Response {
         Ok(r) => r,
         Err(resp) => return resp,
     };
+    match make_sandbox(&st, req).await {
+        Ok(sb) => (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response(),
+        Err(resp) => resp,
+    }
+}
+
+/// Makes a sandbox as create asks (also for forks); the error is the answer to give.
+pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<Arc<Sbx>, Response> {
     let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
     if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
-        return json_error(
+        return Err(json_error(
             StatusCode::BAD_REQUEST,
             &format!("timeout must be between 1 and {MAX_TIMEOUT_SECS} seconds, got {timeout}"),
-        );
+        ));
     }
     if let Some(bad) = req.env_vars.iter().flatten().find_map(|(k, v)| env_problem(k, v)) {
-        return json_error(StatusCode::BAD_REQUEST, &bad);
+        return Err(json_error(StatusCode::BAD_REQUEST, &bad));
     }
     if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
-        return json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL");
+        return Err(json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL"));
     }
     let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
-    let template = st.templates.resolve(&asked);
+    let template = st.snapshots.resolve(&asked).unwrap_or_else(|| st.templates.resolve(&asked));
     // A place under --max-sandboxes; forget expired sandboxes first, they hold places too.
     st.prune().await;
     let Ok(slot) = st.slots.clone().try_acquire_owned() else {
-        return json_error(
+        return Err(json_error(
             StatusCode::TOO_MANY_REQUESTS,
             &format!(
                 "you have reached the maximum number of concurrent sandboxes ({}); kill some, or raise serve --max-sandboxes",
                 st.limits.max_sandboxes
             ),
-        );
+        ));
     };
     let tokens = match super::auth::Tokens::new() {
         Ok(t) => t,
         Err(e) => {
-            return json_error(
+            return Err(json_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("cannot make the sandbox's access tokens: {e}"),
-            )
+            ))
         }
     };
     let id = super::new_sandbox_id();
@@ -285,7 +290,8 @@ async fn create(State(st): St, body: Bytes) -> Response {
         ("E2B_SANDBOX_ID".to_string(), id.clone()),
         ("E2B_TEMPLATE_ID".to_string(), template.clone()),
     ]);
-    envs.extend(req.env_vars.unwrap_or_default());
+    let env_vars = req.env_vars.unwrap_or_default();
+    envs.extend(env_vars.clone());
     let lifecycle = Lifecycle {
         pause_on_timeout: req.auto_pause.unwrap_or(false),
         keep_memory: req.auto_pause_memory.unwrap_or(true),
@@ -306,9 +312,9 @@ async fn create(State(st): St, body: Bytes) -> Response {
         Ok(i) => i,
         // E2B's answer for a template it does not know.
         Err(e) if e.kind == ErrorKind::NotFound => {
-            return json_error(StatusCode::NOT_FOUND, &format!("template '{asked}' not found"))
+            return Err(json_error(StatusCode::NOT_FOUND, &format!("template '{asked}' not found")))
         }
-        Err(e) => return provider_error(e),
+        Err(e) => return Err(provider_error(e)),
     };
     let host = super::host_resources();
     let sb = Arc::new(Sbx {
@@ -329,13 +335,14 @@ async fn create(State(st): St, body: Bytes) -> Response {
         paused: Default::default(),
         end_ms: std::sync::Mutex::new(super::now_secs().saturating_add(timeout).saturating_mul(1000)),
         end_changed: Default::default(),
+        env_vars,
         _slot: slot,
     });
     st.register(sb.clone());
     if lifecycle.pause_on_timeout {
         tokio::spawn(pause_at_end(st.clone(), Arc::downgrade(&sb)));
     }
-    (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response()
+    Ok(sb)
 }
 
 async fn detail(State(st): St, Path(id): Path<String>) -> Response {

@@ -64,6 +64,7 @@ mod envd;
 mod files;
 mod procs;
 mod proxy;
+mod snapshots;
 mod templates;
 
 pub use args::ServeArgs;
@@ -217,6 +218,8 @@ pub(crate) struct Sbx {
     pub end_ms: Mutex<u64>,
     /// Wakes the auto-pause task when `end_ms` moves or the sandbox goes.
     pub end_changed: tokio::sync::Notify,
+    /// create's `envVars`, which its forks get too.
+    pub env_vars: std::collections::BTreeMap<String, String>,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
@@ -233,6 +236,8 @@ pub(crate) struct AppState {
     pub http: Client<HttpConnector, Body>,
     /// Templates built through the template API.
     pub templates: templates::Store,
+    /// Snapshots taken through the API (and those behind forks).
+    pub snapshots: snapshots::Store,
     /// `http://<listen address>`: where upload URLs point.
     pub base_url: String,
     pub limits: Limits,
@@ -261,7 +266,7 @@ impl AppState {
     }
 
     /// Every live record (for finding the signer of a signed URL).
-    fn all_sandboxes(&self) -> Vec<Arc<Sbx>> {
+    pub(crate) fn all_sandboxes(&self) -> Vec<Arc<Sbx>> {
         self.sandboxes.lock().expect("sandboxes").values().cloned().collect()
     }
 
@@ -292,7 +297,7 @@ impl AppState {
 
     /// A live sandbox and the provider's current view of it; forgets it if it is gone (e.g.
     /// expired).
-    async fn lookup(&self, id: &str) -> Option<(Arc<Sbx>, SandboxInfo)> {
+    pub(crate) async fn lookup(&self, id: &str) -> Option<(Arc<Sbx>, SandboxInfo)> {
         let sb = self.sandbox(id)?;
         match self.provider.info(&sb.provider_id).await {
             Ok(info) => Some((sb, info)),
@@ -680,6 +685,7 @@ pub async fn serve(
         by_provider: Mutex::new(HashMap::new()),
         http: Client::builder(TokioExecutor::new()).build_http(),
         templates: templates::Store::new(work.clone()),
+        snapshots: Default::default(),
         base_url: format!("http://{addr}"),
         slots: Arc::new(tokio::sync::Semaphore::new(opts.limits.max_sandboxes as usize)),
         spool: files::Spool::new(work.join("spool"), opts.limits.max_upload),
@@ -716,7 +722,7 @@ pub async fn serve(
     }
     let destroyed = provider.destroy_all().await;
     // Templates made through the API go with the server.
-    for id in state.templates.ids() {
+    for id in state.templates.ids().into_iter().chain(state.snapshots.all_ids()) {
         provider.remove_template(&id).await;
     }
     provider.remove_builds().await;

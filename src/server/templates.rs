@@ -189,6 +189,10 @@ async fn detail(State(st): St, Path(id): Path<String>) -> Response {
 }
 
 async fn delete(State(st): St, Path(id): Path<String>) -> Response {
+    // Snapshots are deleted as templates are.
+    if let Some(r) = super::snapshots::delete(&st, &id).await {
+        return r;
+    }
     match st.templates.forget(&id) {
         Some(id) => {
             st.provider.remove_template(&id).await;

@@ -197,6 +197,10 @@ struct Sandbox {
     procs: ProcTable,
     /// Frozen by `pause` (its cgroup's freezer) until `resume`.
     paused: std::sync::atomic::AtomicBool,
+    /// The layers under its own writable one (topmost first), and the environment its
+    /// template gives (without create's): what a snapshot of it stacks and keeps.
+    lowers: Vec<PathBuf>,
+    template_envs: BTreeMap<String, String>,
 }
 
 impl Member for Sandbox {
@@ -504,6 +508,7 @@ impl Inner {
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
         let mut envs;
         let mut workdir = None;
+        let mut lowers = Vec::new();
         let iso = if self.namespaces {
             let limits = Limits {
                 cpus: req.cpu.or(tpl.as_ref().and_then(|t| t.cpu)).unwrap_or(DEFAULT_CPUS).clamp(1, 256),
@@ -519,7 +524,11 @@ impl Inner {
             match &tpl {
                 Some(t) => {
                     layout.lowers.push(t.built.layer.clone());
-                    layout.lowers.push(t.built.image.clone());
+                    if t.built.below.is_empty() {
+                        layout.lowers.push(t.built.image.clone());
+                    } else {
+                        layout.lowers.extend(t.built.below.iter().cloned());
+                    }
                     envs.extend(t.built.env.clone());
                     envs.extend(t.envs.clone());
                     workdir.clone_from(&t.built.workdir);
@@ -532,6 +541,7 @@ impl Inner {
                     workdir.clone_from(&base.config.workdir);
                 }
             }
+            lowers.clone_from(&layout.lowers);
             let l = layout.clone();
             tokio::task::spawn_blocking(move || l.create())
                 .await
@@ -560,6 +570,7 @@ impl Inner {
             envs.insert("TMPDIR".into(), tmp.display().to_string());
             Iso::Plain { home, tmp, bash_env }
         };
+        let template_envs = envs.clone();
         envs.extend(req.envs.clone());
         let now = now_ms();
         let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
@@ -576,6 +587,8 @@ impl Inner {
             iso,
             procs: ProcTable::default(),
             paused: Default::default(),
+            lowers,
+            template_envs,
         });
         let sb = self.core.register(sb);
         core::expire_at_end(self, sb.clone());
@@ -876,6 +889,78 @@ impl Provider for LocalProvider {
             sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
         }
         sb.life.extend(timeout_secs);
+        Ok(())
+    }
+
+    async fn snapshot(&self, id: &str, name: &str) -> Result<()> {
+        let sb = self.get(id)?;
+        if !matches!(sb.iso, Iso::Ns { .. }) {
+            return Err(ProviderError::unsupported("snapshots need isolated sandboxes (an overlay upper layer)"));
+        }
+        // The writable layer is the whole difference from the template: copied (with its
+        // whiteouts and overlay attributes) it becomes a layer stacked on the same lowers.
+        // The sandbox is frozen meanwhile, where it can be, so the copy is of one moment.
+        let freezer = sb.freezer().ok().filter(|_| !sb.is_paused());
+        if let Some(f) = freezer {
+            f.freeze(true).await.map_err(|e| ProviderError::infra(format!("cannot freeze sandbox {id}: {e}")))?;
+        }
+        let dir = self.inner.state_dir.join(format!("snap-{}", sys::random_hex(6)));
+        let (from, to, owner) = (sb.dir.join("upper"), dir.join("layer"), dir.join(OWNER_FILE));
+        let copied = tokio::task::spawn_blocking(move || -> std::io::Result<std::process::Output> {
+            std::fs::create_dir_all(to.parent().expect("has a parent"))?;
+            std::fs::write(owner, owner_token())?;
+            std::process::Command::new("cp").arg("-a").arg(&from).arg(&to).output()
+        })
+        .await
+        .map_err(|e| ProviderError::infra(e.to_string()));
+        if let Some(f) = freezer {
+            let _ = f.freeze(false).await;
+        }
+        match copied? {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(ProviderError::infra(format!(
+                    "cannot copy the sandbox's filesystem: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(ProviderError::infra(format!("cannot copy the sandbox's filesystem: {e}")));
+            }
+        }
+        let layer = Arc::new(Layer {
+            name: name.to_string(),
+            digest: format!("snapshot-{}", sys::random_hex(8)),
+            layer: dir.join("layer"),
+            dir,
+            image: PathBuf::new(),
+            below: sb.lowers.clone(),
+            image_ref: format!("snapshot of {}", sb.id),
+            env: sb.template_envs.clone(),
+            workdir: sb.workdir.clone(),
+            user: None,
+            cmd: None,
+            ports: Vec::new(),
+            log: Vec::new(),
+            keep: false,
+        });
+        self.inner
+            .builds
+            .lock()
+            .expect("builds")
+            .insert(layer.digest.clone(), Arc::new(tokio::sync::OnceCell::new_with(Some(layer.clone()))));
+        let registered = Registered {
+            built: layer,
+            start: None,
+            ready: None,
+            ports: Vec::new(),
+            envs: BTreeMap::new(),
+            cpu: None,
+            memory_mb: None,
+        };
+        self.inner.templates.lock().expect("templates").insert(name.to_string(), registered);
         Ok(())
     }
 
