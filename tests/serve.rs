@@ -1246,3 +1246,55 @@ async fn issue_17_a_paused_sandbox_is_frozen_unreachable_and_resumes_on_connect(
     drop(r);
     server.stop();
 }
+
+#[tokio::test]
+async fn issue_17_snapshots_and_forks_carry_the_filesystem_not_the_later_changes() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (_, end) = run_cmd(&http, &base, &sb, "echo before > /home/user/state && sudo rm /etc/debian_version").await;
+    assert!(end.get("error").is_none(), "{end}");
+    let (status, snap) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/sandboxes/{}/snapshots", sb.id),
+        Some(json!({"name": "snap-17"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{snap}");
+    let snap_id = snap["snapshotID"].as_str().unwrap().to_string();
+    assert_eq!(snap["names"], json!(["snap-17"]));
+    run_cmd(&http, &base, &sb, "echo after > /home/user/state").await;
+    let (_, listed) = api(&http, reqwest::Method::GET, format!("{base}/snapshots?sandboxID={}", sb.id), None).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    // A sandbox from the snapshot (by name) has the files as they were, deletions included.
+    let copy = make_with(&http, &base, json!({"templateID": "snap-17", "timeout": 60})).await;
+    let (out, _) = run_cmd(&http, &base, &copy, "cat /home/user/state; test -e /etc/debian_version && echo back").await;
+    assert_eq!(out, "before\n", "the snapshot's files, and a whiteout stays a whiteout");
+    // A fork starts from the source as it is now, and is independent of it.
+    let (status, forks) =
+        api(&http, reqwest::Method::POST, format!("{base}/sandboxes/{}/fork", sb.id), Some(json!({"count": 2}))).await;
+    assert_eq!(status, 201, "{forks}");
+    let forks: Vec<Made> = forks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let s = &f["sandbox"];
+            let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+            Made { id: text("sandboxID"), token: text("envdAccessToken"), traffic: text("trafficAccessToken") }
+        })
+        .collect();
+    assert_eq!(forks.len(), 2);
+    run_cmd(&http, &base, &forks[0], "echo fork > /home/user/state").await;
+    assert_eq!(run_cmd(&http, &base, &forks[1], "cat /home/user/state").await.0, "after\n");
+    assert_eq!(run_cmd(&http, &base, &sb, "cat /home/user/state").await.0, "after\n");
+    let (status, _) = api(&http, reqwest::Method::DELETE, format!("{base}/templates/{snap_id}"), None).await;
+    assert_eq!(status, 204);
+    let (status, _) = api(&http, reqwest::Method::DELETE, format!("{base}/templates/{snap_id}"), None).await;
+    assert_eq!(status, 404, "deleted once");
+    let (status, _) =
+        api(&http, reqwest::Method::POST, format!("{base}/sandboxes/nosuchsandbox/fork"), Some(json!({}))).await;
+    assert_eq!(status, 404);
+    server.stop();
+}
