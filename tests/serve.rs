@@ -1086,7 +1086,11 @@ async fn issue_17_list_orders_by_start_time_and_filters_by_start_and_template() 
     assert_eq!(ids(&asc), [a.id.clone(), b.id.clone()]);
     let b_started = desc[0]["startedAt"].as_str().unwrap().to_string();
     let (_, after) = list(&format!("&startedAfter={}", b_started.replace(':', "%3A"))).await;
-    assert_eq!(ids(&after), [b.id.clone()], "startedAfter is inclusive and leaves out what started before");
+    assert_eq!(
+        ids(&after),
+        std::slice::from_ref(&b.id),
+        "startedAfter is inclusive and leaves out what started before"
+    );
     let later: jiff::Timestamp = b_started.parse().unwrap();
     let later = (later + jiff::SignedDuration::from_secs(1)).to_string().replace(':', "%3A");
     let (_, none) = list(&format!("&startedAfter={later}")).await;
@@ -1223,7 +1227,7 @@ async fn issue_17_a_paused_sandbox_is_frozen_unreachable_and_resumes_on_connect(
     let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", sb.id), None).await;
     assert_eq!(info["state"], "paused");
     let (_, listed) = api(&http, reqwest::Method::GET, format!("{base}/v2/sandboxes?state=paused"), None).await;
-    assert_eq!(ids(&listed), [sb.id.clone()]);
+    assert_eq!(ids(&listed), std::slice::from_ref(&sb.id));
     let (_, running) = api(&http, reqwest::Method::GET, format!("{base}/v2/sandboxes?state=running"), None).await;
     assert_eq!(ids(&running), Vec::<String>::new());
     let health = http.get(format!("{base}/health")).header("E2b-Sandbox-Id", &sb.id).send().await.unwrap();
