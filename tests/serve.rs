@@ -1195,6 +1195,11 @@ async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
     assert_eq!((status, e["message"].as_str().unwrap().contains("template tags")), (501, true), "{e}");
     let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/no/such/route"), None).await;
     assert_eq!(status, 404, "a path that is no E2B route at all");
+    // Template.exists: the name is looked up, not refused.
+    let (status, t) = api(&http, reqwest::Method::GET, format!("{base}/templates/aliases/base"), None).await;
+    assert_eq!((status, t["templateID"].as_str()), (200, Some("base")), "{t}");
+    let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/templates/aliases/nonexistent-x"), None).await;
+    assert_eq!(status, 404);
     server.stop();
 }
 

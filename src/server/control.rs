@@ -62,7 +62,6 @@ const UNIMPLEMENTED: &[(&str, &str, &str)] = &[
     ("*", "/volumes/*/*", "volumes"),
     ("*", "/secrets", "secrets"),
     ("*", "/secrets/*", "secrets"),
-    ("GET", "/templates/aliases/*", "template alias lookups"),
     ("*", "/templates/tags", "template tags"),
     ("POST", "/templates", "legacy (v1) template builds"),
     ("POST", "/templates/*", "legacy (v1) template builds"),

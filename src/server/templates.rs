@@ -113,6 +113,7 @@ impl Store {
 
 pub(crate) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
     r.route("/v3/templates", post(create))
+        .route("/templates/aliases/{alias}", get(alias))
         .route("/templates", get(list))
         .route("/v2/templates", get(list))
         .route("/templates/{id}", get(detail).delete(delete))
@@ -185,6 +186,21 @@ async fn detail(State(st): St, Path(id): Path<String>) -> Response {
     match inner.by_id.get(&id) {
         Some(t) => Json(template_json(t)).into_response(),
         None => not_found(&id),
+    }
+}
+
+/// `GET /templates/aliases/{alias}` (`Template.exists`): 200 with the template's ID if the
+/// name is taken (`base`, a template built here, a named snapshot), else 404.
+async fn alias(State(st): St, Path(alias): Path<String>) -> Response {
+    let id = if alias == "base" {
+        Some(alias.clone())
+    } else {
+        let built = st.templates.inner.lock().expect("templates").by_name.get(&alias).cloned();
+        built.or_else(|| st.snapshots.resolve(&alias))
+    };
+    match id {
+        Some(id) => Json(json!({"templateID": id, "public": false})).into_response(),
+        None => not_found(&alias),
     }
 }
 
