@@ -1307,3 +1307,46 @@ async fn issue_17_snapshots_and_forks_carry_the_filesystem_not_the_later_changes
     assert_eq!(status, 404);
     server.stop();
 }
+
+#[tokio::test]
+async fn issue_17_file_metadata_is_kept_in_user_e2b_xattrs() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (_, created) = api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(json!({}))).await;
+    assert_eq!(created["envdVersion"], "0.6.2", "the version whose features serve implements");
+    let upload = |meta: Vec<(&'static str, &'static str)>| {
+        let mut r = http
+            .post(format!("{base}/files?path=m.txt"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream");
+        for (k, v) in meta {
+            r = r.header(k, v);
+        }
+        r.body("data").send()
+    };
+    let r = upload(vec![("X-Metadata-Author", "mish")]).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()[0]["metadata"], json!({"author": "mish"}));
+    let (_, st) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": "m.txt"})).await;
+    assert_eq!(st["entry"]["metadata"], json!({"author": "mish"}), "{st}");
+    // It is a real extended attribute: the sandbox sees it, and one set inside shows.
+    let (out, _) = run_cmd(
+        &http,
+        &base,
+        &sb,
+        "python3 -c \"import os; print(os.getxattr('m.txt', 'user.e2b.author').decode()); os.setxattr('m.txt', 'user.e2b.k', b'v')\"",
+    )
+    .await;
+    assert_eq!(out, "mish\n");
+    let (_, ls) = unary(&http, &base, &sb, "filesystem.Filesystem/ListDir", json!({"path": "/home/user"})).await;
+    let m = ls["entries"].as_array().unwrap().iter().find(|e| e["name"] == "m.txt").unwrap().clone();
+    assert_eq!(m["metadata"], json!({"author": "mish", "k": "v"}));
+    // An upload without metadata clears it; invalid metadata is refused.
+    assert_eq!(upload(vec![]).await.unwrap().status(), 200);
+    let (_, st) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": "m.txt"})).await;
+    assert!(st["entry"].get("metadata").is_none(), "{st}");
+    assert_eq!(upload(vec![("X-Metadata-Bad", "caf\u{e9}")]).await.unwrap().status(), 400);
+    server.stop();
+}

@@ -380,6 +380,17 @@ pub trait Provider: Send + Sync {
         let _ = (id, path);
         Err(ProviderError::unsupported(format!("{} cannot read symbolic links", self.name())))
     }
+    /// The file metadata of `path` (envd's: its `user.e2b.*` extended attributes, without
+    /// the prefix).
+    async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>> {
+        let _ = (id, path);
+        Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))
+    }
+    /// Makes `metadata` the whole file metadata of `path` (an empty map clears it).
+    async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
+        let _ = (id, path, metadata);
+        Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))
+    }
     /// What the sandbox uses now.
     async fn usage(&self, id: &str) -> Result<Usage> {
         let _ = id;

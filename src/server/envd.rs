@@ -573,6 +573,17 @@ async fn follow_link(st: &AppState, sb: &Sbx, path: &str) -> Option<(String, Fil
 /// size) with `symlinkTarget` set to the absolute path it resolves to; one that dangles stays
 /// a link.
 async fn describe(st: &AppState, sb: &Sbx, e: &FileEntry) -> Value {
+    let mut v = describe_type(st, sb, e).await;
+    // envd 0.6.2's file metadata: the `user.e2b.*` extended attributes, when there are any.
+    if let Ok(m) = st.provider.file_metadata(&sb.provider_id, &e.path).await {
+        if !m.is_empty() {
+            v["metadata"] = json!(m);
+        }
+    }
+    v
+}
+
+async fn describe_type(st: &AppState, sb: &Sbx, e: &FileEntry) -> Value {
     if e.kind != "symlink" {
         return entry_json(e);
     }
@@ -653,7 +664,7 @@ unary_fn!(fs_make_dir, PathRequest, |st, sb, r| {
         Err(e) => return Err(e.into()),
     }
     let e = st.provider.make_dir(&sb.provider_id, &path).await?;
-    Ok(json!({"entry": entry_json(&e)}))
+    Ok(json!({"entry": describe(&st, &sb, &e).await}))
 });
 
 unary_fn!(fs_move, MoveRequest, |st, sb, r| {
@@ -665,7 +676,7 @@ unary_fn!(fs_move, MoveRequest, |st, sb, r| {
         }
     }
     let e = st.provider.rename(&sb.provider_id, &src, &dst).await?;
-    Ok(json!({"entry": entry_json(&e)}))
+    Ok(json!({"entry": describe(&st, &sb, &e).await}))
 });
 
 unary_fn!(fs_remove, PathRequest, |st, sb, r| {

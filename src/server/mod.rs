@@ -95,10 +95,10 @@ pub const ENVD_PORT: u16 = 49983;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// E2B's fixed legacy `clientID`.
 const CLIENT_ID: &str = "6532622b";
-/// The envd version reported. 0.5.7 turns on everything implemented here (default user,
-/// `close_stdin`, octet-stream and gzip uploads) and leaves off what is not (file metadata
-/// xattrs from 0.6.2 and the newer watcher flags, which the SDKs then refuse client-side).
-pub const ENVD_VERSION: &str = "0.5.7";
+/// The envd version reported: the SDKs turn features on by it, so it is the newest whose
+/// features serve implements. 0.6.2 adds file metadata (`user.e2b.*` xattrs) to 0.5.7's
+/// default user, `close_stdin`, octet-stream and gzip uploads.
+pub const ENVD_VERSION: &str = "0.6.2";
 
 /// Fault injection settings; see the module documentation.
 #[derive(Debug, Clone, Default)]
@@ -465,7 +465,7 @@ fn authorized(st: &AppState, req: &Request) -> bool {
 /// Reads (and drops) what is left of a refused request's body, up to 1 MiB and 5 s: a
 /// response before the body makes hyper close the connection, and a client that reuses it
 /// from its pool (the SDK after a refused create) sees "disconnected without a response".
-async fn drain(body: Body) {
+pub(crate) async fn drain(body: Body) {
     let _ = tokio::time::timeout(Duration::from_secs(5), axum::body::to_bytes(body, 1 << 20)).await;
 }
 

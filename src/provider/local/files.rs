@@ -141,6 +141,58 @@ impl Root {
         Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
+    /// The `user.e2b.*` extended attributes of `abs` (a final symlink followed), without the
+    /// prefix: envd's file metadata.
+    pub(crate) fn metadata(&self, abs: &str) -> Result<std::collections::BTreeMap<String, String>> {
+        let _as = self.as_user();
+        let fd = self.open(abs, libc::O_PATH, 0)?;
+        let magic = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+        let mut out = std::collections::BTreeMap::new();
+        for name in xattr_names(&magic).map_err(|e| fs_err(e, abs))? {
+            let Some(key) = name.strip_prefix(METADATA_PREFIX) else { continue };
+            let c = CString::new(name.as_str()).expect("no NUL in xattr names");
+            match xattr_get(&magic, &c) {
+                Ok(v) => {
+                    out.insert(key.to_string(), String::from_utf8_lossy(&v).into_owned());
+                }
+                // Removed while we read.
+                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
+                Err(e) => return Err(fs_err(e, abs)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Makes `metadata` the `user.e2b.*` attributes of `abs`: those not in it are removed.
+    pub(crate) fn set_metadata(&self, abs: &str, metadata: &std::collections::BTreeMap<String, String>) -> Result<()> {
+        let _as = self.as_user();
+        let fd = self.open(abs, libc::O_PATH, 0)?;
+        let magic = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+        for name in xattr_names(&magic).map_err(|e| fs_err(e, abs))? {
+            let stale = name.strip_prefix(METADATA_PREFIX).is_some_and(|k| !metadata.contains_key(k));
+            if stale {
+                let c = CString::new(name.as_str()).expect("no NUL in xattr names");
+                // SAFETY: valid C strings.
+                if unsafe { libc::removexattr(magic.as_ptr(), c.as_ptr()) } != 0 {
+                    let e = io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::ENODATA) {
+                        return Err(fs_err(e, abs));
+                    }
+                }
+            }
+        }
+        for (k, v) in metadata {
+            let name = CString::new(format!("{METADATA_PREFIX}{k}"))
+                .map_err(|_| ProviderError::invalid(format!("invalid metadata key {k:?}")))?;
+            // SAFETY: valid C strings and a buffer of the given length.
+            let r = unsafe { libc::setxattr(magic.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+            if r != 0 {
+                return Err(fs_err(io::Error::last_os_error(), abs));
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn exists(&self, abs: &str) -> Result<bool> {
         match self.stat(abs) {
             Ok(_) => Ok(true),
@@ -336,6 +388,48 @@ fn entry(abs: &str, st: &libc::stat) -> FileEntry {
         size: st.st_size as u64,
         mode: st.st_mode & 0o7777,
         modified: st.st_mtime.max(0) as u64,
+    }
+}
+
+/// The extended attribute namespace of envd's file metadata.
+const METADATA_PREFIX: &str = "user.e2b.";
+
+/// The names of the extended attributes of `path`.
+fn xattr_names(path: &CString) -> io::Result<Vec<String>> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: valid C string and a buffer of the given length.
+        let n = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            break;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            // A filesystem without extended attributes has none.
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            _ => return Err(e),
+        }
+    }
+    Ok(buf.split(|b| *b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into_owned()).collect())
+}
+
+/// The value of extended attribute `name` of `path`.
+fn xattr_get(path: &CString, name: &CString) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: valid C strings and a buffer of the given length.
+        let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            return Ok(buf);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            _ => return Err(e),
+        }
     }
 }
 

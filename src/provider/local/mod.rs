@@ -853,6 +853,16 @@ impl Provider for LocalProvider {
         blocking(move || root.read_link(&abs)).await
     }
 
+    async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.metadata(&abs)).await
+    }
+
+    async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.set_metadata(&abs, &metadata)).await
+    }
+
     async fn usage(&self, id: &str) -> Result<Usage> {
         let sb = self.get(id)?;
         let (cpu_usec, mem_bytes, mem_limit_bytes) = match &sb.iso {
