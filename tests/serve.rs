@@ -1314,7 +1314,7 @@ async fn issue_17_file_metadata_is_kept_in_user_e2b_xattrs() {
     let (http, base) = (client(), server.base.clone());
     let sb = make(&http, &base).await;
     let (_, created) = api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(json!({}))).await;
-    assert_eq!(created["envdVersion"], "0.6.2", "the version whose features serve implements");
+    assert_eq!(created["envdVersion"], "0.6.4", "the version whose features serve implements");
     let upload = |meta: Vec<(&'static str, &'static str)>| {
         let mut r = http
             .post(format!("{base}/files?path=m.txt"))
@@ -1348,5 +1348,97 @@ async fn issue_17_file_metadata_is_kept_in_user_e2b_xattrs() {
     let (_, st) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": "m.txt"})).await;
     assert!(st["entry"].get("metadata").is_none(), "{st}");
     assert_eq!(upload(vec![("X-Metadata-Bad", "caf\u{e9}")]).await.unwrap().status(), 400);
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_watchers_report_changes_made_inside_the_sandbox_and_through_files() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    run_cmd(&http, &base, &sb, "mkdir -p w && echo x > plain").await;
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/CreateWatcher", json!({"path": "nowhere"})).await;
+    assert_eq!((status, e["code"].as_str()), (404, Some("not_found")), "{e}");
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/CreateWatcher", json!({"path": "plain"})).await;
+    assert_eq!((status, e["code"].as_str()), (400, Some("invalid_argument")), "{e}");
+    let (status, w) = unary(
+        &http,
+        &base,
+        &sb,
+        "filesystem.Filesystem/CreateWatcher",
+        json!({"path": "w", "recursive": true, "includeEntry": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{w}");
+    let id = w["watcherId"].as_str().unwrap().to_string();
+    run_cmd(&http, &base, &sb, "mkdir w/sub").await;
+    run_cmd(&http, &base, &sb, "echo hello > w/sub/f && chmod 600 w/sub/f && mv w/sub/f w/g && rm w/g").await;
+    let (_, ev) = unary(&http, &base, &sb, "filesystem.Filesystem/GetWatcherEvents", json!({"watcherId": id})).await;
+    let got: Vec<(String, String)> = ev["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().trim_start_matches("EVENT_TYPE_").to_string(),
+                e["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("CREATE", "sub"),
+        ("CREATE", "sub/f"),
+        ("WRITE", "sub/f"),
+        ("CHMOD", "sub/f"),
+        ("RENAME", "sub/f"),
+        ("CREATE", "g"),
+        ("REMOVE", "g"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(got, want, "{ev}");
+    let sub = &ev["events"][0];
+    assert_eq!(
+        (sub["entry"]["type"].as_str(), sub["entry"]["path"].as_str()),
+        (Some("FILE_TYPE_DIRECTORY"), Some("/home/user/w/sub"))
+    );
+    // Drained: nothing twice. An upload is a create, envd's chown and a write.
+    let (_, ev) = unary(&http, &base, &sb, "filesystem.Filesystem/GetWatcherEvents", json!({"watcherId": id})).await;
+    assert_eq!(ev["events"], json!([]));
+    let r = http
+        .post(format!("{base}/files?path=w/up.txt"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/octet-stream")
+        .body("data")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (_, ev) = unary(&http, &base, &sb, "filesystem.Filesystem/GetWatcherEvents", json!({"watcherId": id})).await;
+    let types: Vec<&str> = ev["events"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["EVENT_TYPE_CREATE", "EVENT_TYPE_WRITE", "EVENT_TYPE_CHMOD"], "{ev}");
+    let (status, _) = unary(&http, &base, &sb, "filesystem.Filesystem/RemoveWatcher", json!({"watcherId": id})).await;
+    assert_eq!(status, 200);
+    let (status, _) =
+        unary(&http, &base, &sb, "filesystem.Filesystem/GetWatcherEvents", json!({"watcherId": id})).await;
+    assert_eq!(status, 404);
+    // The streaming form: start, then the change.
+    let mut r = http
+        .post(format!("{base}/filesystem.Filesystem/WatchDir"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&json!({"path": "/home/user/w"})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = r.chunk().await.unwrap().unwrap();
+    assert_eq!(envelopes(&first)[0].1, json!({"start": {}}));
+    run_cmd(&http, &base, &sb, "touch w/streamed").await;
+    let next = tokio::time::timeout(Duration::from_secs(5), r.chunk()).await.unwrap().unwrap().unwrap();
+    assert_eq!(envelopes(&next)[0].1["filesystem"]["name"], "streamed");
     server.stop();
 }

@@ -291,6 +291,35 @@ pub struct Usage {
     pub disk_total_bytes: u64,
 }
 
+/// What happened to a file under a watched directory (envd's `EventType`, after Go's
+/// fsnotify).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsOp {
+    Create,
+    Write,
+    Remove,
+    Rename,
+    Chmod,
+}
+
+/// One change under a watched directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FsEvent {
+    /// The path relative to the watched directory (`sub/file` in a recursive watch).
+    pub name: String,
+    pub op: FsOp,
+}
+
+/// A watch on a directory of a sandbox ([`Provider::watch_dir`]); dropping it stops it.
+pub trait DirWatch: Send + Sync {
+    /// Every change seen since the last call, oldest first, including those the kernel has
+    /// queued up to this call (a change made before the call is in its answer).
+    fn drain(&self) -> Vec<FsEvent>;
+    /// Notified when changes arrive (for a client that streams them).
+    fn arrived(&self) -> std::sync::Arc<tokio::sync::Notify>;
+}
+
 /// Counters a provider keeps about itself, for reports and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ProviderStats {
@@ -380,6 +409,12 @@ pub trait Provider: Send + Sync {
         let _ = (id, path);
         Err(ProviderError::unsupported(format!("{} cannot read symbolic links", self.name())))
     }
+    /// Gives `path` to sandbox user `user` (its owner and group), as envd does with every file
+    /// it writes.
+    async fn chown(&self, id: &str, path: &str, user: &str) -> Result<()> {
+        let _ = (id, path, user);
+        Err(ProviderError::unsupported(format!("{} cannot change file owners", self.name())))
+    }
     /// The file metadata of `path` (envd's: its `user.e2b.*` extended attributes, without
     /// the prefix).
     async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>> {
@@ -390,6 +425,12 @@ pub trait Provider: Send + Sync {
     async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
         let _ = (id, path, metadata);
         Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))
+    }
+    /// Watches directory `path` (and, with `recursive`, every directory below it, also those
+    /// made later) for changes.
+    async fn watch_dir(&self, id: &str, path: &str, recursive: bool) -> Result<Box<dyn DirWatch>> {
+        let _ = (id, path, recursive);
+        Err(ProviderError::unsupported(format!("{} cannot watch directories", self.name())))
     }
     /// What the sandbox uses now.
     async fn usage(&self, id: &str) -> Result<Usage> {

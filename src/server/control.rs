@@ -335,6 +335,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         end_ms: std::sync::Mutex::new(super::now_secs().saturating_add(timeout).saturating_mul(1000)),
         end_changed: Default::default(),
         env_vars,
+        watchers: Default::default(),
         _slot: slot,
     });
     st.register(sb.clone());

@@ -50,6 +50,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/filesystem.Filesystem/MakeDir", post(unary_route(fs_make_dir)))
         .route("/filesystem.Filesystem/Move", post(unary_route(fs_move)))
         .route("/filesystem.Filesystem/Remove", post(unary_route(fs_remove)))
+        .route("/filesystem.Filesystem/CreateWatcher", post(unary_route(create_watcher)))
+        .route("/filesystem.Filesystem/GetWatcherEvents", post(unary_route(get_watcher_events)))
+        .route("/filesystem.Filesystem/RemoveWatcher", post(unary_route(remove_watcher)))
+        .route("/filesystem.Filesystem/WatchDir", post(watch_dir))
         .fallback(unknown)
         .layer(DefaultBodyLimit::max(RPC_BODY_LIMIT))
         // Uploads are streamed to disk under their own limits (`files`).
@@ -204,7 +208,7 @@ fn config_json(cfg: &ProcessConfig) -> Value {
 
 /// The user an envd request selects with `Authorization: Basic base64("<user>:")` (protocol
 /// doc §3.3); none means the sandbox's default user.
-fn basic_user(h: &HeaderMap) -> Option<String> {
+pub(crate) fn basic_user(h: &HeaderMap) -> Option<String> {
     let v = h.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
     let (scheme, b64) = v.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
@@ -687,6 +691,152 @@ unary_fn!(fs_remove, PathRequest, |st, sb, r| {
         Err(e) => Err(e.into()),
     }
 });
+
+// ---- watchers ----
+
+#[derive(Debug, Deserialize)]
+struct WatchRequest {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+    #[serde(default, alias = "include_entry")]
+    #[serde(rename = "includeEntry")]
+    include_entry: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct WatcherRequest {
+    #[serde(default, alias = "watcher_id")]
+    #[serde(rename = "watcherId")]
+    watcher_id: String,
+}
+
+/// A directory watch and how its events are reported.
+pub(crate) struct Watcher {
+    watch: Box<dyn crate::provider::DirWatch>,
+    /// The watched directory, absolute.
+    dir: String,
+    include_entry: bool,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher").field("dir", &self.dir).finish()
+    }
+}
+
+/// Starts a watch on the request's directory: `not_found` if it is missing,
+/// `invalid_argument` if it is no directory.
+async fn start_watch(st: &AppState, sb: &Sbx, r: &WatchRequest) -> Result<Watcher, RpcError> {
+    let dir = resolve(&r.path)?;
+    match st.provider.stat(&sb.provider_id, &dir).await {
+        Ok(e) if e.kind == "dir" || e.kind == "symlink" => {}
+        Ok(_) => return Err(RpcError::invalid(format!("path {dir} is not a directory"))),
+        Err(e) if e.kind == ErrorKind::NotFound => return Err(RpcError::not_found(format!("path {dir} not found"))),
+        Err(e) => return Err(e.into()),
+    }
+    let watch = st.provider.watch_dir(&sb.provider_id, &dir, r.recursive).await.map_err(|e| {
+        if e.message.starts_with("not a directory") {
+            RpcError::invalid(format!("path {dir} is not a directory"))
+        } else {
+            e.into()
+        }
+    })?;
+    Ok(Watcher { watch, dir, include_entry: r.include_entry })
+}
+
+/// `FilesystemEvent`s in proto3 JSON, with the entry where asked and the path still exists.
+async fn events_json(st: &AppState, sb: &Sbx, w: &Watcher, events: Vec<crate::provider::FsEvent>) -> Vec<Value> {
+    use crate::provider::FsOp;
+    let mut out = Vec::with_capacity(events.len());
+    for e in events {
+        let ty = match e.op {
+            FsOp::Create => "EVENT_TYPE_CREATE",
+            FsOp::Write => "EVENT_TYPE_WRITE",
+            FsOp::Remove => "EVENT_TYPE_REMOVE",
+            FsOp::Rename => "EVENT_TYPE_RENAME",
+            FsOp::Chmod => "EVENT_TYPE_CHMOD",
+        };
+        let mut v = json!({"name": e.name, "type": ty});
+        if w.include_entry {
+            let path = format!("{}/{}", w.dir.trim_end_matches('/'), e.name);
+            if let Ok(entry) = st.provider.stat(&sb.provider_id, &path).await {
+                v["entry"] = describe(st, sb, &entry).await;
+            }
+        }
+        out.push(v);
+    }
+    out
+}
+
+unary_fn!(create_watcher, WatchRequest, |st, sb, r| {
+    let w = start_watch(&st, &sb, &r).await?;
+    let id = super::new_sandbox_id();
+    sb.watchers.lock().expect("watchers").insert(id.clone(), Arc::new(w));
+    Ok(json!({"watcherId": id}))
+});
+
+unary_fn!(get_watcher_events, WatcherRequest, |st, sb, r| {
+    let w = sb.watchers.lock().expect("watchers").get(&r.watcher_id).cloned();
+    let w = w.ok_or_else(|| RpcError::not_found(format!("watcher with id {} not found", r.watcher_id)))?;
+    let events = w.watch.drain();
+    Ok(json!({"events": events_json(&st, &sb, &w, events).await}))
+});
+
+unary_fn!(remove_watcher, WatcherRequest, |st, sb, r| {
+    let _ = &st;
+    match sb.watchers.lock().expect("watchers").remove(&r.watcher_id) {
+        Some(_) => Ok(json!({})),
+        None => Err(RpcError::not_found(format!("watcher with id {} not found", r.watcher_id))),
+    }
+});
+
+/// `Filesystem/WatchDir`: `start`, then each change as it comes, keepalives while idle,
+/// until the client goes away (which stops the watch).
+async fn watch_dir(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+    let req: WatchRequest = match connect::stream_request(&body) {
+        Ok(r) => r,
+        Err(e) => return stream_error(&st, e),
+    };
+    let w = match start_watch(&st, &sb, &req).await {
+        Ok(w) => w,
+        Err(e) => return stream_error(&st, e),
+    };
+    let keepalive = keepalive_header(&headers);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Frame>(64);
+    let state = st.clone();
+    tokio::spawn(async move {
+        if tx.send(Ok(connect::message(&json!({"start": {}})))).await.is_err() {
+            return;
+        }
+        let arrived = w.watch.arrived();
+        loop {
+            // Registered before draining, so a change between the two still wakes us.
+            let notified = arrived.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let events = w.watch.drain();
+            if events.is_empty() {
+                let idle = tokio::select! {
+                    _ = notified => false,
+                    _ = tokio::time::sleep(keepalive) => true,
+                    _ = tx.closed() => return,
+                };
+                if idle && tx.send(Ok(connect::message(&json!({"keepalive": {}})))).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            for ev in events_json(&state, &sb, &w, events).await {
+                if tx.send(Ok(connect::message(&json!({"filesystem": ev})))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    stream_response(&st, rx)
+}
 
 #[cfg(test)]
 mod tests {

@@ -286,6 +286,10 @@ where
 pub(crate) struct FilesQuery {
     #[serde(default)]
     path: Option<String>,
+    /// The user the upload is made as (`username=`, envd < 0.4 clients), else Basic auth's,
+    /// else `user`.
+    #[serde(default)]
+    username: Option<String>,
 }
 
 fn files_error(e: ProviderError, path: &str) -> Response {
@@ -355,7 +359,14 @@ fn upload_metadata(headers: &axum::http::HeaderMap) -> Result<BTreeMap<String, S
 
 /// `POST /files`: spools every file (see the module documentation), then writes them.
 pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req: Request) -> Response {
-    let q: FilesQuery = Query::try_from_uri(req.uri()).map(|q| q.0).unwrap_or(FilesQuery { path: None });
+    let q: FilesQuery =
+        Query::try_from_uri(req.uri()).map(|q| q.0).unwrap_or(FilesQuery { path: None, username: None });
+    let owner = q
+        .username
+        .clone()
+        .filter(|u| !u.is_empty())
+        .or_else(|| super::envd::basic_user(req.headers()))
+        .unwrap_or_else(|| "user".to_string());
     let metadata = match upload_metadata(req.headers()) {
         Ok(m) => m,
         Err(e) => {
@@ -475,6 +486,12 @@ pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req:
             Ok(e) => e,
             Err(e) => return files_error(e, &abs),
         };
+        // envd chowns every upload to the user it is made as (a watcher sees it as a chmod).
+        match st.provider.chown(&sb.provider_id, &abs, &owner).await {
+            Ok(()) => {}
+            Err(e) if e.kind == ErrorKind::Unsupported => {}
+            Err(e) => return files_error(e, &abs),
+        }
         match st.provider.set_file_metadata(&sb.provider_id, &abs, metadata.clone()).await {
             Ok(()) => {}
             // A provider without file metadata has none to clear.

@@ -96,9 +96,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// E2B's fixed legacy `clientID`.
 const CLIENT_ID: &str = "6532622b";
 /// The envd version reported: the SDKs turn features on by it, so it is the newest whose
-/// features serve implements. 0.6.2 adds file metadata (`user.e2b.*` xattrs) to 0.5.7's
-/// default user, `close_stdin`, octet-stream and gzip uploads.
-pub const ENVD_VERSION: &str = "0.6.2";
+/// features serve implements: 0.5.7's default user, `close_stdin`, octet-stream and gzip
+/// uploads; 0.6.2's file metadata (`user.e2b.*` xattrs); 0.6.3's entries in watch events;
+/// 0.6.4's `allowNetworkMounts` watch flag (there are no network mounts to refuse).
+pub const ENVD_VERSION: &str = "0.6.4";
 
 /// Fault injection settings; see the module documentation.
 #[derive(Debug, Clone, Default)]
@@ -218,6 +219,8 @@ pub(crate) struct Sbx {
     pub end_ms: Mutex<u64>,
     /// Wakes the auto-pause task when `end_ms` moves or the sandbox goes.
     pub end_changed: tokio::sync::Notify,
+    /// Directory watchers made by `Filesystem/CreateWatcher`, by watcher ID.
+    pub watchers: Mutex<HashMap<String, Arc<envd::Watcher>>>,
     /// create's `envVars`, which its forks get too.
     pub env_vars: std::collections::BTreeMap<String, String>,
     /// Its place under `--max-sandboxes`, given back when the record goes.

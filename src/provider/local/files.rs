@@ -193,6 +193,41 @@ impl Root {
         Ok(())
     }
 
+    /// Gives `abs` (not following a final symlink) to `who`, with the provider's own rights,
+    /// as envd gives every upload to the user it was made as.
+    pub(crate) fn chown(&self, abs: &str, who: &Identity) -> Result<()> {
+        let Root::Proc { ids, .. } = self else {
+            // Without isolation files belong to whoever runs the provider.
+            return Ok(());
+        };
+        let (dir, name) = self.parent(abs)?;
+        let (uid, gid) = (userns::host_id(*ids, who.uid), userns::host_id(*ids, who.gid));
+        // SAFETY: valid descriptor and C string.
+        let r = unsafe { libc::fchownat(dir.as_raw_fd(), name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) };
+        if r != 0 {
+            return Err(fs_err(io::Error::last_os_error(), abs));
+        }
+        Ok(())
+    }
+
+    /// Opens directory `abs` as the sandbox user, `O_PATH` (for watching it).
+    pub(crate) fn open_dir(&self, abs: &str) -> Result<OwnedFd> {
+        let _as = self.as_user();
+        let fd = self.open(abs, libc::O_PATH, 0)?;
+        let st = fstatat(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(ProviderError::invalid(format!("not a directory: {abs}")));
+        }
+        Ok(fd)
+    }
+
+    /// Runs `f` as the sandbox user (its file-system ids), for calls that check permissions
+    /// against the caller (adding an inotify watch needs read access).
+    pub(crate) fn as_sandbox_user<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _as = self.as_user();
+        f()
+    }
+
     pub(crate) fn exists(&self, abs: &str) -> Result<bool> {
         match self.stat(abs) {
             Ok(_) => Ok(true),

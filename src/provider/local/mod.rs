@@ -65,6 +65,7 @@ mod sandbox;
 mod seccomp;
 mod sys;
 mod userns;
+mod watch;
 
 use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward;
@@ -853,6 +854,12 @@ impl Provider for LocalProvider {
         blocking(move || root.read_link(&abs)).await
     }
 
+    async fn chown(&self, id: &str, path: &str, user: &str) -> Result<()> {
+        let sb = self.get(id)?;
+        let (root, abs, who) = (sb.root()?, files::normalize(path)?, sb.identity(user)?);
+        blocking(move || root.chown(&abs, &who)).await
+    }
+
     async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>> {
         let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
         blocking(move || root.metadata(&abs)).await
@@ -861,6 +868,12 @@ impl Provider for LocalProvider {
     async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
         let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
         blocking(move || root.set_metadata(&abs, &metadata)).await
+    }
+
+    async fn watch_dir(&self, id: &str, path: &str, recursive: bool) -> Result<Box<dyn super::DirWatch>> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        let w = blocking(move || watch::Watch::start(root, &abs, recursive)).await?;
+        Ok(Box::new(w))
     }
 
     async fn usage(&self, id: &str) -> Result<Usage> {
