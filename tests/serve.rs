@@ -1442,3 +1442,75 @@ async fn issue_17_watchers_report_changes_made_inside_the_sandbox_and_through_fi
     assert_eq!(envelopes(&next)[0].1["filesystem"]["name"], "streamed");
     server.stop();
 }
+
+#[tokio::test]
+async fn issue_17_a_pty_session_is_a_real_terminal_in_the_sandbox() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let start = json!({"process": {"cmd": "/bin/bash", "args": ["-i", "-l"], "envs": {"TERM": "xterm"}},
+        "pty": {"size": {"cols": 80, "rows": 24}}});
+    let mut r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&start))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = envelopes(&r.chunk().await.unwrap().unwrap());
+    let pid = first[0].1["event"]["start"]["pid"].as_u64().expect("a start event");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let typed = |s: &str| json!({"process": {"pid": pid}, "input": {"pty": b64.encode(s)}});
+    let mut out = String::new();
+    let mut end = Value::Null;
+    // Reads the stream until `until` is in the terminal's output (or the stream ends).
+    async fn read_until(r: &mut reqwest::Response, out: &mut String, end: &mut Value, until: &str) {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut pending = Vec::new();
+        while !out.contains(until) {
+            let Some(c) = tokio::time::timeout(Duration::from_secs(20), r.chunk()).await.expect("output").unwrap()
+            else {
+                return;
+            };
+            pending.extend_from_slice(&c);
+            // Whole envelopes only.
+            while pending.len() >= 5 {
+                let len = u32::from_be_bytes([pending[1], pending[2], pending[3], pending[4]]) as usize;
+                if pending.len() < 5 + len {
+                    break;
+                }
+                let m: Value = serde_json::from_slice(&pending[5..5 + len]).unwrap();
+                pending.drain(..5 + len);
+                if let Some(d) = m["event"]["data"]["pty"].as_str() {
+                    out.push_str(&String::from_utf8_lossy(&b64.decode(d).unwrap()));
+                }
+                assert!(m["event"]["data"].get("stdout").is_none(), "terminal output is pty data: {m}");
+                if m["event"].get("end").is_some() {
+                    *end = m["event"]["end"].clone();
+                }
+            }
+        }
+    }
+    let (status, e) = unary(&http, &base, &sb, "process.Process/SendInput", typed("tty; tput cols\n")).await;
+    assert_eq!(status, 200, "{e}");
+    read_until(&mut r, &mut out, &mut end, "\r\n80\r\n").await;
+    let (status, e) = unary(
+        &http,
+        &base,
+        &sb,
+        "process.Process/Update",
+        json!({"process": {"pid": pid}, "pty": {"size": {"cols": 123, "rows": 40}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{e}");
+    unary(&http, &base, &sb, "process.Process/SendInput", typed("tput cols; stty size; exit 7\n")).await;
+    read_until(&mut r, &mut out, &mut end, "\u{0}never").await;
+    assert!(out.contains("/dev/pts/"), "its stdin is a terminal of the sandbox: {out:?}");
+    assert!(out.contains("\r\n80\r\n"), "80 columns at first: {out:?}");
+    assert!(out.contains("123\r\n40 123\r\n"), "then resized: {out:?}");
+    assert_eq!(end["exitCode"], 7, "{end}");
+    server.stop();
+}

@@ -387,6 +387,22 @@ pub trait Provider: Send + Sync {
         let _ = (id, pid);
         Err(ProviderError::unsupported(format!("{} cannot close process stdin", self.name())))
     }
+    /// Like [`Provider::spawn_live`], in a pseudo-terminal of `cols` × `rows`: the command's
+    /// stdin, stdout and stderr are the terminal, and what it writes arrives as stdout chunks.
+    async fn spawn_pty(&self, id: &str, req: ExecRequest, cols: u16, rows: u16) -> Result<LiveProcess> {
+        let _ = (id, req, cols, rows);
+        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
+    }
+    /// Types into the terminal of a process started with [`Provider::spawn_pty`].
+    async fn write_pty(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        let _ = (id, pid, data);
+        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
+    }
+    /// Resizes that terminal.
+    async fn resize_pty(&self, id: &str, pid: u32, cols: u16, rows: u16) -> Result<()> {
+        let _ = (id, pid, cols, rows);
+        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
+    }
     /// Processes started by `exec`/`spawn` that are still known to the provider.
     async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>>;
     async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()>;

@@ -45,6 +45,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/process.Process/SendSignal", post(unary_route(send_signal)))
         .route("/process.Process/SendInput", post(unary_route(send_input)))
         .route("/process.Process/CloseStdin", post(unary_route(close_stdin)))
+        .route("/process.Process/Update", post(unary_route(update)))
         .route("/filesystem.Filesystem/Stat", post(unary_route(fs_stat)))
         .route("/filesystem.Filesystem/ListDir", post(unary_route(fs_list_dir)))
         .route("/filesystem.Filesystem/MakeDir", post(unary_route(fs_make_dir)))
@@ -260,6 +261,7 @@ fn event_json(ev: Value) -> Value {
 /// Stops when the client goes away (the process keeps running).
 async fn pump(
     pid: u32,
+    pty: bool,
     mut events: procs::Subscription,
     out: tokio::sync::mpsc::Sender<Frame>,
     keepalive: Duration,
@@ -281,6 +283,9 @@ async fn pump(
             Ok(ev) => ev,
         };
         let frame = match ev {
+            Some(Event::Data(OutputChunk::Stdout(b))) if pty => {
+                connect::message(&event_json(json!({"data": {"pty": b64.encode(b)}})))
+            }
             Some(Event::Data(OutputChunk::Stdout(b))) => {
                 connect::message(&event_json(json!({"data": {"stdout": b64.encode(b)}})))
             }
@@ -340,9 +345,7 @@ async fn start(
     req: StartRequest,
     sock: Option<super::ConnSocket>,
 ) -> Result<Response, RpcError> {
-    if req.pty.is_some() {
-        return Err(RpcError::unimplemented("pty sessions are not supported by scenario-run serve"));
-    }
+    let size = req.pty.as_ref().map(pty_size).transpose()?;
     if req.process.cmd.is_empty() {
         return Err(RpcError::invalid("process.cmd is required"));
     }
@@ -376,7 +379,10 @@ async fn start(
     };
     // `stdin` absent means open (back-compat with old clients); the SDK sends false.
     let open_stdin = req.stdin.unwrap_or(true);
-    let live = st.provider.spawn_live(&sb.provider_id, exec, open_stdin).await?;
+    let live = match size {
+        Some((cols, rows)) => st.provider.spawn_pty(&sb.provider_id, exec, cols, rows).await?,
+        None => st.provider.spawn_live(&sb.provider_id, exec, open_stdin).await?,
+    };
     let pid = live.pid;
     let (_entry, events) = sb.procs.start(
         st.provider.clone(),
@@ -385,10 +391,24 @@ async fn start(
         config_json(&req.process),
         req.tag.clone(),
         timeout_header(headers),
+        size.is_some(),
     );
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(pump(pid, events, tx, keepalive_header(headers), sock));
+    tokio::spawn(pump(pid, size.is_some(), events, tx, keepalive_header(headers), sock));
     Ok(stream_response(st, rx))
+}
+
+/// A terminal's `{"size":{"cols":C,"rows":R}}` (envd's `PTY` message).
+fn pty_size(v: &Value) -> Result<(u16, u16), RpcError> {
+    let dim = |k: &str| {
+        let n = &v["size"][k];
+        n.as_u64().or_else(|| n.as_str().and_then(|s| s.parse().ok())).unwrap_or(0)
+    };
+    let (cols, rows) = (dim("cols"), dim("rows"));
+    if cols == 0 || rows == 0 || cols > 10_000 || rows > 10_000 {
+        return Err(RpcError::invalid(format!("invalid terminal size {cols}x{rows}")));
+    }
+    Ok((cols as u16, rows as u16))
 }
 
 fn find(sb: &Sbx, sel: &Selector) -> Result<Arc<procs::Entry>, RpcError> {
@@ -421,7 +441,7 @@ async fn process_connect(
         Err(e) => return stream_error(&st, e),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(pump(entry.pid, entry.subscribe(), tx, keepalive_header(&headers), sock));
+    tokio::spawn(pump(entry.pid, entry.pty, entry.subscribe(), tx, keepalive_header(&headers), sock));
     stream_response(&st, rx)
 }
 
@@ -480,13 +500,32 @@ unary_fn!(send_signal, ProcessRequest, |st, sb, r| {
 unary_fn!(send_input, ProcessRequest, |st, sb, r| {
     let pid = target_pid(&sb, &r.process)?;
     let input = r.input.ok_or_else(|| RpcError::invalid("input is required"))?;
-    if input.pty.is_some() {
-        return Err(RpcError::invalid("process has no pty"));
+    let b64 = base64::engine::general_purpose::STANDARD;
+    if let Some(typed) = input.pty {
+        let data = b64.decode(typed).map_err(|e| RpcError::invalid(format!("pty input is not base64: {e}")))?;
+        st.provider.write_pty(&sb.provider_id, pid, data).await.map_err(process_err(pid))?;
+        return Ok(json!({}));
     }
     let data = base64::engine::general_purpose::STANDARD
         .decode(input.stdin.unwrap_or_default())
         .map_err(|e| RpcError::invalid(format!("stdin is not base64: {e}")))?;
     st.provider.write_stdin(&sb.provider_id, pid, data).await.map_err(process_err(pid))?;
+    Ok(json!({}))
+});
+
+#[derive(Debug, Deserialize)]
+struct UpdateRequest {
+    #[serde(default)]
+    process: Selector,
+    #[serde(default)]
+    pty: Option<Value>,
+}
+
+unary_fn!(update, UpdateRequest, |st, sb, r| {
+    let pid = target_pid(&sb, &r.process)?;
+    let Some(pty) = r.pty else { return Ok(json!({})) };
+    let (cols, rows) = pty_size(&pty)?;
+    st.provider.resize_pty(&sb.provider_id, pid, cols, rows).await.map_err(process_err(pid))?;
     Ok(json!({}))
 });
 

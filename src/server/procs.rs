@@ -52,6 +52,8 @@ pub(crate) enum Event {
 pub(crate) struct Entry {
     pub pid: u32,
     pub tag: Option<String>,
+    /// Runs in a terminal: its output is the terminal's (`pty` data events).
+    pub pty: bool,
     /// The `ProcessConfig` it was started with, for `Process/List`.
     pub config: Value,
     state: Mutex<EntryState>,
@@ -174,10 +176,12 @@ impl Table {
         config: Value,
         tag: Option<String>,
         deadline: Option<Duration>,
+        pty: bool,
     ) -> (Arc<Entry>, Subscription) {
         let entry = Arc::new(Entry {
             pid: live.pid,
             tag,
+            pty,
             config,
             state: Mutex::new(EntryState::default()),
             budget: SUBSCRIBER_BUDGET,
@@ -283,7 +287,7 @@ mod tests {
     use super::*;
 
     fn entry(budget: usize) -> Entry {
-        Entry { pid: 1, tag: None, config: json!({}), state: Mutex::new(EntryState::default()), budget }
+        Entry { pid: 1, tag: None, pty: false, config: json!({}), state: Mutex::new(EntryState::default()), budget }
     }
 
     #[tokio::test]

@@ -210,6 +210,12 @@ impl Root {
         Ok(())
     }
 
+    /// Opens the device `abs` of the sandbox (its terminal multiplexer) with the provider's
+    /// own rights.
+    pub(crate) fn open_device(&self, abs: &str, flags: i32) -> Result<OwnedFd> {
+        self.open(abs, flags, 0)
+    }
+
     /// Opens directory `abs` as the sandbox user, `O_PATH` (for watching it).
     pub(crate) fn open_dir(&self, abs: &str) -> Result<OwnedFd> {
         let _as = self.as_user();

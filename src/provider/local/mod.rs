@@ -61,6 +61,7 @@ mod cgroup;
 mod enter;
 mod files;
 mod process;
+mod pty;
 mod sandbox;
 mod seccomp;
 mod sys;
@@ -784,6 +785,25 @@ impl Provider for LocalProvider {
         let (tx, rx) = mpsc::unbounded_channel();
         let p = self.start_background(id, req, Some(tx), open_stdin).await?;
         Ok(LiveProcess { pid: p.pid, output: rx })
+    }
+
+    async fn spawn_pty(&self, id: &str, req: ExecRequest, cols: u16, rows: u16) -> Result<LiveProcess> {
+        let sb = self.get(id)?;
+        let (target, env, cwd) = sb.plan(&req)?;
+        let root = sb.root()?;
+        let term = blocking(move || pty::open(&root, cols, rows)).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let p = process::launch_io(&target, &env, &cwd, &req, Some(tx), false, Some(term)).await?;
+        sb.procs.insert(p.clone());
+        Ok(LiveProcess { pid: p.pid, output: rx })
+    }
+
+    async fn write_pty(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        self.get(id)?.procs.get(pid)?.write_pty(data).await
+    }
+
+    async fn resize_pty(&self, id: &str, pid: u32, cols: u16, rows: u16) -> Result<()> {
+        self.get(id)?.procs.get(pid)?.resize_pty(cols, rows)
     }
 
     async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
