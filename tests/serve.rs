@@ -1195,6 +1195,16 @@ async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
     assert_eq!((status, e["message"].as_str().unwrap().contains("template tags")), (501, true), "{e}");
     let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/no/such/route"), None).await;
     assert_eq!(status, 404, "a path that is no E2B route at all");
+    // Network options a local sandbox cannot honour are refused, not accepted and ignored;
+    // denying (all it can do anyway) is accepted.
+    let create = |body: Value| api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(body));
+    let (status, e) = create(json!({"templateID": "base", "allow_internet_access": true})).await;
+    assert_eq!(status, 501, "{e}");
+    assert!(e["message"].as_str().unwrap().starts_with("internet access: not supported"), "{e}");
+    let (status, e) = create(json!({"templateID": "base", "network": {"allowOut": ["127.0.0.1"]}})).await;
+    assert_eq!(status, 501, "{e}");
+    let (status, e) = create(json!({"templateID": "base", "network": {"denyOut": ["0.0.0.0/0"]}})).await;
+    assert_eq!(status, 201, "{e}");
     // Template.exists: the name is looked up, not refused.
     let (status, t) = api(&http, reqwest::Method::GET, format!("{base}/templates/aliases/base"), None).await;
     assert_eq!((status, t["templateID"].as_str()), (200, Some("base")), "{t}");

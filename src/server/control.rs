@@ -167,6 +167,26 @@ pub(crate) struct NewSandbox {
     pub auto_pause_memory: Option<bool>,
     #[serde(rename = "autoResume", default)]
     pub auto_resume: Option<AutoResume>,
+    /// snake_case on the wire, as the SDKs send it.
+    #[serde(default, alias = "allowInternetAccess")]
+    pub allow_internet_access: Option<bool>,
+    #[serde(default)]
+    pub network: Option<Value>,
+}
+
+/// What of create's network options serve cannot honour: a local sandbox's network namespace
+/// holds only its own loopback, so it reaches no address outside it. Denying is what it does
+/// anyway; asking for internet access or for addresses to be allowed is refused (501), never
+/// accepted and silently not done.
+fn network_refusal(req: &NewSandbox) -> Option<&'static str> {
+    if req.allow_internet_access == Some(true) {
+        return Some("internet access");
+    }
+    let allow = req.network.as_ref().and_then(|n| n.get("allowOut").or_else(|| n.get("allow_out")));
+    if allow.and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+        return Some("network egress allow lists");
+    }
+    None
 }
 
 #[derive(Debug, Deserialize)]
@@ -228,6 +248,7 @@ fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
         "state": if sb.is_paused() { "paused" } else { "running" },
         "lifecycle": {"autoResume": lc.auto_resume, "onTimeout": if lc.pause_on_timeout { "pause" } else { "kill" }},
         "pauseMode": if lc.keep_memory { "full" } else { "filesystem" },
+        "allowInternetAccess": false,
         "metadata": info.metadata,
         "domain": st.domain,
     })
@@ -258,6 +279,15 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     }
     if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
         return Err(json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL"));
+    }
+    if let Some(feature) = network_refusal(&req) {
+        return Err(json_error(
+            StatusCode::NOT_IMPLEMENTED,
+            &format!(
+                "{feature}: not supported by scenario-run serve (a local sandbox reaches nothing outside its own \
+                 loopback)"
+            ),
+        ));
     }
     let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
