@@ -1191,18 +1191,29 @@ async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
     assert_eq!(status, 501, "{e}");
     assert!(e["message"].as_str().unwrap().contains("volumes"), "the feature is named: {e}");
     assert_eq!(e["code"], 501);
-    let (status, e) = api(&http, reqwest::Method::POST, format!("{base}/templates/tags"), Some(json!({}))).await;
-    assert_eq!((status, e["message"].as_str().unwrap().contains("template tags")), (501, true), "{e}");
+    let (status, e) =
+        api(&http, reqwest::Method::PUT, format!("{base}/sandboxes/{}/network", sb.id), Some(json!({}))).await;
+    assert_eq!((status, e["message"].as_str().unwrap().contains("network policy updates")), (501, true), "{e}");
+    // Template tags: validated, and an unknown template is not found.
+    let tags = |body: Value| api(&http, reqwest::Method::POST, format!("{base}/templates/tags"), Some(body));
+    let (status, e) = tags(json!({"target": "nosuch:v1", "tags": [":bad"]})).await;
+    assert_eq!(status, 400, "{e}");
+    let (status, e) = tags(json!({"target": "nosuch:v1", "tags": ["prod"]})).await;
+    assert_eq!(status, 404, "{e}");
     let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/no/such/route"), None).await;
     assert_eq!(status, 404, "a path that is no E2B route at all");
     // Network options a local sandbox cannot honour are refused, not accepted and ignored;
     // denying (all it can do anyway) is accepted.
     let create = |body: Value| api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(body));
-    let (status, e) = create(json!({"templateID": "base", "allow_internet_access": true})).await;
-    assert_eq!(status, 501, "{e}");
-    assert!(e["message"].as_str().unwrap().starts_with("internet access: not supported"), "{e}");
     let (status, e) = create(json!({"templateID": "base", "network": {"allowOut": ["127.0.0.1"]}})).await;
     assert_eq!(status, 501, "{e}");
+    assert!(e["message"].as_str().unwrap().starts_with("network egress allow lists: not supported"), "{e}");
+    // What the SDKs send by default is accepted, and reported as what a local sandbox has.
+    let (status, e) = create(json!({"templateID": "base", "allow_internet_access": true})).await;
+    assert_eq!(status, 201, "{e}");
+    let (_, info) =
+        api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", e["sandboxID"].as_str().unwrap()), None).await;
+    assert_eq!(info["allowInternetAccess"], false);
     let (status, e) = create(json!({"templateID": "base", "network": {"denyOut": ["0.0.0.0/0"]}})).await;
     assert_eq!(status, 201, "{e}");
     // Template.exists: the name is looked up, not refused.

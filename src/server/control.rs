@@ -167,21 +167,16 @@ pub(crate) struct NewSandbox {
     pub auto_pause_memory: Option<bool>,
     #[serde(rename = "autoResume", default)]
     pub auto_resume: Option<AutoResume>,
-    /// snake_case on the wire, as the SDKs send it.
-    #[serde(default, alias = "allowInternetAccess")]
-    pub allow_internet_access: Option<bool>,
     #[serde(default)]
     pub network: Option<Value>,
 }
 
 /// What of create's network options serve cannot honour: a local sandbox's network namespace
 /// holds only its own loopback, so it reaches no address outside it. Denying is what it does
-/// anyway; asking for internet access or for addresses to be allowed is refused (501), never
-/// accepted and silently not done.
+/// anyway; asking for addresses to be allowed is refused (501), never accepted and silently
+/// not done. `allow_internet_access` cannot be refused: the SDKs send `true` unless told
+/// otherwise, so it is accepted and reported as what it is (`allowInternetAccess: false`).
 fn network_refusal(req: &NewSandbox) -> Option<&'static str> {
-    if req.allow_internet_access == Some(true) {
-        return Some("internet access");
-    }
     let allow = req.network.as_ref().and_then(|n| n.get("allowOut").or_else(|| n.get("allow_out")));
     if allow.and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
         return Some("network egress allow lists");
