@@ -1535,3 +1535,42 @@ async fn issue_17_a_pty_session_is_a_real_terminal_in_the_sandbox() {
     assert_eq!(end["exitCode"], 7, "{end}");
     server.stop();
 }
+
+#[tokio::test]
+async fn issue_17_uploads_are_made_as_envd_makes_them() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let upload = |path: &'static str, user: Option<&'static str>| {
+        let mut r = http
+            .post(format!("{base}/files?path={path}"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream");
+        if let Some(u) = user {
+            r = r.basic_auth(u, Some(""));
+        }
+        r.body("x").send()
+    };
+    // Any path, and the directories made for it, belong to the user the upload is made as.
+    let r = upload("/0/deep/f.txt", None).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // A relative path is under the home of the user it is made as.
+    let r = upload("hello.txt", Some("root")).await.unwrap();
+    let (status, body) = (r.status(), r.text().await.unwrap());
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()[0]["path"], "/root/hello.txt");
+    let (out, _) = run_cmd(&http, &base, &sb, "sudo stat -c '%U %n' /0 /0/deep /0/deep/f.txt /root/hello.txt").await;
+    assert_eq!(out, "user /0\nuser /0/deep\nuser /0/deep/f.txt\nroot /root/hello.txt\n");
+    // And a download made as root reads what only root may.
+    let r = http
+        .get(format!("{base}/files?path=hello.txt"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .basic_auth("root", Some(""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), r.text().await.unwrap()), (200, "x".to_string()));
+    server.stop();
+}

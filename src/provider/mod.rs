@@ -425,11 +425,21 @@ pub trait Provider: Send + Sync {
         let _ = (id, path);
         Err(ProviderError::unsupported(format!("{} cannot read symbolic links", self.name())))
     }
-    /// Gives `path` to sandbox user `user` (its owner and group), as envd does with every file
-    /// it writes.
-    async fn chown(&self, id: &str, path: &str, user: &str) -> Result<()> {
-        let _ = (id, path, user);
-        Err(ProviderError::unsupported(format!("{} cannot change file owners", self.name())))
+    /// Writes `path` as envd does for an upload made as sandbox user `user`: as the sandbox's
+    /// root (so any path can be written), then the file and the parent directories it made
+    /// are given to `user`. Relative paths are relative to `/home/user`.
+    async fn write_file_as(&self, id: &str, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry> {
+        if user == "user" {
+            return self.write_file(id, path, data, None).await;
+        }
+        Err(ProviderError::unsupported(format!("{} writes files as `user` only", self.name())))
+    }
+    /// Reads `path` with the rights of sandbox user `user`.
+    async fn read_file_as(&self, id: &str, path: &str, user: &str) -> Result<Vec<u8>> {
+        if user == "user" {
+            return self.read_file(id, path).await;
+        }
+        Err(ProviderError::unsupported(format!("{} reads files as `user` only", self.name())))
     }
     /// The file metadata of `path` (envd's: its `user.e2b.*` extended attributes, without
     /// the prefix).
@@ -437,7 +447,8 @@ pub trait Provider: Send + Sync {
         let _ = (id, path);
         Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))
     }
-    /// Makes `metadata` the whole file metadata of `path` (an empty map clears it).
+    /// Makes `metadata` the whole file metadata of `path` (an empty map clears it). Both are
+    /// done with the rights of the sandbox's root, as envd does them.
     async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
         let _ = (id, path, metadata);
         Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))

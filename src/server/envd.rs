@@ -99,16 +99,31 @@ macro_rules! unary_fn {
 
 /// envd's path resolution (see the module documentation).
 pub(crate) fn resolve(path: &str) -> Result<String, RpcError> {
+    resolve_in(path, HOME)
+}
+
+/// The home directory of sandbox user `user`, as the base images make them.
+pub(crate) fn home_of(user: &str) -> String {
+    if user == "root" {
+        "/root".into()
+    } else {
+        format!("/home/{user}")
+    }
+}
+
+/// [`resolve`] for a request made as a user whose home is `home`.
+pub(crate) fn resolve_in(path: &str, home: &str) -> Result<String, RpcError> {
+    let home = home.trim_end_matches('/');
     let p = if path.is_empty() || path == "~" {
-        HOME.to_string()
+        home.to_string()
     } else if let Some(rest) = path.strip_prefix("~/") {
-        format!("{HOME}/{rest}")
+        format!("{home}/{rest}")
     } else if path.starts_with('~') {
         return Err(RpcError::invalid(format!("invalid path '{path}': only ~ and ~/ are supported")));
     } else {
         path.to_string()
     };
-    let full = if p.starts_with('/') { p } else { format!("{HOME}/{p}") };
+    let full = if p.starts_with('/') { p } else { format!("{home}/{p}") };
     let mut parts: Vec<&str> = Vec::new();
     for c in full.split('/') {
         match c {
@@ -388,10 +403,8 @@ async fn start(
         st.provider.clone(),
         sb.provider_id.clone(),
         live,
-        config_json(&req.process),
-        req.tag.clone(),
+        super::procs::Started { config: config_json(&req.process), tag: req.tag.clone(), pty: size.is_some() },
         timeout_header(headers),
-        size.is_some(),
     );
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(pump(pid, size.is_some(), events, tx, keepalive_header(headers), sock));
@@ -494,6 +507,11 @@ unary_fn!(send_signal, ProcessRequest, |st, sb, r| {
         other => return Err(RpcError::unimplemented(format!("signal {other:?} is not supported"))),
     };
     st.provider.signal(&sb.provider_id, pid, sig).await.map_err(process_err(pid))?;
+    // envd answers once the process is gone (it reaps its children): a `kill -0` right
+    // after a kill must not find it. Bounded; a process that ignores SIGTERM is left be.
+    if sig == libc::SIGKILL {
+        let _ = st.provider.wait(&sb.provider_id, pid, Duration::from_secs(2)).await;
+    }
     Ok(json!({}))
 });
 

@@ -36,7 +36,7 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::envd::resolve;
+use super::envd::{home_of, resolve_in};
 use super::{json_error, limit_body, AppState, Sbx};
 use crate::provider::{ErrorKind, FileEntry, ProviderError};
 
@@ -303,14 +303,31 @@ fn files_error(e: ProviderError, path: &str) -> Response {
     }
 }
 
-/// `GET /files?path=`.
-pub(crate) async fn download(axum::extract::State(st): St, Extension(sb): Sb, Query(q): Query<FilesQuery>) -> Response {
+/// The user a `/files` request is made as: `username=` (old clients), else Basic auth's, else
+/// `user`.
+fn request_user(q: &FilesQuery, headers: &axum::http::HeaderMap) -> String {
+    q.username
+        .clone()
+        .filter(|u| !u.is_empty())
+        .or_else(|| super::envd::basic_user(headers))
+        .unwrap_or_else(|| "user".to_string())
+}
+
+/// `GET /files?path=`: read with the rights of the request's user; a relative path is
+/// under that user's home.
+pub(crate) async fn download(
+    axum::extract::State(st): St,
+    Extension(sb): Sb,
+    headers: axum::http::HeaderMap,
+    Query(q): Query<FilesQuery>,
+) -> Response {
+    let user = request_user(&q, &headers);
     let raw = q.path.unwrap_or_default();
-    let path = match resolve(&raw) {
+    let path = match resolve_in(&raw, &home_of(&user)) {
         Ok(p) => p,
         Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
     };
-    match st.provider.read_file(&sb.provider_id, &path).await {
+    match st.provider.read_file_as(&sb.provider_id, &path, &user).await {
         Ok(data) => {
             let name = path.rsplit('/').next().unwrap_or("file").replace('"', "");
             let disposition = HeaderValue::from_str(&format!("inline; filename=\"{name}\""))
@@ -361,12 +378,7 @@ fn upload_metadata(headers: &axum::http::HeaderMap) -> Result<BTreeMap<String, S
 pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req: Request) -> Response {
     let q: FilesQuery =
         Query::try_from_uri(req.uri()).map(|q| q.0).unwrap_or(FilesQuery { path: None, username: None });
-    let owner = q
-        .username
-        .clone()
-        .filter(|u| !u.is_empty())
-        .or_else(|| super::envd::basic_user(req.headers()))
-        .unwrap_or_else(|| "user".to_string());
+    let owner = request_user(&q, req.headers());
     let metadata = match upload_metadata(req.headers()) {
         Ok(m) => m,
         Err(e) => {
@@ -460,7 +472,7 @@ pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req:
     }
     let mut resolved: Vec<(String, SpoolFile)> = Vec::new();
     for (p, f) in files {
-        let abs = match resolve(&p) {
+        let abs = match resolve_in(&p, &home_of(&owner)) {
             Ok(a) => a,
             Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
         };
@@ -482,16 +494,12 @@ pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req:
             Err(e) => return SpoolError::Io(e).response(),
         };
         drop(f);
-        let e = match st.provider.write_file(&sb.provider_id, &abs, data, None).await {
+        // As envd: written as root, then given to the user it is made as (which a watcher
+        // sees as a chmod).
+        let e = match st.provider.write_file_as(&sb.provider_id, &abs, data, &owner).await {
             Ok(e) => e,
             Err(e) => return files_error(e, &abs),
         };
-        // envd chowns every upload to the user it is made as (a watcher sees it as a chmod).
-        match st.provider.chown(&sb.provider_id, &abs, &owner).await {
-            Ok(()) => {}
-            Err(e) if e.kind == ErrorKind::Unsupported => {}
-            Err(e) => return files_error(e, &abs),
-        }
         match st.provider.set_file_metadata(&sb.provider_id, &abs, metadata.clone()).await {
             Ok(()) => {}
             // A provider without file metadata has none to clear.

@@ -160,6 +160,14 @@ pub(crate) struct Table {
     gone: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// What a process was started as: its config (as `List` shows it), its tag, and whether it
+/// runs on a terminal.
+pub(crate) struct Started {
+    pub config: Value,
+    pub tag: Option<String>,
+    pub pty: bool,
+}
+
 impl Table {
     /// Marks the sandbox as going away (before it is killed).
     pub(crate) fn mark_gone(&self) {
@@ -173,11 +181,10 @@ impl Table {
         provider: Arc<dyn Provider>,
         sandbox: String,
         live: LiveProcess,
-        config: Value,
-        tag: Option<String>,
+        what: Started,
         deadline: Option<Duration>,
-        pty: bool,
     ) -> (Arc<Entry>, Subscription) {
+        let Started { config, tag, pty } = what;
         let entry = Arc::new(Entry {
             pid: live.pid,
             tag,

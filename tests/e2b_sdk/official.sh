@@ -9,7 +9,9 @@
 #   --sdk VERSION  an `e2b` release from PyPI to run the suite with (repeatable); default: the
 #                  newest release and the version the E2B checkout itself is (its
 #                  packages/python-sdk/package.json), which its tests are written for
-#   --js           also the JS SDK's own tests (packages/js-sdk/tests/sandbox, vitest)
+#   --js           also the JS SDK's own tests (packages/js-sdk/tests, vitest, from the SDK's
+#                  source; official-js.sh)
+#   --js-only      only those
 #   E2B_REPO       the e2b-dev/E2B repository: a checkout or a bare git directory
 #                  (default /work/.mirror/e2b-dev+E2B/repo); E2B_REF picks the commit (HEAD)
 #   JOBS           pytest-xdist workers (default 4; the suite's own default)
@@ -27,10 +29,12 @@ ref="${E2B_REF:-HEAD}"
 jobs="${JOBS:-4}"
 sdks=()
 js=0
+py=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --sdk) sdks+=("$2"); shift 2 ;;
     --js) js=1; shift ;;
+    --js-only) js=1; py=0; shift ;;
     --) shift; break ;;
     *) echo "official.sh: unknown argument $1 (see the header of this file)" >&2; exit 2 ;;
   esac
@@ -79,6 +83,7 @@ venv() {
 . "$here/serve-lib.sh"
 trap serve_stop EXIT
 status=0
+[ "$py" = 1 ] || sdks=()
 for v in "${sdks[@]}"; do
   py="$(venv "$v")" || { echo "official.sh: cannot install e2b==$v" >&2; status=1; continue; }
   mkdir -p "$work/logs-$v"
@@ -90,7 +95,7 @@ for v in "${sdks[@]}"; do
   tail -1 "$work/logs-$v/pytest.log"
   serve_stop
   serve_clean_exit || { echo "official.sh: serve did not shut down cleanly (see $server_log)" >&2; status=1; }
-  python3 "$here/official_summary.py" "$results/py-$v.xml" "e2b $v" | tee "$results/py-$v.txt"
+  python3 "$here/official_summary.py" "e2b $v" "$results/py-$v.xml" | tee "$results/py-$v.txt"
 done
 
 if [ "$js" = 1 ]; then

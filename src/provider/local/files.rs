@@ -78,6 +78,11 @@ impl Root {
     /// Acts as the sandbox user for the rest of the calling scope (isolated sandboxes only).
     fn as_user(&self) -> Option<FsIds> {
         match self {
+            // The sandbox's root: the provider's own rights. A host process with a mapped
+            // file-system id has no capabilities at all, so it could not act as root inside;
+            // what it writes so is given to its user afterwards (`write_file_as`). Paths are
+            // resolved in the sandbox's root all the same.
+            Root::Proc { who, .. } if who.uid == 0 => None,
             Root::Proc { ids, who, .. } => {
                 Some(FsIds::set(userns::host_id(*ids, who.uid), userns::host_id(*ids, who.gid)))
             }
@@ -208,6 +213,15 @@ impl Root {
             return Err(fs_err(io::Error::last_os_error(), abs));
         }
         Ok(())
+    }
+
+    /// The same root, acting as `who` (isolated sandboxes; without isolation there is only
+    /// the invoking user).
+    pub(crate) fn acting_as(&self, who: Identity) -> Root {
+        match self {
+            Root::Proc { pid1, ids, .. } => Root::Proc { pid1: *pid1, ids: *ids, who },
+            plain => plain.clone(),
+        }
     }
 
     /// Opens the device `abs` of the sandbox (its terminal multiplexer) with the provider's

@@ -874,19 +874,43 @@ impl Provider for LocalProvider {
         blocking(move || root.read_link(&abs)).await
     }
 
-    async fn chown(&self, id: &str, path: &str, user: &str) -> Result<()> {
+    async fn write_file_as(&self, id: &str, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry> {
         let sb = self.get(id)?;
         let (root, abs, who) = (sb.root()?, files::normalize(path)?, sb.identity(user)?);
-        blocking(move || root.chown(&abs, &who)).await
+        let as_root = root.acting_as(Identity::root());
+        blocking(move || {
+            // The directories the write will make: from the nearest missing ancestor down.
+            let mut made = Vec::new();
+            let mut dir = abs.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+            while !dir.is_empty() && !as_root.exists(&dir)? {
+                made.push(dir.clone());
+                dir = dir.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+            }
+            let e = as_root.write(&abs, &data, None)?;
+            for d in made.iter().rev() {
+                as_root.chown(d, &who)?;
+            }
+            as_root.chown(&abs, &who)?;
+            Ok(e)
+        })
+        .await
     }
 
+    async fn read_file_as(&self, id: &str, path: &str, user: &str) -> Result<Vec<u8>> {
+        let sb = self.get(id)?;
+        let (root, abs, who) = (sb.root()?, files::normalize(path)?, sb.identity(user)?);
+        let root = root.acting_as(who);
+        blocking(move || root.read(&abs)).await
+    }
+
+    // As envd (which runs as root): any file's metadata, whoever owns it.
     async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>> {
-        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        let (root, abs) = (self.get(id)?.root()?.acting_as(Identity::root()), files::normalize(path)?);
         blocking(move || root.metadata(&abs)).await
     }
 
     async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
-        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        let (root, abs) = (self.get(id)?.root()?.acting_as(Identity::root()), files::normalize(path)?);
         blocking(move || root.set_metadata(&abs, &metadata)).await
     }
 
