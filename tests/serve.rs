@@ -1033,3 +1033,544 @@ async fn a_create_repeated_after_an_answer_that_was_not_a_refusal_is_counted() {
     assert!(ok, "{stderr}");
     assert!(stderr.contains("3 creates, 0 refused, 2 double"), "{stderr}");
 }
+
+// ---- issue 17: what the official SDK suite found missing or wrong ----
+
+async fn api(http: &reqwest::Client, method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
+    let mut r = http.request(method, url).header("X-API-KEY", KEY);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn make_with(http: &reqwest::Client, base: &str, body: Value) -> Made {
+    let (status, sb) = api(http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(body)).await;
+    assert_eq!(status, 201, "{sb}");
+    let text = |k: &str| sb[k].as_str().unwrap_or_default().to_string();
+    Made { id: text("sandboxID"), token: text("envdAccessToken"), traffic: text("trafficAccessToken") }
+}
+
+async fn unary(http: &reqwest::Client, base: &str, sb: &Made, route: &str, body: Value) -> (u16, Value) {
+    let r = http
+        .post(format!("{base}/{route}"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list.as_array().unwrap().iter().map(|s| s["sandboxID"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn issue_17_list_orders_by_start_time_and_filters_by_start_and_template() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let tag = json!({"templateID": "base", "timeout": 120, "metadata": {"t": "order"}});
+    // Both start within the same second, which is what made the order fall back to the id.
+    let a = make_with(&http, &base, tag.clone()).await;
+    let b = make_with(&http, &base, tag).await;
+    let list = |q: &str| api(&http, reqwest::Method::GET, format!("{base}/v2/sandboxes?metadata=t%3Dorder{q}"), None);
+    let (_, desc) = list("").await;
+    assert_eq!(ids(&desc), [b.id.clone(), a.id.clone()], "newest first");
+    let (_, asc) = list("&order=asc").await;
+    assert_eq!(ids(&asc), [a.id.clone(), b.id.clone()]);
+    let b_started = desc[0]["startedAt"].as_str().unwrap().to_string();
+    let (_, after) = list(&format!("&startedAfter={}", b_started.replace(':', "%3A"))).await;
+    assert_eq!(
+        ids(&after),
+        std::slice::from_ref(&b.id),
+        "startedAfter is inclusive and leaves out what started before"
+    );
+    let later: jiff::Timestamp = b_started.parse().unwrap();
+    let later = (later + jiff::SignedDuration::from_secs(1)).to_string().replace(':', "%3A");
+    let (_, none) = list(&format!("&startedAfter={later}")).await;
+    assert_eq!(ids(&none), Vec::<String>::new());
+    let (_, by_template) = list("&template=base").await;
+    assert_eq!(ids(&by_template).len(), 2);
+    let (_, unknown) = list("&template=unknown-template").await;
+    assert_eq!(ids(&unknown), Vec::<String>::new());
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_list_dir_is_depth_first_and_stat_follows_symlinks() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (_, end) = run_cmd(
+        &http,
+        &base,
+        &sb,
+        "mkdir -p d/a/x d/b && touch d/a/f d/c && ln -s /home/user/d/c d/link && ln -s c d/rel",
+    )
+    .await;
+    assert!(end.get("error").is_none(), "{end}");
+    let (status, r) = unary(&http, &base, &sb, "filesystem.Filesystem/ListDir", json!({"path": "d", "depth": 2})).await;
+    assert_eq!(status, 200, "{r}");
+    let names: Vec<&str> = r["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    let want = ["a", "a/f", "a/x", "b", "c", "link", "rel"].map(|n| format!("/home/user/d/{n}"));
+    assert_eq!(names, want, "each directory's entries right after it, in lexical order");
+    for link in ["d/link", "d/rel"] {
+        let (status, r) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": link})).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["entry"]["type"], "FILE_TYPE_FILE", "{link}: the link is followed: {r}");
+        assert_eq!(r["entry"]["symlinkTarget"], "/home/user/d/c", "{link}");
+    }
+    let (_, r) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": "d/c"})).await;
+    assert!(r["entry"].get("symlinkTarget").is_none(), "{r}");
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_a_sandbox_killed_under_a_command_resets_its_stream() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let start = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 60"]}, "stdin": false});
+    let mut r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&start))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = r.chunk().await.unwrap().expect("the start event");
+    assert!(String::from_utf8_lossy(&first).contains("start"));
+    let (status, _) = api(&http, reqwest::Method::DELETE, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(status, 204);
+    // envd's connection drops with its sandbox: no end event, no clean end of stream.
+    let mut rest = Vec::new();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match r.chunk().await {
+                Ok(Some(c)) => rest.extend_from_slice(&c),
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .expect("the stream ends within 10 s");
+    assert!(outcome.is_err(), "the stream ended cleanly: {:?}", String::from_utf8_lossy(&rest));
+    let health = http.get(format!("{base}/health")).header("E2b-Sandbox-Id", &sb.id).send().await.unwrap();
+    assert_eq!(health.status(), 502, "a client that asks after the cut hears the sandbox is gone");
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (status, m) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}/metrics", sb.id), None).await;
+    assert_eq!(status, 200, "{m}");
+    let m0 = &m.as_array().expect("an array of samples")[0];
+    for k in ["timestamp", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "diskUsed", "diskTotal"] {
+        assert!(m0.get(k).is_some(), "{k} missing from {m0}");
+    }
+    assert!(m0["memTotal"].as_u64().unwrap() > 0 && m0["diskTotal"].as_u64().unwrap() > 0, "{m0}");
+    let (_, before) =
+        api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}/metrics?start=1000&end=2000", sb.id), None).await;
+    assert_eq!(before, json!([]), "nothing before the sandbox existed");
+    let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/nosuchsandbox/metrics"), None).await;
+    assert_eq!(status, 404);
+    let (status, e) = api(&http, reqwest::Method::POST, format!("{base}/volumes"), Some(json!({"name": "v"}))).await;
+    assert_eq!(status, 501, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("volumes"), "the feature is named: {e}");
+    assert_eq!(e["code"], 501);
+    let (status, e) =
+        api(&http, reqwest::Method::PUT, format!("{base}/sandboxes/{}/network", sb.id), Some(json!({}))).await;
+    assert_eq!((status, e["message"].as_str().unwrap().contains("network policy updates")), (501, true), "{e}");
+    // Template tags: validated, and an unknown template is not found.
+    let tags = |body: Value| api(&http, reqwest::Method::POST, format!("{base}/templates/tags"), Some(body));
+    let (status, e) = tags(json!({"target": "nosuch:v1", "tags": [":bad"]})).await;
+    assert_eq!(status, 400, "{e}");
+    let (status, e) = tags(json!({"target": "nosuch:v1", "tags": ["prod"]})).await;
+    assert_eq!(status, 404, "{e}");
+    let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/no/such/route"), None).await;
+    assert_eq!(status, 404, "a path that is no E2B route at all");
+    // Network options a local sandbox cannot honour are refused, not accepted and ignored;
+    // denying (all it can do anyway) is accepted.
+    let create = |body: Value| api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(body));
+    let (status, e) = create(json!({"templateID": "base", "network": {"allowOut": ["127.0.0.1"]}})).await;
+    assert_eq!(status, 501, "{e}");
+    assert!(e["message"].as_str().unwrap().starts_with("network egress allow lists: not supported"), "{e}");
+    // What the SDKs send by default is accepted, and reported as what a local sandbox has.
+    let (status, e) = create(json!({"templateID": "base", "allow_internet_access": true})).await;
+    assert_eq!(status, 201, "{e}");
+    let (_, info) =
+        api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", e["sandboxID"].as_str().unwrap()), None).await;
+    assert_eq!(info["allowInternetAccess"], false);
+    let (status, e) = create(json!({"templateID": "base", "network": {"denyOut": ["0.0.0.0/0"]}})).await;
+    assert_eq!(status, 201, "{e}");
+    // Template.exists: the name is looked up, not refused.
+    let (status, t) = api(&http, reqwest::Method::GET, format!("{base}/templates/aliases/base"), None).await;
+    assert_eq!((status, t["templateID"].as_str()), (200, Some("base")), "{t}");
+    let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/templates/aliases/nonexistent-x"), None).await;
+    assert_eq!(status, 404);
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_a_paused_sandbox_is_frozen_unreachable_and_resumes_on_connect() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    // A ticker: 20 increments a second while it runs.
+    let tick = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c",
+        "i=0; while :; do i=$((i+1)); echo $i > /tmp/n.tmp; mv /tmp/n.tmp /tmp/n; sleep 0.05; done"]}, "stdin": false});
+    let r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&tick))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let read = || run_cmd(&http, &base, &sb, "cat /tmp/n");
+    let n1: u64 = read().await.0.trim().parse().unwrap();
+    let pause = format!("{base}/sandboxes/{}/pause", sb.id);
+    let (status, e) = api(&http, reqwest::Method::POST, pause.clone(), Some(json!({}))).await;
+    assert_eq!(status, 204, "{e}");
+    let (status, _) = api(&http, reqwest::Method::POST, pause, Some(json!({}))).await;
+    assert_eq!(status, 409, "already paused");
+    let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(info["state"], "paused");
+    let (_, listed) = api(&http, reqwest::Method::GET, format!("{base}/v2/sandboxes?state=paused"), None).await;
+    assert_eq!(ids(&listed), std::slice::from_ref(&sb.id));
+    let (_, running) = api(&http, reqwest::Method::GET, format!("{base}/v2/sandboxes?state=running"), None).await;
+    assert_eq!(ids(&running), Vec::<String>::new());
+    let health = http.get(format!("{base}/health")).header("E2b-Sandbox-Id", &sb.id).send().await.unwrap();
+    assert_eq!(health.status(), 502, "a paused sandbox is not running");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, e) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes/{}/connect", sb.id),
+        Some(json!({"timeout": 60})),
+    )
+    .await;
+    assert_eq!(status, 201, "a resume: {e}");
+    let n2: u64 = read().await.0.trim().parse().unwrap();
+    // 1.5 s running would be about 30 ticks; frozen, the ticker got no CPU at all.
+    assert!(n2 - n1 < 10, "the ticker ran while paused: {n1} -> {n2}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n3: u64 = read().await.0.trim().parse().unwrap();
+    assert!(n3 > n2 + 3, "the ticker runs again after the resume: {n2} -> {n3}");
+    drop(r);
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_snapshots_and_forks_carry_the_filesystem_not_the_later_changes() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (_, end) = run_cmd(&http, &base, &sb, "echo before > /home/user/state && sudo rm /etc/debian_version").await;
+    assert!(end.get("error").is_none(), "{end}");
+    let (status, snap) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/sandboxes/{}/snapshots", sb.id),
+        Some(json!({"name": "snap-17"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{snap}");
+    let snap_id = snap["snapshotID"].as_str().unwrap().to_string();
+    assert_eq!(snap["names"], json!(["snap-17"]));
+    run_cmd(&http, &base, &sb, "echo after > /home/user/state").await;
+    let (_, listed) = api(&http, reqwest::Method::GET, format!("{base}/snapshots?sandboxID={}", sb.id), None).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    // A sandbox from the snapshot (by name) has the files as they were, deletions included.
+    let copy = make_with(&http, &base, json!({"templateID": "snap-17", "timeout": 60})).await;
+    let (out, _) = run_cmd(&http, &base, &copy, "cat /home/user/state; test -e /etc/debian_version && echo back").await;
+    assert_eq!(out, "before\n", "the snapshot's files, and a whiteout stays a whiteout");
+    // A fork starts from the source as it is now, and is independent of it.
+    let (status, forks) =
+        api(&http, reqwest::Method::POST, format!("{base}/sandboxes/{}/fork", sb.id), Some(json!({"count": 2}))).await;
+    assert_eq!(status, 201, "{forks}");
+    let forks: Vec<Made> = forks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let s = &f["sandbox"];
+            let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+            Made { id: text("sandboxID"), token: text("envdAccessToken"), traffic: text("trafficAccessToken") }
+        })
+        .collect();
+    assert_eq!(forks.len(), 2);
+    run_cmd(&http, &base, &forks[0], "echo fork > /home/user/state").await;
+    assert_eq!(run_cmd(&http, &base, &forks[1], "cat /home/user/state").await.0, "after\n");
+    assert_eq!(run_cmd(&http, &base, &sb, "cat /home/user/state").await.0, "after\n");
+    let (status, _) = api(&http, reqwest::Method::DELETE, format!("{base}/templates/{snap_id}"), None).await;
+    assert_eq!(status, 204);
+    let (status, _) = api(&http, reqwest::Method::DELETE, format!("{base}/templates/{snap_id}"), None).await;
+    assert_eq!(status, 404, "deleted once");
+    let (status, _) =
+        api(&http, reqwest::Method::POST, format!("{base}/sandboxes/nosuchsandbox/fork"), Some(json!({}))).await;
+    assert_eq!(status, 404);
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_file_metadata_is_kept_in_user_e2b_xattrs() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (_, created) = api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(json!({}))).await;
+    assert_eq!(created["envdVersion"], "0.6.4", "the version whose features serve implements");
+    let upload = |meta: Vec<(&'static str, &'static str)>| {
+        let mut r = http
+            .post(format!("{base}/files?path=m.txt"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream");
+        for (k, v) in meta {
+            r = r.header(k, v);
+        }
+        r.body("data").send()
+    };
+    let r = upload(vec![("X-Metadata-Author", "mish")]).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()[0]["metadata"], json!({"author": "mish"}));
+    let (_, st) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": "m.txt"})).await;
+    assert_eq!(st["entry"]["metadata"], json!({"author": "mish"}), "{st}");
+    // It is a real extended attribute: the sandbox sees it, and one set inside shows.
+    let (out, _) = run_cmd(
+        &http,
+        &base,
+        &sb,
+        "python3 -c \"import os; print(os.getxattr('m.txt', 'user.e2b.author').decode()); os.setxattr('m.txt', 'user.e2b.k', b'v')\"",
+    )
+    .await;
+    assert_eq!(out, "mish\n");
+    let (_, ls) = unary(&http, &base, &sb, "filesystem.Filesystem/ListDir", json!({"path": "/home/user"})).await;
+    let m = ls["entries"].as_array().unwrap().iter().find(|e| e["name"] == "m.txt").unwrap().clone();
+    assert_eq!(m["metadata"], json!({"author": "mish", "k": "v"}));
+    // An upload without metadata clears it; invalid metadata is refused.
+    assert_eq!(upload(vec![]).await.unwrap().status(), 200);
+    let (_, st) = unary(&http, &base, &sb, "filesystem.Filesystem/Stat", json!({"path": "m.txt"})).await;
+    assert!(st["entry"].get("metadata").is_none(), "{st}");
+    assert_eq!(upload(vec![("X-Metadata-Bad", "caf\u{e9}")]).await.unwrap().status(), 400);
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_watchers_report_changes_made_inside_the_sandbox_and_through_files() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    run_cmd(&http, &base, &sb, "mkdir -p w && echo x > plain").await;
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/CreateWatcher", json!({"path": "nowhere"})).await;
+    assert_eq!((status, e["code"].as_str()), (404, Some("not_found")), "{e}");
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/CreateWatcher", json!({"path": "plain"})).await;
+    assert_eq!((status, e["code"].as_str()), (400, Some("invalid_argument")), "{e}");
+    let (status, w) = unary(
+        &http,
+        &base,
+        &sb,
+        "filesystem.Filesystem/CreateWatcher",
+        json!({"path": "w", "recursive": true, "includeEntry": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{w}");
+    let id = w["watcherId"].as_str().unwrap().to_string();
+    run_cmd(&http, &base, &sb, "mkdir w/sub").await;
+    run_cmd(&http, &base, &sb, "echo hello > w/sub/f && chmod 600 w/sub/f && mv w/sub/f w/g && rm w/g").await;
+    let (_, ev) = unary(&http, &base, &sb, "filesystem.Filesystem/GetWatcherEvents", json!({"watcherId": id})).await;
+    let got: Vec<(String, String)> = ev["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().trim_start_matches("EVENT_TYPE_").to_string(),
+                e["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("CREATE", "sub"),
+        ("CREATE", "sub/f"),
+        ("WRITE", "sub/f"),
+        ("CHMOD", "sub/f"),
+        ("RENAME", "sub/f"),
+        ("CREATE", "g"),
+        ("REMOVE", "g"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(got, want, "{ev}");
+    let sub = &ev["events"][0];
+    assert_eq!(
+        (sub["entry"]["type"].as_str(), sub["entry"]["path"].as_str()),
+        (Some("FILE_TYPE_DIRECTORY"), Some("/home/user/w/sub"))
+    );
+    // Drained: nothing twice. An upload is a create, envd's chown and a write.
+    let (_, ev) = unary(&http, &base, &sb, "filesystem.Filesystem/GetWatcherEvents", json!({"watcherId": id})).await;
+    assert_eq!(ev["events"], json!([]));
+    let r = http
+        .post(format!("{base}/files?path=w/up.txt"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/octet-stream")
+        .body("data")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (_, ev) = unary(&http, &base, &sb, "filesystem.Filesystem/GetWatcherEvents", json!({"watcherId": id})).await;
+    let types: Vec<&str> = ev["events"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["EVENT_TYPE_CREATE", "EVENT_TYPE_WRITE", "EVENT_TYPE_CHMOD"], "{ev}");
+    let (status, _) = unary(&http, &base, &sb, "filesystem.Filesystem/RemoveWatcher", json!({"watcherId": id})).await;
+    assert_eq!(status, 200);
+    let (status, _) =
+        unary(&http, &base, &sb, "filesystem.Filesystem/GetWatcherEvents", json!({"watcherId": id})).await;
+    assert_eq!(status, 404);
+    // The streaming form: start, then the change.
+    let mut r = http
+        .post(format!("{base}/filesystem.Filesystem/WatchDir"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&json!({"path": "/home/user/w"})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = r.chunk().await.unwrap().unwrap();
+    assert_eq!(envelopes(&first)[0].1, json!({"start": {}}));
+    run_cmd(&http, &base, &sb, "touch w/streamed").await;
+    let next = tokio::time::timeout(Duration::from_secs(5), r.chunk()).await.unwrap().unwrap().unwrap();
+    assert_eq!(envelopes(&next)[0].1["filesystem"]["name"], "streamed");
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_a_pty_session_is_a_real_terminal_in_the_sandbox() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let start = json!({"process": {"cmd": "/bin/bash", "args": ["-i", "-l"], "envs": {"TERM": "xterm"}},
+        "pty": {"size": {"cols": 80, "rows": 24}}});
+    let mut r = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(&start))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = envelopes(&r.chunk().await.unwrap().unwrap());
+    let pid = first[0].1["event"]["start"]["pid"].as_u64().expect("a start event");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let typed = |s: &str| json!({"process": {"pid": pid}, "input": {"pty": b64.encode(s)}});
+    let mut out = String::new();
+    let mut end = Value::Null;
+    // Reads the stream until `until` is in the terminal's output (or the stream ends).
+    async fn read_until(r: &mut reqwest::Response, out: &mut String, end: &mut Value, until: &str) {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut pending = Vec::new();
+        while !out.contains(until) {
+            let Some(c) = tokio::time::timeout(Duration::from_secs(20), r.chunk()).await.expect("output").unwrap()
+            else {
+                return;
+            };
+            pending.extend_from_slice(&c);
+            // Whole envelopes only.
+            while pending.len() >= 5 {
+                let len = u32::from_be_bytes([pending[1], pending[2], pending[3], pending[4]]) as usize;
+                if pending.len() < 5 + len {
+                    break;
+                }
+                let m: Value = serde_json::from_slice(&pending[5..5 + len]).unwrap();
+                pending.drain(..5 + len);
+                if let Some(d) = m["event"]["data"]["pty"].as_str() {
+                    out.push_str(&String::from_utf8_lossy(&b64.decode(d).unwrap()));
+                }
+                assert!(m["event"]["data"].get("stdout").is_none(), "terminal output is pty data: {m}");
+                if m["event"].get("end").is_some() {
+                    *end = m["event"]["end"].clone();
+                }
+            }
+        }
+    }
+    let (status, e) = unary(&http, &base, &sb, "process.Process/SendInput", typed("tty; tput cols\n")).await;
+    assert_eq!(status, 200, "{e}");
+    read_until(&mut r, &mut out, &mut end, "\r\n80\r\n").await;
+    let (status, e) = unary(
+        &http,
+        &base,
+        &sb,
+        "process.Process/Update",
+        json!({"process": {"pid": pid}, "pty": {"size": {"cols": 123, "rows": 40}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{e}");
+    unary(&http, &base, &sb, "process.Process/SendInput", typed("tput cols; stty size; exit 7\n")).await;
+    read_until(&mut r, &mut out, &mut end, "\u{0}never").await;
+    assert!(out.contains("/dev/pts/"), "its stdin is a terminal of the sandbox: {out:?}");
+    assert!(out.contains("\r\n80\r\n"), "80 columns at first: {out:?}");
+    assert!(out.contains("123\r\n40 123\r\n"), "then resized: {out:?}");
+    assert_eq!(end["exitCode"], 7, "{end}");
+    server.stop();
+}
+
+#[tokio::test]
+async fn issue_17_uploads_are_made_as_envd_makes_them() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let upload = |path: &'static str, user: Option<&'static str>| {
+        let mut r = http
+            .post(format!("{base}/files?path={path}"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream");
+        if let Some(u) = user {
+            r = r.basic_auth(u, Some(""));
+        }
+        r.body("x").send()
+    };
+    // Any path, and the directories made for it, belong to the user the upload is made as.
+    let r = upload("/0/deep/f.txt", None).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // A relative path is under the home of the user it is made as.
+    let r = upload("hello.txt", Some("root")).await.unwrap();
+    let (status, body) = (r.status(), r.text().await.unwrap());
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()[0]["path"], "/root/hello.txt");
+    let (out, _) = run_cmd(&http, &base, &sb, "sudo stat -c '%U %n' /0 /0/deep /0/deep/f.txt /root/hello.txt").await;
+    assert_eq!(out, "user /0\nuser /0/deep\nuser /0/deep/f.txt\nroot /root/hello.txt\n");
+    // And a download made as root reads what only root may.
+    let r = http
+        .get(format!("{base}/files?path=hello.txt"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .basic_auth("root", Some(""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), r.text().await.unwrap()), (200, "x".to_string()));
+    server.stop();
+}

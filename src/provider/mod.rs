@@ -278,6 +278,48 @@ pub struct FileEntry {
     pub modified: u64,
 }
 
+/// What a sandbox uses now (E2B's sandbox metrics).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Usage {
+    /// CPU time its processes used since it started, in microseconds.
+    pub cpu_usec: u64,
+    /// Memory in use and its limit, in bytes.
+    pub mem_bytes: u64,
+    pub mem_limit_bytes: u64,
+    /// Bytes its own writable layer holds, and the size of the filesystem under it.
+    pub disk_bytes: u64,
+    pub disk_total_bytes: u64,
+}
+
+/// What happened to a file under a watched directory (envd's `EventType`, after Go's
+/// fsnotify).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsOp {
+    Create,
+    Write,
+    Remove,
+    Rename,
+    Chmod,
+}
+
+/// One change under a watched directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FsEvent {
+    /// The path relative to the watched directory (`sub/file` in a recursive watch).
+    pub name: String,
+    pub op: FsOp,
+}
+
+/// A watch on a directory of a sandbox ([`Provider::watch_dir`]); dropping it stops it.
+pub trait DirWatch: Send + Sync {
+    /// Every change seen since the last call, oldest first, including those the kernel has
+    /// queued up to this call (a change made before the call is in its answer).
+    fn drain(&self) -> Vec<FsEvent>;
+    /// Notified when changes arrive (for a client that streams them).
+    fn arrived(&self) -> std::sync::Arc<tokio::sync::Notify>;
+}
+
 /// Counters a provider keeps about itself, for reports and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ProviderStats {
@@ -345,6 +387,22 @@ pub trait Provider: Send + Sync {
         let _ = (id, pid);
         Err(ProviderError::unsupported(format!("{} cannot close process stdin", self.name())))
     }
+    /// Like [`Provider::spawn_live`], in a pseudo-terminal of `cols` × `rows`: the command's
+    /// stdin, stdout and stderr are the terminal, and what it writes arrives as stdout chunks.
+    async fn spawn_pty(&self, id: &str, req: ExecRequest, cols: u16, rows: u16) -> Result<LiveProcess> {
+        let _ = (id, req, cols, rows);
+        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
+    }
+    /// Types into the terminal of a process started with [`Provider::spawn_pty`].
+    async fn write_pty(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        let _ = (id, pid, data);
+        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
+    }
+    /// Resizes that terminal.
+    async fn resize_pty(&self, id: &str, pid: u32, cols: u16, rows: u16) -> Result<()> {
+        let _ = (id, pid, cols, rows);
+        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
+    }
     /// Processes started by `exec`/`spawn` that are still known to the provider.
     async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>>;
     async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()>;
@@ -361,6 +419,71 @@ pub trait Provider: Send + Sync {
     async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry>;
     async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry>;
     async fn remove(&self, id: &str, path: &str) -> Result<()>;
+
+    /// The target of the symbolic link at `path`, as stored in the link (maybe relative).
+    async fn read_link(&self, id: &str, path: &str) -> Result<String> {
+        let _ = (id, path);
+        Err(ProviderError::unsupported(format!("{} cannot read symbolic links", self.name())))
+    }
+    /// Writes `path` as envd does for an upload made as sandbox user `user`: as the sandbox's
+    /// root (so any path can be written), then the file and the parent directories it made
+    /// are given to `user`. Relative paths are relative to `/home/user`.
+    async fn write_file_as(&self, id: &str, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry> {
+        if user == "user" {
+            return self.write_file(id, path, data, None).await;
+        }
+        Err(ProviderError::unsupported(format!("{} writes files as `user` only", self.name())))
+    }
+    /// Reads `path` with the rights of sandbox user `user`.
+    async fn read_file_as(&self, id: &str, path: &str, user: &str) -> Result<Vec<u8>> {
+        if user == "user" {
+            return self.read_file(id, path).await;
+        }
+        Err(ProviderError::unsupported(format!("{} reads files as `user` only", self.name())))
+    }
+    /// The file metadata of `path` (envd's: its `user.e2b.*` extended attributes, without
+    /// the prefix).
+    async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>> {
+        let _ = (id, path);
+        Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))
+    }
+    /// Makes `metadata` the whole file metadata of `path` (an empty map clears it). Both are
+    /// done with the rights of the sandbox's root, as envd does them.
+    async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
+        let _ = (id, path, metadata);
+        Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))
+    }
+    /// Watches directory `path` (and, with `recursive`, every directory below it, also those
+    /// made later) for changes.
+    async fn watch_dir(&self, id: &str, path: &str, recursive: bool) -> Result<Box<dyn DirWatch>> {
+        let _ = (id, path, recursive);
+        Err(ProviderError::unsupported(format!("{} cannot watch directories", self.name())))
+    }
+    /// What the sandbox uses now.
+    async fn usage(&self, id: &str) -> Result<Usage> {
+        let _ = id;
+        Err(ProviderError::unsupported(format!("{} does not report resource usage", self.name())))
+    }
+    /// Pauses the sandbox: its processes stop where they are (they get no CPU and keep their
+    /// memory) and it no longer expires; its files stay. Idempotent.
+    async fn pause(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Err(ProviderError::unsupported(format!("{} cannot pause sandboxes", self.name())))
+    }
+    /// Undoes [`Provider::pause`]: the processes run on, and the sandbox expires
+    /// `timeout_secs` from now. Idempotent.
+    async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        let _ = (id, timeout_secs);
+        Err(ProviderError::unsupported(format!("{} cannot resume sandboxes", self.name())))
+    }
+
+    /// Captures the sandbox's filesystem as a template named `name` that `create` starts
+    /// (with the environment and working directory of the sandbox's own template, no start
+    /// command); [`Provider::remove_template`] removes it. Processes are not captured.
+    async fn snapshot(&self, id: &str, name: &str) -> Result<()> {
+        let _ = (id, name);
+        Err(ProviderError::unsupported(format!("{} cannot snapshot sandboxes", self.name())))
+    }
 
     /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
     async fn port_url(&self, id: &str, port: u16) -> Result<String>;

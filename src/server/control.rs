@@ -20,8 +20,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{json_error, rfc3339, AppState, Sbx, CLIENT_ID, ENVD_VERSION};
-use crate::provider::{CreateRequest, ErrorKind, ProviderError, SandboxInfo};
+use super::{json_error, rfc3339, rfc3339_us, AppState, Sbx, CLIENT_ID, ENVD_VERSION};
+use crate::provider::{CreateRequest, ErrorKind, ProviderError, SandboxInfo, Usage};
 
 /// Sandbox lifetime when create does not say (E2B's default).
 const DEFAULT_TIMEOUT_SECS: u64 = 300;
@@ -33,7 +33,7 @@ const MAX_PAGE: usize = 100;
 type St = State<Arc<AppState>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
-    super::templates::routes(Router::new())
+    super::snapshots::routes(super::templates::routes(Router::new()))
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .route("/sandboxes", post(create).get(list_legacy))
         .route("/v2/sandboxes", post(create).get(list_v2))
@@ -41,13 +41,72 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
-        .route("/sandboxes/{id}/pause", post(unsupported))
-        .route("/sandboxes/{id}/resume", post(unsupported))
-        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route") })
+        .route("/sandboxes/{id}/metrics", get(metrics))
+        .route("/sandboxes/{id}/pause", post(pause))
+        .route("/sandboxes/{id}/resume", post(resume_legacy))
+        .fallback(unimplemented_route)
+        .method_not_allowed_fallback(unimplemented_route)
         .with_state(state)
 }
 
-fn provider_error(e: ProviderError) -> Response {
+/// E2B API routes serve does not implement, by method and path pattern (`*` is one
+/// segment), with the feature each belongs to; the first match wins.
+const UNIMPLEMENTED: &[(&str, &str, &str)] = &[
+    ("PUT", "/sandboxes/*/network", "network policy updates"),
+    ("POST", "/sandboxes/*/refreshes", "sandbox refreshes"),
+    ("GET", "/sandboxes/*/logs", "sandbox logs"),
+    ("GET", "/v2/sandboxes/*/logs", "sandbox logs"),
+    ("GET", "/sandboxes/metrics", "metrics of several sandboxes"),
+    ("*", "/volumes", "volumes"),
+    ("*", "/volumes/*", "volumes"),
+    ("*", "/volumes/*/*", "volumes"),
+    ("*", "/secrets", "secrets"),
+    ("*", "/secrets/*", "secrets"),
+    ("*", "/templates/tags", "template tags"),
+    ("POST", "/templates", "legacy (v1) template builds"),
+    ("POST", "/templates/*", "legacy (v1) template builds"),
+    ("POST", "/v2/templates", "legacy (v2) template builds"),
+    ("POST", "/templates/*/builds/*", "legacy (v1) template builds"),
+    ("PATCH", "/templates/*", "template updates"),
+    ("PATCH", "/v2/templates/*", "template updates"),
+    ("GET", "/templates/*/builds/*/logs", "template build logs"),
+    ("GET", "/templates/*/tags", "template tags"),
+    ("*", "/teams", "teams"),
+    ("*", "/teams/*", "teams"),
+    ("*", "/teams/*/*", "teams"),
+    ("*", "/api-keys", "API key management"),
+    ("*", "/api-keys/*", "API key management"),
+    ("*", "/access-tokens", "access token management"),
+    ("*", "/access-tokens/*", "access token management"),
+    ("*", "/nodes", "cluster nodes"),
+    ("*", "/nodes/*", "cluster nodes"),
+];
+
+/// The feature an E2B route belongs to, if serve leaves it unimplemented.
+pub(crate) fn unimplemented_feature(method: &str, path: &str) -> Option<&'static str> {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    UNIMPLEMENTED.iter().find_map(|(m, pattern, feature)| {
+        let pat: Vec<&str> = pattern.split('/').collect();
+        let same = pat.len() == segs.len() && pat.iter().zip(&segs).all(|(p, s)| *p == "*" || p == s);
+        (same && (*m == "*" || *m == method)).then_some(*feature)
+    })
+}
+
+/// What a route serve lacks answers: E2B's 501 for a feature a deployment does not offer,
+/// naming the feature (the SDKs raise it with the message), or 404 for a path that is no
+/// E2B route at all.
+async fn unimplemented_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    match unimplemented_feature(method.as_str(), path) {
+        Some(feature) => json_error(
+            StatusCode::NOT_IMPLEMENTED,
+            &format!("{feature}: not supported by scenario-run serve ({method} {path})"),
+        ),
+        None => json_error(StatusCode::NOT_FOUND, &format!("no such route: {method} {path}")),
+    }
+}
+
+pub(crate) fn provider_error(e: ProviderError) -> Response {
     let status = match e.kind {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Invalid => StatusCode::BAD_REQUEST,
@@ -58,13 +117,13 @@ fn provider_error(e: ProviderError) -> Response {
     json_error(status, &e.message)
 }
 
-fn not_found(id: &str) -> Response {
+pub(crate) fn not_found(id: &str) -> Response {
     json_error(StatusCode::NOT_FOUND, &format!("sandbox \"{id}\" not found"))
 }
 
 /// A JSON object body (an empty one is `{}`). serde would also build a struct from an array
 /// (`[]` made a sandbox of every default), which E2B's API refuses.
-fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
+pub(crate) fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
     let bad = |e: String| json_error(StatusCode::BAD_REQUEST, &format!("Error when parsing request: {e}"));
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
@@ -88,28 +147,68 @@ pub(crate) fn env_problem(name: &str, value: &str) -> Option<String> {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct NewSandbox {
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct NewSandbox {
     #[serde(rename = "templateID", default)]
-    template_id: Option<String>,
+    pub template_id: Option<String>,
     #[serde(default)]
-    timeout: Option<u64>,
+    pub timeout: Option<u64>,
     #[serde(default)]
-    metadata: Option<BTreeMap<String, String>>,
+    pub metadata: Option<BTreeMap<String, String>>,
     #[serde(rename = "envVars", default)]
-    env_vars: Option<BTreeMap<String, String>>,
+    pub env_vars: Option<BTreeMap<String, String>>,
     #[serde(rename = "cpuCount", default)]
-    cpu_count: Option<u32>,
+    pub cpu_count: Option<u32>,
     #[serde(rename = "memoryMB", default)]
-    memory_mb: Option<u64>,
+    pub memory_mb: Option<u64>,
+    #[serde(rename = "autoPause", default)]
+    pub auto_pause: Option<bool>,
+    #[serde(rename = "autoPauseMemory", default)]
+    pub auto_pause_memory: Option<bool>,
+    #[serde(rename = "autoResume", default)]
+    pub auto_resume: Option<AutoResume>,
+    #[serde(default)]
+    pub network: Option<Value>,
 }
 
+/// What of create's network options serve cannot honour: a local sandbox's network namespace
+/// holds only its own loopback, so it reaches no address outside it. Denying is what it does
+/// anyway; asking for addresses to be allowed is refused (501), never accepted and silently
+/// not done. `allow_internet_access` cannot be refused: the SDKs send `true` unless told
+/// otherwise, so it is accepted and reported as what it is (`allowInternetAccess: false`).
+fn network_refusal(req: &NewSandbox) -> Option<&'static str> {
+    let allow = req.network.as_ref().and_then(|n| n.get("allowOut").or_else(|| n.get("allow_out")));
+    if allow.and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+        return Some("network egress allow lists");
+    }
+    None
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct AutoResume {
+    #[serde(default)]
+    enabled: bool,
+}
+
+/// What a sandbox does at its end time (E2B's `lifecycle`): it is killed, or with
+/// `onTimeout: pause` (create's `autoPause`) paused, keeping its memory unless
+/// `autoPauseMemory` is false; with `autoResume` traffic to it wakes it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Lifecycle {
+    pub pause_on_timeout: bool,
+    pub keep_memory: bool,
+    pub auto_resume: bool,
+}
+
+/// What the provider is told an auto-pausing sandbox lives: serve pauses it at its end.
+const NEVER_SECS: u64 = 10 * 365 * 86_400;
+
 /// The `Sandbox` body of create and connect, with both tokens (see `auth`).
-fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
+pub(crate) fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
     json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
-        "alias": sb.template,
+        "alias": sb.alias,
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": sb.tokens.envd,
@@ -128,18 +227,23 @@ fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo, with_token: bool) ->
 }
 
 fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
+    let end_at = if sb.lifecycle.pause_on_timeout { *sb.end_ms.lock().expect("end") / 1000 } else { info.end_at };
+    let lc = &sb.lifecycle;
     json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
-        "alias": sb.template,
+        "alias": sb.alias,
         "clientID": CLIENT_ID,
-        "startedAt": rfc3339(info.started_at),
-        "endAt": rfc3339(info.end_at),
+        "startedAt": rfc3339_us(sb.started_us),
+        "endAt": rfc3339(end_at),
         "envdVersion": ENVD_VERSION,
         "cpuCount": sb.cpu_count,
         "memoryMB": sb.memory_mb,
         "diskSizeMB": sb.disk_mb,
-        "state": "running",
+        "state": if sb.is_paused() { "paused" } else { "running" },
+        "lifecycle": {"autoResume": lc.auto_resume, "onTimeout": if lc.pause_on_timeout { "pause" } else { "kill" }},
+        "pauseMode": if lc.keep_memory { "full" } else { "filesystem" },
+        "allowInternetAccess": false,
         "metadata": info.metadata,
         "domain": st.domain,
     })
@@ -150,40 +254,57 @@ async fn create(State(st): St, body: Bytes) -> Response {
         Ok(r) => r,
         Err(resp) => return resp,
     };
+    match make_sandbox(&st, req).await {
+        Ok(sb) => (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response(),
+        Err(resp) => resp,
+    }
+}
+
+/// Makes a sandbox as create asks (also for forks); the error is the answer to give.
+pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<Arc<Sbx>, Response> {
     let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
     if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
-        return json_error(
+        return Err(json_error(
             StatusCode::BAD_REQUEST,
             &format!("timeout must be between 1 and {MAX_TIMEOUT_SECS} seconds, got {timeout}"),
-        );
+        ));
     }
     if let Some(bad) = req.env_vars.iter().flatten().find_map(|(k, v)| env_problem(k, v)) {
-        return json_error(StatusCode::BAD_REQUEST, &bad);
+        return Err(json_error(StatusCode::BAD_REQUEST, &bad));
     }
     if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
-        return json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL");
+        return Err(json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL"));
+    }
+    if let Some(feature) = network_refusal(&req) {
+        return Err(json_error(
+            StatusCode::NOT_IMPLEMENTED,
+            &format!(
+                "{feature}: not supported by scenario-run serve (a local sandbox reaches nothing outside its own \
+                 loopback)"
+            ),
+        ));
     }
     let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
-    let template = st.templates.resolve(&asked);
+    let template = st.snapshots.resolve(&asked).unwrap_or_else(|| st.templates.resolve(&asked));
     // A place under --max-sandboxes; forget expired sandboxes first, they hold places too.
     st.prune().await;
     let Ok(slot) = st.slots.clone().try_acquire_owned() else {
-        return json_error(
+        return Err(json_error(
             StatusCode::TOO_MANY_REQUESTS,
             &format!(
                 "you have reached the maximum number of concurrent sandboxes ({}); kill some, or raise serve --max-sandboxes",
                 st.limits.max_sandboxes
             ),
-        );
+        ));
     };
     let tokens = match super::auth::Tokens::new() {
         Ok(t) => t,
         Err(e) => {
-            return json_error(
+            return Err(json_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("cannot make the sandbox's access tokens: {e}"),
-            )
+            ))
         }
     };
     let id = super::new_sandbox_id();
@@ -193,12 +314,18 @@ async fn create(State(st): St, body: Bytes) -> Response {
         ("E2B_SANDBOX_ID".to_string(), id.clone()),
         ("E2B_TEMPLATE_ID".to_string(), template.clone()),
     ]);
-    envs.extend(req.env_vars.unwrap_or_default());
+    let env_vars = req.env_vars.unwrap_or_default();
+    envs.extend(env_vars.clone());
+    let lifecycle = Lifecycle {
+        pause_on_timeout: req.auto_pause.unwrap_or(false),
+        keep_memory: req.auto_pause_memory.unwrap_or(true),
+        auto_resume: req.auto_resume.is_some_and(|a| a.enabled),
+    };
     let info = match st
         .provider
         .create(CreateRequest {
             template: template.clone(),
-            timeout_secs: Some(timeout),
+            timeout_secs: Some(if lifecycle.pause_on_timeout { NEVER_SECS } else { timeout }),
             metadata: req.metadata.unwrap_or_default(),
             envs,
             cpu: req.cpu_count,
@@ -209,24 +336,38 @@ async fn create(State(st): St, body: Bytes) -> Response {
         Ok(i) => i,
         // E2B's answer for a template it does not know.
         Err(e) if e.kind == ErrorKind::NotFound => {
-            return json_error(StatusCode::NOT_FOUND, &format!("template '{asked}' not found"))
+            return Err(json_error(StatusCode::NOT_FOUND, &format!("template '{asked}' not found")))
         }
-        Err(e) => return provider_error(e),
+        Err(e) => return Err(provider_error(e)),
     };
     let host = super::host_resources();
     let sb = Arc::new(Sbx {
         id: id.clone(),
         provider_id: info.id.clone(),
         template,
+        alias: asked,
+        started_us: super::now_us(),
+        seq: super::next_seq(),
         cpu_count: req.cpu_count.unwrap_or(host.0),
         memory_mb: req.memory_mb.unwrap_or(host.1),
         disk_mb: host.2,
         procs: Default::default(),
         tokens,
+        samples: Default::default(),
+        timeout_secs: timeout,
+        lifecycle,
+        paused: Default::default(),
+        end_ms: std::sync::Mutex::new(super::now_secs().saturating_add(timeout).saturating_mul(1000)),
+        end_changed: Default::default(),
+        env_vars,
+        watchers: Default::default(),
         _slot: slot,
     });
     st.register(sb.clone());
-    (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response()
+    if lifecycle.pause_on_timeout {
+        tokio::spawn(pause_at_end(st.clone(), Arc::downgrade(&sb)));
+    }
+    Ok(sb)
 }
 
 async fn detail(State(st): St, Path(id): Path<String>) -> Response {
@@ -240,8 +381,12 @@ async fn kill(State(st): St, Path(id): Path<String>) -> Response {
     let Some(sb) = st.sandbox(&id) else {
         return not_found(&id);
     };
-    let killed = st.provider.kill(&sb.provider_id).await;
+    // Gone for clients before its processes die: a client whose stream is cut by the kill
+    // asks `/health`, and must hear that the sandbox is gone.
+    sb.procs.mark_gone();
     st.unregister(&id);
+    sb.end_changed.notify_one();
+    let killed = st.provider.kill(&sb.provider_id).await;
     match killed {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
         Ok(false) => not_found(&id),
@@ -269,6 +414,10 @@ async fn set_timeout(State(st): St, Path(id): Path<String>, body: Bytes) -> Resp
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };
+    if sb.lifecycle.pause_on_timeout {
+        set_end(&sb, t);
+        return StatusCode::NO_CONTENT.into_response();
+    }
     match st.provider.set_timeout(&sb.provider_id, t).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) if e.kind == ErrorKind::NotFound => not_found(&id),
@@ -284,10 +433,22 @@ async fn connect(State(st): St, Path(id): Path<String>, body: Bytes) -> Response
     let Some((sb, info)) = st.lookup(&id).await else {
         return not_found(&id);
     };
+    // A paused sandbox is resumed (201, as E2B answers a resume).
+    if sb.is_paused() {
+        let t = req.timeout.filter(|t| *t > 0).unwrap_or(sb.timeout_secs).min(MAX_TIMEOUT_SECS);
+        return match resume(&st, &sb, t).await {
+            Ok(()) => (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response(),
+            Err(e) => provider_error(e),
+        };
+    }
     // Connecting never shortens the sandbox's life, only extends it.
     if let Some(t) = req.timeout.filter(|t| *t > 0) {
         let t = t.min(MAX_TIMEOUT_SECS);
-        if super::now_secs() + t > info.end_at {
+        if sb.lifecycle.pause_on_timeout {
+            if (super::now_secs() + t) * 1000 > *sb.end_ms.lock().expect("end") {
+                set_end(&sb, t);
+            }
+        } else if super::now_secs() + t > info.end_at {
             if let Err(e) = st.provider.set_timeout(&sb.provider_id, t).await {
                 return provider_error(e);
             }
@@ -303,8 +464,177 @@ async fn connect(State(st): St, Path(id): Path<String>, body: Bytes) -> Response
     }
 }
 
-async fn unsupported() -> Response {
-    json_error(StatusCode::NOT_IMPLEMENTED, "pause and resume are not supported by the local provider")
+/// One metrics sample of a sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct Sample {
+    at_us: i64,
+    usage: Usage,
+    cpu_pct: f64,
+}
+
+/// Samples kept per sandbox (at most one a second is taken, when metrics are asked for).
+const MAX_SAMPLES: usize = 1000;
+
+/// `GET /sandboxes/{id}/metrics?start=&end=` (unix seconds): the sandbox's samples in that
+/// window (default: since it started, until now). A sample is taken when asked for, at most
+/// once a second: CPU use since the previous one (as a percentage of the sandbox's CPUs),
+/// memory in use and its limit, the bytes its writable layer holds.
+async fn metrics(State(st): St, Path(id): Path<String>, RawQuery(q): RawQuery) -> Response {
+    let mut window = [None, None];
+    for (k, v) in query_pairs(q.as_deref()).unwrap_or_default() {
+        let slot = match k.as_str() {
+            "start" => 0,
+            "end" => 1,
+            _ => continue,
+        };
+        match v.parse::<i64>() {
+            Ok(t) => window[slot] = Some(t),
+            Err(_) => return json_error(StatusCode::BAD_REQUEST, &format!("{k} must be unix seconds, got {v:?}")),
+        }
+    }
+    let Some((sb, _)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    let now = super::now_us();
+    let fresh = sb.samples.lock().expect("samples").last().is_some_and(|s| now - s.at_us < 1_000_000);
+    if !fresh {
+        let usage = match st.provider.usage(&sb.provider_id).await {
+            Ok(u) => u,
+            Err(e) => return provider_error(e),
+        };
+        let mut samples = sb.samples.lock().expect("samples");
+        let (prev_cpu, prev_at) = samples.last().map(|s| (s.usage.cpu_usec, s.at_us)).unwrap_or((0, sb.started_us));
+        let wall = (now - prev_at).max(1) as f64 * f64::from(sb.cpu_count.max(1));
+        let cpu_pct = (usage.cpu_usec.saturating_sub(prev_cpu) as f64 / wall * 100.0).clamp(0.0, 100.0);
+        samples.push(Sample { at_us: now, usage, cpu_pct });
+        if samples.len() > MAX_SAMPLES {
+            samples.remove(0);
+        }
+    }
+    let start = window[0].unwrap_or(sb.started_us.div_euclid(1_000_000));
+    let end = window[1].unwrap_or(i64::MAX);
+    let mem_total = |u: &Usage| {
+        let asked = sb.memory_mb.saturating_mul(1 << 20);
+        if u.mem_limit_bytes > 0 && u.mem_limit_bytes < asked {
+            u.mem_limit_bytes
+        } else {
+            asked
+        }
+    };
+    let out: Vec<Value> = sb
+        .samples
+        .lock()
+        .expect("samples")
+        .iter()
+        .filter(|s| (start..=end).contains(&s.at_us.div_euclid(1_000_000)))
+        .map(|s| {
+            json!({
+                "timestamp": rfc3339_us(s.at_us),
+                "timestampUnix": s.at_us.div_euclid(1_000_000),
+                "cpuCount": sb.cpu_count,
+                "cpuUsedPct": (s.cpu_pct * 100.0).round() / 100.0,
+                "memUsed": s.usage.mem_bytes,
+                "memTotal": mem_total(&s.usage),
+                "memCache": 0,
+                "diskUsed": s.usage.disk_bytes,
+                "diskTotal": s.usage.disk_total_bytes,
+            })
+        })
+        .collect();
+    Json(Value::Array(out)).into_response()
+}
+
+/// Moves an auto-pausing sandbox's end time `timeout_secs` from now.
+fn set_end(sb: &Sbx, timeout_secs: u64) {
+    *sb.end_ms.lock().expect("end") = super::now_secs().saturating_add(timeout_secs).saturating_mul(1000);
+    sb.end_changed.notify_one();
+}
+
+/// Pauses a sandbox created with `onTimeout: pause` at its end time (which `set_timeout`
+/// and connects move), and again after each resume; ends when the sandbox goes.
+async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<Sbx>) {
+    loop {
+        let Some(s) = sb.upgrade() else { return };
+        if st.sandbox(&s.id).is_none() {
+            return;
+        }
+        let end = *s.end_ms.lock().expect("end");
+        let now = u64::try_from(super::now_us() / 1000).unwrap_or(0);
+        if now >= end && !s.is_paused() {
+            if let Err(e) = pause_sandbox(&st, &s).await {
+                crate::errln!("serve: cannot auto-pause sandbox {}: {e}", s.id);
+                return;
+            }
+            continue;
+        }
+        let wait = if s.is_paused() {
+            std::time::Duration::from_secs(3600)
+        } else {
+            std::time::Duration::from_millis(end.saturating_sub(now))
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = s.end_changed.notified() => {}
+        }
+    }
+}
+
+/// Freezes the sandbox through the provider and marks it paused.
+async fn pause_sandbox(st: &AppState, sb: &Sbx) -> Result<(), ProviderError> {
+    st.provider.pause(&sb.provider_id).await?;
+    sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+    sb.end_changed.notify_one();
+    Ok(())
+}
+
+/// Resumes a paused sandbox for `timeout_secs`.
+pub(crate) async fn resume(st: &AppState, sb: &Sbx, timeout_secs: u64) -> Result<(), ProviderError> {
+    let provider_timeout = if sb.lifecycle.pause_on_timeout { NEVER_SECS } else { timeout_secs };
+    st.provider.resume(&sb.provider_id, provider_timeout).await?;
+    sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
+    if sb.lifecycle.pause_on_timeout {
+        set_end(sb, timeout_secs);
+    }
+    Ok(())
+}
+
+/// `POST /sandboxes/{id}/pause`: 204, or 409 if it is already paused.
+async fn pause(State(st): St, Path(id): Path<String>) -> Response {
+    let Some((sb, _)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    if sb.is_paused() {
+        return json_error(StatusCode::CONFLICT, &format!("sandbox \"{id}\" is already paused"));
+    }
+    match pause_sandbox(&st, &sb).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => provider_error(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ResumeBody {
+    #[serde(default)]
+    timeout: Option<u64>,
+}
+
+/// The deprecated `POST /sandboxes/{id}/resume`: 201 with the sandbox, 409 if it runs.
+async fn resume_legacy(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+    let req: ResumeBody = match parse_body(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let Some((sb, _)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    if !sb.is_paused() {
+        return json_error(StatusCode::CONFLICT, &format!("sandbox \"{id}\" is already running"));
+    }
+    let t = req.timeout.filter(|t| *t > 0).unwrap_or(sb.timeout_secs).min(MAX_TIMEOUT_SECS);
+    match resume(&st, &sb, t).await {
+        Ok(()) => (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response(),
+        Err(e) => provider_error(e),
+    }
 }
 
 /// The `metadata` list filter (protocol doc §2.7): the value (already query-decoded once) is
@@ -357,27 +687,40 @@ fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// Live sandboxes matching the `metadata` and `state` parameters, newest first unless
-/// `order=asc`.
+/// Live sandboxes matching the `metadata`, `state`, `template` and `startedAfter`
+/// parameters, newest first unless `order=asc` (by start time, ties in creation order).
 async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc<Sbx>, SandboxInfo)>, Response> {
     let mut filter = BTreeMap::new();
-    let mut running_wanted = true;
+    let (mut running_wanted, mut paused_wanted) = (true, true);
     let mut asc = false;
+    let mut template = None;
+    let mut after = None;
     for (k, v) in params {
         match k.as_str() {
             "metadata" => filter.extend(parse_metadata_filter(v).map_err(|e| json_error(StatusCode::BAD_REQUEST, &e))?),
-            "state" => running_wanted = v.split(',').any(|s| s.trim() == "running"),
+            "state" => {
+                running_wanted = v.split(',').any(|s| s.trim() == "running");
+                paused_wanted = v.split(',').any(|s| s.trim() == "paused");
+            }
             "order" => asc = v == "asc",
+            "template" => template = Some(v.clone()),
+            "startedAfter" => {
+                let t: jiff::Timestamp = v.parse().map_err(|e| {
+                    json_error(StatusCode::BAD_REQUEST, &format!("startedAfter must be an RFC 3339 time: {e}"))
+                })?;
+                after = Some(t.as_microsecond());
+            }
             _ => {}
         }
     }
     let infos = st.provider.list(&filter).await.map_err(provider_error)?;
     let mut out: Vec<(Arc<Sbx>, SandboxInfo)> =
         infos.into_iter().filter_map(|i| st.by_provider_id(&i.id).map(|sb| (sb, i))).collect();
-    if !running_wanted {
-        out.clear();
-    }
-    out.sort_by(|a, b| (a.1.started_at, &a.0.id).cmp(&(b.1.started_at, &b.0.id)));
+    out.retain(|(sb, _)| if sb.is_paused() { paused_wanted } else { running_wanted });
+    // E2B matches the template by ID or by name.
+    out.retain(|(sb, _)| template.as_deref().is_none_or(|t| sb.template == t || sb.alias == t));
+    out.retain(|(sb, _)| after.is_none_or(|a| sb.started_us >= a));
+    out.sort_by_key(|(sb, _)| (sb.started_us, sb.seq));
     if !asc {
         out.reverse();
     }

@@ -45,11 +45,16 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/process.Process/SendSignal", post(unary_route(send_signal)))
         .route("/process.Process/SendInput", post(unary_route(send_input)))
         .route("/process.Process/CloseStdin", post(unary_route(close_stdin)))
+        .route("/process.Process/Update", post(unary_route(update)))
         .route("/filesystem.Filesystem/Stat", post(unary_route(fs_stat)))
         .route("/filesystem.Filesystem/ListDir", post(unary_route(fs_list_dir)))
         .route("/filesystem.Filesystem/MakeDir", post(unary_route(fs_make_dir)))
         .route("/filesystem.Filesystem/Move", post(unary_route(fs_move)))
         .route("/filesystem.Filesystem/Remove", post(unary_route(fs_remove)))
+        .route("/filesystem.Filesystem/CreateWatcher", post(unary_route(create_watcher)))
+        .route("/filesystem.Filesystem/GetWatcherEvents", post(unary_route(get_watcher_events)))
+        .route("/filesystem.Filesystem/RemoveWatcher", post(unary_route(remove_watcher)))
+        .route("/filesystem.Filesystem/WatchDir", post(watch_dir))
         .fallback(unknown)
         .layer(DefaultBodyLimit::max(RPC_BODY_LIMIT))
         // Uploads are streamed to disk under their own limits (`files`).
@@ -94,16 +99,31 @@ macro_rules! unary_fn {
 
 /// envd's path resolution (see the module documentation).
 pub(crate) fn resolve(path: &str) -> Result<String, RpcError> {
+    resolve_in(path, HOME)
+}
+
+/// The home directory of sandbox user `user`, as the base images make them.
+pub(crate) fn home_of(user: &str) -> String {
+    if user == "root" {
+        "/root".into()
+    } else {
+        format!("/home/{user}")
+    }
+}
+
+/// [`resolve`] for a request made as a user whose home is `home`.
+pub(crate) fn resolve_in(path: &str, home: &str) -> Result<String, RpcError> {
+    let home = home.trim_end_matches('/');
     let p = if path.is_empty() || path == "~" {
-        HOME.to_string()
+        home.to_string()
     } else if let Some(rest) = path.strip_prefix("~/") {
-        format!("{HOME}/{rest}")
+        format!("{home}/{rest}")
     } else if path.starts_with('~') {
         return Err(RpcError::invalid(format!("invalid path '{path}': only ~ and ~/ are supported")));
     } else {
         path.to_string()
     };
-    let full = if p.starts_with('/') { p } else { format!("{HOME}/{p}") };
+    let full = if p.starts_with('/') { p } else { format!("{home}/{p}") };
     let mut parts: Vec<&str> = Vec::new();
     for c in full.split('/') {
         match c {
@@ -204,7 +224,7 @@ fn config_json(cfg: &ProcessConfig) -> Value {
 
 /// The user an envd request selects with `Authorization: Basic base64("<user>:")` (protocol
 /// doc §3.3); none means the sandbox's default user.
-fn basic_user(h: &HeaderMap) -> Option<String> {
+pub(crate) fn basic_user(h: &HeaderMap) -> Option<String> {
     let v = h.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
     let (scheme, b64) = v.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
@@ -230,11 +250,13 @@ fn keepalive_header(h: &HeaderMap) -> Duration {
         .unwrap_or(DEFAULT_KEEPALIVE)
 }
 
-/// A server-streaming response fed by a channel of already-framed envelopes.
-fn stream_response(st: &AppState, rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
-    let s = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<Bytes, std::io::Error>(b), rx))
-    });
+/// One piece of a streamed response: an already-framed envelope, or an error that aborts
+/// the connection.
+pub(crate) type Frame = Result<Bytes, std::io::Error>;
+
+/// A server-streaming response fed by a channel of frames.
+pub(crate) fn stream_response(st: &AppState, rx: tokio::sync::mpsc::Receiver<Frame>) -> Response {
+    let s = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
     let body = limit_body(Body::from_stream(s), st.faults.cut_stream_after);
     ([(header::CONTENT_TYPE, HeaderValue::from_static(connect::CONNECT_JSON))], body).into_response()
 }
@@ -242,7 +264,7 @@ fn stream_response(st: &AppState, rx: tokio::sync::mpsc::Receiver<Bytes>) -> Res
 /// A stream that fails before its first message: 200 with only the end-stream error.
 fn stream_error(st: &AppState, e: RpcError) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let _ = tx.try_send(connect::end_stream(Some(&e)));
+    let _ = tx.try_send(Ok(connect::end_stream(Some(&e))));
     stream_response(st, rx)
 }
 
@@ -252,15 +274,23 @@ fn event_json(ev: Value) -> Value {
 
 /// Writes `start{pid}`, then the subscriber's events, keepalives while idle, and the end.
 /// Stops when the client goes away (the process keeps running).
-async fn pump(pid: u32, mut events: procs::Subscription, out: tokio::sync::mpsc::Sender<Bytes>, keepalive: Duration) {
+async fn pump(
+    pid: u32,
+    pty: bool,
+    mut events: procs::Subscription,
+    out: tokio::sync::mpsc::Sender<Frame>,
+    keepalive: Duration,
+    sock: Option<super::ConnSocket>,
+) {
     let b64 = base64::engine::general_purpose::STANDARD;
-    if out.send(connect::message(&event_json(json!({"start": {"pid": pid}})))).await.is_err() {
+    let send = |b: Bytes| out.send(Ok(b));
+    if send(connect::message(&event_json(json!({"start": {"pid": pid}})))).await.is_err() {
         return;
     }
     loop {
         let ev = match tokio::time::timeout(keepalive, events.recv()).await {
             Err(_) => {
-                if out.send(connect::message(&event_json(json!({"keepalive": {}})))).await.is_err() {
+                if send(connect::message(&event_json(json!({"keepalive": {}})))).await.is_err() {
                     return;
                 }
                 continue;
@@ -268,6 +298,9 @@ async fn pump(pid: u32, mut events: procs::Subscription, out: tokio::sync::mpsc:
             Ok(ev) => ev,
         };
         let frame = match ev {
+            Some(Event::Data(OutputChunk::Stdout(b))) if pty => {
+                connect::message(&event_json(json!({"data": {"pty": b64.encode(b)}})))
+            }
             Some(Event::Data(OutputChunk::Stdout(b))) => {
                 connect::message(&event_json(json!({"data": {"stdout": b64.encode(b)}})))
             }
@@ -275,42 +308,59 @@ async fn pump(pid: u32, mut events: procs::Subscription, out: tokio::sync::mpsc:
                 connect::message(&event_json(json!({"data": {"stderr": b64.encode(b)}})))
             }
             Some(Event::End(end)) => {
-                if out.send(connect::message(&event_json(json!({"end": end})))).await.is_ok() {
-                    let _ = out.send(connect::end_stream(None)).await;
+                if send(connect::message(&event_json(json!({"end": end})))).await.is_ok() {
+                    let _ = send(connect::end_stream(None)).await;
                 }
                 return;
             }
             Some(Event::Error(e)) => {
-                let _ = out.send(connect::end_stream(Some(&e))).await;
+                let _ = send(connect::end_stream(Some(&e))).await;
+                return;
+            }
+            Some(Event::Abort) => {
+                if !out.is_closed() {
+                    super::reset_on_close(sock);
+                }
+                let _ = out.send(Err(std::io::Error::other("the sandbox went away"))).await;
                 return;
             }
             None => {
                 let e = RpcError::new("internal", "process output ended without a status");
-                let _ = out.send(connect::end_stream(Some(&e))).await;
+                let _ = send(connect::end_stream(Some(&e))).await;
                 return;
             }
         };
-        if out.send(frame).await.is_err() {
+        if send(frame).await.is_err() {
             return;
         }
     }
 }
 
-async fn process_start(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+async fn process_start(
+    axum::extract::State(st): St,
+    Extension(sb): Sb,
+    Extension(sock): Extension<Option<super::ConnSocket>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let req: StartRequest = match connect::stream_request(&body) {
         Ok(r) => r,
         Err(e) => return stream_error(&st, e),
     };
-    match start(&st, &sb, &headers, req).await {
+    match start(&st, &sb, &headers, req, sock).await {
         Ok(resp) => resp,
         Err(e) => stream_error(&st, e),
     }
 }
 
-async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) -> Result<Response, RpcError> {
-    if req.pty.is_some() {
-        return Err(RpcError::unimplemented("pty sessions are not supported by scenario-run serve"));
-    }
+async fn start(
+    st: &AppState,
+    sb: &Sbx,
+    headers: &HeaderMap,
+    req: StartRequest,
+    sock: Option<super::ConnSocket>,
+) -> Result<Response, RpcError> {
+    let size = req.pty.as_ref().map(pty_size).transpose()?;
     if req.process.cmd.is_empty() {
         return Err(RpcError::invalid("process.cmd is required"));
     }
@@ -344,19 +394,34 @@ async fn start(st: &AppState, sb: &Sbx, headers: &HeaderMap, req: StartRequest) 
     };
     // `stdin` absent means open (back-compat with old clients); the SDK sends false.
     let open_stdin = req.stdin.unwrap_or(true);
-    let live = st.provider.spawn_live(&sb.provider_id, exec, open_stdin).await?;
+    let live = match size {
+        Some((cols, rows)) => st.provider.spawn_pty(&sb.provider_id, exec, cols, rows).await?,
+        None => st.provider.spawn_live(&sb.provider_id, exec, open_stdin).await?,
+    };
     let pid = live.pid;
     let (_entry, events) = sb.procs.start(
         st.provider.clone(),
         sb.provider_id.clone(),
         live,
-        config_json(&req.process),
-        req.tag.clone(),
+        super::procs::Started { config: config_json(&req.process), tag: req.tag.clone(), pty: size.is_some() },
         timeout_header(headers),
     );
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(pump(pid, events, tx, keepalive_header(headers)));
+    tokio::spawn(pump(pid, size.is_some(), events, tx, keepalive_header(headers), sock));
     Ok(stream_response(st, rx))
+}
+
+/// A terminal's `{"size":{"cols":C,"rows":R}}` (envd's `PTY` message).
+fn pty_size(v: &Value) -> Result<(u16, u16), RpcError> {
+    let dim = |k: &str| {
+        let n = &v["size"][k];
+        n.as_u64().or_else(|| n.as_str().and_then(|s| s.parse().ok())).unwrap_or(0)
+    };
+    let (cols, rows) = (dim("cols"), dim("rows"));
+    if cols == 0 || rows == 0 || cols > 10_000 || rows > 10_000 {
+        return Err(RpcError::invalid(format!("invalid terminal size {cols}x{rows}")));
+    }
+    Ok((cols as u16, rows as u16))
 }
 
 fn find(sb: &Sbx, sel: &Selector) -> Result<Arc<procs::Entry>, RpcError> {
@@ -373,7 +438,13 @@ fn no_process(pid: u32) -> RpcError {
     RpcError::not_found(format!("process with pid {pid} not found"))
 }
 
-async fn process_connect(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+async fn process_connect(
+    axum::extract::State(st): St,
+    Extension(sb): Sb,
+    Extension(sock): Extension<Option<super::ConnSocket>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let req: ProcessRequest = match connect::stream_request(&body) {
         Ok(r) => r,
         Err(e) => return stream_error(&st, e),
@@ -383,7 +454,7 @@ async fn process_connect(axum::extract::State(st): St, Extension(sb): Sb, header
         Err(e) => return stream_error(&st, e),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(pump(entry.pid, entry.subscribe(), tx, keepalive_header(&headers)));
+    tokio::spawn(pump(entry.pid, entry.pty, entry.subscribe(), tx, keepalive_header(&headers), sock));
     stream_response(&st, rx)
 }
 
@@ -436,19 +507,43 @@ unary_fn!(send_signal, ProcessRequest, |st, sb, r| {
         other => return Err(RpcError::unimplemented(format!("signal {other:?} is not supported"))),
     };
     st.provider.signal(&sb.provider_id, pid, sig).await.map_err(process_err(pid))?;
+    // envd answers once the process is gone (it reaps its children): a `kill -0` right
+    // after a kill must not find it. Bounded; a process that ignores SIGTERM is left be.
+    if sig == libc::SIGKILL {
+        let _ = st.provider.wait(&sb.provider_id, pid, Duration::from_secs(2)).await;
+    }
     Ok(json!({}))
 });
 
 unary_fn!(send_input, ProcessRequest, |st, sb, r| {
     let pid = target_pid(&sb, &r.process)?;
     let input = r.input.ok_or_else(|| RpcError::invalid("input is required"))?;
-    if input.pty.is_some() {
-        return Err(RpcError::invalid("process has no pty"));
+    let b64 = base64::engine::general_purpose::STANDARD;
+    if let Some(typed) = input.pty {
+        let data = b64.decode(typed).map_err(|e| RpcError::invalid(format!("pty input is not base64: {e}")))?;
+        st.provider.write_pty(&sb.provider_id, pid, data).await.map_err(process_err(pid))?;
+        return Ok(json!({}));
     }
     let data = base64::engine::general_purpose::STANDARD
         .decode(input.stdin.unwrap_or_default())
         .map_err(|e| RpcError::invalid(format!("stdin is not base64: {e}")))?;
     st.provider.write_stdin(&sb.provider_id, pid, data).await.map_err(process_err(pid))?;
+    Ok(json!({}))
+});
+
+#[derive(Debug, Deserialize)]
+struct UpdateRequest {
+    #[serde(default)]
+    process: Selector,
+    #[serde(default)]
+    pty: Option<Value>,
+}
+
+unary_fn!(update, UpdateRequest, |st, sb, r| {
+    let pid = target_pid(&sb, &r.process)?;
+    let Some(pty) = r.pty else { return Ok(json!({})) };
+    let (cols, rows) = pty_size(&pty)?;
+    st.provider.resize_pty(&sb.provider_id, pid, cols, rows).await.map_err(process_err(pid))?;
     Ok(json!({}))
 });
 
@@ -516,6 +611,54 @@ fn entry_json(e: &FileEntry) -> Value {
     })
 }
 
+/// Most links followed in a row, as the kernel's `ELOOP` limit.
+const MAX_LINKS: usize = 40;
+
+/// Where the symbolic link `path` leads: the absolute path it resolves to and what is there,
+/// or `None` when it dangles or loops.
+async fn follow_link(st: &AppState, sb: &Sbx, path: &str) -> Option<(String, FileEntry)> {
+    let mut cur = path.to_string();
+    for _ in 0..MAX_LINKS {
+        let target = st.provider.read_link(&sb.provider_id, &cur).await.ok()?;
+        let base = cur.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        cur = resolve(&if target.starts_with('/') { target } else { format!("{base}/{target}") }).ok()?;
+        let e = st.provider.stat(&sb.provider_id, &cur).await.ok()?;
+        if e.kind != "symlink" {
+            return Some((cur, e));
+        }
+    }
+    None
+}
+
+/// envd's `EntryInfo` of `e`: a symbolic link is described by what it leads to (type, mode,
+/// size) with `symlinkTarget` set to the absolute path it resolves to; one that dangles stays
+/// a link.
+async fn describe(st: &AppState, sb: &Sbx, e: &FileEntry) -> Value {
+    let mut v = describe_type(st, sb, e).await;
+    // envd 0.6.2's file metadata: the `user.e2b.*` extended attributes, when there are any.
+    if let Ok(m) = st.provider.file_metadata(&sb.provider_id, &e.path).await {
+        if !m.is_empty() {
+            v["metadata"] = json!(m);
+        }
+    }
+    v
+}
+
+async fn describe_type(st: &AppState, sb: &Sbx, e: &FileEntry) -> Value {
+    if e.kind != "symlink" {
+        return entry_json(e);
+    }
+    match follow_link(st, sb, &e.path).await {
+        Some((target, t)) => {
+            let shown = FileEntry { name: e.name.clone(), path: e.path.clone(), modified: e.modified, ..t };
+            let mut v = entry_json(&shown);
+            v["symlinkTarget"] = json!(target);
+            v
+        }
+        None => entry_json(e),
+    }
+}
+
 fn file_not_found(path: &str) -> impl Fn(ProviderError) -> RpcError + '_ {
     move |e| {
         if e.kind == ErrorKind::NotFound {
@@ -529,37 +672,44 @@ fn file_not_found(path: &str) -> impl Fn(ProviderError) -> RpcError + '_ {
 unary_fn!(fs_stat, PathRequest, |st, sb, r| {
     let path = resolve(&r.path)?;
     let e = st.provider.stat(&sb.provider_id, &path).await.map_err(file_not_found(&path))?;
-    Ok(json!({"entry": entry_json(&e)}))
+    Ok(json!({"entry": describe(&st, &sb, &e).await}))
 });
 
 unary_fn!(fs_list_dir, PathRequest, |st, sb, r| {
     let path = resolve(&r.path)?;
     let depth = r.depth.filter(|d| *d > 0).unwrap_or(1);
+    // envd walks depth first, each directory in lexical order (the provider sorts by name),
+    // and does not descend into symbolic links; a symbolic link as the root is followed.
+    let root = match follow_link(&st, &sb, &path).await {
+        Some((target, e)) if e.kind == "dir" => target,
+        _ => path.clone(),
+    };
+    let entries = match st.provider.list_dir(&sb.provider_id, &root).await {
+        Ok(v) => v,
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            return Err(RpcError::not_found(format!("directory not found: {path}")))
+        }
+        Err(e) if e.message.starts_with("not a directory") => {
+            return Err(RpcError::invalid(format!("path is not a directory: {path}")))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Reported under the requested path, not where a symbolic link root leads.
+    let shown = |e: FileEntry, dir: &str| FileEntry { path: format!("{}/{}", dir.trim_end_matches('/'), e.name), ..e };
+    let mut stack: Vec<(FileEntry, String, u32)> =
+        entries.into_iter().rev().map(|e| (e.clone(), shown(e, &path).path, 1)).collect();
     let mut out = Vec::new();
-    let mut level = vec![path.clone()];
-    for d in 0..depth {
-        let mut next = Vec::new();
-        for dir in &level {
-            let entries = match st.provider.list_dir(&sb.provider_id, dir).await {
-                Ok(v) => v,
-                Err(e) if d == 0 && e.kind == ErrorKind::NotFound => {
-                    return Err(RpcError::not_found(format!("directory not found: {dir}")))
-                }
-                Err(e) if d == 0 && e.message.starts_with("not a directory") => {
-                    return Err(RpcError::invalid(format!("path is not a directory: {dir}")))
-                }
-                Err(e) if d == 0 => return Err(e.into()),
-                // Vanished or unreadable below the root: skip it.
-                Err(_) => continue,
-            };
-            for e in entries {
-                if e.kind == "dir" {
-                    next.push(e.path.clone());
-                }
-                out.push(entry_json(&e));
+    while let Some((e, at, level)) = stack.pop() {
+        out.push(describe(&st, &sb, &FileEntry { path: at.clone(), ..e.clone() }).await);
+        if e.kind == "dir" && level < depth {
+            // Vanished or unreadable below the root: skipped.
+            if let Ok(children) = st.provider.list_dir(&sb.provider_id, &e.path).await {
+                stack.extend(children.into_iter().rev().map(|c| {
+                    let p = shown(c.clone(), &at).path;
+                    (c, p, level + 1)
+                }));
             }
         }
-        level = next;
     }
     Ok(json!({ "entries": out }))
 });
@@ -575,7 +725,7 @@ unary_fn!(fs_make_dir, PathRequest, |st, sb, r| {
         Err(e) => return Err(e.into()),
     }
     let e = st.provider.make_dir(&sb.provider_id, &path).await?;
-    Ok(json!({"entry": entry_json(&e)}))
+    Ok(json!({"entry": describe(&st, &sb, &e).await}))
 });
 
 unary_fn!(fs_move, MoveRequest, |st, sb, r| {
@@ -587,7 +737,7 @@ unary_fn!(fs_move, MoveRequest, |st, sb, r| {
         }
     }
     let e = st.provider.rename(&sb.provider_id, &src, &dst).await?;
-    Ok(json!({"entry": entry_json(&e)}))
+    Ok(json!({"entry": describe(&st, &sb, &e).await}))
 });
 
 unary_fn!(fs_remove, PathRequest, |st, sb, r| {
@@ -598,6 +748,152 @@ unary_fn!(fs_remove, PathRequest, |st, sb, r| {
         Err(e) => Err(e.into()),
     }
 });
+
+// ---- watchers ----
+
+#[derive(Debug, Deserialize)]
+struct WatchRequest {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+    #[serde(default, alias = "include_entry")]
+    #[serde(rename = "includeEntry")]
+    include_entry: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct WatcherRequest {
+    #[serde(default, alias = "watcher_id")]
+    #[serde(rename = "watcherId")]
+    watcher_id: String,
+}
+
+/// A directory watch and how its events are reported.
+pub(crate) struct Watcher {
+    watch: Box<dyn crate::provider::DirWatch>,
+    /// The watched directory, absolute.
+    dir: String,
+    include_entry: bool,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher").field("dir", &self.dir).finish()
+    }
+}
+
+/// Starts a watch on the request's directory: `not_found` if it is missing,
+/// `invalid_argument` if it is no directory.
+async fn start_watch(st: &AppState, sb: &Sbx, r: &WatchRequest) -> Result<Watcher, RpcError> {
+    let dir = resolve(&r.path)?;
+    match st.provider.stat(&sb.provider_id, &dir).await {
+        Ok(e) if e.kind == "dir" || e.kind == "symlink" => {}
+        Ok(_) => return Err(RpcError::invalid(format!("path {dir} is not a directory"))),
+        Err(e) if e.kind == ErrorKind::NotFound => return Err(RpcError::not_found(format!("path {dir} not found"))),
+        Err(e) => return Err(e.into()),
+    }
+    let watch = st.provider.watch_dir(&sb.provider_id, &dir, r.recursive).await.map_err(|e| {
+        if e.message.starts_with("not a directory") {
+            RpcError::invalid(format!("path {dir} is not a directory"))
+        } else {
+            e.into()
+        }
+    })?;
+    Ok(Watcher { watch, dir, include_entry: r.include_entry })
+}
+
+/// `FilesystemEvent`s in proto3 JSON, with the entry where asked and the path still exists.
+async fn events_json(st: &AppState, sb: &Sbx, w: &Watcher, events: Vec<crate::provider::FsEvent>) -> Vec<Value> {
+    use crate::provider::FsOp;
+    let mut out = Vec::with_capacity(events.len());
+    for e in events {
+        let ty = match e.op {
+            FsOp::Create => "EVENT_TYPE_CREATE",
+            FsOp::Write => "EVENT_TYPE_WRITE",
+            FsOp::Remove => "EVENT_TYPE_REMOVE",
+            FsOp::Rename => "EVENT_TYPE_RENAME",
+            FsOp::Chmod => "EVENT_TYPE_CHMOD",
+        };
+        let mut v = json!({"name": e.name, "type": ty});
+        if w.include_entry {
+            let path = format!("{}/{}", w.dir.trim_end_matches('/'), e.name);
+            if let Ok(entry) = st.provider.stat(&sb.provider_id, &path).await {
+                v["entry"] = describe(st, sb, &entry).await;
+            }
+        }
+        out.push(v);
+    }
+    out
+}
+
+unary_fn!(create_watcher, WatchRequest, |st, sb, r| {
+    let w = start_watch(&st, &sb, &r).await?;
+    let id = super::new_sandbox_id();
+    sb.watchers.lock().expect("watchers").insert(id.clone(), Arc::new(w));
+    Ok(json!({"watcherId": id}))
+});
+
+unary_fn!(get_watcher_events, WatcherRequest, |st, sb, r| {
+    let w = sb.watchers.lock().expect("watchers").get(&r.watcher_id).cloned();
+    let w = w.ok_or_else(|| RpcError::not_found(format!("watcher with id {} not found", r.watcher_id)))?;
+    let events = w.watch.drain();
+    Ok(json!({"events": events_json(&st, &sb, &w, events).await}))
+});
+
+unary_fn!(remove_watcher, WatcherRequest, |st, sb, r| {
+    let _ = &st;
+    match sb.watchers.lock().expect("watchers").remove(&r.watcher_id) {
+        Some(_) => Ok(json!({})),
+        None => Err(RpcError::not_found(format!("watcher with id {} not found", r.watcher_id))),
+    }
+});
+
+/// `Filesystem/WatchDir`: `start`, then each change as it comes, keepalives while idle,
+/// until the client goes away (which stops the watch).
+async fn watch_dir(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+    let req: WatchRequest = match connect::stream_request(&body) {
+        Ok(r) => r,
+        Err(e) => return stream_error(&st, e),
+    };
+    let w = match start_watch(&st, &sb, &req).await {
+        Ok(w) => w,
+        Err(e) => return stream_error(&st, e),
+    };
+    let keepalive = keepalive_header(&headers);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Frame>(64);
+    let state = st.clone();
+    tokio::spawn(async move {
+        if tx.send(Ok(connect::message(&json!({"start": {}})))).await.is_err() {
+            return;
+        }
+        let arrived = w.watch.arrived();
+        loop {
+            // Registered before draining, so a change between the two still wakes us.
+            let notified = arrived.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let events = w.watch.drain();
+            if events.is_empty() {
+                let idle = tokio::select! {
+                    _ = notified => false,
+                    _ = tokio::time::sleep(keepalive) => true,
+                    _ = tx.closed() => return,
+                };
+                if idle && tx.send(Ok(connect::message(&json!({"keepalive": {}})))).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            for ev in events_json(&state, &sb, &w, events).await {
+                if tx.send(Ok(connect::message(&json!({"filesystem": ev})))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    stream_response(&st, rx)
+}
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,7 @@
 //! bytes at once; how many bytes are held so at the same time, over all requests, is capped
 //! by a budget equal to the size limit, so concurrent uploads wait rather than add up.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +36,7 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::envd::resolve;
+use super::envd::{home_of, resolve_in};
 use super::{json_error, limit_body, AppState, Sbx};
 use crate::provider::{ErrorKind, FileEntry, ProviderError};
 
@@ -285,6 +286,10 @@ where
 pub(crate) struct FilesQuery {
     #[serde(default)]
     path: Option<String>,
+    /// The user the upload is made as (`username=`, envd < 0.4 clients), else Basic auth's,
+    /// else `user`.
+    #[serde(default)]
+    username: Option<String>,
 }
 
 fn files_error(e: ProviderError, path: &str) -> Response {
@@ -298,14 +303,31 @@ fn files_error(e: ProviderError, path: &str) -> Response {
     }
 }
 
-/// `GET /files?path=`.
-pub(crate) async fn download(axum::extract::State(st): St, Extension(sb): Sb, Query(q): Query<FilesQuery>) -> Response {
+/// The user a `/files` request is made as: `username=` (old clients), else Basic auth's, else
+/// `user`.
+fn request_user(q: &FilesQuery, headers: &axum::http::HeaderMap) -> String {
+    q.username
+        .clone()
+        .filter(|u| !u.is_empty())
+        .or_else(|| super::envd::basic_user(headers))
+        .unwrap_or_else(|| "user".to_string())
+}
+
+/// `GET /files?path=`: read with the rights of the request's user; a relative path is
+/// under that user's home.
+pub(crate) async fn download(
+    axum::extract::State(st): St,
+    Extension(sb): Sb,
+    headers: axum::http::HeaderMap,
+    Query(q): Query<FilesQuery>,
+) -> Response {
+    let user = request_user(&q, &headers);
     let raw = q.path.unwrap_or_default();
-    let path = match resolve(&raw) {
+    let path = match resolve_in(&raw, &home_of(&user)) {
         Ok(p) => p,
         Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
     };
-    match st.provider.read_file(&sb.provider_id, &path).await {
+    match st.provider.read_file_as(&sb.provider_id, &path, &user).await {
         Ok(data) => {
             let name = path.rsplit('/').next().unwrap_or("file").replace('"', "");
             let disposition = HeaderValue::from_str(&format!("inline; filename=\"{name}\""))
@@ -324,13 +346,46 @@ pub(crate) async fn download(axum::extract::State(st): St, Extension(sb): Sb, Qu
     }
 }
 
-fn written(e: &FileEntry) -> Value {
-    json!({"path": e.path, "name": e.name, "type": "file"})
+fn written(e: &FileEntry, metadata: &BTreeMap<String, String>) -> Value {
+    let mut v = json!({"path": e.path, "name": e.name, "type": "file"});
+    if !metadata.is_empty() {
+        v["metadata"] = json!(metadata);
+    }
+    v
+}
+
+/// The file metadata an upload carries (envd 0.6.2): each `X-Metadata-<key>: <value>`
+/// header, the key lowercased; keys and values must be printable ASCII. Every file of the
+/// upload gets it, and an upload without any clears what a file had.
+fn upload_metadata(headers: &axum::http::HeaderMap) -> Result<BTreeMap<String, String>, String> {
+    let printable = |s: &str| !s.is_empty() && s.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let mut out = BTreeMap::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix("x-metadata-") else { continue };
+        let value = value.to_str().map_err(|_| format!("metadata value of {key:?} is not printable ASCII"))?;
+        if !printable(key) {
+            return Err(format!("invalid metadata key {key:?}"));
+        }
+        if !value.is_empty() && !printable(value) {
+            return Err(format!("metadata value of {key:?} is not printable ASCII"));
+        }
+        out.insert(key.to_ascii_lowercase(), value.to_string());
+    }
+    Ok(out)
 }
 
 /// `POST /files`: spools every file (see the module documentation), then writes them.
 pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req: Request) -> Response {
-    let q: FilesQuery = Query::try_from_uri(req.uri()).map(|q| q.0).unwrap_or(FilesQuery { path: None });
+    let q: FilesQuery =
+        Query::try_from_uri(req.uri()).map(|q| q.0).unwrap_or(FilesQuery { path: None, username: None });
+    let owner = request_user(&q, req.headers());
+    let metadata = match upload_metadata(req.headers()) {
+        Ok(m) => m,
+        Err(e) => {
+            super::drain(req.into_body()).await;
+            return json_error(StatusCode::BAD_REQUEST, &e);
+        }
+    };
     let ctype = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let gzip = req
         .headers()
@@ -417,7 +472,7 @@ pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req:
     }
     let mut resolved: Vec<(String, SpoolFile)> = Vec::new();
     for (p, f) in files {
-        let abs = match resolve(&p) {
+        let abs = match resolve_in(&p, &home_of(&owner)) {
             Ok(a) => a,
             Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
         };
@@ -439,10 +494,19 @@ pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req:
             Err(e) => return SpoolError::Io(e).response(),
         };
         drop(f);
-        match st.provider.write_file(&sb.provider_id, &abs, data, None).await {
-            Ok(e) => out.push(written(&e)),
+        // As envd: written as root, then given to the user it is made as (which a watcher
+        // sees as a chmod).
+        let e = match st.provider.write_file_as(&sb.provider_id, &abs, data, &owner).await {
+            Ok(e) => e,
+            Err(e) => return files_error(e, &abs),
+        };
+        match st.provider.set_file_metadata(&sb.provider_id, &abs, metadata.clone()).await {
+            Ok(()) => {}
+            // A provider without file metadata has none to clear.
+            Err(e) if e.kind == ErrorKind::Unsupported && metadata.is_empty() => {}
             Err(e) => return files_error(e, &abs),
         }
+        out.push(written(&e, &metadata));
     }
     axum::Json(Value::Array(out)).into_response()
 }

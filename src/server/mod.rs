@@ -64,6 +64,7 @@ mod envd;
 mod files;
 mod procs;
 mod proxy;
+mod snapshots;
 mod templates;
 
 pub use args::ServeArgs;
@@ -94,10 +95,11 @@ pub const ENVD_PORT: u16 = 49983;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// E2B's fixed legacy `clientID`.
 const CLIENT_ID: &str = "6532622b";
-/// The envd version reported. 0.5.7 turns on everything implemented here (default user,
-/// `close_stdin`, octet-stream and gzip uploads) and leaves off what is not (file metadata
-/// xattrs from 0.6.2 and the newer watcher flags, which the SDKs then refuse client-side).
-pub const ENVD_VERSION: &str = "0.5.7";
+/// The envd version reported: the SDKs turn features on by it, so it is the newest whose
+/// features serve implements: 0.5.7's default user, `close_stdin`, octet-stream and gzip
+/// uploads; 0.6.2's file metadata (`user.e2b.*` xattrs); 0.6.3's entries in watch events;
+/// 0.6.4's `allowNetworkMounts` watch flag (there are no network mounts to refuse).
+pub const ENVD_VERSION: &str = "0.6.4";
 
 /// Fault injection settings; see the module documentation.
 #[derive(Debug, Clone, Default)]
@@ -192,11 +194,35 @@ pub(crate) struct Sbx {
     /// The provider's ID for it.
     pub provider_id: String,
     pub template: String,
+    /// The name create was given for the template (`alias` in E2B's answers).
+    pub alias: String,
+    /// When serve made it, in microseconds since the epoch: `startedAt`, the list order and
+    /// its `startedAfter` filter need more than the provider's whole seconds.
+    pub started_us: i64,
+    /// Creation order, breaking ties between sandboxes started in the same microsecond.
+    pub seq: u64,
     pub cpu_count: u32,
     pub memory_mb: u64,
     pub disk_mb: u64,
     pub procs: procs::Table,
     pub tokens: auth::Tokens,
+    /// Resource samples taken for `GET /sandboxes/{id}/metrics`, oldest first.
+    pub samples: Mutex<Vec<control::Sample>>,
+    /// The lifetime create gave it, which a resume on traffic gives it again.
+    pub timeout_secs: u64,
+    /// What happens at its end time, and how it wakes (see `control::Lifecycle`).
+    pub lifecycle: control::Lifecycle,
+    /// Paused (its processes frozen by the provider), until connected to or resumed.
+    pub paused: std::sync::atomic::AtomicBool,
+    /// With `onTimeout: pause` serve keeps the end time (unix ms) and pauses at it; the
+    /// provider is told the sandbox never expires.
+    pub end_ms: Mutex<u64>,
+    /// Wakes the auto-pause task when `end_ms` moves or the sandbox goes.
+    pub end_changed: tokio::sync::Notify,
+    /// Directory watchers made by `Filesystem/CreateWatcher`, by watcher ID.
+    pub watchers: Mutex<HashMap<String, Arc<envd::Watcher>>>,
+    /// create's `envVars`, which its forks get too.
+    pub env_vars: std::collections::BTreeMap<String, String>,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
@@ -213,6 +239,8 @@ pub(crate) struct AppState {
     pub http: Client<HttpConnector, Body>,
     /// Templates built through the template API.
     pub templates: templates::Store,
+    /// Snapshots taken through the API (and those behind forks).
+    pub snapshots: snapshots::Store,
     /// `http://<listen address>`: where upload URLs point.
     pub base_url: String,
     pub limits: Limits,
@@ -241,7 +269,7 @@ impl AppState {
     }
 
     /// Every live record (for finding the signer of a signed URL).
-    fn all_sandboxes(&self) -> Vec<Arc<Sbx>> {
+    pub(crate) fn all_sandboxes(&self) -> Vec<Arc<Sbx>> {
         self.sandboxes.lock().expect("sandboxes").values().cloned().collect()
     }
 
@@ -272,7 +300,7 @@ impl AppState {
 
     /// A live sandbox and the provider's current view of it; forgets it if it is gone (e.g.
     /// expired).
-    async fn lookup(&self, id: &str) -> Option<(Arc<Sbx>, SandboxInfo)> {
+    pub(crate) async fn lookup(&self, id: &str) -> Option<(Arc<Sbx>, SandboxInfo)> {
         let sb = self.sandbox(id)?;
         match self.provider.info(&sb.provider_id).await {
             Ok(info) => Some((sb, info)),
@@ -312,6 +340,23 @@ fn new_sandbox_id() -> String {
 
 pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Microseconds since the epoch, now.
+pub(crate) fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// Microseconds since the epoch as RFC 3339 UTC with six fractional digits.
+pub(crate) fn rfc3339_us(us: i64) -> String {
+    let secs = rfc3339(u64::try_from(us.div_euclid(1_000_000)).unwrap_or(0));
+    format!("{}.{:06}Z", secs.trim_end_matches('Z'), us.rem_euclid(1_000_000))
+}
+
+/// The next creation sequence number.
+pub(crate) fn next_seq() -> u64 {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    SEQ.fetch_add(1, Ordering::SeqCst)
 }
 
 /// Unix seconds as RFC 3339 UTC (`2024-01-01T00:00:00Z`).
@@ -389,6 +434,25 @@ fn not_running(id: &str) -> Response {
     r
 }
 
+/// What reaching a paused sandbox answers (what E2B's proxy answers for one).
+fn paused(id: &str) -> Response {
+    let body = serde_json::json!({
+        "sandboxId": id,
+        "code": 502,
+        "message": format!("The sandbox {id} is paused; connect to it to resume it"),
+    });
+    let mut r =
+        (StatusCode::BAD_GATEWAY, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+    r.headers_mut().insert("should-retry", HeaderValue::from_static("false"));
+    r
+}
+
+impl Sbx {
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+}
+
 fn authorized(st: &AppState, req: &Request) -> bool {
     let h = req.headers();
     let key = h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
@@ -404,7 +468,7 @@ fn authorized(st: &AppState, req: &Request) -> bool {
 /// Reads (and drops) what is left of a refused request's body, up to 1 MiB and 5 s: a
 /// response before the body makes hyper close the connection, and a client that reuses it
 /// from its pool (the SDK after a refused create) sees "disconnected without a response".
-async fn drain(body: Body) {
+pub(crate) async fn drain(body: Body) {
     let _ = tokio::time::timeout(Duration::from_secs(5), axum::body::to_bytes(body, 1 << 20)).await;
 }
 
@@ -423,6 +487,38 @@ async fn inject(st: &AppState) -> Option<Response> {
         return Some(json_error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable (injected fault)"));
     }
     None
+}
+
+/// The socket a request came in on, so that a stream whose sandbox dies can be cut as a
+/// dying envd's is: with a reset (see [`reset_on_close`]), not a clean close.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnSocket(std::os::fd::RawFd);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for ConnSocket {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        use std::os::fd::AsRawFd;
+        ConnSocket(stream.io().as_raw_fd())
+    }
+}
+
+/// Makes the connection of a request whose response is still streaming end with a TCP reset
+/// when it is closed (`SO_LINGER` 0): over HTTP/1.1 that is how the SDKs see a connection
+/// dropped mid-request (a transport failure, after which they ask `/health` whether the
+/// sandbox is gone) rather than a truncated body. Only for a response still being written,
+/// so the socket is the request's own.
+pub(crate) fn reset_on_close(sock: Option<ConnSocket>) {
+    let Some(ConnSocket(fd)) = sock else { return };
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: plain setsockopt on a descriptor the server holds open; a failure is harmless.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
 }
 
 struct Routers {
@@ -491,6 +587,15 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
             let Some((sb, _)) = st.lookup(&id).await else {
                 return not_running(&id);
             };
+            if sb.is_paused() {
+                // E2B's proxy wakes a paused sandbox that asked for it on traffic; any other
+                // stays paused and unreachable (`is_running()` is then false).
+                let woken = sb.lifecycle.auto_resume && control::resume(st, &sb, sb.timeout_secs).await.is_ok();
+                if !woken {
+                    drain(req.into_body()).await;
+                    return paused(&id);
+                }
+            }
             if port != ENVD_PORT {
                 if let Err(r) = auth::port(st, &sb, req.headers()) {
                     drain(req.into_body()).await;
@@ -544,6 +649,8 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
         }
     };
     req.extensions_mut().insert(sb);
+    let sock = req.extensions().get::<axum::extract::ConnectInfo<ConnSocket>>().map(|c| c.0);
+    req.extensions_mut().insert(sock);
     routers.envd.clone().oneshot(req).await.into_response()
 }
 
@@ -581,6 +688,7 @@ pub async fn serve(
         by_provider: Mutex::new(HashMap::new()),
         http: Client::builder(TokioExecutor::new()).build_http(),
         templates: templates::Store::new(work.clone()),
+        snapshots: Default::default(),
         base_url: format!("http://{addr}"),
         slots: Arc::new(tokio::sync::Semaphore::new(opts.limits.max_sandboxes as usize)),
         spool: files::Spool::new(work.join("spool"), opts.limits.max_upload),
@@ -591,6 +699,7 @@ pub async fn serve(
     let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });
     let app = Router::new().fallback(move |req: Request| dispatch(st.clone(), routers.clone(), req));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let app = app.into_make_service_with_connect_info::<ConnSocket>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });
@@ -616,7 +725,7 @@ pub async fn serve(
     }
     let destroyed = provider.destroy_all().await;
     // Templates made through the API go with the server.
-    for id in state.templates.ids() {
+    for id in state.templates.ids().into_iter().chain(state.snapshots.all_ids()) {
         provider.remove_template(&id).await;
     }
     provider.remove_builds().await;
@@ -640,6 +749,7 @@ mod tests {
     fn timestamps() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_704_067_200 + 3661), "2024-01-01T01:01:01Z");
+        assert_eq!(rfc3339_us(1_704_067_200_000_042), "2024-01-01T00:00:00.000042Z");
     }
 
     #[tokio::test]

@@ -41,6 +41,10 @@ pub(crate) enum Event {
     End(Value),
     /// The stream ends with this error instead of an `end` event.
     Error(RpcError),
+    /// The sandbox went away under the process: the stream is cut without an end, as envd's
+    /// connection drops with its sandbox (the SDK then checks the sandbox's health and
+    /// reports it killed).
+    Abort,
 }
 
 /// One process started through `Process/Start`.
@@ -48,6 +52,8 @@ pub(crate) enum Event {
 pub(crate) struct Entry {
     pub pid: u32,
     pub tag: Option<String>,
+    /// Runs in a terminal: its output is the terminal's (`pty` data events).
+    pub pty: bool,
     /// The `ProcessConfig` it was started with, for `Process/List`.
     pub config: Value,
     state: Mutex<EntryState>,
@@ -150,9 +156,24 @@ impl Entry {
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     procs: Mutex<BTreeMap<u32, Arc<Entry>>>,
+    /// Set when the sandbox is being killed: its processes' streams are then cut (`Abort`).
+    gone: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// What a process was started as: its config (as `List` shows it), its tag, and whether it
+/// runs on a terminal.
+pub(crate) struct Started {
+    pub config: Value,
+    pub tag: Option<String>,
+    pub pty: bool,
 }
 
 impl Table {
+    /// Marks the sandbox as going away (before it is killed).
+    pub(crate) fn mark_gone(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+    }
+
     /// Registers a process just spawned (`live`) and starts its hub. Returns the entry and the
     /// first subscriber (the `Start` stream), registered before any output is forwarded.
     pub(crate) fn start(
@@ -160,20 +181,21 @@ impl Table {
         provider: Arc<dyn Provider>,
         sandbox: String,
         live: LiveProcess,
-        config: Value,
-        tag: Option<String>,
+        what: Started,
         deadline: Option<Duration>,
     ) -> (Arc<Entry>, Subscription) {
+        let Started { config, tag, pty } = what;
         let entry = Arc::new(Entry {
             pid: live.pid,
             tag,
+            pty,
             config,
             state: Mutex::new(EntryState::default()),
             budget: SUBSCRIBER_BUDGET,
         });
         let rx = entry.subscribe();
         self.procs.lock().expect("procs").insert(live.pid, entry.clone());
-        tokio::spawn(hub(provider, sandbox, live, entry.clone(), deadline));
+        tokio::spawn(hub(provider, sandbox, live, entry.clone(), deadline, self.gone.clone()));
         (entry, rx)
     }
 
@@ -202,6 +224,7 @@ async fn hub(
     mut live: LiveProcess,
     entry: Arc<Entry>,
     deadline: Option<Duration>,
+    gone: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let mut timed_out = false;
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(86400 * 365)));
@@ -219,13 +242,15 @@ async fn hub(
         }
     }
     let result = provider.wait(&sandbox, live.pid, Duration::from_secs(10)).await;
-    let ev = if timed_out {
+    let ev = if gone.load(Ordering::SeqCst) {
+        Event::Abort
+    } else if timed_out {
         Event::Error(RpcError::new("deadline_exceeded", "context deadline exceeded"))
     } else {
         match result {
             Ok(r) => Event::End(end_event(&r)),
-            // The sandbox went away under the process.
-            Err(_) => Event::End(json!({"exitCode": -1, "status": "signal: killed", "error": "signal: killed"})),
+            // The sandbox went away under the process (expired, say).
+            Err(_) => Event::Abort,
         }
     };
     entry.finish(ev);
@@ -269,7 +294,7 @@ mod tests {
     use super::*;
 
     fn entry(budget: usize) -> Entry {
-        Entry { pid: 1, tag: None, config: json!({}), state: Mutex::new(EntryState::default()), budget }
+        Entry { pid: 1, tag: None, pty: false, config: json!({}), state: Mutex::new(EntryState::default()), budget }
     }
 
     #[tokio::test]

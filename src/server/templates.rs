@@ -61,6 +61,10 @@ struct Tpl {
     cpu: Option<u64>,
     memory: Option<u64>,
     builds: HashMap<String, Arc<Mutex<Build>>>,
+    /// The newest build's ID (what a tag assigned now points at).
+    last_build: String,
+    /// Tags assigned to it: (tag, build ID, unix seconds).
+    tags: Vec<(String, String, u64)>,
 }
 
 #[derive(Default)]
@@ -106,8 +110,8 @@ impl Store {
     fn forget(&self, id_or_name: &str) -> Option<String> {
         let mut inner = self.inner.lock().expect("templates");
         let id = inner.by_name.get(id_or_name).cloned().unwrap_or_else(|| id_or_name.to_string());
-        let t = inner.by_id.remove(&id)?;
-        inner.by_name.remove(&t.name);
+        inner.by_id.remove(&id)?;
+        inner.by_name.retain(|_, v| *v != id);
         inner.uploads.retain(|_, (tid, _)| *tid != id);
         drop(inner);
         let _ = std::fs::remove_dir_all(self.root.join(&id));
@@ -122,6 +126,9 @@ impl Store {
 
 pub(crate) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
     r.route("/v3/templates", post(create))
+        .route("/templates/tags", post(assign_tags).delete(remove_tags))
+        .route("/templates/{id}/tags", get(list_tags))
+        .route("/templates/aliases/{alias}", get(alias))
         .route("/templates", get(list))
         .route("/v2/templates", get(list))
         .route("/templates/{id}", get(detail).delete(delete))
@@ -129,6 +136,121 @@ pub(crate) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
         .route("/v2/templates/{id}/builds/{build}", post(start))
         .route("/templates/{id}/builds/{build}/status", get(status))
         .route("/_upload/{token}", put(upload).layer(DefaultBodyLimit::max(MAX_UPLOAD)))
+}
+
+/// A build ID: a random (version 4) UUID, as E2B's, which the SDKs parse as one.
+fn new_build_id() -> String {
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
+        let n = super::now_us().unsigned_abs().to_be_bytes();
+        b[..8].copy_from_slice(&n);
+        b[8..].copy_from_slice(&super::next_seq().to_be_bytes());
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// The template a tag target names: `name`, `name:tag` or an ID, or `alias` of `alias:tag`.
+fn tagged(inner: &Inner, target: &str) -> Option<String> {
+    inner.by_name.get(target).cloned().or_else(|| inner.by_id.contains_key(target).then(|| target.to_string())).or_else(
+        || {
+            let alias = target.split_once(':')?.0;
+            inner.by_name.get(alias).cloned().or_else(|| {
+                inner
+                    .by_id
+                    .values()
+                    .find(|t| t.name.split_once(':').is_some_and(|(a, _)| a == alias))
+                    .map(|t| t.id.clone())
+            })
+        },
+    )
+}
+
+/// The tag part of `alias:tag` or `tag`; refused when either side of a colon is empty.
+fn tag_part(t: &str) -> Result<String, String> {
+    let tag = match t.split_once(':') {
+        Some((alias, tag)) if !alias.is_empty() && !tag.is_empty() && !tag.contains(':') => tag,
+        None if !t.is_empty() => t,
+        _ => return Err(format!("invalid tag {t:?}: expected `tag` or `name:tag`")),
+    };
+    if !tag.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+        return Err(format!("invalid tag {t:?}"));
+    }
+    Ok(tag.to_string())
+}
+
+fn tags_of(v: &J) -> Vec<String> {
+    match v {
+        J::String(s) => vec![s.clone()],
+        J::Array(a) => a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `POST /templates/tags` `{"target":"name:tag","tags":[…]}`: 201 `{"tags","buildID"}`, the
+/// tags pointing at the target's newest build; `name:<tag>` then names the template too.
+async fn assign_tags(State(st): St, body: Bytes) -> Response {
+    let req = match body_json(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let target = req["target"].as_str().unwrap_or_default().to_string();
+    let tags: Result<Vec<String>, String> = tags_of(&req["tags"]).iter().map(|t| tag_part(t)).collect();
+    let tags = match tags {
+        Ok(t) if !t.is_empty() => t,
+        Ok(_) => return json_error(StatusCode::BAD_REQUEST, "tags are required"),
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+    };
+    let mut inner = st.templates.inner.lock().expect("templates");
+    let Some(id) = tagged(&inner, &target) else {
+        return not_found(&target);
+    };
+    let t = inner.by_id.get_mut(&id).expect("found");
+    let alias = t.name.split_once(':').map_or(t.name.clone(), |(a, _)| a.to_string());
+    let build = if t.last_build.is_empty() { new_build_id() } else { t.last_build.clone() };
+    for tag in &tags {
+        t.tags.retain(|(x, _, _)| x != tag);
+        t.tags.push((tag.clone(), build.clone(), super::now_secs()));
+    }
+    for tag in &tags {
+        inner.by_name.insert(format!("{alias}:{tag}"), id.clone());
+    }
+    (StatusCode::CREATED, Json(json!({"tags": tags, "buildID": build}))).into_response()
+}
+
+/// `DELETE /templates/tags` `{"name","tags":[…]}`: 204, or 404 for an unknown template.
+async fn remove_tags(State(st): St, body: Bytes) -> Response {
+    let req = match body_json(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let name = req["name"].as_str().unwrap_or_default().to_string();
+    let mut inner = st.templates.inner.lock().expect("templates");
+    let Some(id) = tagged(&inner, &name) else {
+        return not_found(&name);
+    };
+    let gone: Vec<String> = tags_of(&req["tags"]).iter().filter_map(|t| tag_part(t).ok()).collect();
+    let t = inner.by_id.get_mut(&id).expect("found");
+    t.tags.retain(|(x, _, _)| !gone.contains(x));
+    let alias = t.name.split_once(':').map_or(t.name.clone(), |(a, _)| a.to_string());
+    for tag in gone {
+        inner.by_name.remove(&format!("{alias}:{tag}"));
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET /templates/{id}/tags`: `[{"tag","buildID","createdAt"}]`.
+async fn list_tags(State(st): St, Path(id): Path<String>) -> Response {
+    let inner = st.templates.inner.lock().expect("templates");
+    let Some(id) = tagged(&inner, &id) else {
+        return not_found(&id);
+    };
+    let t = &inner.by_id[&id];
+    let out: Vec<J> =
+        t.tags.iter().map(|(tag, b, at)| json!({"tag": tag, "buildID": b, "createdAt": rfc3339(*at)})).collect();
+    Json(out).into_response()
 }
 
 fn body_json(body: &Bytes) -> Result<J, Response> {
@@ -149,7 +271,7 @@ async fn create(State(st): St, body: Bytes) -> Response {
     else {
         return json_error(StatusCode::BAD_REQUEST, "name is required");
     };
-    let build_id = super::new_sandbox_id();
+    let build_id = new_build_id();
     let mut inner = st.templates.inner.lock().expect("templates");
     let id = match inner.by_name.get(&name) {
         Some(id) => id.clone(),
@@ -158,7 +280,15 @@ async fn create(State(st): St, body: Bytes) -> Response {
             inner.by_name.insert(name.clone(), id.clone());
             inner.by_id.insert(
                 id.clone(),
-                Tpl { id: id.clone(), name: name.clone(), cpu: None, memory: None, builds: HashMap::new() },
+                Tpl {
+                    id: id.clone(),
+                    name: name.clone(),
+                    cpu: None,
+                    memory: None,
+                    builds: HashMap::new(),
+                    last_build: String::new(),
+                    tags: Vec::new(),
+                },
             );
             id
         }
@@ -167,6 +297,7 @@ async fn create(State(st): St, body: Bytes) -> Response {
     t.cpu = req["cpuCount"].as_u64().or(t.cpu);
     t.memory = req["memoryMB"].as_u64().or(t.memory);
     t.builds.insert(build_id.clone(), Arc::new(Mutex::new(Build { status: "waiting", ..Default::default() })));
+    t.last_build.clone_from(&build_id);
     let body = json!({
         "templateID": id, "buildID": build_id, "public": false,
         "names": [name], "tags": ["default"], "aliases": [name],
@@ -197,7 +328,26 @@ async fn detail(State(st): St, Path(id): Path<String>) -> Response {
     }
 }
 
+/// `GET /templates/aliases/{alias}` (`Template.exists`): 200 with the template's ID if the
+/// name is taken (`base`, a template built here, a named snapshot), else 404.
+async fn alias(State(st): St, Path(alias): Path<String>) -> Response {
+    let id = if alias == "base" {
+        Some(alias.clone())
+    } else {
+        let built = st.templates.inner.lock().expect("templates").by_name.get(&alias).cloned();
+        built.or_else(|| st.snapshots.resolve(&alias))
+    };
+    match id {
+        Some(id) => Json(json!({"templateID": id, "public": false})).into_response(),
+        None => not_found(&alias),
+    }
+}
+
 async fn delete(State(st): St, Path(id): Path<String>) -> Response {
+    // Snapshots are deleted as templates are.
+    if let Some(r) = super::snapshots::delete(&st, &id).await {
+        return r;
+    }
     match st.templates.forget(&id) {
         Some(id) => {
             st.provider.remove_template(&id).await;

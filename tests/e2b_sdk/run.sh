@@ -39,37 +39,9 @@ if [ ! -d "$here/js/node_modules/e2b" ]; then
   (cd "$here/js" && npm install --no-audit --no-fund --silent) || { echo "run.sh: npm install failed" >&2; exit 1; }
 fi
 
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-key="e2b_$(python3 -c 'import secrets; print(secrets.token_hex(20))')"
-server_log="$logs/serve.log"
-"$bin" serve --listen "127.0.0.1:$port" --api-key "$key" >"$logs/serve.stdout" 2>"$server_log" &
-server_pid=$!
-stop_server() {
-  if kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid"
-    for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$server_pid" 2>/dev/null && kill -KILL "$server_pid"
-  fi
-  wait "$server_pid" 2>/dev/null
-}
-trap stop_server EXIT
-for _ in $(seq 1 100); do
-  grep -q "^listening on http://127.0.0.1:$port" "$logs/serve.stdout" 2>/dev/null && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if ! grep -q "^listening on" "$logs/serve.stdout" 2>/dev/null; then
-  echo "run.sh: the server did not start:" >&2
-  cat "$server_log" >&2
-  exit 1
-fi
-echo "run.sh: $(cat "$logs/serve.stdout") (pid $server_pid)"
-
-export E2B_API_KEY="$key"
-export E2B_API_URL="http://127.0.0.1:$port"
-export E2B_SANDBOX_URL="http://127.0.0.1:$port"
-export E2B_DOMAIN="localhost:$port"
-unset E2B_DEBUG E2B_ACCESS_TOKEN
+. "$here/serve-lib.sh"
+trap serve_stop EXIT
+serve_start "$bin" "$logs" || { echo "run.sh: cannot start serve" >&2; exit 1; }
 
 failed=0
 summaries=()
@@ -92,9 +64,9 @@ else
   summaries+=("npm e2b: FAILED (see $logs/js.log)")
 fi
 
-stop_server
+serve_stop
 trap - EXIT
-if ! grep -q "destroyed" "$server_log"; then
+if ! serve_clean_exit; then
   echo "run.sh: the server did not shut down cleanly:" >&2
   tail -5 "$server_log" >&2
   failed=1

@@ -61,6 +61,10 @@ pub(crate) struct Layer {
     pub layer: PathBuf,
     /// The `FROM` image's root filesystem, stacked under `layer`.
     pub image: PathBuf,
+    /// For a snapshot of a sandbox: the layers that were under the sandbox's own, stacked
+    /// under `layer` instead of `image`.
+    #[serde(default)]
+    pub below: Vec<PathBuf>,
     /// What `FROM` named, and what it resolved to.
     pub image_ref: String,
     /// The image's ENV, then the Dockerfile's (ARGs are not kept, as in Docker).
@@ -351,6 +355,7 @@ async fn run_instructions(
         dir: PathBuf::new(),
         layer: PathBuf::new(),
         image: PathBuf::new(),
+        below: Vec::new(),
         image_ref: String::new(),
         env,
         workdir,

@@ -73,7 +73,8 @@ impl Enforcement {
     }
 }
 
-const V1_CONTROLLERS: [&str; 5] = ["memory", "cpu", "cpuset", "pids", "freezer"];
+/// `cpuacct` counts a group's CPU time (E2B's metrics); `freezer` pauses it.
+const V1_CONTROLLERS: [&str; 6] = ["memory", "cpu", "cpuacct", "cpuset", "pids", "freezer"];
 
 fn probe() -> Enforcement {
     // SAFETY: geteuid cannot fail.
@@ -253,6 +254,90 @@ impl Cgroup {
             .filter_map(|d| CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
             .collect();
         Self { dirs, procs }
+    }
+
+    /// `name`, a file of `controller` in this group (v2: of the one group).
+    fn file(&self, controller: &str, name: &str) -> Option<PathBuf> {
+        match Enforcement::get() {
+            Enforcement::V1(ctrls) => {
+                let mount = ctrls.get(controller)?;
+                self.dirs.iter().find(|d| d.starts_with(mount)).map(|d| d.join(name))
+            }
+            Enforcement::V2(_) => self.dirs.first().map(|d| d.join(name)),
+            Enforcement::Rlimits(_) => None,
+        }
+    }
+
+    fn read_u64(&self, controller: &str, name: &str) -> Option<u64> {
+        std::fs::read_to_string(self.file(controller, name)?).ok()?.trim().parse().ok()
+    }
+
+    /// CPU time used by the group in microseconds, and memory in use and its limit in bytes.
+    pub(crate) fn usage(&self) -> (u64, u64, u64) {
+        match Enforcement::get() {
+            Enforcement::V2(_) => {
+                let stat =
+                    self.file("cpu", "cpu.stat").and_then(|f| std::fs::read_to_string(f).ok()).unwrap_or_default();
+                let cpu = stat
+                    .lines()
+                    .find_map(|l| l.strip_prefix("usage_usec ").and_then(|v| v.trim().parse().ok()))
+                    .unwrap_or(0);
+                (
+                    cpu,
+                    self.read_u64("memory", "memory.current").unwrap_or(0),
+                    self.read_u64("memory", "memory.max").unwrap_or(0),
+                )
+            }
+            _ => (
+                self.read_u64("cpuacct", "cpuacct.usage").unwrap_or(0) / 1000,
+                self.read_u64("memory", "memory.usage_in_bytes").unwrap_or(0),
+                self.read_u64("memory", "memory.limit_in_bytes").unwrap_or(0),
+            ),
+        }
+    }
+
+    /// Freezes (or thaws) every process of the group and waits until the kernel says it is
+    /// done: v1 `freezer.state` (`FREEZING` until all are stopped), v2 `cgroup.freeze` (and
+    /// `frozen 1` in `cgroup.events`). A frozen process gets no CPU and keeps its memory.
+    pub(crate) async fn freeze(&self, frozen: bool) -> io::Result<()> {
+        let unsupported = || io::Error::new(io::ErrorKind::Unsupported, "no freezer controller on this host");
+        let (file, value, done, status): (PathBuf, &str, &str, PathBuf) = match Enforcement::get() {
+            Enforcement::V2(_) => {
+                let f = self.file("cpu", "cgroup.freeze").ok_or_else(unsupported)?;
+                let events = self.file("cpu", "cgroup.events").ok_or_else(unsupported)?;
+                (f, if frozen { "1" } else { "0" }, if frozen { "frozen 1" } else { "frozen 0" }, events)
+            }
+            _ => {
+                let f = self.file("freezer", "freezer.state").ok_or_else(unsupported)?;
+                let state = if frozen { "FROZEN" } else { "THAWED" };
+                (f.clone(), state, state, f)
+            }
+        };
+        write(&file, value)?;
+        for _ in 0..500 {
+            let now = std::fs::read_to_string(&status)?;
+            if now.lines().any(|l| l.trim() == done) {
+                return Ok(());
+            }
+            // v1: a group stuck in FREEZING is asked again.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if frozen && now.trim() == "FREEZING" {
+                write(&file, value)?;
+            }
+        }
+        Err(io::Error::new(io::ErrorKind::TimedOut, format!("{} did not become {done}", status.display())))
+    }
+
+    /// Thaws the group without waiting (before killing it: a frozen v1 task dies only once
+    /// thawed). Best effort.
+    pub(crate) fn thaw_now(&self) {
+        let f = match Enforcement::get() {
+            Enforcement::V2(_) => self.file("cpu", "cgroup.freeze").map(|f| (f, "0")),
+            _ => self.file("freezer", "freezer.state").map(|f| (f, "THAWED")),
+        };
+        if let Some((f, v)) = f {
+            let _ = std::fs::write(f, v);
+        }
     }
 
     /// The pids in the group now.

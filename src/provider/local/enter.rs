@@ -309,6 +309,11 @@ fn become_command(entry: &Entry, groups: &[libc::gid_t], uid: u32, gid: u32, cwd
         if libc::setsid() < 0 {
             return Err(io::Error::last_os_error());
         }
+        // A command given a terminal (a PTY session) makes it its controlling terminal, so
+        // it gets job control and the terminal's signals.
+        if libc::isatty(0) == 1 && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
         for &cap in &entry.drop_caps {
             if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0
                 && *libc::__errno_location() != libc::EINVAL

@@ -78,6 +78,11 @@ impl Root {
     /// Acts as the sandbox user for the rest of the calling scope (isolated sandboxes only).
     fn as_user(&self) -> Option<FsIds> {
         match self {
+            // The sandbox's root: the provider's own rights. A host process with a mapped
+            // file-system id has no capabilities at all, so it could not act as root inside;
+            // what it writes so is given to its user afterwards (`write_file_as`). Paths are
+            // resolved in the sandbox's root all the same.
+            Root::Proc { who, .. } if who.uid == 0 => None,
             Root::Proc { ids, who, .. } => {
                 Some(FsIds::set(userns::host_id(*ids, who.uid), userns::host_id(*ids, who.gid)))
             }
@@ -124,6 +129,123 @@ impl Root {
         let (dir, name) = self.parent(abs)?;
         let st = fstatat(dir.as_raw_fd(), &name, libc::AT_SYMLINK_NOFOLLOW).map_err(|e| fs_err(e, abs))?;
         Ok(entry(abs, &st))
+    }
+
+    /// The target stored in the symbolic link `abs` (`EINVAL`, "invalid argument", if it is
+    /// no link).
+    pub(crate) fn read_link(&self, abs: &str) -> Result<String> {
+        let _as = self.as_user();
+        let (dir, name) = self.parent(abs)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: valid descriptor, C string and buffer of the given length.
+        let n = unsafe { libc::readlinkat(dir.as_raw_fd(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(fs_err(io::Error::last_os_error(), abs));
+        }
+        buf.truncate(n as usize);
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// The `user.e2b.*` extended attributes of `abs` (a final symlink followed), without the
+    /// prefix: envd's file metadata.
+    pub(crate) fn metadata(&self, abs: &str) -> Result<std::collections::BTreeMap<String, String>> {
+        let _as = self.as_user();
+        let fd = self.open(abs, libc::O_PATH, 0)?;
+        let magic = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+        let mut out = std::collections::BTreeMap::new();
+        for name in xattr_names(&magic).map_err(|e| fs_err(e, abs))? {
+            let Some(key) = name.strip_prefix(METADATA_PREFIX) else { continue };
+            let c = CString::new(name.as_str()).expect("no NUL in xattr names");
+            match xattr_get(&magic, &c) {
+                Ok(v) => {
+                    out.insert(key.to_string(), String::from_utf8_lossy(&v).into_owned());
+                }
+                // Removed while we read.
+                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
+                Err(e) => return Err(fs_err(e, abs)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Makes `metadata` the `user.e2b.*` attributes of `abs`: those not in it are removed.
+    pub(crate) fn set_metadata(&self, abs: &str, metadata: &std::collections::BTreeMap<String, String>) -> Result<()> {
+        let _as = self.as_user();
+        let fd = self.open(abs, libc::O_PATH, 0)?;
+        let magic = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+        for name in xattr_names(&magic).map_err(|e| fs_err(e, abs))? {
+            let stale = name.strip_prefix(METADATA_PREFIX).is_some_and(|k| !metadata.contains_key(k));
+            if stale {
+                let c = CString::new(name.as_str()).expect("no NUL in xattr names");
+                // SAFETY: valid C strings.
+                if unsafe { libc::removexattr(magic.as_ptr(), c.as_ptr()) } != 0 {
+                    let e = io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::ENODATA) {
+                        return Err(fs_err(e, abs));
+                    }
+                }
+            }
+        }
+        for (k, v) in metadata {
+            let name = CString::new(format!("{METADATA_PREFIX}{k}"))
+                .map_err(|_| ProviderError::invalid(format!("invalid metadata key {k:?}")))?;
+            // SAFETY: valid C strings and a buffer of the given length.
+            let r = unsafe { libc::setxattr(magic.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+            if r != 0 {
+                return Err(fs_err(io::Error::last_os_error(), abs));
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives `abs` (not following a final symlink) to `who`, with the provider's own rights,
+    /// as envd gives every upload to the user it was made as.
+    pub(crate) fn chown(&self, abs: &str, who: &Identity) -> Result<()> {
+        let Root::Proc { ids, .. } = self else {
+            // Without isolation files belong to whoever runs the provider.
+            return Ok(());
+        };
+        let (dir, name) = self.parent(abs)?;
+        let (uid, gid) = (userns::host_id(*ids, who.uid), userns::host_id(*ids, who.gid));
+        // SAFETY: valid descriptor and C string.
+        let r = unsafe { libc::fchownat(dir.as_raw_fd(), name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) };
+        if r != 0 {
+            return Err(fs_err(io::Error::last_os_error(), abs));
+        }
+        Ok(())
+    }
+
+    /// The same root, acting as `who` (isolated sandboxes; without isolation there is only
+    /// the invoking user).
+    pub(crate) fn acting_as(&self, who: Identity) -> Root {
+        match self {
+            Root::Proc { pid1, ids, .. } => Root::Proc { pid1: *pid1, ids: *ids, who },
+            plain => plain.clone(),
+        }
+    }
+
+    /// Opens the device `abs` of the sandbox (its terminal multiplexer) with the provider's
+    /// own rights.
+    pub(crate) fn open_device(&self, abs: &str, flags: i32) -> Result<OwnedFd> {
+        self.open(abs, flags, 0)
+    }
+
+    /// Opens directory `abs` as the sandbox user, `O_PATH` (for watching it).
+    pub(crate) fn open_dir(&self, abs: &str) -> Result<OwnedFd> {
+        let _as = self.as_user();
+        let fd = self.open(abs, libc::O_PATH, 0)?;
+        let st = fstatat(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(ProviderError::invalid(format!("not a directory: {abs}")));
+        }
+        Ok(fd)
+    }
+
+    /// Runs `f` as the sandbox user (its file-system ids), for calls that check permissions
+    /// against the caller (adding an inotify watch needs read access).
+    pub(crate) fn as_sandbox_user<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _as = self.as_user();
+        f()
     }
 
     pub(crate) fn exists(&self, abs: &str) -> Result<bool> {
@@ -321,6 +443,48 @@ fn entry(abs: &str, st: &libc::stat) -> FileEntry {
         size: st.st_size as u64,
         mode: st.st_mode & 0o7777,
         modified: st.st_mtime.max(0) as u64,
+    }
+}
+
+/// The extended attribute namespace of envd's file metadata.
+const METADATA_PREFIX: &str = "user.e2b.";
+
+/// The names of the extended attributes of `path`.
+fn xattr_names(path: &CString) -> io::Result<Vec<String>> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: valid C string and a buffer of the given length.
+        let n = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            break;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            // A filesystem without extended attributes has none.
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            _ => return Err(e),
+        }
+    }
+    Ok(buf.split(|b| *b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into_owned()).collect())
+}
+
+/// The value of extended attribute `name` of `path`.
+fn xattr_get(path: &CString, name: &CString) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: valid C strings and a buffer of the given length.
+        let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            return Ok(buf);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            _ => return Err(e),
+        }
     }
 }
 

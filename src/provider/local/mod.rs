@@ -62,10 +62,12 @@ mod cgroup;
 mod enter;
 mod files;
 mod process;
+mod pty;
 mod sandbox;
 mod seccomp;
 mod sys;
 mod userns;
+mod watch;
 
 use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward;
@@ -79,7 +81,7 @@ use tokio::sync::mpsc;
 
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
-    OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
+    OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo, Usage,
 };
 use crate::image::{IdMap, ImageStore};
 use build::Layer;
@@ -196,6 +198,12 @@ struct Sandbox {
     ids: IdMap,
     iso: Iso,
     procs: ProcTable,
+    /// Frozen by `pause` (its cgroup's freezer) until `resume`.
+    paused: std::sync::atomic::AtomicBool,
+    /// The layers under its own writable one (topmost first), and the environment its
+    /// template gives (without create's): what a snapshot of it stacks and keeps.
+    lowers: Vec<PathBuf>,
+    template_envs: BTreeMap<String, String>,
 }
 
 impl Member for Sandbox {
@@ -379,8 +387,21 @@ impl Sandbox {
             metadata: self.metadata.clone(),
             started_at: self.started_at,
             end_at: self.life.end_ms().div_ceil(1000),
-            state: "running".into(),
+            state: if self.is_paused() { "paused" } else { "running" }.into(),
         }
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The cgroup that pauses it: only isolated sandboxes with cgroups have one.
+    fn freezer(&self) -> Result<&cgroup::Cgroup> {
+        match &self.iso {
+            Iso::Ns { ns, .. } => ns.cgroup(),
+            Iso::Plain { .. } => None,
+        }
+        .ok_or_else(|| ProviderError::unsupported("pausing needs isolated sandboxes with cgroups (a freezer)"))
     }
 
     fn alive(&self) -> bool {
@@ -490,6 +511,7 @@ impl Inner {
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
         let mut envs;
         let mut workdir = None;
+        let mut lowers = Vec::new();
         let iso = if self.namespaces {
             let limits = Limits {
                 cpus: req.cpu.or(tpl.as_ref().and_then(|t| t.cpu)).unwrap_or(DEFAULT_CPUS).clamp(1, 256),
@@ -505,7 +527,11 @@ impl Inner {
             match &tpl {
                 Some(t) => {
                     layout.lowers.push(t.built.layer.clone());
-                    layout.lowers.push(t.built.image.clone());
+                    if t.built.below.is_empty() {
+                        layout.lowers.push(t.built.image.clone());
+                    } else {
+                        layout.lowers.extend(t.built.below.iter().cloned());
+                    }
                     envs.extend(t.built.env.clone());
                     envs.extend(t.envs.clone());
                     workdir.clone_from(&t.built.workdir);
@@ -518,6 +544,7 @@ impl Inner {
                     workdir.clone_from(&base.config.workdir);
                 }
             }
+            lowers.clone_from(&layout.lowers);
             let l = layout.clone();
             let prepared = tokio::task::spawn_blocking(move || l.create())
                 .await
@@ -551,6 +578,7 @@ impl Inner {
             envs.insert("TMPDIR".into(), tmp.display().to_string());
             Iso::Plain { home, tmp, bash_env }
         };
+        let template_envs = envs.clone();
         envs.extend(req.envs.clone());
         let now = now_ms();
         let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
@@ -566,6 +594,9 @@ impl Inner {
             ids: self.ids,
             iso,
             procs: ProcTable::default(),
+            paused: Default::default(),
+            lowers,
+            template_envs,
         });
         let sb = self.core.register(sb);
         core::expire_at_end(self, sb.clone());
@@ -701,7 +732,9 @@ impl Provider for LocalProvider {
             core::kill(self.inner.as_ref(), id).await;
             return Err(no_sandbox(id));
         }
-        if let Some(t) = timeout_secs {
+        if sb.is_paused() {
+            self.resume(id, timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS)).await?;
+        } else if let Some(t) = timeout_secs {
             sb.life.extend(t);
         }
         Ok(sb.info())
@@ -758,6 +791,25 @@ impl Provider for LocalProvider {
         let (tx, rx) = mpsc::unbounded_channel();
         let p = self.start_background(id, req, Some(tx), open_stdin).await?;
         Ok(LiveProcess { pid: p.pid, output: rx })
+    }
+
+    async fn spawn_pty(&self, id: &str, req: ExecRequest, cols: u16, rows: u16) -> Result<LiveProcess> {
+        let sb = self.get(id)?;
+        let (target, env, cwd) = sb.plan(&req)?;
+        let root = sb.root()?;
+        let term = blocking(move || pty::open(&root, cols, rows)).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let p = process::launch_io(&target, &env, &cwd, &req, Some(tx), false, Some(term)).await?;
+        sb.procs.insert(p.clone());
+        Ok(LiveProcess { pid: p.pid, output: rx })
+    }
+
+    async fn write_pty(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        self.get(id)?.procs.get(pid)?.write_pty(data).await
+    }
+
+    async fn resize_pty(&self, id: &str, pid: u32, cols: u16, rows: u16) -> Result<()> {
+        self.get(id)?.procs.get(pid)?.resize_pty(cols, rows)
     }
 
     async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
@@ -821,6 +873,168 @@ impl Provider for LocalProvider {
     async fn remove(&self, id: &str, path: &str) -> Result<()> {
         let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
         blocking(move || root.remove(&abs)).await
+    }
+
+    async fn read_link(&self, id: &str, path: &str) -> Result<String> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        blocking(move || root.read_link(&abs)).await
+    }
+
+    async fn write_file_as(&self, id: &str, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry> {
+        let sb = self.get(id)?;
+        let (root, abs, who) = (sb.root()?, files::normalize(path)?, sb.identity(user)?);
+        let as_root = root.acting_as(Identity::root());
+        blocking(move || {
+            // The directories the write will make: from the nearest missing ancestor down.
+            let mut made = Vec::new();
+            let mut dir = abs.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+            while !dir.is_empty() && !as_root.exists(&dir)? {
+                made.push(dir.clone());
+                dir = dir.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+            }
+            let e = as_root.write(&abs, &data, None)?;
+            for d in made.iter().rev() {
+                as_root.chown(d, &who)?;
+            }
+            as_root.chown(&abs, &who)?;
+            Ok(e)
+        })
+        .await
+    }
+
+    async fn read_file_as(&self, id: &str, path: &str, user: &str) -> Result<Vec<u8>> {
+        let sb = self.get(id)?;
+        let (root, abs, who) = (sb.root()?, files::normalize(path)?, sb.identity(user)?);
+        let root = root.acting_as(who);
+        blocking(move || root.read(&abs)).await
+    }
+
+    // As envd (which runs as root): any file's metadata, whoever owns it.
+    async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>> {
+        let (root, abs) = (self.get(id)?.root()?.acting_as(Identity::root()), files::normalize(path)?);
+        blocking(move || root.metadata(&abs)).await
+    }
+
+    async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
+        let (root, abs) = (self.get(id)?.root()?.acting_as(Identity::root()), files::normalize(path)?);
+        blocking(move || root.set_metadata(&abs, &metadata)).await
+    }
+
+    async fn watch_dir(&self, id: &str, path: &str, recursive: bool) -> Result<Box<dyn super::DirWatch>> {
+        let (root, abs) = (self.get(id)?.root()?, files::normalize(path)?);
+        let w = blocking(move || watch::Watch::start(root, &abs, recursive)).await?;
+        Ok(Box::new(w))
+    }
+
+    async fn usage(&self, id: &str) -> Result<Usage> {
+        let sb = self.get(id)?;
+        let (cpu_usec, mem_bytes, mem_limit_bytes) = match &sb.iso {
+            Iso::Ns { ns, .. } => ns.cgroup().map(|c| c.usage()).unwrap_or_default(),
+            Iso::Plain { .. } => (0, 0, 0),
+        };
+        let dir = sb.dir.clone();
+        let (disk_bytes, disk_total_bytes) = blocking(move || Ok(disk_usage(&dir))).await?;
+        Ok(Usage { cpu_usec, mem_bytes, mem_limit_bytes, disk_bytes, disk_total_bytes })
+    }
+
+    async fn pause(&self, id: &str) -> Result<()> {
+        let sb = self.get(id)?;
+        if sb.is_paused() {
+            return Ok(());
+        }
+        sb.freezer()?
+            .freeze(true)
+            .await
+            .map_err(|e| ProviderError::infra(format!("cannot pause sandbox {id}: {}", sys::errno_text(&e))))?;
+        sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+        // A paused sandbox does not expire (E2B keeps paused sandboxes until resumed or killed).
+        sb.life.set_end(u64::MAX / 2);
+        Ok(())
+    }
+
+    async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        let sb = self.get(id)?;
+        if sb.is_paused() {
+            sb.freezer()?
+                .freeze(false)
+                .await
+                .map_err(|e| ProviderError::infra(format!("cannot resume sandbox {id}: {}", sys::errno_text(&e))))?;
+            sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+        sb.life.extend(timeout_secs);
+        Ok(())
+    }
+
+    async fn snapshot(&self, id: &str, name: &str) -> Result<()> {
+        let sb = self.get(id)?;
+        if !matches!(sb.iso, Iso::Ns { .. }) {
+            return Err(ProviderError::unsupported("snapshots need isolated sandboxes (an overlay upper layer)"));
+        }
+        // The writable layer is the whole difference from the template: copied (with its
+        // whiteouts and overlay attributes) it becomes a layer stacked on the same lowers.
+        // The sandbox is frozen meanwhile, where it can be, so the copy is of one moment.
+        let freezer = sb.freezer().ok().filter(|_| !sb.is_paused());
+        if let Some(f) = freezer {
+            f.freeze(true).await.map_err(|e| ProviderError::infra(format!("cannot freeze sandbox {id}: {e}")))?;
+        }
+        let dir = self.inner.state_dir.join(format!("snap-{}", sys::random_hex(6)));
+        let (from, to, owner) = (sb.dir.join("upper"), dir.join("layer"), dir.join(OWNER_FILE));
+        let copied = tokio::task::spawn_blocking(move || -> std::io::Result<std::process::Output> {
+            std::fs::create_dir_all(to.parent().expect("has a parent"))?;
+            std::fs::write(owner, owner_token())?;
+            std::process::Command::new("cp").arg("-a").arg(&from).arg(&to).output()
+        })
+        .await
+        .map_err(|e| ProviderError::infra(e.to_string()));
+        if let Some(f) = freezer {
+            let _ = f.freeze(false).await;
+        }
+        match copied? {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(ProviderError::infra(format!(
+                    "cannot copy the sandbox's filesystem: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(ProviderError::infra(format!("cannot copy the sandbox's filesystem: {e}")));
+            }
+        }
+        let layer = Arc::new(Layer {
+            name: name.to_string(),
+            digest: format!("snapshot-{}", sys::random_hex(8)),
+            layer: dir.join("layer"),
+            dir,
+            image: PathBuf::new(),
+            below: sb.lowers.clone(),
+            image_ref: format!("snapshot of {}", sb.id),
+            env: sb.template_envs.clone(),
+            workdir: sb.workdir.clone(),
+            user: None,
+            cmd: None,
+            ports: Vec::new(),
+            log: Vec::new(),
+            keep: false,
+        });
+        self.inner
+            .builds
+            .lock()
+            .expect("builds")
+            .insert(layer.digest.clone(), Arc::new(tokio::sync::OnceCell::new_with(Some(layer.clone()))));
+        let registered = Registered {
+            built: layer,
+            start: None,
+            ready: None,
+            ports: Vec::new(),
+            envs: BTreeMap::new(),
+            cpu: None,
+            memory_mb: None,
+        };
+        self.inner.templates.lock().expect("templates").insert(name.to_string(), registered);
+        Ok(())
     }
 
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {
@@ -928,6 +1142,44 @@ impl Provider for LocalProvider {
     fn stats(&self) -> ProviderStats {
         self.inner.core.stats()
     }
+}
+
+/// How long a sandbox resumed by `connect` without a timeout lives (E2B's default).
+const DEFAULT_RESUME_TIMEOUT_SECS: u64 = 300;
+
+/// Bytes under `dir` (a sandbox's writable layer and its bookkeeping; at most 200,000 entries
+/// are counted) and the size of the filesystem holding it.
+fn disk_usage(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut used = 0u64;
+    let mut seen = 0usize;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > 200_000 {
+                stack.clear();
+                break;
+            }
+            let Ok(m) = e.metadata() else { continue };
+            used += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    // SAFETY: statvfs fills a plain struct we own; valid C string.
+    let total = unsafe {
+        let mut sv: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut sv) == 0 {
+            sv.f_blocks as u64 * sv.f_frsize as u64
+        } else {
+            0
+        }
+    };
+    (used, total)
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {

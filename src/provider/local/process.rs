@@ -90,6 +90,8 @@ pub(crate) struct Proc {
     done: watch::Sender<bool>,
     /// The command's stdin when it was launched with `open_stdin` (until closed).
     stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    /// The master of its terminal, when launched with one (`launch_io`).
+    pty: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 impl Proc {
@@ -153,6 +155,33 @@ impl Proc {
                 format!("process {} does not read its stdin", self.pid),
             )),
         }
+    }
+
+    /// Types `data` into the command's terminal.
+    pub(crate) async fn write_pty(&self, data: Vec<u8>) -> Result<()> {
+        let Some(m) = self.pty.clone() else {
+            return Err(ProviderError::invalid(format!("process {} has no terminal", self.pid)));
+        };
+        let pid = self.pid;
+        let write = tokio::task::spawn_blocking(move || super::pty::write(m.as_raw_fd(), &data));
+        match tokio::time::timeout(STDIN_TIMEOUT, write).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(ProviderError::infra(format!("cannot write to the terminal of process {pid}: {e}"))),
+            Ok(Err(e)) => Err(ProviderError::infra(e.to_string())),
+            Err(_) => Err(ProviderError::new(
+                crate::provider::ErrorKind::Timeout,
+                format!("process {pid} does not read its terminal"),
+            )),
+        }
+    }
+
+    /// Resizes the command's terminal.
+    pub(crate) fn resize_pty(&self, cols: u16, rows: u16) -> Result<()> {
+        let Some(m) = &self.pty else {
+            return Err(ProviderError::invalid(format!("process {} has no terminal", self.pid)));
+        };
+        super::pty::resize(m.as_raw_fd(), cols, rows)
+            .map_err(|e| ProviderError::infra(format!("cannot resize the terminal of process {}: {e}", self.pid)))
     }
 
     /// Closes that stdin; closing twice is fine.
@@ -229,6 +258,22 @@ pub(crate) async fn launch(
     output: Option<mpsc::UnboundedSender<OutputChunk>>,
     open_stdin: bool,
 ) -> Result<Arc<Proc>> {
+    launch_io(target, env, cwd, req, output, open_stdin, None).await
+}
+
+/// [`launch`], or with `pty` the command's stdin, stdout and stderr are that terminal, whose
+/// output goes to `output` as stdout (and `open_stdin` is ignored: input is typed into the
+/// terminal, [`Proc::write_pty`]).
+pub(crate) async fn launch_io(
+    target: &Target,
+    env: &BTreeMap<String, String>,
+    cwd: &str,
+    req: &ExecRequest,
+    output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    open_stdin: bool,
+    pty: Option<super::pty::Pty>,
+) -> Result<Arc<Proc>> {
+    let open_stdin = open_stdin && pty.is_none();
     for k in env.keys() {
         check_env_key(k)?;
     }
@@ -253,6 +298,17 @@ pub(crate) async fn launch(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let mut master = None;
+    if let Some(p) = pty {
+        let dup = |fd: &std::os::fd::OwnedFd| {
+            fd.try_clone().map_err(|e| ProviderError::infra(format!("cannot hand the terminal over: {e}")))
+        };
+        cmd.stdin(Stdio::from(dup(&p.peer)?)).stdout(Stdio::from(dup(&p.peer)?)).stderr(Stdio::from(p.peer));
+        if let Some(tx) = output.clone() {
+            super::pty::forward(&p.master, tx)?;
+        }
+        master = Some(Arc::new(p.master));
+    }
     let fd = pid_w.as_raw_fd();
     match target {
         Target::Ns { entry, who } => {
@@ -344,6 +400,7 @@ pub(crate) async fn launch(
         state: Mutex::new(Collected { out: Captured::for_request(req), ..Collected::default() }),
         done,
         stdin: tokio::sync::Mutex::new(kept_stdin),
+        pty: master,
     });
 
     if let (Some(data), Some(mut stdin)) = (req.stdin.clone(), child.stdin.take()) {

@@ -492,6 +492,10 @@ impl NsSandbox {
     pub(crate) async fn stop(&self) {
         self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = self.pid1.signal(libc::SIGKILL);
+        // A paused sandbox's processes die only once thawed.
+        if let Some(c) = &self.cgroup {
+            c.thaw_now();
+        }
         let mut child = self.bwrap.lock().await;
         if tokio::time::timeout(STOP_TIMEOUT, child.wait()).await.is_err() {
             let _ = child.start_kill();
@@ -509,11 +513,17 @@ impl NsSandbox {
     pub(crate) fn stop_now(&self) {
         let _ = self.pid1.signal(libc::SIGKILL);
         if let Some(c) = &self.cgroup {
+            c.thaw_now();
             for p in c.pids() {
                 // SAFETY: plain syscall.
                 unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
             }
         }
+    }
+
+    /// Its cgroup, where limits are enforced with one (usage, pause).
+    pub(crate) fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
     }
 
     /// Removes the cgroup and the mount point after `stop_now` (best effort, bounded).

@@ -1,0 +1,73 @@
+# Sourced by official.sh --js: the JS SDK's own tests (packages/js-sdk/tests of the same E2B
+# checkout, unmodified, run with vitest against the SDK's own source) against serve. Only the
+# runtimes that need a browser, Cloudflare or Deno are left out. Uses $src, $work, $results,
+# $bin and serve-lib.sh from official.sh. npm installs the SDK's dependencies and the test
+# tools (vitest, msw, dotenv) into the copy under target/.
+js_dir="$work/js-${commit:0:12}"
+if [ ! -d "$js_dir/node_modules/vitest" ]; then
+  rm -rf "$js_dir"
+  cp -r "$src/packages/js-sdk" "$js_dir"
+  # The dependencies and only the test tools these tests use (the browser, Cloudflare and
+  # code-generation tools are left out).
+  python3 - "$js_dir/package.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+keep = {"vitest", "dotenv", "msw", "error-stack-parser-es", "@types/node"}
+p["devDependencies"] = {k: v for k, v in p.get("devDependencies", {}).items() if k in keep}
+p.pop("scripts", None)
+json.dump(p, open(sys.argv[1], "w"), indent=2)
+PY
+  (cd "$js_dir" && npm install --no-audit --no-fund --ignore-scripts --silent) || { echo "official.sh: npm install failed" >&2; exit 1; }
+fi
+# The suite's own projects, without the browser one (its config imports playwright).
+cat >"$js_dir/vitest.serve.config.mts" <<'TS'
+import { defineConfig } from 'vitest/config'
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'sdk',
+          include: ['tests/**/*.test.ts'],
+          exclude: ['tests/runtimes/**', 'tests/template/**', 'tests/**/*.browser.test.ts'],
+          isolate: true,
+          testTimeout: 30_000,
+          environment: 'node',
+          setupFiles: ['tests/globalFetchFallback.setup.ts'],
+          deps: { interopDefault: true },
+        },
+      },
+      {
+        test: {
+          name: 'template',
+          include: ['tests/template/**/*.test.ts'],
+          testTimeout: 180_000,
+          environment: 'node',
+          setupFiles: ['tests/globalFetchFallback.setup.ts'],
+        },
+      },
+    ],
+  },
+})
+TS
+# Files that mock the API with msw expect the SDK's default URLs: they run once without
+# serve's variables (with a placeholder key), then everything runs against serve; a test of
+# such a file passes if it passed in one of the runs (its unit tests need the default URLs,
+# its integration tests serve).
+mocked="$(cd "$js_dir" && grep -rlE "from 'msw'|from \"msw\"" tests --include='*.test.ts' | grep -v '^tests/runtimes/' | sort)"
+js_ver="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$js_dir/package.json")"
+mkdir -p "$work/logs-js"
+echo "== official JS suite ($commit, SDK $js_ver from source), vitest: $(echo "$mocked" | wc -w) files with mocked APIs"
+(cd "$js_dir" && env -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B_DOMAIN E2B_API_KEY="e2b_$(printf '0%.0s' $(seq 40))" \
+  npx vitest run --config vitest.serve.config.mts --reporter=default --reporter=junit \
+  --outputFile.junit="$results/js-$js_ver-mocked.xml" --maxWorkers="$jobs" $mocked) >"$work/logs-js/vitest-mocked.log" 2>&1
+tail -3 "$work/logs-js/vitest-mocked.log"
+serve_start "$bin" "$work/logs-js" || exit 1
+echo "== against serve"
+(cd "$js_dir" && npx vitest run --config vitest.serve.config.mts --reporter=default --reporter=junit \
+  --outputFile.junit="$results/js-$js_ver.xml" --maxWorkers="$jobs") >"$work/logs-js/vitest.log" 2>&1
+tail -3 "$work/logs-js/vitest.log"
+serve_stop
+serve_clean_exit || { echo "official.sh: serve did not shut down cleanly (see $server_log)" >&2; status=1; }
+python3 "$here/official_summary.py" "js e2b $js_ver" "$results/js-$js_ver.xml" "$results/js-$js_ver-mocked.xml" \
+  | tee "$results/js-$js_ver.txt"
