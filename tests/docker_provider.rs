@@ -58,7 +58,7 @@ async fn exec_streams_status_envs_and_cwd() {
     assert!(sb.id.starts_with("sbx-"), "{}", sb.id);
     assert_eq!(sb.template, "base");
 
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = scenario_run::provider::output_channel();
     let r = p.exec(&sb.id, cmd("echo out; echo err >&2; exit 3"), Some(tx)).await.unwrap();
     assert_eq!(
         (r.stdout.as_slice(), r.stderr.as_slice(), r.exit_code, r.signal),

@@ -416,7 +416,7 @@ async fn exec_streams_stdout_stderr_and_exit_code() {
     })
     .await;
     let p = fake.provider();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = scenario_run::provider::output_channel();
     let mut req = cmd("echo hi; echo err >&2; echo $FOO; exit 3");
     req.cwd = Some("/tmp".into());
     req.envs = BTreeMap::from([("FOO".into(), "bar".into())]);

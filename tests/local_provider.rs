@@ -46,7 +46,7 @@ async fn exec_separates_streams_and_reports_status() {
     assert!(p.warning().is_none());
     let sb = p.create(CreateRequest { template: "base".into(), ..Default::default() }).await.unwrap();
     assert_eq!(sb.template, "base");
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = scenario_run::provider::output_channel();
     let r = p.exec(&sb.id, cmd("echo out; echo err >&2; exit 3"), Some(tx)).await.unwrap();
     assert_eq!(r.stdout, b"out\n");
     assert_eq!(r.stderr, b"err\n");
@@ -444,16 +444,49 @@ async fn dropped_provider_kills_its_sandboxes() {
 async fn output_past_max_output_is_streamed_whole_but_kept_only_to_the_cap() {
     let (p, _d) = ns();
     let sb = p.create(CreateRequest::default()).await.unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = scenario_run::provider::output_channel();
     let req = ExecRequest { max_output: Some(1000), ..cmd("head -c 300000 /dev/zero | tr '\\0' o") };
+    // The live channel is bounded: it is read while the command runs.
+    let reader = tokio::spawn(async move {
+        let mut streamed = 0;
+        while let Some(c) = rx.recv().await {
+            if let OutputChunk::Stdout(b) = c {
+                streamed += b.len();
+            }
+        }
+        streamed
+    });
     let r = p.exec(&sb.id, req, Some(tx)).await.unwrap();
     assert_eq!((r.stdout.len(), r.stdout_dropped), (1000, 299_000));
     assert!(r.stdout.iter().all(|b| *b == b'o'));
+    assert_eq!(reader.await.unwrap(), 300_000, "a live listener gets all of it");
+    p.destroy_all().await;
+}
+
+/// Issue 13, item 13: live output is backpressured, not queued. A writer whose listener does
+/// not read waits on its pipe (it cannot finish, and nothing piles up in memory); once read,
+/// every byte arrives and it finishes.
+#[tokio::test]
+async fn a_live_listener_that_does_not_read_holds_the_writer_back() {
+    let (p, _d) = ns();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let total = 32 << 20;
+    let req = cmd(&format!("head -c {total} /dev/zero; touch /tmp/finished"));
+    let mut live = p.spawn_live(&sb.id, req, false).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let check = p.exec(&sb.id, cmd("test -e /tmp/finished"), None).await.unwrap();
+    assert_eq!(check.exit_code, Some(1), "32 MiB went nowhere while nobody read: they were queued");
     let mut streamed = 0;
-    while let Ok(OutputChunk::Stdout(b)) = rx.try_recv() {
-        streamed += b.len();
+    while let Some(c) = live.output.recv().await {
+        if let OutputChunk::Stdout(b) = c {
+            streamed += b.len();
+        }
     }
-    assert_eq!(streamed, 300_000, "a live listener gets all of it");
+    assert_eq!(streamed, total);
+    let r = p.wait(&sb.id, live.pid, std::time::Duration::from_secs(10)).await.unwrap();
+    assert_eq!(r.exit_code, Some(0));
+    let check = p.exec(&sb.id, cmd("test -e /tmp/finished"), None).await.unwrap();
+    assert_eq!(check.exit_code, Some(0), "read to the end, the writer finished");
     p.destroy_all().await;
 }
 

@@ -227,6 +227,18 @@ pub enum OutputChunk {
     Stderr(Vec<u8>),
 }
 
+/// Where a command's live output goes. Bounded: a reader that falls behind makes the command
+/// wait (its pipe fills), so a runaway writer never queues up memory.
+pub type OutputTx = mpsc::Sender<OutputChunk>;
+
+/// A live-output channel: [`OUTPUT_QUEUE`] chunks (each up to 16–64 KiB) in flight at most.
+pub fn output_channel() -> (OutputTx, mpsc::Receiver<OutputChunk>) {
+    mpsc::channel(OUTPUT_QUEUE)
+}
+
+/// How many output chunks a live-output channel holds before its writer waits.
+pub const OUTPUT_QUEUE: usize = 64;
+
 /// A finished command.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ExecResult {
@@ -250,7 +262,7 @@ pub struct LiveProcess {
     pub pid: u32,
     /// Output as it is produced. Closed once the process has ended and its output is drained;
     /// [`Provider::wait`] then returns the final status at once.
-    pub output: mpsc::UnboundedReceiver<OutputChunk>,
+    pub output: mpsc::Receiver<OutputChunk>,
 }
 
 /// A process started by `exec` in the sandbox.
@@ -360,13 +372,9 @@ pub trait Provider: Send + Sync {
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()>;
 
     /// Run a command to completion through `/bin/bash -l -c`. Live output goes to `output` if
-    /// given (the result still holds all of it).
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<mpsc::UnboundedSender<OutputChunk>>,
-    ) -> Result<ExecResult>;
+    /// given (the result still holds all of it, to its cap); that channel is bounded, so the
+    /// caller reads it while the command runs (a command whose output is not read waits).
+    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult>;
     /// Start a command in the background; returns its pid in the sandbox.
     async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32>;
     /// Like [`Provider::spawn`], but the output is delivered live (the E2B `Process/Start`

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::provider::{
-    Capability, CreateRequest, ExecRequest, ExecResult, FileEntry, OutputChunk, ProcessInfo, Provider, ProviderError,
-    ProviderStats, Result, SandboxInfo,
+    Capability, CreateRequest, ExecRequest, ExecResult, FileEntry, ProcessInfo, Provider, ProviderError, ProviderStats,
+    Result, SandboxInfo,
 };
 
 /// The fake's clock: every sandbox starts at this unix time, and expiries count from it.
@@ -319,12 +319,7 @@ impl Provider for FakeProvider {
         Ok(())
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        _output: Option<mpsc::UnboundedSender<OutputChunk>>,
-    ) -> Result<ExecResult> {
+    async fn exec(&self, id: &str, req: ExecRequest, _output: Option<crate::provider::OutputTx>) -> Result<ExecResult> {
         let mut s = self.enter("exec")?;
         let pid = s.next_pid;
         let mut result = self.run_script(&req, &mut sandbox(&mut s, id)?.fs);

@@ -32,12 +32,12 @@ use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::Docker;
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::{api_err, is_status, HOME};
 use crate::provider::core::{Process, Procs};
 use crate::provider::output::Captured;
-use crate::provider::{ErrorKind, ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
+use crate::provider::{ErrorKind, ExecRequest, ExecResult, OutputChunk, OutputTx, ProcessInfo, ProviderError, Result};
 
 /// Who commands and file operations run as unless a request says otherwise.
 pub(crate) const DEFAULT_USER: &str = "user";
@@ -190,7 +190,7 @@ impl Proc {
         ExecResult { exit_code, signal, timed_out, pid: self.pid, ..st.out.result() }
     }
 
-    fn push(&self, chunk: OutputChunk, output: &Option<mpsc::UnboundedSender<OutputChunk>>) {
+    async fn push(&self, chunk: OutputChunk, output: &Option<OutputTx>) {
         {
             let mut st = self.state.lock().expect("proc state");
             match &chunk {
@@ -199,7 +199,7 @@ impl Proc {
             }
         }
         if let Some(tx) = output {
-            let _ = tx.send(chunk);
+            let _ = tx.send(chunk).await;
         }
     }
 
@@ -307,12 +307,7 @@ pub(crate) async fn run_helper_as(
 }
 
 /// Collects output until the command exits (plus a short grace), then records its status.
-async fn drive(
-    proc: Arc<Proc>,
-    exec_id: String,
-    mut stream: OutStream,
-    output: Option<mpsc::UnboundedSender<OutputChunk>>,
-) {
+async fn drive(proc: Arc<Proc>, exec_id: String, mut stream: OutStream, output: Option<OutputTx>) {
     let mut every = Duration::from_millis(100);
     let poll = tokio::time::sleep(every);
     let grace = tokio::time::sleep(Duration::from_secs(86400 * 365));
@@ -321,8 +316,8 @@ async fn drive(
     loop {
         tokio::select! {
             item = stream.next() => match item {
-                Some(Ok(LogOutput::StdOut { message })) => proc.push(OutputChunk::Stdout(message.to_vec()), &output),
-                Some(Ok(LogOutput::StdErr { message })) => proc.push(OutputChunk::Stderr(message.to_vec()), &output),
+                Some(Ok(LogOutput::StdOut { message })) => proc.push(OutputChunk::Stdout(message.to_vec()), &output).await,
+                Some(Ok(LogOutput::StdErr { message })) => proc.push(OutputChunk::Stderr(message.to_vec()), &output).await,
                 Some(Ok(_)) => {}
                 _ => break,
             },
@@ -416,7 +411,7 @@ impl ProcTable {
     pub(crate) async fn launch(
         &self,
         req: &ExecRequest,
-        output: Option<mpsc::UnboundedSender<OutputChunk>>,
+        output: Option<OutputTx>,
         open_stdin: bool,
     ) -> Result<Arc<Proc>> {
         let cwd = super::files::normalize(req.cwd.as_deref().unwrap_or(&self.default_cwd))?;
@@ -486,10 +481,10 @@ impl ProcTable {
             stdin: tokio::sync::Mutex::new(if open_stdin { Some(input) } else { None }),
         });
         if !out.is_empty() {
-            proc.push(OutputChunk::Stdout(out), &output);
+            proc.push(OutputChunk::Stdout(out), &output).await;
         }
         if !err.is_empty() {
-            proc.push(OutputChunk::Stderr(err), &output);
+            proc.push(OutputChunk::Stderr(err), &output).await;
         }
         self.procs.insert(proc.clone());
         tokio::spawn(drive(proc.clone(), exec_id, stream, output));

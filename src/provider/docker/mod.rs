@@ -135,7 +135,7 @@ use super::core::{self, no_sandbox, now_ms, random_hex, Core, Host, Life, Member
 use super::forward::Forwarder;
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
-    OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
+    OutputTx, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
 };
 use exec::ProcTable;
 
@@ -660,7 +660,7 @@ impl DockerProvider {
         &self,
         id: &str,
         req: ExecRequest,
-        output: Option<mpsc::UnboundedSender<OutputChunk>>,
+        output: Option<OutputTx>,
         open_stdin: bool,
     ) -> Result<Arc<exec::Proc>> {
         let sb = self.get(id)?;
@@ -851,12 +851,7 @@ impl Provider for DockerProvider {
         Ok(())
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<mpsc::UnboundedSender<OutputChunk>>,
-    ) -> Result<ExecResult> {
+    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let sb = self.get(id)?;
         let p = sb.procs.launch(&req, output, false).await?;
         let mut guard = exec::KillOnDrop(Some(p.clone()));
@@ -871,7 +866,7 @@ impl Provider for DockerProvider {
     }
 
     async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = super::output_channel();
         let p = self.start_background(id, req, Some(tx), open_stdin).await?;
         Ok(LiveProcess { pid: p.pid, output: rx })
     }

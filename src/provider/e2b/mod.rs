@@ -68,7 +68,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 pub use config::{Config, CreateApi, Preset};
 
 use super::{
-    Capability, CreateRequest, ErrorKind, ExecRequest, ExecResult, FileEntry, OutputChunk, ProcessInfo, Provider,
+    Capability, CreateRequest, ErrorKind, ExecRequest, ExecResult, FileEntry, OutputTx, ProcessInfo, Provider,
     ProviderError, ProviderStats, Result, SandboxInfo,
 };
 use api::Api;
@@ -501,12 +501,7 @@ impl Provider for E2bProvider {
         self.inner.api.set_timeout(id, timeout_secs).await
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<mpsc::UnboundedSender<OutputChunk>>,
-    ) -> Result<ExecResult> {
+    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let inner = &self.inner;
         let envd = inner.envd(id).await?;
         let what = format!("run `{}`", short(&req.cmd));

@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{json, Value as J};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::envd::{RpcError, RpcStream};
 use super::model::{EndEvent, EventEnvelope};
 use crate::provider::output::Captured;
-use crate::provider::{ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError};
+use crate::provider::{ExecRequest, ExecResult, OutputChunk, OutputTx, ProcessInfo, ProviderError};
 
 /// How long to wait for the `end` event after killing a command that ran out of time.
 pub const KILL_WAIT: Duration = Duration::from_secs(5);
@@ -152,13 +152,7 @@ impl Proc {
 }
 
 /// Reads `stream` to the end into `proc` (run it in its own task).
-pub async fn drive(
-    mut stream: RpcStream,
-    proc: Arc<Proc>,
-    output: Option<mpsc::UnboundedSender<OutputChunk>>,
-    what: String,
-    id: String,
-) {
+pub async fn drive(mut stream: RpcStream, proc: Arc<Proc>, output: Option<OutputTx>, what: String, id: String) {
     let b64 = base64::engine::general_purpose::STANDARD;
     loop {
         let msg = match stream.next().await {
@@ -209,7 +203,7 @@ pub async fn drive(
                     }
                 }
                 if let Some(tx) = &output {
-                    let _ = tx.send(if is_err { OutputChunk::Stderr(bytes) } else { OutputChunk::Stdout(bytes) });
+                    let _ = tx.send(if is_err { OutputChunk::Stderr(bytes) } else { OutputChunk::Stdout(bytes) }).await;
                 }
             }
         }

@@ -439,7 +439,7 @@ async fn run(
     full.extend(args.clone());
     full.extend(env.clone());
     let req = ExecRequest { cmd: line.to_string(), timeout: Some(RUN_TIMEOUT), ..Default::default() };
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = crate::provider::output_channel();
     let p = process::launch(target, &full, cwd, &req, Some(tx), false).await?;
     let guard = process::KillOnDrop(Some(p.clone()));
     let mut tail: Vec<String> = Vec::new();

@@ -81,7 +81,7 @@ use tokio::sync::mpsc;
 
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
-    OutputChunk, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo, Usage,
+    OutputTx, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo, Usage,
 };
 use crate::image::{IdMap, ImageStore};
 use build::Layer;
@@ -360,7 +360,7 @@ impl LocalProvider {
         &self,
         id: &str,
         req: ExecRequest,
-        output: Option<mpsc::UnboundedSender<OutputChunk>>,
+        output: Option<OutputTx>,
         open_stdin: bool,
     ) -> Result<Arc<process::Proc>> {
         let sb = self.get(id)?;
@@ -766,12 +766,7 @@ impl Provider for LocalProvider {
         Ok(())
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<mpsc::UnboundedSender<OutputChunk>>,
-    ) -> Result<ExecResult> {
+    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let sb = self.get(id)?;
         let (target, env, cwd) = sb.plan(&req)?;
         let p = process::launch(&target, &env, &cwd, &req, output, false).await?;
@@ -788,7 +783,7 @@ impl Provider for LocalProvider {
     }
 
     async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = super::output_channel();
         let p = self.start_background(id, req, Some(tx), open_stdin).await?;
         Ok(LiveProcess { pid: p.pid, output: rx })
     }
@@ -798,7 +793,7 @@ impl Provider for LocalProvider {
         let (target, env, cwd) = sb.plan(&req)?;
         let root = sb.root()?;
         let term = blocking(move || pty::open(&root, cols, rows)).await?;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = super::output_channel();
         let p = process::launch_io(&target, &env, &cwd, &req, Some(tx), false, Some(term)).await?;
         sb.procs.insert(p.clone());
         Ok(LiveProcess { pid: p.pid, output: rx })

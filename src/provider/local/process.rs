@@ -32,13 +32,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::enter::{self, Entry, Identity};
 use super::sys::{self, Pidfd};
 use crate::provider::core::{Process, Procs};
 use crate::provider::output::Captured;
-use crate::provider::{ExecRequest, ExecResult, OutputChunk, ProcessInfo, ProviderError, Result};
+use crate::provider::{ExecRequest, ExecResult, OutputChunk, OutputTx, ProcessInfo, ProviderError, Result};
 
 /// Script named by `BASH_ENV`: restore the requested PATH after the login profile.
 pub(crate) const BASH_ENV_SCRIPT: &str =
@@ -255,7 +255,7 @@ pub(crate) async fn launch(
     env: &BTreeMap<String, String>,
     cwd: &str,
     req: &ExecRequest,
-    output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    output: Option<OutputTx>,
     open_stdin: bool,
 ) -> Result<Arc<Proc>> {
     launch_io(target, env, cwd, req, output, open_stdin, None).await
@@ -269,7 +269,7 @@ pub(crate) async fn launch_io(
     env: &BTreeMap<String, String>,
     cwd: &str,
     req: &ExecRequest,
-    output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    output: Option<OutputTx>,
     open_stdin: bool,
     pty: Option<super::pty::Pty>,
 ) -> Result<Arc<Proc>> {
@@ -414,7 +414,7 @@ pub(crate) async fn launch_io(
 }
 
 /// Collects output until the command exits (plus a short grace), then records its status.
-async fn drive(mut child: tokio::process::Child, proc: Arc<Proc>, output: Option<mpsc::UnboundedSender<OutputChunk>>) {
+async fn drive(mut child: tokio::process::Child, proc: Arc<Proc>, output: Option<OutputTx>) {
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     let mut ob = vec![0u8; 16384];
@@ -430,14 +430,14 @@ async fn drive(mut child: tokio::process::Child, proc: Arc<Proc>, output: Option
             r = async { stdout.as_mut().expect("guarded").read(&mut ob).await }, if stdout.is_some() => match r {
                 Ok(n) if n > 0 => {
                     proc.state.lock().expect("proc state").out.stdout(&ob[..n]);
-                    if let Some(tx) = &output { let _ = tx.send(OutputChunk::Stdout(ob[..n].to_vec())); }
+                    if let Some(tx) = &output { let _ = tx.send(OutputChunk::Stdout(ob[..n].to_vec())).await; }
                 }
                 _ => stdout = None,
             },
             r = async { stderr.as_mut().expect("guarded").read(&mut eb).await }, if stderr.is_some() => match r {
                 Ok(n) if n > 0 => {
                     proc.state.lock().expect("proc state").out.stderr(&eb[..n]);
-                    if let Some(tx) = &output { let _ = tx.send(OutputChunk::Stderr(eb[..n].to_vec())); }
+                    if let Some(tx) = &output { let _ = tx.send(OutputChunk::Stderr(eb[..n].to_vec())).await; }
                 }
                 _ => stderr = None,
             },

@@ -9,10 +9,8 @@
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use tokio::sync::mpsc;
-
 use super::files::Root;
-use crate::provider::{OutputChunk, ProviderError, Result};
+use crate::provider::{OutputChunk, OutputTx, ProviderError, Result};
 
 /// A terminal: the master kept by the provider, the peer handed to the command.
 pub(crate) struct Pty {
@@ -70,7 +68,7 @@ pub(crate) fn write(master: RawFd, mut data: &[u8]) -> std::io::Result<()> {
 
 /// Forwards what the command writes to `tx` (as stdout chunks of up to 16 KiB, envd's PTY
 /// chunk), on a thread, until every peer is closed.
-pub(crate) fn forward(master: &OwnedFd, tx: mpsc::UnboundedSender<OutputChunk>) -> Result<()> {
+pub(crate) fn forward(master: &OwnedFd, tx: OutputTx) -> Result<()> {
     let reader = master.try_clone().map_err(|e| ProviderError::infra(format!("cannot read the terminal: {e}")))?;
     std::thread::Builder::new()
         .name("sandbox-pty".into())
@@ -81,7 +79,7 @@ pub(crate) fn forward(master: &OwnedFd, tx: mpsc::UnboundedSender<OutputChunk>) 
                 match f.read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
-                        if tx.send(OutputChunk::Stdout(buf[..n].to_vec())).is_err() {
+                        if tx.blocking_send(OutputChunk::Stdout(buf[..n].to_vec())).is_err() {
                             break;
                         }
                     }
