@@ -278,6 +278,33 @@ impl Config {
         self.api_key.as_deref()
     }
 
+    /// What a client reads to reach this platform: the E2B SDKs' `E2B_API_KEY`,
+    /// `E2B_API_URL`, `E2B_DOMAIN` (and `E2B_SANDBOX_URL` when one is set); for alicloud also
+    /// the product client's `ABX_SANDBOX_API_KEY`, `ABX_SANDBOX_BASE_URL`,
+    /// `ABX_SANDBOX_DOMAIN`, with the same values. The key is the configured one (unset without).
+    pub fn client_env(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        let mut put = |k: &str, v: &str| {
+            env.insert(k.to_string(), v.to_string());
+        };
+        if let Some(key) = &self.api_key {
+            put("E2B_API_KEY", key);
+        }
+        put("E2B_API_URL", &self.api_url);
+        put("E2B_DOMAIN", &self.domain);
+        if let Some(u) = &self.sandbox_url {
+            put("E2B_SANDBOX_URL", u);
+        }
+        if self.preset == Preset::Alicloud {
+            if let Some(key) = &self.api_key {
+                put("ABX_SANDBOX_API_KEY", key);
+            }
+            put("ABX_SANDBOX_BASE_URL", &self.api_url);
+            put("ABX_SANDBOX_DOMAIN", &self.domain);
+        }
+        env
+    }
+
     /// The key variable to ask for, when no key is configured.
     pub fn required_credentials(&self) -> Vec<String> {
         if self.api_key.is_some() {
