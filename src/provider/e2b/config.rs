@@ -371,6 +371,39 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
+    /// `provider.env`: what the SDKs and the product client read, from the settled config.
+    #[test]
+    fn client_env_names_what_each_client_reads() {
+        let vars = env(&[
+            ("E2B_API_KEY", "e2b-key-value"),
+            ("ABX_SANDBOX_API_KEY", "abx-key-value"),
+            ("E2B_SANDBOX_URL", "http://127.0.0.1:3000"),
+            ("ALIBABA_CLOUD_REGION_ID", "cn-beijing"),
+        ]);
+        let e2b = Config::from_env(Preset::E2b, &vars).unwrap().client_env();
+        assert_eq!(
+            e2b,
+            env(&[
+                ("E2B_API_KEY", "e2b-key-value"),
+                ("E2B_API_URL", "https://api.e2b.app"),
+                ("E2B_DOMAIN", "e2b.app"),
+                ("E2B_SANDBOX_URL", "http://127.0.0.1:3000"),
+            ]),
+            "the e2b preset never hands out an Alibaba key"
+        );
+        let ali = Config::from_env(Preset::Alicloud, &vars).unwrap().client_env();
+        assert_eq!(ali["ABX_SANDBOX_API_KEY"], "abx-key-value");
+        assert_eq!(ali["E2B_API_KEY"], "abx-key-value", "the E2B SDK against FC uses the same key");
+        assert_eq!(ali["ABX_SANDBOX_BASE_URL"], "https://api.cn-beijing.e2b.fc.aliyuncs.com");
+        assert_eq!(ali["E2B_API_URL"], ali["ABX_SANDBOX_BASE_URL"]);
+        assert_eq!(
+            (ali["ABX_SANDBOX_DOMAIN"].as_str(), ali["E2B_DOMAIN"].as_str()),
+            ("cn-beijing.e2b.fc.aliyuncs.com", "cn-beijing.e2b.fc.aliyuncs.com")
+        );
+        let keyless = Config::from_env(Preset::E2b, &BTreeMap::new()).unwrap().client_env();
+        assert!(!keyless.contains_key("E2B_API_KEY"), "{keyless:?}");
+    }
+
     #[test]
     fn acr_settings_are_alicloud_only_and_the_secret_is_hidden() {
         let vars = env(&[
