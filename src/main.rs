@@ -709,6 +709,15 @@ fn run(args: RunArgs) -> u8 {
                 return EXIT_INFRA;
             }
         };
+        // What `provider.env` hands to host-side clients is masked as well, including a key
+        // the provider holds under another name than the shell's (alicloud's E2B_API_KEY).
+        let masker = {
+            let mut all = env.clone();
+            for (k, v) in provider.client_env() {
+                all.insert(format!("SCENARIO_RUN_PROVIDER_ENV_{k}"), v);
+            }
+            Arc::new(Masker::from_env(&all, &secret_names))
+        };
         // In GitHub Actions: annotations and the job summary after the run.
         let github = scenario_run::report::github::in_actions(&env).then(|| GithubOut {
             step_summary: env.get("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()).map(PathBuf::from),
@@ -871,6 +880,8 @@ fn spawn_signal_handler(
             } else {
                 errln!("\nscenario-run: second {name}: destroying sandboxes and exiting now");
                 provider.destroy_all_now();
+                // Host commands (SDK and CLI clients) go with their whole process groups.
+                scenario_run::steps::host::kill_all();
                 // A create under way when the signal came may still land on a remote provider:
                 // what carries this run's tag goes too (bounded: this exit is meant to be quick).
                 for _ in 0..2 {

@@ -21,7 +21,7 @@ fn field_schema(f: &Field) -> J {
         FieldType::Bool => templated(json!({ "type": "boolean" })),
         FieldType::Duration => json!({ "$ref": "#/definitions/duration" }),
         FieldType::StrMap => {
-            json!({ "type": "object", "additionalProperties": { "type": ["string", "number", "boolean"] } })
+            templated(json!({ "type": "object", "additionalProperties": { "type": ["string", "number", "boolean"] } }))
         }
         FieldType::Matcher => json!({ "$ref": "#/definitions/matcher" }),
         FieldType::Enum(options) => templated(json!({ "enum": options })),

@@ -330,9 +330,11 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
             format!("sandbox has no field `{second}`"),
             Some("a sandbox has `id`, `template`, `alias`, `url(port)`, `host(port)`".into()),
         )),
-        "provider" if second != "name" => Some((
+        "provider" if !["name", "env"].contains(&second) => Some((
             format!("undefined variable `provider.{second}`"),
-            Some("provider has `name` (local, docker, e2b, alicloud)".into()),
+            Some(
+                "provider has `name` (local, docker, e2b, alicloud) and `env` (the variables its clients read)".into(),
+            ),
         )),
         "run" if !["id", "tag"].contains(&second) => {
             Some((format!("undefined variable `run.{second}`"), Some("run has `id` and `tag`".into())))

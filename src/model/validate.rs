@@ -880,6 +880,8 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
                     }
                 }
             }
+            // A lone expression giving a whole mapping: `env: "{{ provider.env }}"`.
+            None if templ => templates(cx, v, scope),
             None => cx.wrong_type(v, "a mapping of strings", key),
         },
         FieldType::Matcher => {

@@ -354,6 +354,12 @@ pub trait Provider: Send + Sync {
     fn required_credentials(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The variables a client of this platform (an E2B SDK, the product's client or CLI) reads
+    /// to reach it, as a `host` step passes them (`{{ provider.env }}`). Empty for providers
+    /// without such an endpoint (local, docker).
+    fn client_env(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo>;
     /// Attach to an existing sandbox (resume it if the provider pauses sandboxes).

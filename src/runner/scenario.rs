@@ -140,7 +140,7 @@ pub async fn run_case(
     let mut base = BTreeMap::new();
     base.insert("env", MValue::from(Serde(&cfg.env)));
     base.insert("matrix", MValue::from(Serde(&case.matrix)));
-    base.insert("provider", MValue::from(Serde(json!({ "name": cfg.provider.name() }))));
+    base.insert("provider", MValue::from(Serde(json!({ "name": cfg.provider.name(), "env": provider_env(cfg) }))));
     base.insert("run", MValue::from(Serde(json!({ "id": cfg.run_id, "tag": format!("e2e={}", cfg.run_id) }))));
     base.insert(
         "scenario",
@@ -250,6 +250,17 @@ pub async fn run_case(
         interrupted,
         ..skipped_result(&case, index, String::new())
     }
+}
+
+/// `provider.env`: what a client on this machine reads to reach the provider (its
+/// [`crate::provider::Provider::client_env`]), plus `E2E_RUN_TAG` (`e2e=<run id>`), the
+/// metadata every sandbox it creates should carry so the session-end sweep finds it, and
+/// `SCENARIO_RUN_PROVIDER` (the provider's name).
+pub fn provider_env(cfg: &RunConfig) -> BTreeMap<String, String> {
+    let mut env = cfg.provider.client_env();
+    env.insert("E2E_RUN_TAG".into(), format!("e2e={}", cfg.run_id));
+    env.insert("SCENARIO_RUN_PROVIDER".into(), cfg.provider.name().to_string());
+    env
 }
 
 fn http_client() -> reqwest::Client {

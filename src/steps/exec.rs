@@ -33,6 +33,12 @@ pub async fn exec(ctx: &mut StepCtx, args: &J) -> StepResult {
         let limit = limit.map(crate::duration::human).unwrap_or_default();
         return Err(StepError::fail(format!("command timed out after {limit}")).with_outputs(outputs));
     }
+    check_exit_code(&a, &result, outputs)
+}
+
+/// `exit_code:` on exec and host: the outputs if the command exited with it (or none was
+/// asked for), else a failure naming what it did and the end of its stderr.
+pub(crate) fn check_exit_code(a: &Args<'_>, result: &crate::provider::ExecResult, outputs: J) -> StepResult {
     if let Some(want) = a.opt_int("exit_code")? {
         if result.exit_code != Some(want as i32) {
             let got =

@@ -9,6 +9,7 @@ pub mod build;
 pub mod code;
 pub mod exec;
 pub mod files;
+pub mod host;
 pub mod http;
 pub mod lifecycle;
 pub mod misc;

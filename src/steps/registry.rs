@@ -165,6 +165,18 @@ const EXEC_OUTPUTS: &[(&str, &str)] = &[
     ("stderr_dropped", "bytes of stderr beyond --max-output, not kept"),
 ];
 
+const HOST_OUTPUTS: &[(&str, &str)] = &[
+    ("stdout", "standard output"),
+    ("stderr", "standard error"),
+    ("exit_code", "exit code (null if killed by a signal)"),
+    ("signal", "signal number that ended it, or null"),
+    ("timed_out", "true if the step's timeout killed it"),
+    ("pid", "process id on the runner's machine (its process group id too)"),
+    ("duration_ms", "wall time"),
+    ("stdout_dropped", "bytes of stdout beyond --max-output, not kept (0 normally)"),
+    ("stderr_dropped", "bytes of stderr beyond --max-output, not kept"),
+];
+
 const BUILD_FIELDS: &[Field] = &[
     req("template", FieldType::Str, "template name: the folder `templates/<name>` nearest above the scenario file (or $SCENARIO_RUN_TEMPLATES_DIR/<name>)"),
     f("path", FieldType::Str, "the template folder instead, relative to the scenario file"),
@@ -190,7 +202,7 @@ macro_rules! run_fn {
     }};
 }
 
-use super::{asserts, build, code, exec, files, http, lifecycle, misc, scripted};
+use super::{asserts, build, code, exec, files, host, http, lifecycle, misc, scripted};
 
 pub static REGISTRY: &[StepKind] = &[
     StepKind {
@@ -388,6 +400,27 @@ pub static REGISTRY: &[StepKind] = &[
         sets_last: true,
         example: "- exec: echo hello; echo oops >&2; exit 3\n  id: first",
         run: run_fn!(exec::exec),
+    },
+    StepKind {
+        name: "host",
+        summary: "run a command on the runner's own machine (not in a sandbox) through `/bin/bash -c`, to drive real clients (an SDK, a CLI) against the provider: `{{ provider.env }}` points them at it and carries the run tag; outputs, matchers and masking as `exec`, and no process it started outlives the step",
+        main: Some("cmd"),
+        fields: &[
+            req("cmd", FieldType::Str, "shell command"),
+            f("cwd", FieldType::Str, "working directory, relative to the scenario file's folder (the default)"),
+            f("env", FieldType::StrMap, "variables over the run's environment (process and .env), e.g. `\"{{ provider.env }}\"`"),
+            f("stdin", FieldType::Str, "text fed to standard input"),
+            f("timeout", FieldType::Duration, "kill its process group after this long (the step fails); default --exec-timeout"),
+            f("exit_code", FieldType::Int, "expected exit code; the step fails otherwise"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: HOST_OUTPUTS,
+        uses_sandbox: false,
+        eventual: true,
+        sets_last: true,
+        example: "- host:\n    cmd: python3 sdk_check.py\n    env: \"{{ provider.env }}\"\n    timeout: 2m\n  id: sdk\n- assert-stdout: { contains: ok }",
+        run: run_fn!(host::host),
     },
     StepKind {
         name: "process-list",

@@ -1465,3 +1465,92 @@ async fn nothing_listening_names_the_sandbox_port() {
         e.message
     );
 }
+
+// ---------------------------------------------------------------------------------------
+
+/// `host` runs on this machine: outputs like exec's, `env` over the run's environment, `cwd`
+/// relative to the scenario folder, stdin, the output cap, `exit_code`, and a timeout that
+/// kills the whole process group.
+#[tokio::test]
+async fn host_runs_here_with_exec_outputs_env_cwd_stdin_and_a_group_kill() {
+    let p = fake();
+    let mut c = ctx(&p);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    c.scenario_dir = dir.path().to_path_buf();
+    c.env = Arc::new(BTreeMap::from([
+        ("FROM_RUN".to_string(), "run-env".to_string()),
+        ("PATH".to_string(), std::env::var("PATH").unwrap()),
+    ]));
+    let out = step(&mut c, "host", json!({ "cmd": "echo hi; echo oops >&2; pwd; exit 3" })).await.unwrap();
+    let pid = out["pid"].as_u64().unwrap();
+    assert_eq!(
+        timeless(out),
+        json!({ "stdout": format!("hi\n{}\n", dir.path().display()), "stderr": "oops\n", "exit_code": 3, "signal": null,
+                "timed_out": false, "pid": pid, "stdout_dropped": 0, "stderr_dropped": 0 })
+    );
+    assert!(p.state().calls.is_empty(), "the provider is not involved: {:?}", p.state().calls);
+
+    let out = step(
+        &mut c,
+        "host",
+        json!({ "cmd": "cat; echo \"$FROM_RUN $OWN\"; pwd", "stdin": "fed\n", "env": { "OWN": "mine", "FROM_RUN": "step wins" }, "cwd": "sub" }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["stdout"], format!("fed\nstep wins mine\n{}/sub\n", dir.path().display()));
+
+    c.max_output = 4;
+    let out = step(&mut c, "host", json!({ "cmd": "printf 0123456789" })).await.unwrap();
+    assert_eq!((out["stdout"].as_str(), out["stdout_dropped"].as_u64()), (Some("0123"), Some(6)));
+    c.max_output = crate::provider::MAX_OUTPUT;
+
+    let e = failed(step(&mut c, "host", json!({ "cmd": "echo bad >&2; exit 2", "exit_code": 0 })).await);
+    assert_eq!(e.message, "expected exit code 0, found 2; stderr: bad");
+    let e = errored(step(&mut c, "host", json!({ "cmd": "true", "cwd": "missing" })).await);
+    assert!(e.message.contains("is not a directory"), "{}", e.message);
+
+    let t0 = std::time::Instant::now();
+    let e = failed(step(&mut c, "host", json!({ "cmd": "sleep 30 & echo $!; sleep 30", "timeout": "300ms" })).await);
+    assert!(t0.elapsed() < Duration::from_secs(5), "the timeout stops it: {:?}", t0.elapsed());
+    assert_eq!(e.message, "command timed out after 0.30s");
+    let out = e.outputs.unwrap();
+    assert_eq!(
+        (out["timed_out"].as_bool(), out["exit_code"].is_null(), out["signal"].as_i64()),
+        (Some(true), true, Some(9))
+    );
+    let child: i32 = out["stdout"].as_str().unwrap().trim().parse().unwrap();
+    assert!(gone_soon(child), "the background sleep of the timed-out group is gone");
+    assert!(gone_soon(out["pid"].as_i64().unwrap() as i32), "and so is its leader");
+}
+
+/// Whether `pid` has ended (gone, or a zombie) within a few seconds: a SIGKILL is delivered
+/// at once but the process takes a moment to die on a busy machine.
+fn gone_soon(pid: i32) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A host step abandoned mid-way (the scenario's time is up, Ctrl-C) kills its group.
+#[tokio::test]
+async fn a_dropped_host_step_kills_its_process_group() {
+    let p = fake();
+    let mut c = ctx(&p);
+    let marker = tempfile::NamedTempFile::new().unwrap();
+    let path = marker.path().to_str().unwrap().to_string();
+    let cmd = format!("sleep 30 & echo $! > {path}; sleep 30");
+    let r = tokio::time::timeout(Duration::from_millis(500), step(&mut c, "host", json!({ "cmd": cmd }))).await;
+    assert!(r.is_err(), "the step was still running");
+    let child: i32 = std::fs::read_to_string(&path).unwrap().trim().parse().unwrap();
+    assert!(gone_soon(child), "the background sleep died with the step");
+    assert_eq!(crate::steps::host::kill_all(), 0, "no group is left registered");
+}

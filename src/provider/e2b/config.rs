@@ -278,6 +278,33 @@ impl Config {
         self.api_key.as_deref()
     }
 
+    /// What a client reads to reach this platform: the E2B SDKs' `E2B_API_KEY`,
+    /// `E2B_API_URL`, `E2B_DOMAIN` (and `E2B_SANDBOX_URL` when one is set); for alicloud also
+    /// the product client's `ABX_SANDBOX_API_KEY`, `ABX_SANDBOX_BASE_URL`,
+    /// `ABX_SANDBOX_DOMAIN`, with the same values. The key is the configured one (unset without).
+    pub fn client_env(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        let mut put = |k: &str, v: &str| {
+            env.insert(k.to_string(), v.to_string());
+        };
+        if let Some(key) = &self.api_key {
+            put("E2B_API_KEY", key);
+        }
+        put("E2B_API_URL", &self.api_url);
+        put("E2B_DOMAIN", &self.domain);
+        if let Some(u) = &self.sandbox_url {
+            put("E2B_SANDBOX_URL", u);
+        }
+        if self.preset == Preset::Alicloud {
+            if let Some(key) = &self.api_key {
+                put("ABX_SANDBOX_API_KEY", key);
+            }
+            put("ABX_SANDBOX_BASE_URL", &self.api_url);
+            put("ABX_SANDBOX_DOMAIN", &self.domain);
+        }
+        env
+    }
+
     /// The key variable to ask for, when no key is configured.
     pub fn required_credentials(&self) -> Vec<String> {
         if self.api_key.is_some() {
@@ -342,6 +369,39 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// `provider.env`: what the SDKs and the product client read, from the settled config.
+    #[test]
+    fn client_env_names_what_each_client_reads() {
+        let vars = env(&[
+            ("E2B_API_KEY", "e2b-key-value"),
+            ("ABX_SANDBOX_API_KEY", "abx-key-value"),
+            ("E2B_SANDBOX_URL", "http://127.0.0.1:3000"),
+            ("ALIBABA_CLOUD_REGION_ID", "cn-beijing"),
+        ]);
+        let e2b = Config::from_env(Preset::E2b, &vars).unwrap().client_env();
+        assert_eq!(
+            e2b,
+            env(&[
+                ("E2B_API_KEY", "e2b-key-value"),
+                ("E2B_API_URL", "https://api.e2b.app"),
+                ("E2B_DOMAIN", "e2b.app"),
+                ("E2B_SANDBOX_URL", "http://127.0.0.1:3000"),
+            ]),
+            "the e2b preset never hands out an Alibaba key"
+        );
+        let ali = Config::from_env(Preset::Alicloud, &vars).unwrap().client_env();
+        assert_eq!(ali["ABX_SANDBOX_API_KEY"], "abx-key-value");
+        assert_eq!(ali["E2B_API_KEY"], "abx-key-value", "the E2B SDK against FC uses the same key");
+        assert_eq!(ali["ABX_SANDBOX_BASE_URL"], "https://api.cn-beijing.e2b.fc.aliyuncs.com");
+        assert_eq!(ali["E2B_API_URL"], ali["ABX_SANDBOX_BASE_URL"]);
+        assert_eq!(
+            (ali["ABX_SANDBOX_DOMAIN"].as_str(), ali["E2B_DOMAIN"].as_str()),
+            ("cn-beijing.e2b.fc.aliyuncs.com", "cn-beijing.e2b.fc.aliyuncs.com")
+        );
+        let keyless = Config::from_env(Preset::E2b, &BTreeMap::new()).unwrap().client_env();
+        assert!(!keyless.contains_key("E2B_API_KEY"), "{keyless:?}");
     }
 
     #[test]

@@ -393,6 +393,10 @@ impl Provider for E2bProvider {
         self.inner.api.cfg.preset.name()
     }
 
+    fn client_env(&self) -> BTreeMap<String, String> {
+        self.inner.api.cfg.client_env()
+    }
+
     fn capabilities(&self) -> &[Capability] {
         // Every E2B sandbox is a VM of its own.
         &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes, Capability::Build]

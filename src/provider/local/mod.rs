@@ -66,6 +66,9 @@ mod pty;
 mod sandbox;
 mod seccomp;
 mod sys;
+
+/// The process-lifetime thread that forks commands (their `PR_SET_PDEATHSIG` follows it).
+pub(crate) use sys::on_spawner;
 mod userns;
 mod watch;
 
