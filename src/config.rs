@@ -73,13 +73,7 @@ pub fn run_id(env: &BTreeMap<String, String>) -> String {
     if let Some(id) = env.get("E2E_RUN_ID").filter(|v| !v.is_empty()) {
         return id.clone();
     }
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in nanos.to_le_bytes().iter().chain(std::process::id().to_le_bytes().iter()) {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    format!("sr-{:08x}", h as u32)
+    format!("sr-{}", crate::random::hex(4))
 }
 
 /// Today's date, UTC, as YYYY-MM-DD.

@@ -14,6 +14,7 @@ pub mod model;
 pub mod net;
 pub mod out;
 pub mod provider;
+pub mod random;
 pub mod report;
 pub mod runner;
 pub mod schema;

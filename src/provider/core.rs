@@ -32,34 +32,6 @@ pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// `n` random bytes as lowercase hex (sandbox ids, run tags).
-pub(crate) fn random_hex(n: usize) -> String {
-    let mut buf = vec![0u8; n];
-    let mut filled = 0;
-    while filled < n {
-        // SAFETY: writing into our own buffer within bounds.
-        let r = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), n - filled, 0) };
-        if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        if r <= 0 {
-            // getrandom(2) does not fail for small requests on Linux >= 3.17; should it, the
-            // kernel's pool is still there.
-            use std::io::Read;
-            let urandom = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf[filled..]));
-            if urandom.is_err() {
-                let seed = now_ms() ^ (u64::from(std::process::id()) << 32);
-                for (i, b) in buf[filled..].iter_mut().enumerate() {
-                    *b = (seed >> ((i % 8) * 8)) as u8 ^ (i as u8).wrapping_mul(151);
-                }
-            }
-            break;
-        }
-        filled += r as usize;
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The "no such sandbox" error every provider answers with.
 pub(crate) fn no_sandbox(id: &str) -> ProviderError {
     ProviderError::not_found(format!("no such sandbox: {id}"))

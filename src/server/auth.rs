@@ -66,27 +66,8 @@ impl Tokens {
     /// Two fresh tokens from the kernel's random source; an error when it cannot give one
     /// (there is no weaker fallback for a credential).
     pub(crate) fn new() -> std::io::Result<Self> {
-        Ok(Self { envd: random_token()?, traffic: random_token()? })
+        Ok(Self { envd: crate::random::token(32)?, traffic: crate::random::token(32)? })
     }
-}
-
-/// 32 random bytes as 64 hex characters.
-fn random_token() -> std::io::Result<String> {
-    let mut buf = [0u8; 32];
-    let mut filled = 0;
-    while filled < buf.len() {
-        // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
-        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        filled += n as usize;
-    }
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Equality of two secrets in time independent of where they differ and of their lengths:

@@ -322,19 +322,7 @@ pub(crate) fn json_error(status: StatusCode, message: &str) -> Response {
 fn new_sandbox_id() -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut buf = [0u8; 20];
-    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf));
-    if random.is_err() {
-        // Very unlikely; fall back to time and a counter, still unique per process.
-        static N: AtomicU64 = AtomicU64::new(0);
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-            ^ N.fetch_add(1, Ordering::SeqCst).wrapping_mul(0x9e3779b97f4a7c15);
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = (seed.rotate_left(i as u32 * 7) ^ (i as u64 * 0x2545f491)) as u8;
-        }
-    }
+    crate::random::fill_or_unique(&mut buf);
     buf.iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
 }
 

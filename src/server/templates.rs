@@ -141,11 +141,7 @@ pub(crate) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
 /// A build ID: a random (version 4) UUID, as E2B's, which the SDKs parse as one.
 fn new_build_id() -> String {
     let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
-        let n = super::now_us().unsigned_abs().to_be_bytes();
-        b[..8].copy_from_slice(&n);
-        b[8..].copy_from_slice(&super::next_seq().to_be_bytes());
-    }
+    crate::random::fill_or_unique(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();

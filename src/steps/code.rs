@@ -44,7 +44,7 @@ pub async fn run_code(ctx: &mut StepCtx, args: &J) -> StepResult {
         return Err(StepError::error(format!("language `{lang}` is not supported: use python")));
     }
     let id = ctx.sandbox_id()?;
-    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let n = crate::random::hex(8);
     let dir = "/tmp/.scenario-run";
     let (driver, cell, result) =
         (format!("{dir}/driver.py"), format!("{dir}/cell-{n}.py"), format!("{dir}/result-{n}.json"));

@@ -131,7 +131,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, OnceCell};
 
-use super::core::{self, no_sandbox, now_ms, random_hex, Core, Host, Life, Member};
+use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward::Forwarder;
 use super::{
     BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
@@ -353,7 +353,7 @@ impl Inner {
             Some(t) => t.built.tag.clone(),
             None => self.base_image(&docker, &template).await?,
         };
-        let id = format!("sbx-{}", random_hex(6));
+        let id = format!("sbx-{}", crate::random::hex(6));
         let now = now_ms();
         let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
         let end_ms = now.saturating_add(timeout_ms);
@@ -589,7 +589,7 @@ impl DockerProvider {
                 core: Core::default(),
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
-                run_tag: random_hex(4),
+                run_tag: crate::random::hex(4),
             }),
         }
     }

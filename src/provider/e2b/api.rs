@@ -358,13 +358,7 @@ impl Api {
 
 /// A fresh `Idempotency-Key` (`[a-z0-9-]{1,255}`): unique per create, not secret.
 pub fn idempotency_key() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(n);
-    h.write_u32(std::process::id());
-    format!("sr-{:x}-{n}-{:016x}", std::process::id(), h.finish())
+    format!("sr-{}", crate::random::hex(16))
 }
 
 /// Percent-encodes everything but unreserved characters.

@@ -16,7 +16,6 @@
 //! * A connection that could not be established (TCP or TLS failed, nothing was sent) is
 //!   retried for every call, like the SDK's `E2B_CONNECTION_RETRIES`.
 
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
@@ -84,11 +83,9 @@ pub fn delay(attempt: u32, headers: &HeaderMap) -> Duration {
     retry_after(headers.get("retry-after").and_then(|v| v.to_str().ok())).unwrap_or_else(|| backoff(attempt, jitter()))
 }
 
-/// A number in [0, 1) that differs between calls and processes; no need for a real RNG.
+/// A number in [0, 1) that differs between calls and processes.
 pub fn jitter() -> f64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+    crate::random::unit()
 }
 
 /// Sends the request `build` makes, retrying per the policy above. The response returned

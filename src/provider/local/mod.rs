@@ -10,7 +10,7 @@
 //! * `files` — the sandbox's files from the host via `/proc/<pid1>/root` and
 //!   `openat2(RESOLVE_IN_ROOT)`;
 //! * `super::forward` — host loopback ports forwarded into the sandbox's network namespace;
-//! * `sys` — the few raw system calls (pidfd, openat2, getrandom) and the spawner thread;
+//! * `sys` — the few raw system calls (pidfd, openat2) and the spawner thread;
 //! * `build` — template builds: a Dockerfile applied in a networked build sandbox whose
 //!   overlay upper directory becomes a layer that `create` stacks over `/` (see there).
 //!
@@ -506,7 +506,7 @@ impl Inner {
                 req.template
             )));
         }
-        let id = format!("sbx-{}", sys::random_hex(6));
+        let id = format!("sbx-{}", crate::random::hex(6));
         let dir = self.state_dir.join(&id);
         // Who owns it, so a later run can sweep it if this process dies without cleaning up.
         std::fs::create_dir_all(&dir)
@@ -975,7 +975,7 @@ impl Provider for LocalProvider {
         if let Some(f) = freezer {
             f.freeze(true).await.map_err(|e| ProviderError::infra(format!("cannot freeze sandbox {id}: {e}")))?;
         }
-        let dir = self.inner.state_dir.join(format!("snap-{}", sys::random_hex(6)));
+        let dir = self.inner.state_dir.join(format!("snap-{}", crate::random::hex(6)));
         let (from, to, owner) = (sb.dir.join("upper"), dir.join("layer"), dir.join(OWNER_FILE));
         let copied = tokio::task::spawn_blocking(move || -> std::io::Result<std::process::Output> {
             std::fs::create_dir_all(to.parent().expect("has a parent"))?;
@@ -1003,7 +1003,7 @@ impl Provider for LocalProvider {
         }
         let layer = Arc::new(Layer {
             name: name.to_string(),
-            digest: format!("snapshot-{}", sys::random_hex(8)),
+            digest: format!("snapshot-{}", crate::random::hex(8)),
             layer: dir.join("layer"),
             dir,
             image: PathBuf::new(),

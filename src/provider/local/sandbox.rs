@@ -60,7 +60,7 @@ pub(crate) const ROOTS: &str = "/run/scenario-run/roots";
 /// A fresh mount point under [`ROOTS`], named `<owner pid>.<start time>.<random>` so the next
 /// run can sweep what a killed one left.
 fn mount_point() -> PathBuf {
-    Path::new(ROOTS).join(format!("{}.{}", super::owner_token().replace(':', "."), sys::random_hex(6)))
+    Path::new(ROOTS).join(format!("{}.{}", super::owner_token().replace(':', "."), crate::random::hex(6)))
 }
 
 /// Removes mount points whose owner process is gone (empty directories a SIGKILLed run left).
@@ -538,7 +538,7 @@ impl NsSandbox {
 /// Checks once that isolated sandboxes work here: a user namespace with a full id map, an
 /// overlay mounted for it, and bwrap starting inside it. Returns why not.
 pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), String> {
-    let dir = state_dir.join(format!("probe-{}", sys::random_hex(4)));
+    let dir = state_dir.join(format!("probe-{}", crate::random::hex(4)));
     let limits = Limits { cpus: 1, memory_mb: 64, pids: 64 };
     let mut layout = Layout::new(&dir, ids, limits);
     layout.lowers.push(dir.join("lower"));

@@ -1,7 +1,7 @@
 //! Thin, safe wrappers over the few Linux system calls the local provider needs and `std`
 //! does not offer: pidfds (signal a process without racing pid reuse, and learn from epoll
 //! when it ends), `openat2(RESOLVE_IN_ROOT)` (resolve a path inside a sandbox's root even
-//! through its own symlinks), `getrandom` (sandbox ids) and a long-lived "spawner" thread.
+//! through its own symlinks), and a long-lived "spawner" thread.
 //!
 //! Why a spawner thread: bubblewrap's `--die-with-parent` (and `PR_SET_PDEATHSIG` in general)
 //! fires when the *thread* that forked the child exits, not the process. Tokio's blocking-pool
@@ -98,8 +98,6 @@ pub(crate) fn kill_group(pgid: u32, sig: i32) {
         unsafe { libc::kill(-(pgid as libc::pid_t), sig) };
     }
 }
-
-pub(crate) use crate::provider::core::random_hex;
 
 #[repr(C)]
 struct OpenHow {
@@ -229,15 +227,6 @@ pub(crate) fn errno_text(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn random_hex_has_requested_length_and_varies() {
-        let a = random_hex(6);
-        let b = random_hex(6);
-        assert_eq!(a.len(), 12);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
-    }
 
     #[test]
     fn errno_text_is_lowercase_without_code() {
