@@ -447,14 +447,16 @@ async fn envd_routes_refuse_requests_without_the_token() {
             }
             let r = req.send().await.unwrap();
             let status = r.status().as_u16();
-            let text = r.text().await.unwrap_or_default();
             if refused {
+                let text = r.text().await.unwrap_or_default();
                 assert_eq!(status, 401, "{method} {path} via {via} with {cred:?}: {text}");
                 let body: Value = serde_json::from_str(&text).unwrap();
                 assert_eq!(body["code"], 401, "{text}");
                 assert!(!text.contains(&sb.token) && !text.contains(&sb.traffic), "a token echoed: {text}");
             } else {
-                assert_ne!(status, 401, "{method} {path} via {via} with {cred:?}: {text}");
+                // Let in: the status says so. The body is not read: a stream let in (WatchDir)
+                // runs until the client hangs up, which dropping the response does.
+                assert_ne!(status, 401, "{method} {path} via {via} with {cred:?}");
             }
         }
     }

@@ -255,6 +255,11 @@ pub(crate) async fn destroy_all<H: Host>(host: &Arc<H>) -> usize {
             break;
         }
     }
+    // Kills still tearing down in other tasks (a `serve` DELETE answered before its teardown
+    // ended) finish before this returns, so shutdown leaves nothing behind.
+    while !core.dying.lock().expect("dying").is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     core.shutting_down.store(false, Ordering::SeqCst);
     count
 }

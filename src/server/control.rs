@@ -386,13 +386,23 @@ async fn kill(State(st): St, Path(id): Path<String>) -> Response {
     sb.procs.mark_gone();
     st.unregister(&id);
     sb.end_changed.notify_one();
-    let killed = st.provider.kill(&sb.provider_id).await;
-    match killed {
-        Ok(true) => StatusCode::NO_CONTENT.into_response(),
-        Ok(false) => not_found(&id),
-        Err(e) => provider_error(e),
+    // The teardown runs in a task of its own: a client that gives up waiting (the SDKs allow
+    // some seconds) must not cut it short, and an answer is owed once the sandbox is gone for
+    // clients and its processes are being killed. A teardown slower than KILL_ANSWER (a machine
+    // busy with I/O) finishes in the background; shutdown waits for it (`destroy_all`).
+    let provider = st.provider.clone();
+    let provider_id = sb.provider_id.clone();
+    let teardown = tokio::spawn(async move { provider.kill(&provider_id).await });
+    match tokio::time::timeout(KILL_ANSWER, teardown).await {
+        Ok(Ok(Ok(true))) | Err(_) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Ok(Ok(false))) => not_found(&id),
+        Ok(Ok(Err(e))) => provider_error(e),
+        Ok(Err(join)) => provider_error(crate::provider::ProviderError::infra(format!("kill failed: {join}"))),
     }
 }
+
+/// How long a kill request waits for the sandbox's teardown before it answers.
+const KILL_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug, Deserialize)]
 struct TimeoutBody {
