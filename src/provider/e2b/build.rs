@@ -689,7 +689,15 @@ mod tests {
             std::fs::write(p, c).unwrap();
         }
         let template = TemplateDir::load(dir.path()).unwrap();
-        (dir, BuildSpec { template, build_args: BTreeMap::from([("V".into(), "9".into())]), keep: false })
+        (
+            dir,
+            BuildSpec {
+                template,
+                build_args: BTreeMap::from([("V".into(), "9".into())]),
+                keep: false,
+                from_auth: None,
+            },
+        )
     }
 
     #[test]
