@@ -35,6 +35,13 @@
 #   (not named REGISTRY_*: docker-registry reads REGISTRY_* env vars as config overrides;
 #    the registry is started with a clean environment for the same reason)
 #   REG=localhost:5000                 image name prefix (docker trusts 127.0.0.0/8 over http)
+#   LS_AUTH_REGISTRY_ADDR=127.0.0.1:<registry port + 1>  a second registry, with authentication
+#                                      (htpasswd, bcrypt), standing in for a private registry such
+#                                      as ACR. Its user is LS_AUTH_REGISTRY_USER (default
+#                                      stack-robot), its password random, made once per STACK_DIR;
+#                                      `up` pushes base-python there too and writes
+#                                      LOCAL_STACK_AUTH_REGISTRY{,_USERNAME,_PASSWORD} into
+#                                      $STACK_DIR/env. LS_AUTH_REGISTRY=0: no such registry.
 #   PY_METHOD=mmdebstrap|debootstrap|hostclone   how base-python is made (default mmdebstrap,
 #                                      falls back to hostclone = copy of host's installed pkgs)
 #   PY_PACKAGES="python3 python3-pip python3-venv ca-certificates procps curl"
@@ -60,6 +67,12 @@ REGISTRY_DIR=${LS_REGISTRY_DIR:-$STACK_DIR/registry}
 REGISTRY_STORAGE=${LS_REGISTRY_STORAGE:-$REGISTRY_DIR/storage}
 REGISTRY_PIDFILE=${LS_REGISTRY_PIDFILE:-$STACK_DIR/registry.pid}
 REG=${REG:-localhost:${REGISTRY_ADDR##*:}}
+AUTH_REGISTRY=${LS_AUTH_REGISTRY:-1}
+AUTH_REGISTRY_ADDR=${LS_AUTH_REGISTRY_ADDR:-127.0.0.1:$(( ${REGISTRY_ADDR##*:} + 1 ))}
+AUTH_REGISTRY_DIR=$STACK_DIR/auth-registry
+AUTH_REGISTRY_PIDFILE=$STACK_DIR/auth-registry.pid
+AUTH_REGISTRY_USER=${LS_AUTH_REGISTRY_USER:-stack-robot}
+AUTH_REG=localhost:${AUTH_REGISTRY_ADDR##*:}
 PY_METHOD=${PY_METHOD:-mmdebstrap}
 PY_PACKAGES=${PY_PACKAGES:-python3 python3-pip python3-venv ca-certificates procps curl}
 INJECT_HOST_CA=${INJECT_HOST_CA:-1}
@@ -87,6 +100,7 @@ timing(){ mkdir -p "$LOG_DIR"; printf '%s\t%s\n' "$1" "$2" >> "$TIMINGS"; log "t
 dk()   { "$DOCKER" "$@"; }
 
 case "$REGISTRY_ADDR" in 127.*|localhost:*) ;; *) die "LS_REGISTRY_ADDR must be loopback (got $REGISTRY_ADDR)";; esac
+case "$AUTH_REGISTRY_ADDR" in 127.*|localhost:*) ;; *) die "LS_AUTH_REGISTRY_ADDR must be loopback (got $AUTH_REGISTRY_ADDR)";; esac
 [ "$(id -u)" = 0 ] || die "must run as root"
 
 # ---------------------------------------------------------------- packages
@@ -223,6 +237,66 @@ EOF
   for _ in $(seq 1 200); do registry_ready && break; sleep 0.05; done
   registry_ready || die "registry did not come up; see $LOG_DIR/registry.log"
   timing registry_start "$(since "$t0")"
+}
+
+# ---------------------------------------------------------------- authenticated registry
+# The same registry binary with htpasswd authentication (bcrypt, as distribution requires):
+# every request without the login answers 401 with a Basic challenge.
+auth_registry_code() {  # auth_registry_code [USER:PASSWORD] -> HTTP status of GET /v2/
+  curl -s -o /dev/null -w '%{http_code}' ${1:+-u "$1"} "http://$AUTH_REGISTRY_ADDR/v2/" 2>/dev/null || true
+}
+auth_password() { cat "$AUTH_REGISTRY_DIR/password"; }
+auth_registry_ready() { [ "$(auth_registry_code "$AUTH_REGISTRY_USER:$(auth_password)")" = 200 ]; }
+
+start_auth_registry() {
+  local cfg=$AUTH_REGISTRY_DIR/config.yml
+  mkdir -p "$AUTH_REGISTRY_DIR/storage" "$LOG_DIR"
+  if [ ! -s "$AUTH_REGISTRY_DIR/password" ]; then
+    (umask 077; od -An -N18 -tx1 /dev/urandom | tr -d ' \n' > "$AUTH_REGISTRY_DIR/password")
+  fi
+  if pid_alive "$AUTH_REGISTRY_PIDFILE" "$cfg" && auth_registry_ready; then
+    log "authenticated registry already running (pid $(cat "$AUTH_REGISTRY_PIDFILE")) on $AUTH_REGISTRY_ADDR"; return 0
+  fi
+  [ "$(auth_registry_code)" = 000 ] || die "something else already answers on $AUTH_REGISTRY_ADDR"
+  ensure_packages apache2-utils
+  (umask 077; htpasswd -Bbn "$AUTH_REGISTRY_USER" "$(auth_password)" > "$AUTH_REGISTRY_DIR/htpasswd")
+  cat > "$cfg" <<EOF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $AUTH_REGISTRY_DIR/storage
+  delete:
+    enabled: true
+auth:
+  htpasswd:
+    realm: local-stack
+    path: $AUTH_REGISTRY_DIR/htpasswd
+http:
+  addr: $AUTH_REGISTRY_ADDR
+  secret: local-stack-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+EOF
+  local t0; t0=$(now)
+  setsid env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin /usr/bin/docker-registry serve "$cfg" \
+    >>"$LOG_DIR/auth-registry.log" 2>&1 </dev/null &
+  echo $! > "$AUTH_REGISTRY_PIDFILE"
+  for _ in $(seq 1 200); do auth_registry_ready && break; sleep 0.05; done
+  auth_registry_ready || die "authenticated registry did not come up; see $LOG_DIR/auth-registry.log"
+  [ "$(auth_registry_code)" = 401 ] || die "the registry on $AUTH_REGISTRY_ADDR answers without a login"
+  timing auth_registry_start "$(since "$t0")"
+}
+
+# Pushes base-python to the authenticated registry with a login kept out of ~/.docker.
+push_to_auth_registry() {
+  local conf=$STACK_DIR/docker-config t0; t0=$(now)
+  mkdir -p "$conf"
+  auth_password | dk --config "$conf" login -u "$AUTH_REGISTRY_USER" --password-stdin "$AUTH_REG" >/dev/null
+  dk tag "$PYTHON_REF" "$AUTH_REG/base-python:latest"
+  dk --config "$conf" push "$AUTH_REG/base-python:latest" >/dev/null
+  dk --config "$conf" logout "$AUTH_REG" >/dev/null 2>&1 || true
+  rm -rf "$conf"
+  timing push_auth_base-python "$(since "$t0")"
 }
 
 # ---------------------------------------------------------------- base images
@@ -463,6 +537,13 @@ cmd_up() {
   push_images "$BUSYBOX_REF" "$PYTHON_REF" "$REG/base-python:$key"
   if image_exists "$NODE_REF"; then push_images "$NODE_REF"; fi
   printf 'export DOCKER_HOST=%q\nexport LOCAL_STACK_REGISTRY=%q\n' "$DOCKER_HOST" "$REG" > "$STACK_DIR/env"
+  if [ "$AUTH_REGISTRY" != 0 ]; then
+    start_auth_registry
+    push_to_auth_registry
+    printf 'export LOCAL_STACK_AUTH_REGISTRY=%q\nexport LOCAL_STACK_AUTH_REGISTRY_USERNAME=%q\nexport LOCAL_STACK_AUTH_REGISTRY_PASSWORD=%q\n' \
+      "$AUTH_REG" "$AUTH_REGISTRY_USER" "$(auth_password)" >> "$STACK_DIR/env"
+    chmod 600 "$STACK_DIR/env"
+  fi
   log "up: DOCKER_HOST=$DOCKER_HOST registry=$REGISTRY_ADDR images: $BUSYBOX_REF $PYTHON_REF $NODE_REF"
   log "    source $STACK_DIR/env   # in CI scripts"
 }
@@ -584,6 +665,7 @@ check_no_bridge_networks() {
 cmd_status() {
   if pid_alive "$DOCKER_PIDFILE" "$DOCKER_SOCK"; then echo "dockerd: pid $(cat "$DOCKER_PIDFILE") $DOCKER_HOST"; else echo "dockerd: down"; fi
   if pid_alive "$REGISTRY_PIDFILE" "$REGISTRY_DIR/config.yml"; then echo "registry: pid $(cat "$REGISTRY_PIDFILE") http://$REGISTRY_ADDR"; else echo "registry: down"; fi
+  if pid_alive "$AUTH_REGISTRY_PIDFILE" "$AUTH_REGISTRY_DIR/config.yml"; then echo "authenticated registry: pid $(cat "$AUTH_REGISTRY_PIDFILE") http://$AUTH_REGISTRY_ADDR (user $AUTH_REGISTRY_USER)"; else echo "authenticated registry: down"; fi
   if docker_ready; then
     dk ps --format '{{.ID}} {{.Image}} {{.Status}}'
     check_no_bridge_networks && echo "networks: no bridge networks (ok)"
@@ -601,6 +683,7 @@ cmd_down() {
       --runroot "$STACK_DIR/podman/run" rm -a -f -t 0 >/dev/null 2>&1 || true
   fi
   stop_pid "$REGISTRY_PIDFILE" "$REGISTRY_DIR/config.yml" registry
+  stop_pid "$AUTH_REGISTRY_PIDFILE" "$AUTH_REGISTRY_DIR/config.yml" "authenticated registry"
   stop_pid "$DOCKER_PIDFILE" "$DOCKER_SOCK" dockerd
   if [ "$purge" = --purge ]; then
     case "$STACK_DIR" in /|"") die "refusing to purge STACK_DIR='$STACK_DIR'";; esac
@@ -617,7 +700,12 @@ case "${1:-up}" in
   up)       cmd_up ;;
   selftest) cmd_selftest ;;
   podman)   cmd_podman ;;
-  env)      echo "export DOCKER_HOST=$DOCKER_HOST"; echo "export LOCAL_STACK_REGISTRY=$REG" ;;
+  env)      echo "export DOCKER_HOST=$DOCKER_HOST"; echo "export LOCAL_STACK_REGISTRY=$REG"
+            if [ "$AUTH_REGISTRY" != 0 ] && [ -s "$AUTH_REGISTRY_DIR/password" ]; then
+              echo "export LOCAL_STACK_AUTH_REGISTRY=$AUTH_REG"
+              echo "export LOCAL_STACK_AUTH_REGISTRY_USERNAME=$AUTH_REGISTRY_USER"
+              echo "export LOCAL_STACK_AUTH_REGISTRY_PASSWORD=$(auth_password)"
+            fi ;;
   status)   cmd_status ;;
   down)     cmd_down "${2:-}" ;;
   *) echo "usage: $0 {up|selftest|podman|env|status|down [--purge]}" >&2; exit 2 ;;

@@ -371,55 +371,56 @@ async fn a_template_from_an_image_with_registry_credentials_never_shows_the_pass
     assert_eq!(code, 404);
 }
 
-/// `GET http://127.0.0.1:<port><path>` without credentials: (status, body).
-fn plain_get(port: u16, path: &str) -> (u16, String) {
+/// The local stack's authenticated registry (`.ci/local-stack.sh` writes it into its env
+/// file): (host:port, user, password).
+fn auth_registry() -> Option<(String, String, String)> {
+    let v = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
+    Some((
+        v("LOCAL_STACK_AUTH_REGISTRY")?,
+        v("LOCAL_STACK_AUTH_REGISTRY_USERNAME")?,
+        v("LOCAL_STACK_AUTH_REGISTRY_PASSWORD")?,
+    ))
+}
+
+/// `GET http://<registry><path>` with basic auth (or none): the status.
+fn registry_status(registry: &str, path: &str, login: Option<(&str, &str)>) -> (u16, String) {
+    use base64::Engine;
     use std::io::{Read, Write};
+    let port: u16 = registry.rsplit(':').next().unwrap().parse().unwrap();
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+    let auth = login.map_or(String::new(), |(u, p)| {
+        format!("Authorization: Basic {}\r\n", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}")))
+    });
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {registry}\r\n{auth}Connection: close\r\n\r\n").unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     (status, resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
 }
 
-/// The alicloud ACR path end to end: python-hello built on the local stack's engine, pushed
-/// to its registry (standing in for ACR, with a login), the template made from the image by
-/// serve (which takes FROM images from the same engine), and the scenario's HTTP calls
-/// answered by the agent-sandbox-server that only the image has (the host has none).
-#[test]
-fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
-    let Ok(docker_host) = std::env::var("DOCKER_HOST") else {
-        eprintln!("skipping: DOCKER_HOST is not set (run .ci/local-stack.sh up and source its env file)");
-        return;
-    };
-    if !can_build() {
-        return;
-    }
-    let registry = std::env::var("LOCAL_STACK_REGISTRY").unwrap_or_else(|_| "localhost:5000".into());
-    let registry_port: u16 = registry.rsplit(':').next().unwrap().parse().unwrap();
-    let namespace = format!("acr-test-{}", std::process::id());
-    let state = tempfile::tempdir().unwrap();
-    let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
-    let report = tempfile::NamedTempFile::new().unwrap();
-    let password = "acr-pa55-never-shown";
-    let out = alicloud_cmd(
-        &srv,
-        &["--no-progress", "scenarios/custom/python-hello.yaml", "--json", report.path().to_str().unwrap()],
-    )
-    .env("SCENARIO_RUN_ACR_REGISTRY", format!("{registry}/{namespace}"))
-    .env("SCENARIO_RUN_ACR_USERNAME", "robot")
-    .env("SCENARIO_RUN_ACR_PASSWORD", password)
-    .env_remove(scenario_run::steps::build::KEEP_ENV)
-    .output()
-    .unwrap();
+/// What one ACR-path run of python-hello against `srv` must show: passed, the image pushed
+/// to `registry/namespace` under the digest's tag (checked with `login`), made into the
+/// template by serve, the engine's tag and the template gone at the end, and none of
+/// `secrets` in any output.
+fn assert_acr_run(
+    srv: &Server,
+    out: &std::process::Output,
+    report: &std::path::Path,
+    registry: &str,
+    namespace: &str,
+    login: Option<(&str, &str)>,
+    secrets: &[&str],
+) {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("PASSED  template python-hello"), "{stdout}");
-    let report_text = std::fs::read_to_string(report.path()).unwrap();
+    let report_text = std::fs::read_to_string(report).unwrap();
     for (what, t) in [("stdout", &stdout), ("stderr", &stderr), ("the report", &report_text)] {
-        assert!(!t.contains(password), "the registry password shows in {what}");
+        for s in secrets {
+            assert!(!t.contains(s), "a registry secret shows in {what}");
+        }
     }
-    let build = &step_outputs(report.path(), "build")[0];
+    let build = &step_outputs(report, "build")[0];
     let log = build["log"].as_str().unwrap();
     let tag = format!("{registry}/{namespace}/python-hello:");
     assert!(log.contains(&format!("push {tag}")) && log.contains(&format!("pushed {tag}")), "{log}");
@@ -432,15 +433,156 @@ fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
     );
     // In the registry, under the digest's tag; the engine's tag went with the run.
     let digest12 = &build["digest"].as_str().unwrap().trim_start_matches("sha256:")[..12];
-    let (code, tags) = plain_get(registry_port, &format!("/v2/{namespace}/python-hello/tags/list"));
+    let (code, tags) = registry_status(registry, &format!("/v2/{namespace}/python-hello/tags/list"), login);
     assert!(code == 200 && tags.contains(digest12), "{code} {tags}");
-    let inspect = std::process::Command::new("docker")
-        .args(["image", "inspect", &format!("{tag}{digest12}")])
-        .env("DOCKER_HOST", &docker_host)
-        .output()
-        .unwrap();
+    let inspect =
+        std::process::Command::new("docker").args(["image", "inspect", &format!("{tag}{digest12}")]).output().unwrap();
     assert!(!inspect.status.success(), "the engine still has {tag}{digest12}");
-    assert_eq!(get(&srv, "/templates"), (200, "[]".to_string()), "the template is deleted at the end");
+    assert_eq!(get(srv, "/templates"), (200, "[]".to_string()), "the template is deleted at the end");
+}
+
+/// The alicloud ACR path end to end: python-hello built on the local stack's engine, pushed
+/// to its registry that asks for a login (standing in for ACR; `ACR_USERNAME`/`ACR_PASSWORD`),
+/// the template made from the image by serve (which pulls it with `fromImageRegistry`), and
+/// the scenario's HTTP calls answered by the agent-sandbox-server that only the image has
+/// (the host has none).
+#[test]
+fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
+    if std::env::var("DOCKER_HOST").is_err() {
+        eprintln!("skipping: DOCKER_HOST is not set (run .ci/local-stack.sh up and source its env file)");
+        return;
+    }
+    let Some((registry, user, password)) = auth_registry() else {
+        eprintln!("skipping: LOCAL_STACK_AUTH_REGISTRY is not set (.ci/local-stack.sh up writes it)");
+        return;
+    };
+    if !can_build() {
+        return;
+    }
+    // The registry really asks for the login.
+    assert_eq!(registry_status(&registry, "/v2/", None).0, 401);
+    assert_eq!(registry_status(&registry, "/v2/", Some((&user, "wrong-password"))).0, 401);
+    let namespace = format!("acr-test-{}", std::process::id());
+    let state = tempfile::tempdir().unwrap();
+    let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let out = alicloud_cmd(
+        &srv,
+        &["--no-progress", "scenarios/custom/python-hello.yaml", "--json", report.path().to_str().unwrap()],
+    )
+    .env("SCENARIO_RUN_ACR_REGISTRY", format!("{registry}/{namespace}"))
+    .env("ACR_USERNAME", &user)
+    .env("ACR_PASSWORD", &password)
+    .env_remove("SCENARIO_RUN_ACR_USERNAME")
+    .env_remove("SCENARIO_RUN_ACR_PASSWORD")
+    .env_remove(scenario_run::steps::build::KEEP_ENV)
+    .output()
+    .unwrap();
+    assert_acr_run(&srv, &out, report.path(), &registry, &namespace, Some((&user, &password)), &[&password]);
+}
+
+/// The stub of ACR's `GetAuthorizationToken` (tests/fixtures/acr_token_stub.py), answering
+/// with `user`/`token` to requests signed with `ak_id`/`ak_secret` for `instance`: the child,
+/// its port and the file it records each call in.
+fn acr_token_stub(
+    ak_id: &str,
+    ak_secret: &str,
+    instance: &str,
+    user: &str,
+    token: &str,
+) -> (std::process::Child, u16, tempfile::NamedTempFile) {
+    let calls = tempfile::NamedTempFile::new().unwrap();
+    let mut child = std::process::Command::new("python3")
+        .arg("tests/fixtures/acr_token_stub.py")
+        .arg(calls.path())
+        .env("STUB_AK_ID", ak_id)
+        .env("STUB_AK_SECRET", ak_secret)
+        .env("STUB_INSTANCE", instance)
+        .env("STUB_USERNAME", user)
+        .env("STUB_TOKEN", token)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("stub did not start: {line:?}"));
+    (child, port.parse().unwrap(), calls)
+}
+
+fn stub_calls(calls: &tempfile::NamedTempFile) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(calls.path()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The AccessKey path: no registry login is configured, so the AccessKey pair asks
+/// `GetAuthorizationToken` (a stub on 127.0.0.1 that checks the V3 signature with its own
+/// implementation) for a temporary login, which then pushes to the authenticated registry and
+/// goes to serve as `fromImageRegistry`. The AccessKey pair and the token show nowhere; a
+/// wrong secret fails the build with Alibaba's error code and no secret.
+#[test]
+fn alicloud_acr_path_logs_in_with_a_token_for_the_access_key_pair() {
+    if std::env::var("DOCKER_HOST").is_err() {
+        eprintln!("skipping: DOCKER_HOST is not set (run .ci/local-stack.sh up and source its env file)");
+        return;
+    }
+    let Some((registry, user, password)) = auth_registry() else {
+        eprintln!("skipping: LOCAL_STACK_AUTH_REGISTRY is not set (.ci/local-stack.sh up writes it)");
+        return;
+    };
+    if !can_build() {
+        return;
+    }
+    let (ak_id, ak_secret, instance) = ("LTAI5tStubAccessKeyId", "stub-access-key-secret-value", "cri-stubinstance");
+    // The registry's password plays the temporary token (the child is not told the
+    // registry's own variables, so only scenario-run's handling of the token masks it).
+    let (mut stub, port, calls) = acr_token_stub(ak_id, ak_secret, instance, &user, &password);
+    let namespace = format!("acr-ak-test-{}", std::process::id());
+    let state = tempfile::tempdir().unwrap();
+    let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
+    let run = |secret: &str, report: &std::path::Path| {
+        alicloud_cmd(&srv, &["--no-progress", "scenarios/custom/python-hello.yaml", "--json", report.to_str().unwrap()])
+            .env("SCENARIO_RUN_ACR_REGISTRY", format!("{registry}/{namespace}"))
+            .env("ALIBABA_CLOUD_ACCESS_KEY_ID", ak_id)
+            .env("ALIBABA_CLOUD_ACCESS_KEY_SECRET", secret)
+            .env("SCENARIO_RUN_ACR_INSTANCE_ID", instance)
+            .env("SCENARIO_RUN_ACR_API_ENDPOINT", format!("http://127.0.0.1:{port}"))
+            .env_remove("LOCAL_STACK_AUTH_REGISTRY_PASSWORD")
+            .env_remove("ACR_USERNAME")
+            .env_remove("ACR_PASSWORD")
+            .env_remove("SCENARIO_RUN_ACR_USERNAME")
+            .env_remove("SCENARIO_RUN_ACR_PASSWORD")
+            .env_remove(scenario_run::steps::build::KEEP_ENV)
+            .output()
+            .unwrap()
+    };
+
+    // A wrong secret: the stub refuses the signature, the build fails saying so.
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let out = run("not-the-secret-value", report.path());
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_ne!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("GetAuthorizationToken") && all.contains("IncorrectSignature"), "{all}");
+    assert!(!all.contains("not-the-secret-value"), "{all}");
+    assert_eq!(stub_calls(&calls).iter().filter(|c| c["ok"] == true).count(), 0);
+
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let out = run(ak_secret, report.path());
+    let c = stub_calls(&calls);
+    let _ = stub.kill();
+    let _ = stub.wait();
+    let ok: Vec<_> = c.iter().filter(|c| c["ok"] == true).collect();
+    assert_eq!(ok.len(), 1, "one temporary login per run: {c:?}");
+    assert_eq!(ok[0]["action"], "GetAuthorizationToken");
+    let log = step_outputs(report.path(), "build")[0]["log"].as_str().unwrap_or_default().to_string();
+    assert!(log.contains("a temporary login for instance cri-stubinstance from GetAuthorizationToken"), "{log}");
+    assert_acr_run(
+        &srv,
+        &out,
+        report.path(),
+        &registry,
+        &namespace,
+        Some((&user, &password)),
+        &[&password, ak_secret, ak_id],
+    );
 }
 
 #[test]

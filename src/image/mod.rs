@@ -271,7 +271,15 @@ impl ImageStore {
         let source = reference::resolve(reference)?;
         let cell_key = match &source {
             Source::Offline { recipe, .. } => format!("offline:{}", recipe.name),
-            Source::Registry(r) => format!("registry:{r}"),
+            // A login has its own cell: an image pulled with one is not handed to a caller
+            // without it (that caller asks the registry, which refuses it if it is private).
+            Source::Registry(r) => match auth {
+                Some(a) => {
+                    let who = <sha2::Sha256 as sha2::Digest>::digest(format!("{}\0{}", a.username, a.password));
+                    format!("registry:{r}:login:{:x}", who)
+                }
+                None => format!("registry:{r}"),
+            },
         };
         let cell = self.inner.cells.lock().expect("cells").entry(cell_key).or_default().clone();
         let made_here = AtomicBool::new(false);

@@ -444,7 +444,7 @@ async fn start(State(st): St, Path((id, build)): Path<(String, String)>, body: B
         }
         b.status = "building";
     }
-    let folder = match dockerfile(&req) {
+    let folder = match check_registry(&req).and_then(|()| dockerfile(&req)) {
         Ok(f) => f,
         Err(m) => {
             let mut b = b.lock().expect("build");
@@ -631,7 +631,7 @@ async fn build(
     h.update(id);
     h.update(json!({"from": req["fromImage"], "steps": req["steps"]}).to_string());
     template.digest = format!("sha256:{:x}", h.finalize());
-    let spec = BuildSpec { template, build_args: Default::default(), keep: false };
+    let spec = BuildSpec { template, build_args: Default::default(), keep: false, from_auth: from_auth(req) };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let sink = b.clone();
     let forward = tokio::spawn(async move {
@@ -646,6 +646,32 @@ async fn build(
     };
     let _ = forward.await;
     r.map_err(|e| step_error(&e.message, &steps))
+}
+
+/// `fromImageRegistry` as a registry login. Only `{"type": "registry"}` reaches here: the
+/// other kinds are refused when the build starts.
+fn from_auth(req: &J) -> Option<crate::image::RegistryAuth> {
+    let r = req.get("fromImageRegistry").filter(|r| !r.is_null())?;
+    Some(crate::image::RegistryAuth {
+        username: r["username"].as_str().unwrap_or_default().to_string(),
+        password: r["password"].as_str().unwrap_or_default().to_string(),
+    })
+}
+
+/// Why `fromImageRegistry` cannot be used, if it cannot: only a username/password login
+/// (`"type": "registry"`) is; AWS and GCP logins need those clouds' token exchanges.
+fn check_registry(req: &J) -> Result<(), String> {
+    let Some(r) = req.get("fromImageRegistry").filter(|r| !r.is_null()) else { return Ok(()) };
+    match r["type"].as_str() {
+        Some("registry") => match (r["username"].as_str(), r["password"].as_str()) {
+            (Some(u), Some(p)) if !u.is_empty() && !p.is_empty() => Ok(()),
+            _ => Err("fromImageRegistry: a registry login needs a username and a password".into()),
+        },
+        Some(t @ ("aws" | "gcp")) => Err(format!(
+            "fromImageRegistry type `{t}`: not supported by scenario-run serve (only `registry`, a username and password)"
+        )),
+        _ => Err("fromImageRegistry: unknown type (expected `registry`, `aws` or `gcp`)".into()),
+    }
 }
 
 /// The local builder's `Dockerfile:<line>` as the step it came from.

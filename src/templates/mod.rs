@@ -315,6 +315,8 @@ pub struct BuildSpec {
     pub build_args: BTreeMap<String, String>,
     /// Keep the build after the run.
     pub keep: bool,
+    /// The login for the FROM image's registry (the template build API's `fromImageRegistry`).
+    pub from_auth: Option<crate::image::RegistryAuth>,
 }
 
 #[cfg(test)]

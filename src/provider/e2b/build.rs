@@ -376,7 +376,8 @@ impl Builds {
                 let (plan, registry, dockerfile) = match &self.acr {
                     Some(acr) => {
                         let image = acr.image(spec, log).await?;
-                        (Plan { from_image: image, steps: Vec::new() }, acr.registry_auth(), "(image)".to_string())
+                        let auth = acr.registry_auth(log).await?;
+                        (Plan { from_image: image, steps: Vec::new() }, auth, "(image)".to_string())
                     }
                     None => (plan(spec)?, None, dockerfile_path(spec)),
                 };
@@ -527,14 +528,9 @@ async fn remote_build(
     };
     let (id, build_id) = (id.to_string(), build_id.to_string());
     made(&id);
-    // Text from the server never carries the key or the registry password.
-    let clean = |s: &str| {
-        let s = api.scrub(s);
-        match registry {
-            Some(r) if !r.password.is_empty() => s.replace(&r.password, "***"),
-            _ => s,
-        }
-    };
+    // Text from the server never carries the key or the registry password (nor its encodings).
+    let login_masker = super::acr::masker(registry);
+    let clean = |s: &str| login_masker.mask(&api.scrub(s)).into_owned();
     let _ = log.send(format!("template {id}, build {build_id}"));
 
     // COPY contexts the server does not have yet.
@@ -693,7 +689,15 @@ mod tests {
             std::fs::write(p, c).unwrap();
         }
         let template = TemplateDir::load(dir.path()).unwrap();
-        (dir, BuildSpec { template, build_args: BTreeMap::from([("V".into(), "9".into())]), keep: false })
+        (
+            dir,
+            BuildSpec {
+                template,
+                build_args: BTreeMap::from([("V".into(), "9".into())]),
+                keep: false,
+                from_auth: None,
+            },
+        )
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! | create/connect route | `E2B_SANDBOX_CREATE_API=v1\|v2`, default `v1` | same variable, default `v2` |
 //! | control-plane auth header | `Authorization: Bearer <key>` | `X-API-KEY: <key>` |
 //! | port URLs | `SCENARIO_RUN_E2B_PORT_URL` (a template, see below) | same |
-//! | ACR for image templates ([`Acr`]) | `SCENARIO_RUN_ACR_REGISTRY`, `SCENARIO_RUN_ACR_PULL_REGISTRY`, `SCENARIO_RUN_ACR_USERNAME`/`_PASSWORD`, else `ALIBABA_CLOUD_ACCESS_KEY_ID`/`_SECRET` | not read |
+//! | ACR for image templates ([`Acr`]) | `SCENARIO_RUN_ACR_REGISTRY`, `SCENARIO_RUN_ACR_PULL_REGISTRY`, `ACR_USERNAME`/`ACR_PASSWORD` (or `SCENARIO_RUN_ACR_USERNAME`/`_PASSWORD`), else `ALIBABA_CLOUD_ACCESS_KEY_ID`/`_SECRET` with `SCENARIO_RUN_ACR_INSTANCE_ID` and `SCENARIO_RUN_ACR_API_ENDPOINT` | not read |
 //!
 //! Empty values count as unset. The `e2b` preset deliberately ignores the `ABX_*` variables,
 //! so an Alibaba key is never sent to E2B's API; the `alicloud` preset falls back to the
@@ -132,22 +132,28 @@ pub struct Config {
 /// * `SCENARIO_RUN_ACR_PULL_REGISTRY`: the same repository as the platform reaches it (FC
 ///   wants the VPC address, `xxx-registry-vpc.cn-beijing.cr.aliyuncs.com/ns`); default the
 ///   push address;
-/// * `SCENARIO_RUN_ACR_USERNAME` and `SCENARIO_RUN_ACR_PASSWORD`, else the AccessKey pair
-///   `ALIBABA_CLOUD_ACCESS_KEY_ID` / `ALIBABA_CLOUD_ACCESS_KEY_SECRET` (what `docker login`
-///   to ACR accepts as the fallback); with neither, no login (a registry without auth).
+/// * the login ([`AcrLogin`]): `ACR_USERNAME` and `ACR_PASSWORD` (also read as
+///   `SCENARIO_RUN_ACR_USERNAME`/`_PASSWORD`, the names before), else a temporary login that
+///   ACR's `GetAuthorizationToken` gives for the AccessKey pair `ALIBABA_CLOUD_ACCESS_KEY_ID` /
+///   `ALIBABA_CLOUD_ACCESS_KEY_SECRET` and the Enterprise instance `SCENARIO_RUN_ACR_INSTANCE_ID`
+///   (asked of `SCENARIO_RUN_ACR_API_ENDPOINT`, default `https://cr.<region>.aliyuncs.com`, the
+///   region that of the registry host, else `ALIBABA_CLOUD_REGION_ID`); with neither, no login.
 #[derive(Clone)]
 pub struct Acr {
     pub registry: String,
     pub pull_registry: String,
-    username: Option<String>,
-    password: Option<String>,
+    pub login: AcrLogin,
 }
 
-impl Acr {
-    /// (username, password) for the registry, if both are set.
-    pub fn login(&self) -> Option<(&str, &str)> {
-        Some((self.username.as_deref()?, self.password.as_deref()?))
-    }
+/// How the ACR path logs in to the registry.
+#[derive(Clone, PartialEq, Eq)]
+pub enum AcrLogin {
+    /// A registry without authentication.
+    None,
+    /// A fixed registry login (`ACR_USERNAME`/`ACR_PASSWORD`).
+    Password { username: String, password: String },
+    /// A temporary login asked of ACR's OpenAPI with the AccessKey pair.
+    AccessKey { key_id: String, key_secret: String, instance_id: String, endpoint: String },
 }
 
 impl fmt::Debug for Acr {
@@ -155,10 +161,80 @@ impl fmt::Debug for Acr {
         f.debug_struct("Acr")
             .field("registry", &self.registry)
             .field("pull_registry", &self.pull_registry)
-            .field("username", &self.username.as_ref().map(|_| "<set>"))
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("login", &self.login)
             .finish()
     }
+}
+
+impl fmt::Debug for AcrLogin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcrLogin::None => f.write_str("None"),
+            AcrLogin::Password { username, .. } => {
+                f.debug_struct("Password").field("username", username).field("password", &"<redacted>").finish()
+            }
+            AcrLogin::AccessKey { instance_id, endpoint, .. } => f
+                .debug_struct("AccessKey")
+                .field("key_id", &"<redacted>")
+                .field("key_secret", &"<redacted>")
+                .field("instance_id", instance_id)
+                .field("endpoint", endpoint)
+                .finish(),
+        }
+    }
+}
+
+/// The region in an ACR registry host (`<instance>-registry[-vpc].<region>.cr.aliyuncs.com`).
+fn acr_region(registry: &str) -> Option<&str> {
+    let host = registry.split('/').next()?;
+    let rest = host.strip_suffix(".cr.aliyuncs.com")?;
+    let region = rest.rsplit('.').next()?;
+    (region != rest && !region.is_empty()).then_some(region)
+}
+
+fn acr_from_env(env: &BTreeMap<String, String>, registry: &str, region: &str) -> Result<Acr> {
+    let registry = registry.trim_end_matches('/').to_string();
+    let user = get(env, &["ACR_USERNAME", "SCENARIO_RUN_ACR_USERNAME"]);
+    let pass = get(env, &["ACR_PASSWORD", "SCENARIO_RUN_ACR_PASSWORD"]);
+    let login = match (user, pass) {
+        (Some(u), Some(p)) => AcrLogin::Password { username: u.to_string(), password: p.to_string() },
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(ProviderError::invalid(
+                "ACR_USERNAME and ACR_PASSWORD go together: set both (or neither, to log in with the AccessKey pair)",
+            ))
+        }
+        (None, None) => {
+            match (get(env, &["ALIBABA_CLOUD_ACCESS_KEY_ID"]), get(env, &["ALIBABA_CLOUD_ACCESS_KEY_SECRET"])) {
+                (Some(id), Some(secret)) => {
+                    let Some(instance_id) = get(env, &["SCENARIO_RUN_ACR_INSTANCE_ID"]) else {
+                        return Err(ProviderError::invalid(
+                            "the ACR login from ALIBABA_CLOUD_ACCESS_KEY_ID/_SECRET needs SCENARIO_RUN_ACR_INSTANCE_ID \
+                             (the ACR Enterprise instance, cri-…) for GetAuthorizationToken; or set ACR_USERNAME/ACR_PASSWORD",
+                        ));
+                    };
+                    let region = acr_region(&registry).unwrap_or(region);
+                    let endpoint = match get(env, &["SCENARIO_RUN_ACR_API_ENDPOINT"]) {
+                        Some(e) if e.contains("://") => check_url("SCENARIO_RUN_ACR_API_ENDPOINT", e)?,
+                        Some(e) => check_url("SCENARIO_RUN_ACR_API_ENDPOINT", &format!("https://{e}"))?,
+                        None => format!("https://cr.{region}.aliyuncs.com"),
+                    };
+                    AcrLogin::AccessKey {
+                        key_id: id.to_string(),
+                        key_secret: secret.to_string(),
+                        instance_id: instance_id.to_string(),
+                        endpoint,
+                    }
+                }
+                _ => AcrLogin::None,
+            }
+        }
+    };
+    Ok(Acr {
+        pull_registry: get(env, &["SCENARIO_RUN_ACR_PULL_REGISTRY"])
+            .map_or_else(|| registry.clone(), |p| p.trim_end_matches('/').to_string()),
+        registry,
+        login,
+    })
 }
 
 impl fmt::Debug for Config {
@@ -237,23 +313,10 @@ impl Config {
             }
         }
         let acr = match preset {
-            Preset::Alicloud => get(env, &["SCENARIO_RUN_ACR_REGISTRY"]).map(|r| {
-                let registry = r.trim_end_matches('/').to_string();
-                let (username, password) =
-                    match (get(env, &["SCENARIO_RUN_ACR_USERNAME"]), get(env, &["SCENARIO_RUN_ACR_PASSWORD"])) {
-                        (Some(u), Some(p)) => (Some(u), Some(p)),
-                        _ => {
-                            (get(env, &["ALIBABA_CLOUD_ACCESS_KEY_ID"]), get(env, &["ALIBABA_CLOUD_ACCESS_KEY_SECRET"]))
-                        }
-                    };
-                Acr {
-                    pull_registry: get(env, &["SCENARIO_RUN_ACR_PULL_REGISTRY"])
-                        .map_or_else(|| registry.clone(), |p| p.trim_end_matches('/').to_string()),
-                    registry,
-                    username: username.map(str::to_string),
-                    password: password.map(str::to_string),
-                }
-            }),
+            Preset::Alicloud => {
+                let region = get(env, &["ALIBABA_CLOUD_REGION_ID"]).unwrap_or("cn-hangzhou");
+                get(env, &["SCENARIO_RUN_ACR_REGISTRY"]).map(|r| acr_from_env(env, r, region)).transpose()?
+            }
             Preset::E2b => None,
         };
         Ok(Self {
@@ -405,32 +468,74 @@ mod tests {
     }
 
     #[test]
-    fn acr_settings_are_alicloud_only_and_the_secret_is_hidden() {
+    fn acr_settings_are_alicloud_only_and_the_secrets_are_hidden() {
         let vars = env(&[
-            ("SCENARIO_RUN_ACR_REGISTRY", "r-registry-vpc.cn-beijing.cr.aliyuncs.com/ns/"),
-            ("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAIid"),
+            ("SCENARIO_RUN_ACR_REGISTRY", "r-registry.cn-beijing.cr.aliyuncs.com/ns/"),
+            ("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAIid-value"),
             ("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "s3cr3t-value"),
+            ("SCENARIO_RUN_ACR_INSTANCE_ID", "cri-abc"),
         ]);
         let c = Config::from_env(Preset::Alicloud, &vars).unwrap();
         let acr = c.acr.as_ref().unwrap();
-        assert_eq!(acr.registry, "r-registry-vpc.cn-beijing.cr.aliyuncs.com/ns");
+        assert_eq!(acr.registry, "r-registry.cn-beijing.cr.aliyuncs.com/ns");
         assert_eq!(acr.pull_registry, acr.registry);
-        assert_eq!(acr.login(), Some(("LTAIid", "s3cr3t-value")), "the AccessKey pair is the fallback login");
+        // The AccessKey pair is never a registry login: it asks ACR for one, in the registry's region.
+        assert_eq!(
+            acr.login,
+            AcrLogin::AccessKey {
+                key_id: "LTAIid-value".into(),
+                key_secret: "s3cr3t-value".into(),
+                instance_id: "cri-abc".into(),
+                endpoint: "https://cr.cn-beijing.aliyuncs.com".into(),
+            }
+        );
         let shown = format!("{c:?}");
-        assert!(!shown.contains("s3cr3t-value") && !shown.contains("LTAIid"), "{shown}");
+        assert!(!shown.contains("s3cr3t-value") && !shown.contains("LTAIid-value"), "{shown}");
         assert!(Config::from_env(Preset::E2b, &vars).unwrap().acr.is_none());
 
-        // An explicit registry login wins over the AccessKey pair; pulls may use another address.
-        let mut vars = vars;
-        vars.extend(env(&[
-            ("SCENARIO_RUN_ACR_USERNAME", "robot"),
-            ("SCENARIO_RUN_ACR_PASSWORD", "pw-value"),
+        // The endpoint is configurable (a host, or a URL for a local stub); the region
+        // falls back to ALIBABA_CLOUD_REGION_ID for a registry host that names none.
+        let mut v = vars.clone();
+        v.insert("SCENARIO_RUN_ACR_REGISTRY".into(), "localhost:5001/ns".into());
+        v.insert("ALIBABA_CLOUD_REGION_ID".into(), "ap-southeast-1".into());
+        let endpoint =
+            |v: &BTreeMap<String, String>| match Config::from_env(Preset::Alicloud, v).unwrap().acr.unwrap().login {
+                AcrLogin::AccessKey { endpoint, .. } => endpoint,
+                other => panic!("{other:?}"),
+            };
+        assert_eq!(endpoint(&v), "https://cr.ap-southeast-1.aliyuncs.com");
+        v.insert("SCENARIO_RUN_ACR_API_ENDPOINT".into(), "http://127.0.0.1:9/".into());
+        assert_eq!(endpoint(&v), "http://127.0.0.1:9");
+        v.insert("SCENARIO_RUN_ACR_API_ENDPOINT".into(), "cr-vpc.cn-beijing.aliyuncs.com".into());
+        assert_eq!(endpoint(&v), "https://cr-vpc.cn-beijing.aliyuncs.com");
+
+        // Without the instance the AccessKey pair cannot be turned into a login: said, not guessed.
+        let mut v = vars.clone();
+        v.remove("SCENARIO_RUN_ACR_INSTANCE_ID");
+        let e = Config::from_env(Preset::Alicloud, &v).unwrap_err();
+        assert!(e.message.contains("SCENARIO_RUN_ACR_INSTANCE_ID") && !e.message.contains("s3cr3t"), "{}", e.message);
+
+        // A registry login wins over the AccessKey pair; ACR_* first, SCENARIO_RUN_ACR_* as aliases.
+        let mut v = vars.clone();
+        v.extend(env(&[
+            ("SCENARIO_RUN_ACR_USERNAME", "old-robot"),
+            ("SCENARIO_RUN_ACR_PASSWORD", "old-pw-value"),
             ("SCENARIO_RUN_ACR_PULL_REGISTRY", "r-registry-vpc.internal/ns"),
         ]));
-        let acr = Config::from_env(Preset::Alicloud, &vars).unwrap().acr.unwrap();
-        assert_eq!(acr.login(), Some(("robot", "pw-value")));
+        let acr = Config::from_env(Preset::Alicloud, &v).unwrap().acr.unwrap();
+        assert_eq!(acr.login, AcrLogin::Password { username: "old-robot".into(), password: "old-pw-value".into() });
         assert_eq!(acr.pull_registry, "r-registry-vpc.internal/ns");
-        assert!(!format!("{acr:?}").contains("pw-value"));
+        assert!(!format!("{acr:?}").contains("old-pw-value"));
+        v.extend(env(&[("ACR_USERNAME", "robot"), ("ACR_PASSWORD", "pw-value")]));
+        let acr = Config::from_env(Preset::Alicloud, &v).unwrap().acr.unwrap();
+        assert_eq!(acr.login, AcrLogin::Password { username: "robot".into(), password: "pw-value".into() });
+
+        // Half a login is a mistake, not "no login".
+        let v = env(&[("SCENARIO_RUN_ACR_REGISTRY", "localhost:5001/ns"), ("ACR_USERNAME", "robot")]);
+        assert!(Config::from_env(Preset::Alicloud, &v).unwrap_err().message.contains("ACR_PASSWORD"));
+        // Nothing set: a registry without authentication.
+        let v = env(&[("SCENARIO_RUN_ACR_REGISTRY", "localhost:5000/ns")]);
+        assert_eq!(Config::from_env(Preset::Alicloud, &v).unwrap().acr.unwrap().login, AcrLogin::None);
     }
 
     #[test]

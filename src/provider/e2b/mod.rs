@@ -46,6 +46,7 @@
 //! Not supported: E2B debug mode (`E2B_DEBUG`), pause, metrics, PTYs.
 
 mod acr;
+pub mod acs;
 mod api;
 pub mod build;
 pub mod config;
@@ -152,9 +153,10 @@ impl E2bProvider {
     pub fn new(preset: Preset, env: &BTreeMap<String, String>) -> Result<Self> {
         let cfg = Config::from_env(preset, env)?;
         let cfg_acr = cfg.acr.clone();
+        let http = http_client()?;
         Ok(Self {
             inner: Arc::new(Inner {
-                api: Api::new(http_client()?, cfg),
+                api: Api::new(http.clone(), cfg),
                 envds: Mutex::new(HashMap::new()),
                 port_bases: Mutex::new(HashMap::new()),
                 created: Mutex::new(HashSet::new()),
@@ -163,7 +165,7 @@ impl E2bProvider {
                 in_flight: AtomicUsize::new(0),
                 in_flight_changed: Notify::new(),
                 shutting_down: AtomicBool::new(false),
-                builds: build::Builds::new(cfg_acr.map(|a| acr::AcrImages::new(a, env))),
+                builds: build::Builds::new(cfg_acr.map(|a| acr::AcrImages::new(a, env, http.clone()))),
             }),
         })
     }

@@ -131,7 +131,7 @@ pub(crate) async fn build(
     let from = from_image(spec)
         .ok_or_else(|| ProviderError::invalid(format!("{}: the Dockerfile has no FROM", t.def.dockerfile)))?;
     let t0 = Instant::now();
-    let image = images.get(&from, None, &tx).await?;
+    let image = images.get(&from, spec.from_auth.as_ref(), &tx).await?;
     log.line(format!("FROM {from} maps to {} ({:.1}s)", image.resolved, t0.elapsed().as_secs_f64()));
     let ids = images.ids();
     let mut layout = Layout::new(dir, ids, BUILD_LIMITS);
