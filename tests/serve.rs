@@ -1576,3 +1576,44 @@ async fn issue_17_uploads_are_made_as_envd_makes_them() {
     assert_eq!((r.status().as_u16(), r.text().await.unwrap()), (200, "x".to_string()));
     server.stop();
 }
+
+/// The product's client (`agent-sandbox-client`) takes each sandbox's envd from `envdUrl` and
+/// otherwise derives `https://49983-{id}.{domain}`, which serve (plain HTTP, one port) cannot
+/// answer: create, detail and connect name the origin the request came to, and envd answers
+/// there for the `E2b-Sandbox-Id` the client sends.
+#[tokio::test]
+async fn sandbox_bodies_name_envd_at_the_origin_the_client_used() {
+    let srv = Server::start(&[]);
+    let http = client();
+    let (status, made) =
+        api(&http, reqwest::Method::POST, format!("{}/sandboxes", srv.base), Some(json!({"templateID": "base"}))).await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["envdUrl"], srv.base.as_str(), "{made}");
+    let id = made["sandboxID"].as_str().unwrap().to_string();
+    let (status, detail) = api(&http, reqwest::Method::GET, format!("{}/sandboxes/{id}", srv.base), None).await;
+    assert_eq!((status, &detail["envdUrl"]), (200, &json!(srv.base)), "{detail}");
+    let (status, connected) =
+        api(&http, reqwest::Method::POST, format!("{}/sandboxes/{id}/connect", srv.base), Some(json!({"timeout": 60})))
+            .await;
+    assert_eq!((status, &connected["envdUrl"]), (200, &json!(srv.base)), "{connected}");
+    // The origin is the one asked at, not a fixed address.
+    let r = http
+        .get(format!("{}/sandboxes/{id}", srv.base))
+        .header("X-API-KEY", KEY)
+        .header("Host", format!("localhost:{}", srv.port()))
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["envdUrl"], format!("http://localhost:{}", srv.port()), "{v}");
+    // envd answers at that URL, routed by the sandbox id header.
+    let sb =
+        Made { id: id.clone(), token: made["envdAccessToken"].as_str().unwrap().to_string(), traffic: String::new() };
+    let url = made["envdUrl"].as_str().unwrap();
+    let (out, end) = run_cmd(&http, url, &sb, "echo envd at $E2B_SANDBOX_ID").await;
+    assert_eq!(out, format!("envd at {id}\n"), "{end}");
+    // Lists stay E2B's `ListedSandbox`.
+    let (_, list) = api(&http, reqwest::Method::GET, format!("{}/sandboxes", srv.base), None).await;
+    assert!(list[0].get("envdUrl").is_none(), "{list}");
+    assert!(srv.stop().0);
+}

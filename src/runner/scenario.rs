@@ -114,6 +114,8 @@ struct CaseRun<'a> {
     records: Vec<StepRecord>,
     /// The first failure decides the outcome: (severity, failure).
     failure: Option<(Severity, Failure)>,
+    /// A `skip` step's reason: SKIPPED, unless something failed as well.
+    skipped: Option<String>,
     started: Instant,
     base: BTreeMap<&'static str, MValue>,
     step_values: BTreeMap<String, MValue>,
@@ -181,6 +183,7 @@ pub async fn run_case(
         ctx,
         records: Vec::new(),
         failure: None,
+        skipped: None,
         started: Instant::now(),
         base,
         step_values: BTreeMap::new(),
@@ -193,7 +196,11 @@ pub async fn run_case(
     if matches!(stop, Stop::Done) {
         stop = run.list(&sc.steps, Phase::Steps, deadline, &timed_out, cancel).await;
     } else {
-        run.skip_all(&sc.steps, Phase::Steps, "setup did not complete");
+        let why = match &run.skipped {
+            Some(reason) => format!("skipped: {reason}"),
+            None => "setup did not complete".into(),
+        };
+        run.skip_all(&sc.steps, Phase::Steps, &why);
     }
     // `finally` always runs; after an interrupt or timeout it gets the grace period.
     let interrupted = matches!(stop, Stop::Interrupted) || cancel.is_cancelled();
@@ -209,6 +216,7 @@ pub async fn run_case(
 
     let sandboxes = run.ctx.sandboxes.iter().map(|s| s.id.clone()).collect();
     let (mut outcome, mut reason, failure) = match run.failure.take() {
+        None if run.skipped.is_some() => (Outcome::Skipped, run.skipped.take(), None),
         None => (Outcome::Passed, None, None),
         Some((sev, f)) => {
             let o = if sev == Severity::Fail { Outcome::Failed } else { Outcome::Error };
@@ -433,7 +441,11 @@ impl CaseRun<'_> {
                 return if interrupted { Stop::Interrupted } else { Stop::TimedOut };
             };
             if failed && phase != Phase::Finally {
-                self.skip_all(&steps[i + 1..], phase, "an earlier step failed");
+                let why = match &self.skipped {
+                    Some(reason) if self.failure.is_none() => format!("skipped: {reason}"),
+                    _ => "an earlier step failed".into(),
+                };
+                self.skip_all(&steps[i + 1..], phase, &why);
                 return Stop::Failed;
             }
         }
@@ -548,7 +560,8 @@ impl CaseRun<'_> {
             loop {
                 attempts += 1;
                 let r = self.attempt(step, &args, limit).await;
-                if r.is_ok() || attempts >= retry.attempts {
+                let skipped = matches!(&r, Err(e) if e.severity == Severity::Skip);
+                if r.is_ok() || skipped || attempts >= retry.attempts {
                     break r;
                 }
                 tokio::time::sleep(delay).await;
@@ -557,6 +570,8 @@ impl CaseRun<'_> {
         };
         let result = match &step.expect_error {
             None => result,
+            // A skip is not a failure to expect.
+            Some(_) if matches!(&result, Err(e) if e.severity == Severity::Skip) => result,
             Some(matcher) => self.expected_error(matcher.as_ref(), &self.ctx.template_ctx.clone(), result),
         };
         self.finish(step, index, phase, args, result, attempts, start_ms, t0)
@@ -638,6 +653,27 @@ impl CaseRun<'_> {
                 );
                 self.push_record(rec);
                 false
+            }
+            // `skip`: the scenario ends here as SKIPPED (in `finally`, only the step is).
+            Err(e) if e.severity == Severity::Skip => {
+                let rec = self.record(
+                    step,
+                    index,
+                    phase,
+                    StepStatus::Skipped,
+                    args,
+                    J::Null,
+                    Some(e.message.clone()),
+                    attempts,
+                    start_ms,
+                    duration_ms,
+                );
+                self.push_record(rec);
+                if phase == Phase::Finally {
+                    return false;
+                }
+                self.skipped.get_or_insert(e.message);
+                true
             }
             Err(e) => {
                 let outputs = e.outputs.clone().map_or(J::Null, |b| *b);

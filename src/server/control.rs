@@ -217,6 +217,20 @@ pub(crate) fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
     })
 }
 
+/// Where envd of every sandbox is, for a client that asks the control plane: `envdUrl`, the
+/// origin the request came to (`http://` and its `Host`). The product's client
+/// (`agent-sandbox-client`) takes a sandbox's envd from `envdUrl` when the platform names one,
+/// and otherwise derives `https://49983-{id}.{domain}`, which a plain-HTTP serve on one port
+/// cannot answer; it sends `E2b-Sandbox-Id` on every envd call, so `super::dispatch` routes
+/// those to the sandbox. The E2B SDKs ignore the field.
+fn with_envd_url(mut v: Value, headers: &HeaderMap) -> Value {
+    let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
+    if let Some(host) = host.filter(|h| !h.is_empty() && !h.contains(['/', '@', ' '])) {
+        v["envdUrl"] = json!(format!("http://{host}"));
+    }
+    v
+}
+
 /// `SandboxDetail` (with the envd token, as E2B's) or `ListedSandbox` (without).
 fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo, with_token: bool) -> Value {
     let mut v = listed_json(st, sb, info);
@@ -249,13 +263,13 @@ fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
     })
 }
 
-async fn create(State(st): St, body: Bytes) -> Response {
+async fn create(State(st): St, headers: HeaderMap, body: Bytes) -> Response {
     let req: NewSandbox = match parse_body(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
     };
     match make_sandbox(&st, req).await {
-        Ok(sb) => (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response(),
+        Ok(sb) => (StatusCode::CREATED, Json(with_envd_url(sandbox_json(&st, &sb), &headers))).into_response(),
         Err(resp) => resp,
     }
 }
@@ -370,11 +384,11 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     Ok(sb)
 }
 
-async fn detail(State(st): St, Path(id): Path<String>) -> Response {
+async fn detail(State(st): St, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let Some((sb, info)) = st.lookup(&id).await else {
         return not_found(&id);
     };
-    Json(detail_json(&st, &sb, &info, true)).into_response()
+    Json(with_envd_url(detail_json(&st, &sb, &info, true), &headers)).into_response()
 }
 
 async fn kill(State(st): St, Path(id): Path<String>) -> Response {
@@ -435,7 +449,7 @@ async fn set_timeout(State(st): St, Path(id): Path<String>, body: Bytes) -> Resp
     }
 }
 
-async fn connect(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+async fn connect(State(st): St, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
     let req: TimeoutBody = match parse_body(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -447,7 +461,7 @@ async fn connect(State(st): St, Path(id): Path<String>, body: Bytes) -> Response
     if sb.is_paused() {
         let t = req.timeout.filter(|t| *t > 0).unwrap_or(sb.timeout_secs).min(MAX_TIMEOUT_SECS);
         return match resume(&st, &sb, t).await {
-            Ok(()) => (StatusCode::CREATED, Json(sandbox_json(&st, &sb))).into_response(),
+            Ok(()) => (StatusCode::CREATED, Json(with_envd_url(sandbox_json(&st, &sb), &headers))).into_response(),
             Err(e) => provider_error(e),
         };
     }
@@ -465,7 +479,7 @@ async fn connect(State(st): St, Path(id): Path<String>, body: Bytes) -> Response
         }
     }
     match st.provider.connect(&sb.provider_id, None).await {
-        Ok(_) => Json(sandbox_json(&st, &sb)).into_response(),
+        Ok(_) => Json(with_envd_url(sandbox_json(&st, &sb), &headers)).into_response(),
         Err(e) if e.kind == ErrorKind::NotFound => {
             st.unregister(&id);
             not_found(&id)

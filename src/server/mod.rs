@@ -23,6 +23,11 @@
 //!    `Authorization: Bearer`) on every route but `/health`; a missing or wrong key is 401
 //!    `{"code":401,"message":…}`.
 //!
+//! Sandbox bodies of create, detail and connect also name `envdUrl`: the origin the request
+//! came to. The product's client (`agent-sandbox-client`) takes envd from it, as the platform
+//! may name one, and would otherwise derive `https://49983-{id}.{domain}`; it sends
+//! `E2b-Sandbox-Id` on every envd call, so rule 2 routes it (see `control::with_envd_url`).
+//!
 //! Data-plane requests (1–3) are authenticated by `auth`: envd needs the sandbox's
 //! `envdAccessToken` (or a `/files` signature), a port its `trafficAccessToken`; the API key
 //! opens both.

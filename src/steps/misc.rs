@@ -1,4 +1,4 @@
-//! `set` and `sleep`.
+//! `set`, `sleep` and `skip`.
 
 use serde_json::Value as J;
 
@@ -16,4 +16,14 @@ pub async fn sleep(_ctx: &mut StepCtx, args: &J) -> StepResult {
     let d = Args(args).opt_duration("duration")?.ok_or_else(|| StepError::error("missing `duration`"))?;
     tokio::time::sleep(d).await;
     Ok(J::Null)
+}
+
+/// Ends the scenario as SKIPPED with the reason given (under an `if:` saying when): what a
+/// scenario finds out only while running, e.g. that a client cannot reach this endpoint.
+pub async fn skip(_ctx: &mut StepCtx, args: &J) -> StepResult {
+    let reason = Args(args).str("reason")?;
+    if reason.trim().is_empty() {
+        return Err(StepError::error("`skip` needs a reason"));
+    }
+    Err(StepError::skip(reason))
 }

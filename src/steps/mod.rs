@@ -34,11 +34,13 @@ use crate::report::events::Mismatch;
 
 pub use registry::{FieldType, StepKind, REGISTRY};
 
-/// Failed (an expectation did not hold) or Error (the step could not be carried out).
+/// Failed (an expectation did not hold) or Error (the step could not be carried out); Skip
+/// is the `skip` step's: the scenario cannot run here, for the reason given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {
     Fail,
     Error,
+    Skip,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +58,10 @@ impl StepError {
     }
     pub fn error(message: impl Into<String>) -> Self {
         Self { severity: Severity::Error, message: message.into(), mismatch: None, outputs: None }
+    }
+    /// The scenario is SKIPPED with this reason (the `skip` step).
+    pub fn skip(reason: impl Into<String>) -> Self {
+        Self { severity: Severity::Skip, message: reason.into(), mismatch: None, outputs: None }
     }
     pub fn with_outputs(mut self, outputs: J) -> Self {
         self.outputs = Some(Box::new(outputs));

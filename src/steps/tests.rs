@@ -1247,6 +1247,16 @@ async fn sleep_argument_errors() {
     assert_eq!(e.message, "`duration`: duration `1e300` is too long: the longest is 366 days (8784h)");
 }
 
+#[tokio::test]
+async fn skip_ends_with_its_reason_and_needs_one() {
+    let p = fake();
+    let mut c = ctx(&p);
+    let e = step(&mut c, "skip", json!({ "reason": "npm is missing" })).await.unwrap_err();
+    assert_eq!((e.severity, e.message.as_str()), (Severity::Skip, "npm is missing"));
+    assert_eq!(errored(step(&mut c, "skip", json!({})).await).message, "missing `reason`");
+    assert_eq!(errored(step(&mut c, "skip", json!({ "reason": " " })).await).message, "`skip` needs a reason");
+}
+
 // ---------------------------------------------------------------------------------------
 // run-code
 

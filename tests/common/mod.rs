@@ -1,6 +1,8 @@
 //! Helpers for tests that run the real binary.
 #![allow(dead_code)]
 
+pub mod serve;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
