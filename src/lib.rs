@@ -6,6 +6,7 @@
 pub mod config;
 pub mod diag;
 pub mod duration;
+pub mod expr;
 pub mod image;
 pub mod janitor;
 pub mod mask;
@@ -23,6 +24,5 @@ pub mod select;
 pub mod server;
 pub mod size;
 pub mod steps;
-pub mod template;
 pub mod templates;
 pub mod yaml;

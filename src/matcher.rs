@@ -675,7 +675,7 @@ pub fn lookup<'a>(doc: &'a J, path: &str) -> Option<&'a J> {
     Some(cur)
 }
 
-fn is_template(s: &str) -> bool {
+fn is_expression(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
 }
 
@@ -709,12 +709,12 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
         v.diag(src, format!("`{key}` expects {what}, found {}", v.type_name())).label(format!("expected {what}"))
     };
     let scalar = matches!(v.value, Value::Str(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_));
-    let templ = v.as_str().is_some_and(is_template);
+    let templ = v.as_str().is_some_and(is_expression);
     match key {
         "equals" => {}
         "contains" | "not_contains" | "starts_with" | "ends_with" if !scalar => diags.push(want("a string")),
         "matches" => match v.as_str() {
-            Some(re) if !is_template(re) => {
+            Some(re) if !is_expression(re) => {
                 if let Err(e) = Regex::new(re) {
                     let msg = e.to_string();
                     let last = msg.lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
@@ -745,7 +745,7 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
                             diags.push(item.diag(src, "missing `path` in `json` entry").help("add `path: \"$.field\"`"))
                         }
                         Some(p) => {
-                            if let Some(ps) = p.as_str().filter(|s| !is_template(s)) {
+                            if let Some(ps) = p.as_str().filter(|s| !is_expression(s)) {
                                 if let Err(e) = parse_path(ps) {
                                     diags.push(p.diag(src, e));
                                 }

@@ -11,8 +11,8 @@ use serde_json::Value as J;
 
 use super::{Eventually, KnownIssue, Requires, Retry, Scenario, Step};
 use crate::diag::{did_you_mean, Diagnostic, Location, Source};
+use crate::expr::{self, Scope};
 use crate::steps::registry::{self, Field, FieldType, COMMON_KEYS};
-use crate::template::{self, Scope};
 use crate::yaml::{self, Node, Value};
 
 use super::load::LoadOptions;
@@ -113,7 +113,7 @@ impl Ctx<'_> {
             };
         }
         match &node.value {
-            Value::Str(s) if template::is_template(s) => None,
+            Value::Str(s) if expr::is_expression(s) => None,
             Value::Str(s) => match crate::duration::parse(s) {
                 Ok(d) => Some(d),
                 Err(e) => {
@@ -575,7 +575,7 @@ fn step(
             "name" => name = cx.string(v, "name"),
             "sandbox" => {
                 let Some(alias) = cx.string(v, "sandbox") else { continue };
-                if !template::is_template(&alias) && !scope.aliases.contains(&alias) {
+                if !expr::is_expression(&alias) && !scope.aliases.contains(&alias) {
                     let help = scope.suggest(&alias, scope.aliases.iter().map(String::as_str)).map_or_else(
                         || "name a sandbox with `create: { as: <alias> }` before this step".to_string(),
                         |s| format!("did you mean `{s}`?"),
@@ -596,9 +596,9 @@ fn step(
             }
             "if" => match &v.value {
                 Value::Str(s) => {
-                    let expr = if template::is_template(s) { s.clone() } else { format!("{{{{ {s} }}}}") };
+                    let expr = if expr::is_expression(s) { s.clone() } else { format!("{{{{ {s} }}}}") };
                     let before = cx.diags.len();
-                    template::check(v, &expr, scope, cx.src, &mut cx.diags);
+                    expr::check(v, &expr, scope, cx.src, &mut cx.diags);
                     bare_expression_help(&mut cx.diags[before..], "if", "if: provider.name != 'docker'");
                     st.condition = Some((s.clone(), v.clone()));
                 }
@@ -835,12 +835,12 @@ fn fields(
 
 fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &Scope) {
     let key = field.name;
-    let templ = v.as_str().is_some_and(template::is_template);
+    let templ = v.as_str().is_some_and(expr::is_expression);
     match field.ty {
         FieldType::Str => {
             if let Some(text) = cx.string(v, key) {
                 templates(cx, v, scope);
-                if key == "of" && !template::is_template(&text) && !scope.steps.contains_key(&text) {
+                if key == "of" && !expr::is_expression(&text) && !scope.steps.contains_key(&text) {
                     let help = scope.suggest(&text, scope.steps.keys().map(String::as_str)).map_or_else(
                         || "`of` names the `id` of an earlier exec step".to_string(),
                         |s| format!("did you mean `{s}`?"),
@@ -911,9 +911,9 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
         },
         FieldType::Expr => match v.as_str() {
             Some(s) => {
-                let expr = if template::is_template(s) { s.to_string() } else { format!("{{{{ {s} }}}}") };
+                let expr = if expr::is_expression(s) { s.to_string() } else { format!("{{{{ {s} }}}}") };
                 let before = cx.diags.len();
-                template::check(v, &expr, scope, cx.src, &mut cx.diags);
+                expr::check(v, &expr, scope, cx.src, &mut cx.diags);
                 let example = format!("{key}: steps.first.exit_code == 0");
                 bare_expression_help(&mut cx.diags[before..], key, &example);
             }
@@ -944,7 +944,7 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
 /// Check every templated string under a node.
 fn templates(cx: &mut Ctx<'_>, v: &Node, scope: &Scope) {
     match &v.value {
-        Value::Str(s) => template::check(v, s, scope, cx.src, &mut cx.diags),
+        Value::Str(s) => expr::check(v, s, scope, cx.src, &mut cx.diags),
         Value::Seq(items) => items.iter().for_each(|i| templates(cx, i, scope)),
         Value::Map(m) => m.iter().for_each(|(_, val)| templates(cx, val, scope)),
         _ => {}
@@ -1038,12 +1038,12 @@ fn template_folder(cx: &mut Ctx<'_>, kind: &str, args: &Node, opts: &LoadOptions
     let scenario_dir = std::path::Path::new(&cx.src.path).parent().map(|p| p.to_path_buf()).unwrap_or_default();
     let (node, dir, help) = match (args.get("path"), args.get("template")) {
         (Some(p), _) => {
-            let Some(rel) = p.as_str().filter(|s| !template::is_template(s)) else { return };
+            let Some(rel) = p.as_str().filter(|s| !expr::is_expression(s)) else { return };
             let dir = scenario_dir.join(rel);
             (p, dir, "`path:` is relative to the scenario file".to_string())
         }
         (None, Some(t)) => {
-            let Some(name) = t.as_str().filter(|s| !template::is_template(s)) else { return };
+            let Some(name) = t.as_str().filter(|s| !expr::is_expression(s)) else { return };
             let root = opts.templates_dir.as_deref().filter(|r| !r.is_empty());
             let dir = crate::templates::find_dir(name, &scenario_dir, root);
             let help = match root {

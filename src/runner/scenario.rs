@@ -13,11 +13,11 @@ use tokio::time::Instant as TInstant;
 use tokio_util::sync::CancellationToken;
 
 use super::{now_ms, RunConfig};
+use crate::expr::{self, SandboxView};
 use crate::model::{Case, Step};
 use crate::provider::Capability;
 use crate::report::events::{Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus};
 use crate::steps::{Severity, StepCtx, StepError};
-use crate::template::{self, SandboxView};
 
 /// The least time an attempt of a polled step gets, however little of the window is left.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
@@ -162,7 +162,7 @@ pub async fn run_case(
         exec_timeout: cfg.exec_timeout,
         max_output: cfg.max_output,
         sandbox_ttl: cfg.sandbox_ttl,
-        template_ctx: MValue::UNDEFINED,
+        expr_ctx: MValue::UNDEFINED,
         current_source: None,
         polling: false,
         services: Vec::new(),
@@ -350,7 +350,7 @@ impl CaseRun<'_> {
     }
 
     /// The template context as of now.
-    fn template_ctx(&self) -> MValue {
+    fn expr_ctx(&self) -> MValue {
         let mut map: BTreeMap<&str, MValue> = self.base.clone();
         map.insert("vars", MValue::from(Serde(&self.ctx.vars)));
         map.insert("steps", MValue::from(self.step_values.clone()));
@@ -487,9 +487,9 @@ impl CaseRun<'_> {
             return false;
         }
         self.resolve_ports(step).await;
-        let tctx = self.template_ctx();
+        let tctx = self.expr_ctx();
         if let Some((expr, node)) = &step.condition {
-            match template::eval_bool(expr, &tctx) {
+            match expr::eval_bool(expr, &tctx) {
                 Ok(true) => {}
                 Ok(false) => {
                     let rec = self.record(
@@ -508,7 +508,7 @@ impl CaseRun<'_> {
                     return false;
                 }
                 Err(e) => {
-                    let (line, col) = template::position(node, e.line_in_template);
+                    let (line, col) = expr::position(node, e.line_in_expr);
                     let err = StepError::error(format!(
                         "cannot evaluate `if: {expr}` at {}:{line}:{col}: {}",
                         self.case.scenario.source.path, e.message
@@ -517,7 +517,7 @@ impl CaseRun<'_> {
                 }
             }
         }
-        let args = match template::render_node(&step.args, &tctx) {
+        let args = match expr::render_node(&step.args, &tctx) {
             Ok(a) => a,
             Err((e, line, col)) => {
                 let err = StepError::error(format!(
@@ -527,7 +527,7 @@ impl CaseRun<'_> {
                 return self.finish(step, index, phase, J::Null, Err(err), 1, start_ms, t0);
             }
         };
-        self.ctx.template_ctx = tctx;
+        self.ctx.expr_ctx = tctx;
         self.ctx.current_source =
             step.kind.main.and_then(|m| step.args.get(m)).and_then(|n| n.as_str()).map(str::to_string);
         let limit = step.timeout.unwrap_or(self.cfg.step_timeout);
@@ -572,7 +572,7 @@ impl CaseRun<'_> {
             None => result,
             // A skip is not a failure to expect.
             Some(_) if matches!(&result, Err(e) if e.severity == Severity::Skip) => result,
-            Some(matcher) => self.expected_error(matcher.as_ref(), &self.ctx.template_ctx.clone(), result),
+            Some(matcher) => self.expected_error(matcher.as_ref(), &self.ctx.expr_ctx.clone(), result),
         };
         self.finish(step, index, phase, args, result, attempts, start_ms, t0)
     }
@@ -590,7 +590,7 @@ impl CaseRun<'_> {
             Err(e) => e,
         };
         if let Some(node) = matcher {
-            let rendered = template::render_node(node, tctx).map_err(|(e, line, col)| {
+            let rendered = expr::render_node(node, tctx).map_err(|(e, line, col)| {
                 StepError::error(format!(
                     "template error at {}:{line}:{col}: {}",
                     self.case.scenario.source.path, e.message
@@ -802,7 +802,7 @@ fn view(s: &crate::steps::SandboxRef) -> SandboxView {
 fn collect_ports(node: &crate::yaml::Node, out: &mut Vec<u16>) {
     use crate::yaml::Value;
     match &node.value {
-        Value::Str(s) => out.extend(template::ports_in(s)),
+        Value::Str(s) => out.extend(expr::ports_in(s)),
         Value::Seq(items) => items.iter().for_each(|n| collect_ports(n, out)),
         Value::Map(m) => m.iter().for_each(|(_, v)| collect_ports(v, out)),
         _ => {}

@@ -106,7 +106,7 @@ pub async fn assert(ctx: &mut StepCtx, args: &J) -> StepResult {
     let value = a.get("that").ok_or_else(|| StepError::error("missing `that`"))?;
     let holds = match value {
         J::Bool(b) => *b,
-        J::String(expr) => crate::template::eval_bool(expr, &ctx.template_ctx)
+        J::String(expr) => crate::expr::eval_bool(expr, &ctx.expr_ctx)
             .map_err(|e| StepError::error(format!("cannot evaluate `{expr}`: {}", e.message)))?,
         J::Null => false,
         J::Number(n) => n.as_f64() != Some(0.0),

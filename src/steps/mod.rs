@@ -132,7 +132,7 @@ pub struct StepCtx {
     /// Lifetime of a sandbox whose `create` names no `timeout`.
     pub sandbox_ttl: Duration,
     /// The template context as of this step, for expression steps (`assert`).
-    pub template_ctx: minijinja::Value,
+    pub expr_ctx: minijinja::Value,
     /// The step's main argument as written (before rendering), for messages.
     pub current_source: Option<String>,
     /// The step is polled (`eventually`): one attempt should give up soon and let the next

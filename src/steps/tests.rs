@@ -40,7 +40,7 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         exec_timeout: EXEC_TIMEOUT,
         max_output: crate::provider::MAX_OUTPUT,
         sandbox_ttl: Duration::from_secs(300),
-        template_ctx: MValue::UNDEFINED,
+        expr_ctx: MValue::UNDEFINED,
         current_source: None,
         polling: false,
         services: Vec::new(),
@@ -918,7 +918,7 @@ async fn assert_literal_values() {
 async fn assert_expressions_use_the_template_context() {
     let p = fake();
     let mut c = ctx(&p);
-    c.template_ctx = MValue::from(Serde(json!({
+    c.expr_ctx = MValue::from(Serde(json!({
         "steps": { "a": { "exit_code": 0, "names": ["x", "y"] } },
         "vars": { "n": 3 },
     })));

@@ -1,6 +1,6 @@
-//! Templating: minijinja with strict undefined, the variables scenarios see, and static checks.
+//! Expressions: minijinja with strict undefined, the variables scenarios see, and static checks.
 //!
-//! Every string in a step's arguments may be a template. At `check` time each one is compiled
+//! Every string in a step's arguments may hold expressions (`{{ … }}`). At `check` time each one is compiled
 //! (syntax errors) and its variables are resolved against what is knowable statically (file
 //! `vars`, `--var`, matrix keys, earlier step ids and their outputs, sandbox aliases). At run
 //! time it is rendered against the live context; a single `{{ expr }}` keeps the expression's
@@ -21,7 +21,7 @@ use crate::yaml::{Node, Value};
 
 pub const ROOTS: &[&str] = &["vars", "env", "matrix", "steps", "sandbox", "sandboxes", "run", "scenario", "provider"];
 
-pub fn is_template(s: &str) -> bool {
+pub fn is_expression(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
 }
 
@@ -115,11 +115,11 @@ pub fn ports_in(text: &str) -> Vec<u16> {
     re.captures_iter(text).filter_map(|c| c[1].parse().ok()).collect()
 }
 
-/// A rendering failure, with the position inside the template when minijinja knows it.
+/// A rendering failure, with the position inside the expression when minijinja knows it.
 #[derive(Debug, Clone)]
 pub struct RenderError {
     pub message: String,
-    pub line_in_template: Option<usize>,
+    pub line_in_expr: Option<usize>,
 }
 
 fn describe(e: &Error) -> String {
@@ -146,20 +146,20 @@ fn single_expression(s: &str) -> Option<&str> {
 
 /// Render one string. A lone `{{ expr }}` keeps the expression's type.
 pub fn render_str(s: &str, ctx: &MValue) -> Result<J, RenderError> {
-    if !is_template(s) {
+    if !is_expression(s) {
         return Ok(J::String(s.to_string()));
     }
-    let err = |e: Error| RenderError { message: describe(&e), line_in_template: e.line() };
+    let err = |e: Error| RenderError { message: describe(&e), line_in_expr: e.line() };
     if let Some(expr) = single_expression(s) {
         let compiled = env().compile_expression(expr).map_err(err)?;
         let v = compiled.eval(ctx.clone()).map_err(err)?;
         if v.is_undefined() {
-            return Err(RenderError { message: format!("undefined value: `{expr}`"), line_in_template: Some(1) });
+            return Err(RenderError { message: format!("undefined value: `{expr}`"), line_in_expr: Some(1) });
         }
         if v.as_object().is_some_and(|o| o.downcast_ref::<SandboxView>().is_some()) {
             return Ok(J::String(v.to_string()));
         }
-        return serde_json::to_value(&v).map_err(|e| RenderError { message: e.to_string(), line_in_template: None });
+        return serde_json::to_value(&v).map_err(|e| RenderError { message: e.to_string(), line_in_expr: None });
     }
     env().render_str(s, ctx.clone()).map(J::String).map_err(err)
 }
@@ -167,16 +167,16 @@ pub fn render_str(s: &str, ctx: &MValue) -> Result<J, RenderError> {
 /// Evaluate a condition (`if:`, `assert: { that: }`). Braces are optional.
 pub fn eval_bool(expr: &str, ctx: &MValue) -> Result<bool, RenderError> {
     let e = single_expression(expr).unwrap_or(expr.trim());
-    let err = |e: Error| RenderError { message: describe(&e), line_in_template: e.line() };
+    let err = |e: Error| RenderError { message: describe(&e), line_in_expr: e.line() };
     let compiled = env().compile_expression(e).map_err(err)?;
     Ok(compiled.eval(ctx.clone()).map_err(err)?.is_true())
 }
 
-/// Render a node tree into JSON, rendering every templated string.
+/// Render a node tree into JSON, rendering every string with expressions.
 pub fn render_node(node: &Node, ctx: &MValue) -> Result<J, (RenderError, u32, u32)> {
     match &node.value {
         Value::Str(s) => render_str(s, ctx).map_err(|e| {
-            let (line, col) = position(node, e.line_in_template);
+            let (line, col) = position(node, e.line_in_expr);
             (e, line, col)
         }),
         Value::Seq(items) => items.iter().map(|n| render_node(n, ctx)).collect::<Result<Vec<_>, _>>().map(J::Array),
@@ -191,9 +191,9 @@ pub fn render_node(node: &Node, ctx: &MValue) -> Result<J, (RenderError, u32, u3
     }
 }
 
-/// Position in the file of a line inside a templated scalar.
-pub fn position(node: &Node, line_in_template: Option<usize>) -> (u32, u32) {
-    match line_in_template {
+/// Position in the file of a line inside a scalar with expressions.
+pub fn position(node: &Node, line_in_expr: Option<usize>) -> (u32, u32) {
+    match line_in_expr {
         Some(l) if l > 1 || node.block => (node.line + l as u32 - 1 + u32::from(node.block), node.col),
         _ => (node.line, node.col),
     }
@@ -237,9 +237,9 @@ impl Scope {
     }
 }
 
-/// Compile a templated string and check its variables; push diagnostics.
+/// Compile a string with expressions and check its variables; push diagnostics.
 pub fn check(node: &Node, text: &str, scope: &Scope, src: &Source, diags: &mut Vec<Diagnostic>) {
-    if !is_template(text) {
+    if !is_expression(text) {
         return;
     }
     let compiled = match single_expression(text) {
