@@ -1694,3 +1694,80 @@ async fn a_filesystem_only_pause_reboots_the_sandbox_and_keeps_its_files() {
     let (ok, stderr) = server.stop();
     assert!(ok, "{stderr}");
 }
+
+/// A template context with symlinks (relative, absolute, dangling, and one to the host's
+/// `/etc/shadow`), built through the template API as the SDK's `copy("folder/*", …)` does: the
+/// links are copied as links, as Docker copies them, never followed on the host, so the build
+/// neither fails ("outside the template folder") nor copies a host file into the template.
+#[tokio::test]
+async fn copy_keeps_symlinks_in_the_context_as_links_and_never_reads_their_targets() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    // The context, as the SDK uploads it: a gzipped tar of the matched files.
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    let mut file = tar::Header::new_gnu();
+    file.set_size(5);
+    file.set_mode(0o644);
+    tar.append_data(&mut file, "folder/test.txt", &b"hello"[..]).unwrap();
+    for (name, target) in [
+        ("rel.txt", "test.txt"),
+        ("abs.txt", "/tmp/nowhere/test.txt"),
+        ("dangling.txt", "12345"),
+        ("shadow", "/etc/shadow"),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        h.set_mode(0o777);
+        tar.append_link(&mut h, format!("folder/{name}"), target).unwrap();
+    }
+    let gz = tar.into_inner().unwrap().finish().unwrap();
+
+    let (status, t) =
+        api(&http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": "links"}))).await;
+    assert_eq!(status, 202, "{t}");
+    let (id, build) = (t["templateID"].as_str().unwrap().to_string(), t["buildID"].as_str().unwrap().to_string());
+    let (status, f) = api(&http, reqwest::Method::GET, format!("{base}/templates/{id}/files/h1"), None).await;
+    assert_eq!(status, 201, "{f}");
+    let r = http.put(f["url"].as_str().unwrap()).body(gz).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let steps = json!([{"type": "COPY", "args": ["folder/*", "/copied", "", ""], "filesHash": "h1"}]);
+    let url = format!("{base}/v2/templates/{id}/builds/{build}");
+    let (status, e) =
+        api(&http, reqwest::Method::POST, url, Some(json!({"fromTemplate": "base", "steps": steps}))).await;
+    assert_eq!(status, 202, "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, st) =
+            api(&http, reqwest::Method::GET, format!("{base}/templates/{id}/builds/{build}/status"), None).await;
+        match st["status"].as_str() {
+            Some("ready") => break,
+            Some("error") => panic!("the build failed: {st}"),
+            _ => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "the build ends: {st}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let sb = make_with(&http, &base, json!({"templateID": id, "timeout": 60})).await;
+    let (out, _) = run_cmd(
+        &http,
+        &base,
+        &sb,
+        "cd /copied && for f in rel.txt abs.txt dangling.txt shadow; do test -L $f && echo $f $(readlink $f); done; cat rel.txt",
+    )
+    .await;
+    assert_eq!(
+        out, "rel.txt test.txt\nabs.txt /tmp/nowhere/test.txt\ndangling.txt 12345\nshadow /etc/shadow\nhello",
+        "every link copied as a link, with its target as written"
+    );
+    // Inside, the link names the sandbox's own file, not the host's.
+    let (through_link, _) = run_cmd(&http, &base, &sb, "sudo cat /copied/shadow").await;
+    let (own, _) = run_cmd(&http, &base, &sb, "sudo cat /etc/shadow").await;
+    assert!(!own.is_empty());
+    assert_eq!(through_link, own, "the link reads the sandbox's /etc/shadow");
+    if let Ok(host) = std::fs::read_to_string("/etc/shadow") {
+        assert_ne!(through_link, host, "the host's /etc/shadow leaked");
+    }
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
