@@ -1617,3 +1617,157 @@ async fn sandbox_bodies_name_envd_at_the_origin_the_client_used() {
     assert!(list[0].get("envdUrl").is_none(), "{list}");
     assert!(srv.stop().0);
 }
+
+/// E2B's filesystem-only pause (`pause` with `memory: false`, or `autoPauseMemory: false` at
+/// the timeout): the processes end, the files stay, and the resume cold-boots the sandbox, which
+/// the official SDK tests see as a new `/proc/sys/kernel/random/boot_id`. A pause that keeps
+/// memory keeps the boot id and the processes.
+#[tokio::test]
+async fn a_filesystem_only_pause_reboots_the_sandbox_and_keeps_its_files() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let boot_id = "cat /proc/sys/kernel/random/boot_id";
+    let state = |id: String| {
+        let (http, base) = (http.clone(), base.clone());
+        async move { api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{id}"), None).await.1["state"].clone() }
+    };
+    let connect = |id: String| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let url = format!("{base}/v2/sandboxes/{id}/connect");
+            let (status, e) = api(&http, reqwest::Method::POST, url, Some(json!({"timeout": 60}))).await;
+            assert_eq!(status, 201, "a resume: {e}");
+        }
+    };
+    // A process that would live on, and a file.
+    let alive = "kill -0 $(cat /home/user/pid) 2>/dev/null && echo alive || echo gone";
+    let sb = make(&http, &base).await;
+    let (_, end) =
+        run_cmd(&http, &base, &sb, "echo kept > /home/user/marker; sleep 1000 & echo $! > /home/user/pid").await;
+    assert!(end.get("error").is_none(), "{end}");
+    let (boot1, _) = run_cmd(&http, &base, &sb, boot_id).await;
+    assert_eq!(boot1.trim().len(), 36, "a UUID: {boot1:?}");
+    assert_eq!(run_cmd(&http, &base, &sb, boot_id).await.0, boot1, "one boot, one boot id");
+    let host = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_ne!(boot1, host, "a sandbox boots apart from the host");
+
+    // Keeping memory: the same boot, its process still there.
+    let pause = format!("{base}/sandboxes/{}/pause", sb.id);
+    let (status, e) = api(&http, reqwest::Method::POST, pause.clone(), Some(json!({"memory": true}))).await;
+    assert_eq!(status, 204, "{e}");
+    connect(sb.id.clone()).await;
+    assert_eq!(run_cmd(&http, &base, &sb, boot_id).await.0, boot1);
+    assert_eq!(run_cmd(&http, &base, &sb, alive).await.0, "alive\n");
+
+    // Filesystem only: paused, then a new boot with the files and without the process.
+    let (status, e) = api(&http, reqwest::Method::POST, pause.clone(), Some(json!({"memory": false}))).await;
+    assert_eq!(status, 204, "{e}");
+    assert_eq!(state(sb.id.clone()).await, "paused");
+    connect(sb.id.clone()).await;
+    assert_eq!(state(sb.id.clone()).await, "running");
+    let (boot2, _) = run_cmd(&http, &base, &sb, boot_id).await;
+    assert_eq!(boot2.trim().len(), 36, "a UUID: {boot2:?}");
+    assert_ne!(boot2, boot1, "a filesystem-only resume is a new boot");
+    assert_eq!(run_cmd(&http, &base, &sb, "cat /home/user/marker").await.0, "kept\n");
+    assert_eq!(run_cmd(&http, &base, &sb, alive).await.0, "gone\n");
+    // The rebooted sandbox is a whole one: a file written now, a process started now.
+    let (out, _) = run_cmd(&http, &base, &sb, "echo again > /home/user/m2 && cat /home/user/m2").await;
+    assert_eq!(out, "again\n");
+
+    // The timeout's auto-pause without memory reboots it too.
+    let auto = make_with(
+        &http,
+        &base,
+        json!({"templateID": "base", "timeout": 2, "autoPause": true, "autoPauseMemory": false}),
+    )
+    .await;
+    run_cmd(&http, &base, &auto, "echo kept > /home/user/marker").await;
+    let (boot3, _) = run_cmd(&http, &base, &auto, boot_id).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while state(auto.id.clone()).await != "paused" {
+        assert!(std::time::Instant::now() < deadline, "auto-paused at its timeout");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    connect(auto.id.clone()).await;
+    assert_ne!(run_cmd(&http, &base, &auto, boot_id).await.0, boot3);
+    assert_eq!(run_cmd(&http, &base, &auto, "cat /home/user/marker").await.0, "kept\n");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// A template context with symlinks (relative, absolute, dangling, and one to the host's
+/// `/etc/shadow`), built through the template API as the SDK's `copy("folder/*", …)` does: the
+/// links are copied as links, as Docker copies them, never followed on the host, so the build
+/// neither fails ("outside the template folder") nor copies a host file into the template.
+#[tokio::test]
+async fn copy_keeps_symlinks_in_the_context_as_links_and_never_reads_their_targets() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    // The context, as the SDK uploads it: a gzipped tar of the matched files.
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    let mut file = tar::Header::new_gnu();
+    file.set_size(5);
+    file.set_mode(0o644);
+    tar.append_data(&mut file, "folder/test.txt", &b"hello"[..]).unwrap();
+    for (name, target) in [
+        ("rel.txt", "test.txt"),
+        ("abs.txt", "/tmp/nowhere/test.txt"),
+        ("dangling.txt", "12345"),
+        ("shadow", "/etc/shadow"),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        h.set_mode(0o777);
+        tar.append_link(&mut h, format!("folder/{name}"), target).unwrap();
+    }
+    let gz = tar.into_inner().unwrap().finish().unwrap();
+
+    let (status, t) =
+        api(&http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": "links"}))).await;
+    assert_eq!(status, 202, "{t}");
+    let (id, build) = (t["templateID"].as_str().unwrap().to_string(), t["buildID"].as_str().unwrap().to_string());
+    let (status, f) = api(&http, reqwest::Method::GET, format!("{base}/templates/{id}/files/h1"), None).await;
+    assert_eq!(status, 201, "{f}");
+    let r = http.put(f["url"].as_str().unwrap()).body(gz).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let steps = json!([{"type": "COPY", "args": ["folder/*", "/copied", "", ""], "filesHash": "h1"}]);
+    let url = format!("{base}/v2/templates/{id}/builds/{build}");
+    let (status, e) =
+        api(&http, reqwest::Method::POST, url, Some(json!({"fromTemplate": "base", "steps": steps}))).await;
+    assert_eq!(status, 202, "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, st) =
+            api(&http, reqwest::Method::GET, format!("{base}/templates/{id}/builds/{build}/status"), None).await;
+        match st["status"].as_str() {
+            Some("ready") => break,
+            Some("error") => panic!("the build failed: {st}"),
+            _ => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "the build ends: {st}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let sb = make_with(&http, &base, json!({"templateID": id, "timeout": 60})).await;
+    let (out, _) = run_cmd(
+        &http,
+        &base,
+        &sb,
+        "cd /copied && for f in rel.txt abs.txt dangling.txt shadow; do test -L $f && echo $f $(readlink $f); done; cat rel.txt",
+    )
+    .await;
+    assert_eq!(
+        out, "rel.txt test.txt\nabs.txt /tmp/nowhere/test.txt\ndangling.txt 12345\nshadow /etc/shadow\nhello",
+        "every link copied as a link, with its target as written"
+    );
+    // Inside, the link names the sandbox's own file, not the host's.
+    let (through_link, _) = run_cmd(&http, &base, &sb, "sudo cat /copied/shadow").await;
+    let (own, _) = run_cmd(&http, &base, &sb, "sudo cat /etc/shadow").await;
+    assert!(!own.is_empty());
+    assert_eq!(through_link, own, "the link reads the sandbox's /etc/shadow");
+    if let Ok(host) = std::fs::read_to_string("/etc/shadow") {
+        assert_ne!(through_link, host, "the host's /etc/shadow leaked");
+    }
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}

@@ -479,9 +479,11 @@ pub trait Provider: Send + Sync {
         Err(ProviderError::unsupported(format!("{} does not report resource usage", self.name())))
     }
     /// Pauses the sandbox: its processes stop where they are (they get no CPU and keep their
-    /// memory) and it no longer expires; its files stay. Idempotent.
-    async fn pause(&self, id: &str) -> Result<()> {
-        let _ = id;
+    /// memory) and it no longer expires; its files stay. Without `keep_memory` only its files
+    /// stay: its processes end, and [`Provider::resume`] boots it again (a new boot id, as
+    /// E2B's filesystem-only pause cold-boots the VM). Idempotent.
+    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
+        let _ = (id, keep_memory);
         Err(ProviderError::unsupported(format!("{} cannot pause sandboxes", self.name())))
     }
     /// Undoes [`Provider::pause`]: the processes run on, and the sandbox expires

@@ -585,7 +585,7 @@ async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<Sbx>) {
         let end = *s.end_ms.lock().expect("end");
         let now = u64::try_from(super::now_us() / 1000).unwrap_or(0);
         if now >= end && !s.is_paused() {
-            if let Err(e) = pause_sandbox(&st, &s).await {
+            if let Err(e) = pause_sandbox(&st, &s, s.lifecycle.keep_memory).await {
                 crate::errln!("serve: cannot auto-pause sandbox {}: {e}", s.id);
                 return;
             }
@@ -603,9 +603,10 @@ async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<Sbx>) {
     }
 }
 
-/// Freezes the sandbox through the provider and marks it paused.
-async fn pause_sandbox(st: &AppState, sb: &Sbx) -> Result<(), ProviderError> {
-    st.provider.pause(&sb.provider_id).await?;
+/// Pauses the sandbox through the provider (frozen, or without `keep_memory` shut down to its
+/// filesystem, to boot again on resume) and marks it paused.
+async fn pause_sandbox(st: &AppState, sb: &Sbx, keep_memory: bool) -> Result<(), ProviderError> {
+    st.provider.pause(&sb.provider_id, keep_memory).await?;
     sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
     sb.end_changed.notify_one();
     Ok(())
@@ -622,15 +623,26 @@ pub(crate) async fn resume(st: &AppState, sb: &Sbx, timeout_secs: u64) -> Result
     Ok(())
 }
 
+/// The body of pause: `memory: false` keeps only the filesystem (E2B's filesystem-only pause).
+#[derive(Debug, Deserialize)]
+struct PauseBody {
+    #[serde(default)]
+    memory: Option<bool>,
+}
+
 /// `POST /sandboxes/{id}/pause`: 204, or 409 if it is already paused.
-async fn pause(State(st): St, Path(id): Path<String>) -> Response {
+async fn pause(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+    let keep_memory = match parse_body::<PauseBody>(&body) {
+        Ok(b) => b.memory.unwrap_or(true),
+        Err(resp) => return resp,
+    };
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };
     if sb.is_paused() {
         return json_error(StatusCode::CONFLICT, &format!("sandbox \"{id}\" is already paused"));
     }
-    match pause_sandbox(&st, &sb).await {
+    match pause_sandbox(&st, &sb, keep_memory).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => provider_error(e),
     }

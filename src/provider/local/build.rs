@@ -410,14 +410,21 @@ fn copy_sources(dir: &Path, sources: impl Iterator<Item = String>, at: &str) -> 
             return Err(ProviderError::invalid(format!("{at}: COPY {s}: no such file in {}", dir.display())));
         }
         for m in matches {
-            let real = m
-                .canonicalize()
-                .map_err(|_| ProviderError::invalid(format!("{at}: COPY {s}: no such file in {}", dir.display())))?;
+            let missing = || ProviderError::invalid(format!("{at}: COPY {s}: no such file in {}", dir.display()));
+            // A symlink is copied as a symlink, as Docker does: never followed, so its target
+            // (absolute, dangling, or a host file such as /etc/shadow) is not read here, and
+            // inside the build it names what the sandbox has there. Only the directories
+            // leading to it are resolved, and they must stay in the folder.
+            let link = std::fs::symlink_metadata(&m).map_err(|_| missing())?.file_type().is_symlink();
+            let real = match (link, m.parent(), m.file_name()) {
+                (true, Some(parent), Some(name)) => parent.canonicalize().map_err(|_| missing())?.join(name),
+                _ => m.canonicalize().map_err(|_| missing())?,
+            };
             let Ok(inside) = real.strip_prefix(&root) else {
                 return Err(ProviderError::invalid(format!("{at}: COPY {s}: outside the template folder")));
             };
             let inside = if inside.as_os_str().is_empty() { ".".to_string() } else { inside.display().to_string() };
-            out.push((inside, real.is_dir()));
+            out.push((inside, !link && real.is_dir()));
         }
     }
     Ok(out)
@@ -509,6 +516,27 @@ mod tests {
         assert!(e.message.contains("Dockerfile:3") && e.message.contains("outside"), "{}", e.message);
         let e = copy_sources(dir.path(), ["nope".to_string()].into_iter(), "Dockerfile:4").unwrap_err();
         assert!(e.message.contains("no such file"), "{}", e.message);
+    }
+
+    #[test]
+    fn copy_sources_keep_symlinks_as_links_without_following_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("folder");
+        std::fs::create_dir(&f).unwrap();
+        std::fs::write(f.join("test.txt"), "x").unwrap();
+        std::os::unix::fs::symlink("test.txt", f.join("rel.txt")).unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", f.join("shadow")).unwrap();
+        std::os::unix::fs::symlink("12345nothing", f.join("dangling")).unwrap();
+        std::os::unix::fs::symlink("/etc", f.join("etc")).unwrap();
+        let mut got = copy_sources(dir.path(), ["folder/*".to_string()].into_iter(), "D:1").unwrap();
+        got.sort();
+        let want = ["dangling", "etc", "rel.txt", "shadow", "test.txt"];
+        assert_eq!(got, want.map(|n| (format!("folder/{n}"), false)), "links are files to copy, never followed");
+        let got = copy_sources(dir.path(), ["folder/shadow".to_string()].into_iter(), "D:2").unwrap();
+        assert_eq!(got, [("folder/shadow".to_string(), false)]);
+        // A link on the way to a source is followed, and must stay in the folder.
+        let e = copy_sources(dir.path(), ["folder/etc/passwd".to_string()].into_iter(), "D:3").unwrap_err();
+        assert!(e.message.contains("outside"), "{}", e.message);
     }
 
     #[test]

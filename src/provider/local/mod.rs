@@ -180,8 +180,37 @@ type Registered = super::registered::Registered<Layer>;
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 enum Iso {
-    Ns { ns: Box<NsSandbox>, fwd: forward::Forwarder },
-    Plain { home: PathBuf, tmp: PathBuf, bash_env: PathBuf },
+    /// Its current boot (replaced when a filesystem-only pause is resumed) and how to boot it.
+    Ns {
+        boot: std::sync::RwLock<Arc<Boot>>,
+        layout: Layout,
+    },
+    Plain {
+        home: PathBuf,
+        tmp: PathBuf,
+        bash_env: PathBuf,
+    },
+}
+
+/// One boot of an isolated sandbox: its namespaces and what forwards ports into them.
+struct Boot {
+    ns: NsSandbox,
+    fwd: forward::Forwarder,
+}
+
+impl Boot {
+    fn new(ns: NsSandbox) -> Arc<Self> {
+        Arc::new(Self { fwd: forward::Forwarder::new(ns.pid1.pid()), ns })
+    }
+}
+
+/// What pauses a sandbox with its memory kept: the freezer of its current boot's cgroup.
+struct Freezer(Arc<Boot>);
+
+impl Freezer {
+    async fn freeze(&self, frozen: bool) -> std::io::Result<()> {
+        self.0.ns.cgroup().expect("a freezer has a cgroup").freeze(frozen).await
+    }
 }
 
 struct Sandbox {
@@ -203,6 +232,8 @@ struct Sandbox {
     procs: ProcTable,
     /// Frozen by `pause` (its cgroup's freezer) until `resume`.
     paused: std::sync::atomic::AtomicBool,
+    /// Paused filesystem-only: its processes are gone and `resume` boots it again.
+    cold: std::sync::atomic::AtomicBool,
     /// The layers under its own writable one (topmost first), and the environment its
     /// template gives (without create's): what a snapshot of it stacks and keeps.
     lowers: Vec<PathBuf>,
@@ -398,21 +429,29 @@ impl Sandbox {
         self.paused.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// The cgroup that pauses it: only isolated sandboxes with cgroups have one.
-    fn freezer(&self) -> Result<&cgroup::Cgroup> {
+    /// Its current boot, if it is isolated.
+    fn boot(&self) -> Option<Arc<Boot>> {
         match &self.iso {
-            Iso::Ns { ns, .. } => ns.cgroup(),
+            Iso::Ns { boot, .. } => Some(boot.read().expect("boot").clone()),
             Iso::Plain { .. } => None,
         }
-        .ok_or_else(|| ProviderError::unsupported("pausing needs isolated sandboxes with cgroups (a freezer)"))
     }
 
+    fn is_cold(&self) -> bool {
+        self.cold.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The cgroup that pauses it: only isolated sandboxes with cgroups have one.
+    fn freezer(&self) -> Result<Freezer> {
+        self.boot()
+            .filter(|b| b.ns.cgroup().is_some())
+            .map(Freezer)
+            .ok_or_else(|| ProviderError::unsupported("pausing needs isolated sandboxes with cgroups (a freezer)"))
+    }
+
+    /// Not gone: running, or paused (a filesystem-only paused one has no processes to check).
     fn alive(&self) -> bool {
-        !self.life.is_gone()
-            && match &self.iso {
-                Iso::Ns { ns, .. } => ns.alive(),
-                Iso::Plain { .. } => true,
-            }
+        !self.life.is_gone() && (self.is_cold() || self.boot().is_none_or(|b| b.ns.alive()))
     }
 
     /// Where `req` runs: as its user (default: the sandbox user `user`), with its full
@@ -420,13 +459,14 @@ impl Sandbox {
     /// WORKDIR, else the user's home).
     fn plan(&self, req: &ExecRequest) -> Result<(Target, BTreeMap<String, String>, String)> {
         match &self.iso {
-            Iso::Ns { ns, .. } => {
+            Iso::Ns { .. } => {
                 let who = self.identity(req.user.as_deref().unwrap_or("user"))?;
+                let entry = self.boot().expect("isolated").ns.entry.clone();
                 let mut env = process::sandbox_env(&who);
                 env.extend(self.envs.clone());
                 env.extend(req.envs.clone());
                 let cwd = files::normalize(req.cwd.as_deref().or(self.workdir.as_deref()).unwrap_or(&who.home))?;
-                Ok((Target::Ns { entry: ns.entry.clone(), who }, env, cwd))
+                Ok((Target::Ns { entry, who }, env, cwd))
             }
             Iso::Plain { bash_env, home, tmp } => {
                 let mut env = self.envs.clone();
@@ -452,24 +492,31 @@ impl Sandbox {
     }
 
     fn root(&self) -> Result<Root> {
-        if !self.alive() {
+        if !self.alive() || self.is_cold() {
             return Err(ProviderError::infra(format!("sandbox {} is not running", self.id)));
         }
         Ok(match &self.iso {
-            Iso::Ns { ns, .. } => Root::Proc { pid1: ns.pid1.pid(), ids: self.ids, who: Identity::user() },
+            Iso::Ns { boot, .. } => {
+                Root::Proc { pid1: boot.read().expect("boot").ns.pid1.pid(), ids: self.ids, who: Identity::user() }
+            }
             Iso::Plain { home, tmp, .. } => Root::Plain { home: home.clone(), tmp: tmp.clone() },
         })
     }
 
     /// Kills everything in the sandbox and removes its state. Idempotent.
     async fn teardown(&self) {
-        match &self.iso {
-            Iso::Ns { ns, fwd } => {
-                fwd.stop();
-                ns.stop().await;
-            }
-            Iso::Plain { .. } => self.procs.kill_groups(),
+        match self.boot() {
+            Some(b) => b.shut_down().await,
+            None => self.procs.kill_groups(),
         }
+        self.forget_processes().await;
+        let dir = self.dir.clone();
+        let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir));
+        let _ = tokio::time::timeout(Duration::from_secs(10), rm).await;
+    }
+
+    /// Waits (bounded) for the processes it ran to be done, killing what is left.
+    async fn forget_processes(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         for p in self.procs.all() {
             if !p.finished() {
@@ -478,23 +525,44 @@ impl Sandbox {
                 p.wait_done(left).await;
             }
         }
-        let dir = self.dir.clone();
-        let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir));
-        let _ = tokio::time::timeout(Duration::from_secs(10), rm).await;
     }
 
     /// Synchronous last resort.
     fn kill_now(&self) {
-        match &self.iso {
-            Iso::Ns { ns, .. } => ns.stop_now(),
-            Iso::Plain { .. } => self.procs.kill_groups(),
+        match self.boot() {
+            Some(b) => b.ns.stop_now(),
+            None => self.procs.kill_groups(),
         }
+    }
+}
+
+impl Boot {
+    /// Ends this boot: its port forwarding, every process in it, its cgroup and mount point.
+    async fn shut_down(&self) {
+        self.fwd.stop();
+        self.ns.stop().await;
     }
 }
 
 impl Inner {
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
         self.core.get(id)
+    }
+
+    /// Boots a sandbox paused filesystem-only again over its kept writable layer: a new init,
+    /// no processes, and a new boot id.
+    async fn reboot(&self, sb: &Sandbox) -> Result<()> {
+        let Iso::Ns { boot, layout } = &sb.iso else {
+            return Err(ProviderError::unsupported("rebooting needs isolated sandboxes"));
+        };
+        let l = layout.clone();
+        let next = tokio::task::spawn_blocking(move || l.for_reboot())
+            .await
+            .map_err(|e| ProviderError::infra(e.to_string()))?
+            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox {} to boot again: {e}", sb.id)))?;
+        let ns = NsSandbox::start(next, &sb.id).await?;
+        *boot.write().expect("boot") = Boot::new(ns);
+        Ok(())
     }
 
     async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
@@ -558,14 +626,14 @@ impl Inner {
                 let _ = tokio::fs::remove_dir_all(&dir).await;
                 return Err(e);
             }
-            let ns = match NsSandbox::start(layout, &id).await {
+            let ns = match NsSandbox::start(layout.clone(), &id).await {
                 Ok(ns) => ns,
                 Err(e) => {
                     let _ = tokio::fs::remove_dir_all(&dir).await;
                     return Err(e);
                 }
             };
-            Iso::Ns { fwd: forward::Forwarder::new(ns.pid1.pid()), ns: Box::new(ns) }
+            Iso::Ns { boot: std::sync::RwLock::new(Boot::new(ns)), layout }
         } else {
             let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
             let (h, t, b) = (home.clone(), tmp.clone(), bash_env.clone());
@@ -598,6 +666,7 @@ impl Inner {
             iso,
             procs: ProcTable::default(),
             paused: Default::default(),
+            cold: Default::default(),
             lowers,
             template_envs,
         });
@@ -666,8 +735,8 @@ impl Inner {
         // Bounded: this runs on the way out after a second Ctrl-C.
         std::thread::sleep(Duration::from_millis(150));
         for sb in &all {
-            if let Iso::Ns { ns, .. } = &sb.iso {
-                ns.remove_leftovers();
+            if let Some(b) = sb.boot() {
+                b.ns.remove_leftovers();
             }
             let _ = std::fs::remove_dir_all(&sb.dir);
         }
@@ -926,24 +995,38 @@ impl Provider for LocalProvider {
 
     async fn usage(&self, id: &str) -> Result<Usage> {
         let sb = self.get(id)?;
-        let (cpu_usec, mem_bytes, mem_limit_bytes) = match &sb.iso {
-            Iso::Ns { ns, .. } => ns.cgroup().map(|c| c.usage()).unwrap_or_default(),
-            Iso::Plain { .. } => (0, 0, 0),
+        let (cpu_usec, mem_bytes, mem_limit_bytes) = match sb.boot() {
+            Some(b) if !sb.is_cold() => b.ns.cgroup().map(|c| c.usage()).unwrap_or_default(),
+            _ => (0, 0, 0),
         };
         let dir = sb.dir.clone();
         let (disk_bytes, disk_total_bytes) = blocking(move || Ok(disk_usage(&dir))).await?;
         Ok(Usage { cpu_usec, mem_bytes, mem_limit_bytes, disk_bytes, disk_total_bytes })
     }
 
-    async fn pause(&self, id: &str) -> Result<()> {
+    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
         let sb = self.get(id)?;
         if sb.is_paused() {
             return Ok(());
         }
-        sb.freezer()?
-            .freeze(true)
-            .await
-            .map_err(|e| ProviderError::infra(format!("cannot pause sandbox {id}: {}", sys::errno_text(&e))))?;
+        if keep_memory {
+            sb.freezer()?
+                .freeze(true)
+                .await
+                .map_err(|e| ProviderError::infra(format!("cannot pause sandbox {id}: {}", sys::errno_text(&e))))?;
+        } else {
+            // Filesystem-only: its processes end (as at a shutdown) and only its writable
+            // layer stays; `resume` boots it again from that.
+            let boot = sb.boot().ok_or_else(|| {
+                ProviderError::unsupported("pausing needs isolated sandboxes (an overlay upper layer)")
+            })?;
+            sb.cold.store(true, std::sync::atomic::Ordering::SeqCst);
+            boot.shut_down().await;
+            sb.forget_processes().await;
+            for p in sb.procs.all() {
+                sb.procs.remove(&p);
+            }
+        }
         sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
         // A paused sandbox does not expire (E2B keeps paused sandboxes until resumed or killed).
         sb.life.set_end(u64::MAX / 2);
@@ -952,7 +1035,11 @@ impl Provider for LocalProvider {
 
     async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
         let sb = self.get(id)?;
-        if sb.is_paused() {
+        if sb.is_paused() && sb.is_cold() {
+            self.inner.reboot(&sb).await?;
+            sb.cold.store(false, std::sync::atomic::Ordering::SeqCst);
+            sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
+        } else if sb.is_paused() {
             sb.freezer()?
                 .freeze(false)
                 .await
@@ -972,7 +1059,8 @@ impl Provider for LocalProvider {
         // whiteouts and overlay attributes) it becomes a layer stacked on the same lowers.
         // The sandbox is frozen meanwhile, where it can be, so the copy is of one moment.
         let freezer = sb.freezer().ok().filter(|_| !sb.is_paused());
-        if let Some(f) = freezer {
+        // Its processes cannot write while it is copied: frozen, or gone (filesystem-only pause).
+        if let Some(f) = &freezer {
             f.freeze(true).await.map_err(|e| ProviderError::infra(format!("cannot freeze sandbox {id}: {e}")))?;
         }
         let dir = self.inner.state_dir.join(format!("snap-{}", crate::random::hex(6)));
@@ -984,7 +1072,7 @@ impl Provider for LocalProvider {
         })
         .await
         .map_err(|e| ProviderError::infra(e.to_string()));
-        if let Some(f) = freezer {
+        if let Some(f) = &freezer {
             let _ = f.freeze(false).await;
         }
         match copied? {
@@ -1040,9 +1128,9 @@ impl Provider for LocalProvider {
         if !sb.alive() {
             return Err(ProviderError::infra(format!("sandbox {id} is not running")));
         }
-        match &sb.iso {
-            Iso::Ns { fwd, .. } => Ok(format!("http://127.0.0.1:{}", fwd.host_port(port).await?)),
-            Iso::Plain { .. } => Ok(format!("http://127.0.0.1:{port}")),
+        match sb.boot() {
+            Some(b) => Ok(format!("http://127.0.0.1:{}", b.fwd.host_port(port).await?)),
+            None => Ok(format!("http://127.0.0.1:{port}")),
         }
     }
 
@@ -1051,13 +1139,13 @@ impl Provider for LocalProvider {
         if !sb.alive() {
             return Err(ProviderError::infra(format!("sandbox {id} is not running")));
         }
-        match &sb.iso {
-            Iso::Ns { fwd, .. } => {
-                fwd.expose(port, host).await?;
+        match sb.boot() {
+            Some(b) => {
+                b.fwd.expose(port, host).await?;
                 Ok(format!("http://127.0.0.1:{port}"))
             }
             // The host's network is the sandbox's.
-            Iso::Plain { .. } => Ok(format!("http://{host}")),
+            None => Ok(format!("http://{host}")),
         }
     }
 

@@ -195,9 +195,40 @@ impl Layout {
         }
     }
 
+    /// The same sandbox for its next boot (a resume from a filesystem-only pause): the same
+    /// layers and limits, a fresh mount point (the last one went with the last boot).
+    pub(crate) fn for_reboot(&self) -> std::io::Result<Self> {
+        let next = Self { merged: mount_point(), ..self.clone() };
+        let root = userns::host_id(self.ids, 0);
+        std::fs::create_dir_all(&next.merged)?;
+        std::os::unix::fs::lchown(&next.merged, Some(root), Some(root))?;
+        Ok(next)
+    }
+
     fn log(&self) -> PathBuf {
         self.dir.join("bwrap.log")
     }
+}
+
+/// Where the kernel tells a boot apart (`/proc/sys/kernel/random/boot_id`). A sandbox shares
+/// the host's kernel, so each of its boots gets one of its own, bound read-only over it.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// A random version-4 UUID as the kernel writes a boot id (with its newline).
+fn new_boot_id() -> String {
+    let mut b = [0u8; 16];
+    crate::random::fill_or_unique(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}\n", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// A pipe whose read end yields a fresh boot id (for `--ro-bind-data`).
+fn boot_id_pipe() -> std::io::Result<OwnedFd> {
+    let (r, w) = sys::cloexec_pipe()?;
+    std::fs::File::from(w).write_all(new_boot_id().as_bytes())?;
+    Ok(r)
 }
 
 /// The sandbox's hostname, and the `/etc/hosts` that resolves it.
@@ -208,13 +239,16 @@ const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loop
 pub(crate) const BASH_ENV_IN_SANDBOX: &str = "/etc/scenario-run/bash_env.sh";
 
 /// The `bwrap` command line for `layout`, with the `pre_exec` hook described in the module
-/// documentation. `info_fd` becomes fd 3 (`--info-fd 3`), `seccomp_fd` fd 4.
+/// documentation. `info_fd` becomes fd 3 (`--info-fd 3`), `seccomp_fd` fd 4, `boot_id_fd`
+/// (if any) fd 5, whose contents become the sandbox's boot id.
+#[allow(clippy::too_many_arguments)]
 fn bwrap_command(
     layout: &Layout,
     userns: &OwnedFd,
     cgroup: Option<&Cgroup>,
     info_fd: i32,
     seccomp_fd: i32,
+    boot_id_fd: Option<i32>,
     argv: &[&str],
     probe: bool,
 ) -> std::io::Result<std::process::Command> {
@@ -247,6 +281,9 @@ fn bwrap_command(
         cmd.arg("--bind").arg(&layout.merged).arg("/");
     }
     cmd.args(["--dev", "/dev", "--proc", "/proc"]);
+    if boot_id_fd.is_some() {
+        cmd.args(["--perms", "0444", "--ro-bind-data", "5", BOOT_ID]);
+    }
     // The binds are mounted into the root by the child, as host root (bwrap, as the
     // namespace's root, might not reach their host paths: a 0700 home holds the build caches).
     let mut binds = Vec::new();
@@ -313,7 +350,11 @@ fn bwrap_command(
                 return Err(std::io::Error::last_os_error());
             }
             sys::dup_onto(info_fd, 3)?;
-            sys::dup_onto(seccomp_fd, 4)
+            sys::dup_onto(seccomp_fd, 4)?;
+            match boot_id_fd {
+                Some(fd) => sys::dup_onto(fd, 5),
+                None => Ok(()),
+            }
         });
     }
     Ok(cmd)
@@ -413,6 +454,7 @@ impl NsSandbox {
             .map_err(|e| ProviderError::infra(format!("cannot create a user namespace: {}", sys::errno_text(&e))))?;
         let (info_r, info_w) = sys::cloexec_pipe()?;
         let seccomp = seccomp_pipe()?;
+        let boot_id = boot_id_pipe()?;
         let log = std::fs::File::create(layout.log())?;
         let mut cmd = bwrap_command(
             layout,
@@ -420,6 +462,7 @@ impl NsSandbox {
             cgroup,
             info_w.as_raw_fd(),
             seccomp.as_raw_fd(),
+            Some(boot_id.as_raw_fd()),
             &["/bin/sh", "-c", "echo ready && exec sleep infinity"],
             false,
         )?;
@@ -432,7 +475,7 @@ impl NsSandbox {
         let spawned = sys::on_spawner(move || {
             let _guard = handle.enter();
             let r = cmd.spawn();
-            drop((ns, seccomp));
+            drop((ns, seccomp, boot_id));
             r
         })
         .await?;
@@ -548,7 +591,7 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Str
         let ns = userns::create(ids).map_err(|e| format!("cannot create a user namespace: {}", sys::errno_text(&e)))?;
         let (_r, w) = sys::cloexec_pipe().map_err(|e| e.to_string())?;
         let seccomp = seccomp_pipe().map_err(|e| e.to_string())?;
-        let mut cmd = bwrap_command(&layout, &ns, None, w.as_raw_fd(), seccomp.as_raw_fd(), &["/bin/true"], true)
+        let mut cmd = bwrap_command(&layout, &ns, None, w.as_raw_fd(), seccomp.as_raw_fd(), None, &["/bin/true"], true)
             .map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let run = sys::on_spawner_blocking(move || -> std::result::Result<(), String> {
