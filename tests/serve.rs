@@ -1771,3 +1771,15 @@ async fn copy_keeps_symlinks_in_the_context_as_links_and_never_reads_their_targe
     let (ok, stderr) = server.stop();
     assert!(ok, "{stderr}");
 }
+
+/// E2B's base image (`FROM python:3.11.6`) has `python`; the SDK's own `test_ping_server` runs
+/// `python -m http.server` in it.
+#[tokio::test]
+async fn the_base_image_has_python_as_e2bs_does() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (out, end) = run_cmd(&http, &base, &sb, "python -c 'import sys; print(sys.version_info[0])'").await;
+    assert_eq!(out, "3\n", "{end}");
+    server.stop();
+}

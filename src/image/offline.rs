@@ -54,13 +54,16 @@ const E2B_BASE: &[&str] = &[
     "ca-certificates",
     "procps",
     "sudo",
+    // E2B's base is `FROM python:3.11.6`, which has `python`; the SDK's own tests run
+    // `python -m http.server` in it.
+    "python-is-python3",
 ];
 const PYTHON: &[&str] = &["ca-certificates", "python3", "python3-pip", "python3-venv", "python-is-python3"];
 
 const RECIPES: &[Recipe] = &[
     Recipe {
         name: "e2b-base",
-        about: "E2B's base: bash, coreutils, python3 with pip and venv, git, curl, procps, sudo; `user` with passwordless sudo",
+        about: "E2B's base: bash, coreutils, python3 (also as `python`) with pip and venv, git, curl, procps, sudo; `user` with passwordless sudo",
         packages: E2B_BASE,
         kind: RecipeKind::E2bBase,
     },
@@ -223,6 +226,7 @@ mod tests {
             "ca-certificates",
             "procps",
             "sudo",
+            "python-is-python3",
         ] {
             assert!(r.packages.contains(&p), "{p}");
         }
