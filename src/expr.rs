@@ -14,7 +14,7 @@ use std::error::Error as _;
 use base64::Engine as _;
 use minijinja::value::{Object, Value as MValue};
 use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 
 use crate::diag::{did_you_mean, Diagnostic, Source};
 use crate::yaml::{Node, Value};
@@ -45,7 +45,7 @@ pub fn env() -> &'static Environment<'static> {
             String::from_utf8(bytes).map_err(|_| Error::new(ErrorKind::InvalidOperation, "decoded base64 is not UTF-8"))
         });
         e.add_filter("fromjson", |s: String| -> Result<MValue, Error> {
-            let v: J = serde_json::from_str(&s)
+            let v: JsonValue = serde_json::from_str(&s)
                 .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("invalid JSON: {e}")))?;
             Ok(MValue::from(minijinja::value::Serde(v)))
         });
@@ -145,9 +145,9 @@ fn single_expression(s: &str) -> Option<&str> {
 }
 
 /// Render one string. A lone `{{ expr }}` keeps the expression's type.
-pub fn render_str(s: &str, ctx: &MValue) -> Result<J, RenderError> {
+pub fn render_str(s: &str, ctx: &MValue) -> Result<JsonValue, RenderError> {
     if !is_expression(s) {
-        return Ok(J::String(s.to_string()));
+        return Ok(JsonValue::String(s.to_string()));
     }
     let err = |e: Error| RenderError { message: describe(&e), line_in_expr: e.line() };
     if let Some(expr) = single_expression(s) {
@@ -157,11 +157,11 @@ pub fn render_str(s: &str, ctx: &MValue) -> Result<J, RenderError> {
             return Err(RenderError { message: format!("undefined value: `{expr}`"), line_in_expr: Some(1) });
         }
         if v.as_object().is_some_and(|o| o.downcast_ref::<SandboxView>().is_some()) {
-            return Ok(J::String(v.to_string()));
+            return Ok(JsonValue::String(v.to_string()));
         }
         return serde_json::to_value(&v).map_err(|e| RenderError { message: e.to_string(), line_in_expr: None });
     }
-    env().render_str(s, ctx.clone()).map(J::String).map_err(err)
+    env().render_str(s, ctx.clone()).map(JsonValue::String).map_err(err)
 }
 
 /// Evaluate a condition (`if:`, `assert: { that: }`). Braces are optional.
@@ -173,19 +173,21 @@ pub fn eval_bool(expr: &str, ctx: &MValue) -> Result<bool, RenderError> {
 }
 
 /// Render a node tree into JSON, rendering every string with expressions.
-pub fn render_node(node: &Node, ctx: &MValue) -> Result<J, (RenderError, u32, u32)> {
+pub fn render_node(node: &Node, ctx: &MValue) -> Result<JsonValue, (RenderError, u32, u32)> {
     match &node.value {
         Value::Str(s) => render_str(s, ctx).map_err(|e| {
             let (line, col) = position(node, e.line_in_expr);
             (e, line, col)
         }),
-        Value::Seq(items) => items.iter().map(|n| render_node(n, ctx)).collect::<Result<Vec<_>, _>>().map(J::Array),
+        Value::Seq(items) => {
+            items.iter().map(|n| render_node(n, ctx)).collect::<Result<Vec<_>, _>>().map(JsonValue::Array)
+        }
         Value::Map(m) => {
             let mut out = serde_json::Map::new();
             for (k, v) in m {
                 out.insert(k.key_text(), render_node(v, ctx)?);
             }
-            Ok(J::Object(out))
+            Ok(JsonValue::Object(out))
         }
         _ => Ok(node.to_json()),
     }
@@ -355,10 +357,10 @@ mod tests {
     #[test]
     fn lone_expression_keeps_type() {
         let ctx = context! { vars => context! { port => 8000, name => "x" } };
-        assert_eq!(render_str("{{ vars.port }}", &ctx).unwrap(), J::from(8000));
-        assert_eq!(render_str("p{{ vars.port }}", &ctx).unwrap(), J::from("p8000"));
-        assert_eq!(render_str("{{ vars.name }}\n", &ctx).unwrap(), J::from("x\n"));
-        assert_eq!(render_str("{{ vars.name | upper }}", &ctx).unwrap(), J::from("X"));
+        assert_eq!(render_str("{{ vars.port }}", &ctx).unwrap(), JsonValue::from(8000));
+        assert_eq!(render_str("p{{ vars.port }}", &ctx).unwrap(), JsonValue::from("p8000"));
+        assert_eq!(render_str("{{ vars.name }}\n", &ctx).unwrap(), JsonValue::from("x\n"));
+        assert_eq!(render_str("{{ vars.name | upper }}", &ctx).unwrap(), JsonValue::from("X"));
     }
 
     #[test]
@@ -377,9 +379,9 @@ mod tests {
             urls: HashMap::from([(8000, "http://127.0.0.1:4000".into())]),
         };
         let ctx = context! { sandbox => MValue::from_object(sb) };
-        assert_eq!(render_str("{{ sandbox.url(8000) }}/x", &ctx).unwrap(), J::from("http://127.0.0.1:4000/x"));
-        assert_eq!(render_str("{{ sandbox.host(8000) }}", &ctx).unwrap(), J::from("127.0.0.1:4000"));
-        assert_eq!(render_str("{{ sandbox }}", &ctx).unwrap(), J::from("sb1"));
+        assert_eq!(render_str("{{ sandbox.url(8000) }}/x", &ctx).unwrap(), JsonValue::from("http://127.0.0.1:4000/x"));
+        assert_eq!(render_str("{{ sandbox.host(8000) }}", &ctx).unwrap(), JsonValue::from("127.0.0.1:4000"));
+        assert_eq!(render_str("{{ sandbox }}", &ctx).unwrap(), JsonValue::from("sb1"));
         assert!(render_str("{{ sandbox.url(9) }}", &ctx).is_err());
         assert_eq!(ports_in("{{ sandbox.url(8000) }} {{ sandboxes.a.host( 9000 ) }}"), vec![8000, 9000]);
     }
@@ -387,8 +389,8 @@ mod tests {
     #[test]
     fn filters() {
         let ctx = context! {};
-        assert_eq!(render_str("{{ 'hi' | b64encode }}", &ctx).unwrap(), J::from("aGk="));
-        assert_eq!(render_str("{{ ('{\"a\": 2}' | fromjson).a }}", &ctx).unwrap(), J::from(2));
+        assert_eq!(render_str("{{ 'hi' | b64encode }}", &ctx).unwrap(), JsonValue::from("aGk="));
+        assert_eq!(render_str("{{ ('{\"a\": 2}' | fromjson).a }}", &ctx).unwrap(), JsonValue::from(2));
     }
 
     #[test]

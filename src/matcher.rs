@@ -5,7 +5,7 @@
 //! arguments ([`Matcher::from_json`]), since their values may be templates.
 
 use regex::Regex;
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 
 use crate::diag::{did_you_mean, Diagnostic, Source};
 use crate::report::events::Mismatch;
@@ -32,7 +32,7 @@ const JSON_ENTRY_EXTRA: &[&str] = &["path", "exists"];
 
 #[derive(Debug, Clone)]
 pub enum Clause {
-    Equals(J),
+    Equals(JsonValue),
     Contains(String),
     NotContains(String),
     Matches(Regex),
@@ -86,18 +86,18 @@ fn failure(message: String, hint: Option<&Hint>, mismatch: Option<Mismatch>) -> 
     MatchFailure { message, mismatch: mismatch.map(|m| m.with_hint(hint.map(|h| h.full.clone()))) }
 }
 
-fn text_of(v: &J) -> String {
+fn text_of(v: &JsonValue) -> String {
     match v {
-        J::String(s) => s.clone(),
+        JsonValue::String(s) => s.clone(),
         other => other.to_string(),
     }
 }
 
 /// A value as shown in a message: strings quoted with escapes visible (`"hi\n"`), cut at 200
 /// characters; other JSON as JSON (`3`, `[1,2]`).
-fn shown(v: &J) -> String {
+fn shown(v: &JsonValue) -> String {
     match v {
-        J::String(s) => short(s),
+        JsonValue::String(s) => short(s),
         other => short_raw(&other.to_string()),
     }
 }
@@ -315,9 +315,9 @@ fn near_hint(want: &str, text: &str, holds: impl Fn(&str, &str) -> bool, verb: &
 
 impl Matcher {
     /// Build from a rendered value. A scalar is shorthand for `equals`.
-    pub fn from_json(v: &J) -> Result<Matcher, String> {
+    pub fn from_json(v: &JsonValue) -> Result<Matcher, String> {
         let obj = match v {
-            J::Object(o) => o,
+            JsonValue::Object(o) => o,
             other => return Ok(Matcher(vec![Clause::Equals(other.clone())])),
         };
         let mut clauses = Vec::new();
@@ -340,7 +340,7 @@ impl Matcher {
                 "ends_with" => Clause::EndsWith(text_of(v)),
                 "empty" => Clause::Empty(v.as_bool().ok_or("`empty` expects true or false")?),
                 "lines" => match v {
-                    J::Array(items) => Clause::Lines(items.iter().map(text_of).collect()),
+                    JsonValue::Array(items) => Clause::Lines(items.iter().map(text_of).collect()),
                     _ => Clause::LineCount(n()?),
                 },
                 "length" => Clause::Length(n()?),
@@ -349,16 +349,20 @@ impl Matcher {
                     let mut checks = Vec::new();
                     for item in items {
                         let o = item.as_object().ok_or("each `json` entry is a mapping with `path`")?;
-                        let path =
-                            o.get("path").and_then(J::as_str).ok_or("each `json` entry needs `path`")?.to_string();
+                        let path = o
+                            .get("path")
+                            .and_then(JsonValue::as_str)
+                            .ok_or("each `json` entry needs `path`")?
+                            .to_string();
                         parse_path(&path)?;
-                        let exists = o.get("exists").and_then(J::as_bool);
-                        let rest: serde_json::Map<String, J> = o
+                        let exists = o.get("exists").and_then(JsonValue::as_bool);
+                        let rest: serde_json::Map<String, JsonValue> = o
                             .iter()
                             .filter(|(k, _)| !JSON_ENTRY_EXTRA.contains(&k.as_str()))
                             .map(|(k, v)| (k.clone(), v.clone()))
                             .collect();
-                        let matcher = if rest.is_empty() { None } else { Some(Matcher::from_json(&J::Object(rest))?) };
+                        let matcher =
+                            if rest.is_empty() { None } else { Some(Matcher::from_json(&JsonValue::Object(rest))?) };
                         checks.push(JsonCheck { path, exists, matcher });
                     }
                     Clause::Json(checks)
@@ -374,11 +378,11 @@ impl Matcher {
 
     /// Check a text subject (stdout, a file, an HTTP body).
     pub fn check_text(&self, actual: &str) -> Result<(), MatchFailure> {
-        self.check(&J::String(actual.to_string()))
+        self.check(&JsonValue::String(actual.to_string()))
     }
 
     /// Check any value; non-strings are compared as JSON and searched as their JSON text.
-    pub fn check(&self, actual: &J) -> Result<(), MatchFailure> {
+    pub fn check(&self, actual: &JsonValue) -> Result<(), MatchFailure> {
         for c in &self.0 {
             c.check(actual)?;
         }
@@ -415,16 +419,16 @@ impl Clause {
         }
     }
 
-    fn check(&self, actual: &J) -> Result<(), MatchFailure> {
+    fn check(&self, actual: &JsonValue) -> Result<(), MatchFailure> {
         let text = text_of(actual);
         let found = shown(actual);
         let plain = |ok: bool, message: String| if ok { Ok(()) } else { Err(failure(message, None, None)) };
         match self {
             Clause::Equals(exp) => {
                 let equal = match (exp, actual) {
-                    (J::String(e), a) => *e == text_of(a),
-                    (e, J::String(a)) => {
-                        serde_json::from_str::<J>(a).map(|a| &a == e).unwrap_or(false) || text_of(e) == *a
+                    (JsonValue::String(e), a) => *e == text_of(a),
+                    (e, JsonValue::String(a)) => {
+                        serde_json::from_str::<JsonValue>(a).map(|a| &a == e).unwrap_or(false) || text_of(e) == *a
                     }
                     (e, a) => loose_eq(e, a),
                 };
@@ -519,8 +523,8 @@ impl Clause {
                 Err(failure(format!("expected length {n}, found length {got}: {found}"), hint.as_ref(), None))
             }
             Clause::Json(checks) => {
-                let doc: J = match actual {
-                    J::String(s) => serde_json::from_str(s)
+                let doc: JsonValue = match actual {
+                    JsonValue::String(s) => serde_json::from_str(s)
                         .map_err(|e| failure(format!("expected JSON, found {} ({e})", short(s)), None, None))?,
                     other => other.clone(),
                 };
@@ -609,7 +613,7 @@ fn regex_hint(re: &Regex, text: &str) -> Option<Hint> {
 }
 
 /// Numbers compare by value (`1` equals `1.0`).
-fn loose_eq(a: &J, b: &J) -> bool {
+fn loose_eq(a: &JsonValue, b: &JsonValue) -> bool {
     match (a.as_f64(), b.as_f64()) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
@@ -664,7 +668,7 @@ fn parse_path(path: &str) -> Result<Vec<Seg>, String> {
     Ok(segs)
 }
 
-pub fn lookup<'a>(doc: &'a J, path: &str) -> Option<&'a J> {
+pub fn lookup<'a>(doc: &'a JsonValue, path: &str) -> Option<&'a JsonValue> {
     let mut cur = doc;
     for seg in parse_path(path).ok()? {
         cur = match seg {
@@ -791,7 +795,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn m(v: J) -> Matcher {
+    fn m(v: JsonValue) -> Matcher {
         Matcher::from_json(&v).unwrap()
     }
 
@@ -843,7 +847,7 @@ mod tests {
     /// user sees, one case per line: matcher, subject, then message and hint.
     #[test]
     fn failure_messages_snapshot() {
-        let cases: &[(J, &str)] = &[
+        let cases: &[(JsonValue, &str)] = &[
             (json!({"equals": "hello"}), "Hello\n"),
             (json!({"equals": "hi"}), "hi\n"),
             (json!({"equals": "hi\n"}), "hi"),

@@ -3,18 +3,18 @@
 
 use std::fmt::Write as _;
 
-use serde_json::{json, Map, Value as J};
+use serde_json::{json, Map, Value as JsonValue};
 
 use crate::steps::registry::{Field, FieldType, StepKind, COMMON_KEYS, REGISTRY};
 
 pub const SCHEMA_PATH: &str = "schema/scenario.schema.json";
 
-fn templated(schema: J) -> J {
+fn templated(schema: JsonValue) -> JsonValue {
     // Any typed field may instead hold a template string rendered at run time.
     json!({ "anyOf": [schema, { "type": "string", "pattern": "\\{[{%]" }] })
 }
 
-fn field_schema(f: &Field) -> J {
+fn field_schema(f: &Field) -> JsonValue {
     let mut s = match f.ty {
         FieldType::Str => json!({ "type": ["string", "number", "boolean"] }),
         FieldType::Int => templated(json!({ "type": "integer" })),
@@ -31,13 +31,13 @@ fn field_schema(f: &Field) -> J {
         FieldType::Any => json!({}),
         FieldType::Object(fields) => object(fields, false),
     };
-    if let J::Object(m) = &mut s {
-        m.insert("description".into(), J::String(f.doc.to_string()));
+    if let JsonValue::Object(m) = &mut s {
+        m.insert("description".into(), JsonValue::String(f.doc.to_string()));
     }
     s
 }
 
-fn object(fields: &[Field], matcher: bool) -> J {
+fn object(fields: &[Field], matcher: bool) -> JsonValue {
     let mut props = Map::new();
     for f in fields {
         props.insert(f.name.to_string(), field_schema(f));
@@ -55,7 +55,7 @@ fn object(fields: &[Field], matcher: bool) -> J {
     o
 }
 
-fn kind_schema(k: &StepKind) -> J {
+fn kind_schema(k: &StepKind) -> JsonValue {
     let args = if k.free_keys {
         json!({ "type": "object", "description": "names to values" })
     } else {
@@ -74,7 +74,7 @@ fn kind_schema(k: &StepKind) -> J {
     };
     let mut props = Map::new();
     let mut args = args;
-    args["description"] = J::String(k.summary.to_string());
+    args["description"] = JsonValue::String(k.summary.to_string());
     props.insert(k.name.to_string(), args);
     for (key, _) in COMMON_KEYS {
         props.insert(key.to_string(), json!({ "$ref": format!("#/definitions/common/{key}") }));
@@ -82,8 +82,8 @@ fn kind_schema(k: &StepKind) -> J {
     json!({ "type": "object", "required": [k.name], "properties": props, "additionalProperties": false })
 }
 
-pub fn schema() -> J {
-    let common: Map<String, J> = COMMON_KEYS
+pub fn schema() -> JsonValue {
+    let common: Map<String, JsonValue> = COMMON_KEYS
         .iter()
         .map(|(k, doc)| {
             let s = match *k {
@@ -108,7 +108,7 @@ pub fn schema() -> J {
                 _ => json!({}),
             };
             let mut s = s;
-            s["description"] = J::String(doc.to_string());
+            s["description"] = JsonValue::String(doc.to_string());
             (k.to_string(), s)
         })
         .collect();
@@ -130,10 +130,10 @@ pub fn schema() -> J {
             _ => json!({ "type": "array", "items": { "$ref": "#/definitions/matcher" } }),
         };
         let mut s = s;
-        s["description"] = J::String(doc.to_string());
+        s["description"] = JsonValue::String(doc.to_string());
         matcher_props.insert(k.to_string(), s);
     }
-    let step_variants: Vec<J> = REGISTRY.iter().map(kind_schema).collect();
+    let step_variants: Vec<JsonValue> = REGISTRY.iter().map(kind_schema).collect();
     let list = json!({ "type": ["array", "null"], "items": { "$ref": "#/definitions/step" } });
     json!({
         "$schema": "http://json-schema.org/draft-07/schema#",

@@ -30,7 +30,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::Response;
-use serde_json::{json, Map, Value as J};
+use serde_json::{json, Map, Value as JsonValue};
 use tokio_util::sync::CancellationToken;
 
 /// What the model does: write `content` to `path` with a tool, then answer `reply`.
@@ -60,7 +60,7 @@ impl Drop for ScriptedModel {
 #[derive(Debug)]
 struct Shared {
     script: Script,
-    log: Mutex<Vec<J>>,
+    log: Mutex<Vec<JsonValue>>,
     ids: AtomicU64,
 }
 
@@ -94,12 +94,12 @@ impl ScriptedModel {
     }
 
     /// Every request so far (what `GET /_log` answers).
-    pub fn log(&self) -> J {
+    pub fn log(&self) -> JsonValue {
         log_doc(&self.state)
     }
 }
 
-fn log_doc(state: &Shared) -> J {
+fn log_doc(state: &Shared) -> JsonValue {
     let requests = state.log.lock().expect("log").clone();
     let count =
         |what: &str| requests.iter().filter(|r| r["answer"].as_str().is_some_and(|a| a.starts_with(what))).count();
@@ -129,7 +129,7 @@ impl Api {
 struct Tool {
     name: String,
     /// JSON Schema of its arguments (`{}` when it has none).
-    params: J,
+    params: JsonValue,
     kind: ToolKind,
 }
 
@@ -151,14 +151,14 @@ enum Answer {
 
 #[derive(Debug, Clone, PartialEq)]
 enum CallInput {
-    Arguments(J),
+    Arguments(JsonValue),
     Custom(String),
     LocalShell(Vec<String>),
 }
 
 async fn handle(State(state): State<Arc<Shared>>, method: Method, uri: Uri, body: Bytes) -> Response {
     let path = uri.path().trim_end_matches('/').to_string();
-    let req: J = serde_json::from_slice(&body).unwrap_or(J::Null);
+    let req: JsonValue = serde_json::from_slice(&body).unwrap_or(JsonValue::Null);
     if method == Method::GET && path == "/_log" {
         return json_response(StatusCode::OK, &log_doc(&state));
     }
@@ -219,7 +219,7 @@ fn approx_tokens(body: &[u8]) -> u64 {
     (body.len() as u64 / 4).max(1)
 }
 
-fn json_response(status: StatusCode, doc: &J) -> Response {
+fn json_response(status: StatusCode, doc: &JsonValue) -> Response {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
@@ -246,7 +246,7 @@ fn sse(events: Vec<(Option<String>, String)>) -> Response {
 
 // ---- reading requests ----------------------------------------------------------------------
 
-fn tools_of(api: Api, req: &J) -> Vec<Tool> {
+fn tools_of(api: Api, req: &JsonValue) -> Vec<Tool> {
     let list = req["tools"].as_array().cloned().unwrap_or_default();
     let mut out = Vec::new();
     for t in &list {
@@ -266,10 +266,10 @@ fn tools_of(api: Api, req: &J) -> Vec<Tool> {
                     kind: ToolKind::Function,
                 }),
                 Some("custom") => {
-                    t["name"].as_str().map(|n| Tool { name: n.into(), params: J::Null, kind: ToolKind::Custom })
+                    t["name"].as_str().map(|n| Tool { name: n.into(), params: JsonValue::Null, kind: ToolKind::Custom })
                 }
                 Some("local_shell") => {
-                    Some(Tool { name: "local_shell".into(), params: J::Null, kind: ToolKind::LocalShell })
+                    Some(Tool { name: "local_shell".into(), params: JsonValue::Null, kind: ToolKind::LocalShell })
                 }
                 _ => None,
             },
@@ -284,7 +284,7 @@ fn tools_of(api: Api, req: &J) -> Vec<Tool> {
     out
 }
 
-fn has_tool_result(api: Api, req: &J) -> bool {
+fn has_tool_result(api: Api, req: &JsonValue) -> bool {
     match api {
         Api::Chat => req["messages"]
             .as_array()
@@ -320,11 +320,11 @@ const SHELL_NAMES: &[&str] = &[
     "command",
 ];
 
-fn props(t: &Tool) -> Option<&Map<String, J>> {
+fn props(t: &Tool) -> Option<&Map<String, JsonValue>> {
     t.params["properties"].as_object()
 }
 
-fn first_key<'a>(props: &Map<String, J>, keys: &[&'a str]) -> Option<&'a str> {
+fn first_key<'a>(props: &Map<String, JsonValue>, keys: &[&'a str]) -> Option<&'a str> {
     keys.iter().copied().find(|k| props.contains_key(*k))
 }
 
@@ -342,10 +342,10 @@ fn answer(script: &Script, tools: &[Tool], tool_result_seen: bool) -> Answer {
         }
         if let (Some(pk), Some(ck)) = (first_key(p, PATH_KEYS), first_key(p, CONTENT_KEYS)) {
             let mut args = Map::new();
-            args.insert(pk.into(), J::String(script.path.clone()));
-            args.insert(ck.into(), J::String(script.content.clone()));
+            args.insert(pk.into(), JsonValue::String(script.path.clone()));
+            args.insert(ck.into(), JsonValue::String(script.content.clone()));
             fill_required(t, &mut args);
-            return Answer::Call { name: t.name.clone(), input: CallInput::Arguments(J::Object(args)) };
+            return Answer::Call { name: t.name.clone(), input: CallInput::Arguments(JsonValue::Object(args)) };
         }
     }
     // 2. Its shell.
@@ -361,12 +361,15 @@ fn answer(script: &Script, tools: &[Tool], tool_result_seen: bool) -> Answer {
             ToolKind::Function if SHELL_NAMES.contains(&t.name.to_ascii_lowercase().as_str()) => {
                 let Some(p) = props(t) else { continue };
                 let Some(ck) = first_key(p, COMMAND_KEYS) else { continue };
-                let value =
-                    if p[ck]["type"] == "array" { json!(["bash", "-lc", line]) } else { J::String(line.clone()) };
+                let value = if p[ck]["type"] == "array" {
+                    json!(["bash", "-lc", line])
+                } else {
+                    JsonValue::String(line.clone())
+                };
                 let mut args = Map::new();
                 args.insert(ck.into(), value);
                 fill_required(t, &mut args);
-                return Answer::Call { name: t.name.clone(), input: CallInput::Arguments(J::Object(args)) };
+                return Answer::Call { name: t.name.clone(), input: CallInput::Arguments(JsonValue::Object(args)) };
             }
             _ => {}
         }
@@ -385,19 +388,19 @@ fn answer(script: &Script, tools: &[Tool], tool_result_seen: bool) -> Answer {
 }
 
 /// Values for required parameters the script does not set, so the call is valid.
-fn fill_required(t: &Tool, args: &mut Map<String, J>) {
+fn fill_required(t: &Tool, args: &mut Map<String, JsonValue>) {
     let Some(p) = props(t) else { return };
-    for name in t.params["required"].as_array().into_iter().flatten().filter_map(J::as_str) {
+    for name in t.params["required"].as_array().into_iter().flatten().filter_map(JsonValue::as_str) {
         if args.contains_key(name) {
             continue;
         }
         let v = match p.get(name).and_then(|s| s["type"].as_str()) {
-            Some("boolean") => J::Bool(false),
+            Some("boolean") => JsonValue::Bool(false),
             Some("integer" | "number") => json!(0),
             Some("array") => json!([]),
             Some("object") => json!({}),
-            _ if name == "description" => J::String("write the file the task asks for".into()),
-            _ => J::String(String::new()),
+            _ if name == "description" => JsonValue::String("write the file the task asks for".into()),
+            _ => JsonValue::String(String::new()),
         };
         args.insert(name.into(), v);
     }
@@ -424,7 +427,7 @@ fn now() -> u64 {
 
 // ---- OpenAI Chat Completions ----------------------------------------------------------------
 
-fn chat(state: &Shared, model: &str, a: &Answer, input_tokens: u64) -> J {
+fn chat(state: &Shared, model: &str, a: &Answer, input_tokens: u64) -> JsonValue {
     let (message, finish) = match a {
         Answer::Call { name, input } => (
             json!({ "role": "assistant", "content": null, "tool_calls": [{
@@ -441,9 +444,15 @@ fn chat(state: &Shared, model: &str, a: &Answer, input_tokens: u64) -> J {
     })
 }
 
-fn chat_events(state: &Shared, model: &str, a: &Answer, input_tokens: u64, req: &J) -> Vec<(Option<String>, String)> {
+fn chat_events(
+    state: &Shared,
+    model: &str,
+    a: &Answer,
+    input_tokens: u64,
+    req: &JsonValue,
+) -> Vec<(Option<String>, String)> {
     let (id, created) = (state.id("chatcmpl"), now());
-    let chunk = |delta: J, finish: J| {
+    let chunk = |delta: JsonValue, finish: JsonValue| {
         json!({ "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [{ "index": 0, "delta": delta, "finish_reason": finish, "logprobs": null }] })
         .to_string()
@@ -455,17 +464,17 @@ fn chat_events(state: &Shared, model: &str, a: &Answer, input_tokens: u64, req: 
             out.push(chunk(
                 json!({ "role": "assistant", "content": null, "tool_calls": [{ "index": 0, "id": call_id,
                     "type": "function", "function": { "name": name, "arguments": "" } }] }),
-                J::Null,
+                JsonValue::Null,
             ));
             out.push(chunk(
                 json!({ "tool_calls": [{ "index": 0, "function": { "arguments": arguments_text(input) } }] }),
-                J::Null,
+                JsonValue::Null,
             ));
             out.push(chunk(json!({}), json!("tool_calls")));
         }
         Answer::Text(t) => {
-            out.push(chunk(json!({ "role": "assistant", "content": "" }), J::Null));
-            out.push(chunk(json!({ "content": t }), J::Null));
+            out.push(chunk(json!({ "role": "assistant", "content": "" }), JsonValue::Null));
+            out.push(chunk(json!({ "content": t }), JsonValue::Null));
             out.push(chunk(json!({}), json!("stop")));
         }
     }
@@ -483,7 +492,7 @@ fn chat_events(state: &Shared, model: &str, a: &Answer, input_tokens: u64, req: 
 // ---- OpenAI Responses ------------------------------------------------------------------------
 
 /// The whole response, and its one output item.
-fn responses(state: &Shared, model: &str, a: &Answer, input_tokens: u64) -> (J, J) {
+fn responses(state: &Shared, model: &str, a: &Answer, input_tokens: u64) -> (JsonValue, JsonValue) {
     let item = match a {
         Answer::Call { name, input: CallInput::Custom(text) } => json!({
             "type": "custom_tool_call", "id": state.id("ctc"), "call_id": state.id("call"),
@@ -513,7 +522,7 @@ fn responses_events(state: &Shared, model: &str, a: &Answer, input_tokens: u64) 
     let mut started = done.clone();
     started["status"] = json!("in_progress");
     started["output"] = json!([]);
-    started["usage"] = J::Null;
+    started["usage"] = JsonValue::Null;
     let mut pending = item.clone();
     pending["status"] = json!("in_progress");
     let item_id = item["id"].clone();
@@ -568,7 +577,7 @@ fn responses_events(state: &Shared, model: &str, a: &Answer, input_tokens: u64) 
 
 // ---- Anthropic Messages ----------------------------------------------------------------------
 
-fn messages(state: &Shared, model: &str, a: &Answer, input_tokens: u64) -> J {
+fn messages(state: &Shared, model: &str, a: &Answer, input_tokens: u64) -> JsonValue {
     let (block, stop) = message_block(state, a);
     json!({
         "id": state.id("msg"), "type": "message", "role": "assistant", "model": model,
@@ -578,7 +587,7 @@ fn messages(state: &Shared, model: &str, a: &Answer, input_tokens: u64) -> J {
     })
 }
 
-fn message_block(state: &Shared, a: &Answer) -> (J, &'static str) {
+fn message_block(state: &Shared, a: &Answer) -> (JsonValue, &'static str) {
     match a {
         Answer::Call { name, input } => {
             let input = match input {
@@ -629,7 +638,7 @@ mod tests {
         }
     }
 
-    fn tool(name: &str, params: J) -> Tool {
+    fn tool(name: &str, params: JsonValue) -> Tool {
         Tool { name: name.into(), params, kind: ToolKind::Function }
     }
 
@@ -683,7 +692,7 @@ mod tests {
 
     #[test]
     fn codex_apply_patch_adds_the_file() {
-        let t = Tool { name: "apply_patch".into(), params: J::Null, kind: ToolKind::Custom };
+        let t = Tool { name: "apply_patch".into(), params: JsonValue::Null, kind: ToolKind::Custom };
         let a = answer(&script(), &[t], false);
         let Answer::Call { input: CallInput::Custom(p), .. } = a else { panic!("{a:?}") };
         assert_eq!(p, "*** Begin Patch\n*** Add File: /home/user/workspace/hello.txt\n+hello it's me\n*** End Patch\n");
@@ -710,7 +719,7 @@ mod tests {
         let url = |p: &str| format!("http://{}{p}", m.addr());
         let write = json!({ "type": "function", "function": { "name": "write_file", "parameters": {
             "properties": { "path": {"type": "string"}, "content": {"type": "string"} } } } });
-        let r: J = http
+        let r: JsonValue = http
             .post(url("/v1/chat/completions"))
             .json(&json!({ "model": "x", "messages": [{ "role": "user", "content": "go" }], "tools": [write] }))
             .send()
@@ -720,7 +729,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r["choices"][0]["finish_reason"], "tool_calls");
-        let args: J = serde_json::from_str(
+        let args: JsonValue = serde_json::from_str(
             r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap(),
         )
         .unwrap();
@@ -760,7 +769,7 @@ mod tests {
             text.contains("event: response.output_item.done") && text.contains("event: response.completed"),
             "{text}"
         );
-        let log: J = http.get(url("/_log")).send().await.unwrap().json().await.unwrap();
+        let log: JsonValue = http.get(url("/_log")).send().await.unwrap().json().await.unwrap();
         assert_eq!((log["tool_calls"].as_u64(), log["texts"].as_u64()), (Some(3), Some(1)), "{log}");
         assert_eq!(log["requests"][2]["api"], "anthropic-messages");
     }

@@ -17,7 +17,7 @@ impl Expr {
         if tokens.is_empty() {
             return Err("empty expression".into());
         }
-        let mut p = P { tokens, pos: 0 };
+        let mut p = TagParser { tokens, pos: 0 };
         let e = p.or()?;
         if let Some(t) = p.tokens.get(p.pos) {
             return Err(format!("unexpected `{t}` in `{text}`"));
@@ -56,12 +56,13 @@ fn tokenize(text: &str) -> Vec<String> {
     out
 }
 
-struct P {
+/// A recursive-descent parser over the tokens of a `-t` tag expression.
+struct TagParser {
     tokens: Vec<String>,
     pos: usize,
 }
 
-impl P {
+impl TagParser {
     fn peek(&self) -> Option<&str> {
         self.tokens.get(self.pos).map(String::as_str)
     }

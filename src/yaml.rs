@@ -91,15 +91,15 @@ impl Node {
 
     /// Plain JSON form (templates left as they are).
     pub fn to_json(&self) -> serde_json::Value {
-        use serde_json::Value as J;
+        use serde_json::Value as JsonValue;
         match &self.value {
-            Value::Null => J::Null,
-            Value::Bool(b) => J::Bool(*b),
-            Value::Int(i) => J::from(*i),
-            Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
-            Value::Str(s) => J::String(s.clone()),
-            Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
-            Value::Map(m) => J::Object(m.iter().map(|(k, v)| (k.key_text(), v.to_json())).collect()),
+            Value::Null => JsonValue::Null,
+            Value::Bool(b) => JsonValue::Bool(*b),
+            Value::Int(i) => JsonValue::from(*i),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map_or(JsonValue::Null, JsonValue::Number),
+            Value::Str(s) => JsonValue::String(s.clone()),
+            Value::Seq(items) => JsonValue::Array(items.iter().map(Node::to_json).collect()),
+            Value::Map(m) => JsonValue::Object(m.iter().map(|(k, v)| (k.key_text(), v.to_json())).collect()),
         }
     }
 }

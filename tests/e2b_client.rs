@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use scenario_run::provider::e2b::{E2bProvider, Preset};
 use scenario_run::provider::{CreateRequest, ErrorKind, ExecRequest, OutputChunk, Provider};
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -35,11 +35,11 @@ impl Req {
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
     }
-    fn json(&self) -> J {
-        serde_json::from_slice(&self.body).unwrap_or(J::Null)
+    fn json(&self) -> JsonValue {
+        serde_json::from_slice(&self.body).unwrap_or(JsonValue::Null)
     }
     /// The message of a one-envelope Connect streaming request.
-    fn envelope_json(&self) -> J {
+    fn envelope_json(&self) -> JsonValue {
         assert_eq!(self.body[0], 0, "flag byte");
         let len = u32::from_be_bytes(self.body[1..5].try_into().unwrap()) as usize;
         assert_eq!(self.body.len(), 5 + len, "exactly one envelope");
@@ -57,7 +57,7 @@ enum Resp {
     Stream(mpsc::UnboundedReceiver<Vec<u8>>),
 }
 
-fn json_resp(status: u16, body: J) -> Resp {
+fn json_resp(status: u16, body: JsonValue) -> Resp {
     Resp::Full {
         status,
         headers: vec![("Content-Type".into(), "application/json".into())],
@@ -75,7 +75,7 @@ fn with_header(r: Resp, k: &str, v: &str) -> Resp {
     }
 }
 
-fn frame(flags: u8, j: &J) -> Vec<u8> {
+fn frame(flags: u8, j: &JsonValue) -> Vec<u8> {
     let msg = serde_json::to_vec(j).unwrap();
     let mut out = vec![flags];
     out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
@@ -83,7 +83,7 @@ fn frame(flags: u8, j: &J) -> Vec<u8> {
     out
 }
 
-fn event(ev: J) -> Vec<u8> {
+fn event(ev: JsonValue) -> Vec<u8> {
     frame(0, &json!({ "event": ev }))
 }
 
@@ -144,7 +144,7 @@ impl Fake {
     }
 }
 
-fn detail(id: &str) -> J {
+fn detail(id: &str) -> JsonValue {
     json!({"templateID":"tmpl1","alias":"base","sandboxID":id,"clientID":"6532622b",
         "startedAt":"2024-01-01T00:00:00Z","endAt":"2024-01-01T00:05:00Z","envdVersion":"0.6.13",
         "cpuCount":2,"memoryMB":512,"diskSizeMB":1024,"state":"running","metadata":{"owner":"me"}})
@@ -541,7 +541,7 @@ fn killable() -> impl Fn(&Req) -> Option<Resp> + Send + Sync + 'static {
             Some(json_resp(200, json!({})))
         }
         "/process.Process/List" => {
-            let procs: Vec<J> = running
+            let procs: Vec<JsonValue> = running
                 .lock()
                 .unwrap()
                 .keys()

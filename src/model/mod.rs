@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 
 use crate::diag::{Location, Source};
 use crate::steps::StepKind;
@@ -79,10 +79,10 @@ pub struct Scenario {
     pub timeout: Option<Duration>,
     pub requires: Requires,
     pub known_issue: Option<KnownIssue>,
-    pub vars: serde_json::Map<String, J>,
+    pub vars: serde_json::Map<String, JsonValue>,
     /// Names of environment variables whose values are masked, beyond the automatic ones.
     pub secrets: Vec<String>,
-    pub matrix: Vec<(String, Vec<J>)>,
+    pub matrix: Vec<(String, Vec<JsonValue>)>,
     pub setup: Vec<Step>,
     pub steps: Vec<Step>,
     pub finally: Vec<Step>,
@@ -95,13 +95,13 @@ pub struct Scenario {
 pub struct Case {
     pub scenario: Arc<Scenario>,
     pub name: String,
-    pub matrix: BTreeMap<String, J>,
+    pub matrix: BTreeMap<String, JsonValue>,
 }
 
 impl Scenario {
     /// Matrix expansion: one case per combination, named `name[k=v,k2=v2]`.
     pub fn cases(self: &Arc<Self>) -> Vec<Case> {
-        let mut cells: Vec<BTreeMap<String, J>> = vec![BTreeMap::new()];
+        let mut cells: Vec<BTreeMap<String, JsonValue>> = vec![BTreeMap::new()];
         for (key, values) in &self.matrix {
             cells = cells
                 .into_iter()

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 
 use super::{Eventually, KnownIssue, Requires, Retry, Scenario, Step};
 use crate::diag::{did_you_mean, Diagnostic, Location, Source};
@@ -223,7 +223,7 @@ fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptio
                 for (k, v) in entries {
                     match v.as_seq() {
                         Some(items) if !items.is_empty() => {
-                            matrix.push((k.key_text(), items.iter().map(Node::to_json).collect::<Vec<J>>()))
+                            matrix.push((k.key_text(), items.iter().map(Node::to_json).collect::<Vec<JsonValue>>()))
                         }
                         Some(_) => {
                             cx.err(v, format!("matrix `{}` has no values", k.key_text()));

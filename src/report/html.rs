@@ -22,7 +22,7 @@
 
 use std::fmt::Write as _;
 
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 use similar::{ChangeTag, TextDiff};
 
 use super::events::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult, StepRecord, StepStatus};
@@ -285,15 +285,15 @@ fn step(s: &StepRecord) -> String {
 }
 
 /// A value: a table of fields for an object (multi-line strings as blocks), JSON otherwise.
-fn value_html(v: &J) -> String {
+fn value_html(v: &JsonValue) -> String {
     match v {
-        J::Object(map) => {
+        JsonValue::Object(map) => {
             let mut h = String::from("<table class=\"kv\">");
             for (k, val) in map {
                 let cell = match val {
-                    J::String(s) if s.contains('\n') || s.len() > 120 => format!("<pre>{}</pre>", esc(&cut(s))),
-                    J::String(s) => format!("<code>{}</code>", esc(&format::quote(s))),
-                    J::Object(_) | J::Array(_) => format!("<pre>{}</pre>", esc(&cut(&pretty(val)))),
+                    JsonValue::String(s) if s.contains('\n') || s.len() > 120 => format!("<pre>{}</pre>", esc(&cut(s))),
+                    JsonValue::String(s) => format!("<code>{}</code>", esc(&format::quote(s))),
+                    JsonValue::Object(_) | JsonValue::Array(_) => format!("<pre>{}</pre>", esc(&cut(&pretty(val)))),
                     other => format!("<code>{}</code>", esc(&other.to_string())),
                 };
                 let _ = write!(h, "<tr><th>{}</th><td>{cell}</td></tr>", esc(k));
@@ -305,7 +305,7 @@ fn value_html(v: &J) -> String {
     }
 }
 
-fn pretty(v: &J) -> String {
+fn pretty(v: &JsonValue) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
@@ -379,7 +379,7 @@ pub fn sandbox_lives(summary: &RunSummary) -> Vec<Life> {
             }
             match s.kind.as_str() {
                 "create" | "connect" => {
-                    let Some(id) = s.outputs.get("id").and_then(J::as_str) else { continue };
+                    let Some(id) = s.outputs.get("id").and_then(JsonValue::as_str) else { continue };
                     if alive.iter().chain(&lives).any(|l: &Life| l.id == id && l.scenario == r.index) {
                         continue;
                     }
@@ -393,7 +393,7 @@ pub fn sandbox_lives(summary: &RunSummary) -> Vec<Life> {
                     });
                 }
                 "destroy" | "kill" => {
-                    let at = match s.args.get("id").and_then(J::as_str) {
+                    let at = match s.args.get("id").and_then(JsonValue::as_str) {
                         Some(id) => alive.iter().position(|l| l.id == id),
                         None => alive.len().checked_sub(1),
                     };

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt as _;
 
 use minijinja::value::{Serde, Value as MValue};
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 use tokio::sync::mpsc;
 use tokio::time::Instant as TInstant;
 use tokio_util::sync::CancellationToken;
@@ -301,8 +301,18 @@ impl CaseRun<'_> {
 
     fn skip_all(&mut self, steps: &[Step], phase: Phase, why: &str) {
         for (i, step) in steps.iter().enumerate() {
-            let rec =
-                self.record(step, i, phase, StepStatus::Skipped, J::Null, J::Null, Some(why.to_string()), 0, 0, 0);
+            let rec = self.record(
+                step,
+                i,
+                phase,
+                StepStatus::Skipped,
+                JsonValue::Null,
+                JsonValue::Null,
+                Some(why.to_string()),
+                0,
+                0,
+                0,
+            );
             self.push_record(rec);
         }
     }
@@ -314,8 +324,8 @@ impl CaseRun<'_> {
         index: usize,
         phase: Phase,
         status: StepStatus,
-        mut args: J,
-        mut outputs: J,
+        mut args: JsonValue,
+        mut outputs: JsonValue,
         message: Option<String>,
         attempts: u32,
         start_ms: u64,
@@ -396,7 +406,7 @@ impl CaseRun<'_> {
                     Err(panic) => {
                         let why = format!("internal error: the step panicked: {}", panic_message(&*panic));
                         let rec =
-                            self.record(step, i, phase, StepStatus::Error, J::Null, J::Null, Some(why), 1, self.elapsed_ms(), 0);
+                            self.record(step, i, phase, StepStatus::Error, JsonValue::Null, JsonValue::Null, Some(why), 1, self.elapsed_ms(), 0);
                         if self.failure.is_none() {
                             let failure = Failure {
                                 step: rec.label.clone(),
@@ -425,8 +435,18 @@ impl CaseRun<'_> {
                 } else {
                     (StepStatus::Failed, if phase == Phase::Finally { Severity::Error } else { Severity::Fail }, late)
                 };
-                let rec =
-                    self.record(step, i, phase, status, J::Null, J::Null, Some(why.into()), 1, self.elapsed_ms(), 0);
+                let rec = self.record(
+                    step,
+                    i,
+                    phase,
+                    status,
+                    JsonValue::Null,
+                    JsonValue::Null,
+                    Some(why.into()),
+                    1,
+                    self.elapsed_ms(),
+                    0,
+                );
                 if self.failure.is_none() {
                     let failure = Failure {
                         step: rec.label.clone(),
@@ -465,7 +485,7 @@ impl CaseRun<'_> {
                     let e = StepError::error(format!(
                         "unknown sandbox alias `{alias}` (not created yet, or its create failed)"
                     ));
-                    return self.finish(step, index, phase, J::Null, Err(e), 1, start_ms, t0);
+                    return self.finish(step, index, phase, JsonValue::Null, Err(e), 1, start_ms, t0);
                 }
             },
             None => self.ctx.current,
@@ -480,8 +500,18 @@ impl CaseRun<'_> {
             .collect();
         if !missing.is_empty() {
             let why = format!("missing credentials [{}]", missing.join(", "));
-            let mut rec =
-                self.record(step, index, phase, StepStatus::Skipped, J::Null, J::Null, Some(why), 0, start_ms, 0);
+            let mut rec = self.record(
+                step,
+                index,
+                phase,
+                StepStatus::Skipped,
+                JsonValue::Null,
+                JsonValue::Null,
+                Some(why),
+                0,
+                start_ms,
+                0,
+            );
             rec.missing_env = missing;
             self.push_record(rec);
             return false;
@@ -497,8 +527,8 @@ impl CaseRun<'_> {
                         index,
                         phase,
                         StepStatus::Skipped,
-                        J::Null,
-                        J::Null,
+                        JsonValue::Null,
+                        JsonValue::Null,
                         Some(format!("if: {expr} is false")),
                         0,
                         start_ms,
@@ -513,7 +543,7 @@ impl CaseRun<'_> {
                         "cannot evaluate `if: {expr}` at {}:{line}:{col}: {}",
                         self.case.scenario.source.path, e.message
                     ));
-                    return self.finish(step, index, phase, J::Null, Err(err), 1, start_ms, t0);
+                    return self.finish(step, index, phase, JsonValue::Null, Err(err), 1, start_ms, t0);
                 }
             }
         }
@@ -524,7 +554,7 @@ impl CaseRun<'_> {
                     "template error at {}:{line}:{col}: {}",
                     self.case.scenario.source.path, e.message
                 ));
-                return self.finish(step, index, phase, J::Null, Err(err), 1, start_ms, t0);
+                return self.finish(step, index, phase, JsonValue::Null, Err(err), 1, start_ms, t0);
             }
         };
         self.ctx.expr_ctx = tctx;
@@ -583,8 +613,8 @@ impl CaseRun<'_> {
         &self,
         matcher: Option<&crate::yaml::Node>,
         tctx: &MValue,
-        result: Result<J, StepError>,
-    ) -> Result<J, StepError> {
+        result: Result<JsonValue, StepError>,
+    ) -> Result<JsonValue, StepError> {
         let e = match result {
             Ok(_) => return Err(StepError::fail("expected this step to fail, but it succeeded")),
             Err(e) => e,
@@ -608,7 +638,7 @@ impl CaseRun<'_> {
         Ok(json!({ "error": e.message, "severity": severity }))
     }
 
-    async fn attempt(&mut self, step: &Step, args: &J, limit: Duration) -> Result<J, StepError> {
+    async fn attempt(&mut self, step: &Step, args: &JsonValue, limit: Duration) -> Result<JsonValue, StepError> {
         match tokio::time::timeout(limit, (step.kind.run)(&mut self.ctx, args)).await {
             Ok(r) => r,
             Err(_) => Err(StepError::fail(format!("step timed out after {}", crate::duration::human(limit)))),
@@ -621,8 +651,8 @@ impl CaseRun<'_> {
         step: &Step,
         index: usize,
         phase: Phase,
-        args: J,
-        result: Result<J, StepError>,
+        args: JsonValue,
+        result: Result<JsonValue, StepError>,
         attempts: u32,
         start_ms: u64,
         t0: Instant,
@@ -662,7 +692,7 @@ impl CaseRun<'_> {
                     phase,
                     StepStatus::Skipped,
                     args,
-                    J::Null,
+                    JsonValue::Null,
                     Some(e.message.clone()),
                     attempts,
                     start_ms,
@@ -676,7 +706,7 @@ impl CaseRun<'_> {
                 true
             }
             Err(e) => {
-                let outputs = e.outputs.clone().map_or(J::Null, |b| *b);
+                let outputs = e.outputs.clone().map_or(JsonValue::Null, |b| *b);
                 if step.kind.sets_last && !outputs.is_null() {
                     self.ctx.last_exec = Some(outputs.clone());
                 }
@@ -777,7 +807,7 @@ impl CaseRun<'_> {
                 location: self.case.scenario.location.clone(),
                 status,
                 args: json!({ "id": id }),
-                outputs: J::Null,
+                outputs: JsonValue::Null,
                 message: message.clone(),
                 mismatch: None,
                 attempts: 1,

@@ -30,7 +30,7 @@ const MAX_TIMEOUT_SECS: u64 = 86_400;
 /// Page size of `GET /v2/sandboxes`, default and maximum.
 const MAX_PAGE: usize = 100;
 
-type St = State<Arc<AppState>>;
+type SharedState = State<Arc<AppState>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     super::snapshots::routes(super::templates::routes(Router::new()))
@@ -263,7 +263,7 @@ fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
     })
 }
 
-async fn create(State(st): St, headers: HeaderMap, body: Bytes) -> Response {
+async fn create(State(st): SharedState, headers: HeaderMap, body: Bytes) -> Response {
     let req: NewSandbox = match parse_body(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -384,14 +384,14 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     Ok(sb)
 }
 
-async fn detail(State(st): St, Path(id): Path<String>, headers: HeaderMap) -> Response {
+async fn detail(State(st): SharedState, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let Some((sb, info)) = st.lookup(&id).await else {
         return not_found(&id);
     };
     Json(with_envd_url(detail_json(&st, &sb, &info, true), &headers)).into_response()
 }
 
-async fn kill(State(st): St, Path(id): Path<String>) -> Response {
+async fn kill(State(st): SharedState, Path(id): Path<String>) -> Response {
     let Some(sb) = st.sandbox(&id) else {
         return not_found(&id);
     };
@@ -424,7 +424,7 @@ struct TimeoutBody {
     timeout: Option<u64>,
 }
 
-async fn set_timeout(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+async fn set_timeout(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
     let req: TimeoutBody = match parse_body(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -449,7 +449,7 @@ async fn set_timeout(State(st): St, Path(id): Path<String>, body: Bytes) -> Resp
     }
 }
 
-async fn connect(State(st): St, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn connect(State(st): SharedState, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
     let req: TimeoutBody = match parse_body(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -503,7 +503,7 @@ const MAX_SAMPLES: usize = 1000;
 /// window (default: since it started, until now). A sample is taken when asked for, at most
 /// once a second: CPU use since the previous one (as a percentage of the sandbox's CPUs),
 /// memory in use and its limit, the bytes its writable layer holds.
-async fn metrics(State(st): St, Path(id): Path<String>, RawQuery(q): RawQuery) -> Response {
+async fn metrics(State(st): SharedState, Path(id): Path<String>, RawQuery(q): RawQuery) -> Response {
     let mut window = [None, None];
     for (k, v) in query_pairs(q.as_deref()).unwrap_or_default() {
         let slot = match k.as_str() {
@@ -631,7 +631,7 @@ struct PauseBody {
 }
 
 /// `POST /sandboxes/{id}/pause`: 204, or 409 if it is already paused.
-async fn pause(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+async fn pause(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
     let keep_memory = match parse_body::<PauseBody>(&body) {
         Ok(b) => b.memory.unwrap_or(true),
         Err(resp) => return resp,
@@ -655,7 +655,7 @@ struct ResumeBody {
 }
 
 /// The deprecated `POST /sandboxes/{id}/resume`: 201 with the sandbox, 409 if it runs.
-async fn resume_legacy(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+async fn resume_legacy(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
     let req: ResumeBody = match parse_body(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -763,7 +763,7 @@ async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc
     Ok(out)
 }
 
-async fn list_v2(State(st): St, RawQuery(q): RawQuery) -> Response {
+async fn list_v2(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
     let params = match query_pairs(q.as_deref()) {
         Ok(p) => p,
         Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
@@ -797,7 +797,7 @@ async fn list_v2(State(st): St, RawQuery(q): RawQuery) -> Response {
     (headers, Json(Value::Array(page))).into_response()
 }
 
-async fn list_legacy(State(st): St, RawQuery(q): RawQuery) -> Response {
+async fn list_legacy(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
     let params = match query_pairs(q.as_deref()) {
         Ok(p) => p,
         Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),

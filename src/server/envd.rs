@@ -32,8 +32,8 @@ const HOME: &str = "/home/user";
 /// Idle time between keepalive events when the client does not ask (envd's default).
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
 
-type St = axum::extract::State<Arc<AppState>>;
-type Sb = Extension<Arc<Sbx>>;
+type SharedState = axum::extract::State<Arc<AppState>>;
+type SandboxExt = Extension<Arc<Sbx>>;
 
 /// Routes of envd. Every handler finds its sandbox in the request extensions.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
@@ -77,8 +77,12 @@ type UnaryFn = fn(Arc<AppState>, Arc<Sbx>, Bytes) -> futures_util::future::BoxFu
 /// Adapts a unary handler to a route handler.
 fn unary_route(
     f: UnaryFn,
-) -> impl Fn(St, Sb, Bytes) -> futures_util::future::BoxFuture<'static, Response> + Clone + Send + Sync + 'static {
-    move |axum::extract::State(st): St, Extension(sb): Sb, body: Bytes| {
+) -> impl Fn(SharedState, SandboxExt, Bytes) -> futures_util::future::BoxFuture<'static, Response>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    move |axum::extract::State(st): SharedState, Extension(sb): SandboxExt, body: Bytes| {
         Box::pin(async move { connect::unary(f(st, sb, body).await) })
     }
 }
@@ -337,8 +341,8 @@ async fn pump(
 }
 
 async fn process_start(
-    axum::extract::State(st): St,
-    Extension(sb): Sb,
+    axum::extract::State(st): SharedState,
+    Extension(sb): SandboxExt,
     Extension(sock): Extension<Option<super::ConnSocket>>,
     headers: HeaderMap,
     body: Bytes,
@@ -439,8 +443,8 @@ fn no_process(pid: u32) -> RpcError {
 }
 
 async fn process_connect(
-    axum::extract::State(st): St,
-    Extension(sb): Sb,
+    axum::extract::State(st): SharedState,
+    Extension(sb): SandboxExt,
     Extension(sock): Extension<Option<super::ConnSocket>>,
     headers: HeaderMap,
     body: Bytes,
@@ -851,7 +855,12 @@ unary_fn!(remove_watcher, WatcherRequest, |st, sb, r| {
 
 /// `Filesystem/WatchDir`: `start`, then each change as it comes, keepalives while idle,
 /// until the client goes away (which stops the watch).
-async fn watch_dir(axum::extract::State(st): St, Extension(sb): Sb, headers: HeaderMap, body: Bytes) -> Response {
+async fn watch_dir(
+    axum::extract::State(st): SharedState,
+    Extension(sb): SandboxExt,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let req: WatchRequest = match connect::stream_request(&body) {
         Ok(r) => r,
         Err(e) => return stream_error(&st, e),

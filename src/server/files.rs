@@ -46,8 +46,8 @@ pub(crate) const INFLATE_GRACE: u64 = 1 << 20;
 /// Chunks of a body in flight between the request and the spooling task.
 const CHUNKS_IN_FLIGHT: usize = 4;
 
-type St = axum::extract::State<Arc<AppState>>;
-type Sb = Extension<Arc<Sbx>>;
+type SharedState = axum::extract::State<Arc<AppState>>;
+type SandboxExt = Extension<Arc<Sbx>>;
 
 /// Where uploads wait on disk, and the memory budget for handing them to the provider.
 pub(crate) struct Spool {
@@ -316,8 +316,8 @@ fn request_user(q: &FilesQuery, headers: &axum::http::HeaderMap) -> String {
 /// `GET /files?path=`: read with the rights of the request's user; a relative path is
 /// under that user's home.
 pub(crate) async fn download(
-    axum::extract::State(st): St,
-    Extension(sb): Sb,
+    axum::extract::State(st): SharedState,
+    Extension(sb): SandboxExt,
     headers: axum::http::HeaderMap,
     Query(q): Query<FilesQuery>,
 ) -> Response {
@@ -375,7 +375,7 @@ fn upload_metadata(headers: &axum::http::HeaderMap) -> Result<BTreeMap<String, S
 }
 
 /// `POST /files`: spools every file (see the module documentation), then writes them.
-pub(crate) async fn upload(axum::extract::State(st): St, Extension(sb): Sb, req: Request) -> Response {
+pub(crate) async fn upload(axum::extract::State(st): SharedState, Extension(sb): SandboxExt, req: Request) -> Response {
     let q: FilesQuery =
         Query::try_from_uri(req.uri()).map(|q| q.0).unwrap_or(FilesQuery { path: None, username: None });
     let owner = request_user(&q, req.headers());

@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use super::control::{make_sandbox, not_found, parse_body, provider_error, sandbox_json, NewSandbox};
 use super::{json_error, AppState};
 
-type St = State<Arc<AppState>>;
+type SharedState = State<Arc<AppState>>;
 
 /// Page size of `GET /snapshots`, default and maximum.
 const MAX_PAGE: usize = 100;
@@ -107,7 +107,7 @@ fn snapshot_json(s: &Snapshot) -> Value {
     json!({"snapshotID": s.id, "names": s.names})
 }
 
-async fn create(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+async fn create(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
     let req: SnapshotBody = match parse_body(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -118,7 +118,7 @@ async fn create(State(st): St, Path(id): Path<String>, body: Bytes) -> Response 
     }
 }
 
-async fn list(State(st): St, RawQuery(q): RawQuery) -> Response {
+async fn list(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
     let mut sandbox = None;
     let mut name = None;
     let mut limit = MAX_PAGE;
@@ -212,7 +212,7 @@ struct ForkBody {
 
 /// Forks sandbox `id`: a hidden snapshot, then `count` sandboxes made from it with the
 /// source's metadata and `envVars`.
-async fn fork(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
+async fn fork(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
     let req: ForkBody = match parse_body(&body) {
         Ok(r) => r,
         Err(resp) => return resp,

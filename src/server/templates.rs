@@ -33,7 +33,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 use sha2::{Digest, Sha256};
 
 use super::{json_error, rfc3339, AppState};
@@ -43,7 +43,7 @@ use crate::templates::{BuildSpec, TemplateDir};
 /// sends `216g37mamkdfhzrauvxk`); serve has no official code-interpreter (scenarios build it).
 const OFFICIAL_IDS: &[(&str, &str)] = &[("216g37mamkdfhzrauvxk", "base")];
 
-type St = State<Arc<AppState>>;
+type SharedState = State<Arc<AppState>>;
 
 /// Largest COPY context accepted.
 const MAX_UPLOAD: usize = 1 << 30;
@@ -51,8 +51,8 @@ const MAX_UPLOAD: usize = 1 << 30;
 #[derive(Default)]
 struct Build {
     status: &'static str,
-    entries: Vec<J>,
-    reason: Option<J>,
+    entries: Vec<JsonValue>,
+    reason: Option<JsonValue>,
 }
 
 struct Tpl {
@@ -177,17 +177,17 @@ fn tag_part(t: &str) -> Result<String, String> {
     Ok(tag.to_string())
 }
 
-fn tags_of(v: &J) -> Vec<String> {
+fn tags_of(v: &JsonValue) -> Vec<String> {
     match v {
-        J::String(s) => vec![s.clone()],
-        J::Array(a) => a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
+        JsonValue::String(s) => vec![s.clone()],
+        JsonValue::Array(a) => a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
         _ => Vec::new(),
     }
 }
 
 /// `POST /templates/tags` `{"target":"name:tag","tags":[…]}`: 201 `{"tags","buildID"}`, the
 /// tags pointing at the target's newest build; `name:<tag>` then names the template too.
-async fn assign_tags(State(st): St, body: Bytes) -> Response {
+async fn assign_tags(State(st): SharedState, body: Bytes) -> Response {
     let req = match body_json(&body) {
         Ok(r) => r,
         Err(r) => return r,
@@ -217,7 +217,7 @@ async fn assign_tags(State(st): St, body: Bytes) -> Response {
 }
 
 /// `DELETE /templates/tags` `{"name","tags":[…]}`: 204, or 404 for an unknown template.
-async fn remove_tags(State(st): St, body: Bytes) -> Response {
+async fn remove_tags(State(st): SharedState, body: Bytes) -> Response {
     let req = match body_json(&body) {
         Ok(r) => r,
         Err(r) => return r,
@@ -238,18 +238,18 @@ async fn remove_tags(State(st): St, body: Bytes) -> Response {
 }
 
 /// `GET /templates/{id}/tags`: `[{"tag","buildID","createdAt"}]`.
-async fn list_tags(State(st): St, Path(id): Path<String>) -> Response {
+async fn list_tags(State(st): SharedState, Path(id): Path<String>) -> Response {
     let inner = st.templates.inner.lock().expect("templates");
     let Some(id) = tagged(&inner, &id) else {
         return not_found(&id);
     };
     let t = &inner.by_id[&id];
-    let out: Vec<J> =
+    let out: Vec<JsonValue> =
         t.tags.iter().map(|(tag, b, at)| json!({"tag": tag, "buildID": b, "createdAt": rfc3339(*at)})).collect();
     Json(out).into_response()
 }
 
-fn body_json(body: &Bytes) -> Result<J, Response> {
+fn body_json(body: &Bytes) -> Result<JsonValue, Response> {
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
     serde_json::from_slice(body).map_err(|e| json_error(StatusCode::BAD_REQUEST, &format!("invalid request body: {e}")))
 }
@@ -258,7 +258,7 @@ fn not_found(id: &str) -> Response {
     json_error(StatusCode::NOT_FOUND, &format!("template '{id}' not found"))
 }
 
-async fn create(State(st): St, body: Bytes) -> Response {
+async fn create(State(st): SharedState, body: Bytes) -> Response {
     let req = match body_json(&body) {
         Ok(r) => r,
         Err(r) => return r,
@@ -301,8 +301,8 @@ async fn create(State(st): St, body: Bytes) -> Response {
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
-fn template_json(t: &Tpl) -> J {
-    let builds: Vec<J> =
+fn template_json(t: &Tpl) -> JsonValue {
+    let builds: Vec<JsonValue> =
         t.builds.iter().map(|(id, b)| json!({"buildID": id, "status": b.lock().expect("build").status})).collect();
     json!({
         "templateID": t.id, "names": [t.name], "aliases": [t.name], "public": false,
@@ -310,12 +310,12 @@ fn template_json(t: &Tpl) -> J {
     })
 }
 
-async fn list(State(st): St) -> Response {
+async fn list(State(st): SharedState) -> Response {
     let inner = st.templates.inner.lock().expect("templates");
     Json(inner.by_id.values().map(template_json).collect::<Vec<_>>()).into_response()
 }
 
-async fn detail(State(st): St, Path(id): Path<String>) -> Response {
+async fn detail(State(st): SharedState, Path(id): Path<String>) -> Response {
     let id = st.templates.resolve(&id);
     let inner = st.templates.inner.lock().expect("templates");
     match inner.by_id.get(&id) {
@@ -326,7 +326,7 @@ async fn detail(State(st): St, Path(id): Path<String>) -> Response {
 
 /// `GET /templates/aliases/{alias}` (`Template.exists`): 200 with the template's ID if the
 /// name is taken (`base`, a template built here, a named snapshot), else 404.
-async fn alias(State(st): St, Path(alias): Path<String>) -> Response {
+async fn alias(State(st): SharedState, Path(alias): Path<String>) -> Response {
     let id = if alias == "base" {
         Some(alias.clone())
     } else {
@@ -339,7 +339,7 @@ async fn alias(State(st): St, Path(alias): Path<String>) -> Response {
     }
 }
 
-async fn delete(State(st): St, Path(id): Path<String>) -> Response {
+async fn delete(State(st): SharedState, Path(id): Path<String>) -> Response {
     // Snapshots are deleted as templates are.
     if let Some(r) = super::snapshots::delete(&st, &id).await {
         return r;
@@ -357,7 +357,7 @@ fn safe_hash(hash: &str) -> bool {
     !hash.is_empty() && hash.len() <= 128 && hash.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
-async fn files(State(st): St, Path((id, hash)): Path<(String, String)>) -> Response {
+async fn files(State(st): SharedState, Path((id, hash)): Path<(String, String)>) -> Response {
     if !safe_hash(&hash) {
         return json_error(StatusCode::BAD_REQUEST, "invalid files hash");
     }
@@ -374,7 +374,7 @@ async fn files(State(st): St, Path((id, hash)): Path<(String, String)>) -> Respo
     (StatusCode::CREATED, Json(json!({"present": false, "url": url}))).into_response()
 }
 
-async fn upload(State(st): St, Path(token): Path<String>, body: Bytes) -> Response {
+async fn upload(State(st): SharedState, Path(token): Path<String>, body: Bytes) -> Response {
     let Some((id, hash)) = st.templates.inner.lock().expect("templates").uploads.remove(&token) else {
         return json_error(StatusCode::FORBIDDEN, "unknown or used upload URL");
     };
@@ -410,15 +410,19 @@ fn find_build(st: &AppState, id: &str, build: &str) -> Result<Found, Response> {
     Ok((b, t.cpu, t.memory))
 }
 
-async fn status(State(st): St, Path((id, build)): Path<(String, String)>, Query(q): Query<StatusQuery>) -> Response {
+async fn status(
+    State(st): SharedState,
+    Path((id, build)): Path<(String, String)>,
+    Query(q): Query<StatusQuery>,
+) -> Response {
     let b = match find_build(&st, &id, &build) {
         Ok((b, _, _)) => b,
         Err(r) => return r,
     };
     let b = b.lock().expect("build");
     let limit = q.limit.unwrap_or(100).clamp(1, 100);
-    let entries: Vec<J> = b.entries.iter().skip(q.logs_offset).take(limit).cloned().collect();
-    let logs: Vec<J> = entries.iter().map(|e| e["message"].clone()).collect();
+    let entries: Vec<JsonValue> = b.entries.iter().skip(q.logs_offset).take(limit).cloned().collect();
+    let logs: Vec<JsonValue> = entries.iter().map(|e| e["message"].clone()).collect();
     let mut body = json!({
         "templateID": id, "buildID": build, "status": b.status, "logs": logs, "logEntries": entries,
     });
@@ -428,7 +432,7 @@ async fn status(State(st): St, Path((id, build)): Path<(String, String)>, Query(
     Json(body).into_response()
 }
 
-async fn start(State(st): St, Path((id, build)): Path<(String, String)>, body: Bytes) -> Response {
+async fn start(State(st): SharedState, Path((id, build)): Path<(String, String)>, body: Bytes) -> Response {
     let req = match body_json(&body) {
         Ok(r) => r,
         Err(r) => return r,
@@ -466,7 +470,7 @@ fn q(s: &str) -> String {
     }
 }
 
-fn strs(step: &J) -> Vec<String> {
+fn strs(step: &JsonValue) -> Vec<String> {
     step["args"]
         .as_array()
         .map(|a| a.iter().map(|v| v.as_str().unwrap_or("").to_string()).collect())
@@ -474,7 +478,7 @@ fn strs(step: &J) -> Vec<String> {
 }
 
 /// One line per step after `FROM` (so line `n` is step `n - 1`).
-fn dockerfile(req: &J) -> Result<String, String> {
+fn dockerfile(req: &JsonValue) -> Result<String, String> {
     let from = req["fromImage"].as_str().or(req["fromTemplate"].as_str()).unwrap_or("e2bdev/base");
     if from.contains('\n') {
         return Err("fromImage must be one line".into());
@@ -534,7 +538,7 @@ fn dockerfile(req: &J) -> Result<String, String> {
     Ok(out)
 }
 
-fn entry(level: &str, message: &str) -> J {
+fn entry(level: &str, message: &str) -> JsonValue {
     json!({"timestamp": rfc3339(super::now_secs()), "level": level, "message": message})
 }
 
@@ -544,7 +548,7 @@ async fn run(
     id: String,
     build_id: String,
     b: Arc<Mutex<Build>>,
-    req: J,
+    req: JsonValue,
     dockerfile: String,
     cpu: Option<u64>,
     memory: Option<u64>,
@@ -581,7 +585,7 @@ async fn build(
     id: &str,
     dir: &FsPath,
     b: &Arc<Mutex<Build>>,
-    req: &J,
+    req: &JsonValue,
     dockerfile: &str,
     cpu: Option<u64>,
     memory: Option<u64>,
@@ -607,8 +611,8 @@ async fn build(
         .map_err(|e| fail(e.to_string()))?
         .map_err(|e| (format!("step {} (COPY): cannot extract the files: {e}", i + 1), Some(i + 1)))?;
     }
-    let s = |k: &str| req[k].as_str().map(|v| J::String(v.to_string()).to_string());
-    let mut yaml = format!("name: {}\n", J::String(id.to_string()));
+    let s = |k: &str| req[k].as_str().map(|v| JsonValue::String(v.to_string()).to_string());
+    let mut yaml = format!("name: {}\n", JsonValue::String(id.to_string()));
     if let Some(c) = cpu {
         yaml += &format!("cpu: {c}\n");
     }
@@ -650,7 +654,7 @@ async fn build(
 
 /// `fromImageRegistry` as a registry login. Only `{"type": "registry"}` reaches here: the
 /// other kinds are refused when the build starts.
-fn from_auth(req: &J) -> Option<crate::image::RegistryAuth> {
+fn from_auth(req: &JsonValue) -> Option<crate::image::RegistryAuth> {
     let r = req.get("fromImageRegistry").filter(|r| !r.is_null())?;
     Some(crate::image::RegistryAuth {
         username: r["username"].as_str().unwrap_or_default().to_string(),
@@ -660,7 +664,7 @@ fn from_auth(req: &J) -> Option<crate::image::RegistryAuth> {
 
 /// Why `fromImageRegistry` cannot be used, if it cannot: only a username/password login
 /// (`"type": "registry"`) is; AWS and GCP logins need those clouds' token exchanges.
-fn check_registry(req: &J) -> Result<(), String> {
+fn check_registry(req: &JsonValue) -> Result<(), String> {
     let Some(r) = req.get("fromImageRegistry").filter(|r| !r.is_null()) else { return Ok(()) };
     match r["type"].as_str() {
         Some("registry") => match (r["username"].as_str(), r["password"].as_str()) {
@@ -675,7 +679,7 @@ fn check_registry(req: &J) -> Result<(), String> {
 }
 
 /// The local builder's `Dockerfile:<line>` as the step it came from.
-fn step_error(message: &str, steps: &[J]) -> (String, Option<usize>) {
+fn step_error(message: &str, steps: &[JsonValue]) -> (String, Option<usize>) {
     let re = regex::Regex::new(r"^(?:build failed at )?Dockerfile:(\d+):? ?").expect("valid regex");
     let Some(c) = re.captures(message) else {
         return (message.to_string(), None);

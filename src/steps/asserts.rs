@@ -1,13 +1,13 @@
 //! Assertion steps: assert-stdout, assert-stderr, assert-exit, assert-file, assert.
 
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use super::{Args, StepCtx, StepError, StepResult};
 use crate::matcher::Matcher;
 use crate::provider::ErrorKind;
 
 /// The exec outputs an assertion checks: `of: <id>`, else the most recent command.
-fn subject<'a>(ctx: &'a StepCtx, a: &Args<'_>) -> Result<&'a J, StepError> {
+fn subject<'a>(ctx: &'a StepCtx, a: &Args<'_>) -> Result<&'a JsonValue, StepError> {
     match a.opt_str("of") {
         Some(id) => ctx.outputs.get(&id).ok_or_else(|| StepError::error(format!("step `{id}` has not run"))),
         None => ctx
@@ -18,21 +18,21 @@ fn subject<'a>(ctx: &'a StepCtx, a: &Args<'_>) -> Result<&'a J, StepError> {
 }
 
 /// The matcher part of an assertion's arguments: everything but the listed keys.
-fn matcher_of(args: &J, skip: &[&str]) -> Result<Option<Matcher>, StepError> {
+fn matcher_of(args: &JsonValue, skip: &[&str]) -> Result<Option<Matcher>, StepError> {
     let Some(obj) = args.as_object() else { return Ok(None) };
-    let rest: serde_json::Map<String, J> =
+    let rest: serde_json::Map<String, JsonValue> =
         obj.iter().filter(|(k, _)| !skip.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     if rest.is_empty() {
         return Ok(None);
     }
-    Matcher::from_json(&J::Object(rest)).map(Some).map_err(StepError::error)
+    Matcher::from_json(&JsonValue::Object(rest)).map(Some).map_err(StepError::error)
 }
 
-async fn assert_stream(ctx: &mut StepCtx, args: &J, stream: &str) -> StepResult {
+async fn assert_stream(ctx: &mut StepCtx, args: &JsonValue, stream: &str) -> StepResult {
     let a = Args(args);
     let out = subject(ctx, &a)?;
-    let text = out.get(stream).and_then(J::as_str).unwrap_or_default().to_string();
-    let dropped = out.get(format!("{stream}_dropped")).and_then(J::as_u64).unwrap_or(0);
+    let text = out.get(stream).and_then(JsonValue::as_str).unwrap_or_default().to_string();
+    let dropped = out.get(format!("{stream}_dropped")).and_then(JsonValue::as_u64).unwrap_or(0);
     let m = matcher_of(args, &["of"])?.ok_or_else(|| StepError::error("no matcher given"))?;
     m.check_text(&text).map_err(|e| {
         let mut e = StepError::from(e);
@@ -42,24 +42,24 @@ async fn assert_stream(ctx: &mut StepCtx, args: &J, stream: &str) -> StepResult 
         }
         e
     })?;
-    Ok(J::Null)
+    Ok(JsonValue::Null)
 }
 
-pub async fn assert_stdout(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn assert_stdout(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     assert_stream(ctx, args, "stdout").await
 }
 
-pub async fn assert_stderr(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn assert_stderr(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     assert_stream(ctx, args, "stderr").await
 }
 
-pub async fn assert_exit(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn assert_exit(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let want = a.int("code")?;
     let out = subject(ctx, &a)?;
-    let got = out.get("exit_code").and_then(J::as_i64);
+    let got = out.get("exit_code").and_then(JsonValue::as_i64);
     if got != Some(want) {
-        let got_text = match (got, out.get("signal").and_then(J::as_i64)) {
+        let got_text = match (got, out.get("signal").and_then(JsonValue::as_i64)) {
             (Some(c), _) => c.to_string(),
             (None, Some(s)) => format!("none (killed by signal {s})"),
             (None, None) => "none (still running or unknown)".into(),
@@ -68,10 +68,10 @@ pub async fn assert_exit(ctx: &mut StepCtx, args: &J) -> StepResult {
         e.mismatch = Some(Box::new(crate::report::events::Mismatch::new(want.to_string(), got_text)));
         return Err(e);
     }
-    Ok(J::Null)
+    Ok(JsonValue::Null)
 }
 
-pub async fn assert_file(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn assert_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let path = a.str("path")?;
     let id = ctx.sandbox_id()?;
@@ -101,20 +101,20 @@ pub async fn assert_file(ctx: &mut StepCtx, args: &J) -> StepResult {
     }
 }
 
-pub async fn assert(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn assert(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let value = a.get("that").ok_or_else(|| StepError::error("missing `that`"))?;
     let holds = match value {
-        J::Bool(b) => *b,
-        J::String(expr) => crate::expr::eval_bool(expr, &ctx.expr_ctx)
+        JsonValue::Bool(b) => *b,
+        JsonValue::String(expr) => crate::expr::eval_bool(expr, &ctx.expr_ctx)
             .map_err(|e| StepError::error(format!("cannot evaluate `{expr}`: {}", e.message)))?,
-        J::Null => false,
-        J::Number(n) => n.as_f64() != Some(0.0),
-        J::Array(v) => !v.is_empty(),
-        J::Object(m) => !m.is_empty(),
+        JsonValue::Null => false,
+        JsonValue::Number(n) => n.as_f64() != Some(0.0),
+        JsonValue::Array(v) => !v.is_empty(),
+        JsonValue::Object(m) => !m.is_empty(),
     };
     if holds {
-        return Ok(J::Null);
+        return Ok(JsonValue::Null);
     }
     let original = ctx.current_source.clone().unwrap_or_else(|| super::text(value));
     Err(StepError::fail(

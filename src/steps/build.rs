@@ -7,7 +7,7 @@
 //! builds each folder digest once per run; `keep: true` (or `SCENARIO_RUN_KEEP_BUILDS=1`)
 //! keeps the build after the run, otherwise it is removed when the run ends.
 
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 use tokio::sync::mpsc;
 
 use super::{Args, StepCtx, StepError, StepResult};
@@ -61,7 +61,7 @@ fn collector(progress: Option<super::Progress>) -> (mpsc::UnboundedSender<String
     (tx, task)
 }
 
-pub async fn build(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn build(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let spec = spec(ctx, &Args(args))?;
     let name = spec.template.def.name.clone();
     let (tx, task) = collector(ctx.progress.clone());
@@ -73,7 +73,7 @@ pub async fn build(ctx: &mut StepCtx, args: &J) -> StepResult {
     }
 }
 
-pub async fn deploy(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn deploy(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let spec = spec(ctx, &Args(args))?;
     let (tx, task) = collector(ctx.progress.clone());
     let result = ctx.provider.deploy(spec, tx).await;

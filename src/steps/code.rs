@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use super::{exec_outputs, Args, StepCtx, StepError, StepResult};
 use crate::provider::ExecRequest;
@@ -36,7 +36,7 @@ with open(sys.argv[2], "w") as f:
     json.dump(out, f)
 "#;
 
-pub async fn run_code(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn run_code(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let code = a.str("code")?;
     let lang = a.opt_str("language").unwrap_or_else(|| "python".into());
@@ -62,7 +62,7 @@ pub async fn run_code(ctx: &mut StepCtx, args: &J) -> StepResult {
     if r.timed_out {
         return Err(StepError::fail("code timed out").with_outputs(outputs));
     }
-    let parsed: J = match ctx.provider.read_file(&id, &result).await {
+    let parsed: JsonValue = match ctx.provider.read_file(&id, &result).await {
         Ok(bytes) => {
             serde_json::from_slice(&bytes).map_err(|e| StepError::error(format!("driver wrote bad JSON: {e}")))?
         }
@@ -83,10 +83,11 @@ pub async fn run_code(ctx: &mut StepCtx, args: &J) -> StepResult {
     let _ = ctx.provider.remove(&id, &cell).await;
     let _ = ctx.provider.remove(&id, &result).await;
     let results = parsed.get("results").cloned().unwrap_or(json!([]));
-    let text = results.as_array().and_then(|r| r.last()).and_then(|r| r.get("text")).cloned().unwrap_or(J::Null);
+    let text =
+        results.as_array().and_then(|r| r.last()).and_then(|r| r.get("text")).cloned().unwrap_or(JsonValue::Null);
     let obj = outputs.as_object_mut().expect("exec outputs are an object");
     obj.insert("results".into(), results);
     obj.insert("text".into(), text);
-    obj.insert("error".into(), parsed.get("error").cloned().unwrap_or(J::Null));
+    obj.insert("error".into(), parsed.get("error").cloned().unwrap_or(JsonValue::Null));
     Ok(outputs)
 }

@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use super::{exec_outputs, Args, StepCtx, StepError, StepResult};
 use crate::provider::ExecRequest;
 
-pub async fn exec(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn exec(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let req = ExecRequest {
         cmd: a.str("cmd")?,
@@ -38,7 +38,7 @@ pub async fn exec(ctx: &mut StepCtx, args: &J) -> StepResult {
 
 /// `exit_code:` on exec and host: the outputs if the command exited with it (or none was
 /// asked for), else a failure naming what it did and the end of its stderr.
-pub(crate) fn check_exit_code(a: &Args<'_>, result: &crate::provider::ExecResult, outputs: J) -> StepResult {
+pub(crate) fn check_exit_code(a: &Args<'_>, result: &crate::provider::ExecResult, outputs: JsonValue) -> StepResult {
     if let Some(want) = a.opt_int("exit_code")? {
         if result.exit_code != Some(want as i32) {
             let got =
@@ -56,7 +56,7 @@ pub(crate) fn check_exit_code(a: &Args<'_>, result: &crate::provider::ExecResult
     Ok(outputs)
 }
 
-pub async fn process_list(ctx: &mut StepCtx, _args: &J) -> StepResult {
+pub async fn process_list(ctx: &mut StepCtx, _args: &JsonValue) -> StepResult {
     let id = ctx.sandbox_id()?;
     let procs = ctx.provider.process_list(&id).await?;
     let running: Vec<u32> = procs.iter().filter(|p| p.running).map(|p| p.pid).collect();
@@ -64,7 +64,7 @@ pub async fn process_list(ctx: &mut StepCtx, _args: &J) -> StepResult {
 }
 
 /// Signal names authors write, to numbers.
-pub fn signal_number(v: &J) -> Result<i32, StepError> {
+pub fn signal_number(v: &JsonValue) -> Result<i32, StepError> {
     if let Some(n) = v.as_i64() {
         return Ok(n as i32);
     }
@@ -92,7 +92,7 @@ pub fn signal_number(v: &J) -> Result<i32, StepError> {
     })
 }
 
-pub async fn signal(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn signal(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let pid = a.int("pid")? as u32;
     let sig = match a.get("signal") {
@@ -104,7 +104,7 @@ pub async fn signal(ctx: &mut StepCtx, args: &J) -> StepResult {
     Ok(json!({ "pid": pid, "signal": sig }))
 }
 
-pub async fn wait(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn wait(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let pid = a.int("pid")? as u32;
     let limit = a.opt_duration("timeout")?.unwrap_or(Duration::from_secs(30));

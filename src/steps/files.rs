@@ -1,7 +1,7 @@
 //! File steps: write-file, read-file, files.
 
 use base64::Engine as _;
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use super::{Args, StepCtx, StepError, StepResult};
 use crate::provider::FileEntry;
@@ -18,11 +18,11 @@ pub fn parse_mode(s: &str) -> Result<u32, StepError> {
         .ok_or_else(|| StepError::error(format!("`mode` must be octal permission bits like \"0644\", got {s:?}")))
 }
 
-fn entry_json(e: &FileEntry) -> J {
+fn entry_json(e: &FileEntry) -> JsonValue {
     json!({ "name": e.name, "path": e.path, "type": e.kind, "size": e.size, "mode": format!("{:04o}", e.mode), "modified": e.modified })
 }
 
-pub async fn write_file(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn write_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let path = a.str("path")?;
     let sources = ["content", "content_base64", "from"].iter().filter(|k| a.get(k).is_some()).count();
@@ -46,7 +46,7 @@ pub async fn write_file(ctx: &mut StepCtx, args: &J) -> StepResult {
     Ok(json!({ "path": entry.path, "size": size }))
 }
 
-pub async fn read_file(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn read_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let path = a.str("path")?;
     let id = ctx.sandbox_id()?;
@@ -59,7 +59,7 @@ pub async fn read_file(ctx: &mut StepCtx, args: &J) -> StepResult {
     Ok(json!({ "content": content, "size": data.len() }))
 }
 
-pub async fn files(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn files(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let op = a.str("op")?;
     let path = a.str("path")?;

@@ -22,7 +22,7 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::{exec_outputs, Args, StepCtx, StepError, StepResult};
@@ -86,7 +86,7 @@ async fn pump(r: Option<impl AsyncRead + Unpin>, buf: &mut Vec<u8>, dropped: &mu
     }
 }
 
-pub async fn host(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn host(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let cmd_text = a.str("cmd")?;
     let env = a.str_map("env")?;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use super::{Args, StepCtx, StepError, StepResult};
 use crate::matcher::Matcher;
@@ -14,11 +14,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// do: a server that accepts but does not answer yet costs one short attempt, not the window.
 const POLLED_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub async fn http_get(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn http_get(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     request(ctx, args, "GET".into()).await
 }
 
-pub async fn http(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn http(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let method = Args(args).str("method")?.to_ascii_uppercase();
     request(ctx, args, method).await
 }
@@ -75,7 +75,7 @@ fn origin(url: &str) -> String {
     reqwest::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_else(|_| url.to_string())
 }
 
-async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
+async fn request(ctx: &mut StepCtx, args: &JsonValue, method: String) -> StepResult {
     let a = Args(args);
     let (url, port) = url_of(ctx, &a).await?;
     let m = reqwest::Method::from_bytes(method.as_bytes())
@@ -94,15 +94,15 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
     }
     match a.get("body") {
         None => {}
-        Some(J::String(s)) => req = req.body(s.clone()),
+        Some(JsonValue::String(s)) => req = req.body(s.clone()),
         Some(other) => req = req.json(other),
     }
     let mut resp = req.send().await.map_err(|e| StepError::fail(send_failed(&url, port, &method, ctx.polling, &e)))?;
     let status = resp.status().as_u16();
-    let headers: serde_json::Map<String, J> = resp
+    let headers: serde_json::Map<String, JsonValue> = resp
         .headers()
         .iter()
-        .map(|(k, v)| (k.as_str().to_string(), J::String(String::from_utf8_lossy(v.as_bytes()).into_owned())))
+        .map(|(k, v)| (k.as_str().to_string(), JsonValue::String(String::from_utf8_lossy(v.as_bytes()).into_owned())))
         .collect();
     // Kept up to --max-output, as command output is; the rest is read and counted.
     let (mut kept, mut dropped) = (Vec::new(), 0u64);
@@ -114,7 +114,11 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
         crate::provider::output::keep(&mut kept, &mut dropped, &chunk, ctx.max_output);
     }
     let body = String::from_utf8_lossy(&kept).into_owned();
-    let parsed = if dropped == 0 { serde_json::from_str::<J>(&body).unwrap_or(J::Null) } else { J::Null };
+    let parsed = if dropped == 0 {
+        serde_json::from_str::<JsonValue>(&body).unwrap_or(JsonValue::Null)
+    } else {
+        JsonValue::Null
+    };
     let outputs = json!({
         "status": status, "body": body, "headers": headers, "json": parsed, "url": url, "body_dropped": dropped,
     });
@@ -130,16 +134,16 @@ async fn request(ctx: &mut StepCtx, args: &J, method: String) -> StepResult {
 }
 
 fn check_expect(
-    expect: &J,
+    expect: &JsonValue,
     status: u16,
-    headers: &serde_json::Map<String, J>,
+    headers: &serde_json::Map<String, JsonValue>,
     body: &str,
     port: Option<u16>,
 ) -> Result<(), StepError> {
     let e = Args(expect);
     if let Some(want) = e.get("status") {
         let allowed: Vec<i64> = match want {
-            J::Array(items) => {
+            JsonValue::Array(items) => {
                 items.iter().filter_map(|v| v.as_i64().or_else(|| super::text(v).parse().ok())).collect()
             }
             v => v.as_i64().or_else(|| super::text(v).parse().ok()).into_iter().collect(),
@@ -176,7 +180,7 @@ fn check_expect(
         })?;
     }
     for (name, want) in e.str_map("headers")? {
-        let got = headers.get(&name.to_ascii_lowercase()).and_then(J::as_str);
+        let got = headers.get(&name.to_ascii_lowercase()).and_then(JsonValue::as_str);
         match got {
             Some(v) if v.contains(&want) => {}
             Some(v) => {

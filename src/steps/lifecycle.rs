@@ -2,12 +2,12 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use super::{Args, SandboxRef, StepCtx, StepError, StepResult};
 use crate::provider::{CreateRequest, SandboxInfo};
 
-fn info_json(i: &SandboxInfo) -> J {
+fn info_json(i: &SandboxInfo) -> JsonValue {
     json!({
         "id": i.id, "template": i.template, "metadata": i.metadata,
         "started_at": i.started_at, "end_at": i.end_at, "state": i.state,
@@ -20,7 +20,7 @@ fn push_sandbox(ctx: &mut StepCtx, sb: SandboxRef) {
     ctx.target = ctx.current;
 }
 
-pub async fn create(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn create(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let template = a.opt_str("template").unwrap_or_else(|| "base".into());
     // `base` and `code-interpreter-v1` are the platform's own templates in the cloud, under
@@ -57,7 +57,7 @@ pub async fn create(ctx: &mut StepCtx, args: &J) -> StepResult {
     Ok(json!({ "id": info.id, "template": info.template, "template_id": template, "alias": alias }))
 }
 
-pub async fn connect(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn connect(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let id = a.str("id")?;
     let info = ctx.provider.connect(&id, a.opt_duration("timeout")?.map(|d| d.as_secs())).await?;
@@ -95,12 +95,12 @@ fn target_id(ctx: &StepCtx, a: &Args<'_>) -> Result<String, StepError> {
     }
 }
 
-pub async fn info(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn info(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let id = target_id(ctx, &Args(args))?;
     Ok(info_json(&ctx.provider.info(&id).await?))
 }
 
-pub async fn list(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn list(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let mut filter = a.str_map("metadata")?;
     if filter.is_empty() && !a.bool("all")? {
@@ -114,7 +114,7 @@ pub async fn list(ctx: &mut StepCtx, args: &J) -> StepResult {
     Ok(json!({ "ids": ids, "count": list.len(), "sandboxes": list.iter().map(info_json).collect::<Vec<_>>() }))
 }
 
-pub async fn kill(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn kill(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let id = target_id(ctx, &Args(args))?;
     let killed = ctx.provider.kill(&id).await?;
     for sb in ctx.sandboxes.iter_mut().filter(|s| s.id == id) {
@@ -123,7 +123,7 @@ pub async fn kill(ctx: &mut StepCtx, args: &J) -> StepResult {
     Ok(json!({ "killed": killed }))
 }
 
-pub async fn set_timeout(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn set_timeout(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let secs = a.opt_duration("timeout")?.ok_or_else(|| StepError::error("missing `timeout`"))?.as_secs().max(1);
     let id = ctx.sandbox_id()?;

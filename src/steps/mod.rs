@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use crate::matcher::MatchFailure;
 use crate::provider::{ErrorKind, Provider, ProviderError};
@@ -49,7 +49,7 @@ pub struct StepError {
     pub message: String,
     pub mismatch: Option<Box<Mismatch>>,
     /// Outputs gathered before the failure (e.g. the HTTP response that did not match).
-    pub outputs: Option<Box<J>>,
+    pub outputs: Option<Box<JsonValue>>,
 }
 
 impl StepError {
@@ -63,7 +63,7 @@ impl StepError {
     pub fn skip(reason: impl Into<String>) -> Self {
         Self { severity: Severity::Skip, message: reason.into(), mismatch: None, outputs: None }
     }
-    pub fn with_outputs(mut self, outputs: J) -> Self {
+    pub fn with_outputs(mut self, outputs: JsonValue) -> Self {
         self.outputs = Some(Box::new(outputs));
         self
     }
@@ -90,7 +90,7 @@ impl From<ProviderError> for StepError {
     }
 }
 
-pub type StepResult = Result<J, StepError>;
+pub type StepResult = Result<JsonValue, StepError>;
 
 /// A sandbox the scenario created or connected to.
 #[derive(Debug, Clone)]
@@ -116,11 +116,11 @@ pub struct StepCtx {
     /// The sandbox chosen for the running step (its `sandbox:` key, else `current`).
     pub target: Option<usize>,
     /// Outputs of the most recent `exec`/`run-code`/`wait`, for `assert-stdout` and friends.
-    pub last_exec: Option<J>,
+    pub last_exec: Option<JsonValue>,
     /// `steps.<id>` outputs.
-    pub outputs: BTreeMap<String, J>,
+    pub outputs: BTreeMap<String, JsonValue>,
     /// `vars`, including those bound by `set`.
-    pub vars: serde_json::Map<String, J>,
+    pub vars: serde_json::Map<String, JsonValue>,
     /// The run's metadata tag (`e2e`, run id).
     pub run_tag: (String, String),
     /// Folder of the scenario file, for `write-file { from: }`.
@@ -165,10 +165,10 @@ impl StepCtx {
 
 /// Typed access to rendered arguments. Templated values arrive as strings, so numbers and
 /// booleans also accept their string forms.
-pub struct Args<'a>(pub &'a J);
+pub struct Args<'a>(pub &'a JsonValue);
 
 impl<'a> Args<'a> {
-    pub fn get(&self, key: &str) -> Option<&'a J> {
+    pub fn get(&self, key: &str) -> Option<&'a JsonValue> {
         self.0.get(key).filter(|v| !v.is_null())
     }
 
@@ -183,7 +183,7 @@ impl<'a> Args<'a> {
     pub fn opt_int(&self, key: &str) -> Result<Option<i64>, StepError> {
         match self.get(key) {
             None => Ok(None),
-            Some(J::Number(n)) => {
+            Some(JsonValue::Number(n)) => {
                 n.as_i64().map(Some).ok_or_else(|| StepError::error(format!("`{key}` must be an integer")))
             }
             Some(v) => text(v)
@@ -201,7 +201,7 @@ impl<'a> Args<'a> {
     pub fn bool(&self, key: &str) -> Result<bool, StepError> {
         match self.get(key) {
             None => Ok(false),
-            Some(J::Bool(b)) => Ok(*b),
+            Some(JsonValue::Bool(b)) => Ok(*b),
             Some(v) => match text(v).trim() {
                 "true" | "True" | "yes" | "1" => Ok(true),
                 "false" | "False" | "no" | "0" | "" => Ok(false),
@@ -214,7 +214,7 @@ impl<'a> Args<'a> {
     pub fn opt_duration(&self, key: &str) -> Result<Option<Duration>, StepError> {
         match self.get(key) {
             None => Ok(None),
-            Some(J::Number(n)) => n
+            Some(JsonValue::Number(n)) => n
                 .as_f64()
                 .map(crate::duration::from_secs_f64)
                 .transpose()
@@ -228,17 +228,17 @@ impl<'a> Args<'a> {
     pub fn str_map(&self, key: &str) -> Result<BTreeMap<String, String>, StepError> {
         match self.get(key) {
             None => Ok(BTreeMap::new()),
-            Some(J::Object(m)) => Ok(m.iter().map(|(k, v)| (k.clone(), text(v))).collect()),
+            Some(JsonValue::Object(m)) => Ok(m.iter().map(|(k, v)| (k.clone(), text(v))).collect()),
             Some(v) => Err(StepError::error(format!("`{key}` must be a mapping, got {v}"))),
         }
     }
 }
 
 /// The text form of a value: strings as they are, everything else as JSON.
-pub fn text(v: &J) -> String {
+pub fn text(v: &JsonValue) -> String {
     match v {
-        J::String(s) => s.clone(),
-        J::Null => String::new(),
+        JsonValue::String(s) => s.clone(),
+        JsonValue::Null => String::new(),
         other => other.to_string(),
     }
 }
@@ -257,7 +257,7 @@ pub(crate) fn cut_note(what: &str, kept: usize, dropped: u64) -> String {
     )
 }
 
-pub fn exec_outputs(r: &crate::provider::ExecResult, duration: Duration) -> J {
+pub fn exec_outputs(r: &crate::provider::ExecResult, duration: Duration) -> JsonValue {
     json!({
         "stdout": lossy(&r.stdout),
         "stderr": lossy(&r.stderr),

@@ -7,12 +7,12 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 
 use super::{StepCtx, StepResult};
 
 pub type BoxFut<'a> = Pin<Box<dyn Future<Output = StepResult> + Send + 'a>>;
-pub type RunFn = for<'a> fn(&'a mut StepCtx, &'a J) -> BoxFut<'a>;
+pub type RunFn = for<'a> fn(&'a mut StepCtx, &'a JsonValue) -> BoxFut<'a>;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FieldType {
@@ -195,7 +195,7 @@ const INFO_OUTPUTS: &[(&str, &str)] = &[
 
 macro_rules! run_fn {
     ($path:path) => {{
-        fn run<'a>(ctx: &'a mut StepCtx, args: &'a J) -> BoxFut<'a> {
+        fn run<'a>(ctx: &'a mut StepCtx, args: &'a JsonValue) -> BoxFut<'a> {
             Box::pin($path(ctx, args))
         }
         run as RunFn

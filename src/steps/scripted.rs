@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use super::{Args, StepCtx, StepError, StepResult};
 use crate::scripted_model::{Script, ScriptedModel};
@@ -13,7 +13,7 @@ use crate::scripted_model::{Script, ScriptedModel};
 /// The port inside the sandbox when the step names none.
 pub const DEFAULT_PORT: u16 = 8787;
 
-pub async fn scripted_model(ctx: &mut StepCtx, args: &J) -> StepResult {
+pub async fn scripted_model(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let a = Args(args);
     let script = Script {
         path: a.str("file")?,

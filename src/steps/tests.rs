@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use minijinja::value::{Serde, Value as MValue};
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::fake::{done, FakeProvider, FIRST_PID, NOW};
@@ -56,31 +56,31 @@ async fn ctx_sb(p: &Arc<FakeProvider>) -> StepCtx {
 }
 
 /// Dispatch through the registry, as the runner does.
-async fn step(c: &mut StepCtx, kind: &str, args: J) -> Result<J, StepError> {
+async fn step(c: &mut StepCtx, kind: &str, args: JsonValue) -> Result<JsonValue, StepError> {
     let k = registry::lookup(kind).unwrap_or_else(|| panic!("no step kind `{kind}` in the registry"));
     (k.run)(c, &args).await
 }
 
-fn failed(r: Result<J, StepError>) -> StepError {
+fn failed(r: Result<JsonValue, StepError>) -> StepError {
     let e = r.expect_err("the step should have failed");
     assert_eq!(e.severity, Severity::Fail, "expected a failure, got an error: {}", e.message);
     e
 }
 
-fn errored(r: Result<J, StepError>) -> StepError {
+fn errored(r: Result<JsonValue, StepError>) -> StepError {
     let e = r.expect_err("the step should have errored");
     assert_eq!(e.severity, Severity::Error, "expected an error, got a failure: {}", e.message);
     e
 }
 
 /// The outputs without `duration_ms` (wall time), which must be a number.
-fn timeless(mut v: J) -> J {
+fn timeless(mut v: JsonValue) -> JsonValue {
     let d = v.as_object_mut().expect("outputs are an object").remove("duration_ms");
-    assert!(d.as_ref().is_some_and(J::is_u64), "duration_ms missing or not a number: {d:?}");
+    assert!(d.as_ref().is_some_and(JsonValue::is_u64), "duration_ms missing or not a number: {d:?}");
     v
 }
 
-fn outputs_of(e: &StepError) -> J {
+fn outputs_of(e: &StepError) -> JsonValue {
     e.outputs.as_deref().cloned().expect("the failure carries outputs")
 }
 
@@ -493,8 +493,8 @@ async fn signal_names_and_numbers() {
     let p = fake();
     let mut c = ctx_sb(&p).await;
     step(&mut c, "exec", json!({ "cmd": "server", "background": true })).await.unwrap();
-    let cases: &[(J, i32)] = &[
-        (J::Null, 15),
+    let cases: &[(JsonValue, i32)] = &[
+        (JsonValue::Null, 15),
         (json!("TERM"), 15),
         (json!("SIGKILL"), 9),
         (json!("int"), 2),
@@ -570,7 +570,10 @@ async fn wait_fails_when_the_process_outlives_the_limit() {
     let e = failed(step(&mut c, "wait", json!({ "pid": FIRST_PID, "timeout": 1.5 })).await);
     assert_eq!(e.message, format!("process {FIRST_PID} still running after 1.50s"));
     let out = outputs_of(&e);
-    assert_eq!((&out["stdout"], &out["timed_out"], &out["exit_code"]), (&json!("partial"), &json!(true), &J::Null));
+    assert_eq!(
+        (&out["stdout"], &out["timed_out"], &out["exit_code"]),
+        (&json!("partial"), &json!(true), &JsonValue::Null)
+    );
     let e = failed(step(&mut c, "wait", json!({ "pid": 4242 })).await);
     assert_eq!(e.message, "process 4242 not found");
 }
@@ -785,7 +788,7 @@ async fn ctx_after_exec(p: &Arc<FakeProvider>) -> StepCtx {
 async fn assert_stdout_pass_and_fail() {
     let p = fake();
     let mut c = ctx_after_exec(&p).await;
-    assert_eq!(step(&mut c, "assert-stdout", json!({ "equals": "hello\n" })).await.unwrap(), J::Null);
+    assert_eq!(step(&mut c, "assert-stdout", json!({ "equals": "hello\n" })).await.unwrap(), JsonValue::Null);
     step(&mut c, "assert-stdout", json!({ "contains": "ell", "starts_with": "he", "lines": 1 })).await.unwrap();
     let e = failed(step(&mut c, "assert-stdout", json!({ "equals": "hello" })).await);
     assert_eq!(e.message, r#"stdout: expected "hello", found "hello\n" (only a trailing newline differs)"#);
@@ -842,7 +845,7 @@ async fn assert_stderr_pass_and_fail() {
 async fn assert_exit_pass_and_fail() {
     let p = fake();
     let mut c = ctx_after_exec(&p).await;
-    assert_eq!(step(&mut c, "assert-exit", json!({ "code": 3 })).await.unwrap(), J::Null);
+    assert_eq!(step(&mut c, "assert-exit", json!({ "code": 3 })).await.unwrap(), JsonValue::Null);
     step(&mut c, "assert-exit", json!({ "code": "3" })).await.unwrap();
     step(&mut c, "assert-exit", json!({ "code": 0, "of": "first" })).await.unwrap();
     let e = failed(step(&mut c, "assert-exit", json!({ "code": 0 })).await);
@@ -903,7 +906,7 @@ async fn assert_literal_values() {
     let p = fake();
     let mut c = ctx(&p);
     for v in [json!(true), json!(1), json!([0]), json!({ "a": 1 })] {
-        assert_eq!(step(&mut c, "assert", json!({ "that": v })).await.unwrap(), J::Null, "{v}");
+        assert_eq!(step(&mut c, "assert", json!({ "that": v })).await.unwrap(), JsonValue::Null, "{v}");
     }
     for v in [json!(false), json!(0), json!([]), json!({})] {
         let e = failed(step(&mut c, "assert", json!({ "that": v })).await);
@@ -1074,7 +1077,7 @@ async fn http_expectations_fail_with_the_response() {
     let port = serve().await;
     let p = fake();
     let mut c = ctx_sb(&p).await;
-    let get = |path: &str, expect: J| json!({ "port": port, "path": path, "expect": expect });
+    let get = |path: &str, expect: JsonValue| json!({ "port": port, "path": path, "expect": expect });
 
     let e = failed(step(&mut c, "http-get", get("/missing", json!({ "status": [200, 204] }))).await);
     assert_eq!(e.message, "expected status [200,204], found 404; body: \"nope\"");
@@ -1208,7 +1211,7 @@ async fn set_binds_vars() {
     c.vars.insert("who".into(), json!("old"));
     let args = json!({ "who": "bob", "n": 3, "list": [1, 2] });
     assert_eq!(step(&mut c, "set", args.clone()).await.unwrap(), args);
-    assert_eq!(J::Object(c.vars.clone()), json!({ "keep": "me", "who": "bob", "n": 3, "list": [1, 2] }));
+    assert_eq!(JsonValue::Object(c.vars.clone()), json!({ "keep": "me", "who": "bob", "n": 3, "list": [1, 2] }));
     let e = errored(step(&mut c, "set", json!("who")).await);
     assert_eq!(e.message, "`set` takes a mapping of names to values");
 }
@@ -1225,7 +1228,7 @@ async fn sleep_waits_the_duration() {
         "returned before 2m"
     );
     let t0b = tokio::time::Instant::now();
-    assert_eq!(step(&mut c, "sleep", json!({ "duration": "2m" })).await.unwrap(), J::Null);
+    assert_eq!(step(&mut c, "sleep", json!({ "duration": "2m" })).await.unwrap(), JsonValue::Null);
     assert_eq!(t0b.elapsed(), Duration::from_secs(120));
     let t1 = tokio::time::Instant::now();
     step(&mut c, "sleep", json!({ "duration": 0.25 })).await.unwrap();
@@ -1318,7 +1321,7 @@ async fn run_code_reports_a_python_exception() {
     );
     let out = step(&mut c, "run-code", json!({ "code": "1/0", "language": "python", "timeout": "7s" })).await.unwrap();
     assert_eq!(out["results"], json!([]));
-    assert_eq!(out["text"], J::Null);
+    assert_eq!(out["text"], JsonValue::Null);
     assert_eq!(out["error"], json!({ "name": "ZeroDivisionError", "value": "division by zero", "traceback": "tb" }));
     assert_eq!(p.state().execs[0].1.timeout, Some(Duration::from_secs(7)));
 }

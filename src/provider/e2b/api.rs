@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderValue, AUTHORIZATION};
 use reqwest::{Method, StatusCode};
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 
 use super::config::{AuthStyle, Config, CreateApi};
 use super::connect::snippet;
@@ -109,7 +109,7 @@ impl Api {
         &self,
         method: Method,
         path: &str,
-        body: Option<&J>,
+        body: Option<&JsonValue>,
         idem: Idempotency,
         timeout: Duration,
         what: &str,
@@ -123,7 +123,7 @@ impl Api {
         &self,
         method: Method,
         path: &str,
-        body: Option<&J>,
+        body: Option<&JsonValue>,
         headers: &[(&'static str, String)],
         idem: Idempotency,
         timeout: Duration,

@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
@@ -85,7 +85,7 @@ pub(crate) struct CopyFiles {
 /// One step of the build and the Dockerfile instruction it came from.
 #[derive(Debug, Clone)]
 pub(crate) struct PlannedStep {
-    pub json: J,
+    pub json: JsonValue,
     pub line: u32,
     pub text: String,
     pub copy: Option<CopyFiles>,
@@ -155,7 +155,7 @@ pub(crate) fn plan(spec: &BuildSpec) -> Result<Plan> {
         let at = format!("{}:{}", t.def.dockerfile, ins.line);
         user_set |= matches!(ins.inst, Inst::User(_));
         workdir_set |= matches!(ins.inst, Inst::Workdir(_));
-        let mut push = |json: J, copy: Option<CopyFiles>| {
+        let mut push = |json: JsonValue, copy: Option<CopyFiles>| {
             steps.push(PlannedStep { json, line: ins.line, text: ins.text.clone(), copy })
         };
         match &ins.inst {
@@ -462,7 +462,7 @@ fn err(api: &Api, what: &str, e: CallError) -> ProviderError {
     }
 }
 
-fn parse(api: &Api, what: &str, body: &[u8]) -> Result<J> {
+fn parse(api: &Api, what: &str, body: &[u8]) -> Result<JsonValue> {
     serde_json::from_slice(body).map_err(|e| {
         ProviderError::infra(format!("{what}: unexpected answer ({e}): {}", api.scrub(&String::from_utf8_lossy(body))))
     })
@@ -648,13 +648,13 @@ async fn remote_build(
 
 /// `reason` of a failed build as an error; a step it names is mapped back to its Dockerfile
 /// line (`templates/x/Dockerfile:7: RUN …: <message>`).
-fn build_error(message: &str, reason: &J, plan: &Plan, dockerfile: &str) -> ProviderError {
+fn build_error(message: &str, reason: &JsonValue, plan: &Plan, dockerfile: &str) -> ProviderError {
     let message = message.to_string();
     let by_index =
         |s: &str| s.trim().parse::<usize>().ok().and_then(|n| n.checked_sub(1)).and_then(|i| plan.steps.get(i));
     let step = match &reason["step"] {
-        J::String(s) => by_index(s),
-        J::Number(n) => by_index(&n.to_string()),
+        JsonValue::String(s) => by_index(s),
+        JsonValue::Number(n) => by_index(&n.to_string()),
         _ => None,
     }
     .or_else(|| {
@@ -713,7 +713,7 @@ mod tests {
         ]);
         let p = plan(&s).unwrap();
         assert_eq!(p.from_image, "python:3.11-slim");
-        let js: Vec<&J> = p.steps.iter().map(|s| &s.json).collect();
+        let js: Vec<&JsonValue> = p.steps.iter().map(|s| &s.json).collect();
         // Docker's defaults first, as the SDK's fromDockerfile: RUNs before USER run as root.
         assert_eq!((&js[0]["type"], &js[0]["args"]), (&json!("USER"), &json!(["root"])));
         assert_eq!((&js[1]["type"], &js[1]["args"]), (&json!("WORKDIR"), &json!(["/"])));
@@ -730,7 +730,7 @@ mod tests {
         assert_ne!(js[3]["filesHash"], js[4]["filesHash"]);
         // A Dockerfile that sets neither ends with E2B's defaults.
         let (_d2, s2) = spec(&[("Dockerfile", "FROM x\nRUN true\n")]);
-        let tail: Vec<J> = plan(&s2).unwrap().steps[3..].iter().map(|s| s.json["args"].clone()).collect();
+        let tail: Vec<JsonValue> = plan(&s2).unwrap().steps[3..].iter().map(|s| s.json["args"].clone()).collect();
         assert_eq!(tail, [json!(["user"]), json!(["/home/user"])]);
     }
 

@@ -13,7 +13,7 @@
 //! whole frames; [`Decoder::finish`] tells a clean end from a stream cut inside a frame.
 
 use serde::Deserialize;
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 
 use crate::provider::ErrorKind;
 
@@ -84,14 +84,14 @@ pub fn status_code(status: u16) -> &'static str {
 /// Reads an error out of a non-200 response body: a Connect error (`"code"` a string), or
 /// anything else (integer `code`, not JSON) mapped from the HTTP status.
 pub fn error_from_body(status: u16, body: &[u8]) -> ConnectError {
-    let parsed: Option<J> = serde_json::from_slice(body).ok();
+    let parsed: Option<JsonValue> = serde_json::from_slice(body).ok();
     let message = parsed
         .as_ref()
         .and_then(|j| j.get("message"))
-        .and_then(J::as_str)
+        .and_then(JsonValue::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| snippet(body));
-    match parsed.as_ref().and_then(|j| j.get("code")).and_then(J::as_str) {
+    match parsed.as_ref().and_then(|j| j.get("code")).and_then(JsonValue::as_str) {
         Some(code) => ConnectError::new(code, message),
         None => ConnectError::new(status_code(status), message),
     }

@@ -18,7 +18,7 @@ use base64::Engine as _;
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 
 use super::api::{enc, error_chain};
 use super::config::ENVD_PORT;
@@ -212,7 +212,7 @@ impl Envd {
         &self,
         http: &reqwest::Client,
         rpc: &str,
-        body: &J,
+        body: &JsonValue,
         user: Option<&str>,
         what: &str,
     ) -> Result<T, RpcError> {
@@ -246,7 +246,7 @@ impl Envd {
         &self,
         http: &reqwest::Client,
         rpc: &str,
-        body: &J,
+        body: &JsonValue,
         user: Option<&str>,
         deadline: Option<Duration>,
         what: &str,

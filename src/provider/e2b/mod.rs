@@ -63,7 +63,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use config::{Config, CreateApi, Preset};
@@ -255,7 +255,7 @@ impl Inner {
         &self,
         envd: &Envd,
         rpc: &str,
-        body: &J,
+        body: &JsonValue,
         user: Option<&str>,
         what: &str,
     ) -> Result<T, RpcError> {
@@ -264,7 +264,7 @@ impl Inner {
 
     async fn send_signal(&self, envd: &Envd, pid: u32, name: &str) -> Result<(), RpcError> {
         let body = json!({ "process": { "pid": pid }, "signal": name });
-        self.rpc::<J>(envd, "process.Process/SendSignal", &body, None, &format!("signal process {pid}"))
+        self.rpc::<JsonValue>(envd, "process.Process/SendSignal", &body, None, &format!("signal process {pid}"))
             .await
             .map(|_| ())
     }
@@ -292,14 +292,14 @@ impl Inner {
             let fed = async {
                 if !input.is_empty() {
                     let body = json!({ "process": { "pid": pid }, "input": { "stdin": b64 } });
-                    self.rpc::<J>(envd, "process.Process/SendInput", &body, user, "send stdin").await?;
+                    self.rpc::<JsonValue>(envd, "process.Process/SendInput", &body, user, "send stdin").await?;
                 }
                 // CloseStdin exists from envd 0.5.2; older ones keep stdin open.
                 if !envd.at_least((0, 5, 2)) {
-                    return Ok(J::Null);
+                    return Ok(JsonValue::Null);
                 }
                 let body = json!({ "process": { "pid": pid } });
-                self.rpc::<J>(envd, "process.Process/CloseStdin", &body, user, "close stdin").await
+                self.rpc::<JsonValue>(envd, "process.Process/CloseStdin", &body, user, "close stdin").await
             };
             if let Err(e) = fed.await {
                 let _ = self.send_signal(envd, pid, "SIGNAL_SIGKILL").await;
@@ -327,7 +327,7 @@ impl Inner {
         Ok(proc)
     }
 
-    async fn entry(&self, envd: &Envd, rpc: &str, body: &J, what: &str) -> Result<FileEntry> {
+    async fn entry(&self, envd: &Envd, rpc: &str, body: &JsonValue, what: &str) -> Result<FileEntry> {
         let r: EntryResponse =
             self.rpc(envd, rpc, body, None, what).await.map_err(|e| e.into_provider(what, &envd.id))?;
         r.entry
@@ -714,7 +714,7 @@ impl Provider for E2bProvider {
         let envd = inner.envd(id).await?;
         let what = format!("remove {path}");
         inner
-            .rpc::<J>(&envd, "filesystem.Filesystem/Remove", &json!({ "path": path }), None, &what)
+            .rpc::<JsonValue>(&envd, "filesystem.Filesystem/Remove", &json!({ "path": path }), None, &what)
             .await
             .map(|_| ())
             .map_err(|e| e.into_provider(&what, id))

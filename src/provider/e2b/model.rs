@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
-use serde_json::Value as J;
+use serde_json::Value as JsonValue;
 
 use crate::provider::{FileEntry, ProcessInfo, SandboxInfo};
 
@@ -16,14 +16,14 @@ use crate::provider::{FileEntry, ProcessInfo, SandboxInfo};
 
 /// A number that may arrive as a JSON number or a string (proto3 int64); missing or null is 0.
 pub fn lenient_i64<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-    match Option::<J>::deserialize(d)? {
-        None | Some(J::Null) => Ok(0),
-        Some(J::Number(n)) => n
+    match Option::<JsonValue>::deserialize(d)? {
+        None | Some(JsonValue::Null) => Ok(0),
+        Some(JsonValue::Number(n)) => n
             .as_i64()
             .or_else(|| n.as_f64().map(|f| f as i64))
             .ok_or_else(|| de::Error::custom(format!("number out of range: {n}"))),
-        Some(J::String(s)) if s.is_empty() => Ok(0),
-        Some(J::String(s)) => s.trim().parse().map_err(|_| de::Error::custom(format!("not an integer: {s:?}"))),
+        Some(JsonValue::String(s)) if s.is_empty() => Ok(0),
+        Some(JsonValue::String(s)) => s.trim().parse().map_err(|_| de::Error::custom(format!("not an integer: {s:?}"))),
         Some(other) => Err(de::Error::custom(format!("expected an integer, got {other}"))),
     }
 }
@@ -246,7 +246,7 @@ pub struct EntryJson {
     #[serde(default, deserialize_with = "null_string")]
     pub name: String,
     #[serde(default, rename = "type")]
-    pub kind: Option<J>,
+    pub kind: Option<JsonValue>,
     #[serde(default, deserialize_with = "null_string")]
     pub path: String,
     #[serde(default, deserialize_with = "lenient_i64")]
@@ -261,13 +261,13 @@ impl EntryJson {
     /// `file`, `dir`, `symlink`, or `None` for `FILE_TYPE_UNSPECIFIED` (which the SDK drops).
     pub fn kind(&self) -> Option<&'static str> {
         match &self.kind {
-            Some(J::String(s)) => match s.as_str() {
+            Some(JsonValue::String(s)) => match s.as_str() {
                 "FILE_TYPE_FILE" | "file" => Some("file"),
                 "FILE_TYPE_DIRECTORY" | "dir" | "directory" => Some("dir"),
                 "FILE_TYPE_SYMLINK" | "symlink" => Some("symlink"),
                 _ => None,
             },
-            Some(J::Number(n)) => match n.as_i64() {
+            Some(JsonValue::Number(n)) => match n.as_i64() {
                 Some(1) => Some("file"),
                 Some(2) => Some("dir"),
                 Some(3) => Some("symlink"),

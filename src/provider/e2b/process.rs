@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use serde_json::{json, Value as J};
+use serde_json::{json, Value as JsonValue};
 use tokio::sync::watch;
 
 use super::envd::{RpcError, RpcStream};
@@ -29,7 +29,7 @@ pub const KILL_WAIT: Duration = Duration::from_secs(5);
 const TRAILER_WAIT: Duration = Duration::from_secs(2);
 
 /// The `Process/Start` request for `req`: always `/bin/bash -l -c <cmd>`, like the SDK.
-pub fn start_body(req: &ExecRequest) -> J {
+pub fn start_body(req: &ExecRequest) -> JsonValue {
     let mut process = json!({ "cmd": "/bin/bash", "args": ["-l", "-c", req.cmd] });
     if !req.envs.is_empty() {
         process["envs"] = json!(req.envs);
