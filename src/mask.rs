@@ -6,7 +6,7 @@
 //! - the value itself (and its whitespace-trimmed form, for values read from files);
 //! - base64: standard and URL-safe alphabets, with and without padding;
 //! - percent-encoding as the common encoders write it: everything but RFC 3986's unreserved
-//!   characters (`urlencoding`), that keeping `/` (Python's `quote()`), minijinja's
+//!   characters (percent-encoding of a URL component), that keeping `/` (Python's `quote()`), minijinja's
 //!   `urlencode` (keeps `/`, encodes `~`), JavaScript's `encodeURIComponent` (keeps
 //!   `!'()*`) and HTML forms (keep `*`); `%20` or `+` for spaces; upper- or lower-case hex;
 //! - JSON string escaping: as `serde_json` writes it, that applied twice (JSON inside a JSON
@@ -552,7 +552,7 @@ mod tests {
     #[test]
     fn url_encoded_forms() {
         let m = masker();
-        let pct = urlencoding::encode(SECRET).into_owned();
+        let pct = crate::net::url_encode(SECRET);
         assert!(pct.contains("%20") && pct.contains("%2F"), "{pct}");
         assert_eq!(m.mask(&format!("GET /?p={pct}&x=1")), "GET /?p=***&x=1");
         let plus = pct.replace("%20", "+");

@@ -72,3 +72,31 @@ mod tests {
         assert!(rustls::crypto::CryptoProvider::get_default().is_some());
     }
 }
+
+/// The characters a URL component keeps as they are: RFC 3986's unreserved set.
+const UNRESERVED: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// Percent-encodes everything in `s` but unreserved characters (a path segment, a query value).
+pub fn url_encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
+/// Percent-decodes `s`; `None` when the bytes it stands for are not UTF-8.
+pub fn url_decode(s: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned())
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    #[test]
+    fn encodes_all_but_unreserved_and_decodes_back() {
+        let s = "a b/c?d=e&f+g~h-i_j.k%é";
+        let e = url_encode(s);
+        assert_eq!(e, "a%20b%2Fc%3Fd%3De%26f%2Bg~h-i_j.k%25%C3%A9");
+        assert_eq!(url_decode(&e).as_deref(), Some(s));
+        assert_eq!(url_decode("%FF"), None, "not UTF-8");
+    }
+}

@@ -635,7 +635,7 @@ fn query_param(q: &str, name: &str) -> Option<String> {
     q.split('&')
         .filter_map(|kv| kv.split_once('='))
         .find(|(k, _)| *k == name)
-        .map(|(_, v)| urlencoding::decode(v).unwrap().into_owned())
+        .map(|(_, v)| scenario_run::net::url_decode(v).unwrap())
 }
 
 fn files_server() -> impl Fn(&Req) -> Option<Resp> + Send + Sync + 'static {

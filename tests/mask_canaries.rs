@@ -30,8 +30,8 @@ fn forms(secret: &str) -> Vec<(String, String)> {
         ("base64url-padded".into(), URL_SAFE.encode(b)),
         ("basic auth".into(), STANDARD.encode(format!("user:{secret}"))),
         ("hex".into(), b.iter().map(|x| format!("{x:02x}")).collect()),
-        ("urlencoded".into(), urlencoding::encode(secret).into_owned()),
-        ("python quote".into(), urlencoding::encode(secret).replace("%2F", "/")),
+        ("urlencoded".into(), scenario_run::net::url_encode(secret)),
+        ("python quote".into(), scenario_run::net::url_encode(secret).replace("%2F", "/")),
         ("json".into(), serde_json::to_string(secret).unwrap().trim_matches('"').to_string()),
     ];
     let ascii_json: String = secret

@@ -490,8 +490,11 @@ fn signed(path: &str, op: &str, token: &str, expiration: Option<i64>) -> String 
         None => format!("{path}:{op}::{token}"),
     };
     let sig = base64::engine::general_purpose::STANDARD_NO_PAD.encode(sha2::Sha256::digest(raw.as_bytes()));
-    let mut q =
-        format!("/files?path={}&signature={}", urlencoding::encode(path), urlencoding::encode(&format!("v1_{sig}")));
+    let mut q = format!(
+        "/files?path={}&signature={}",
+        scenario_run::net::url_encode(path),
+        scenario_run::net::url_encode(&format!("v1_{sig}"))
+    );
     if let Some(e) = expiration {
         q.push_str(&format!("&signature_expiration={e}"));
     }
@@ -531,7 +534,7 @@ async fn files_take_a_signature_in_place_of_the_token() {
         (
             "no credential",
             reqwest::Method::GET,
-            format!("/files?path={}", urlencoding::encode(path)),
+            format!("/files?path={}", scenario_run::net::url_encode(path)),
             None,
             "missing signature",
         ),

@@ -146,7 +146,7 @@ impl Client {
                 if let Some(a) = &self.auth {
                     q.push(("account".into(), a.username.clone()));
                 }
-                let query: Vec<String> = q.iter().map(|(k, v)| format!("{k}={}", urlencoding::encode(v))).collect();
+                let query: Vec<String> = q.iter().map(|(k, v)| format!("{k}={}", crate::net::url_encode(v))).collect();
                 let sep = if realm.contains('?') { '&' } else { '?' };
                 let mut req =
                     self.http.get(format!("{realm}{sep}{}", query.join("&"))).timeout(Duration::from_secs(60));

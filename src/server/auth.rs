@@ -136,7 +136,7 @@ impl Signed {
 /// `application/x-www-form-urlencoded` decoding of one value (`+` is a space).
 fn decode(s: &str) -> String {
     let spaced = s.replace('+', " ");
-    urlencoding::decode(&spaced).map(|c| c.into_owned()).unwrap_or(spaced)
+    crate::net::url_decode(&spaced).unwrap_or(spaced)
 }
 
 /// `read` for downloads, `write` for uploads.

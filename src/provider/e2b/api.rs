@@ -363,7 +363,7 @@ pub fn idempotency_key() -> String {
 
 /// Percent-encodes everything but unreserved characters.
 pub fn enc(s: &str) -> String {
-    urlencoding::encode(s).into_owned()
+    crate::net::url_encode(s)
 }
 
 /// The `metadata` filter value before it is encoded as a query value (§2.7): each key and
@@ -405,12 +405,12 @@ mod tests {
         // Verified capture: metadata=owner%3Dme%26k%252520y%3Dv%2525261 (keys in our order).
         assert_eq!(format!("metadata={}", enc(&metadata_filter(&m))), "metadata=k%252520y%3Dv%2525261%26owner%3Dme");
         // Server side: decode query (done by the HTTP layer), unescape once, split, unescape.
-        let once = urlencoding::decode(&metadata_filter(&m)).unwrap().into_owned();
+        let once = crate::net::url_decode(&metadata_filter(&m)).unwrap();
         let pairs: Vec<(String, String)> = once
             .split('&')
             .map(|p| {
                 let (k, v) = p.split_once('=').unwrap();
-                (urlencoding::decode(k).unwrap().into_owned(), urlencoding::decode(v).unwrap().into_owned())
+                (crate::net::url_decode(k).unwrap(), crate::net::url_decode(v).unwrap())
             })
             .collect();
         assert_eq!(pairs, vec![("k y".into(), "v&1".into()), ("owner".into(), "me".into())]);
