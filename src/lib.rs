@@ -7,6 +7,7 @@ pub mod config;
 pub mod diag;
 pub mod duration;
 pub mod expr;
+pub mod heavy;
 pub mod image;
 pub mod janitor;
 pub mod mask;

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{now_ms, RunConfig};
 use crate::expr::{self, SandboxView};
+use crate::heavy;
 use crate::model::{Case, Step};
 use crate::provider::Capability;
 use crate::report::events::{Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus};
@@ -660,28 +661,34 @@ impl CaseRun<'_> {
         let duration_ms = t0.elapsed().as_millis() as u64;
         match result {
             Ok(outputs) => {
-                let background =
-                    args.get("background").is_some_and(|b| b.as_bool() == Some(true) || b.as_str() == Some("true"));
-                if step.kind.sets_last && !background {
-                    self.ctx.last_exec = Some(outputs.clone());
-                }
-                if let Some(id) = &step.id {
-                    self.ctx.outputs.insert(id.clone(), outputs.clone());
-                    self.step_values.insert(id.clone(), MValue::from(Serde(&outputs)));
-                }
-                let rec = self.record(
-                    step,
-                    index,
-                    phase,
-                    StepStatus::Passed,
-                    args,
-                    outputs,
-                    None,
-                    attempts,
-                    start_ms,
-                    duration_ms,
-                );
-                self.push_record(rec);
+                // Copying, converting and masking a big output (a 100 MiB file read back) takes
+                // seconds: done so that other scenarios' tasks do not wait for it.
+                let size = heavy::json_text_bytes(&outputs, heavy::HEAVY_BYTES)
+                    + heavy::json_text_bytes(&args, heavy::HEAVY_BYTES);
+                heavy::heavy(size, || {
+                    let background =
+                        args.get("background").is_some_and(|b| b.as_bool() == Some(true) || b.as_str() == Some("true"));
+                    if step.kind.sets_last && !background {
+                        self.ctx.last_exec = Some(outputs.clone());
+                    }
+                    if let Some(id) = &step.id {
+                        self.ctx.outputs.insert(id.clone(), outputs.clone());
+                        self.step_values.insert(id.clone(), MValue::from(Serde(&outputs)));
+                    }
+                    let rec = self.record(
+                        step,
+                        index,
+                        phase,
+                        StepStatus::Passed,
+                        args,
+                        outputs,
+                        None,
+                        attempts,
+                        start_ms,
+                        duration_ms,
+                    );
+                    self.push_record(rec);
+                });
                 false
             }
             // `skip`: the scenario ends here as SKIPPED (in `finally`, only the step is).

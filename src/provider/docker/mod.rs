@@ -152,8 +152,9 @@ const LABEL_TEMPLATE: &str = "scenario-run.template";
 const LABEL_STARTED: &str = "scenario-run.started-at";
 const LABEL_END: &str = "scenario-run.end-at";
 const LABEL_META_KEYS: &str = "scenario-run.metadata";
-/// How long one control-plane request may take (create, start, remove, inspect).
-const API_TIMEOUT_SECS: u64 = 120;
+/// How long one control-plane request may take (create, start, remove, inspect). Generous: an
+/// engine busy unpacking large images has taken over two minutes to create a container here.
+const API_TIMEOUT_SECS: u64 = 300;
 /// How long connecting to the engine may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
