@@ -5,97 +5,24 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
+use common::serve::{alicloud_cmd, e2b_cmd, serve, serve_env, serve_with, Server};
 use common::*;
-
-struct Server {
-    child: Child,
-    port: u16,
-    key: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SAFETY: signalling the server we spawned, by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve() -> Server {
-    serve_with(&[])
-}
-
-fn serve_with(extra: &[&str]) -> Server {
-    serve_env(extra, &[])
-}
-
-fn serve_env(extra: &[&str], env: &[(&str, &std::path::Path)]) -> Server {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let key = format!("e2b_{:040x}", u128::from(std::process::id()) * 7919 + u128::from(port));
-    let listen = format!("127.0.0.1:{port}");
-    let mut args = vec!["serve", "--listen", &listen, "--api-key", &key];
-    args.extend_from_slice(extra);
-    let mut c = cmd(&args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.starts_with("listening on http://127.0.0.1:"), "server did not start: {line:?}");
-    Server { child, port, key }
-}
-
-/// The binary with the e2b preset pointed at `srv`.
-fn e2b_cmd(srv: &Server, args: &[&str]) -> std::process::Command {
-    let url = format!("http://127.0.0.1:{}", srv.port);
-    let mut c = cmd(args);
-    c.env("E2B_API_KEY", &srv.key)
-        .env("E2B_API_URL", &url)
-        .env("E2B_SANDBOX_URL", &url)
-        .env("E2B_DOMAIN", format!("localhost:{}", srv.port));
-    c
-}
 
 fn e2b_run(srv: &Server, args: &[&str]) -> std::process::Output {
     e2b_cmd(srv, args).output().unwrap()
 }
 
-/// `--provider e2b --no-progress <args> --json <report>` against `srv`: the output and the report.
+/// `<args> --json <report>` with the e2b preset against `srv`: the output and the report.
 fn e2b_run_report(srv: &Server, args: &[&str]) -> (std::process::Output, tempfile::NamedTempFile) {
     let report = tempfile::NamedTempFile::new().unwrap();
     let out = {
-        let mut all = vec!["--provider", "e2b", "--no-progress"];
-        all.extend_from_slice(args);
+        let mut all = args.to_vec();
         all.extend(["--json", report.path().to_str().unwrap()]);
         e2b_run(srv, &all)
     };
     (out, report)
-}
-
-/// The binary with the alicloud preset pointed at `srv` (and no E2B key to fall back on).
-fn alicloud_cmd(srv: &Server, args: &[&str]) -> std::process::Command {
-    let url = format!("http://127.0.0.1:{}", srv.port);
-    let mut all = vec!["--provider", "alicloud"];
-    all.extend_from_slice(args);
-    let mut c = cmd(&all);
-    c.env("ABX_SANDBOX_API_KEY", &srv.key)
-        .env("ABX_SANDBOX_BASE_URL", &url)
-        .env("E2B_SANDBOX_URL", &url)
-        .env("ABX_SANDBOX_DOMAIN", format!("localhost:{}", srv.port))
-        .env_remove("E2B_API_KEY");
-    c
 }
 
 #[test]
@@ -141,7 +68,7 @@ fn summary_line(stdout: &str) -> String {
 #[test]
 fn the_whole_library_passes_over_the_e2b_protocol() {
     let srv = serve();
-    let out = e2b_cmd(&srv, &["--provider", "e2b", "--no-progress", "-j", "5", "scenarios"])
+    let out = e2b_cmd(&srv, &["-j", "5", "scenarios"])
         // serve has no official templates: build code-interpreter-v1 from templates/.
         .env("E2E_BUILD_OFFICIAL", "1")
         .env_remove("E2E_SERVER_TEMPLATE")
@@ -161,10 +88,7 @@ fn the_whole_library_passes_over_the_e2b_protocol() {
 #[test]
 fn the_language_examples_pass_over_the_e2b_protocol() {
     let srv = serve();
-    let out = e2b_cmd(&srv, &["--provider", "e2b", "--no-progress", "examples"])
-        .env_remove("SCENARIO_RUN_DEMO_API_KEY")
-        .output()
-        .unwrap();
+    let out = e2b_cmd(&srv, &["examples"]).env_remove("SCENARIO_RUN_DEMO_API_KEY").output().unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     let cases = text(&run(&["--no-progress", "--list", "examples"]).stdout).lines().count();
@@ -175,7 +99,7 @@ fn the_language_examples_pass_over_the_e2b_protocol() {
 #[test]
 fn alicloud_preset_uses_v1_routes_and_bearer_auth() {
     let srv = serve();
-    let out = alicloud_cmd(&srv, &["--no-progress", "scenarios/commands", "scenarios/files"]).output().unwrap();
+    let out = alicloud_cmd(&srv, &["scenarios/commands", "scenarios/files"]).output().unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
     assert!(summary_line(&stdout).contains(" 0 failed, 0 error, "), "{stdout}");
@@ -184,7 +108,7 @@ fn alicloud_preset_uses_v1_routes_and_bearer_auth() {
 #[test]
 fn a_wrong_key_is_an_error_saying_authentication_failed() {
     let srv = serve();
-    let out = e2b_cmd(&srv, &["--provider", "e2b", "--no-progress", "scenarios/commands/stdin.yaml"])
+    let out = e2b_cmd(&srv, &["scenarios/commands/stdin.yaml"])
         .env("E2B_API_KEY", "e2b_0000000000000000000000000000000000000000")
         .output()
         .unwrap();
@@ -275,11 +199,7 @@ fn templates_left_on_serve_are_removed_when_it_stops() {
     let state = tempfile::tempdir().unwrap();
     let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
     // Kept by the client, so only serve's own shutdown removes it.
-    let out = e2b_run_env(
-        &srv,
-        &["--provider", "e2b", "--no-progress", "tests/fixtures/templates/build-twice.yaml"],
-        &[("SCENARIO_RUN_KEEP_BUILDS", "1")],
-    );
+    let out = e2b_run_env(&srv, &["tests/fixtures/templates/build-twice.yaml"], &[("SCENARIO_RUN_KEEP_BUILDS", "1")]);
     assert_eq!(out.status.code(), Some(0), "{}\n{}", text(&out.stdout), text(&out.stderr));
     let (status, listed) = get(&srv, "/templates");
     assert_eq!(status, 200);
@@ -293,7 +213,7 @@ fn templates_left_on_serve_are_removed_when_it_stops() {
             .count()
     };
     assert_eq!(layers(), 1, "the kept template's layer is on disk while serve runs");
-    let uploads = std::env::temp_dir().join(format!("scenario-run-serve-{}-{}", srv.child.id(), srv.port));
+    let uploads = std::env::temp_dir().join(format!("scenario-run-serve-{}-{}", srv.pid(), srv.port));
     assert!(uploads.exists(), "{}", uploads.display());
     drop(srv);
     assert_eq!(layers(), 0, "serve removes its templates' layers when it stops");
@@ -466,18 +386,15 @@ fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
     let state = tempfile::tempdir().unwrap();
     let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
     let report = tempfile::NamedTempFile::new().unwrap();
-    let out = alicloud_cmd(
-        &srv,
-        &["--no-progress", "scenarios/custom/python-hello.yaml", "--json", report.path().to_str().unwrap()],
-    )
-    .env("SCENARIO_RUN_ACR_REGISTRY", format!("{registry}/{namespace}"))
-    .env("ACR_USERNAME", &user)
-    .env("ACR_PASSWORD", &password)
-    .env_remove("SCENARIO_RUN_ACR_USERNAME")
-    .env_remove("SCENARIO_RUN_ACR_PASSWORD")
-    .env_remove(scenario_run::steps::build::KEEP_ENV)
-    .output()
-    .unwrap();
+    let out = alicloud_cmd(&srv, &["scenarios/custom/python-hello.yaml", "--json", report.path().to_str().unwrap()])
+        .env("SCENARIO_RUN_ACR_REGISTRY", format!("{registry}/{namespace}"))
+        .env("ACR_USERNAME", &user)
+        .env("ACR_PASSWORD", &password)
+        .env_remove("SCENARIO_RUN_ACR_USERNAME")
+        .env_remove("SCENARIO_RUN_ACR_PASSWORD")
+        .env_remove(scenario_run::steps::build::KEEP_ENV)
+        .output()
+        .unwrap();
     assert_acr_run(&srv, &out, report.path(), &registry, &namespace, Some((&user, &password)), &[&password]);
 }
 
@@ -539,7 +456,7 @@ fn alicloud_acr_path_logs_in_with_a_token_for_the_access_key_pair() {
     let state = tempfile::tempdir().unwrap();
     let srv = serve_env(&[], &[("SCENARIO_RUN_STATE_DIR", state.path())]);
     let run = |secret: &str, report: &std::path::Path| {
-        alicloud_cmd(&srv, &["--no-progress", "scenarios/custom/python-hello.yaml", "--json", report.to_str().unwrap()])
+        alicloud_cmd(&srv, &["scenarios/custom/python-hello.yaml", "--json", report.to_str().unwrap()])
             .env("SCENARIO_RUN_ACR_REGISTRY", format!("{registry}/{namespace}"))
             .env("ALIBABA_CLOUD_ACCESS_KEY_ID", ak_id)
             .env("ALIBABA_CLOUD_ACCESS_KEY_SECRET", secret)
@@ -678,9 +595,6 @@ steps:
     let out = e2b_cmd(
         &srv,
         &[
-            "--provider",
-            "e2b",
-            "--no-progress",
             "-v",
             "--var",
             &format!("sbid={id}"),

@@ -1,5 +1,5 @@
 //! A real `scenario-run serve` for tests that drive clients against it (`host_step.rs`,
-//! `clients.rs`): started on a free loopback port with a fresh key, stopped when dropped.
+//! `clients.rs`, `e2b_over_serve.rs`): started on a free loopback port with a fresh key, stopped when dropped.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -11,6 +11,13 @@ pub struct Server {
     child: Child,
     pub port: u16,
     pub key: String,
+}
+
+impl Server {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Server {
@@ -31,12 +38,21 @@ impl Drop for Server {
 
 /// `scenario-run serve` with `extra` flags, once it listens.
 pub fn serve_with(extra: &[&str]) -> Server {
+    serve_env(extra, &[])
+}
+
+/// [`serve_with`], with variables set for the server (its state directory, say).
+pub fn serve_env(extra: &[&str], env: &[(&str, &std::path::Path)]) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let key = format!("e2b_{:040x}", u128::from(std::process::id()) * 104729 + u128::from(port));
     let listen = format!("127.0.0.1:{port}");
     let mut args = vec!["serve", "--listen", &listen, "--api-key", &key];
     args.extend_from_slice(extra);
-    let mut child = cmd(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut c = cmd(&args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on http://127.0.0.1:"), "server did not start: {line:?}");
