@@ -37,6 +37,18 @@ impl Outcome {
             Outcome::Xpass => "XPASS",
         }
     }
+
+    /// Order of attention in summaries: what needs looking at first sorts first.
+    pub fn attention_rank(self) -> u8 {
+        match self {
+            Outcome::Failed => 0,
+            Outcome::Error => 1,
+            Outcome::Xpass => 2,
+            Outcome::Xfail => 3,
+            Outcome::Skipped => 4,
+            Outcome::Passed => 5,
+        }
+    }
 }
 
 /// Which list of the scenario a step came from.

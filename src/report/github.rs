@@ -146,7 +146,7 @@ pub fn step_summary(summary: &RunSummary) -> String {
         format::duration(summary.duration_ms)
     );
     let mut rows: Vec<&ScenarioResult> = summary.results.iter().filter(|r| r.outcome != Outcome::Passed).collect();
-    rows.sort_by_key(|r| (outcome_rank(r.outcome), r.name.clone()));
+    rows.sort_by_key(|r| (r.outcome.attention_rank(), r.name.clone()));
     if !rows.is_empty() {
         md.push_str("| outcome | scenario | step | where | reason |\n|---|---|---|---|---|\n");
         for r in &rows {
@@ -197,17 +197,6 @@ pub fn step_summary(summary: &RunSummary) -> String {
 
 fn is_diff(m: &Mismatch) -> bool {
     format::is_multiline(&m.expected) || format::is_multiline(&m.actual)
-}
-
-fn outcome_rank(o: Outcome) -> u8 {
-    match o {
-        Outcome::Failed => 0,
-        Outcome::Error => 1,
-        Outcome::Xpass => 2,
-        Outcome::Xfail => 3,
-        Outcome::Skipped => 4,
-        Outcome::Passed => 5,
-    }
 }
 
 #[cfg(test)]

@@ -59,7 +59,8 @@ pub struct SummaryOptions {
 pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
     let color = opts.color;
     let mut results: Vec<&ScenarioResult> = summary.results.iter().filter(|r| r.outcome != Outcome::Passed).collect();
-    results.sort_by(|a, b| rank(a.outcome).cmp(&rank(b.outcome)).then_with(|| a.name.cmp(&b.name)));
+    results
+        .sort_by(|a, b| a.outcome.attention_rank().cmp(&b.outcome.attention_rank()).then_with(|| a.name.cmp(&b.name)));
 
     let mut out = String::new();
     for r in results.iter().filter(|r| matches!(r.outcome, Outcome::Failed | Outcome::Error)) {
@@ -80,18 +81,6 @@ pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
         let _ = writeln!(out, "{}", paint(&format!("run {} interrupted", summary.run_id), Color::Yellow, color));
     }
     out
-}
-
-/// What needs attention first.
-fn rank(o: Outcome) -> u8 {
-    match o {
-        Outcome::Failed => 0,
-        Outcome::Error => 1,
-        Outcome::Xpass => 2,
-        Outcome::Xfail => 3,
-        Outcome::Skipped => 4,
-        Outcome::Passed => 5,
-    }
 }
 
 /// `N passed, N failed, N error, N skipped, N xfail, N xpass in 1.23s`, without newline.
