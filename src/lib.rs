@@ -18,6 +18,7 @@ pub mod out;
 pub mod provider;
 pub mod random;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod schema;
 pub mod scripted_model;

@@ -17,8 +17,9 @@ use scenario_run::provider::docker::{DockerOptions, DockerProvider};
 use scenario_run::provider::e2b::{E2bProvider, Preset};
 use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
 use scenario_run::provider::Provider;
-use scenario_run::report::events::{Event, Reporter};
 use scenario_run::report::human::{HumanOptions, HumanReporter};
+use scenario_run::report::Reporter;
+use scenario_run::results::Event;
 use scenario_run::runner::{self, RunConfig};
 use scenario_run::select::{Expr, Shard};
 use scenario_run::{config, errln, out, schema};
@@ -791,11 +792,7 @@ fn run(args: RunArgs) -> u8 {
     })
 }
 
-fn write_reports(
-    summary: &scenario_run::report::events::RunSummary,
-    args: &RunArgs,
-    masker: &Masker,
-) -> Result<(), String> {
+fn write_reports(summary: &scenario_run::results::RunSummary, args: &RunArgs, masker: &Masker) -> Result<(), String> {
     use scenario_run::report::{evidence, html, json, junit};
     let create = |p: &Path| -> Result<std::io::BufWriter<std::fs::File>, String> {
         if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -837,7 +834,7 @@ struct GithubOut {
 impl GithubOut {
     /// Failures as workflow commands on stdout, the run as markdown in the job summary; both
     /// masked like every other output.
-    fn write(&self, summary: &scenario_run::report::events::RunSummary, masker: &Masker) -> Result<(), String> {
+    fn write(&self, summary: &scenario_run::results::RunSummary, masker: &Masker) -> Result<(), String> {
         use scenario_run::report::github;
         let _ = out::stdout(&masker.mask(&github::annotations(summary, self.workspace.as_deref())));
         if let Some(path) = &self.step_summary {

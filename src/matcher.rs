@@ -8,7 +8,7 @@ use regex::Regex;
 use serde_json::Value as JsonValue;
 
 use crate::diag::{did_you_mean, Diagnostic, Source};
-use crate::report::events::Mismatch;
+use crate::results::Mismatch;
 use crate::yaml::{Node, Value};
 
 pub const KEYS: &[(&str, &str)] = &[

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::events::{Outcome, RunSummary, ScenarioResult, Totals};
 use super::json::JSON_SCHEMA_VERSION;
+use crate::results::{Outcome, RunSummary, ScenarioResult, Totals};
 
 #[derive(Serialize)]
 struct ScenarioFile<'a> {

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::events::*;
 use crate::diag::Location;
 use crate::provider::ProviderStats;
+use crate::results::*;
 
 pub fn loc(file: &str, line: u32, col: u32) -> Location {
     Location { file: file.to_string(), line, col }

@@ -6,7 +6,7 @@
 
 use similar::TextDiff;
 
-use super::events::{Mismatch, Outcome};
+use crate::results::{Mismatch, Outcome};
 
 /// `0.42s` under a minute, `1m03s` under an hour, `1h02m03s` beyond.
 pub fn duration(ms: u64) -> String {

@@ -14,9 +14,9 @@
 
 use std::fmt::Write as _;
 
-use super::events::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult};
 use super::format;
 use super::summary::{self, totals_line};
+use crate::results::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult};
 
 /// The most bytes of job summary written for one run (GitHub takes 1 MiB per step).
 pub const MAX_SUMMARY: usize = 900 * 1024;

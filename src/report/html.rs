@@ -25,9 +25,9 @@ use std::fmt::Write as _;
 use serde_json::Value as JsonValue;
 use similar::{ChangeTag, TextDiff};
 
-use super::events::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult, StepRecord, StepStatus};
 use super::format;
 use super::summary;
+use crate::results::{Mismatch, Outcome, RunSummary, ScenarioResult, StepRecord, StepStatus};
 
 /// Longest string value shown in arguments and outputs.
 pub const MAX_VALUE: usize = 64 * 1024;
@@ -47,35 +47,6 @@ pub fn esc(s: &str) -> String {
         }
     }
     out
-}
-
-fn outcome_class(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Passed => "passed",
-        Outcome::Failed => "failed",
-        Outcome::Error => "error",
-        Outcome::Skipped => "skipped",
-        Outcome::Xfail => "xfail",
-        Outcome::Xpass => "xpass",
-    }
-}
-
-fn status_class(s: StepStatus) -> &'static str {
-    match s {
-        StepStatus::Passed => "passed",
-        StepStatus::Failed => "failed",
-        StepStatus::Error => "error",
-        StepStatus::Skipped => "skipped",
-    }
-}
-
-fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Setup => "setup",
-        Phase::Steps => "steps",
-        Phase::Finally => "finally",
-        Phase::Cleanup => "cleanup",
-    }
 }
 
 /// `2024-01-01 12:00:00 UTC` of Unix milliseconds.
@@ -135,7 +106,7 @@ pub fn render_html(summary: &RunSummary) -> String {
         let _ = writeln!(
             h,
             "<button type=\"button\" class=\"total {c}{zero}\" data-only=\"{c}\">{n} {c}</button>",
-            c = outcome_class(o),
+            c = o.name(),
             zero = if n == 0 { " zero" } else { "" }
         );
     }
@@ -147,7 +118,7 @@ pub fn render_html(summary: &RunSummary) -> String {
     h.push_str("<section id=\"scenarios\">\n<h2>Scenarios</h2>\n<div class=\"filters\">\n");
     h.push_str("<input id=\"q\" type=\"search\" placeholder=\"filter by name, tag or file\" aria-label=\"filter by name, tag or file\">\n");
     for o in Outcome::ALL {
-        let c = outcome_class(o);
+        let c = o.name();
         let _ = writeln!(
             h,
             "<label class=\"chip {c}\"><input type=\"checkbox\" name=\"outcome\" value=\"{c}\" checked> {}</label>",
@@ -172,7 +143,7 @@ pub fn render_html(summary: &RunSummary) -> String {
 }
 
 fn scenario(r: &ScenarioResult) -> String {
-    let c = outcome_class(r.outcome);
+    let c = r.outcome.name();
     let search = format!("{} {} {} {}", r.name, r.tags.join(" "), r.location.file, r.outcome.label()).to_lowercase();
     let open = matches!(r.outcome, Outcome::Failed | Outcome::Error);
     let mut h = String::new();
@@ -253,7 +224,7 @@ fn scenario(r: &ScenarioResult) -> String {
 }
 
 fn step(s: &StepRecord) -> String {
-    let c = status_class(s.status);
+    let c = s.status.name();
     let mut h = String::new();
     let attempts = if s.attempts > 1 { format!(" · {} attempts", s.attempts) } else { String::new() };
     let _ = write!(
@@ -261,7 +232,7 @@ fn step(s: &StepRecord) -> String {
         "<li class=\"step {c}\"><details{}><summary><span class=\"status {c}\">{}</span> <span class=\"phase\">{}</span> <span class=\"label\">{}</span> <code class=\"loc\">{}:{}</code> <span class=\"time\">at +{} · {}{attempts}</span></summary>\n<div class=\"step-body\">",
         if matches!(s.status, StepStatus::Failed | StepStatus::Error) { " open" } else { "" },
         c,
-        phase_name(s.phase),
+        s.phase.name(),
         esc(&s.label),
         esc(&s.location.file),
         s.location.line,
@@ -506,7 +477,7 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
     y += ROW;
     for r in &ran {
         let start = r.started_at_ms.saturating_sub(summary.started_at_ms);
-        let c = outcome_class(r.outcome);
+        let c = r.outcome.name();
         let label = summary::fit(&r.name, 34);
         let _ = write!(
             h,
@@ -540,13 +511,13 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
                 h,
                 "<rect class=\"seg {} {}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"8\"><title>{} ({}): {}, {}</title></rect>",
                 esc(&kind_class(&s.kind)),
-                status_class(s.status),
+                s.status.name(),
                 x(start + s.start_ms),
                 y + 4.0,
                 w(start + s.start_ms, start + s.start_ms + s.duration_ms),
                 esc(&s.label),
-                phase_name(s.phase),
-                status_class(s.status),
+                s.phase.name(),
+                s.status.name(),
                 format::duration(s.duration_ms)
             );
         }
@@ -571,7 +542,7 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
                 y + 1.0,
                 w(l.from, l.to),
                 idx = l.scenario,
-                c = outcome_class(l.outcome),
+                c = l.outcome.name(),
                 id = esc(&l.id),
                 name = esc(&l.name),
                 dur = format::duration(l.to - l.from),

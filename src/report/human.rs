@@ -30,9 +30,10 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::events::{Event, Outcome, Phase, Reporter, ScenarioResult, StepRecord, StepStatus, Totals};
 use super::format::{self, paint, Color};
 use super::summary::{self, render_summary, SummaryOptions};
+use super::Reporter;
+use crate::results::{Event, Outcome, Phase, ScenarioResult, StepRecord, StepStatus, Totals};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HumanOptions {
@@ -209,11 +210,11 @@ impl HumanReporter {
             return;
         }
         let name = self.names.get(&index).map_or_else(|| format!("#{index}"), |n| format::sanitize(n));
-        let (status, c) = match record.status {
-            StepStatus::Passed => ("passed", Color::Green),
-            StepStatus::Failed => ("failed", Color::Red),
-            StepStatus::Error => ("error", Color::Red),
-            StepStatus::Skipped => ("skipped", Color::Yellow),
+        let status = record.status.name();
+        let c = match record.status {
+            StepStatus::Passed => Color::Green,
+            StepStatus::Failed | StepStatus::Error => Color::Red,
+            StepStatus::Skipped => Color::Yellow,
         };
         let mut text = format!(
             "  {name} › {} {}  {}",

@@ -48,7 +48,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::events::RunSummary;
+use crate::results::RunSummary;
 
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 

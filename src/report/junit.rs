@@ -24,8 +24,8 @@
 
 use std::io::{self, Write};
 
-use super::events::{Outcome, Phase, RunSummary, ScenarioResult, StepStatus};
 use super::format;
+use crate::results::{Outcome, Phase, RunSummary, ScenarioResult, StepStatus};
 
 /// Write the whole JUnit document for a run.
 pub fn write_junit(summary: &RunSummary, w: &mut impl Write) -> io::Result<()> {

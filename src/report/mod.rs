@@ -1,6 +1,5 @@
 //! Reporters: the live terminal view, the summary, and the JUnit, JSON, evidence and HTML files.
 
-pub mod events;
 pub mod evidence;
 pub mod format;
 pub mod github;
@@ -12,3 +11,10 @@ pub mod summary;
 
 #[cfg(test)]
 pub(crate) mod fixture;
+
+use crate::results::Event;
+
+/// A consumer of events. Exactly one reporter owns the terminal.
+pub trait Reporter: Send {
+    fn handle(&mut self, event: &Event);
+}

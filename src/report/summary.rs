@@ -38,8 +38,8 @@
 
 use std::fmt::Write as _;
 
-use super::events::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult, StepRecord, Totals};
 use super::format::{self, paint, Color};
+use crate::results::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult, StepRecord, Totals};
 
 /// Narrower than this, a row's reason goes on a line of its own.
 pub const MIN_REASON: usize = 40;

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::mask::Masker;
 use crate::model::Case;
 use crate::provider::Provider;
-use crate::report::events::{Event, Outcome, RunSummary, ScenarioResult, Totals};
+use crate::results::{Event, Outcome, RunSummary, ScenarioResult, Totals};
 
 pub use scenario::skipped_result;
 
@@ -304,7 +304,7 @@ mod tests {
         assert_eq!(r.failure.as_ref().unwrap().location.line, 4, "the failure points at the step");
         // `finally` still ran and the sandbox was destroyed by the case itself.
         let kinds: Vec<(&str, StepStatus)> = r.steps.iter().map(|s| (s.kind.as_str(), s.status)).collect();
-        use crate::report::events::StepStatus;
+        use crate::results::StepStatus;
         assert_eq!(
             kinds,
             [

@@ -17,7 +17,7 @@ use crate::expr::{self, SandboxView};
 use crate::heavy;
 use crate::model::{Case, Step};
 use crate::provider::Capability;
-use crate::report::events::{Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus};
+use crate::results::{Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus};
 use crate::steps::{Severity, StepCtx, StepError};
 
 /// The least time an attempt of a polled step gets, however little of the window is left.

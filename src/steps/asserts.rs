@@ -65,7 +65,7 @@ pub async fn assert_exit(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
             (None, None) => "none (still running or unknown)".into(),
         };
         let mut e = StepError::fail(format!("expected exit code {want}, found {got_text}"));
-        e.mismatch = Some(Box::new(crate::report::events::Mismatch::new(want.to_string(), got_text)));
+        e.mismatch = Some(Box::new(crate::results::Mismatch::new(want.to_string(), got_text)));
         return Err(e);
     }
     Ok(JsonValue::Null)

@@ -6,7 +6,7 @@ use serde_json::{json, Value as JsonValue};
 
 use super::{Args, StepCtx, StepError, StepResult};
 use crate::matcher::Matcher;
-use crate::report::events::Mismatch;
+use crate::results::Mismatch;
 
 /// The default limit of one request.
 const TIMEOUT: Duration = Duration::from_secs(30);

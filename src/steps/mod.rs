@@ -30,7 +30,7 @@ use serde_json::{json, Value as JsonValue};
 
 use crate::matcher::MatchFailure;
 use crate::provider::{ErrorKind, Provider, ProviderError};
-use crate::report::events::Mismatch;
+use crate::results::Mismatch;
 
 pub use registry::{FieldType, StepKind, REGISTRY};
 

@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::fake::{done, FakeProvider, FIRST_PID, NOW};
 use super::{registry, Severity, StepCtx, StepError};
 use crate::provider::{ErrorKind, ExecResult, ProviderError};
-use crate::report::events::Mismatch;
+use crate::results::Mismatch;
 
 const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 

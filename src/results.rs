@@ -1,8 +1,11 @@
-//! The one interface between the runner and the reporters.
+//! The result model: what a run found, step by step and scenario by scenario, and the events
+//! that carry it from the runner to the reporters.
 //!
-//! Workers never print: the runner turns what happens into [`Event`]s, already masked (no
-//! secret value reaches this type), and the reporters render them. The final
-//! [`RunSummary`] is also what the JUnit, JSON and evidence writers read.
+//! It sits below the steps, the matcher, the runner and the reporters, so each of them imports
+//! it and none of them imports another's module for a result type. Workers never print: the
+//! runner turns what happens into [`Event`]s, already masked (no secret value reaches this
+//! type), and the reporters (`crate::report`) render them. The final [`RunSummary`] is also what
+//! the JUnit, JSON and evidence writers read.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +29,18 @@ pub enum Outcome {
 impl Outcome {
     pub const ALL: [Outcome; 6] =
         [Outcome::Passed, Outcome::Failed, Outcome::Error, Outcome::Skipped, Outcome::Xfail, Outcome::Xpass];
+
+    /// The name in the JSON report and the HTML classes: `passed`, `xfail`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Failed => "failed",
+            Outcome::Error => "error",
+            Outcome::Skipped => "skipped",
+            Outcome::Xfail => "xfail",
+            Outcome::Xpass => "xpass",
+        }
+    }
 
     pub fn label(self) -> &'static str {
         match self {
@@ -62,6 +77,18 @@ pub enum Phase {
     Cleanup,
 }
 
+impl Phase {
+    /// The name in the JSON report (`setup`, `steps`, `finally`, `cleanup`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Setup => "setup",
+            Phase::Steps => "steps",
+            Phase::Finally => "finally",
+            Phase::Cleanup => "cleanup",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StepStatus {
@@ -72,6 +99,18 @@ pub enum StepStatus {
     Error,
     /// `if:` was false, or an earlier failure stopped the scenario.
     Skipped,
+}
+
+impl StepStatus {
+    /// The name in the JSON report (`passed`, `failed`, `error`, `skipped`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StepStatus::Passed => "passed",
+            StepStatus::Failed => "failed",
+            StepStatus::Error => "error",
+            StepStatus::Skipped => "skipped",
+        }
+    }
 }
 
 /// Expected vs found for a failed comparison; reporters show a diff when either is multi-line.
@@ -292,7 +331,21 @@ pub enum Event {
     },
 }
 
-/// A consumer of events. Exactly one reporter owns the terminal.
-pub trait Reporter: Send {
-    fn handle(&mut self, event: &Event);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names the reporters print are the names the JSON report serializes.
+    #[test]
+    fn names_are_the_serialized_names() {
+        for o in Outcome::ALL {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.name());
+        }
+        for p in [Phase::Setup, Phase::Steps, Phase::Finally, Phase::Cleanup] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.name());
+        }
+        for s in [StepStatus::Passed, StepStatus::Failed, StepStatus::Error, StepStatus::Skipped] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.name());
+        }
+    }
 }
