@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::mask::Masker;
 use crate::provider::{Provider, SandboxInfo};
+use crate::{errln, outln};
 
 pub const TAG: &str = "e2e";
 
@@ -55,6 +57,41 @@ pub async fn delete(provider: &dyn Provider, sandboxes: &[SandboxInfo]) -> Vec<(
         }
     }
     failed
+}
+
+/// `scenario-run cleanup`: print what the selection finds (masked), and delete it when `yes`.
+/// `Err` when listing failed or a sandbox could not be deleted (each is printed).
+pub async fn clean(
+    provider: &dyn Provider,
+    sel: &Selection,
+    yes: bool,
+    masker: &Masker,
+    now_secs: u64,
+) -> Result<(), ()> {
+    let found = match find(provider, sel, now_secs).await {
+        Ok(f) => f,
+        Err(e) => {
+            errln!("error: {}", masker.mask(&e));
+            return Err(());
+        }
+    };
+    for s in &found {
+        outln!("{}", masker.mask(&describe(s, now_secs)));
+    }
+    if !yes {
+        outln!("{} sandbox(es) would be deleted; run again with --yes to delete them", found.len());
+        return Ok(());
+    }
+    let failed = delete(provider, &found).await;
+    for (id, why) in &failed {
+        errln!("error: could not delete {id}: {}", masker.mask(why));
+    }
+    outln!("deleted {} sandbox(es)", found.len() - failed.len());
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(())
+    }
 }
 
 /// One line per sandbox: id, run tag, age, template.

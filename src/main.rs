@@ -12,54 +12,20 @@ use tokio_util::sync::CancellationToken;
 
 use scenario_run::diag::Diagnostic;
 use scenario_run::mask::Masker;
-use scenario_run::model::{self, Case, LoadOptions};
-use scenario_run::provider::docker::{DockerOptions, DockerProvider};
-use scenario_run::provider::e2b::{E2bProvider, Preset};
-use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
-use scenario_run::provider::Provider;
+use scenario_run::model::{self, LoadOptions};
+use scenario_run::provider::factory::{self, local_options, prepare, ProviderKind};
+use scenario_run::provider::local::{Isolation, LocalProvider};
 use scenario_run::report::human::{HumanOptions, HumanReporter};
-use scenario_run::report::Reporter;
+use scenario_run::report::{ReportFiles, Reporter};
 use scenario_run::results::Event;
 use scenario_run::runner::{self, RunConfig};
-use scenario_run::select::{Expr, Shard};
-use scenario_run::{config, errln, out, schema};
-
-/// `println!` that never panics: a closed stdout (`| head`) is not an error of ours, and a
-/// command that must go on (cleanup deleting sandboxes) goes on.
-macro_rules! outln {
-    ($($arg:tt)*) => {
-        let _ = out::stdout(&format!("{}\n", format_args!($($arg)*)));
-    };
-}
+use scenario_run::select::{Selection, Shard};
+use scenario_run::{config, errln, out, outln, schema};
 
 const EXIT_USAGE: u8 = 2;
 const EXIT_INVALID: u8 = 3;
 const EXIT_INFRA: u8 = 4;
 const EXIT_INTERRUPTED: u8 = 130;
-
-/// Where sandboxes live (a closed set: an unknown name is a usage error, exit 2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum ProviderKind {
-    /// Isolated sandboxes on this machine (bubblewrap); no account needed.
-    Local,
-    /// Containers on the Docker engine of DOCKER_HOST.
-    Docker,
-    /// E2B (api.e2b.app), over the E2B REST API and envd.
-    E2b,
-    /// Alibaba Cloud FC Agent Sandbox, over the E2B protocol.
-    Alicloud,
-}
-
-impl ProviderKind {
-    fn name(self) -> &'static str {
-        match self {
-            ProviderKind::Local => "local",
-            ProviderKind::Docker => "docker",
-            ProviderKind::E2b => "e2b",
-            ProviderKind::Alicloud => "alicloud",
-        }
-    }
-}
 
 /// What a run whose selection matched no scenario does (`--no-scenarios`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -432,30 +398,6 @@ fn count(n: usize, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
-fn select(cases: Vec<Case>, args: &RunArgs) -> Result<Vec<Case>, String> {
-    let name_expr = args.name_expr.as_deref().map(Expr::parse).transpose().map_err(|e| format!("-k: {e}"))?;
-    let tag_expr = args.tags.as_deref().map(Expr::parse).transpose().map_err(|e| format!("--tags: {e}"))?;
-    Ok(cases
-        .into_iter()
-        .filter(|c| name_expr.as_ref().is_none_or(|e| e.eval(&|w| c.name.contains(w))))
-        .filter(|c| tag_expr.as_ref().is_none_or(|e| e.eval(&|w| c.scenario.tags.iter().any(|t| t == w))))
-        .filter(|c| args.shard.is_none_or(|s| s.contains(&c.name)))
-        .collect())
-}
-
-/// The local provider's options, with the state directory from the run's environment (files
-/// and process), so `.env` and `--env-file` reach it without touching the process's own.
-fn local_options(isolation: Isolation, env: &std::collections::BTreeMap<String, String>) -> LocalOptions {
-    let state_dir = env
-        .get("SCENARIO_RUN_STATE_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(LocalOptions::default_state_dir, PathBuf::from);
-    // The image cache and id range come from the run's environment (.env included), for the
-    // local provider and the docker provider's offline images alike.
-    let images = scenario_run::image::ImageStore::set_shared(scenario_run::image::ImageStore::from_vars(env));
-    LocalOptions { state_dir, isolation, images }
-}
-
 /// `scenario-run image REF`: the root filesystem of an image, built or pulled on first use.
 fn image(reference: &str, username: Option<String>, password: Option<String>) -> u8 {
     use scenario_run::image::{ImageStore, RegistryAuth};
@@ -490,54 +432,6 @@ fn image(reference: &str, username: Option<String>, password: Option<String>) ->
     })
 }
 
-/// The provider's one-time preparation (the local `base` image on first use), its progress
-/// printed as it comes; Ctrl-C stops it.
-async fn prepare(provider: &dyn Provider, cancel: &CancellationToken) -> Result<(), String> {
-    let (log, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let printer = tokio::spawn(async move {
-        while let Some(line) = lines.recv().await {
-            errln!("{line}");
-        }
-    });
-    let r = tokio::select! {
-        r = provider.prepare(log) => r.map_err(|e| format!("{} provider: {e}", provider.name())),
-        _ = cancel.cancelled() => Err("interrupted while preparing the provider".to_string()),
-    };
-    let _ = printer.await;
-    r
-}
-
-fn make_provider(
-    provider: ProviderKind,
-    isolation: &str,
-    env: &std::collections::BTreeMap<String, String>,
-) -> Result<Arc<dyn Provider>, String> {
-    match provider {
-        ProviderKind::Local => {
-            let isolation = match isolation {
-                "namespaces" => Isolation::Namespaces,
-                "none" => Isolation::None,
-                _ => Isolation::Auto,
-            };
-            let p = LocalProvider::new(local_options(isolation, env)).map_err(|e| format!("local provider: {e}"))?;
-            if let Some(w) = p.warning() {
-                errln!("warning: {w}");
-            }
-            Ok(Arc::new(p))
-        }
-        ProviderKind::E2b | ProviderKind::Alicloud => {
-            let preset = if provider == ProviderKind::E2b { Preset::E2b } else { Preset::Alicloud };
-            let p = E2bProvider::new(preset, env).map_err(|e| format!("{} provider: {e}", provider.name()))?;
-            Ok(Arc::new(p))
-        }
-        ProviderKind::Docker => {
-            // Offline images (`base`, FROM names) come from the store the run's environment names.
-            scenario_run::image::ImageStore::set_shared(scenario_run::image::ImageStore::from_vars(env));
-            Ok(Arc::new(DockerProvider::new(DockerOptions::from_env(env))))
-        }
-    }
-}
-
 fn cleanup(
     provider: ProviderKind,
     run_id: Option<String>,
@@ -562,7 +456,7 @@ fn cleanup(
     let masker = Masker::from_env(&env, &[]);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
-        let p = match make_provider(provider, "auto", &env) {
+        let p = match factory::make(provider, "auto", &env) {
             Ok(p) => p,
             Err(e) => {
                 errln!("error: {e}");
@@ -579,64 +473,27 @@ fn cleanup(
             return 0;
         }
         let sel = janitor::Selection { run_id, all_tagged, older_than };
-        let now = runner::now_ms() / 1000;
-        let found = match janitor::find(p.as_ref(), &sel, now).await {
-            Ok(f) => f,
-            Err(e) => {
-                errln!("error: {}", masker.mask(&e));
-                return EXIT_INFRA;
-            }
-        };
-        for s in &found {
-            outln!("{}", masker.mask(&janitor::describe(s, now)));
-        }
-        if !yes {
-            outln!("{} sandbox(es) would be deleted; run again with --yes to delete them", found.len());
-            return 0;
-        }
-        let failed = janitor::delete(p.as_ref(), &found).await;
-        for (id, why) in &failed {
-            errln!("error: could not delete {id}: {}", masker.mask(why));
-        }
-        outln!("deleted {} sandbox(es)", found.len() - failed.len());
-        if failed.is_empty() {
-            0
-        } else {
-            EXIT_INFRA
+        match janitor::clean(p.as_ref(), &sel, yes, &masker, runner::now_ms() / 1000).await {
+            Ok(()) => 0,
+            Err(()) => EXIT_INFRA,
         }
     })
 }
 
 /// The CI matrix: one entry per folder under `root` that holds scenario files.
 fn matrix(emit: &str, root: &str, providers: &[String]) -> u8 {
-    let mut folders: Vec<String> = match std::fs::read_dir(root) {
-        Ok(d) => d
-            .flatten()
-            .filter(|e| e.path().is_dir())
-            .filter(|e| model::expand_paths(&[e.path().to_string_lossy().into_owned()]).is_ok())
-            .map(|e| format!("{root}/{}", e.file_name().to_string_lossy()))
-            .collect(),
+    let folders = match model::areas::folders(root) {
+        Ok(f) => f,
         Err(e) => {
-            errln!("error: cannot read {root}: {e}");
+            errln!("error: {e}");
             return EXIT_USAGE;
         }
     };
-    folders.sort();
     if emit == "lines" {
         let text: String = folders.iter().map(|f| format!("{f}\n")).collect();
         self::emit(&text)
     } else {
-        let mut include = Vec::new();
-        for f in &folders {
-            let area = f.rsplit('/').next().unwrap_or(f);
-            if providers.is_empty() {
-                include.push(serde_json::json!({ "area": area, "path": f }));
-            }
-            for p in providers {
-                include.push(serde_json::json!({ "area": area, "path": f, "provider": p }));
-            }
-        }
-        self::emit(&format!("{}\n", serde_json::json!({ "include": include })))
+        self::emit(&format!("{}\n", model::areas::github_matrix(&folders, providers)))
     }
 }
 
@@ -662,25 +519,16 @@ fn run(args: RunArgs) -> u8 {
         errln!("scenario-run: internal error: {}", hook_masker.mask(&info.to_string()));
     }));
     let loaded_cases = loaded.cases.len();
-    let cases = match select(loaded.cases, &args) {
-        Ok(c) => c,
+    let selection = match Selection::new(args.name_expr.as_deref(), args.tags.as_deref(), args.shard) {
+        Ok(s) => s,
         Err(e) => {
             errln!("error: {e}");
             return EXIT_USAGE;
         }
     };
+    let cases = selection.apply(loaded.cases);
     if cases.is_empty() && !args.list {
-        let mut filters = Vec::new();
-        if let Some(k) = &args.name_expr {
-            filters.push(format!("-k '{k}'"));
-        }
-        if let Some(t) = &args.tags {
-            filters.push(format!("-t '{t}'"));
-        }
-        if let Some(s) = &args.shard {
-            filters.push(format!("--shard {}/{}", s.index, s.count));
-        }
-        let what = format!("no scenario matches {} (of {loaded_cases} loaded)", filters.join(" "));
+        let what = format!("no scenario matches {} (of {loaded_cases} loaded)", selection.describe());
         match args.no_scenarios {
             NoScenarios::Fail => {
                 errln!("error: {what}; nothing was run\n  = help: check the expression for a typo, or pass --no-scenarios=pass (or warn) if an empty selection is expected");
@@ -703,7 +551,7 @@ fn run(args: RunArgs) -> u8 {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
-        let provider = match make_provider(args.provider, &args.isolation, &env) {
+        let provider = match factory::make(args.provider, &args.isolation, &env) {
             Ok(p) => p,
             Err(e) => {
                 errln!("error: {e}");
@@ -720,7 +568,7 @@ fn run(args: RunArgs) -> u8 {
             Arc::new(Masker::from_env(&all, &secret_names))
         };
         // In GitHub Actions: annotations and the job summary after the run.
-        let github = scenario_run::report::github::in_actions(&env).then(|| GithubOut {
+        let github = scenario_run::report::github::in_actions(&env).then(|| scenario_run::report::github::GithubOut {
             step_summary: env.get("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()).map(PathBuf::from),
             workspace: env.get("GITHUB_WORKSPACE").cloned(),
         });
@@ -756,7 +604,7 @@ fn run(args: RunArgs) -> u8 {
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let cancel = CancellationToken::new();
-        spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
+        runner::spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
         let printer = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 reporter.handle(&ev);
@@ -777,7 +625,13 @@ fn run(args: RunArgs) -> u8 {
         let summary = runner::run(cfg, cases, tx, cancel).await;
         let _ = printer.await;
         let mut code = summary.exit_code as u8;
-        if let Err(e) = write_reports(&summary, &args, &masker) {
+        let files = ReportFiles {
+            junit: args.junit.clone(),
+            json: args.json.clone(),
+            evidence: args.evidence.clone(),
+            html: args.html.clone(),
+        };
+        if let Err(e) = files.write(&summary, &masker) {
             errln!("error: {e}");
             if code == 0 {
                 code = EXIT_INFRA;
@@ -790,105 +644,6 @@ fn run(args: RunArgs) -> u8 {
         }
         code
     })
-}
-
-fn write_reports(summary: &scenario_run::results::RunSummary, args: &RunArgs, masker: &Masker) -> Result<(), String> {
-    use scenario_run::report::{evidence, html, json, junit};
-    let create = |p: &Path| -> Result<std::io::BufWriter<std::fs::File>, String> {
-        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        }
-        std::fs::File::create(p).map(std::io::BufWriter::new).map_err(|e| format!("cannot write {}: {e}", p.display()))
-    };
-    if let Some(p) = &args.junit {
-        let mut w = create(p)?;
-        junit::write_junit(summary, &mut w).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    if let Some(p) = &args.json {
-        let mut w = create(p)?;
-        json::write_json(summary, &mut w).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    if let Some(dir) = &args.evidence {
-        evidence::write_evidence(summary, dir)
-            .map_err(|e| format!("cannot write evidence to {}: {e}", dir.display()))?;
-    }
-    if let Some(p) = &args.html {
-        // Masked as a whole once more: the page holds every step's arguments and outputs.
-        let page = html::render_html(summary);
-        let mut w = create(p)?;
-        std::io::Write::write_all(&mut w, masker.mask(&page).as_bytes())
-            .and_then(|()| std::io::Write::flush(&mut w))
-            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    Ok(())
-}
-
-/// Where a run in GitHub Actions reports besides the terminal.
-struct GithubOut {
-    /// `$GITHUB_STEP_SUMMARY`: the job summary is appended to it.
-    step_summary: Option<PathBuf>,
-    /// `$GITHUB_WORKSPACE`: annotation paths are relative to it.
-    workspace: Option<String>,
-}
-
-impl GithubOut {
-    /// Failures as workflow commands on stdout, the run as markdown in the job summary; both
-    /// masked like every other output.
-    fn write(&self, summary: &scenario_run::results::RunSummary, masker: &Masker) -> Result<(), String> {
-        use scenario_run::report::github;
-        let _ = out::stdout(&masker.mask(&github::annotations(summary, self.workspace.as_deref())));
-        if let Some(path) = &self.step_summary {
-            let md = github::step_summary(summary);
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
-            std::io::Write::write_all(&mut f, masker.mask(&md).as_bytes())
-                .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
-        }
-        Ok(())
-    }
-}
-
-/// First SIGINT/SIGTERM: stop scheduling, let cases run `finally` and destroy their
-/// sandboxes. Second: destroy what is left without waiting and exit 130 at once.
-fn spawn_signal_handler(
-    cancel: CancellationToken,
-    provider: Arc<dyn Provider>,
-    tx: tokio::sync::mpsc::UnboundedSender<Event>,
-    run_id: String,
-) {
-    use tokio::signal::unix::{signal, SignalKind};
-    tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-            return;
-        };
-        let mut count = 0;
-        loop {
-            let name = tokio::select! {
-                _ = int.recv() => "SIGINT",
-                _ = term.recv() => "SIGTERM",
-            };
-            count += 1;
-            if count == 1 {
-                let _ = tx.send(Event::Interrupted { signal: name.to_string() });
-                cancel.cancel();
-            } else {
-                errln!("\nscenario-run: second {name}: destroying sandboxes and exiting now");
-                provider.destroy_all_now();
-                // Host commands (SDK and CLI clients) go with their whole process groups.
-                scenario_run::steps::host::kill_all();
-                // A create under way when the signal came may still land on a remote provider:
-                // what carries this run's tag goes too (bounded: this exit is meant to be quick).
-                for _ in 0..2 {
-                    runner::sweep_run(provider.as_ref(), &run_id, Duration::from_secs(2)).await;
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                std::process::exit(130);
-            }
-        }
-    });
 }
 
 /// `serve`: the E2B-compatible server over the local provider until SIGINT/SIGTERM, then

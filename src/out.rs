@@ -34,6 +34,14 @@ macro_rules! errln {
     };
 }
 
+/// `println!` that never panics; a reader that has gone is ignored (see [`stdout`]).
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        let _ = $crate::out::stdout(&format!("{}\n", format_args!($($arg)*)));
+    }};
+}
+
 /// The width of the terminal on standard output, else `COLUMNS`, else `None` (a pipe or a
 /// file: nothing is cut to fit).
 pub fn terminal_width() -> Option<usize> {

@@ -3,6 +3,53 @@
 //! Both expression kinds share one tiny grammar: `a and not (b or c)`. For `-t` a word is a
 //! tag; for `-k` a word matches when it is a substring of the scenario name (as in pytest).
 
+use crate::model::Case;
+
+/// What `-k`, `-t` and `--shard` select, parsed once.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    name: Option<(String, Expr)>,
+    tags: Option<(String, Expr)>,
+    shard: Option<Shard>,
+}
+
+impl Selection {
+    /// From the flags' text; a bad expression is an error naming its flag.
+    pub fn new(name: Option<&str>, tags: Option<&str>, shard: Option<Shard>) -> Result<Self, String> {
+        let parse = |flag: &str, text: Option<&str>| {
+            text.map(|t| Expr::parse(t).map(|e| (t.to_string(), e)).map_err(|e| format!("{flag}: {e}"))).transpose()
+        };
+        Ok(Selection { name: parse("-k", name)?, tags: parse("--tags", tags)?, shard })
+    }
+
+    /// Whether the case is selected: its name matches `-k`, its tags `-t`, and it is in the shard.
+    pub fn selects(&self, case: &Case) -> bool {
+        self.name.as_ref().is_none_or(|(_, e)| e.eval(&|w| case.name.contains(w)))
+            && self.tags.as_ref().is_none_or(|(_, e)| e.eval(&|w| case.scenario.tags.iter().any(|t| t == w)))
+            && self.shard.is_none_or(|s| s.contains(&case.name))
+    }
+
+    /// The selected cases, in their order.
+    pub fn apply(&self, cases: Vec<Case>) -> Vec<Case> {
+        cases.into_iter().filter(|c| self.selects(c)).collect()
+    }
+
+    /// The filters as flags, for "no scenario matches -k 'x' --shard 1/2".
+    pub fn describe(&self) -> String {
+        let mut filters = Vec::new();
+        if let Some((k, _)) = &self.name {
+            filters.push(format!("-k '{k}'"));
+        }
+        if let Some((t, _)) = &self.tags {
+            filters.push(format!("-t '{t}'"));
+        }
+        if let Some(s) = &self.shard {
+            filters.push(format!("--shard {}/{}", s.index, s.count));
+        }
+        filters.join(" ")
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
     Word(String),

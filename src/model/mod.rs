@@ -3,6 +3,7 @@
 //! `load` reads every file, parses and validates all of them, and returns either the
 //! scenarios or every diagnostic at once; nothing runs if anything is invalid.
 
+pub mod areas;
 mod load;
 mod validate;
 

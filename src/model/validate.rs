@@ -31,7 +31,8 @@ const TOP_KEYS: &[&str] = &[
     "steps",
     "finally",
 ];
-pub const PROVIDERS: &[&str] = &["local", "docker", "e2b", "alicloud"];
+/// The providers `requires.providers` may name.
+pub const PROVIDERS: &[&str] = crate::provider::factory::NAMES;
 /// The largest `retry.backoff`: each attempt waits at most ten times the one before.
 pub const MAX_BACKOFF: f64 = 10.0;
 /// The most cases one scenario's `matrix` may expand to.

@@ -8,6 +8,7 @@
 pub(crate) mod core;
 pub mod docker;
 pub mod e2b;
+pub mod factory;
 pub(crate) mod forward;
 pub mod local;
 pub(crate) mod output;

@@ -16,7 +16,9 @@ use std::fmt::Write as _;
 
 use super::format;
 use super::summary::{self, totals_line};
+use crate::mask::Masker;
 use crate::results::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult};
+use std::path::PathBuf;
 
 /// The most bytes of job summary written for one run (GitHub takes 1 MiB per step).
 pub const MAX_SUMMARY: usize = 900 * 1024;
@@ -197,6 +199,33 @@ pub fn step_summary(summary: &RunSummary) -> String {
 
 fn is_diff(m: &Mismatch) -> bool {
     format::is_multiline(&m.expected) || format::is_multiline(&m.actual)
+}
+
+/// Where a run in GitHub Actions reports besides the terminal.
+pub struct GithubOut {
+    /// `$GITHUB_STEP_SUMMARY`: the job summary is appended to it.
+    pub step_summary: Option<PathBuf>,
+    /// `$GITHUB_WORKSPACE`: annotation paths are relative to it.
+    pub workspace: Option<String>,
+}
+
+impl GithubOut {
+    /// Failures as workflow commands on stdout, the run as markdown in the job summary; both
+    /// masked like every other output.
+    pub fn write(&self, summary: &RunSummary, masker: &Masker) -> Result<(), String> {
+        let _ = crate::out::stdout(&masker.mask(&annotations(summary, self.workspace.as_deref())));
+        if let Some(path) = &self.step_summary {
+            let md = step_summary(summary);
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
+            std::io::Write::write_all(&mut f, masker.mask(&md).as_bytes())
+                .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -248,6 +248,46 @@ pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, w
     tokio::time::timeout(within, work).await.unwrap_or(0)
 }
 
+/// First SIGINT/SIGTERM: stop scheduling, let cases run `finally` and destroy their
+/// sandboxes. Second: destroy what is left without waiting and exit 130 at once.
+pub fn spawn_signal_handler(
+    cancel: CancellationToken,
+    provider: Arc<dyn Provider>,
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    run_id: String,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    tokio::spawn(async move {
+        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            return;
+        };
+        let mut count = 0;
+        loop {
+            let name = tokio::select! {
+                _ = int.recv() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            };
+            count += 1;
+            if count == 1 {
+                let _ = tx.send(Event::Interrupted { signal: name.to_string() });
+                cancel.cancel();
+            } else {
+                crate::errln!("\nscenario-run: second {name}: destroying sandboxes and exiting now");
+                provider.destroy_all_now();
+                // Host commands (SDK and CLI clients) go with their whole process groups.
+                crate::steps::host::kill_all();
+                // A create under way when the signal came may still land on a remote provider:
+                // what carries this run's tag goes too (bounded: this exit is meant to be quick).
+                for _ in 0..2 {
+                    sweep_run(provider.as_ref(), &run_id, Duration::from_secs(2)).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                std::process::exit(130);
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
