@@ -415,6 +415,9 @@ fn known_issue(cx: &mut Ctx<'_>, node: &Node, today: &str) -> Option<KnownIssue>
     Some(ki)
 }
 
+/// One step: its kind, its arguments (shorthand expanded), its common keys and its fields;
+/// what it adds to the scope (sandboxes, aliases, variables, step outputs) is recorded for the
+/// steps after it.
 fn step(
     cx: &mut Ctx<'_>,
     item: &Node,
@@ -435,6 +438,43 @@ fn step(
         cx.push(d);
         return None;
     };
+    let (kind, knode, args) = step_kind(cx, item, map)?;
+    let location = Location { file: cx.src.path.clone(), line: knode.line, col: knode.col };
+    let args = step_args(cx, kind, args)?;
+    let mut st = Step {
+        kind,
+        location,
+        label: String::new(),
+        args,
+        id: None,
+        sandbox: None,
+        timeout: None,
+        retry: None,
+        eventually: None,
+        condition: None,
+        continue_on_error: false,
+        requires_env: Vec::new(),
+        expect_error: None,
+    };
+    let name = common_keys(cx, map, &mut st, scope, ids);
+
+    // Fields of the kind.
+    fields(cx, kind.name, &st.args, kind.fields, kind.matcher, kind.free_keys, scope);
+    if kind.name == "build" || kind.name == "deploy" {
+        template_folder(cx, kind.name, &st.args, opts);
+    }
+    record_in_scope(cx, &st, knode, scope, sandboxes);
+    st.label = name.unwrap_or_else(|| label(kind.name, &st.args, kind.main));
+    Some(st)
+}
+
+/// The one step kind among a step's keys (the others must be common keys), with its key node
+/// and its arguments; every other case is a located diagnostic.
+fn step_kind<'n>(
+    cx: &mut Ctx<'_>,
+    item: &Node,
+    map: &'n [(Node, Node)],
+) -> Option<(&'static registry::StepKind, &'n Node, &'n Node)> {
     let common: Vec<&str> = COMMON_KEYS.iter().map(|(k, _)| *k).collect();
     let mut kind_entries = Vec::new();
     for (k, v) in map {
@@ -447,7 +487,7 @@ fn step(
     let mut known: Vec<_> = kind_entries.iter().filter(|(_, _, t)| registry::lookup(t).is_some()).collect();
     // The same kind twice is a duplicate key, already reported by the parser.
     known.dedup_by(|a, b| a.2 == b.2);
-    let (kind, knode, args) = match known.len() {
+    match known.len() {
         1 => {
             let (k, v, t) = known[0];
             let kind = registry::lookup(t).expect("checked");
@@ -469,7 +509,7 @@ fn step(
                 };
                 cx.push(d);
             }
-            (kind, k, v)
+            Some((kind, k, v))
         }
         0 => {
             match kind_entries.first() {
@@ -485,20 +525,21 @@ fn step(
                     cx.err(item, "step has no kind").help = Some(format!("a step is one of: {}", kinds.join(", ")));
                 }
             }
-            return None;
+            None
         }
         _ => {
             let (k, _, _) = known[1];
             let names: Vec<&str> = known.iter().map(|(_, _, t)| t.as_str()).collect();
             cx.err(k, format!("a step has exactly one kind, found {}", names.join(" and "))).help =
                 Some("split it into two steps, each starting with `- `".into());
-            return None;
+            None
         }
-    };
-    let location = Location { file: cx.src.path.clone(), line: knode.line, col: knode.col };
+    }
+}
 
+/// A step's arguments as a mapping: a scalar is the main field, null is no arguments.
+fn step_args(cx: &mut Ctx<'_>, kind: &'static registry::StepKind, args: &Node) -> Option<Node> {
     // Shorthand: a scalar is the main field; null is no arguments.
-    let args: &Node = args;
     let args = match &args.value {
         Value::Map(_) => args.clone(),
         Value::Null => Node { value: Value::Map(Vec::new()), ..args.clone() },
@@ -535,23 +576,20 @@ fn step(
             return None;
         }
     }
+    Some(args)
+}
 
-    // Common keys.
-    let mut st = Step {
-        kind,
-        location,
-        label: String::new(),
-        args,
-        id: None,
-        sandbox: None,
-        timeout: None,
-        retry: None,
-        eventually: None,
-        condition: None,
-        continue_on_error: false,
-        requires_env: Vec::new(),
-        expect_error: None,
-    };
+/// The keys every step may have beside its kind (`id`, `name`, `sandbox`, `timeout`, `retry`,
+/// `eventually`, `if`, `continue_on_error`, `requires`, `expect_error`), into `st`; returns
+/// the `name`.
+fn common_keys(
+    cx: &mut Ctx<'_>,
+    map: &[(Node, Node)],
+    st: &mut Step,
+    scope: &Scope,
+    ids: &mut BTreeMap<String, u32>,
+) -> Option<String> {
+    let kind = st.kind;
     let mut name = None;
     for (k, v) in map {
         match k.key_text().as_str() {
@@ -626,13 +664,13 @@ fn step(
             _ => {}
         }
     }
+    name
+}
 
-    // Fields of the kind.
-    fields(cx, kind.name, &st.args, kind.fields, kind.matcher, kind.free_keys, scope);
-    if kind.name == "build" || kind.name == "deploy" {
-        template_folder(cx, kind.name, &st.args, opts);
-    }
-
+/// Whether the step has the sandbox it needs, and what it adds to the scope of the steps
+/// after it: a sandbox and its alias, variables, its outputs under `steps.<id>`.
+fn record_in_scope(cx: &mut Ctx<'_>, st: &Step, knode: &Node, scope: &mut Scope, sandboxes: &mut usize) {
+    let kind = st.kind;
     // A step that needs a sandbox must come after one exists.
     let names_target = st.args.get("id").is_some() || st.args.get("url").is_some();
     if kind.uses_sandbox && !names_target && !scope.has_sandbox {
@@ -661,8 +699,6 @@ fn step(
         };
         scope.steps.insert(id.clone(), outputs);
     }
-    st.label = name.unwrap_or_else(|| label(kind.name, &st.args, kind.main));
-    Some(st)
 }
 
 /// `exec: echo hi`-style label, cut to a readable length.
