@@ -96,41 +96,22 @@ impl Ctx<'_> {
 
     fn duration(&mut self, node: &Node, key: &str) -> Option<Duration> {
         let parsed = match &node.value {
-            Value::Int(i) if *i >= 0 => Some(crate::duration::from_secs_f64(*i as f64)),
-            Value::Float(f) if *f >= 0.0 => Some(crate::duration::from_secs_f64(*f)),
-            _ => None,
-        };
-        if let Some(parsed) = parsed {
-            return match parsed {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    let d = node
-                        .diag(self.src, format!("bad duration for `{key}`: {e}"))
-                        .label("not a duration")
-                        .help(crate::duration::HINT);
-                    self.push(d);
-                    None
-                }
-            };
-        }
-        match &node.value {
-            Value::Str(s) if expr::is_expression(s) => None,
-            Value::Str(s) => match crate::duration::parse(s) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    let d = node
-                        .diag(self.src, format!("bad duration for `{key}`: {e}"))
-                        .label("not a duration")
-                        .help(crate::duration::HINT);
-                    self.push(d);
-                    None
-                }
-            },
+            Value::Int(i) if *i >= 0 => crate::duration::from_secs_f64(*i as f64),
+            Value::Float(f) if *f >= 0.0 => crate::duration::from_secs_f64(*f),
+            // Checked when it is rendered.
+            Value::Str(s) if expr::is_expression(s) => return None,
+            Value::Str(s) => crate::duration::parse(s),
             _ => {
-                let d = node
-                    .diag(self.src, format!("bad duration for `{key}`: found {}", node.type_name()))
-                    .help(crate::duration::HINT);
-                self.push(d);
+                let d = node.diag(self.src, format!("bad duration for `{key}`: found {}", node.type_name()));
+                self.push(d.help(crate::duration::HINT));
+                return None;
+            }
+        };
+        match parsed {
+            Ok(d) => Some(d),
+            Err(e) => {
+                let d = node.diag(self.src, format!("bad duration for `{key}`: {e}")).label("not a duration");
+                self.push(d.help(crate::duration::HINT));
                 None
             }
         }
