@@ -20,13 +20,15 @@
 
 use std::ffi::CString;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
 use super::enter::Identity;
 use super::sys;
 use super::userns::{self, IdMap};
 use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
 
 pub(crate) const HOME: &str = crate::provider::SANDBOX_HOME;
 
@@ -65,14 +67,9 @@ impl Root {
                 ("/".to_string(), p.to_string_lossy().trim_start_matches('/').to_string())
             }
         };
-        let c = CString::new(root).expect("no NUL");
-        // SAFETY: valid C string; the returned descriptor is owned below.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(ProviderError::infra("sandbox is not running"));
-        }
-        // SAFETY: fresh descriptor.
-        Ok((unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }, rel))
+        let fd = rustix::fs::open(root.as_str(), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|_| ProviderError::infra("sandbox is not running"))?;
+        Ok((fd, rel))
     }
 
     /// Acts as the sandbox user for the rest of the calling scope (isolated sandboxes only).
@@ -123,11 +120,11 @@ impl Root {
         let _as = self.as_user();
         if abs == "/" {
             let fd = self.open("/", libc::O_PATH | libc::O_DIRECTORY, 0)?;
-            let st = fstatat(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
+            let st = fstatat(fd.as_fd(), c"", AtFlags::EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
             return Ok(entry(abs, &st));
         }
         let (dir, name) = self.parent(abs)?;
-        let st = fstatat(dir.as_raw_fd(), &name, libc::AT_SYMLINK_NOFOLLOW).map_err(|e| fs_err(e, abs))?;
+        let st = fstatat(dir.as_fd(), &name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| fs_err(e, abs))?;
         Ok(entry(abs, &st))
     }
 
@@ -136,14 +133,8 @@ impl Root {
     pub(crate) fn read_link(&self, abs: &str) -> Result<String> {
         let _as = self.as_user();
         let (dir, name) = self.parent(abs)?;
-        let mut buf = vec![0u8; libc::PATH_MAX as usize];
-        // SAFETY: valid descriptor, C string and buffer of the given length.
-        let n = unsafe { libc::readlinkat(dir.as_raw_fd(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            return Err(fs_err(io::Error::last_os_error(), abs));
-        }
-        buf.truncate(n as usize);
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        let target = rustix::fs::readlinkat(dir.as_fd(), &name, Vec::new()).map_err(|e| fs_err(e.into(), abs))?;
+        Ok(String::from_utf8_lossy(target.as_bytes()).into_owned())
     }
 
     /// The `user.e2b.*` extended attributes of `abs` (a final symlink followed), without the
@@ -161,8 +152,8 @@ impl Root {
                     out.insert(key.to_string(), String::from_utf8_lossy(&v).into_owned());
                 }
                 // Removed while we read.
-                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
-                Err(e) => return Err(fs_err(e, abs)),
+                Err(Errno::NODATA) => {}
+                Err(e) => return Err(fs_err(e.into(), abs)),
             }
         }
         Ok(out)
@@ -177,23 +168,17 @@ impl Root {
             let stale = name.strip_prefix(METADATA_PREFIX).is_some_and(|k| !metadata.contains_key(k));
             if stale {
                 let c = CString::new(name.as_str()).expect("no NUL in xattr names");
-                // SAFETY: valid C strings.
-                if unsafe { libc::removexattr(magic.as_ptr(), c.as_ptr()) } != 0 {
-                    let e = io::Error::last_os_error();
-                    if e.raw_os_error() != Some(libc::ENODATA) {
-                        return Err(fs_err(e, abs));
-                    }
+                match rustix::fs::removexattr(&magic, &c) {
+                    Ok(()) | Err(Errno::NODATA) => {}
+                    Err(e) => return Err(fs_err(e.into(), abs)),
                 }
             }
         }
         for (k, v) in metadata {
             let name = CString::new(format!("{METADATA_PREFIX}{k}"))
                 .map_err(|_| ProviderError::invalid(format!("invalid metadata key {k:?}")))?;
-            // SAFETY: valid C strings and a buffer of the given length.
-            let r = unsafe { libc::setxattr(magic.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
-            if r != 0 {
-                return Err(fs_err(io::Error::last_os_error(), abs));
-            }
+            rustix::fs::setxattr(&magic, &name, v.as_bytes(), rustix::fs::XattrFlags::empty())
+                .map_err(|e| fs_err(e.into(), abs))?;
         }
         Ok(())
     }
@@ -206,13 +191,10 @@ impl Root {
             return Ok(());
         };
         let (dir, name) = self.parent(abs)?;
-        let (uid, gid) = (userns::host_id(*ids, who.uid), userns::host_id(*ids, who.gid));
-        // SAFETY: valid descriptor and C string.
-        let r = unsafe { libc::fchownat(dir.as_raw_fd(), name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) };
-        if r != 0 {
-            return Err(fs_err(io::Error::last_os_error(), abs));
-        }
-        Ok(())
+        let uid = rustix::fs::Uid::from_raw(userns::host_id(*ids, who.uid));
+        let gid = rustix::fs::Gid::from_raw(userns::host_id(*ids, who.gid));
+        rustix::fs::chownat(dir.as_fd(), &name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| fs_err(e.into(), abs))
     }
 
     /// The same root, acting as `who` (isolated sandboxes; without isolation there is only
@@ -234,8 +216,8 @@ impl Root {
     pub(crate) fn open_dir(&self, abs: &str) -> Result<OwnedFd> {
         let _as = self.as_user();
         let fd = self.open(abs, libc::O_PATH, 0)?;
-        let st = fstatat(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        let st = fstatat(fd.as_fd(), c"", AtFlags::EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
             return Err(ProviderError::invalid(format!("not a directory: {abs}")));
         }
         Ok(fd)
@@ -297,12 +279,9 @@ impl Root {
             let dir = sys::open_in_root(root.as_raw_fd(), &cur, libc::O_PATH | libc::O_DIRECTORY, 0)
                 .map_err(|e| fs_err(e, abs))?;
             let name = CString::new(part).expect("no NUL");
-            // SAFETY: valid descriptor and C string.
-            if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) } != 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EEXIST) {
-                    return Err(fs_err(e, abs));
-                }
+            match rustix::fs::mkdirat(dir.as_fd(), &name, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(fs_err(e.into(), abs)),
             }
             if !cur.is_empty() {
                 cur.push('/');
@@ -317,8 +296,8 @@ impl Root {
         self.mkdir_p(abs)?;
         // Follow a final symlink to a directory for the check, like `mkdir -p` does.
         let fd = self.open(abs, libc::O_PATH, 0)?;
-        let st = fstatat(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        let st = fstatat(fd.as_fd(), c"", AtFlags::EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
             return Err(fs_err(io::Error::from_raw_os_error(libc::EEXIST), abs));
         }
         self.stat(abs)
@@ -335,10 +314,10 @@ impl Root {
             let Some(name) = name.to_str() else { continue };
             let c = CString::new(name).expect("no NUL in names");
             let path = if abs == "/" { format!("/{name}") } else { format!("{abs}/{name}") };
-            match fstatat(fd.as_raw_fd(), &c, libc::AT_SYMLINK_NOFOLLOW) {
+            match fstatat(fd.as_fd(), &c, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => out.push(entry(&path, &st)),
                 // Removed while we listed.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(fs_err(e, &path)),
             }
         }
@@ -350,11 +329,9 @@ impl Root {
         let _as = self.as_user();
         let (fd1, n1) = self.parent(from)?;
         let (fd2, n2) = self.parent(to)?;
-        // SAFETY: valid descriptors and C strings.
-        if unsafe { libc::renameat(fd1.as_raw_fd(), n1.as_ptr(), fd2.as_raw_fd(), n2.as_ptr()) } != 0 {
-            let e = io::Error::last_os_error();
-            let path = if e.raw_os_error() == Some(libc::ENOENT) { from } else { to };
-            return Err(fs_err(e, path));
+        if let Err(e) = rustix::fs::renameat(fd1.as_fd(), &n1, fd2.as_fd(), &n2) {
+            let path = if e == Errno::NOENT { from } else { to };
+            return Err(fs_err(e.into(), path));
         }
         self.stat(to)
     }
@@ -365,18 +342,14 @@ impl Root {
             return Err(ProviderError::invalid("cannot remove /"));
         }
         let (dir, name) = self.parent(abs)?;
-        let st = fstatat(dir.as_raw_fd(), &name, libc::AT_SYMLINK_NOFOLLOW).map_err(|e| fs_err(e, abs))?;
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        let st = fstatat(dir.as_fd(), &name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| fs_err(e, abs))?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
             // std's remove_dir_all never follows symlinks below the directory; the final
             // component is looked up in the parent we resolved inside the sandbox.
             let p = format!("/proc/self/fd/{}/{}", dir.as_raw_fd(), name.to_str().expect("utf-8"));
             std::fs::remove_dir_all(p).map_err(|e| fs_err(e, abs))
         } else {
-            // SAFETY: valid descriptor and C string.
-            if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
-                return Err(fs_err(io::Error::last_os_error(), abs));
-            }
-            Ok(())
+            rustix::fs::unlinkat(dir.as_fd(), &name, AtFlags::empty()).map_err(|e| fs_err(e.into(), abs))
         }
     }
 }
@@ -418,21 +391,14 @@ fn split(abs: &str) -> Result<(&str, &str)> {
     }
 }
 
-fn fstatat(dir: RawFd, name: &std::ffi::CStr, flags: i32) -> io::Result<libc::stat> {
-    // SAFETY: zeroed stat is a valid out-buffer; valid descriptor and C string.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstatat(dir, name.as_ptr(), &mut st, flags) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(st)
-    }
+fn fstatat(dir: BorrowedFd<'_>, name: &std::ffi::CStr, flags: AtFlags) -> io::Result<Stat> {
+    Ok(rustix::fs::statat(dir, name, flags)?)
 }
 
-fn entry(abs: &str, st: &libc::stat) -> FileEntry {
-    let kind = match st.st_mode & libc::S_IFMT {
-        libc::S_IFDIR => "dir",
-        libc::S_IFLNK => "symlink",
+fn entry(abs: &str, st: &Stat) -> FileEntry {
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => "dir",
+        FileType::Symlink => "symlink",
         _ => "file",
     };
     let name = if abs == "/" { "/".to_string() } else { abs.rsplit('/').next().unwrap_or(abs).to_string() };
@@ -453,37 +419,31 @@ const METADATA_PREFIX: &str = "user.e2b.";
 fn xattr_names(path: &CString) -> io::Result<Vec<String>> {
     let mut buf = vec![0u8; 4096];
     loop {
-        // SAFETY: valid C string and a buffer of the given length.
-        let n = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            buf.truncate(n as usize);
-            break;
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+        match rustix::fs::listxattr(path, &mut buf[..]) {
+            Ok(n) => {
+                buf.truncate(n);
+                break;
+            }
+            Err(Errno::RANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
             // A filesystem without extended attributes has none.
-            Some(libc::ENOTSUP) => return Ok(Vec::new()),
-            _ => return Err(e),
+            Err(Errno::NOTSUP) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(buf.split(|b| *b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into_owned()).collect())
 }
 
 /// The value of extended attribute `name` of `path`.
-fn xattr_get(path: &CString, name: &CString) -> io::Result<Vec<u8>> {
+fn xattr_get(path: &CString, name: &CString) -> Result<Vec<u8>, Errno> {
     let mut buf = vec![0u8; 4096];
     loop {
-        // SAFETY: valid C strings and a buffer of the given length.
-        let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            buf.truncate(n as usize);
-            return Ok(buf);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
-            _ => return Err(e),
+        match rustix::fs::getxattr(path, name, &mut buf[..]) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            Err(Errno::RANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            Err(e) => return Err(e),
         }
     }
 }
