@@ -667,6 +667,50 @@ async fn image_offline_e2b_base_builds_with_mmdebstrap() {
     );
 }
 
+/// `ubuntu:22.04` is the Ubuntu recipe: jammy from the Ubuntu archive, checked against the
+/// Ubuntu archive keyring (scripts/setup installs it), with apt, the official image's
+/// sources and config, E2B's `user`; inside, apt trusts the archive (a real `apt-get update`
+/// of jammy's main). Slow on first use (mmdebstrap, half a minute), cached afterwards.
+#[tokio::test]
+async fn image_offline_ubuntu_22_04_is_ubuntu_jammy() {
+    need("mmdebstrap", "mmdebstrap");
+    assert!(
+        Path::new("/usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file(),
+        "the Ubuntu archive keyring is missing: run scripts/setup"
+    );
+    let s = ImageStore::new(scenario_run::image::default_cache_dir(), IDS);
+    let (r, log) = get(&s, "ubuntu:22.04", None).await;
+    let img = r.unwrap_or_else(|e| panic!("{e}\n{log}"));
+    eprintln!("{log}");
+    assert_eq!(img.resolved, "offline:ubuntu-22.04 (ubuntu:22.04)");
+    assert_eq!(img.config.cmd, Some(vec!["/bin/bash".to_string()]));
+    let d = &img.dir;
+    let os = std::fs::read_to_string(d.join("usr/lib/os-release")).unwrap();
+    assert!(os.contains("\nNAME=\"Ubuntu\"\n") && os.contains("\nVERSION_ID=\"22.04\"\n"), "{os}");
+    assert!(os.contains("VERSION_CODENAME=jammy"), "{os}");
+    for l in ["bin", "sbin", "lib", "lib64"] {
+        assert_eq!(std::fs::read_link(d.join(l)).unwrap(), PathBuf::from(format!("usr/{l}")), "merged /usr");
+    }
+    let sources = std::fs::read_to_string(d.join("etc/apt/sources.list")).unwrap();
+    assert!(sources.contains(" jammy-updates main restricted universe multiverse\n"), "{sources}");
+    assert!(sources.contains(" jammy-security main restricted universe multiverse\n"), "{sources}");
+    assert!(!sources.contains("signed-by=/usr/share"), "the build's own lines are not left: {sources}");
+    let passwd = std::fs::read_to_string(d.join("etc/passwd")).unwrap();
+    assert!(passwd.lines().any(|l| l == "user:x:1000:1000::/home/user:/bin/bash"), "{passwd}");
+    let out = in_sandbox(
+        d,
+        "set -e; . /etc/os-release; echo \"$PRETTY_NAME\"; apt-get --version | head -1; \
+         m=$(awk 'NR==1 {print $2}' /etc/apt/sources.list); echo \"deb $m jammy main\" > /tmp/main.list; \
+         apt-get -q -o Dir::Etc::SourceList=/tmp/main.list -o Dir::Etc::SourceParts=/nonexistent \
+           -o Acquire::Languages=none update 2>&1 | tail -2; \
+         apt-cache policy bash | grep -c 'jammy/main'",
+    );
+    assert!(out.starts_with("Ubuntu 22.04"), "{out}");
+    assert!(out.contains("\napt 2.4"), "{out}");
+    assert!(!out.contains("NO_PUBKEY") && !out.contains("not signed"), "apt in the image trusts the archive: {out}");
+    assert!(out.trim_end().ends_with("\n1"), "apt read jammy's main: {out}");
+}
+
 /// The docker side: a template `FROM e2bdev/base` builds on an engine that lacks it (the
 /// local stack's, which has no Docker Hub), from the offline image imported with its ids
 /// shifted back (sudo setuid root again). Needs `DOCKER_HOST` (scripts/test starts the
