@@ -1,8 +1,9 @@
 //! The image layer against real parts: a real `docker-registry` (CNCF distribution, Debian's
 //! package) started here on a random loopback port with htpasswd auth, images this file
-//! assembles and pushes with plain HTTP calls, and a real mmdebstrap build of `e2b-base`.
+//! assembles and pushes with plain HTTP calls, and real mmdebstrap builds of `e2b-base`,
+//! `node:22` and `ubuntu:22.04` (from the Ubuntu archive, with its keyring).
 //! Nothing is skipped: without `docker-registry`, `htpasswd` or `mmdebstrap` (all installed
-//! by scripts/setup) the tests fail saying what is missing.
+//! by scripts/setup; also the Ubuntu archive keyring) the tests fail saying what is missing.
 
 use std::collections::BTreeSet;
 use std::io::Write;
