@@ -712,6 +712,34 @@ async fn image_offline_ubuntu_22_04_is_ubuntu_jammy() {
     assert!(out.trim_end().ends_with("\n1"), "apt read jammy's main: {out}");
 }
 
+/// `ubuntu:24.04` is noble, with the official image's deb822 sources and merged /usr, and
+/// E2B's `user` at uid 1000 (the official image's `ubuntu` account is left out). Slow on
+/// first use (mmdebstrap), cached afterwards.
+#[tokio::test]
+async fn image_offline_ubuntu_24_04_is_ubuntu_noble() {
+    need("mmdebstrap", "mmdebstrap");
+    let s = ImageStore::new(scenario_run::image::default_cache_dir(), IDS);
+    let (r, log) = get(&s, "ubuntu:noble", None).await;
+    let img = r.unwrap_or_else(|e| panic!("{e}\n{log}"));
+    eprintln!("{log}");
+    assert_eq!(img.resolved, "offline:ubuntu-24.04 (ubuntu:noble)");
+    let d = &img.dir;
+    let os = std::fs::read_to_string(d.join("usr/lib/os-release")).unwrap();
+    assert!(os.contains("\nVERSION_ID=\"24.04\"\n") && os.contains("VERSION_CODENAME=noble"), "{os}");
+    let sources = std::fs::read_to_string(d.join("etc/apt/sources.list.d/ubuntu.sources")).unwrap();
+    assert!(sources.contains("Suites: noble noble-updates noble-backports\n"), "{sources}");
+    assert!(sources.contains("Components: main restricted universe multiverse\n"), "{sources}");
+    assert!(sources.contains("Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n"), "{sources}");
+    assert!(d.join("usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file(), "apt's keyring is in the image");
+    let list = std::fs::read_to_string(d.join("etc/apt/sources.list")).unwrap();
+    assert!(list.starts_with('#') && list.lines().count() == 1, "{list}");
+    let passwd = std::fs::read_to_string(d.join("etc/passwd")).unwrap();
+    assert!(passwd.lines().any(|l| l == "user:x:1000:1000::/home/user:/bin/bash"), "{passwd}");
+    assert_eq!(passwd.lines().filter(|l| l.split(':').nth(2) == Some("1000")).count(), 1, "{passwd}");
+    let out = in_sandbox(d, "set -e; . /etc/os-release; echo \"$NAME $VERSION_ID\"; apt-get --version | head -1");
+    assert!(out.starts_with("Ubuntu 24.04\napt 2.8"), "{out}");
+}
+
 /// The docker side: a template `FROM e2bdev/base` builds on an engine that lacks it (the
 /// local stack's, which has no Docker Hub), from the offline image imported with its ids
 /// shifted back (sudo setuid root again). Needs `DOCKER_HOST` (scripts/test starts the

@@ -290,6 +290,12 @@ mod tests {
             assert_eq!((c.workdir.as_deref(), c.user.as_deref(), c.entrypoint.as_ref()), (None, None, None));
             assert!(!r.sudo_user());
         }
+        // What the docker provider asks before importing the offline image for a FROM.
+        assert_eq!(
+            crate::image::offline_recipe("docker.io/library/ubuntu:22.04").map(|r| r.name),
+            Some("ubuntu-22.04")
+        );
+        assert_eq!(crate::image::offline_recipe("ubuntu:latest"), None);
         assert_eq!(recipe("debian-bookworm").unwrap().suite(), "bookworm");
         assert_eq!(recipe("debian-bookworm").unwrap().ubuntu(), None);
     }
