@@ -410,17 +410,13 @@ mod tests {
     #[test]
     fn ubuntu_builds_from_the_ubuntu_archive_with_the_official_sources() {
         let r = super::super::offline::recipe("ubuntu-22.04").unwrap();
-        let srcs = sources(r).unwrap();
         let k = format!("[signed-by={UBUNTU_KEYRING}]");
-        // SCENARIO_RUN_UBUNTU_MIRROR is not set in the test environment.
-        assert_eq!(
-            srcs,
-            vec![
-                format!("deb {k} http://archive.ubuntu.com/ubuntu jammy main"),
-                format!("deb {k} http://archive.ubuntu.com/ubuntu jammy-updates main"),
-                format!("deb {k} http://archive.ubuntu.com/ubuntu jammy-security main"),
-            ]
-        );
+        let at = |m: &str| -> Vec<String> {
+            ["jammy", "jammy-updates", "jammy-security"].iter().map(|s| format!("deb {k} {m} {s} main")).collect()
+        };
+        // The mirror is SCENARIO_RUN_UBUNTU_MIRROR if the environment sets it.
+        assert_eq!(sources(r).unwrap(), at(&ubuntu_mirror().unwrap()));
+        let srcs = at(UBUNTU_MIRROR);
         let c = command(r, &srcs, &[]);
         let has = |s: &str| c.iter().any(|a| a == s);
         assert!(has("--include=apt,ca-certificates") && has("--variant=minbase"));
