@@ -1,8 +1,9 @@
 //! The image layer against real parts: a real `docker-registry` (CNCF distribution, Debian's
 //! package) started here on a random loopback port with htpasswd auth, images this file
-//! assembles and pushes with plain HTTP calls, and a real mmdebstrap build of `e2b-base`.
+//! assembles and pushes with plain HTTP calls, and real mmdebstrap builds of `e2b-base`,
+//! `node:22` and `ubuntu:22.04` (from the Ubuntu archive, with its keyring).
 //! Nothing is skipped: without `docker-registry`, `htpasswd` or `mmdebstrap` (all installed
-//! by scripts/setup) the tests fail saying what is missing.
+//! by scripts/setup; also the Ubuntu archive keyring) the tests fail saying what is missing.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -512,14 +513,16 @@ async fn image_concurrent_gets_pull_once() {
 #[tokio::test]
 async fn image_unmapped_docker_hub_name_is_a_clear_error() {
     let s = store(tempfile::tempdir().unwrap().path());
-    let (r, _) = get(&s, "ubuntu:22.04", None).await;
+    let (r, _) = get(&s, "ubuntu:20.04", None).await;
     let e = r.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
     assert!(
-        e.message.starts_with("resolve image `ubuntu:22.04`: it is a Docker Hub image with no offline equivalent"),
+        e.message.starts_with("resolve image `ubuntu:20.04`: it is a Docker Hub image with no offline equivalent"),
         "{e}"
     );
-    for name in ["base", "debian:bookworm", "python:3.11-slim-bookworm", "node:20", "node:24-bookworm-slim"] {
+    for name in
+        ["base", "debian:bookworm", "python:3.11-slim-bookworm", "node:20", "node:24-bookworm-slim", "ubuntu:22.04"]
+    {
         assert!(e.message.contains(name), "{name} missing from: {e}");
     }
     let pe: scenario_run::provider::ProviderError = e.into();
@@ -663,6 +666,78 @@ async fn image_offline_e2b_base_builds_with_mmdebstrap() {
     assert!(
         !d.join("usr/share/man/man1").exists() || std::fs::read_dir(d.join("usr/share/man/man1")).unwrap().count() == 0
     );
+}
+
+/// `ubuntu:22.04` is the Ubuntu recipe: jammy from the Ubuntu archive, checked against the
+/// Ubuntu archive keyring (scripts/setup installs it), with apt, the official image's
+/// sources and config, E2B's `user`; inside, apt trusts the archive (a real `apt-get update`
+/// of jammy's main). Slow on first use (mmdebstrap, half a minute), cached afterwards.
+#[tokio::test]
+async fn image_offline_ubuntu_22_04_is_ubuntu_jammy() {
+    need("mmdebstrap", "mmdebstrap");
+    assert!(
+        Path::new("/usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file(),
+        "the Ubuntu archive keyring is missing: run scripts/setup"
+    );
+    let s = ImageStore::new(scenario_run::image::default_cache_dir(), IDS);
+    let (r, log) = get(&s, "ubuntu:22.04", None).await;
+    let img = r.unwrap_or_else(|e| panic!("{e}\n{log}"));
+    eprintln!("{log}");
+    assert_eq!(img.resolved, "offline:ubuntu-22.04 (ubuntu:22.04)");
+    assert_eq!(img.config.cmd, Some(vec!["/bin/bash".to_string()]));
+    let d = &img.dir;
+    let os = std::fs::read_to_string(d.join("usr/lib/os-release")).unwrap();
+    assert!(os.contains("\nNAME=\"Ubuntu\"\n") && os.contains("\nVERSION_ID=\"22.04\"\n"), "{os}");
+    assert!(os.contains("VERSION_CODENAME=jammy"), "{os}");
+    for l in ["bin", "sbin", "lib", "lib64"] {
+        assert_eq!(std::fs::read_link(d.join(l)).unwrap(), PathBuf::from(format!("usr/{l}")), "merged /usr");
+    }
+    let sources = std::fs::read_to_string(d.join("etc/apt/sources.list")).unwrap();
+    assert!(sources.contains(" jammy-updates main restricted universe multiverse\n"), "{sources}");
+    assert!(sources.contains(" jammy-security main restricted universe multiverse\n"), "{sources}");
+    assert!(!sources.contains("signed-by=/usr/share"), "the build's own lines are not left: {sources}");
+    let passwd = std::fs::read_to_string(d.join("etc/passwd")).unwrap();
+    assert!(passwd.lines().any(|l| l == "user:x:1000:1000::/home/user:/bin/bash"), "{passwd}");
+    let out = in_sandbox(
+        d,
+        "set -e; . /etc/os-release; echo \"$PRETTY_NAME\"; apt-get --version | head -1; \
+         m=$(awk 'NR==1 {print $2}' /etc/apt/sources.list); echo \"deb $m jammy main\" > /tmp/main.list; \
+         apt-get -q -o Dir::Etc::SourceList=/tmp/main.list -o Dir::Etc::SourceParts=/nonexistent \
+           -o Acquire::Languages=none update 2>&1 | tail -2; \
+         apt-cache policy bash | grep -c 'jammy/main'",
+    );
+    assert!(out.starts_with("Ubuntu 22.04"), "{out}");
+    assert!(out.contains("\napt 2.4"), "{out}");
+    assert!(!out.contains("NO_PUBKEY") && !out.contains("not signed"), "apt in the image trusts the archive: {out}");
+    assert!(out.trim_end().ends_with("\n1"), "apt read jammy's main: {out}");
+}
+
+/// `ubuntu:24.04` is noble, with the official image's deb822 sources and merged /usr, and
+/// E2B's `user` at uid 1000 (the official image's `ubuntu` account is left out). Slow on
+/// first use (mmdebstrap), cached afterwards.
+#[tokio::test]
+async fn image_offline_ubuntu_24_04_is_ubuntu_noble() {
+    need("mmdebstrap", "mmdebstrap");
+    let s = ImageStore::new(scenario_run::image::default_cache_dir(), IDS);
+    let (r, log) = get(&s, "ubuntu:noble", None).await;
+    let img = r.unwrap_or_else(|e| panic!("{e}\n{log}"));
+    eprintln!("{log}");
+    assert_eq!(img.resolved, "offline:ubuntu-24.04 (ubuntu:noble)");
+    let d = &img.dir;
+    let os = std::fs::read_to_string(d.join("usr/lib/os-release")).unwrap();
+    assert!(os.contains("\nVERSION_ID=\"24.04\"\n") && os.contains("VERSION_CODENAME=noble"), "{os}");
+    let sources = std::fs::read_to_string(d.join("etc/apt/sources.list.d/ubuntu.sources")).unwrap();
+    assert!(sources.contains("Suites: noble noble-updates noble-backports\n"), "{sources}");
+    assert!(sources.contains("Components: main restricted universe multiverse\n"), "{sources}");
+    assert!(sources.contains("Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n"), "{sources}");
+    assert!(d.join("usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file(), "apt's keyring is in the image");
+    let list = std::fs::read_to_string(d.join("etc/apt/sources.list")).unwrap();
+    assert!(list.starts_with('#') && list.lines().count() == 1, "{list}");
+    let passwd = std::fs::read_to_string(d.join("etc/passwd")).unwrap();
+    assert!(passwd.lines().any(|l| l == "user:x:1000:1000::/home/user:/bin/bash"), "{passwd}");
+    assert_eq!(passwd.lines().filter(|l| l.split(':').nth(2) == Some("1000")).count(), 1, "{passwd}");
+    let out = in_sandbox(d, "set -e; . /etc/os-release; echo \"$NAME $VERSION_ID\"; apt-get --version | head -1");
+    assert!(out.starts_with("Ubuntu 24.04\napt 2.8"), "{out}");
 }
 
 /// The docker side: a template `FROM e2bdev/base` builds on an engine that lacks it (the

@@ -41,6 +41,28 @@ fn python_hello_scenario_passes_and_its_build_is_removed() {
     assert!(builds_in(state.path()).is_empty(), "a build not kept is removed at the end of the run");
 }
 
+/// `FROM ubuntu:22.04` on the local provider: the build maps it to the offline Ubuntu recipe
+/// and the sandbox created from it runs Ubuntu 22.04 (tests/fixtures/ubuntu).
+#[test]
+fn a_template_from_ubuntu_22_04_runs_ubuntu_on_local() {
+    if !can_build() {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let report = state.path().join("report.json");
+    let out = cmd(&["tests/fixtures/ubuntu/ubuntu.yaml", "--provider", "local", "--no-progress"])
+        .args(["--json", report.to_str().unwrap()])
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .env_remove(scenario_run::steps::build::KEEP_ENV)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let builds = step_outputs(&report, "build");
+    let log = builds[0]["log"].as_str().unwrap();
+    assert!(log.contains("FROM ubuntu:22.04 maps to offline:ubuntu-22.04"), "{log}");
+    assert!(builds_in(state.path()).is_empty(), "a build not kept is removed at the end of the run");
+}
+
 #[test]
 fn one_build_per_digest_per_run_and_kept_builds_are_reused() {
     if !can_build() {

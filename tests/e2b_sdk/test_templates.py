@@ -86,6 +86,27 @@ def test_a_failing_step_raises_build_exception_naming_it(context):
     assert api("DELETE", f"/templates/{ids[0]}") == 204
 
 
+def test_from_ubuntu_and_a_run_as_a_missing_user_fails_as_e2b_says():
+    """`from_image("ubuntu:22.04")` is the offline Ubuntu recipe (a step checks it is jammy);
+    a `run_cmd` as a user the image lacks fails with E2B's own words, which the official
+    suite's test_run_command_as_user_that_does_not_exist looks for."""
+    name = f"sdk-ubuntu-{uuid.uuid4().hex[:8]}"
+    t = (
+        Template()
+        .from_image("ubuntu:22.04")
+        .run_cmd('. /etc/os-release && test "$ID $VERSION_ID" = "ubuntu 22.04"')
+        .run_cmd("whoami", user="root123")
+    )
+    with pytest.raises(Exception) as e:
+        Template.build(t, alias=name)
+    assert type(e.value).__name__ == "BuildException"
+    assert (
+        "step 2 (RUN whoami root123) failed: failed to run command 'whoami': command failed: "
+        "unauthenticated: invalid username: 'root123'" in str(e.value)
+    ), str(e.value)
+    delete_template(name)
+
+
 def stack_auth_registry():
     """The local stack's registry that asks for a login (.ci/local-stack.sh writes it into
     $STACK_DIR/env, with base-python pushed there): (host:port, user, password) or None."""
