@@ -4,6 +4,7 @@
 //! report -> exit code. `check` stops after the plan.
 
 pub mod config;
+pub mod connect;
 pub mod diag;
 pub mod duration;
 pub mod expr;

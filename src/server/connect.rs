@@ -11,11 +11,11 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use crate::provider::{ErrorKind, ProviderError};
+use crate::provider::ProviderError;
 
 pub(crate) const CONNECT_JSON: &str = "application/connect+json";
 
@@ -42,20 +42,7 @@ impl RpcError {
 
     /// The HTTP status of a unary error with this code (Connect's mapping).
     pub(crate) fn status(&self) -> StatusCode {
-        let s = match self.code {
-            "canceled" => 499,
-            "invalid_argument" | "failed_precondition" | "out_of_range" => 400,
-            "deadline_exceeded" => 504,
-            "not_found" => 404,
-            "already_exists" | "aborted" => 409,
-            "permission_denied" => 403,
-            "resource_exhausted" => 429,
-            "unimplemented" => 501,
-            "unavailable" => 503,
-            "unauthenticated" => 401,
-            _ => 500,
-        };
-        StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        StatusCode::from_u16(crate::connect::http_status(self.code)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     pub(crate) fn to_json(&self) -> Value {
@@ -65,15 +52,7 @@ impl RpcError {
 
 impl From<ProviderError> for RpcError {
     fn from(e: ProviderError) -> Self {
-        let code = match e.kind {
-            ErrorKind::NotFound => "not_found",
-            ErrorKind::Invalid => "invalid_argument",
-            ErrorKind::Timeout => "deadline_exceeded",
-            ErrorKind::Auth => "unauthenticated",
-            ErrorKind::Unsupported => "unimplemented",
-            ErrorKind::Infra => "internal",
-        };
-        Self::new(code, e.message)
+        Self::new(crate::connect::code_of(e.kind), e.message)
     }
 }
 
@@ -105,11 +84,7 @@ pub(crate) fn unary(r: Unary) -> Response {
 
 /// One envelope: flags, 4-byte big-endian length, payload.
 pub(crate) fn envelope(flags: u8, payload: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(5 + payload.len());
-    b.put_u8(flags);
-    b.put_u32(payload.len() as u32);
-    b.put_slice(payload);
-    b.freeze()
+    Bytes::from(crate::connect::envelope(flags, payload))
 }
 
 /// A message envelope holding `v`.
@@ -123,7 +98,7 @@ pub(crate) fn end_stream(err: Option<&RpcError>) -> Bytes {
         None => json!({}),
         Some(e) => json!({"error": e.to_json()}),
     };
-    envelope(2, v.to_string().as_bytes())
+    envelope(crate::connect::FLAG_END_STREAM, v.to_string().as_bytes())
 }
 
 /// The single request message of a streaming call: an envelope, or raw JSON from old clients.
@@ -134,7 +109,7 @@ pub(crate) fn stream_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, RpcE
             if body.len() < 5 {
                 return Err(RpcError::invalid("truncated envelope"));
             }
-            if flags & 1 != 0 {
+            if flags & crate::connect::FLAG_COMPRESSED != 0 {
                 return Err(RpcError::unimplemented("compressed messages are not supported"));
             }
             let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;

@@ -1,7 +1,8 @@
 //! The Connect protocol, JSON codec, as envd speaks it (protocol doc §4.1): envelope framing
 //! for streaming calls, the end-of-stream trailer, and Connect error codes.
 //!
-//! Hand-written on purpose. An envelope is one flag byte, a 4-byte big-endian length and
+//! The framing and the code table are shared with `serve` (`crate::connect`). Hand-written on
+//! purpose. An envelope is one flag byte, a 4-byte big-endian length and
 //! that many bytes of JSON; the whole codec is this file. The Connect crates for Rust
 //! (`connectrpc`, `connect-rpc`, tonic-based stacks) are built around prost-generated
 //! protobuf types and a code-generation step, which would pull protobuf tooling and envd's
@@ -17,21 +18,10 @@ use serde_json::Value as JsonValue;
 
 use crate::provider::ErrorKind;
 
-/// Flag bit: the payload is compressed (we always ask for identity, so this is an error).
-pub const FLAG_COMPRESSED: u8 = 0x01;
-/// Flag bit: this is the end-of-stream trailer.
-pub const FLAG_END_STREAM: u8 = 0x02;
+pub use crate::connect::{envelope, FLAG_COMPRESSED, FLAG_END_STREAM};
+
 /// Refuse frames larger than this: a corrupt length must not make us allocate gigabytes.
 pub const MAX_FRAME: usize = 64 << 20;
-
-/// One envelope around `msg`.
-pub fn envelope(flags: u8, msg: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5 + msg.len());
-    out.push(flags);
-    out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    out.extend_from_slice(msg);
-    out
-}
 
 /// A Connect error: a code such as `not_found` and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,37 +37,7 @@ impl ConnectError {
 
     /// What the runner should make of it.
     pub fn kind(&self) -> ErrorKind {
-        code_kind(&self.code)
-    }
-}
-
-/// Connect code → provider error kind.
-pub fn code_kind(code: &str) -> ErrorKind {
-    match code {
-        "not_found" => ErrorKind::NotFound,
-        "invalid_argument" | "already_exists" | "failed_precondition" | "out_of_range" => ErrorKind::Invalid,
-        "unauthenticated" | "permission_denied" => ErrorKind::Auth,
-        "deadline_exceeded" | "canceled" => ErrorKind::Timeout,
-        "unimplemented" => ErrorKind::Unsupported,
-        _ => ErrorKind::Infra,
-    }
-}
-
-/// The Connect code a plain HTTP status stands for (the Connect HTTP mapping), used when
-/// an error body carries no Connect code (proxies, `/files`, integer `code`s).
-pub fn status_code(status: u16) -> &'static str {
-    match status {
-        400 => "invalid_argument",
-        401 => "unauthenticated",
-        403 => "permission_denied",
-        404 => "not_found",
-        409 => "already_exists",
-        429 => "resource_exhausted",
-        502 | 503 => "unavailable",
-        504 => "deadline_exceeded",
-        499 => "canceled",
-        501 => "unimplemented",
-        _ => "unknown",
+        crate::connect::error_kind(&self.code)
     }
 }
 
@@ -93,7 +53,7 @@ pub fn error_from_body(status: u16, body: &[u8]) -> ConnectError {
         .unwrap_or_else(|| snippet(body));
     match parsed.as_ref().and_then(|j| j.get("code")).and_then(JsonValue::as_str) {
         Some(code) => ConnectError::new(code, message),
-        None => ConnectError::new(status_code(status), message),
+        None => ConnectError::new(crate::connect::code_for_status(status), message),
     }
 }
 
@@ -350,9 +310,9 @@ mod tests {
         assert_eq!(e, ConnectError::new("unavailable", "The sandbox was not found"));
         let e = error_from_body(401, b"<html>nope</html>");
         assert_eq!(e, ConnectError::new("unauthenticated", "<html>nope</html>"));
-        assert_eq!(code_kind("deadline_exceeded"), ErrorKind::Timeout);
-        assert_eq!(code_kind("unimplemented"), ErrorKind::Unsupported);
-        assert_eq!(code_kind("internal"), ErrorKind::Infra);
-        assert_eq!(code_kind("permission_denied"), ErrorKind::Auth);
+        assert_eq!(crate::connect::error_kind("deadline_exceeded"), ErrorKind::Timeout);
+        assert_eq!(crate::connect::error_kind("unimplemented"), ErrorKind::Unsupported);
+        assert_eq!(crate::connect::error_kind("internal"), ErrorKind::Infra);
+        assert_eq!(crate::connect::error_kind("permission_denied"), ErrorKind::Auth);
     }
 }
