@@ -719,6 +719,65 @@ async fn ports_need_the_traffic_token() {
     assert!(ok, "{stderr}");
 }
 
+/// `network.maskRequestHost` (the JS and Python SDKs' own `maskRequestHost` tests): the port
+/// proxy sends the sandbox's application that `Host`, `${PORT}` filled in, instead of the
+/// caller's; `get_info` reports it; one that could not be a header is refused at create; a
+/// sandbox made without it still sees the caller's `Host`.
+#[tokio::test]
+async fn ports_see_the_masked_request_host() {
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let (status, body) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes"),
+        Some(json!({"templateID": "base", "network": {"maskRequestHost": "bad\nhost:${PORT}"}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("maskRequestHost"), "{body}");
+    let masked = make_with(
+        &http,
+        &base,
+        json!({"templateID": "base", "timeout": 120, "network": {"maskRequestHost": "custom-host.example.com:${PORT}"}}),
+    )
+    .await;
+    let plain = make(&http, &base).await;
+    let (status, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", masked.id), None).await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["network"]["maskRequestHost"], "custom-host.example.com:${PORT}", "{info}");
+    for (sb, want) in [
+        (&masked, "host: custom-host.example.com:8080\n".to_string()),
+        (&plain, format!("host: 8080-{}.localhost:{}\n", plain.id, server.port())),
+    ] {
+        let r = http
+            .post(format!("{base}/files?path=/tmp/echo.py"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream")
+            .body(ECHO_SERVER)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        run_cmd(&http, &base, sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
+        let url = format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let seen = loop {
+            let r = http.get(&url).header("e2b-traffic-access-token", &sb.traffic).send().await.unwrap();
+            if r.status() == 200 {
+                break r.text().await.unwrap();
+            }
+            assert!(std::time::Instant::now() < deadline, "the echo server did not come up: {}", r.status());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(seen.contains(&want), "want {want:?} in {seen}");
+    }
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
 // ---- bounded input (issue 13, items 12 and 13) ----------------------------------------------
 
 #[tokio::test]

@@ -228,6 +228,8 @@ pub(crate) struct Sbx {
     pub watchers: Mutex<HashMap<String, Arc<envd::Watcher>>>,
     /// create's `envVars`, which its forks get too.
     pub env_vars: std::collections::BTreeMap<String, String>,
+    /// create's `network.maskRequestHost`: the `Host` its ports are sent (`${PORT}` unfilled).
+    pub mask_host: Option<String>,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
