@@ -226,19 +226,18 @@ async fn serve_speaks_the_e2b_protocol() {
     assert_eq!(r.status(), 404);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], 404);
 
-    // envd of a killed (or never existing) sandbox: 502 "… was not found".
+    // envd or a port of a killed (or never existing) sandbox: 502 with E2B's proxy's words
+    // (the JS SDK's own `ping server in non-running sandbox` compares them).
     for sid in [id.as_str(), "nosuchsandbox0000000"] {
-        let r = http
-            .post(format!("{base}/process.Process/List"))
-            .header("E2b-Sandbox-Id", sid)
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 502);
-        let body: Value = r.json().await.unwrap();
-        assert_eq!(body["code"], 502);
-        assert_eq!(body["message"], format!("The sandbox {sid} was not found"));
+        let envd = http.post(format!("{base}/process.Process/List")).header("E2b-Sandbox-Id", sid).json(&json!({}));
+        // `*.localhost` resolved to loopback by scenario-run's resolver.
+        let port = client().get(format!("http://3000-{sid}.localhost:{}/", server.port()));
+        for req in [envd, port] {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 502);
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(body, json!({"sandboxId": sid, "code": 502, "message": "The sandbox was not found"}));
+        }
     }
 
     let (ok, stderr) = server.stop();
