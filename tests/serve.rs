@@ -777,6 +777,64 @@ async fn ports_see_the_masked_request_host() {
     assert!(ok, "{stderr}");
 }
 
+/// `network.allowPublicTraffic: true` in so many words (the JS SDK's own `sandbox works without
+/// token`): that sandbox's ports take requests without a token; `get_info` says so; any other
+/// sandbox's stay private; a value that is not a boolean is refused at create.
+#[tokio::test]
+async fn ports_are_public_only_when_create_asks() {
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let (status, body) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes"),
+        Some(json!({"templateID": "base", "network": {"allowPublicTraffic": "yes"}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("allowPublicTraffic"), "{body}");
+    let public =
+        make_with(&http, &base, json!({"templateID": "base", "timeout": 120, "network": {"allowPublicTraffic": true}}))
+            .await;
+    let private = make_with(
+        &http,
+        &base,
+        json!({"templateID": "base", "timeout": 120, "network": {"allowPublicTraffic": false}}),
+    )
+    .await;
+    let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", public.id), None).await;
+    assert_eq!(info["network"]["allowPublicTraffic"], true, "{info}");
+    for sb in [&public, &private] {
+        let r = http
+            .post(format!("{base}/files?path=/tmp/echo.py"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream")
+            .body(ECHO_SERVER)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        run_cmd(&http, &base, sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
+    }
+    let url = |sb: &Made| format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
+    // Up with the token first, so that what follows is about the token alone.
+    for sb in [&public, &private] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while http.get(url(sb)).header("e2b-traffic-access-token", &sb.traffic).send().await.unwrap().status() != 200 {
+            assert!(std::time::Instant::now() < deadline, "the echo server did not come up");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let r = http.get(url(&public)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains(&format!("host: 8080-{}", public.id)));
+    assert_eq!(http.get(url(&private)).send().await.unwrap().status(), 403);
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
 // ---- bounded input (issue 13, items 12 and 13) ----------------------------------------------
 
 #[tokio::test]

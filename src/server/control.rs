@@ -201,6 +201,17 @@ fn mask_request_host(req: &NewSandbox) -> Result<Option<String>, String> {
     }
 }
 
+/// create's `network.allowPublicTraffic`: only an explicit `true` opens the sandbox's ports to
+/// requests without its traffic token (E2B's default, which the SDKs send only when told to);
+/// absent, serve keeps them private (see `auth`).
+fn allow_public_traffic(req: &NewSandbox) -> Result<bool, String> {
+    match req.network.as_ref().and_then(|n| n.get("allowPublicTraffic")) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err("network.allowPublicTraffic must be true or false".to_string()),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct AutoResume {
     #[serde(default)]
@@ -278,8 +289,12 @@ fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
         "metadata": info.metadata,
         "domain": st.domain,
     });
-    if let Some(m) = &sb.mask_host {
-        v["network"] = json!({ "maskRequestHost": m });
+    // Only when create set them, as before these existed (older SDKs' models parse it).
+    if sb.public_ports || sb.mask_host.is_some() {
+        v["network"] = json!({ "allowPublicTraffic": sb.public_ports });
+        if let Some(m) = &sb.mask_host {
+            v["network"]["maskRequestHost"] = json!(m);
+        }
     }
     v
 }
@@ -310,9 +325,9 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
         return Err(json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL"));
     }
-    let mask_host = match mask_request_host(&req) {
-        Ok(m) => m,
-        Err(e) => return Err(json_error(StatusCode::BAD_REQUEST, &e)),
+    let (mask_host, public_ports) = match (mask_request_host(&req), allow_public_traffic(&req)) {
+        (Ok(m), Ok(p)) => (m, p),
+        (Err(e), _) | (_, Err(e)) => return Err(json_error(StatusCode::BAD_REQUEST, &e)),
     };
     if let Some(feature) = network_refusal(&req) {
         return Err(json_error(
@@ -400,6 +415,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         end_changed: Default::default(),
         env_vars,
         mask_host,
+        public_ports,
         watchers: Default::default(),
         _slot: slot,
     });

@@ -230,6 +230,8 @@ pub(crate) struct Sbx {
     pub env_vars: std::collections::BTreeMap<String, String>,
     /// create's `network.maskRequestHost`: the `Host` its ports are sent (`${PORT}` unfilled).
     pub mask_host: Option<String>,
+    /// create asked for `network.allowPublicTraffic: true`: its ports need no traffic token.
+    pub public_ports: bool,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
