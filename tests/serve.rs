@@ -226,19 +226,18 @@ async fn serve_speaks_the_e2b_protocol() {
     assert_eq!(r.status(), 404);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], 404);
 
-    // envd of a killed (or never existing) sandbox: 502 "… was not found".
+    // envd or a port of a killed (or never existing) sandbox: 502 with E2B's proxy's words
+    // (the JS SDK's own `ping server in non-running sandbox` compares them).
     for sid in [id.as_str(), "nosuchsandbox0000000"] {
-        let r = http
-            .post(format!("{base}/process.Process/List"))
-            .header("E2b-Sandbox-Id", sid)
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 502);
-        let body: Value = r.json().await.unwrap();
-        assert_eq!(body["code"], 502);
-        assert_eq!(body["message"], format!("The sandbox {sid} was not found"));
+        let envd = http.post(format!("{base}/process.Process/List")).header("E2b-Sandbox-Id", sid).json(&json!({}));
+        // `*.localhost` resolved to loopback by scenario-run's resolver.
+        let port = client().get(format!("http://3000-{sid}.localhost:{}/", server.port()));
+        for req in [envd, port] {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 502);
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(body, json!({"sandboxId": sid, "code": 502, "message": "The sandbox was not found"}));
+        }
     }
 
     let (ok, stderr) = server.stop();
@@ -715,6 +714,123 @@ async fn ports_need_the_traffic_token() {
     let other = make(&http, &base).await;
     let r = get(Some(("e2b-traffic-access-token", other.traffic.clone()))).await.unwrap();
     assert_eq!(r.status(), 403);
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// `network.maskRequestHost` (the JS and Python SDKs' own `maskRequestHost` tests): the port
+/// proxy sends the sandbox's application that `Host`, `${PORT}` filled in, instead of the
+/// caller's; `get_info` reports it; one that could not be a header is refused at create; a
+/// sandbox made without it still sees the caller's `Host`.
+#[tokio::test]
+async fn ports_see_the_masked_request_host() {
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let (status, body) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes"),
+        Some(json!({"templateID": "base", "network": {"maskRequestHost": "bad\nhost:${PORT}"}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("maskRequestHost"), "{body}");
+    let masked = make_with(
+        &http,
+        &base,
+        json!({"templateID": "base", "timeout": 120, "network": {"maskRequestHost": "custom-host.example.com:${PORT}"}}),
+    )
+    .await;
+    let plain = make(&http, &base).await;
+    let (status, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", masked.id), None).await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["network"]["maskRequestHost"], "custom-host.example.com:${PORT}", "{info}");
+    for (sb, want) in [
+        (&masked, "host: custom-host.example.com:8080\n".to_string()),
+        (&plain, format!("host: 8080-{}.localhost:{}\n", plain.id, server.port())),
+    ] {
+        let r = http
+            .post(format!("{base}/files?path=/tmp/echo.py"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream")
+            .body(ECHO_SERVER)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        run_cmd(&http, &base, sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
+        let url = format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let seen = loop {
+            let r = http.get(&url).header("e2b-traffic-access-token", &sb.traffic).send().await.unwrap();
+            if r.status() == 200 {
+                break r.text().await.unwrap();
+            }
+            assert!(std::time::Instant::now() < deadline, "the echo server did not come up: {}", r.status());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(seen.contains(&want), "want {want:?} in {seen}");
+    }
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// `network.allowPublicTraffic: true` in so many words (the JS SDK's own `sandbox works without
+/// token`): that sandbox's ports take requests without a token; `get_info` says so; any other
+/// sandbox's stay private; a value that is not a boolean is refused at create.
+#[tokio::test]
+async fn ports_are_public_only_when_create_asks() {
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let (status, body) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes"),
+        Some(json!({"templateID": "base", "network": {"allowPublicTraffic": "yes"}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("allowPublicTraffic"), "{body}");
+    let public =
+        make_with(&http, &base, json!({"templateID": "base", "timeout": 120, "network": {"allowPublicTraffic": true}}))
+            .await;
+    let private = make_with(
+        &http,
+        &base,
+        json!({"templateID": "base", "timeout": 120, "network": {"allowPublicTraffic": false}}),
+    )
+    .await;
+    let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", public.id), None).await;
+    assert_eq!(info["network"]["allowPublicTraffic"], true, "{info}");
+    for sb in [&public, &private] {
+        let r = http
+            .post(format!("{base}/files?path=/tmp/echo.py"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/octet-stream")
+            .body(ECHO_SERVER)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        run_cmd(&http, &base, sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
+    }
+    let url = |sb: &Made| format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
+    // Up with the token first, so that what follows is about the token alone.
+    for sb in [&public, &private] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while http.get(url(sb)).header("e2b-traffic-access-token", &sb.traffic).send().await.unwrap().status() != 200 {
+            assert!(std::time::Instant::now() < deadline, "the echo server did not come up");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let r = http.get(url(&public)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains(&format!("host: 8080-{}", public.id)));
+    assert_eq!(http.get(url(&private)).send().await.unwrap().status(), 403);
     let (ok, stderr) = server.stop();
     assert!(ok, "{stderr}");
 }

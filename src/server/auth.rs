@@ -11,7 +11,9 @@
 //! * `trafficAccessToken`, E2B's private ingress: requests to a sandbox port (not envd's)
 //!   must carry it as `e2b-traffic-access-token`. E2B issues it only when a create asks for
 //!   `network.allowPublicTraffic: false`; serve always does, because a port host
-//!   (`{port}-{id}.localhost`) must not be open to anyone who can reach serve's port.
+//!   (`{port}-{id}.localhost`) must not be open to anyone who can reach serve's port, unless
+//!   the create asked for `allowPublicTraffic: true` in so many words (the SDKs send it only
+//!   when told to): then its ports take requests without a token.
 //!
 //! What each route accepts (the API key always works, as `X-API-KEY`, so a person with curl
 //! never needs a token; `Authorization` is left alone on the data plane, where it is
@@ -217,6 +219,9 @@ fn forbidden(id: &str, message: &str) -> Response {
 
 /// Checks a request to a port of `sb` other than envd's.
 pub(crate) fn port(st: &AppState, sb: &Sbx, h: &HeaderMap) -> Result<(), Response> {
+    if sb.public_ports {
+        return Ok(());
+    }
     if let Some(t) = header(h, TRAFFIC_HEADER) {
         if ct_eq(t.as_bytes(), sb.tokens.traffic.as_bytes()) {
             return Ok(());

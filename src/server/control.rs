@@ -184,6 +184,34 @@ fn network_refusal(req: &NewSandbox) -> Option<&'static str> {
     None
 }
 
+/// create's `network.maskRequestHost`: the `Host` the port proxy gives requests to the
+/// sandbox's ports instead of the caller's, `${PORT}` standing for the port (E2B's proxy does
+/// the same). Refused (400) if it is not a string or could not be a header value.
+fn mask_request_host(req: &NewSandbox) -> Result<Option<String>, String> {
+    let Some(v) = req.network.as_ref().and_then(|n| n.get("maskRequestHost")) else {
+        return Ok(None);
+    };
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) if s.is_empty() => Ok(None),
+        Value::String(s) if axum::http::HeaderValue::from_str(&s.replace("${PORT}", "65535")).is_ok() => {
+            Ok(Some(s.clone()))
+        }
+        _ => Err("network.maskRequestHost must be a host name that can be a Host header".to_string()),
+    }
+}
+
+/// create's `network.allowPublicTraffic`: only an explicit `true` opens the sandbox's ports to
+/// requests without its traffic token (E2B's default, which the SDKs send only when told to);
+/// absent, serve keeps them private (see `auth`).
+fn allow_public_traffic(req: &NewSandbox) -> Result<bool, String> {
+    match req.network.as_ref().and_then(|n| n.get("allowPublicTraffic")) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err("network.allowPublicTraffic must be true or false".to_string()),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct AutoResume {
     #[serde(default)]
@@ -243,7 +271,7 @@ fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo, with_token: bool) ->
 fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
     let end_at = if sb.lifecycle.pause_on_timeout { *sb.end_ms.lock().expect("end") / 1000 } else { info.end_at };
     let lc = &sb.lifecycle;
-    json!({
+    let mut v = json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
         "alias": sb.alias,
@@ -260,7 +288,15 @@ fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
         "allowInternetAccess": false,
         "metadata": info.metadata,
         "domain": st.domain,
-    })
+    });
+    // Only when create set them, as before these existed (older SDKs' models parse it).
+    if sb.public_ports || sb.mask_host.is_some() {
+        v["network"] = json!({ "allowPublicTraffic": sb.public_ports });
+        if let Some(m) = &sb.mask_host {
+            v["network"]["maskRequestHost"] = json!(m);
+        }
+    }
+    v
 }
 
 async fn create(State(st): SharedState, headers: HeaderMap, body: Bytes) -> Response {
@@ -289,6 +325,10 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
         return Err(json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL"));
     }
+    let (mask_host, public_ports) = match (mask_request_host(&req), allow_public_traffic(&req)) {
+        (Ok(m), Ok(p)) => (m, p),
+        (Err(e), _) | (_, Err(e)) => return Err(json_error(StatusCode::BAD_REQUEST, &e)),
+    };
     if let Some(feature) = network_refusal(&req) {
         return Err(json_error(
             StatusCode::NOT_IMPLEMENTED,
@@ -374,6 +414,8 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         end_ms: std::sync::Mutex::new(super::now_secs().saturating_add(timeout).saturating_mul(1000)),
         end_changed: Default::default(),
         env_vars,
+        mask_host,
+        public_ports,
         watchers: Default::default(),
         _slot: slot,
     });

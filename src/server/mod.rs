@@ -15,8 +15,8 @@
 //! 2. An `E2b-Sandbox-Id` header (what the SDK sends on every envd call when
 //!    `E2B_SANDBOX_URL` points here): envd of that sandbox, or the port in
 //!    `E2b-Sandbox-Port` if that is not 49983. An unknown or killed sandbox answers 502
-//!    `{"code":502,"message":"The sandbox <id> was not found"}` (the SDK raises
-//!    `SandboxNotRunningException`).
+//!    `{"sandboxId":<id>,"code":502,"message":"The sandbox was not found"}`, E2B's proxy's
+//!    words (the SDK raises `SandboxNotRunningException`).
 //! 3. A `/files` request with a `signature` and neither of the above (a signed URL the SDK
 //!    built on `E2B_SANDBOX_URL`): envd of the sandbox whose token made the signature.
 //! 4. Otherwise the control plane, which needs the API key (`X-API-KEY`, or
@@ -228,6 +228,10 @@ pub(crate) struct Sbx {
     pub watchers: Mutex<HashMap<String, Arc<envd::Watcher>>>,
     /// create's `envVars`, which its forks get too.
     pub env_vars: std::collections::BTreeMap<String, String>,
+    /// create's `network.maskRequestHost`: the `Host` its ports are sent (`${PORT}` unfilled).
+    pub mask_host: Option<String>,
+    /// create asked for `network.allowPublicTraffic: true`: its ports need no traffic token.
+    pub public_ports: bool,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
@@ -418,7 +422,7 @@ fn not_running(id: &str) -> Response {
     let body = serde_json::json!({
         "sandboxId": id,
         "code": 502,
-        "message": format!("The sandbox {id} was not found"),
+        "message": "The sandbox was not found",
     });
     let mut r =
         (StatusCode::BAD_GATEWAY, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();

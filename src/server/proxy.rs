@@ -3,7 +3,7 @@
 //! both forward the request to the provider's [`Provider::port_url`] for that port.
 //!
 //! Plain HTTP/1.1 request/response forwarding with streamed bodies (hyper's client); the
-//! `Host` header is passed through unchanged. Protocol upgrades (WebSocket) are not forwarded.
+//! `Host` header is passed through unchanged, unless create asked for `maskRequestHost`. Protocol upgrades (WebSocket) are not forwarded.
 //! A port nobody listens on answers 502 "The sandbox is running but port is not open", which
 //! the SDKs map to `SandboxUnreachableException`.
 //!
@@ -11,7 +11,7 @@
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderName, StatusCode, Uri};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -64,6 +64,12 @@ pub(crate) async fn forward(st: &AppState, sb: &Sbx, port: u16, mut req: Request
     strip_hop_by_hop(req.headers_mut());
     for h in ["e2b-sandbox-id", "e2b-sandbox-port"] {
         req.headers_mut().remove(h);
+    }
+    if let Some(mask) = &sb.mask_host {
+        // Checked at create to make a valid header with any port.
+        if let Ok(v) = HeaderValue::from_str(&mask.replace("${PORT}", &port.to_string())) {
+            req.headers_mut().insert(header::HOST, v);
+        }
     }
     match st.http.request(req).await {
         Ok(resp) => {

@@ -50,11 +50,11 @@ export default defineConfig({
   },
 })
 TS
-# Files that mock the API with msw expect the SDK's default URLs: they run once without
+# Files that mock the API with msw (`msw` or `msw/node`) expect the SDK's default URLs: they run once without
 # serve's variables (with a placeholder key), then everything runs against serve; a test of
 # such a file passes if it passed in one of the runs (its unit tests need the default URLs,
 # its integration tests serve).
-mocked="$(cd "$js_dir" && grep -rlE "from 'msw'|from \"msw\"" tests --include='*.test.ts' | grep -v '^tests/runtimes/' | sort)"
+mocked="$(cd "$js_dir" && grep -rlE "from ['\"]msw(/[a-z]+)?['\"]" tests --include='*.test.ts' | grep -v '^tests/runtimes/' | sort)"
 js_ver="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$js_dir/package.json")"
 mkdir -p "$work/logs-js"
 echo "== official JS suite ($commit, SDK $js_ver from source), vitest: $(echo "$mocked" | wc -w) files with mocked APIs"

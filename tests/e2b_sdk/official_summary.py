@@ -33,8 +33,14 @@ def main() -> None:
     failing = []
     best = {}
     for r in reports:
+        # vitest's JUnit names leave out some describe blocks, so one file can hold the same
+        # name twice: the n-th occurrence in a report is its own test (the order of a file's
+        # tests is the same in every run).
+        seen = collections.Counter()
         for c in ET.parse(r).getroot().iter("testcase"):
-            key = (file_of(c), c.get("name"))
+            name = (file_of(c), c.get("name"))
+            seen[name] += 1
+            key = (*name, seen[name])
             failed = c.find("failure") is not None or c.find("error") is not None
             if key not in best or not failed:
                 best[key] = c
