@@ -44,6 +44,8 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         current_source: None,
         polling: false,
         services: Vec::new(),
+        snapshots: Vec::new(),
+        watches: Vec::new(),
         env: Default::default(),
     }
 }
