@@ -523,6 +523,10 @@ pub trait Provider: Send + Sync {
     async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
         Ok(self.remove_template(snapshot).await)
     }
+    /// Marks a snapshot as wanted after the run: [`Provider::remove_builds`] leaves it.
+    fn keep_snapshot(&self, snapshot: &str) {
+        let _ = snapshot;
+    }
 
     /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
     async fn port_url(&self, id: &str, port: u16) -> Result<String>;

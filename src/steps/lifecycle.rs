@@ -169,6 +169,9 @@ pub async fn snapshot(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     };
     let id = ctx.sandbox_id()?;
     let snap = ctx.provider.snapshot(&id, &name).await?;
+    if keep {
+        ctx.provider.keep_snapshot(&snap);
+    }
     ctx.snapshots.push(super::SnapshotRef { id: snap.clone(), keep });
     Ok(json!({ "id": snap, "name": name, "sandbox": id }))
 }

@@ -101,18 +101,24 @@ enum Read {
     /// The command ended and its output with it.
     Closed,
     TimedOut,
+    /// The output reached the cap (--max-output) without matching.
+    Full,
 }
 
 /// Reads the terminal into `all` until `done(all)` holds, the output ends, or `deadline`.
 async fn read_until(
     rx: &mut mpsc::Receiver<OutputChunk>,
     all: &mut Vec<u8>,
+    cap: usize,
     deadline: Instant,
     done: impl Fn(&[u8]) -> bool,
 ) -> Read {
     loop {
         if done(all) {
             return Read::Matched;
+        }
+        if all.len() >= cap {
+            return Read::Full;
         }
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, rx.recv()).await {
@@ -138,6 +144,8 @@ pub async fn pty(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         max_output: Some(ctx.max_output),
         ..Default::default()
     };
+    // What the step keeps of the terminal's output: a runaway writer must not take memory.
+    let cap = ctx.max_output;
     let id = ctx.sandbox_id()?;
     let started = Instant::now();
     let live = ctx.provider.spawn_pty(&id, req, cols, rows).await?;
@@ -161,12 +169,20 @@ pub async fn pty(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         }
         let Some(m) = &item.expect else { continue };
         let matched = |all: &[u8]| m.check_text(&String::from_utf8_lossy(&all[from..])).is_ok();
-        if read_until(&mut rx, &mut all, Instant::now() + within, matched).await != Read::Matched {
+        let read = read_until(&mut rx, &mut all, cap, Instant::now() + within, matched).await;
+        if read != Read::Matched {
             let seen = String::from_utf8_lossy(&all[from..]).into_owned();
             let mut e = match m.check_text(&seen) {
                 Err(f) => StepError::from(f),
                 Ok(()) => StepError::fail("the terminal's output ended"),
             };
+            if read == Read::Full {
+                e.message = format!(
+                    "the terminal wrote {} without matching (raise --max-output): {}",
+                    crate::size::human(all.len() as u64),
+                    e.message
+                );
+            }
             e.message = format!(
                 "terminal output (interaction {} of {}, within {}): {}",
                 n + 1,
@@ -186,7 +202,7 @@ pub async fn pty(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         }
         Some(want) => {
             // The command ends by itself (its output stream closes), then its code is read.
-            let ended = read_until(&mut rx, &mut all, Instant::now() + within, |_| false).await == Read::Closed;
+            let ended = read_until(&mut rx, &mut all, cap, Instant::now() + within, |_| false).await == Read::Closed;
             let r = ctx.provider.wait(&id, pid, Duration::from_secs(5)).await;
             let code = r.as_ref().ok().filter(|r| !r.timed_out).and_then(|r| r.exit_code);
             if code.is_some() {

@@ -416,7 +416,7 @@ pub static REGISTRY: &[StepKind] = &[
         main: Some("name"),
         fields: &[
             f("name", FieldType::Str, "the snapshot's name (default: one made from the run id)"),
-            f("keep", FieldType::Bool, "do not delete it at the end of the scenario"),
+            f("keep", FieldType::Bool, "do not delete it at the end of the scenario (local keeps templates for the run only)"),
         ],
         matcher: false,
         free_keys: false,

@@ -117,7 +117,7 @@ struct Inner {
     in_flight_changed: Notify,
     shutting_down: AtomicBool,
     builds: build::Builds,
-    /// Snapshots made by `snapshot` and not deleted yet (`remove_builds` deletes them).
+    /// Snapshots made by `snapshot`, not deleted yet nor kept (`remove_builds` deletes them).
     snapshots: Mutex<HashSet<String>>,
 }
 
@@ -460,6 +460,10 @@ impl Provider for E2bProvider {
         let snap = self.inner.api.snapshot(id, name).await?;
         self.inner.snapshots.lock().expect("snapshots").insert(snap.clone());
         Ok(snap)
+    }
+
+    fn keep_snapshot(&self, snapshot: &str) {
+        self.inner.snapshots.lock().expect("snapshots").remove(snapshot);
     }
 
     async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
