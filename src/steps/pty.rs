@@ -122,7 +122,17 @@ async fn read_until(
         }
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, rx.recv()).await {
-            Ok(Some(OutputChunk::Stdout(b) | OutputChunk::Stderr(b))) => all.extend_from_slice(&b),
+            Ok(Some(OutputChunk::Stdout(b) | OutputChunk::Stderr(b))) => {
+                all.extend_from_slice(&b);
+                // What else has arrived, before matching again: a fast writer is then matched
+                // once per batch, not once per chunk.
+                while all.len() < cap {
+                    match rx.try_recv() {
+                        Ok(OutputChunk::Stdout(b) | OutputChunk::Stderr(b)) => all.extend_from_slice(&b),
+                        Err(_) => break,
+                    }
+                }
+            }
             Ok(None) if done(all) => return Read::Matched,
             Ok(None) => return Read::Closed,
             Err(_) => return if done(all) { Read::Matched } else { Read::TimedOut },
