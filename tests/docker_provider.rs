@@ -358,15 +358,31 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     let stdout = common::text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", common::text(&out.stderr));
     let (passed, skipped) = common::passed_and_skipped(report.path());
+    // Docker has no pause, snapshots, directory watches or terminals: those four scenarios
+    // say so.
+    let mut lacking: Vec<&str> = skipped
+        .iter()
+        .filter(|(_, why)| why.starts_with("provider docker lacks capability ["))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    lacking.sort_unstable();
+    assert_eq!(
+        lacking,
+        ["commands pty", "files directory watch", "lifecycle pause and resume", "lifecycle snapshot"],
+        "{skipped:?}"
+    );
     for (name, why) in &skipped {
         assert!(
-            why.starts_with("missing credentials [") || why == "requires provider e2b or alicloud (running on docker)",
+            why.starts_with("missing credentials [")
+                || why == "requires provider e2b or alicloud (running on docker)"
+                || why.starts_with("provider docker lacks capability ["),
             "{name} skipped for another reason: {why}"
         );
     }
     // Whole scenarios skip only for the two cloud-only key checks and the real clients
-    // driven from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here).
-    assert_eq!(skipped.len(), 5, "{skipped:?}");
+    // driven from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here),
+    // and for the four capabilities docker lacks.
+    assert_eq!(skipped.len(), 5 + 4, "{skipped:?}");
     for scenario in ["declarative remote function", "network two sandboxes serve the same port"] {
         assert!(passed.iter().any(|p| p == scenario), "{scenario} did not pass: {passed:?}");
     }

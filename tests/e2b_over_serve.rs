@@ -655,3 +655,25 @@ fn fault_matrix_quick_has_no_double_creates_and_no_leaks() {
         }
     }
 }
+
+#[test]
+fn snapshot_steps_delete_their_snapshots_when_the_scenario_ends_unless_kept() {
+    // Through the e2b client: `snapshot` is POST /sandboxes/{id}/snapshots, and the cleanup
+    // after the scenario's sandboxes is DELETE /templates/{id}, as the SDK deletes one.
+    let srv = serve();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("snap.yaml");
+    std::fs::write(
+        &file,
+        "name: snapshots kept and dropped\nsteps:\n  - create: base\n  - snapshot: { name: kept-one, keep: true }\n  - snapshot: { name: dropped-one }\n    id: dropped\n  - create: { template: \"{{ steps.dropped.id }}\" }\n",
+    )
+    .unwrap();
+    let out = e2b_run(&srv, &[file.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    let (status, body) = get(&srv, "/snapshots");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("kept-one"), "the kept snapshot is gone: {body}");
+    assert!(!body.contains("dropped-one"), "the snapshot not kept is still there: {body}");
+    assert_eq!(common::serve::live(&srv), 0, "a sandbox outlived its scenario");
+}

@@ -411,3 +411,21 @@ fn a_step_without_its_key_is_skipped_counted_and_the_rest_still_decides() {
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(!stdout.contains("skipped: missing credentials"), "{stdout}");
 }
+
+#[test]
+fn a_runaway_terminal_fails_its_pty_step_at_the_output_cap_and_is_killed() {
+    // `yes` in a PTY never prints what is expected: the step stops reading at --max-output,
+    // fails saying so, and kills it (no `yes` is left in the sandbox).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runaway.yaml");
+    std::fs::write(
+        &file,
+        "name: runaway pty\nsteps:\n  - create: base\n  - pty: { cmd: \"yes\", expect: { contains: never-printed }, within: 60s }\n    expect_error: { contains: \"without matching (raise --max-output)\" }\n  - exec: { cmd: \"for i in $(seq 50); do pgrep -x yes >/dev/null || exit 0; sleep 0.1; done; exit 1\", exit_code: 0 }\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let out = run(&["--no-progress", "--max-output", "1MiB", file.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(50), "the cap, not `within`, ended the step: {stdout}");
+}

@@ -125,6 +125,14 @@ pub enum Capability {
     Processes,
     RunCode,
     Build,
+    /// `pause`/`resume`: a paused sandbox's processes stop where they are.
+    Pause,
+    /// `snapshot`: a sandbox's filesystem captured as a template `create` starts.
+    Snapshot,
+    /// `watch_dir`: changes under a directory are reported.
+    Watch,
+    /// `spawn_pty`: commands in a pseudo-terminal.
+    Pty,
 }
 
 impl Capability {
@@ -135,6 +143,10 @@ impl Capability {
         Capability::Processes,
         Capability::RunCode,
         Capability::Build,
+        Capability::Pause,
+        Capability::Snapshot,
+        Capability::Watch,
+        Capability::Pty,
     ];
 
     pub fn name(self) -> &'static str {
@@ -145,6 +157,10 @@ impl Capability {
             Capability::Processes => "processes",
             Capability::RunCode => "run-code",
             Capability::Build => "build",
+            Capability::Pause => "pause",
+            Capability::Snapshot => "snapshot",
+            Capability::Watch => "watch",
+            Capability::Pty => "pty",
         }
     }
 
@@ -496,10 +512,21 @@ pub trait Provider: Send + Sync {
 
     /// Captures the sandbox's filesystem as a template named `name` that `create` starts
     /// (with the environment and working directory of the sandbox's own template, no start
-    /// command); [`Provider::remove_template`] removes it. Processes are not captured.
-    async fn snapshot(&self, id: &str, name: &str) -> Result<()> {
+    /// command); [`Provider::delete_snapshot`] removes it. Processes are not captured.
+    /// Returns what `create { template: }` takes to start it (the name, or the id the
+    /// platform gave the snapshot).
+    async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
         let _ = (id, name);
         Err(ProviderError::unsupported(format!("{} cannot snapshot sandboxes", self.name())))
+    }
+    /// Removes a snapshot [`Provider::snapshot`] made, by what it returned. False if there
+    /// was none.
+    async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
+        Ok(self.remove_template(snapshot).await)
+    }
+    /// Marks a snapshot as wanted after the run: [`Provider::remove_builds`] leaves it.
+    fn keep_snapshot(&self, snapshot: &str) {
+        let _ = snapshot;
     }
 
     /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.

@@ -560,11 +560,12 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
 /// A CSS class for a step kind's colour in the timeline.
 fn kind_class(kind: &str) -> String {
     let family = match kind {
-        "create" | "connect" | "kill" | "destroy" | "info" | "list" | "set-timeout" => "life",
+        "create" | "connect" | "kill" | "destroy" | "info" | "list" | "set-timeout" | "pause" | "resume"
+        | "snapshot" | "delete-snapshot" => "life",
         "build" | "deploy" => "build",
-        "exec" | "run-code" | "wait" | "signal" | "process-list" => "cmd",
+        "exec" | "run-code" | "wait" | "signal" | "process-list" | "pty" => "cmd",
         "http" | "http-get" => "http",
-        "write-file" | "read-file" | "files" => "file",
+        "write-file" | "read-file" | "files" | "watch" | "watch-events" => "file",
         _ => "check",
     };
     format!("k-{family}")

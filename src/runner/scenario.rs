@@ -167,6 +167,8 @@ pub async fn run_case(
         current_source: None,
         polling: false,
         services: Vec::new(),
+        snapshots: Vec::new(),
+        watches: Vec::new(),
         env: std::sync::Arc::new(cfg.env.clone()),
         progress: Some({
             let (events, masker) = (events.clone(), cfg.masker.clone());
@@ -780,8 +782,57 @@ impl CaseRun<'_> {
         }
     }
 
-    /// Destroy every sandbox this case made, unless kept.
+    /// Destroy every sandbox this case made, unless kept; then stop its watches and delete
+    /// its snapshots (after the sandboxes, which may run on them).
     async fn cleanup(&mut self) {
+        self.ctx.watches.clear();
+        self.destroy_sandboxes().await;
+        self.delete_snapshots().await;
+    }
+
+    /// Delete the snapshots this case made, unless kept (or a kept sandbox runs on one).
+    async fn delete_snapshots(&mut self) {
+        let snapshots = std::mem::take(&mut self.ctx.snapshots);
+        for snap in snapshots {
+            let in_use = self.ctx.sandboxes.iter().any(|s| !s.killed && s.template == snap.id);
+            if snap.keep || in_use {
+                continue;
+            }
+            let (t0, start_ms) = (Instant::now(), self.elapsed_ms());
+            let id = snap.id;
+            let r = tokio::time::timeout(Duration::from_secs(60), self.ctx.provider.delete_snapshot(&id)).await;
+            let (status, message) = match r {
+                Ok(Ok(_)) => (StepStatus::Passed, None),
+                Ok(Err(e)) => (StepStatus::Error, Some(format!("failed to delete snapshot {id}: {e}"))),
+                Err(_) => (StepStatus::Error, Some(format!("deleting snapshot {id} timed out"))),
+            };
+            let rec = StepRecord {
+                index: self.records.len(),
+                phase: Phase::Cleanup,
+                kind: "delete-snapshot".into(),
+                label: format!("delete snapshot {id}"),
+                id: None,
+                location: self.case.scenario.location.clone(),
+                status,
+                args: json!({ "id": id }),
+                outputs: JsonValue::Null,
+                message: message.clone(),
+                mismatch: None,
+                attempts: 1,
+                start_ms,
+                duration_ms: t0.elapsed().as_millis() as u64,
+                continued: false,
+                missing_env: Vec::new(),
+            };
+            self.push_record(rec);
+            if let Some(m) = message {
+                self.fail_scenario(Severity::Error, m);
+            }
+        }
+    }
+
+    /// Destroy every sandbox this case made, unless kept.
+    async fn destroy_sandboxes(&mut self) {
         // One sandbox may be known under several aliases: destroy it once, and keep it if
         // any of its entries says so.
         let mut doomed: Vec<(String, bool)> = Vec::new();

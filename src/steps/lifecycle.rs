@@ -131,3 +131,47 @@ pub async fn set_timeout(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let info = ctx.provider.info(&id).await?;
     Ok(json!({ "end_at": info.end_at }))
 }
+
+/// `pause`: the sandbox's processes stop where they are (or, with `memory: false`, end and
+/// only its files stay); it no longer expires.
+pub async fn pause(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
+    let a = Args(args);
+    let keep_memory = match a.get("memory") {
+        None => true,
+        Some(_) => a.bool("memory")?,
+    };
+    let id = ctx.sandbox_id()?;
+    ctx.provider.pause(&id, keep_memory).await?;
+    let info = ctx.provider.info(&id).await?;
+    Ok(json!({ "id": id, "state": info.state }))
+}
+
+/// `resume`: the paused sandbox runs on, and expires `timeout` from now.
+pub async fn resume(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
+    let a = Args(args);
+    let secs = a.opt_duration("timeout")?.unwrap_or(ctx.sandbox_ttl).as_secs().max(1);
+    let id = ctx.sandbox_id()?;
+    ctx.provider.resume(&id, secs).await?;
+    let info = ctx.provider.info(&id).await?;
+    Ok(json!({ "id": id, "state": info.state, "end_at": info.end_at }))
+}
+
+/// `snapshot`: the sandbox's filesystem as a template `create` starts; deleted at the end of
+/// the scenario (after its sandboxes) unless `keep`.
+pub async fn snapshot(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
+    let a = Args(args);
+    let keep = a.bool("keep")?;
+    // A name of the run's own: two scenarios (or two runs) never take the same one.
+    let name = match a.opt_str("name") {
+        Some(n) if n.trim().is_empty() => return Err(StepError::error("`name` must not be empty")),
+        Some(n) => n,
+        None => format!("scenario-run-{}-{}", ctx.run_tag.1, crate::random::hex(4)).to_ascii_lowercase(),
+    };
+    let id = ctx.sandbox_id()?;
+    let snap = ctx.provider.snapshot(&id, &name).await?;
+    if keep {
+        ctx.provider.keep_snapshot(&snap);
+    }
+    ctx.snapshots.push(super::SnapshotRef { id: snap.clone(), keep });
+    Ok(json!({ "id": snap, "name": name, "sandbox": id }))
+}

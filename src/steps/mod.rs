@@ -13,8 +13,10 @@ pub mod host;
 pub mod http;
 pub mod lifecycle;
 pub mod misc;
+pub mod pty;
 pub mod registry;
 pub mod scripted;
+pub mod watch;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -106,6 +108,24 @@ pub struct SandboxRef {
     pub urls: HashMap<u16, String>,
 }
 
+/// A snapshot a `snapshot` step made: deleted when the scenario ends (after its sandboxes)
+/// unless `keep`.
+#[derive(Debug, Clone)]
+pub struct SnapshotRef {
+    /// What the provider returned: what `create { template: }` takes.
+    pub id: String,
+    pub keep: bool,
+}
+
+/// A directory watch a `watch` step started; it stops when the scenario ends.
+pub struct WatchRef {
+    pub name: String,
+    /// The sandbox and the directory watched, for messages.
+    pub sandbox: String,
+    pub path: String,
+    pub watch: Box<dyn crate::provider::DirWatch>,
+}
+
 /// Per-scenario state the steps read and change.
 pub struct StepCtx {
     pub provider: Arc<dyn Provider>,
@@ -140,6 +160,10 @@ pub struct StepCtx {
     pub polling: bool,
     /// Services the scenario started (scripted model endpoints); they stop when it ends.
     pub services: Vec<Arc<crate::scripted_model::ScriptedModel>>,
+    /// Snapshots the scenario made.
+    pub snapshots: Vec<SnapshotRef>,
+    /// Directory watches the scenario started, by name.
+    pub watches: Vec<WatchRef>,
     /// The run's environment (files and process), for the settings steps read:
     /// `SCENARIO_RUN_KEEP_BUILDS`, `SCENARIO_RUN_TEMPLATES_DIR`.
     pub env: Arc<BTreeMap<String, String>>,

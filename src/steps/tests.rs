@@ -44,6 +44,8 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         current_source: None,
         polling: false,
         services: Vec::new(),
+        snapshots: Vec::new(),
+        watches: Vec::new(),
         env: Default::default(),
     }
 }
@@ -1566,4 +1568,54 @@ async fn a_dropped_host_step_kills_its_process_group() {
     let child: i32 = std::fs::read_to_string(&path).unwrap().trim().parse().unwrap();
     assert!(gone_soon(child), "the background sleep died with the step");
     assert_eq!(crate::steps::host::kill_all(), 0, "no group is left registered");
+}
+
+#[tokio::test]
+async fn pause_resume_snapshot_watch_and_pty_say_when_the_provider_lacks_them() {
+    // The fake provider has none of these: each step is an ERROR naming what is missing (the
+    // real effects are proven by scenarios/lifecycle/pause-resume.yaml, snapshot.yaml,
+    // files/watch.yaml and commands/pty.yaml on local and through serve).
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let e = errored(step(&mut c, "pause", json!({})).await);
+    assert_eq!(e.message, "fake cannot pause sandboxes");
+    let e = errored(step(&mut c, "resume", json!({ "timeout": "1m" })).await);
+    assert_eq!(e.message, "fake cannot resume sandboxes");
+    let e = errored(step(&mut c, "snapshot", json!({})).await);
+    assert_eq!(e.message, "fake cannot snapshot sandboxes");
+    assert!(c.snapshots.is_empty(), "nothing to delete at the end");
+    let e = errored(step(&mut c, "watch", json!({ "path": "/tmp" })).await);
+    assert_eq!(e.message, "fake cannot watch directories");
+    let e = errored(step(&mut c, "pty", json!({ "input": "tty\n" })).await);
+    assert_eq!(e.message, "fake cannot give commands a terminal");
+}
+
+#[tokio::test]
+async fn pty_and_watch_arguments_are_checked_before_anything_starts() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let e = errored(step(&mut c, "pty", json!({ "cols": 0 })).await);
+    assert!(e.message.contains("`cols` must be an integer from 1 to 65535"), "{}", e.message);
+    let e = errored(step(&mut c, "pty", json!({ "script": [{ "type": "x" }] })).await);
+    assert!(e.message.contains("each `script` item is { send, resize, expect }"), "{}", e.message);
+    let e = errored(step(&mut c, "pty", json!({ "script": [{ "resize": { "cols": 80 } }] })).await);
+    assert!(e.message.contains("`resize` is { cols: <n>, rows: <n> }"), "{}", e.message);
+    let e = errored(step(&mut c, "pty", json!({ "script": "send" })).await);
+    assert!(e.message.contains("`script` must be a list"), "{}", e.message);
+    let e = errored(step(&mut c, "snapshot", json!({ "name": " " })).await);
+    assert_eq!(e.message, "`name` must not be empty");
+
+    let e = errored(step(&mut c, "watch-events", json!({})).await);
+    assert_eq!(e.message, "no watch: add a `watch` step first");
+    c.outputs.insert("made".into(), json!({ "id": "sb-1" }));
+    let e = errored(step(&mut c, "watch-events", json!({ "of": "made" })).await);
+    assert_eq!(e.message, "step `made` did not start a watch");
+    let e = errored(step(&mut c, "watch-events", json!({ "expect": [{ "name": "a", "type": "poke" }] })).await);
+    assert!(
+        e.message.contains("each `expect` item is { name: <path>, type: <create|write|remove|rename|chmod> }"),
+        "{}",
+        e.message
+    );
+    let e = errored(step(&mut c, "watch-events", json!({ "expect": ["a"], "none": true })).await);
+    assert_eq!(e.message, "`none: true` and `expect` contradict each other");
 }

@@ -354,6 +354,56 @@ impl Api {
         .map_err(|e| self.sandbox_call_error(&what, id, e))?;
         Ok(())
     }
+    /// `POST /sandboxes/{id}/pause` with `{"memory": keep_memory}` (what the SDK sends):
+    /// 204, or 409 when it is paused already (also a success: pausing is idempotent).
+    pub async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
+        let what = format!("pause sandbox {id}");
+        let body = json!({ "memory": keep_memory });
+        match self
+            .call(
+                Method::POST,
+                &format!("/sandboxes/{}/pause", enc(id)),
+                Some(&body),
+                Idempotency::Idempotent,
+                CREATE_TIMEOUT,
+                &what,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(CallError::Status(f)) if f.status == 409 => Ok(()),
+            Err(e) => Err(self.sandbox_call_error(&what, id, e)),
+        }
+    }
+
+    /// `POST /sandboxes/{id}/snapshots` with `{"name"}`: 201 `{"snapshotID","names"}`; the
+    /// ID is what `create` takes. Not repeated after a failure that may have made one.
+    pub async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
+        let what = format!("snapshot sandbox {id}");
+        let body = if name.is_empty() { json!({}) } else { json!({ "name": name }) };
+        let (_, bytes, _) = self
+            .call(
+                Method::POST,
+                &format!("/sandboxes/{}/snapshots", enc(id)),
+                Some(&body),
+                Idempotency::Refused,
+                CREATE_TIMEOUT,
+                &what,
+            )
+            .await
+            .map_err(|e| self.sandbox_call_error(&what, id, e))?;
+        let made: SnapshotJson = self.parse(&what, &bytes)?;
+        if made.snapshot_id.is_empty() {
+            return Err(ProviderError::infra(format!("{what}: the API returned no snapshotID")));
+        }
+        Ok(made.snapshot_id)
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct SnapshotJson {
+    #[serde(rename = "snapshotID", default)]
+    snapshot_id: String,
 }
 
 /// A fresh `Idempotency-Key` (`[a-z0-9-]{1,255}`): unique per create, not secret.

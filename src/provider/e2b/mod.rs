@@ -43,7 +43,16 @@
 //!
 //! * `build`/`deploy`/`remove_builds` → the template build API (§8.1); see `build`.
 //!
-//! Not supported: E2B debug mode (`E2B_DEBUG`), pause, metrics, PTYs.
+//! * `pause` → `POST /sandboxes/{id}/pause` `{"memory"}` (409 "already paused" is a
+//!   success); `resume` → `connect` with the timeout, which resumes a paused sandbox.
+//! * `snapshot` → `POST /sandboxes/{id}/snapshots` `{"name"}`, whose `snapshotID` `create`
+//!   takes; `delete_snapshot` → `DELETE /templates/{id}`, as the SDK deletes one.
+//! * `watch_dir` → the `Filesystem/WatchDir` stream, read by a task (see `watch`).
+//! * `spawn_pty` → `Process/Start` with `pty.size` (output arrives as `pty` data);
+//!   `write_pty` → `SendInput` `{"input":{"pty"}}`; `resize_pty` → `Process/Update`.
+//!
+//! Not supported: E2B debug mode (`E2B_DEBUG`), metrics. The alicloud preset does not
+//! claim `pause` and `snapshot`: FC allowlists pause and has no snapshots (protocol doc §11).
 
 mod acr;
 pub mod acs;
@@ -55,6 +64,7 @@ mod envd;
 mod model;
 mod process;
 mod retry;
+mod watch;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -107,6 +117,8 @@ struct Inner {
     in_flight_changed: Notify,
     shutting_down: AtomicBool,
     builds: build::Builds,
+    /// Snapshots made by `snapshot`, not deleted yet nor kept (`remove_builds` deletes them).
+    snapshots: Mutex<HashSet<String>>,
 }
 
 fn http_client() -> Result<reqwest::Client> {
@@ -166,6 +178,7 @@ impl E2bProvider {
                 in_flight_changed: Notify::new(),
                 shutting_down: AtomicBool::new(false),
                 builds: build::Builds::new(cfg_acr.map(|a| acr::AcrImages::new(a, env, http.clone()))),
+                snapshots: Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -400,8 +413,12 @@ impl Provider for E2bProvider {
     }
 
     fn capabilities(&self) -> &[Capability] {
-        // Every E2B sandbox is a VM of its own.
-        &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes, Capability::Build]
+        use Capability::*;
+        // Every E2B sandbox is a VM of its own. FC allowlists pause and has no snapshots.
+        match self.inner.api.cfg.preset {
+            Preset::E2b => &[Ports, IsolatedPorts, Files, Processes, Build, Pause, Snapshot, Watch, Pty],
+            Preset::Alicloud => &[Ports, IsolatedPorts, Files, Processes, Build, Watch, Pty],
+        }
     }
 
     async fn build(&self, spec: super::BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<super::BuildOutput> {
@@ -417,7 +434,118 @@ impl Provider for E2bProvider {
     }
 
     async fn remove_builds(&self) -> usize {
-        self.inner.builds.remove(&self.inner.api).await
+        // Snapshots a scenario's cleanup did not get to delete (it was cut short) go too.
+        let left: Vec<String> = self.inner.snapshots.lock().expect("snapshots").drain().collect();
+        let mut removed = 0;
+        for id in left {
+            if matches!(build::delete_template(&self.inner.api, &id).await, Ok(true)) {
+                removed += 1;
+            }
+        }
+        removed + self.inner.builds.remove(&self.inner.api).await
+    }
+
+    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
+        self.inner.api.pause(id, keep_memory).await
+    }
+
+    async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        // Connecting resumes a paused sandbox; envd may live elsewhere afterwards.
+        let sb = self.inner.api.connect(id, Some(timeout_secs)).await?;
+        self.inner.remember(&sb);
+        Ok(())
+    }
+
+    async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
+        let snap = self.inner.api.snapshot(id, name).await?;
+        self.inner.snapshots.lock().expect("snapshots").insert(snap.clone());
+        Ok(snap)
+    }
+
+    fn keep_snapshot(&self, snapshot: &str) {
+        self.inner.snapshots.lock().expect("snapshots").remove(snapshot);
+    }
+
+    async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
+        let existed = build::delete_template(&self.inner.api, snapshot).await?;
+        self.inner.snapshots.lock().expect("snapshots").remove(snapshot);
+        Ok(existed)
+    }
+
+    async fn watch_dir(&self, id: &str, path: &str, recursive: bool) -> Result<Box<dyn super::DirWatch>> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let path = super::normalize_path(path)?;
+        let what = format!("watch {path}");
+        let body = json!({ "path": path, "recursive": recursive });
+        let not_found = |e: RpcError| match e.code() {
+            Some("not_found") => ProviderError::not_found(format!("no such directory: {path}")),
+            _ => e.into_provider(&what, id),
+        };
+        let mut stream = envd
+            .stream(inner.http(), "filesystem.Filesystem/WatchDir", &body, None, None, &what)
+            .await
+            .map_err(not_found)?;
+        tokio::time::timeout(envd::OPEN_TIMEOUT, watch::read_start(&mut stream, &what))
+            .await
+            .map_err(|_| ProviderError::new(ErrorKind::Timeout, format!("{what}: no start event")))?
+            .map_err(not_found)?;
+        Ok(Box::new(watch::StreamWatch::start(stream, what)))
+    }
+
+    async fn spawn_pty(&self, id: &str, req: ExecRequest, cols: u16, rows: u16) -> Result<super::LiveProcess> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("run `{}` in a terminal", short(&req.cmd));
+        let mut body = process::start_body(&ExecRequest { stdin: None, ..req.clone() });
+        // As the SDK's `pty.create`: a terminal type, and stdin is the terminal.
+        if body["process"]["envs"]["TERM"].is_null() {
+            body["process"]["envs"]["TERM"] = json!("xterm-256color");
+        }
+        body["pty"] = json!({ "size": { "cols": cols, "rows": rows } });
+        body.as_object_mut().map(|o| o.remove("stdin"));
+        let mut stream = envd
+            .stream(inner.http(), "process.Process/Start", &body, req.user.as_deref(), None, &what)
+            .await
+            .map_err(|e| e.into_provider(&what, id))?;
+        let pid = tokio::time::timeout(envd::OPEN_TIMEOUT, process::read_start(&mut stream, &what))
+            .await
+            .map_err(|_| ProviderError::new(ErrorKind::Timeout, format!("{what}: no start event")))?
+            .map_err(|e| e.into_provider(&what, id))?;
+        let proc = Proc::new(pid, req.cmd.clone(), req.max_output);
+        inner.procs.insert(id, proc.clone());
+        let (tx, rx) = super::output_channel();
+        tokio::spawn(process::drive(stream, proc, Some(tx), what, id.to_string()));
+        Ok(super::LiveProcess { pid, output: rx })
+    }
+
+    async fn write_pty(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
+        let body = json!({ "process": { "pid": pid }, "input": { "pty": b64 } });
+        let what = format!("type into the terminal of process {pid}");
+        inner.rpc::<JsonValue>(&envd, "process.Process/SendInput", &body, None, &what).await.map_err(|e| {
+            match e.code() {
+                Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
+                _ => e.into_provider(&what, id),
+            }
+        })?;
+        Ok(())
+    }
+
+    async fn resize_pty(&self, id: &str, pid: u32, cols: u16, rows: u16) -> Result<()> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let body = json!({ "process": { "pid": pid }, "pty": { "size": { "cols": cols, "rows": rows } } });
+        let what = format!("resize the terminal of process {pid}");
+        inner.rpc::<JsonValue>(&envd, "process.Process/Update", &body, None, &what).await.map_err(|e| {
+            match e.code() {
+                Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
+                _ => e.into_provider(&what, id),
+            }
+        })?;
+        Ok(())
     }
 
     fn required_credentials(&self) -> Vec<String> {

@@ -780,7 +780,17 @@ impl Provider for LocalProvider {
     fn capabilities(&self) -> &[Capability] {
         // Without namespaces sandboxes share the host's ports, and there is nothing to build into.
         if self.inner.namespaces {
-            &[Capability::Ports, Capability::IsolatedPorts, Capability::Files, Capability::Processes, Capability::Build]
+            &[
+                Capability::Ports,
+                Capability::IsolatedPorts,
+                Capability::Files,
+                Capability::Processes,
+                Capability::Build,
+                Capability::Pause,
+                Capability::Snapshot,
+                Capability::Watch,
+                Capability::Pty,
+            ]
         } else {
             &[Capability::Ports, Capability::Files, Capability::Processes]
         }
@@ -1050,7 +1060,7 @@ impl Provider for LocalProvider {
         Ok(())
     }
 
-    async fn snapshot(&self, id: &str, name: &str) -> Result<()> {
+    async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
         let sb = self.get(id)?;
         if !matches!(sb.iso, Iso::Ns { .. }) {
             return Err(ProviderError::unsupported("snapshots need isolated sandboxes (an overlay upper layer)"));
@@ -1120,7 +1130,7 @@ impl Provider for LocalProvider {
             memory_mb: None,
         };
         self.inner.templates.lock().expect("templates").insert(name.to_string(), registered);
-        Ok(())
+        Ok(name.to_string())
     }
 
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {

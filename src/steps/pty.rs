@@ -1,0 +1,235 @@
+//! The `pty` step: a command in a pseudo-terminal, driven like a person at a keyboard.
+//!
+//! It starts `cmd` (default an interactive login shell) in a terminal of `cols` × `rows`,
+//! then runs its interactions in order: the top-level `input`/`expect` first, then each
+//! `script` item `{ send, resize, expect }` (text typed, the terminal resized, then a wait of
+//! up to `within` until the terminal's output since the item began matches `expect`). With
+//! `exit_code` it then waits for the command to end by itself and checks the code; without,
+//! the command is killed. It is killed on every other path too (a failure, the step's
+//! timeout, an interrupted run).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value as JsonValue};
+use tokio::sync::mpsc;
+
+use super::{Args, StepCtx, StepError, StepResult};
+use crate::matcher::Matcher;
+use crate::provider::{ExecRequest, OutputChunk, Provider};
+
+/// The command a `pty` step runs without `cmd`: what the E2B SDK's `pty.create` starts.
+const SHELL: &str = "exec /bin/bash -i -l";
+
+/// SIGKILLs the terminal's process unless it ended or was disarmed.
+struct KillOnDrop {
+    provider: Arc<dyn Provider>,
+    sandbox: String,
+    pid: Option<u32>,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let Some(pid) = self.pid.take() else { return };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (p, id) = (self.provider.clone(), self.sandbox.clone());
+            rt.spawn(async move {
+                let _ = p.signal(&id, pid, libc::SIGKILL).await;
+            });
+        }
+    }
+}
+
+/// One interaction.
+struct Item {
+    send: Option<String>,
+    resize: Option<(u16, u16)>,
+    expect: Option<Matcher>,
+}
+
+fn size(v: &JsonValue, what: &str) -> Result<u16, StepError> {
+    let n = match v {
+        JsonValue::Number(n) => n.as_u64(),
+        other => super::text(other).trim().parse().ok(),
+    };
+    n.filter(|n| (1..=u16::MAX as u64).contains(n))
+        .map(|n| n as u16)
+        .ok_or_else(|| StepError::error(format!("`{what}` must be an integer from 1 to 65535, got {v}")))
+}
+
+fn resize_of(v: &JsonValue) -> Result<(u16, u16), StepError> {
+    let bad = || StepError::error(format!("`resize` is {{ cols: <n>, rows: <n> }}, got {v}"));
+    let o = v.as_object().ok_or_else(bad)?;
+    if o.keys().any(|k| k != "cols" && k != "rows") {
+        return Err(bad());
+    }
+    Ok((size(o.get("cols").ok_or_else(bad)?, "cols")?, size(o.get("rows").ok_or_else(bad)?, "rows")?))
+}
+
+fn items(a: &Args<'_>) -> Result<Vec<Item>, StepError> {
+    let matcher = |v: &JsonValue| Matcher::from_json(v).map_err(|e| StepError::error(format!("`expect`: {e}")));
+    let mut out = Vec::new();
+    let (input, expect) = (a.opt_str("input"), a.get("expect"));
+    if input.is_some() || expect.is_some() {
+        out.push(Item { send: input, resize: None, expect: expect.map(matcher).transpose()? });
+    }
+    match a.get("script") {
+        None => {}
+        Some(JsonValue::Array(list)) => {
+            for v in list {
+                let bad = || StepError::error(format!("each `script` item is {{ send, resize, expect }}, got {v}"));
+                let o = v.as_object().ok_or_else(bad)?;
+                if o.is_empty() || o.keys().any(|k| !matches!(k.as_str(), "send" | "resize" | "expect")) {
+                    return Err(bad());
+                }
+                out.push(Item {
+                    send: o.get("send").map(super::text),
+                    resize: o.get("resize").map(resize_of).transpose()?,
+                    expect: o.get("expect").map(matcher).transpose()?,
+                });
+            }
+        }
+        Some(v) => return Err(StepError::error(format!("`script` must be a list, got {v}"))),
+    }
+    Ok(out)
+}
+
+/// How reading the terminal stopped.
+#[derive(PartialEq)]
+enum Read {
+    Matched,
+    /// The command ended and its output with it.
+    Closed,
+    TimedOut,
+    /// The output reached the cap (--max-output) without matching.
+    Full,
+}
+
+/// Reads the terminal into `all` until `done(all)` holds, the output ends, or `deadline`.
+async fn read_until(
+    rx: &mut mpsc::Receiver<OutputChunk>,
+    all: &mut Vec<u8>,
+    cap: usize,
+    deadline: Instant,
+    done: impl Fn(&[u8]) -> bool,
+) -> Read {
+    loop {
+        if done(all) {
+            return Read::Matched;
+        }
+        if all.len() >= cap {
+            return Read::Full;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rx.recv()).await {
+            Ok(Some(OutputChunk::Stdout(b) | OutputChunk::Stderr(b))) => {
+                all.extend_from_slice(&b);
+                // What else has arrived, before matching again: a fast writer is then matched
+                // once per batch, not once per chunk.
+                while all.len() < cap {
+                    match rx.try_recv() {
+                        Ok(OutputChunk::Stdout(b) | OutputChunk::Stderr(b)) => all.extend_from_slice(&b),
+                        Err(_) => break,
+                    }
+                }
+            }
+            Ok(None) if done(all) => return Read::Matched,
+            Ok(None) => return Read::Closed,
+            Err(_) => return if done(all) { Read::Matched } else { Read::TimedOut },
+        }
+    }
+}
+
+pub async fn pty(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
+    let a = Args(args);
+    let cols = a.get("cols").map(|v| size(v, "cols")).transpose()?.unwrap_or(80);
+    let rows = a.get("rows").map(|v| size(v, "rows")).transpose()?.unwrap_or(24);
+    let within = a.opt_duration("within")?.unwrap_or(Duration::from_secs(10));
+    let want_exit = a.opt_int("exit_code")?;
+    let items = items(&a)?;
+    let req = ExecRequest {
+        cmd: a.opt_str("cmd").unwrap_or_else(|| SHELL.to_string()),
+        cwd: a.opt_str("cwd"),
+        envs: a.str_map("env")?,
+        max_output: Some(ctx.max_output),
+        ..Default::default()
+    };
+    // What the step keeps of the terminal's output: a runaway writer must not take memory.
+    let cap = ctx.max_output;
+    let id = ctx.sandbox_id()?;
+    let started = Instant::now();
+    let live = ctx.provider.spawn_pty(&id, req, cols, rows).await?;
+    let pid = live.pid;
+    let mut guard = KillOnDrop { provider: ctx.provider.clone(), sandbox: id.clone(), pid: Some(pid) };
+    let mut rx = live.output;
+    let mut all: Vec<u8> = Vec::new();
+    let outputs = |all: &[u8], exit: Option<i32>| {
+        json!({
+            "output": super::lossy(all), "pid": pid, "exit_code": exit, "cols": cols, "rows": rows,
+            "duration_ms": started.elapsed().as_millis() as u64,
+        })
+    };
+    for (n, item) in items.iter().enumerate() {
+        let from = all.len();
+        if let Some((c, r)) = item.resize {
+            ctx.provider.resize_pty(&id, pid, c, r).await?;
+        }
+        if let Some(text) = &item.send {
+            ctx.provider.write_pty(&id, pid, text.clone().into_bytes()).await?;
+        }
+        let Some(m) = &item.expect else { continue };
+        let matched = |all: &[u8]| m.check_text(&String::from_utf8_lossy(&all[from..])).is_ok();
+        let read = read_until(&mut rx, &mut all, cap, Instant::now() + within, matched).await;
+        if read != Read::Matched {
+            let seen = String::from_utf8_lossy(&all[from..]).into_owned();
+            let mut e = match m.check_text(&seen) {
+                Err(f) => StepError::from(f),
+                Ok(()) => StepError::fail("the terminal's output ended"),
+            };
+            if read == Read::Full {
+                e.message = format!(
+                    "the terminal wrote {} without matching (raise --max-output): {}",
+                    crate::size::human(all.len() as u64),
+                    e.message
+                );
+            }
+            e.message = format!(
+                "terminal output (interaction {} of {}, within {}): {}",
+                n + 1,
+                items.len(),
+                crate::duration::human(within),
+                e.message
+            );
+            return Err(e.with_outputs(outputs(&all, None)));
+        }
+    }
+    let exit = match want_exit {
+        None => {
+            // Killed; its output up to then is the step's.
+            ctx.provider.signal(&id, pid, libc::SIGKILL).await.ok();
+            guard.pid = None;
+            None
+        }
+        Some(want) => {
+            // The command ends by itself (its output stream closes), then its code is read.
+            let ended = read_until(&mut rx, &mut all, cap, Instant::now() + within, |_| false).await == Read::Closed;
+            let r = ctx.provider.wait(&id, pid, Duration::from_secs(5)).await;
+            let code = r.as_ref().ok().filter(|r| !r.timed_out).and_then(|r| r.exit_code);
+            if code.is_some() {
+                guard.pid = None;
+            }
+            if code != Some(want as i32) {
+                let got = match (&r, code) {
+                    (_, Some(c)) => format!("exit code {c}"),
+                    (Ok(r), None) if r.signal.is_some() => format!("signal {}", r.signal.unwrap_or(0)),
+                    _ if !ended => format!("still running after {}", crate::duration::human(within)),
+                    _ => "no exit code".to_string(),
+                };
+                return Err(StepError::fail(format!("expected exit code {want}, found {got}"))
+                    .with_outputs(outputs(&all, code)));
+            }
+            code
+        }
+    };
+    Ok(outputs(&all, exit))
+}
