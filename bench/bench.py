@@ -154,8 +154,9 @@ try:
     port = int(os.environ["E2B_API_URL"].rsplit(":", 1)[1])
     headers = {"E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "49983",
                "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
-    if sb._envd_access_token:
-        headers["X-Access-Token"] = sb._envd_access_token
+    token = getattr(sb, "_envd_access_token", None)  # the SDK's own header, for the raw call
+    if token:
+        headers["X-Access-Token"] = token
     msg = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "true"], "envs": {}},
                       "stdin": False}).encode()
     body = b"\\x00" + struct.pack(">I", len(msg)) + msg
