@@ -13,9 +13,9 @@
 //!
 //! The groups live at `<controller mount>/scenario-run/<sandbox id>`. Every process of a
 //! sandbox joins before it runs anything (its launcher writes itself into `tasks` on v1,
-//! `cgroup.procs` on v2, between fork and exec: see [`join_file`]), so nothing in a sandbox is ever outside its group. Killing a
-//! sandbox also kills whatever its group still holds, and removes the group; groups a killed
-//! run left behind are swept by the next one.
+//! `cgroup.procs` on v2, between fork and exec: see [`join_file`]), so nothing in a sandbox
+//! is ever outside its group. Killing a sandbox also kills whatever its group still holds,
+//! and removes the group; groups a killed run left behind are swept by the next one.
 //!
 //! Where no group can be made (not root, no cgroup filesystem) the limits fall back to
 //! rlimits, which are weaker (see [`Enforcement`]); the provider says so once.
@@ -119,9 +119,9 @@ fn probe() -> Enforcement {
 
 /// The file of a group that a process joins by writing "0" into it, between fork and exec
 /// (so it has one thread). On v1 that is `tasks`: it moves the writing thread, which is then
-/// the whole process, and the kernel takes no global lock for it. `cgroup.procs` moves a
-/// thread group, under `cgroup_threadgroup_rwsem`, whose write side waits for an RCU grace
-/// period once the lock has been idle for a while: measured here, 9–20 ms per command that
+/// the whole process, and the kernel does not take the thread-group lock. `cgroup.procs`
+/// moves a thread group, under `cgroup_threadgroup_rwsem`, whose write side waits for an RCU
+/// grace period once the lock has been idle for a while: measured here, 9–20 ms per command that
 /// came more than about 20 ms after the previous one (`commands.run("true")` 4 ms back to
 /// back, 14–21 ms with gaps), against 0.6 ms through `tasks`. v2 has no `tasks` file (its
 /// `cgroup.threads` only works in threaded groups), so it keeps `cgroup.procs`.
