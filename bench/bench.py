@@ -130,6 +130,71 @@ def test_{name}():
         sb.kill()
 """
 
+# The latency row's client: one process per serve and round. Creates (each killed at once),
+# then on one sandbox a warm-up, then N rounds of three calls in turn: the SDK's
+# commands.run("true"), the same Connect call over a raw keep-alive HTTP connection (what the
+# SDK adds), and `bash -c true` on the host; then N/2 rounds of the SDK call and the host's
+# bash, each after a 100 ms pause (a client that thinks between commands; an idle machine
+# starts anything slower, the host's bash included). Prints the times (seconds) as JSON.
+LATENCY_SCRIPT = """import http.client, json, os, struct, subprocess, sys, time
+from e2b import Sandbox
+
+creates, n, warm = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+clock = time.perf_counter
+out = {"create": [], "run": [], "raw": [], "host": [], "paused": [], "host_paused": []}
+for i in range(creates + 1):
+    t = clock()
+    sb = Sandbox.create(timeout=300)
+    dt = clock() - t
+    if i:  # the first create is the warm-up
+        out["create"].append(dt)
+    if i < creates:
+        sb.kill()
+try:
+    port = int(os.environ["E2B_API_URL"].rsplit(":", 1)[1])
+    headers = {"E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "49983",
+               "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+    token = getattr(sb, "_envd_access_token", None)  # the SDK's own header, for the raw call
+    if token:
+        headers["X-Access-Token"] = token
+    msg = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "true"], "envs": {}},
+                      "stdin": False}).encode()
+    body = b"\\x00" + struct.pack(">I", len(msg)) + msg
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+
+    def raw():
+        conn.request("POST", "/process.Process/Start", body=body, headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        if r.status != 200 or b'"exit status 0"' not in data:
+            raise SystemExit(f"raw Process/Start: {r.status} {data[:300]!r}")
+
+    def run():
+        r = sb.commands.run("true")
+        if r.exit_code != 0:
+            raise SystemExit(f"commands.run: exit {r.exit_code}")
+
+    def host():
+        subprocess.run(["bash", "-c", "true"], check=True)
+
+    for _ in range(warm):
+        run(); raw(); host()
+    for _ in range(n):
+        for k, f in (("run", run), ("raw", raw), ("host", host)):
+            t = clock()
+            f()
+            out[k].append(clock() - t)
+    for _ in range(n // 2):
+        for k, f in (("paused", run), ("host_paused", host)):
+            time.sleep(0.1)
+            t = clock()
+            f()
+            out[k].append(clock() - t)
+finally:
+    sb.kill()
+print(json.dumps(out))
+"""
+
 LOCAL_SCENARIO = "name: {name}\nsteps:\n  - create: {{ template: base }}\n" + '  - exec: "true"\n' * 10 + "  - kill: {{}}\n"
 
 SCALE_SCENARIO = """name: {name}
@@ -267,7 +332,8 @@ def measure(cmd, env=None, cwd=None, expect_rc=(0,), stdout_path=None):
 class Serve:
     """`scenario-run serve` on a free loopback port with a random key."""
 
-    def __init__(self):
+    def __init__(self, binary=None, name="serve"):
+        self.bin, self.name = Path(binary or BIN), name
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         self.port = s.getsockname()[1]
@@ -275,13 +341,13 @@ class Serve:
         self.key = "e2b_" + secrets.token_hex(20)
 
     def __enter__(self):
-        self.log = open(OUT / "serve.log", "a")
-        env = dict(os.environ, SCENARIO_RUN_STATE_DIR=str(STATE / "serve"))
-        self.proc = subprocess.Popen([str(BIN), "serve", "--listen", f"127.0.0.1:{self.port}", "--api-key", self.key],
+        self.log = open(OUT / f"{self.name}.log", "a")
+        env = dict(os.environ, SCENARIO_RUN_STATE_DIR=str(STATE / self.name))
+        self.proc = subprocess.Popen([str(self.bin), "serve", "--listen", f"127.0.0.1:{self.port}", "--api-key", self.key],
                                      stdout=subprocess.PIPE, stderr=self.log, env=env)
         line = self.proc.stdout.readline().decode()
         if not line.startswith("listening on"):
-            raise SystemExit(f"bench: serve did not start: {line!r} (see {OUT / 'serve.log'})")
+            raise SystemExit(f"bench: serve did not start: {line!r} (see {OUT / (self.name + '.log')})")
         log(f"serve {line.strip()} (pid {self.proc.pid})")
         return self
 
@@ -406,6 +472,60 @@ def row_scale(q):
     out["per_inflight_kib"] = per
     out["met"] = {"errors": all(e == 0 for lv in out["levels"].values() for e in lv["errors"]), "mem": per < 1024}
     out["top"] = top
+    return out
+
+
+def pct(xs, p):
+    """The p-th percentile (nearest rank) of xs."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, -(-p * len(xs) // 100) - 1))]
+
+
+def row_latency(q):
+    """Sequential latency through the official SDK against serve: Sandbox.create,
+    commands.run("true") and, side by side in the same client, `bash -c true` on the host (the
+    floor) and the same Connect call made with a raw HTTP client (the SDK's share). With
+    BENCH_BASELINE=<another scenario-run binary> a second serve runs it, and the rounds
+    alternate between the two (before/after in one run)."""
+    creates, n, warm, rounds = (3, 20, 5, 1) if q else (20, 50, 20, 4)
+    GEN.mkdir(parents=True, exist_ok=True)
+    script = GEN / "latency.py"
+    script.write_text(LATENCY_SCRIPT)
+    bins = [("scenario-run", BIN)]
+    if os.environ.get("BENCH_BASELINE"):
+        bins.append(("baseline", Path(os.environ["BENCH_BASELINE"])))
+    fields = ["create", "run", "raw", "host", "paused", "host_paused"]
+    data = {k: {f: [] for f in fields} for k, _ in bins}
+    servers = [Serve(b, f"serve-latency-{k}") for k, b in bins]
+    started = []
+    try:
+        for srv in servers:
+            started.append(srv.__enter__())
+        for r in range(rounds):
+            order = list(zip(bins, started))
+            for (k, _), srv in order if r % 2 == 0 else reversed(order):
+                cmd = [str(VENV_PY), str(script), str(creates), str(n), str(warm)]
+                p = subprocess.run(cmd, env=srv.env(), capture_output=True, text=True, timeout=900)
+                if p.returncode != 0:
+                    raise SystemExit(f"bench: latency client against {k} exited {p.returncode}: {p.stderr[-2000:]}")
+                got = json.loads(p.stdout.strip().splitlines()[-1])
+                for f in fields:
+                    data[k][f].extend(got[f])
+                log(f"latency round {r + 1}/{rounds} {k}: run p50 {pct(got['run'], 50) * 1000:.2f} ms, "
+                    f"host p50 {pct(got['host'], 50) * 1000:.2f} ms, create p50 {pct(got['create'], 50) * 1000:.2f} ms")
+    finally:
+        for srv in reversed(started):
+            srv.__exit__(None, None, None)
+    out = {"n": n * rounds, "creates": creates * rounds, "binaries": {k: str(b) for k, b in bins}}
+    for k, _ in bins:
+        out[k] = {f: {"p50": pct(xs, 50), "p90": pct(xs, 90), "n": len(xs)} for f, xs in data[k].items()}
+    me = out["scenario-run"]
+    out["ratio"] = me["run"]["p50"] / me["host"]["p50"]
+    out["met"] = out["ratio"] <= 3.0
+    if "baseline" in out:
+        out["create_vs_baseline"] = me["create"]["p50"] / out["baseline"]["create"]["p50"]
+        out["run_vs_baseline"] = me["run"]["p50"] / out["baseline"]["run"]["p50"]
+        out["paused_vs_baseline"] = me["paused"]["p50"] / out["baseline"]["paused"]["p50"]
     return out
 
 
@@ -534,6 +654,26 @@ def table(r):
         L.append(f"| Scale: memory per in-flight scenario | (peak at -j {s['top']} − baseline "
                  f"{s['baseline']['rss_kib']['median'] / 1024:.1f} MiB) / {s['top']} | **{s['per_inflight_kib']:.0f} KiB** "
                  f"| < 1 MiB, zero errors | memory {yes(s['met']['mem'])}, errors {yes(s['met']['errors'])} |")
+    if "latency" in r:
+        lt = r["latency"]
+        ms = lambda x: f"{x['p50'] * 1000:.2f} ms (p90 {x['p90'] * 1000:.2f})"
+        for k in ["scenario-run", "baseline"]:
+            if k not in lt:
+                continue
+            x = lt[k]
+            who = "" if k == "scenario-run" else f" — baseline `{lt['binaries'][k]}`"
+            ratio = x["run"]["p50"] / x["host"]["p50"]
+            paused = x["paused"]["p50"] / x["host_paused"]["p50"]
+            L.append(f"| Latency{who}, official Python SDK against serve, sequential, {lt['n']} calls each "
+                     f"| `commands.run(\"true\")` p50 {ms(x['run'])}; after a 100 ms pause {ms(x['paused'])} "
+                     f"(host's bash after a pause {ms(x['host_paused'])}); "
+                     f"the same Connect call, raw HTTP, {ms(x['raw'])}; "
+                     f"host `bash -c true` {ms(x['host'])}; `Sandbox.create` ({lt['creates']}) {ms(x['create'])} "
+                     f"| **{ratio:.2f}x** the host's `bash -c true` (after a pause {paused:.2f}x) | ≤ 3x | {yes(ratio <= 3.0)} |")
+        if "baseline" in lt:
+            L.append(f"| Latency: scenario-run / baseline, p50 | | run **{lt['run_vs_baseline']:.2f}x**, "
+                     f"after a pause **{lt['paused_vs_baseline']:.2f}x**, "
+                     f"create **{lt['create_vs_baseline']:.2f}x** | create no slower (≤ 1.1x: noise) | {yes(lt['create_vs_baseline'] <= 1.1)} |")
     if "interrupt" in r:
         i = r["interrupt"]
         L.append(f"| Interrupt: SIGINT with {i['n']} live sandboxes (local) | until exit, every sandbox gone, reports written "
@@ -545,13 +685,13 @@ def table(r):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small N, one run each (CI)")
-    ap.add_argument("rows", nargs="*", default=["engine", "clients", "check", "scale", "interrupt"])
+    ap.add_argument("rows", nargs="*", default=["engine", "clients", "check", "scale", "interrupt", "latency"])
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     STATE.mkdir(parents=True, exist_ok=True)
     results = {"quick": a.quick, "machine": machine()}
     fns = {"engine": row_engine, "clients": row_clients, "check": row_check, "scale": row_scale,
-           "interrupt": row_interrupt}
+           "interrupt": row_interrupt, "latency": row_latency}
     for row in a.rows:
         t0 = time.monotonic()
         results[row] = fns[row](a.quick)

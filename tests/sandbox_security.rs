@@ -221,6 +221,33 @@ print(n)'";
     p.kill(&sb.id).await.unwrap();
 }
 
+/// Every command joins every group of its sandbox (on cgroup v1 it writes itself into each
+/// group's `tasks`, which moves one thread: it must have moved the whole process). Inside the
+/// sandbox's cgroup namespace, whose root is the sandbox's group, each controller of
+/// `/proc/self/cgroup` then reads `/`; a process left outside one would read `/../…`. Checked
+/// for a command, its child and a process started in the background by an earlier command.
+#[tokio::test]
+async fn every_command_is_in_every_group_of_its_sandbox() {
+    let (p, _d) = provider();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    ok(&p, &sb.id, "user", "nohup sleep 600 >/dev/null 2>&1 &").await;
+    let out = ok(
+        &p,
+        &sb.id,
+        "user",
+        "cat /proc/self/cgroup; sh -c 'cat /proc/self/cgroup'; cat /proc/$(pgrep -n -f 'sleep 600')/cgroup",
+    )
+    .await;
+    let lines: Vec<&str> = out.lines().collect();
+    for ctrl in ["memory", "pids", "cpu", "cpuset"] {
+        let mine: Vec<&&str> =
+            lines.iter().filter(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|x| x == ctrl))).collect();
+        assert_eq!(mine.len(), 3, "{ctrl} in each of the three views:\n{out}");
+        assert!(mine.iter().all(|l| l.ends_with(":/")), "a process outside the sandbox's {ctrl} group:\n{out}");
+    }
+    p.kill(&sb.id).await.unwrap();
+}
+
 #[tokio::test]
 async fn killing_a_sandbox_leaves_no_process_and_no_cgroup() {
     let (p, _d) = provider();

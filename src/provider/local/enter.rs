@@ -3,8 +3,8 @@
 //! A command is a child of scenario-run that, between fork and exec, does what `nsenter`
 //! would do and what a container runtime adds to it:
 //!
-//! 1. joins the sandbox's control groups (writes itself into their `cgroup.procs`), so it is
-//!    limited before it runs anything;
+//! 1. joins the sandbox's control groups (writes itself into their `tasks`, or `cgroup.procs`
+//!    on cgroup v2: `cgroup::join_file`), so it is limited before it runs anything;
 //! 2. joins the sandbox's user namespace first (gaining capabilities *in it*, none on the
 //!    host), then its cgroup, IPC, UTS, network, PID and mount namespaces (the last one also
 //!    makes the sandbox's root its root);
@@ -113,7 +113,7 @@ impl Identity {
 pub(crate) struct Entry {
     /// Namespace descriptors with their `CLONE_NEW*` type, user namespace first.
     ns: Vec<(OwnedFd, libc::c_int)>,
-    /// `cgroup.procs` of each of the sandbox's groups.
+    /// The join file (`tasks` or `cgroup.procs`) of each of the sandbox's groups.
     cgroup_procs: Vec<CString>,
     /// Applied when no cgroup enforces the limits.
     rlimits: Option<Limits>,
@@ -231,7 +231,7 @@ impl Entry {
     }
 }
 
-/// Writes "0" (this process) into a `cgroup.procs` file.
+/// Writes "0" (this process, which has one thread) into a group's join file.
 fn join_cgroup(path: &CString) -> io::Result<()> {
     // SAFETY: open/write/close on a valid C string and a one-byte buffer.
     unsafe {
