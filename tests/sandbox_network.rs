@@ -3,6 +3,8 @@
 //! exactly what its allow list names, root inside cannot change that, and nothing stays on the
 //! host. They need root and iproute2 (CI runs as root; `scripts/setup` installs iproute2).
 
+mod common;
+
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener};
 use std::time::{Duration, Instant};
@@ -284,4 +286,42 @@ print("unshare", "ok" if libc.unshare(0x40000000) == 0 else errno.errorcode[ctyp
     assert_eq!(reach(&p, &sb.id, &gw, port).await, "ENETUNREACH");
     p.kill(&sb.id).await.unwrap();
     assert!(gone(&link));
+}
+
+/// The scenario `create` step's `network` field, on the local provider and through the E2B
+/// client against `serve` (create's `network.allowOut` over the wire): the allowed address
+/// answers, another does not.
+#[test]
+fn a_scenario_create_with_an_allow_list_on_local_and_over_serve() {
+    let host = host_address().to_string();
+    let port = server();
+    let dir = tempfile::tempdir().unwrap();
+    let probe = |addr: &str| {
+        format!(
+            "python3 -c \"import socket, errno\ntry:\n  print(socket.create_connection(('{addr}', {port}), 3).recv(5).decode())\nexcept OSError as e:\n  print(errno.errorcode[e.errno])\""
+        )
+    };
+    let scenario = format!(
+        "name: egress allow list\nsteps:\n  - create: {{ template: base, network: {{ allow_out: [\"{host}\"], deny_out: [0.0.0.0/0] }} }}\n  \
+         - exec: {}\n  - assert-stdout: {{ equals: \"hello\\n\" }}\n  \
+         - exec: {}\n  - assert-stdout: {{ equals: \"ENETUNREACH\\n\" }}\n",
+        serde_json::to_string(&probe(&host)).unwrap(),
+        serde_json::to_string(&probe("10.255.255.1")).unwrap(),
+    );
+    let file = dir.path().join("egress.yaml");
+    std::fs::write(&file, scenario).unwrap();
+    let file = file.to_str().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = common::cmd(&["--provider", "local", "--no-progress", file])
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "local: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 passed"), "{text}");
+    let srv = common::serve::serve();
+    let out = common::serve::e2b_cmd(&srv, &[file]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "over serve: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 passed"), "{text}");
 }
