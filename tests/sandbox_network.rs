@@ -325,3 +325,43 @@ fn a_scenario_create_with_an_allow_list_on_local_and_over_serve() {
     assert_eq!(out.status.code(), Some(0), "over serve: {text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("1 passed"), "{text}");
 }
+
+/// A SIGKILLed scenario-run leaves no link on the host: the veth pair belongs to the sandbox's
+/// network namespace, which goes with the sandbox (`--die-with-parent`).
+#[test]
+fn a_sigkill_of_scenario_run_leaves_no_link_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let name_file = dir.path().join("gateway");
+    // The gateway of its one route, as /proc/net/route shows it (hex, little-endian).
+    let scenario = format!(
+        "name: killed\nsteps:\n  - create: {{ template: base, network: {{ allow_out: [10.255.255.1] }} }}\n  \
+         - exec: \"awk 'NR==2 {{printf $3}}' /proc/net/route\"\n    id: route\n  \
+         - host: \"echo {{{{ steps.route.stdout }}}} > {}\"\n  - exec: \"sleep 120\"\n",
+        name_file.display()
+    );
+    let file = dir.path().join("killed.yaml");
+    std::fs::write(&file, scenario).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut child = common::cmd(&["--provider", "local", "--no-progress", file.to_str().unwrap()])
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let link = loop {
+        let hex = std::fs::read_to_string(&name_file).unwrap_or_default().trim().to_string();
+        if let Ok(gw) = u32::from_str_radix(&hex, 16) {
+            let [_, _, x, y] = gw.to_le_bytes();
+            break format!("sr-{x}-{}", y + 1);
+        }
+        assert!(Instant::now() < deadline, "the scenario never reported its link");
+        assert!(child.try_wait().unwrap().is_none(), "scenario-run ended early");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(link.starts_with("sr-") && std::path::Path::new("/sys/class/net").join(&link).exists(), "{link}");
+    // SAFETY: signalling the child we spawned, by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(gone(&link), "{link} stayed on the host after scenario-run was SIGKILLed");
+}
