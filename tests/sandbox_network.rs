@@ -365,3 +365,22 @@ fn a_sigkill_of_scenario_run_leaves_no_link_behind() {
     let _ = child.wait();
     assert!(gone(&link), "{link} stayed on the host after scenario-run was SIGKILLed");
 }
+
+/// A sandbox paused filesystem-only boots again with a new namespace on resume: it gets its
+/// policy again (a new pair; the old one went with the old namespace).
+#[tokio::test]
+async fn a_resumed_sandbox_keeps_its_policy() {
+    let (p, _d) = provider();
+    let host = host_address().to_string();
+    let port = server();
+    let req = CreateRequest { network: Some(policy(&[&host], &[])), ..Default::default() };
+    let sb = p.create(req).await.unwrap();
+    let first = link_of(&p, &sb.id).await.expect("a veth pair");
+    p.pause(&sb.id, false).await.unwrap();
+    assert!(gone(&first), "the paused sandbox's pair stays: {first}");
+    p.resume(&sb.id, 60).await.unwrap();
+    assert!(link_of(&p, &sb.id).await.is_some(), "no pair after the resume");
+    assert_eq!(reach(&p, &sb.id, &host, port).await, "hello");
+    assert_eq!(reach(&p, &sb.id, "10.255.255.1", port).await, "ENETUNREACH");
+    p.kill(&sb.id).await.unwrap();
+}

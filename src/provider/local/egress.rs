@@ -178,7 +178,7 @@ pub(crate) fn apply(pid1: u32, link: &mut Option<Link>, plan: &Plan) -> std::io:
     if plan.allow.is_empty() {
         if let Some(l) = link.take() {
             // Deleting one end deletes the pair, its addresses and routes.
-            ip_batch(None, &format!("link del {}\n", l.host_if))?;
+            detach(l)?;
         }
         return Ok(());
     }
@@ -197,6 +197,12 @@ pub(crate) fn apply(pid1: u32, link: &mut Option<Link>, plan: &Plan) -> std::io:
     ip_batch(Some(pid1), &script)?;
     l.routes = plan.allow.clone();
     Ok(())
+}
+
+/// Deletes the pair of a boot that ended (its namespace may outlive its processes for as long
+/// as descriptors of it are open).
+pub(crate) fn detach(link: Link) -> std::io::Result<()> {
+    ip_batch(None, &format!("link del {}\n", link.host_if))
 }
 
 /// Creates the veth pair of `pid1`'s namespace (retrying another address pair when this host

@@ -1096,6 +1096,11 @@ impl Provider for LocalProvider {
             })?;
             sb.cold.store(true, std::sync::atomic::Ordering::SeqCst);
             boot.shut_down().await;
+            // Its pair would last as long as this boot's namespace descriptors (until the
+            // resume); the next boot gets one of its own.
+            if let Some(link) = sb.net.lock().await.link.take() {
+                let _ = tokio::task::spawn_blocking(move || egress::detach(link)).await;
+            }
             sb.forget_processes().await;
             for p in sb.procs.all() {
                 sb.procs.remove(&p);
