@@ -72,6 +72,9 @@ pub(crate) fn parse_range(entry: &str) -> Result<Range, String> {
     Ok(Range { addr: Ipv4Addr::from(u32::from(ip) & mask), prefix })
 }
 
+/// Entries one list may have (each allowed range is a route).
+const MAX_ENTRIES: usize = 1024;
+
 /// A create's or update's network options as the local provider applies them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Plan {
@@ -81,6 +84,11 @@ pub(crate) struct Plan {
 
 /// Checks `policy` and returns what to apply; `Err` names the first entry that cannot be.
 pub(crate) fn plan(policy: &crate::provider::NetworkPolicy) -> Result<Plan, String> {
+    for (name, list) in [("allowOut", &policy.allow_out), ("denyOut", &policy.deny_out)] {
+        if list.len() > MAX_ENTRIES {
+            return Err(format!("{name} has {} entries; at most {MAX_ENTRIES} are taken", list.len()));
+        }
+    }
     let mut allow = Vec::new();
     for e in &policy.allow_out {
         allow.push(parse_range(e).map_err(|m| format!("allowOut {m}"))?);
@@ -206,30 +214,35 @@ pub(crate) fn detach(link: Link) -> std::io::Result<()> {
 }
 
 /// Creates the veth pair of `pid1`'s namespace (retrying another address pair when this host
-/// has one in use already).
+/// has one in use already). The pair is made inside the sandbox's namespace with its peer sent
+/// to ours (named by our own pid, whose main thread never leaves the host's namespace).
 fn attach(pid1: u32) -> std::io::Result<Link> {
+    let me = std::process::id();
     let mut last = None;
     for _ in 0..8 {
         let (sandbox_ip, gateway, host_if) = pick_pair();
+        let inside = format!(
+            "link add eth0 type veth peer name {host_if} netns {me}\n\
+             addr add {sandbox_ip}/32 dev eth0\n\
+             link set eth0 up\n"
+        );
+        if let Err(e) = ip_batch(Some(pid1), &inside) {
+            // The name is taken on the host (another run's sandbox): try another. A pair made
+            // before the failure goes with `eth0`.
+            let _ = ip_batch(Some(pid1), "link del eth0\n");
+            last = Some(e);
+            continue;
+        }
         let host = format!(
-            "link add {host_if} type veth peer name eth0 netns {pid1}\n\
-             addr add {gateway}/32 dev {host_if}\n\
+            "addr add {gateway}/32 dev {host_if}\n\
              link set {host_if} up\n\
              route add {sandbox_ip}/32 dev {host_if}\n"
         );
-        match ip_batch(None, &host) {
-            Ok(()) => {}
-            Err(e) => {
-                // A name or route this host has already (another run's sandbox): try another.
-                let _ = ip_batch(None, &format!("link del {host_if}\n"));
-                last = Some(e);
-                continue;
-            }
-        }
-        let inside = format!("addr add {sandbox_ip}/32 dev eth0\nlink set eth0 up\n");
-        if let Err(e) = ip_batch(Some(pid1), &inside) {
+        if let Err(e) = ip_batch(None, &host) {
+            // A route to that address exists already: try another pair.
             let _ = ip_batch(None, &format!("link del {host_if}\n"));
-            return Err(e);
+            last = Some(e);
+            continue;
         }
         return Ok(Link { host_if, gateway, routes: Vec::new() });
     }
@@ -261,6 +274,8 @@ mod tests {
         assert_eq!(plan(&p).unwrap().allow.len(), 1);
         let bad = crate::provider::NetworkPolicy { deny_out: vec!["example.com".into()], ..Default::default() };
         assert!(plan(&bad).unwrap_err().starts_with("denyOut"));
+        let many = crate::provider::NetworkPolicy { allow_out: vec!["10.0.0.1".into(); 1025], ..Default::default() };
+        assert!(plan(&many).unwrap_err().contains("at most 1024"));
     }
 
     #[test]
