@@ -395,19 +395,16 @@ unsafe fn own_network() -> std::io::Result<()> {
     if up != 0 {
         return Err(err());
     }
-    // Per network namespace, read from the opener's.
+    // Per network namespace, read from the opener's. Best effort: where `/proc/sys` is
+    // read-only (some containers) the sandbox still starts, without these two.
     for (path, value) in [
         (c"/proc/sys/net/ipv4/ip_unprivileged_port_start", &b"0"[..]),
         (c"/proc/sys/net/ipv4/ping_group_range", &b"0 2147483647"[..]),
     ] {
         let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(err());
-        }
-        let n = libc::write(fd, value.as_ptr().cast(), value.len());
-        libc::close(fd);
-        if n != value.len() as isize {
-            return Err(err());
+        if fd >= 0 {
+            libc::write(fd, value.as_ptr().cast(), value.len());
+            libc::close(fd);
         }
     }
     Ok(())
