@@ -384,3 +384,24 @@ async fn a_resumed_sandbox_keeps_its_policy() {
     assert_eq!(reach(&p, &sb.id, "10.255.255.1", port).await, "ENETUNREACH");
     p.kill(&sb.id).await.unwrap();
 }
+
+/// The host's loopback services (serve, the local registry) stay out of reach even when the
+/// list allows everything: inside, 127.0.0.0/8 is the sandbox's own, and a service bound to
+/// the host's loopback does not answer on the host's other addresses.
+#[tokio::test]
+async fn the_hosts_loopback_stays_out_of_reach_even_with_everything_allowed() {
+    let (p, _d) = provider();
+    let host = host_address().to_string();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let _ = c.write_all(b"hello");
+        }
+    });
+    let req = CreateRequest { network: Some(policy(&["0.0.0.0/0"], &[])), ..Default::default() };
+    let sb = p.create(req).await.unwrap();
+    assert_eq!(reach(&p, &sb.id, "127.0.0.1", port).await, "ECONNREFUSED");
+    assert_eq!(reach(&p, &sb.id, &host, port).await, "ECONNREFUSED");
+    p.kill(&sb.id).await.unwrap();
+}
