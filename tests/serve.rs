@@ -1312,9 +1312,22 @@ async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
     assert_eq!(status, 501, "{e}");
     assert!(e["message"].as_str().unwrap().contains("volumes"), "the feature is named: {e}");
     assert_eq!(e["code"], 501);
-    let (status, e) =
-        api(&http, reqwest::Method::PUT, format!("{base}/sandboxes/{}/network", sb.id), Some(json!({}))).await;
-    assert_eq!((status, e["message"].as_str().unwrap().contains("network policy updates")), (501, true), "{e}");
+    // A network update replaces the lists (the effect inside is proven in sandbox_network.rs).
+    let put =
+        |id: &str, body: Value| api(&http, reqwest::Method::PUT, format!("{base}/sandboxes/{id}/network"), Some(body));
+    let (status, e) = put(&sb.id, json!({"allowOut": ["10.255.255.0/24"], "denyOut": ["0.0.0.0/0"]})).await;
+    assert_eq!(status, 204, "{e}");
+    let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(info["network"], json!({"allowOut": ["10.255.255.0/24"], "denyOut": ["0.0.0.0/0"]}), "{info}");
+    let (status, e) = put(&sb.id, json!({})).await;
+    assert_eq!(status, 204, "{e}");
+    let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(info["network"], json!({}), "an empty update clears the lists: {info}");
+    let (status, e) = put(&sb.id, json!({"allowOut": ["example.com"]})).await;
+    assert_eq!(status, 501, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("domain names"), "{e}");
+    let (status, _) = put("nosuchsandbox", json!({})).await;
+    assert_eq!(status, 404);
     // Template tags: validated, and an unknown template is not found.
     let tags = |body: Value| api(&http, reqwest::Method::POST, format!("{base}/templates/tags"), Some(body));
     let (status, e) = tags(json!({"target": "nosuch:v1", "tags": [":bad"]})).await;
@@ -1323,12 +1336,20 @@ async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
     assert_eq!(status, 404, "{e}");
     let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/no/such/route"), None).await;
     assert_eq!(status, 404, "a path that is no E2B route at all");
-    // Network options a local sandbox cannot honour are refused, not accepted and ignored;
-    // denying (all it can do anyway) is accepted.
+    // Network options a local sandbox cannot honour are refused, not accepted and ignored:
+    // domain names, transform rules, an egress proxy.
     let create = |body: Value| api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(body));
-    let (status, e) = create(json!({"templateID": "base", "network": {"allowOut": ["127.0.0.1"]}})).await;
-    assert_eq!(status, 501, "{e}");
-    assert!(e["message"].as_str().unwrap().starts_with("network egress allow lists: not supported"), "{e}");
+    for (network, named) in [
+        (json!({"allowOut": ["example.com"]}), "domain names"),
+        (json!({"rules": {"example.com": [{"transform": {"headers": {"a": "b"}}}]}}), "transform rules"),
+        (json!({"egressProxy": {"address": "proxy:1080"}}), "egress proxies"),
+    ] {
+        let (status, e) = create(json!({"templateID": "base", "network": network})).await;
+        assert_eq!(status, 501, "{e}");
+        assert!(e["message"].as_str().unwrap().contains(named), "{e}");
+    }
+    let (status, e) = create(json!({"templateID": "base", "network": {"allowOut": [1]}})).await;
+    assert_eq!(status, 400, "{e}");
     // What the SDKs send by default is accepted, and reported as what a local sandbox has.
     let (status, e) = create(json!({"templateID": "base", "allow_internet_access": true})).await;
     assert_eq!(status, 201, "{e}");

@@ -19,7 +19,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 /// What went wrong, as far as the runner needs to know.
@@ -180,6 +180,24 @@ pub struct CreateRequest {
     pub envs: BTreeMap<String, String>,
     pub cpu: Option<u32>,
     pub memory_mb: Option<u64>,
+    /// Egress policy (E2B's `allow_internet_access` and `network.allowOut`/`denyOut`);
+    /// `None` is the provider's default.
+    pub network: Option<NetworkPolicy>,
+}
+
+/// What a sandbox may reach outside itself, as E2B's create options and network update say:
+/// an address is reachable if an `allow_out` entry contains it, else if internet access is on
+/// and no `deny_out` entry contains it (`0.0.0.0/0` denies everything not allowed).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkPolicy {
+    /// `None`: the platform's default (on, for E2B).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_internet_access: Option<bool>,
+    /// IPv4 addresses or CIDR ranges (E2B also takes domain names).
+    #[serde(default)]
+    pub allow_out: Vec<String>,
+    #[serde(default)]
+    pub deny_out: Vec<String>,
 }
 
 pub use crate::templates::BuildSpec;
@@ -393,6 +411,11 @@ pub trait Provider: Send + Sync {
     /// Returns false if the sandbox did not exist.
     async fn kill(&self, id: &str) -> Result<bool>;
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()>;
+    /// Replaces a running sandbox's egress policy (E2B's `PUT /sandboxes/{id}/network`).
+    async fn update_network(&self, id: &str, policy: NetworkPolicy) -> Result<()> {
+        let _ = (id, policy);
+        Err(ProviderError::unsupported(format!("{} cannot change a sandbox's network policy", self.name())))
+    }
 
     /// Run a command to completion through `/bin/bash -l -c`. Live output goes to `output` if
     /// given (the result still holds all of it, to its cap); that channel is bounded, so the

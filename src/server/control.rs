@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{json_error, rfc3339, rfc3339_us, AppState, Sbx, CLIENT_ID, ENVD_VERSION};
-use crate::provider::{CreateRequest, ErrorKind, ProviderError, SandboxInfo, Usage};
+use crate::provider::{CreateRequest, ErrorKind, NetworkPolicy, ProviderError, SandboxInfo, Usage};
 
 /// Sandbox lifetime when create does not say (E2B's default).
 const DEFAULT_TIMEOUT_SECS: u64 = 300;
@@ -41,6 +41,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/network", axum::routing::put(update_network))
         .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume_legacy))
@@ -52,7 +53,6 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 /// E2B API routes serve does not implement, by method and path pattern (`*` is one
 /// segment), with the feature each belongs to; the first match wins.
 const UNIMPLEMENTED: &[(&str, &str, &str)] = &[
-    ("PUT", "/sandboxes/*/network", "network policy updates"),
     ("POST", "/sandboxes/*/refreshes", "sandbox refreshes"),
     ("GET", "/sandboxes/*/logs", "sandbox logs"),
     ("GET", "/v2/sandboxes/*/logs", "sandbox logs"),
@@ -169,19 +169,58 @@ pub(crate) struct NewSandbox {
     pub auto_resume: Option<AutoResume>,
     #[serde(default)]
     pub network: Option<Value>,
+    #[serde(default)]
+    pub allow_internet_access: Option<bool>,
 }
 
-/// What of create's network options serve cannot honour: a local sandbox's network namespace
-/// holds only its own loopback, so it reaches no address outside it. Denying is what it does
-/// anyway; asking for addresses to be allowed is refused (501), never accepted and silently
-/// not done. `allow_internet_access` cannot be refused: the SDKs send `true` unless told
-/// otherwise, so it is accepted and reported as what it is (`allowInternetAccess: false`).
-fn network_refusal(req: &NewSandbox) -> Option<&'static str> {
-    let allow = req.network.as_ref().and_then(|n| n.get("allowOut").or_else(|| n.get("allow_out")));
-    if allow.and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
-        return Some("network egress allow lists");
+/// Create's or a network update's egress options as the provider takes them:
+/// `allow_internet_access` (the SDKs send it snake_case, at the top level) and `allowOut` and
+/// `denyOut` of `network` (or of the update's body). What serve cannot honour is refused
+/// (501) naming it, never accepted and silently not done: transform `rules` and an
+/// `egressProxy` (E2B's egress proxy). Entries a local sandbox cannot filter on (domain names,
+/// IPv6) are refused by the provider.
+pub(crate) fn network_policy(internet: Option<bool>, network: Option<&Value>) -> Result<NetworkPolicy, Response> {
+    let mut policy = NetworkPolicy { allow_internet_access: internet, ..Default::default() };
+    let Some(n) = network.filter(|n| !n.is_null()) else {
+        return Ok(policy);
+    };
+    let Some(n) = n.as_object() else {
+        return Err(json_error(StatusCode::BAD_REQUEST, "network must be an object"));
+    };
+    let field = |camel: &str, snake: &str| n.get(camel).or_else(|| n.get(snake)).filter(|v| !v.is_null());
+    for (camel, snake, list) in
+        [("allowOut", "allow_out", &mut policy.allow_out), ("denyOut", "deny_out", &mut policy.deny_out)]
+    {
+        if let Some(v) = field(camel, snake) {
+            let entries = v.as_array().and_then(|a| a.iter().map(|e| e.as_str().map(str::to_string)).collect());
+            let Some(entries) = entries else {
+                return Err(json_error(StatusCode::BAD_REQUEST, &format!("network.{camel} must be a list of strings")));
+            };
+            *list = entries;
+        }
     }
-    None
+    if field("rules", "rules").is_some_and(|r| r.as_object().is_none_or(|o| !o.is_empty())) {
+        return Err(json_error(
+            StatusCode::NOT_IMPLEMENTED,
+            "network transform rules: not supported by scenario-run serve (there is no egress proxy)",
+        ));
+    }
+    if field("egressProxy", "egress_proxy").is_some() {
+        return Err(json_error(StatusCode::NOT_IMPLEMENTED, "egress proxies: not supported by scenario-run serve"));
+    }
+    Ok(policy)
+}
+
+/// `SandboxDetail.network`'s egress part: the lists the sandbox has now.
+fn network_json(p: &NetworkPolicy) -> Value {
+    let mut v = json!({});
+    if !p.allow_out.is_empty() {
+        v["allowOut"] = json!(p.allow_out);
+    }
+    if !p.deny_out.is_empty() {
+        v["denyOut"] = json!(p.deny_out);
+    }
+    v
 }
 
 /// create's `network.maskRequestHost`: the `Host` the port proxy gives requests to the
@@ -285,13 +324,15 @@ fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
         "state": if sb.is_paused() { "paused" } else { "running" },
         "lifecycle": {"autoResume": lc.auto_resume, "onTimeout": if lc.pause_on_timeout { "pause" } else { "kill" }},
         "pauseMode": if lc.keep_memory { "full" } else { "filesystem" },
+        // A local sandbox never reaches the internet (see `provider::local::egress`).
         "allowInternetAccess": false,
+        "network": network_json(&sb.network.lock().expect("network")),
         "metadata": info.metadata,
         "domain": st.domain,
     });
     // Only when create set them, as before these existed (older SDKs' models parse it).
     if sb.public_ports || sb.mask_host.is_some() {
-        v["network"] = json!({ "allowPublicTraffic": sb.public_ports });
+        v["network"]["allowPublicTraffic"] = json!(sb.public_ports);
         if let Some(m) = &sb.mask_host {
             v["network"]["maskRequestHost"] = json!(m);
         }
@@ -329,15 +370,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         (Ok(m), Ok(p)) => (m, p),
         (Err(e), _) | (_, Err(e)) => return Err(json_error(StatusCode::BAD_REQUEST, &e)),
     };
-    if let Some(feature) = network_refusal(&req) {
-        return Err(json_error(
-            StatusCode::NOT_IMPLEMENTED,
-            &format!(
-                "{feature}: not supported by scenario-run serve (a local sandbox reaches nothing outside its own \
-                 loopback)"
-            ),
-        ));
-    }
+    let network = network_policy(req.allow_internet_access, req.network.as_ref())?;
     let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
     let template = st.snapshots.resolve(&asked).unwrap_or_else(|| st.templates.resolve(&asked));
@@ -384,6 +417,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
             envs,
             cpu: req.cpu_count,
             memory_mb: req.memory_mb,
+            network: Some(network.clone()),
         })
         .await
     {
@@ -417,6 +451,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         mask_host,
         public_ports,
         watchers: Default::default(),
+        network: std::sync::Mutex::new(network),
         _slot: slot,
     });
     st.register(sb.clone());
@@ -486,6 +521,37 @@ async fn set_timeout(State(st): SharedState, Path(id): Path<String>, body: Bytes
     }
     match st.provider.set_timeout(&sb.provider_id, t).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) if e.kind == ErrorKind::NotFound => not_found(&id),
+        Err(e) => provider_error(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct NetworkUpdate {
+    #[serde(default)]
+    allow_internet_access: Option<bool>,
+}
+
+/// `PUT /sandboxes/{id}/network`: replaces the sandbox's egress lists (fields left out are
+/// cleared, as E2B's update does).
+async fn update_network(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
+    let req: NetworkUpdate = match parse_body(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let raw: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let policy = match network_policy(req.allow_internet_access, Some(&raw)) {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let Some((sb, _)) = st.lookup(&id).await else {
+        return not_found(&id);
+    };
+    match st.provider.update_network(&sb.provider_id, policy.clone()).await {
+        Ok(()) => {
+            *sb.network.lock().expect("network") = policy;
+            StatusCode::NO_CONTENT.into_response()
+        }
         Err(e) if e.kind == ErrorKind::NotFound => not_found(&id),
         Err(e) => provider_error(e),
     }

@@ -213,6 +213,8 @@ pub(crate) struct Sbx {
     pub tokens: auth::Tokens,
     /// Resource samples taken for `GET /sandboxes/{id}/metrics`, oldest first.
     pub samples: Mutex<Vec<control::Sample>>,
+    /// Its egress lists as create or the last network update set them.
+    pub network: Mutex<crate::provider::NetworkPolicy>,
     /// The lifetime create gave it, which a resume on traffic gives it again.
     pub timeout_secs: u64,
     /// What happens at its end time, and how it wakes (see `control::Lifecycle`).

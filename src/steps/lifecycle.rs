@@ -5,7 +5,28 @@ use std::collections::HashMap;
 use serde_json::{json, Value as JsonValue};
 
 use super::{Args, SandboxRef, StepCtx, StepError, StepResult};
-use crate::provider::{CreateRequest, SandboxInfo};
+use crate::provider::{CreateRequest, NetworkPolicy, SandboxInfo};
+
+/// `create`'s `network: { allow_internet_access, allow_out, deny_out }` (a list may be one
+/// string).
+fn network_arg(a: &Args<'_>) -> Result<Option<NetworkPolicy>, StepError> {
+    let Some(v) = a.get("network") else { return Ok(None) };
+    let n = Args(v);
+    let list = |key: &str| -> Result<Vec<String>, StepError> {
+        match n.get(key) {
+            None => Ok(Vec::new()),
+            Some(JsonValue::Array(items)) => Ok(items.iter().map(super::text).collect()),
+            Some(JsonValue::String(s)) => Ok(vec![s.clone()]),
+            Some(other) => Err(StepError::error(format!("`network.{key}` must be a list of addresses, got {other}"))),
+        }
+    };
+    let internet = if n.get("allow_internet_access").is_some() { Some(n.bool("allow_internet_access")?) } else { None };
+    Ok(Some(NetworkPolicy {
+        allow_internet_access: internet,
+        allow_out: list("allow_out")?,
+        deny_out: list("deny_out")?,
+    }))
+}
 
 fn info_json(i: &SandboxInfo) -> JsonValue {
     json!({
@@ -37,6 +58,7 @@ pub async fn create(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         envs: a.str_map("envs")?,
         cpu: a.opt_int("cpu")?.map(|v| v as u32),
         memory_mb: a.opt_int("memory")?.map(|v| v as u64),
+        network: network_arg(&a)?,
     };
     // Read before creating: an argument error after it would leak a sandbox the scenario
     // does not know about and so never destroys.

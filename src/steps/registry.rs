@@ -130,6 +130,12 @@ const HTTP_EXPECT: &[Field] = &[
     f("headers", FieldType::StrMap, "headers that must be present; values are substrings to find"),
 ];
 
+const CREATE_NETWORK: &[Field] = &[
+    f("allow_internet_access", FieldType::Bool, "E2B's internet access switch; a local sandbox never reaches the internet, so locally it changes nothing"),
+    f("allow_out", FieldType::Any, "IPv4 addresses or CIDR ranges the sandbox may reach (allow beats deny); locally exactly these, among this machine's addresses"),
+    f("deny_out", FieldType::Any, "IPv4 addresses or CIDR ranges denied unless allowed (`0.0.0.0/0`: all)"),
+];
+
 const HTTP_FIELDS_COMMON: [Field; 7] = [
     f("port", FieldType::Int, "port inside the sandbox; resolved to the sandbox's host for that port"),
     f("path", FieldType::Str, "path (and query) appended to the port's URL, default `/`"),
@@ -218,6 +224,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("keep", FieldType::Bool, "do not destroy at the end of the scenario"),
             f("cpu", FieldType::Int, "CPU count, where the provider supports it"),
             f("memory", FieldType::Int, "memory in MiB, where the provider supports it"),
+            f("network", FieldType::Object(CREATE_NETWORK), "egress policy (E2B's `allow_internet_access` and `network.allowOut`/`denyOut`); enforced on local and the clouds, refused on docker"),
         ],
         matcher: false,
         free_keys: false,

@@ -103,6 +103,7 @@ async fn create_passes_every_field_and_tags_the_run() {
         json!({
             "template": "py", "as": "main", "timeout": "2m", "metadata": { "team": "qa", "n": 1 },
             "envs": { "A": "1" }, "keep": "true", "cpu": "2", "memory": 512,
+            "network": { "allow_internet_access": "false", "allow_out": ["10.0.0.1", "10.1.0.0/16"], "deny_out": "0.0.0.0/0" },
         }),
     )
     .await
@@ -121,6 +122,12 @@ async fn create_passes_every_field_and_tags_the_run() {
         assert_eq!(req.envs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(), ["A=1"]);
         assert_eq!(s.sandboxes["sb-1"].envs, req.envs);
         assert_eq!((req.cpu, req.memory_mb), (Some(2), Some(512)));
+        let n = req.network.as_ref().expect("the network policy");
+        assert_eq!(n.allow_internet_access, Some(false));
+        assert_eq!(
+            (n.allow_out.as_slice(), n.deny_out.as_slice()),
+            (&["10.0.0.1".to_string(), "10.1.0.0/16".to_string()][..], &["0.0.0.0/0".to_string()][..])
+        );
         assert_eq!(s.sandboxes["sb-1"].info.end_at, NOW + 120);
     }
     let sb = &c.sandboxes[0];

@@ -744,6 +744,13 @@ impl Provider for DockerProvider {
     }
 
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+        // A container has only its loopback (`--network none`) or the host's whole network:
+        // an allow list could be honoured by neither, so it is refused, not ignored.
+        if req.network.as_ref().is_some_and(|n| !n.allow_out.is_empty()) {
+            return Err(ProviderError::unsupported(
+                "network allow lists: not supported by the docker provider (use local or a cloud)",
+            ));
+        }
         for k in req.envs.keys() {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));

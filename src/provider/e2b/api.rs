@@ -220,6 +220,13 @@ impl Api {
         if let Some(m) = req.memory_mb {
             body["memoryMB"] = json!(m);
         }
+        if let Some(n) = &req.network {
+            // As the SDK sends them: the switch snake_case at the top, the lists in `network`.
+            if let Some(on) = n.allow_internet_access {
+                body["allow_internet_access"] = json!(on);
+            }
+            body["network"] = network_json(n);
+        }
         let path = match self.cfg.create_api {
             CreateApi::V1 => {
                 // What the SDK ≤ 2.50 sends (and what FC's pinned SDK sends): ask for an envd
@@ -338,6 +345,26 @@ impl Api {
         }
     }
 
+    /// `PUT /sandboxes/{id}/network`: replaces the sandbox's egress lists.
+    pub async fn update_network(&self, id: &str, n: &crate::provider::NetworkPolicy) -> Result<()> {
+        let what = format!("update the network of sandbox {id}");
+        let mut body = network_json(n);
+        if let Some(on) = n.allow_internet_access {
+            body["allow_internet_access"] = json!(on);
+        }
+        self.call(
+            Method::PUT,
+            &format!("/sandboxes/{}/network", enc(id)),
+            Some(&body),
+            Idempotency::Idempotent,
+            REQUEST_TIMEOUT,
+            &what,
+        )
+        .await
+        .map_err(|e| self.sandbox_call_error(&what, id, e))?;
+        Ok(())
+    }
+
     /// `POST /sandboxes/{id}/timeout`.
     pub async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
         let what = format!("set timeout of sandbox {id}");
@@ -436,6 +463,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         src = c.source();
     }
     s
+}
+
+/// The `network` object of a create or network update: `allowOut` and `denyOut`.
+fn network_json(n: &crate::provider::NetworkPolicy) -> serde_json::Value {
+    json!({ "allowOut": n.allow_out, "denyOut": n.deny_out })
 }
 
 #[cfg(test)]

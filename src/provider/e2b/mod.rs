@@ -635,6 +635,10 @@ impl Provider for E2bProvider {
         self.inner.api.set_timeout(id, timeout_secs).await
     }
 
+    async fn update_network(&self, id: &str, policy: crate::provider::NetworkPolicy) -> Result<()> {
+        self.inner.api.update_network(id, &policy).await
+    }
+
     async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let inner = &self.inner;
         let envd = inner.envd(id).await?;

@@ -111,7 +111,9 @@ impl Identity {
 /// What every command of one sandbox joins: prepared once, when the sandbox starts.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    /// Namespace descriptors with their `CLONE_NEW*` type, user namespace first.
+    /// Namespace descriptors with their `CLONE_NEW*` type: the network namespace first (it
+    /// belongs to the host's user namespace, so it is joined while still host root), then the
+    /// user namespace, then the others.
     ns: Vec<(OwnedFd, libc::c_int)>,
     /// The join file (`tasks` or `cgroup.procs`) of each of the sandbox's groups.
     cgroup_procs: Vec<CString>,
@@ -126,11 +128,11 @@ impl Entry {
     /// Opens the namespaces of the sandbox whose pid 1 is `pid1` (a host pid).
     pub(crate) fn open(pid1: u32, cgroup_procs: Vec<CString>, rlimits: Option<Limits>) -> io::Result<Self> {
         let kinds = [
+            ("net", libc::CLONE_NEWNET),
             ("user", libc::CLONE_NEWUSER),
             ("cgroup", libc::CLONE_NEWCGROUP),
             ("ipc", libc::CLONE_NEWIPC),
             ("uts", libc::CLONE_NEWUTS),
-            ("net", libc::CLONE_NEWNET),
             ("pid", libc::CLONE_NEWPID),
             ("mnt", libc::CLONE_NEWNS),
         ];

@@ -59,6 +59,7 @@
 mod build;
 mod build_cache;
 mod cgroup;
+mod egress;
 mod enter;
 mod files;
 mod process;
@@ -238,6 +239,47 @@ struct Sandbox {
     /// template gives (without create's): what a snapshot of it stacks and keeps.
     lowers: Vec<PathBuf>,
     template_envs: BTreeMap<String, String>,
+    /// Its egress policy and the veth pair of its current boot (see `egress`).
+    net: tokio::sync::Mutex<NetState>,
+}
+
+/// What a sandbox may reach, and the link that gives it that in its current boot.
+#[derive(Debug, Default)]
+struct NetState {
+    plan: egress::Plan,
+    link: Option<egress::Link>,
+}
+
+impl Sandbox {
+    /// Makes the current boot reach what `plan` allows (kept for the next boot if it has none).
+    async fn apply_network(&self, plan: egress::Plan) -> Result<()> {
+        let mut net = self.net.lock().await;
+        let boot = match self.boot() {
+            Some(b) if !self.is_cold() => Some(b),
+            Some(_) => None,
+            None if plan.allow.is_empty() => None,
+            None => {
+                return Err(ProviderError::unsupported(
+                    "network allow lists need isolated sandboxes (a network namespace of their own)",
+                ))
+            }
+        };
+        if let Some(boot) = boot {
+            let pid1 = boot.ns.pid1.pid();
+            let mut link = net.link.take();
+            let p = plan.clone();
+            let (link, r) = tokio::task::spawn_blocking(move || {
+                let r = egress::apply(pid1, &mut link, &p);
+                (link, r)
+            })
+            .await
+            .map_err(|e| ProviderError::infra(e.to_string()))?;
+            net.link = link;
+            r.map_err(|e| ProviderError::infra(format!("cannot set sandbox {}'s network policy: {e}", self.id)))?;
+        }
+        net.plan = plan;
+        Ok(())
+    }
 }
 
 impl Member for Sandbox {
@@ -562,6 +604,16 @@ impl Inner {
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox {} to boot again: {e}", sb.id)))?;
         let ns = NsSandbox::start(next, &sb.id).await?;
         *boot.write().expect("boot") = Boot::new(ns);
+        // The last boot's link went with its namespace; this boot gets the same policy.
+        let plan = {
+            let mut net = sb.net.lock().await;
+            net.link = None;
+            net.plan.clone()
+        };
+        if !plan.allow.is_empty() {
+            sb.cold.store(false, std::sync::atomic::Ordering::SeqCst);
+            sb.apply_network(plan).await?;
+        }
         Ok(())
     }
 
@@ -573,6 +625,15 @@ impl Inner {
                 "unknown template `{}`: the local provider has `base` and the templates this run built or deployed",
                 req.template
             )));
+        }
+        let net_plan = match &req.network {
+            Some(p) => egress::plan(p).map_err(egress::plan_error)?,
+            None => egress::Plan::default(),
+        };
+        if !net_plan.allow.is_empty() && !self.namespaces {
+            return Err(ProviderError::unsupported(
+                "network allow lists need isolated sandboxes (a network namespace of their own)",
+            ));
         }
         let id = format!("sbx-{}", crate::random::hex(6));
         let dir = self.state_dir.join(&id);
@@ -669,9 +730,16 @@ impl Inner {
             cold: Default::default(),
             lowers,
             template_envs,
+            net: Default::default(),
         });
         let sb = self.core.register(sb);
         core::expire_at_end(self, sb.clone());
+        if !net_plan.allow.is_empty() {
+            if let Err(e) = sb.apply_network(net_plan).await {
+                core::kill(self.as_ref(), &sb.id).await;
+                return Err(e);
+            }
+        }
         if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
             let t = tpl.as_ref().expect("checked");
             if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports, t.built.user.as_deref()).await {
@@ -846,6 +914,12 @@ impl Provider for LocalProvider {
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
         self.get(id)?.life.extend(timeout_secs);
         Ok(())
+    }
+
+    async fn update_network(&self, id: &str, policy: crate::provider::NetworkPolicy) -> Result<()> {
+        let sb = self.get(id)?;
+        let plan = egress::plan(&policy).map_err(egress::plan_error)?;
+        sb.apply_network(plan).await
     }
 
     async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
@@ -1032,6 +1106,11 @@ impl Provider for LocalProvider {
             })?;
             sb.cold.store(true, std::sync::atomic::Ordering::SeqCst);
             boot.shut_down().await;
+            // Its pair would last as long as this boot's namespace descriptors (until the
+            // resume); the next boot gets one of its own.
+            if let Some(link) = sb.net.lock().await.link.take() {
+                let _ = tokio::task::spawn_blocking(move || egress::detach(link)).await;
+            }
             sb.forget_processes().await;
             for p in sb.procs.all() {
                 sb.procs.remove(&p);

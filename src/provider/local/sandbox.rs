@@ -3,8 +3,9 @@
 //! A sandbox is a bubblewrap (`bwrap`) process tree whose root is an overlay of its image
 //! (and of the template layers built on it, `lowerdir=<layers>:<image>`) with a per-sandbox
 //! upper directory. It runs in a **user namespace of its own** (see `userns`): root inside is
-//! an unprivileged id range on the host. bwrap then unshares the mount, PID, network (only
-//! `lo`, which it brings up), IPC, UTS and cgroup namespaces, mounts a fresh `/proc` and a
+//! an unprivileged id range on the host. bwrap then unshares the mount, PID, IPC, UTS and
+//! cgroup namespaces (the network namespace, with only `lo` up, is made by host root before,
+//! see `egress`), mounts a fresh `/proc` and a
 //! minimal `/dev`, pivots into the overlay (so nothing of the host's filesystem is visible),
 //! drops every capability of its keep-alive child, and reaps zombies as the namespace's pid 1.
 //! `/sys` is not mounted. bwrap mounts the root `nosuid`; `Entry::allow_setuid_root` lifts
@@ -298,9 +299,8 @@ fn bwrap_command(
     }
     // The hostname resolves in any image (`sudo` looks it up).
     cmd.args(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", "--hostname", HOSTNAME]);
-    if !layout.share_net {
-        cmd.arg("--unshare-net");
-    }
+    // The network namespace is made by the child below, as host root (see `egress`).
+    let own_net = !layout.share_net;
     cmd.args(["--die-with-parent", "--cap-drop", "ALL", "--info-fd", "3", "--seccomp", "4", "--chdir", "/", "--"])
         .args(argv);
     // Own process group: a Ctrl-C on the terminal reaches scenario-run, which then tears the
@@ -342,6 +342,9 @@ fn bwrap_command(
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            if own_net {
+                own_network()?;
+            }
             if libc::setns(userns, libc::CLONE_NEWUSER) != 0
                 || libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setresgid(0, 0, 0) != 0
@@ -358,6 +361,53 @@ fn bwrap_command(
         });
     }
     Ok(cmd)
+}
+
+/// In the forked child, still host root: a network namespace of its own, owned by the host's
+/// user namespace, so that root inside the sandbox cannot change its links, routes or rules
+/// (see `egress`). Brings `lo` up (which bwrap's `--unshare-net` did) and gives back what the
+/// namespace's owner would otherwise withhold from the sandbox's root: binding ports below
+/// 1024 and ICMP echo sockets (`ping`). Only async-signal-safe system calls.
+///
+/// # Safety
+/// Called between fork and exec.
+unsafe fn own_network() -> std::io::Result<()> {
+    let err = std::io::Error::last_os_error;
+    // An all-zero ifreq is valid; this is the stack, no allocation.
+    let mut lo: libc::ifreq = std::mem::zeroed();
+    lo.ifr_name[0] = b'l' as libc::c_char;
+    lo.ifr_name[1] = b'o' as libc::c_char;
+    let lo = &mut lo;
+    if libc::unshare(libc::CLONE_NEWNET) != 0 {
+        return Err(err());
+    }
+    let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+    if s < 0 {
+        return Err(err());
+    }
+    if libc::ioctl(s, libc::SIOCGIFFLAGS, lo as *mut libc::ifreq) != 0 {
+        libc::close(s);
+        return Err(err());
+    }
+    lo.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+    let up = libc::ioctl(s, libc::SIOCSIFFLAGS, lo as *mut libc::ifreq);
+    libc::close(s);
+    if up != 0 {
+        return Err(err());
+    }
+    // Per network namespace, read from the opener's. Best effort: where `/proc/sys` is
+    // read-only (some containers) the sandbox still starts, without these two.
+    for (path, value) in [
+        (c"/proc/sys/net/ipv4/ip_unprivileged_port_start", &b"0"[..]),
+        (c"/proc/sys/net/ipv4/ping_group_range", &b"0 2147483647"[..]),
+    ] {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            libc::write(fd, value.as_ptr().cast(), value.len());
+            libc::close(fd);
+        }
+    }
+    Ok(())
 }
 
 /// A pipe whose read end yields the seccomp program's bytes (for `--seccomp`).
