@@ -899,7 +899,7 @@ fn spawn_signal_handler(
 fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
-    let opts = match args.options() {
+    let mut opts = match args.options() {
         Ok(o) => o,
         Err(e) => {
             errln!("error: {e}");
@@ -907,6 +907,7 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
         }
     };
     let (listen, isolation) = (args.listen, args.isolation.as_str());
+    let ca_dir = args.ca_dir.clone().unwrap_or_else(scenario_run::server::tls::default_ca_dir);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
         let isolation = match isolation {
@@ -942,7 +943,22 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
             return EXIT_INFRA;
         };
         let addr = listener.local_addr().unwrap_or(listen);
+        let certs = scenario_run::server::tls::Ca::load_or_create(&ca_dir)
+            .and_then(|ca| scenario_run::server::tls::Certs::new(ca, addr));
+        let certs = match certs {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                errln!("error: serve's certificate authority in {}: {e}", ca_dir.display());
+                return EXIT_INFRA;
+            }
+        };
         outln!("listening on http://{addr}");
+        outln!(
+            "https on the same port; ca certificate: {} ({}; trust it with SSL_CERT_FILE or REQUESTS_CA_BUNDLE (Python), NODE_EXTRA_CA_CERTS (Node))",
+            certs.ca_path().display(),
+            if certs.ca_created() { "made now" } else { "kept from before" }
+        );
+        opts.tls = Some(certs);
         let _ = std::io::stdout().flush();
         let shutdown = async move {
             tokio::select! {

@@ -184,6 +184,13 @@ fn network_refusal(req: &NewSandbox) -> Option<&'static str> {
     None
 }
 
+/// Whether create asked for ports open without the traffic token (`allowPublicTraffic`,
+/// E2B's default `true`), else serve's default (`--allow-public-traffic`).
+fn public_ports(st: &AppState, network: Option<&Value>) -> bool {
+    let asked = network.and_then(|n| n.get("allowPublicTraffic").or_else(|| n.get("allow_public_traffic")));
+    asked.and_then(Value::as_bool).unwrap_or(st.public_traffic)
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct AutoResume {
     #[serde(default)]
@@ -212,21 +219,23 @@ pub(crate) fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": sb.tokens.envd,
-        "trafficAccessToken": sb.tokens.traffic,
+        // E2B names a traffic token only for a sandbox whose ports need it.
+        "trafficAccessToken": if sb.public_ports { Value::Null } else { json!(sb.tokens.traffic) },
         "domain": st.domain,
     })
 }
 
 /// Where envd of every sandbox is, for a client that asks the control plane: `envdUrl`, the
-/// origin the request came to (`http://` and its `Host`). The product's client
+/// origin the request came to (its scheme, see `super::SCHEME_HEADER`, and its `Host`). The product's client
 /// (`agent-sandbox-client`) takes a sandbox's envd from `envdUrl` when the platform names one,
 /// and otherwise derives `https://49983-{id}.{domain}`, which a plain-HTTP serve on one port
 /// cannot answer; it sends `E2b-Sandbox-Id` on every envd call, so `super::dispatch` routes
 /// those to the sandbox. The E2B SDKs ignore the field.
 fn with_envd_url(mut v: Value, headers: &HeaderMap) -> Value {
     let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
+    let https = headers.get(super::SCHEME_HEADER).is_some_and(|s| s.as_bytes() == b"https");
     if let Some(host) = host.filter(|h| !h.is_empty() && !h.contains(['/', '@', ' '])) {
-        v["envdUrl"] = json!(format!("http://{host}"));
+        v["envdUrl"] = json!(format!("{}://{host}", if https { "https" } else { "http" }));
     }
     v
 }
@@ -335,6 +344,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         keep_memory: req.auto_pause_memory.unwrap_or(true),
         auto_resume: req.auto_resume.is_some_and(|a| a.enabled),
     };
+    let public_ports = public_ports(st, req.network.as_ref());
     let info = match st
         .provider
         .create(CreateRequest {
@@ -375,6 +385,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         end_changed: Default::default(),
         env_vars,
         watchers: Default::default(),
+        public_ports,
         _slot: slot,
     });
     st.register(sb.clone());
