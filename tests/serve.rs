@@ -1891,13 +1891,28 @@ async fn port_hosts_answer_https_with_a_certificate_from_serves_ca() {
     scenario_run::server::tls::Ca::load_or_create(other.path()).unwrap();
     let e = tls_client(other.path()).get(&url).send().await.unwrap_err();
     assert!(format!("{e:?}").contains("BadSignature") || format!("{e:?}").contains("UnknownIssuer"), "{e:?}");
+    // maskRequestHost: the sandbox's server is sent that Host, the port put in.
+    let body = json!({"templateID": "base", "timeout": 120, "network": {"maskRequestHost": "custom-host.example.com:${PORT}"}});
+    let r = https.post(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    let text = |k: &str| made[k].as_str().unwrap_or_default().to_string();
+    let masked = Made { id: text("sandboxID"), token: text("envdAccessToken"), traffic: text("trafficAccessToken") };
+    let url = format!("https://8080-{}.localhost:{port}/hello", masked.id);
+    start_echo(&https, &base, &masked, &url, Some(("e2b-traffic-access-token", &masked.traffic))).await;
+    let r = https.get(&url).header("e2b-traffic-access-token", &masked.traffic).send().await.unwrap();
+    let seen = r.text().await.unwrap();
+    assert!(seen.contains("host: custom-host.example.com:8080\n"), "{seen}");
+    let body = json!({"templateID": "base", "network": {"maskRequestHost": "bad\nhost"}});
+    let r = https.post(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 400);
     // A connection that sends nothing holds up no one.
     let idle = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let r = tokio::time::timeout(Duration::from_secs(10), https.get(format!("{base}/health")).send()).await;
     assert_eq!(r.expect("answered beside an idle connection").unwrap().status(), 204);
     drop(idle);
     let (ok, stderr) = server.stop();
-    assert!(ok && stderr.contains("destroyed 2 sandboxes"), "{stderr}");
+    assert!(ok && stderr.contains("destroyed 3 sandboxes"), "{stderr}");
     // The CA is kept: a second server in the same directory signs with it.
     let ca = std::fs::read(ca_dir.join("ca.pem")).unwrap();
     let again = Server::start(&["--ca-dir", ca_dir.to_str().unwrap()]);

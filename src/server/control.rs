@@ -191,6 +191,24 @@ fn public_ports(st: &AppState, network: Option<&Value>) -> bool {
     asked.and_then(Value::as_bool).unwrap_or(st.public_traffic)
 }
 
+/// create's `network.maskRequestHost`: the `Host` a sandbox's servers are sent in place of
+/// the port host (`${PORT}` becomes the port); an error for one that is no header value.
+fn mask_host(network: Option<&Value>) -> Result<Option<String>, Response> {
+    let Some(mask) = network.and_then(|n| n.get("maskRequestHost").or_else(|| n.get("mask_request_host"))) else {
+        return Ok(None);
+    };
+    match mask {
+        Value::Null => Ok(None),
+        Value::String(m) if !m.is_empty() && axum::http::HeaderValue::from_str(&m.replace("${PORT}", "1")).is_ok() => {
+            Ok(Some(m.clone()))
+        }
+        _ => Err(json_error(
+            StatusCode::BAD_REQUEST,
+            "network.maskRequestHost must be a host name, e.g. example.com:${PORT}",
+        )),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct AutoResume {
     #[serde(default)]
@@ -345,6 +363,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         auto_resume: req.auto_resume.is_some_and(|a| a.enabled),
     };
     let public_ports = public_ports(st, req.network.as_ref());
+    let mask_host = mask_host(req.network.as_ref())?;
     let info = match st
         .provider
         .create(CreateRequest {
@@ -386,6 +405,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         env_vars,
         watchers: Default::default(),
         public_ports,
+        mask_host,
         _slot: slot,
     });
     st.register(sb.clone());

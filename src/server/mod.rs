@@ -7,7 +7,10 @@
 //!
 //! # Routing (one port)
 //!
-//! Every request goes through `dispatch`, in this order:
+//! The port speaks plain HTTP and HTTPS (`tls`: sniffed per connection, certificates from a
+//! local CA): the SDKs address a sandbox port as `https://{port}-{id}.{domain}`, and routing
+//! is the same whichever way a request came. Every request goes through `dispatch`, in this
+//! order:
 //!
 //! 1. `Host: {port}-{id}.<anything>` (what `Sandbox.get_host(port)` returns, with the
 //!    `domain` this server reports, `localhost:<port>`): port 49983 is envd of sandbox `id`,
@@ -29,8 +32,8 @@
 //! `E2b-Sandbox-Id` on every envd call, so rule 2 routes it (see `control::with_envd_url`).
 //!
 //! Data-plane requests (1–3) are authenticated by `auth`: envd needs the sandbox's
-//! `envdAccessToken` (or a `/files` signature), a port its `trafficAccessToken`; the API key
-//! opens both.
+//! `envdAccessToken` (or a `/files` signature), a port its `trafficAccessToken` unless create
+//! asked for public traffic; the API key opens both.
 //!
 //! # Limits ([`Limits`])
 //!
@@ -237,6 +240,8 @@ pub(crate) struct Sbx {
     pub env_vars: std::collections::BTreeMap<String, String>,
     /// Its ports answer without the traffic token (create's `network.allowPublicTraffic`).
     pub public_ports: bool,
+    /// The `Host` its servers are sent (create's `network.maskRequestHost`; see `proxy`).
+    pub mask_host: Option<String>,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
@@ -701,7 +706,8 @@ pub async fn serve(
         requests: AtomicU64::new(0),
         sandboxes: Mutex::new(HashMap::new()),
         by_provider: Mutex::new(HashMap::new()),
-        http: Client::builder(TokioExecutor::new()).build_http(),
+        // Header names as Go's proxy writes them (`Host`, `User-Agent`), not lowercase.
+        http: Client::builder(TokioExecutor::new()).http1_title_case_headers(true).build_http(),
         templates: templates::Store::new(work.clone()),
         snapshots: Default::default(),
         base_url: format!("http://{addr}"),

@@ -2,8 +2,9 @@
 //! `Sandbox.get_host(port)` returns) and the `E2b-Sandbox-Id` + `E2b-Sandbox-Port` header pair
 //! both forward the request to the provider's [`Provider::port_url`] for that port.
 //!
-//! Plain HTTP/1.1 request/response forwarding with streamed bodies (hyper's client); the
-//! `Host` header is passed through unchanged. Protocol upgrades (WebSocket) are not forwarded.
+//! Plain HTTP/1.1 request/response forwarding with streamed bodies (hyper's client, header
+//! names in title case as E2B's Go proxy sends them); the `Host` header is passed through
+//! unchanged, or replaced by create's `network.maskRequestHost` with `${PORT}` the port. Protocol upgrades (WebSocket) are not forwarded.
 //! A port nobody listens on answers 502 "The sandbox is running but port is not open", which
 //! the SDKs map to `SandboxUnreachableException`.
 //!
@@ -64,6 +65,12 @@ pub(crate) async fn forward(st: &AppState, sb: &Sbx, port: u16, mut req: Request
     strip_hop_by_hop(req.headers_mut());
     for h in ["e2b-sandbox-id", "e2b-sandbox-port"] {
         req.headers_mut().remove(h);
+    }
+    if let Some(mask) = &sb.mask_host {
+        // Checked at create with a port put in.
+        if let Ok(v) = axum::http::HeaderValue::from_str(&mask.replace("${PORT}", &port.to_string())) {
+            req.headers_mut().insert(header::HOST, v);
+        }
     }
     match st.http.request(req).await {
         Ok(resp) => {
