@@ -1973,3 +1973,41 @@ async fn allow_public_traffic_opens_ports_and_false_keeps_them_private() {
         assert!(ok && stderr.contains("destroyed 3 sandboxes"), "{stderr}");
     }
 }
+
+#[test]
+fn a_ca_dir_serve_cannot_use_is_an_error_if_named_and_plain_http_only_if_not() {
+    let named = Command::new(common::bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--api-key", KEY, "--ca-dir", "/proc/no-such/ca"])
+        .env_remove("E2B_API_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&named.stderr);
+    assert_eq!(named.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("certificate authority in /proc/no-such/ca"), "{stderr}");
+    // The default directory unusable: serve runs, plain HTTP only, and says so.
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(common::bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--api-key", KEY])
+        .env("XDG_STATE_HOME", "/proc/no-such")
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .env_remove("E2B_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut first, mut second) = (String::new(), String::new());
+    out.read_line(&mut first).unwrap();
+    out.read_line(&mut second).unwrap();
+    let addr = first.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("{first:?}")).to_string();
+    assert_eq!(second.trim(), "no https");
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(&mut conn, b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
