@@ -437,6 +437,23 @@ mod tests {
     }
 
     #[test]
+    fn certificates_are_issued_per_name_of_ours_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = Certs::new(Ca::load_or_create(dir.path()).unwrap(), "127.0.0.1:3000".parse().unwrap()).unwrap();
+        let a = certs.for_name(Some("8080-abc.localhost"));
+        assert!(Arc::ptr_eq(&a, &certs.for_name(Some("8080-ABC.localhost"))), "kept, by the lowercase name");
+        assert!(!Arc::ptr_eq(&a, &certs.fallback));
+        assert!(!Arc::ptr_eq(&a, &certs.for_name(Some("9000-abc.localhost"))));
+        for other in [None, Some("localhost"), Some("example.com"), Some("a.b.localhost")] {
+            assert!(Arc::ptr_eq(&certs.for_name(other), &certs.fallback), "{other:?}");
+        }
+        // The issued certificate names exactly the name asked for.
+        let der = a.cert[0].as_ref();
+        assert!(der.windows(18).any(|w| w == b"8080-abc.localhost"));
+        assert!(!der.windows(11).any(|w| w == b"*.localhost"));
+    }
+
+    #[test]
     fn the_ca_is_made_once_and_kept_private() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
