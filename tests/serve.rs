@@ -238,7 +238,10 @@ async fn serve_speaks_the_e2b_protocol() {
         assert_eq!(r.status(), 502);
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["code"], 502);
-        assert_eq!(body["message"], format!("The sandbox {sid} was not found"));
+        assert_eq!(
+            (body["message"].as_str(), body["sandboxId"].as_str()),
+            (Some("The sandbox was not found"), Some(sid))
+        );
     }
 
     let (ok, stderr) = server.stop();

@@ -18,7 +18,7 @@
 //! 2. An `E2b-Sandbox-Id` header (what the SDK sends on every envd call when
 //!    `E2B_SANDBOX_URL` points here): envd of that sandbox, or the port in
 //!    `E2b-Sandbox-Port` if that is not 49983. An unknown or killed sandbox answers 502
-//!    `{"code":502,"message":"The sandbox <id> was not found"}` (the SDK raises
+//!    `{"sandboxId":<id>,"code":502,"message":"The sandbox was not found"}` (the SDK raises
 //!    `SandboxNotRunningException`).
 //! 3. A `/files` request with a `signature` and neither of the above (a signed URL the SDK
 //!    built on `E2B_SANDBOX_URL`): envd of the sandbox whose token made the signature.
@@ -434,7 +434,8 @@ fn not_running(id: &str) -> Response {
     let body = serde_json::json!({
         "sandboxId": id,
         "code": 502,
-        "message": format!("The sandbox {id} was not found"),
+        // E2B's proxy's words exactly (the JS SDK's tests compare them); the id is beside.
+        "message": "The sandbox was not found",
     });
     let mut r =
         (StatusCode::BAD_GATEWAY, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
