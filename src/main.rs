@@ -651,7 +651,7 @@ fn run(args: RunArgs) -> u8 {
 fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
-    let opts = match args.options() {
+    let mut opts = match args.options() {
         Ok(o) => o,
         Err(e) => {
             errln!("error: {e}");
@@ -659,6 +659,8 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
         }
     };
     let (listen, isolation) = (args.listen, args.isolation.as_str());
+    let ca_dir_given = args.ca_dir.is_some();
+    let ca_dir = args.ca_dir.clone().unwrap_or_else(scenario_run::server::tls::default_ca_dir);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
         let isolation = match isolation {
@@ -694,7 +696,34 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
             return EXIT_INFRA;
         };
         let addr = listener.local_addr().unwrap_or(listen);
+        let certs = scenario_run::server::tls::Ca::load_or_create(&ca_dir)
+            .and_then(|ca| scenario_run::server::tls::Certs::new(ca, addr));
+        let certs = match certs {
+            Ok(c) => Some(Arc::new(c)),
+            // Asked for by name: that directory or nothing.
+            Err(e) if ca_dir_given => {
+                errln!("error: serve's certificate authority in {}: {e}", ca_dir.display());
+                return EXIT_INFRA;
+            }
+            Err(e) => {
+                errln!("warning: no https (serve's certificate authority in {}: {e}); name another with --ca-dir", ca_dir.display());
+                None
+            }
+        };
         outln!("listening on http://{addr}");
+        match &certs {
+            Some(c) => {
+                outln!(
+                    "https on the same port; ca certificate: {} ({}; trust it with SSL_CERT_FILE or REQUESTS_CA_BUNDLE (Python), NODE_EXTRA_CA_CERTS (Node))",
+                    c.ca_path().display(),
+                    if c.ca_created() { "made now" } else { "kept from before" }
+                );
+            }
+            None => {
+                outln!("no https");
+            }
+        }
+        opts.tls = certs;
         let _ = std::io::stdout().flush();
         let shutdown = async move {
             tokio::select! {

@@ -61,13 +61,19 @@ fn check_client_run(srv: &Server, out: &Output, report: &Path) {
     let own = remote["own_ids"].as_array().unwrap();
     assert_eq!(own.len(), 1, "{remote}");
     assert_ne!(own[0], made["id"], "@sandbox made a sandbox of its own");
+    // sandbox.run reached the agent-sandbox-server of the sandbox it made over https.
+    let reg: serde_json::Value =
+        serde_json::from_str(step_by_id(report, "registered")["outputs"]["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(reg["result"]["stdout"], "42 user\n", "{reg}");
+    assert_eq!(reg["gone"], true, "{reg}");
     assert_no_key(srv, out, report);
     assert_eq!(live(srv), 0, "every sandbox the client made is gone");
 }
 
 #[test]
 fn the_product_client_scenario_passes_against_serve_on_both_presets() {
-    let srv = serve();
+    // E2B's default: ports public (sandbox.run sends no token to the server's port).
+    let srv = serve_with(&["--allow-public-traffic"]);
     let report = tempfile::NamedTempFile::new().unwrap();
     let out = with_report(alicloud_cmd(&srv, &[CLIENT]), report.path());
     check_client_run(&srv, &out, report.path());

@@ -67,7 +67,8 @@ fn summary_line(stdout: &str) -> String {
 
 #[test]
 fn the_whole_library_passes_over_the_e2b_protocol() {
-    let srv = serve();
+    // E2B's default, public ports: the product client's sandbox.run sends no traffic token.
+    let srv = serve_with(&["--allow-public-traffic"]);
     let out = e2b_cmd(&srv, &["-j", "5", "scenarios"])
         // serve has no official templates: build code-interpreter-v1 from templates/.
         .env("E2E_BUILD_OFFICIAL", "1")

@@ -1978,3 +1978,228 @@ fn accepted_connections_are_nodelay() {
     let (ok, stderr) = server.stop();
     assert!(ok, "{stderr}");
 }
+
+// ---- https port hosts (TLS on serve's port) --------------------------------------------------
+
+/// A client that trusts only the CA in `ca_dir` (and resolves `*.localhost` to loopback).
+fn tls_client(ca_dir: &std::path::Path) -> reqwest::Client {
+    let pem = std::fs::read(ca_dir.join("ca.pem")).expect("serve wrote its CA certificate");
+    let ca = reqwest::Certificate::from_pem(&pem).unwrap();
+    scenario_run::net::client_builder()
+        .dns_resolver(scenario_run::net::LoopbackResolver)
+        .tls_certs_only([ca])
+        .build()
+        .unwrap()
+}
+
+/// An HTTP server in `sb` on port 8080 that echoes its request headers, once it answers.
+async fn start_echo(http: &reqwest::Client, base: &str, sb: &Made, url: &str, cred: Credential<'_>) {
+    let r = http
+        .post(format!("{base}/files?path=/tmp/echo.py"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/octet-stream")
+        .body(ECHO_SERVER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    run_cmd(http, base, sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut req = http.get(url);
+        if let Some((h, v)) = cred {
+            req = req.header(h, v);
+        }
+        let r = req.send().await.unwrap();
+        if r.status() == 200 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the echo server did not come up: {}", r.status());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn port_hosts_answer_https_with_a_certificate_from_serves_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_dir = dir.path().join("ca");
+    let server = Server::start(&["--ca-dir", ca_dir.to_str().unwrap()]);
+    let port = server.port();
+    let https = tls_client(&ca_dir);
+    let base = format!("https://localhost:{port}");
+    // The control plane over TLS; envdUrl names the scheme the request came in with.
+    let r = https
+        .post(format!("{base}/v2/sandboxes"))
+        .header("X-API-KEY", KEY)
+        .json(&json!({"templateID": "base", "timeout": 120}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    assert_eq!(made["envdUrl"], format!("https://localhost:{port}"), "{made}");
+    let sb = make(&https, &base).await;
+    // envd through its own port host, over TLS.
+    let envd = format!("https://49983-{}.localhost:{port}", sb.id);
+    let r = https
+        .post(format!("{envd}/files?path=/tmp/hello.txt"))
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/octet-stream")
+        .body("over tls")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let (out, end) = run_cmd(&https, &envd, &sb, "cat /tmp/hello.txt").await;
+    assert_eq!((out.as_str(), end["exitCode"].as_i64().unwrap_or(0)), ("over tls", 0), "{end}");
+    // A server in the sandbox, through https://8080-<id>.localhost:<port>.
+    let url = format!("https://8080-{}.localhost:{port}/hello", sb.id);
+    start_echo(&https, &base, &sb, &url, Some(("e2b-traffic-access-token", &sb.traffic))).await;
+    let r = https.get(&url).header("e2b-traffic-access-token", &sb.traffic).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = r.text().await.unwrap();
+    assert!(seen.contains(&format!("host: 8080-{}.localhost:{port}", sb.id)), "{seen}");
+    assert!(!seen.contains(&sb.traffic), "the token reached the application: {seen}");
+    // The traffic token is needed over TLS as over HTTP.
+    let r = https.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    // Plain HTTP on the same port still works, to the same server.
+    let plain = client();
+    let r = plain
+        .get(format!("http://8080-{}.localhost:{port}/hello", sb.id))
+        .header("e2b-traffic-access-token", &sb.traffic)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A client that does not trust serve's CA refuses the certificate; one that trusts
+    // another CA too.
+    let untrusting =
+        scenario_run::net::client_builder().dns_resolver(scenario_run::net::LoopbackResolver).build().unwrap();
+    let e = untrusting.get(&url).send().await.unwrap_err();
+    assert!(format!("{e:?}").contains("UnknownIssuer"), "{e:?}");
+    let other = tempfile::tempdir().unwrap();
+    scenario_run::server::tls::Ca::load_or_create(other.path()).unwrap();
+    let e = tls_client(other.path()).get(&url).send().await.unwrap_err();
+    assert!(format!("{e:?}").contains("BadSignature") || format!("{e:?}").contains("UnknownIssuer"), "{e:?}");
+    // maskRequestHost: the sandbox's server is sent that Host, the port put in.
+    let body = json!({"templateID": "base", "timeout": 120, "network": {"maskRequestHost": "custom-host.example.com:${PORT}"}});
+    let r = https.post(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    let text = |k: &str| made[k].as_str().unwrap_or_default().to_string();
+    let masked = Made { id: text("sandboxID"), token: text("envdAccessToken"), traffic: text("trafficAccessToken") };
+    let url = format!("https://8080-{}.localhost:{port}/hello", masked.id);
+    start_echo(&https, &base, &masked, &url, Some(("e2b-traffic-access-token", &masked.traffic))).await;
+    let r = https.get(&url).header("e2b-traffic-access-token", &masked.traffic).send().await.unwrap();
+    let seen = r.text().await.unwrap();
+    assert!(seen.contains("host: custom-host.example.com:8080\n"), "{seen}");
+    let body = json!({"templateID": "base", "network": {"maskRequestHost": "bad\nhost"}});
+    let r = https.post(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    // A connection that sends nothing holds up no one.
+    let idle = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), https.get(format!("{base}/health")).send()).await;
+    assert_eq!(r.expect("answered beside an idle connection").unwrap().status(), 204);
+    drop(idle);
+    let (ok, stderr) = server.stop();
+    assert!(ok && stderr.contains("destroyed 3 sandboxes"), "{stderr}");
+    // The CA is kept: a second server in the same directory signs with it.
+    let ca = std::fs::read(ca_dir.join("ca.pem")).unwrap();
+    let again = Server::start(&["--ca-dir", ca_dir.to_str().unwrap()]);
+    assert_eq!(std::fs::read(ca_dir.join("ca.pem")).unwrap(), ca);
+    let r = https.get(format!("https://localhost:{}/health", again.port())).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    let (ok, stderr) = again.stop();
+    assert!(ok, "{stderr}");
+}
+
+#[tokio::test]
+async fn allow_public_traffic_opens_ports_and_false_keeps_them_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_dir = dir.path().join("ca");
+    for default_public in [false, true] {
+        let mut flags = vec!["--ca-dir", ca_dir.to_str().unwrap()];
+        if default_public {
+            flags.push("--allow-public-traffic");
+        }
+        let server = Server::start(&flags);
+        let port = server.port();
+        let https = tls_client(&ca_dir);
+        let base = format!("https://localhost:{port}");
+        // (create's network, ports public?)
+        let cases = [
+            (None, default_public),
+            (Some(json!({"allowPublicTraffic": true})), true),
+            (Some(json!({"allowPublicTraffic": false})), false),
+        ];
+        for (network, public) in cases {
+            let mut body = json!({"templateID": "base", "timeout": 120});
+            if let Some(n) = &network {
+                body["network"] = n.clone();
+            }
+            let r =
+                https.post(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 201);
+            let made: Value = r.json().await.unwrap();
+            let what = format!("default public {default_public}, network {network:?}");
+            // E2B names a traffic token only for private ports.
+            assert_eq!(made["trafficAccessToken"].is_null(), public, "{what}: {made}");
+            let sb = Made {
+                id: made["sandboxID"].as_str().unwrap().into(),
+                token: made["envdAccessToken"].as_str().unwrap().into(),
+                traffic: made["trafficAccessToken"].as_str().unwrap_or_default().into(),
+            };
+            let url = format!("https://8080-{}.localhost:{port}/hello", sb.id);
+            let cred = (!public).then_some(("e2b-traffic-access-token", sb.traffic.as_str()));
+            start_echo(&https, &base, &sb, &url, cred).await;
+            let r = https.get(&url).send().await.unwrap();
+            assert_eq!(r.status(), if public { 200 } else { 403 }, "{what}");
+            if !public {
+                let body: Value = r.json().await.unwrap();
+                assert!(body["message"].as_str().unwrap().contains("missing traffic access token"), "{body}");
+            }
+        }
+        let (ok, stderr) = server.stop();
+        assert!(ok && stderr.contains("destroyed 3 sandboxes"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_ca_dir_serve_cannot_use_is_an_error_if_named_and_plain_http_only_if_not() {
+    let named = Command::new(common::bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--api-key", KEY, "--ca-dir", "/proc/no-such/ca"])
+        .env_remove("E2B_API_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&named.stderr);
+    assert_eq!(named.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("certificate authority in /proc/no-such/ca"), "{stderr}");
+    // The default directory unusable: serve runs, plain HTTP only, and says so.
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(common::bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--api-key", KEY])
+        .env("XDG_STATE_HOME", "/proc/no-such")
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .env_remove("E2B_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut first, mut second) = (String::new(), String::new());
+    out.read_line(&mut first).unwrap();
+    out.read_line(&mut second).unwrap();
+    let addr = first.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("{first:?}")).to_string();
+    assert_eq!(second.trim(), "no https");
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(&mut conn, b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}

@@ -12,9 +12,18 @@ pub const MIN_API_KEY_LEN: usize = 32;
 /// Flags of `scenario-run serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
-    /// Address to listen on (loopback by default; there is no TLS).
+    /// Address to listen on (loopback by default). Plain HTTP and HTTPS share it.
     #[arg(long, default_value = "127.0.0.1:3000")]
     pub listen: std::net::SocketAddr,
+    /// Where serve's local certificate authority is kept (made on first use): ca.pem for
+    /// clients to trust, ca-key.pem (0600). Default: $XDG_STATE_HOME/scenario-run/serve-ca,
+    /// else ~/.local/state/scenario-run/serve-ca.
+    #[arg(long, value_name = "DIR")]
+    pub ca_dir: Option<std::path::PathBuf>,
+    /// Sandboxes whose create does not say network.allowPublicTraffic get public ports, as
+    /// on E2B (no traffic token needed); without it they need the token.
+    #[arg(long)]
+    pub allow_public_traffic: bool,
     /// The API key clients must send (X-API-KEY or Authorization: Bearer); at least 32
     /// characters, e.g. `e2b_` and 40 hex digits.
     #[arg(long, env = "E2B_API_KEY", hide_env_values = true)]
@@ -80,6 +89,8 @@ impl ServeArgs {
                 max_upload: self.max_upload,
                 max_inflate_ratio: self.max_inflate_ratio,
             },
+            tls: None,
+            public_traffic: self.allow_public_traffic,
         })
     }
 }

@@ -10,10 +10,11 @@
 //!   The SDKs use the token a create answer carries whether or not they asked for one.
 //! * `trafficAccessToken`, E2B's private ingress: requests to a sandbox port (not envd's)
 //!   must carry it as `e2b-traffic-access-token`. E2B issues it only when a create asks for
-//!   `network.allowPublicTraffic: false`; serve always does, because a port host
-//!   (`{port}-{id}.localhost`) must not be open to anyone who can reach serve's port, unless
-//!   the create asked for `allowPublicTraffic: true` in so many words (the SDKs send it only
-//!   when told to): then its ports take requests without a token.
+//!   `network.allowPublicTraffic: false`; serve does also when create does not say, because
+//!   a port host (`{port}-{id}.localhost`) should not be open to anyone who can reach serve's
+//!   port. A create saying `allowPublicTraffic: true` gets public ports (and a null
+//!   `trafficAccessToken` in its answer, as E2B's); `--allow-public-traffic` makes that the
+//!   default, as E2B's (the official SDK tests reach ports without a token).
 //!
 //! What each route accepts (the API key always works, as `X-API-KEY`, so a person with curl
 //! never needs a token; `Authorization` is left alone on the data plane, where it is
@@ -24,7 +25,7 @@
 //! | envd `GET /health` | none (envd's rule) | |
 //! | envd Connect RPCs | `X-Access-Token` | 401 `{"code":401,"message":"unauthorized access, …"}` |
 //! | envd `/files` | `X-Access-Token`, else a `signature` (+ `signature_expiration`) in the query, signed with the token (§5.3) | 401 with envd's messages: token mismatch, missing, invalid or expired signature |
-//! | a sandbox port | `e2b-traffic-access-token` (or `X-Access-Token`) | 403 `{"sandboxId","message","code":403}`, missing or invalid, as E2B's proxy |
+//! | a sandbox port | `e2b-traffic-access-token` (or `X-Access-Token`); none if its ports are public | 403 `{"sandboxId","message","code":403}`, missing or invalid, as E2B's proxy |
 //!
 //! A signed `/files` URL may arrive with no sandbox id at all: with `E2B_SANDBOX_URL` the SDK
 //! builds `upload_url()`/`download_url()` on that one URL (protocol doc §12.4). The signature
@@ -217,7 +218,7 @@ fn forbidden(id: &str, message: &str) -> Response {
     (StatusCode::FORBIDDEN, [(axum::http::header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-/// Checks a request to a port of `sb` other than envd's.
+/// Checks a request to a port of `sb` other than envd's; public ports take anyone.
 pub(crate) fn port(st: &AppState, sb: &Sbx, h: &HeaderMap) -> Result<(), Response> {
     if sb.public_ports {
         return Ok(());

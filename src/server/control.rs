@@ -223,31 +223,31 @@ fn network_json(p: &NetworkPolicy) -> Value {
     v
 }
 
-/// create's `network.maskRequestHost`: the `Host` the port proxy gives requests to the
-/// sandbox's ports instead of the caller's, `${PORT}` standing for the port (E2B's proxy does
-/// the same). Refused (400) if it is not a string or could not be a header value.
-fn mask_request_host(req: &NewSandbox) -> Result<Option<String>, String> {
-    let Some(v) = req.network.as_ref().and_then(|n| n.get("maskRequestHost")) else {
-        return Ok(None);
-    };
-    match v {
-        Value::Null => Ok(None),
-        Value::String(s) if s.is_empty() => Ok(None),
-        Value::String(s) if axum::http::HeaderValue::from_str(&s.replace("${PORT}", "65535")).is_ok() => {
-            Ok(Some(s.clone()))
-        }
-        _ => Err("network.maskRequestHost must be a host name that can be a Host header".to_string()),
+/// Whether create asked for ports open without the traffic token (`allowPublicTraffic`,
+/// E2B's default `true`), else serve's default (`--allow-public-traffic`).
+fn public_ports(st: &AppState, network: Option<&Value>) -> Result<bool, Response> {
+    match network.and_then(|n| n.get("allowPublicTraffic").or_else(|| n.get("allow_public_traffic"))) {
+        None | Some(Value::Null) => Ok(st.public_traffic),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(json_error(StatusCode::BAD_REQUEST, "network.allowPublicTraffic must be true or false")),
     }
 }
 
-/// create's `network.allowPublicTraffic`: only an explicit `true` opens the sandbox's ports to
-/// requests without its traffic token (E2B's default, which the SDKs send only when told to);
-/// absent, serve keeps them private (see `auth`).
-fn allow_public_traffic(req: &NewSandbox) -> Result<bool, String> {
-    match req.network.as_ref().and_then(|n| n.get("allowPublicTraffic")) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err("network.allowPublicTraffic must be true or false".to_string()),
+/// create's `network.maskRequestHost`: the `Host` a sandbox's servers are sent in place of
+/// the port host (`${PORT}` becomes the port); an error for one that is no header value.
+fn mask_host(network: Option<&Value>) -> Result<Option<String>, Response> {
+    let Some(mask) = network.and_then(|n| n.get("maskRequestHost").or_else(|| n.get("mask_request_host"))) else {
+        return Ok(None);
+    };
+    match mask {
+        Value::Null => Ok(None),
+        Value::String(m) if !m.is_empty() && axum::http::HeaderValue::from_str(&m.replace("${PORT}", "1")).is_ok() => {
+            Ok(Some(m.clone()))
+        }
+        _ => Err(json_error(
+            StatusCode::BAD_REQUEST,
+            "network.maskRequestHost must be a host name, e.g. example.com:${PORT}",
+        )),
     }
 }
 
@@ -279,21 +279,23 @@ pub(crate) fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": sb.tokens.envd,
-        "trafficAccessToken": sb.tokens.traffic,
+        // E2B names a traffic token only for a sandbox whose ports need it.
+        "trafficAccessToken": if sb.public_ports { Value::Null } else { json!(sb.tokens.traffic) },
         "domain": st.domain,
     })
 }
 
 /// Where envd of every sandbox is, for a client that asks the control plane: `envdUrl`, the
-/// origin the request came to (`http://` and its `Host`). The product's client
+/// origin the request came to (its scheme, see `super::SCHEME_HEADER`, and its `Host`). The product's client
 /// (`agent-sandbox-client`) takes a sandbox's envd from `envdUrl` when the platform names one,
 /// and otherwise derives `https://49983-{id}.{domain}`, which a plain-HTTP serve on one port
 /// cannot answer; it sends `E2b-Sandbox-Id` on every envd call, so `super::dispatch` routes
 /// those to the sandbox. The E2B SDKs ignore the field.
 fn with_envd_url(mut v: Value, headers: &HeaderMap) -> Value {
     let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
+    let https = headers.get(super::SCHEME_HEADER).is_some_and(|s| s.as_bytes() == b"https");
     if let Some(host) = host.filter(|h| !h.is_empty() && !h.contains(['/', '@', ' '])) {
-        v["envdUrl"] = json!(format!("http://{host}"));
+        v["envdUrl"] = json!(format!("{}://{host}", if https { "https" } else { "http" }));
     }
     v
 }
@@ -330,7 +332,7 @@ fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
         "metadata": info.metadata,
         "domain": st.domain,
     });
-    // Only when create set them, as before these existed (older SDKs' models parse it).
+    // Ingress: whether ports take requests without the traffic token, and the Host they see.
     if sb.public_ports || sb.mask_host.is_some() {
         v["network"]["allowPublicTraffic"] = json!(sb.public_ports);
         if let Some(m) = &sb.mask_host {
@@ -366,10 +368,6 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
         return Err(json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL"));
     }
-    let (mask_host, public_ports) = match (mask_request_host(&req), allow_public_traffic(&req)) {
-        (Ok(m), Ok(p)) => (m, p),
-        (Err(e), _) | (_, Err(e)) => return Err(json_error(StatusCode::BAD_REQUEST, &e)),
-    };
     let network = network_policy(req.allow_internet_access, req.network.as_ref())?;
     let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
@@ -408,6 +406,8 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         keep_memory: req.auto_pause_memory.unwrap_or(true),
         auto_resume: req.auto_resume.is_some_and(|a| a.enabled),
     };
+    let public_ports = public_ports(st, req.network.as_ref())?;
+    let mask_host = mask_host(req.network.as_ref())?;
     let info = match st
         .provider
         .create(CreateRequest {

@@ -7,7 +7,10 @@
 //!
 //! # Routing (one port)
 //!
-//! Every request goes through `dispatch`, in this order:
+//! The port speaks plain HTTP and HTTPS (`tls`: sniffed per connection, certificates from a
+//! local CA): the SDKs address a sandbox port as `https://{port}-{id}.{domain}`, and routing
+//! is the same whichever way a request came. Every request goes through `dispatch`, in this
+//! order:
 //!
 //! 1. `Host: {port}-{id}.<anything>` (what `Sandbox.get_host(port)` returns, with the
 //!    `domain` this server reports, `localhost:<port>`): port 49983 is envd of sandbox `id`,
@@ -29,8 +32,8 @@
 //! `E2b-Sandbox-Id` on every envd call, so rule 2 routes it (see `control::with_envd_url`).
 //!
 //! Data-plane requests (1–3) are authenticated by `auth`: envd needs the sandbox's
-//! `envdAccessToken` (or a `/files` signature), a port its `trafficAccessToken`; the API key
-//! opens both.
+//! `envdAccessToken` (or a `/files` signature), a port its `trafficAccessToken` unless create
+//! asked for public traffic; the API key opens both.
 //!
 //! # Limits ([`Limits`])
 //!
@@ -71,6 +74,7 @@ mod procs;
 mod proxy;
 mod snapshots;
 mod templates;
+pub mod tls;
 
 pub use args::ServeArgs;
 
@@ -146,6 +150,12 @@ pub struct ServeOptions {
     pub api_key: String,
     pub faults: Faults,
     pub limits: Limits,
+    /// HTTPS beside plain HTTP on the port (see `tls`), with these certificates.
+    pub tls: Option<Arc<tls::Certs>>,
+    /// Whether a sandbox whose create does not say `network.allowPublicTraffic` gets E2B's
+    /// default, public ports (`--allow-public-traffic`); otherwise its ports need its traffic
+    /// token, as with `allowPublicTraffic: false`.
+    pub public_traffic: bool,
 }
 
 /// What happened to a create, for double-create accounting.
@@ -230,10 +240,10 @@ pub(crate) struct Sbx {
     pub watchers: Mutex<HashMap<String, Arc<envd::Watcher>>>,
     /// create's `envVars`, which its forks get too.
     pub env_vars: std::collections::BTreeMap<String, String>,
-    /// create's `network.maskRequestHost`: the `Host` its ports are sent (`${PORT}` unfilled).
-    pub mask_host: Option<String>,
-    /// create asked for `network.allowPublicTraffic: true`: its ports need no traffic token.
+    /// Its ports answer without the traffic token (create's `network.allowPublicTraffic`).
     pub public_ports: bool,
+    /// The `Host` its servers are sent (create's `network.maskRequestHost`; see `proxy`).
+    pub mask_host: Option<String>,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
 }
@@ -244,6 +254,8 @@ pub(crate) struct AppState {
     /// Reported as `domain`, so `get_host(port)` gives `{port}-{id}.localhost:<port>`.
     pub domain: String,
     pub faults: Faults,
+    /// What a create that does not say `allowPublicTraffic` gets (see [`ServeOptions`]).
+    pub public_traffic: bool,
     requests: AtomicU64,
     sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
     by_provider: Mutex<HashMap<String, String>>,
@@ -424,6 +436,7 @@ fn not_running(id: &str) -> Response {
     let body = serde_json::json!({
         "sandboxId": id,
         "code": 502,
+        // E2B's proxy's words exactly (the JS SDK's tests compare them); the id is beside.
         "message": "The sandbox was not found",
     });
     let mut r =
@@ -489,20 +502,24 @@ async fn inject(st: &AppState) -> Option<Response> {
 }
 
 /// The socket a request came in on, so that a stream whose sandbox dies can be cut as a
-/// dying envd's is: with a reset (see [`reset_on_close`]), not a clean close.
+/// dying envd's is: with a reset (see [`reset_on_close`]), not a clean close. And whether it
+/// speaks TLS.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ConnSocket(std::os::fd::RawFd);
+pub(crate) struct ConnSocket {
+    fd: std::os::fd::RawFd,
+    tls: bool,
+}
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for ConnSocket {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tls::Listener>> for ConnSocket {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tls::Listener>) -> Self {
         use std::os::fd::AsRawFd;
-        // Without TCP_NODELAY a streamed response (headers, then each Connect frame in its own
-        // write) waits for the client's delayed ACK before every small write after the first:
-        // about 40 ms per `commands.run` on loopback. A failure only costs that latency.
-        let _ = stream.io().set_nodelay(true);
-        ConnSocket(stream.io().as_raw_fd())
+        ConnSocket { fd: stream.io().as_raw_fd(), tls: stream.io().is_tls() }
     }
 }
+
+/// Set by serve on every control-plane request (any such header a client sent is replaced):
+/// `https` when it came over TLS, else `http`; `envdUrl` is given that scheme.
+pub(crate) const SCHEME_HEADER: &str = "x-scenario-run-scheme";
 
 /// Makes the connection of a request whose response is still streaming end with a TCP reset
 /// when it is closed (`SO_LINGER` 0): over HTTP/1.1 that is how the SDKs see a connection
@@ -510,7 +527,7 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, toki
 /// sandbox is gone) rather than a truncated body. Only for a response still being written,
 /// so the socket is the request's own.
 pub(crate) fn reset_on_close(sock: Option<ConnSocket>) {
-    let Some(ConnSocket(fd)) = sock else { return };
+    let Some(ConnSocket { fd, .. }) = sock else { return };
     let linger = libc::linger { l_onoff: 1, l_linger: 0 };
     // SAFETY: plain setsockopt on a descriptor the server holds open; a failure is harmless.
     unsafe {
@@ -648,6 +665,8 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
             if req.uri().path() == "/_serve/stats" {
                 return stats(st).await;
             }
+            let tls = req.extensions().get::<axum::extract::ConnectInfo<ConnSocket>>().is_some_and(|c| c.0.tls);
+            req.headers_mut().insert(SCHEME_HEADER, HeaderValue::from_static(if tls { "https" } else { "http" }));
             return routers.control.clone().oneshot(req).await.into_response();
         }
     };
@@ -686,10 +705,12 @@ pub async fn serve(
         api_key: opts.api_key,
         domain: format!("localhost:{}", addr.port()),
         faults: opts.faults,
+        public_traffic: opts.public_traffic,
         requests: AtomicU64::new(0),
         sandboxes: Mutex::new(HashMap::new()),
         by_provider: Mutex::new(HashMap::new()),
-        http: Client::builder(TokioExecutor::new()).build_http(),
+        // Header names as Go's proxy writes them (`Host`, `User-Agent`), not lowercase.
+        http: Client::builder(TokioExecutor::new()).http1_title_case_headers(true).build_http(),
         templates: templates::Store::new(work.clone()),
         snapshots: Default::default(),
         base_url: format!("http://{addr}"),
@@ -703,6 +724,11 @@ pub async fn serve(
     let app = Router::new().fallback(move |req: Request| dispatch(st.clone(), routers.clone(), req));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = app.into_make_service_with_connect_info::<ConnSocket>();
+    let tls_config = match &opts.tls {
+        Some(certs) => Some(certs.server_config()?),
+        None => None,
+    };
+    let listener = tls::Listener::new(listener, tls_config)?;
     let server = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });

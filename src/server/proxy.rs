@@ -2,8 +2,9 @@
 //! `Sandbox.get_host(port)` returns) and the `E2b-Sandbox-Id` + `E2b-Sandbox-Port` header pair
 //! both forward the request to the provider's [`Provider::port_url`] for that port.
 //!
-//! Plain HTTP/1.1 request/response forwarding with streamed bodies (hyper's client); the
-//! `Host` header is passed through unchanged, unless create asked for `maskRequestHost`. Protocol upgrades (WebSocket) are not forwarded.
+//! Plain HTTP/1.1 request/response forwarding with streamed bodies (hyper's client, header
+//! names in title case as E2B's Go proxy sends them); the `Host` header is passed through
+//! unchanged, or replaced by create's `network.maskRequestHost` with `${PORT}` the port. Protocol upgrades (WebSocket) are not forwarded.
 //! A port nobody listens on answers 502 "The sandbox is running but port is not open", which
 //! the SDKs map to `SandboxUnreachableException`.
 //!
@@ -11,7 +12,7 @@
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderName, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -66,8 +67,8 @@ pub(crate) async fn forward(st: &AppState, sb: &Sbx, port: u16, mut req: Request
         req.headers_mut().remove(h);
     }
     if let Some(mask) = &sb.mask_host {
-        // Checked at create to make a valid header with any port.
-        if let Ok(v) = HeaderValue::from_str(&mask.replace("${PORT}", &port.to_string())) {
+        // Checked at create with a port put in.
+        if let Ok(v) = axum::http::HeaderValue::from_str(&mask.replace("${PORT}", &port.to_string())) {
             req.headers_mut().insert(header::HOST, v);
         }
     }

@@ -11,12 +11,20 @@ pub struct Server {
     child: Child,
     pub port: u16,
     pub key: String,
+    /// Its CA (`ca/ca.pem`) and `bundle.pem`: the system's roots and that CA.
+    tls: tempfile::TempDir,
 }
 
 impl Server {
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// What a client trusts to reach the server's https port hosts: the system's roots and
+    /// serve's CA (SSL_CERT_FILE replaces Python's store, and pip must still reach PyPI).
+    pub fn ca_bundle(&self) -> std::path::PathBuf {
+        self.tls.path().join("bundle.pem")
     }
 }
 
@@ -46,7 +54,10 @@ pub fn serve_env(extra: &[&str], env: &[(&str, &std::path::Path)]) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let key = format!("e2b_{:040x}", u128::from(std::process::id()) * 104729 + u128::from(port));
     let listen = format!("127.0.0.1:{port}");
-    let mut args = vec!["serve", "--listen", &listen, "--api-key", &key];
+    let tls = tempfile::Builder::new().prefix("srserve-ca-").tempdir().unwrap();
+    let ca_dir = tls.path().join("ca");
+    let ca_dir = ca_dir.to_str().unwrap();
+    let mut args = vec!["serve", "--listen", &listen, "--api-key", &key, "--ca-dir", ca_dir];
     args.extend_from_slice(extra);
     let mut c = cmd(&args);
     for (k, v) in env {
@@ -56,14 +67,18 @@ pub fn serve_env(extra: &[&str], env: &[(&str, &std::path::Path)]) -> Server {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on http://127.0.0.1:"), "server did not start: {line:?}");
-    Server { child, port, key }
+    let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    bundle.extend(std::fs::read(tls.path().join("ca/ca.pem")).expect("serve made its CA"));
+    std::fs::write(tls.path().join("bundle.pem"), bundle).unwrap();
+    Server { child, port, key, tls }
 }
 
 pub fn serve() -> Server {
     serve_with(&[])
 }
 
-/// The binary with `--provider e2b` pointed at `srv`, as tests/e2b_sdk/run.sh points the SDK.
+/// The binary with `--provider e2b` pointed at `srv`, as tests/e2b_sdk/run.sh points the SDK
+/// (its clients trusting serve's CA for https port hosts).
 pub fn e2b_cmd(srv: &Server, args: &[&str]) -> Command {
     let url = format!("http://127.0.0.1:{}", srv.port);
     let mut all = vec!["--provider", "e2b", "--no-progress"];
@@ -73,6 +88,7 @@ pub fn e2b_cmd(srv: &Server, args: &[&str]) -> Command {
         .env("E2B_API_URL", &url)
         .env("E2B_SANDBOX_URL", &url)
         .env("E2B_DOMAIN", format!("localhost:{}", srv.port))
+        .env("SSL_CERT_FILE", srv.ca_bundle())
         .env_remove("E2E_RUN_TAG");
     c
 }
@@ -88,6 +104,7 @@ pub fn alicloud_cmd(srv: &Server, args: &[&str]) -> Command {
         .env("ABX_SANDBOX_BASE_URL", &url)
         .env("E2B_SANDBOX_URL", &url)
         .env("ABX_SANDBOX_DOMAIN", format!("localhost:{}", srv.port))
+        .env("SSL_CERT_FILE", srv.ca_bundle())
         .env_remove("E2B_API_KEY")
         .env_remove("E2B_API_URL")
         .env_remove("E2B_DOMAIN")

@@ -62,7 +62,8 @@ echo "== official JS suite ($commit, SDK $js_ver from source), vitest: $(echo "$
   npx vitest run --config vitest.serve.config.mts --reporter=default --reporter=junit \
   --outputFile.junit="$results/js-$js_ver-mocked.xml" --maxWorkers="$jobs" $mocked) >"$work/logs-js/vitest-mocked.log" 2>&1
 tail -3 "$work/logs-js/vitest-mocked.log"
-serve_start "$bin" "$work/logs-js" || exit 1
+# E2B's default: ports open without the traffic token unless create says otherwise.
+serve_start "$bin" "$work/logs-js" --allow-public-traffic || exit 1
 echo "== against serve"
 (cd "$js_dir" && npx vitest run --config vitest.serve.config.mts --reporter=default --reporter=junit \
   --outputFile.junit="$results/js-$js_ver.xml" --maxWorkers="$jobs") >"$work/logs-js/vitest.log" 2>&1

@@ -87,7 +87,9 @@ status=0
 for v in "${sdks[@]}"; do
   py="$(venv "$v")" || { echo "official.sh: cannot install e2b==$v" >&2; status=1; continue; }
   mkdir -p "$work/logs-$v"
-  serve_start "$bin" "$work/logs-$v" || exit 1
+  # E2B's default: ports open without the traffic token unless create says otherwise (the
+  # suite's port tests send none).
+  serve_start "$bin" "$work/logs-$v" --allow-public-traffic || exit 1
   echo "== official Python suite ($commit, tests of SDK $own) with e2b $v, $jobs workers"
   (cd "$src/packages/python-sdk" && "$py" -m pytest -q -p no:cacheprovider -n "$jobs" \
     --junitxml="$results/py-$v.xml" -o junit_family=xunit1 "$@" tests/sync tests/async) \

@@ -1,7 +1,10 @@
 # Sourced by run.sh and official.sh: start and stop `scenario-run serve` for an SDK run.
-#   serve_start BIN LOGDIR [serve flags…]  starts it on a free loopback port with a random key,
-#                                          waits until it listens, exports the E2B_* variables
-#                                          the SDKs read; sets $server_pid and $server_log
+#   serve_start BIN LOGDIR [serve flags…]  starts it on a free loopback port with a random key
+#                                          and its CA in LOGDIR/ca, waits until it listens,
+#                                          exports the E2B_* variables the SDKs read and the CA
+#                                          bundle they trust for https port hosts
+#                                          (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS);
+#                                          sets $server_pid and $server_log
 #   serve_stop                             stops it (TERM, then KILL after 10 s), by PID
 #   serve_clean_exit                       true if its log says it destroyed its sandboxes
 
@@ -12,7 +15,7 @@ serve_start() {
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   key="e2b_$(python3 -c 'import secrets; print(secrets.token_hex(20))')"
   server_log="$logs/serve.log"
-  "$bin" serve --listen "127.0.0.1:$port" --api-key "$key" "$@" >"$logs/serve.stdout" 2>"$server_log" &
+  "$bin" serve --listen "127.0.0.1:$port" --api-key "$key" --ca-dir "$logs/ca" "$@" >"$logs/serve.stdout" 2>"$server_log" &
   server_pid=$!
   for _ in $(seq 1 100); do
     grep -q "^listening on http://127.0.0.1:$port" "$logs/serve.stdout" 2>/dev/null && break
@@ -30,6 +33,16 @@ serve_start() {
   export E2B_SANDBOX_URL="http://127.0.0.1:$port"
   export E2B_DOMAIN="localhost:$port"
   unset E2B_DEBUG E2B_ACCESS_TOKEN
+  # The SDKs reach a port as https://<port>-<id>.localhost:<port>: trust serve's CA, beside
+  # the system's (SSL_CERT_FILE replaces Python's store; NODE_EXTRA_CA_CERTS adds to Node's).
+  local system=/etc/ssl/certs/ca-certificates.crt
+  { [ -r "$system" ] && cat "$system"; cat "$logs/ca/ca.pem"; } >"$logs/ca-bundle.pem" || return 1
+  export SSL_CERT_FILE="$logs/ca-bundle.pem" REQUESTS_CA_BUNDLE="$logs/ca-bundle.pem"
+  export NODE_EXTRA_CA_CERTS="$logs/ca/ca.pem"
+  getent hosts "$port-probe.localhost" >/dev/null || {
+    echo "*.localhost does not resolve here (install libnss-myhostname: scripts/setup)" >&2
+    return 1
+  }
 }
 
 serve_stop() {

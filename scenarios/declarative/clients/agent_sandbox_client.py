@@ -14,6 +14,14 @@ to add the tag to the sandboxes it makes too (the call itself is the client's ow
                                            `packages`, a function called, its JSON result; a
                                            raising function; then @sandbox's own lifecycle on
                                            template TPL (created, called, destroyed); one JSON line
+  agent_sandbox_client.py registered TPL   @sandbox.register of `run_script`, then
+                                           sandbox.run("run_script"): a sandbox made, POST
+                                           /commands/run_script to its
+                                           agent-sandbox-server through its https port host
+                                           (https://9000-<id>.<domain>), destroyed; TPL stands
+                                           in for the code-interpreter-v1 sandbox.run makes
+                                           (a template whose server has `run_script`); one
+                                           JSON line
   agent_sandbox_client.py kill ID          Sandbox.kill_by_id(ID); prints {"killed": true}
 """
 
@@ -54,9 +62,13 @@ def run_tag():
 # Every sandbox the client makes here, including those @sandbox makes, carries the run tag.
 _create = Sandbox.create
 created = []
+# Templates asked for by name that another stands in for (see `registered`).
+stand_ins = {}
 
 
 async def _tagged_create(*args, metadata=None, **kwargs):
+    if kwargs.get("template") in stand_ins:
+        kwargs["template"] = stand_ins[kwargs["template"]]
     sb = await _create(*args, metadata={**run_tag(), "client": CLIENT, **(metadata or {})}, **kwargs)
     created.append(sb.id)
     return sb
@@ -179,6 +191,32 @@ def remote(sandbox_id, template):
     }))
 
 
+def registered(template):
+    # sandbox.run always makes its sandbox from `code-interpreter-v1`, and the server there
+    # must know the command: TPL (python-hello, deployed by the scenario) has `run_script`.
+    stand_ins["code-interpreter-v1"] = template
+
+    @sandbox.register
+    def run_script(code: str, timeout: int = 30) -> dict:
+        import subprocess
+        import sys
+
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+        return {"stdout": done.stdout, "stderr": done.stderr, "exit_code": done.returncode}
+
+    listed = sandbox.list_registered()
+    before = len(created)
+    # Arguments are coerced to the declared types: the string "20" is sent as 20.
+    result = sandbox.run("run_script", code="import getpass; print(6 * 7, getpass.getuser())", timeout="20")
+    ids = created[before:]
+    print(json.dumps({
+        "listed": listed,
+        "result": result,
+        "ids": ids,
+        "gone": all(asyncio.run(gone(i)) for i in ids),
+    }))
+
+
 def kill(sandbox_id):
     asyncio.run(Sandbox.kill_by_id(sandbox_id))
     print(json.dumps({"killed": asyncio.run(gone(sandbox_id))}))
@@ -189,5 +227,7 @@ if __name__ == "__main__":
         asyncio.run(make_sandbox())
     elif sys.argv[1] == "remote":
         remote(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "registered":
+        registered(sys.argv[2])
     else:
         kill(sys.argv[2])

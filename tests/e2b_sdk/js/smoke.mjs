@@ -1,5 +1,6 @@
 // Smoke test of the npm `e2b` SDK against `scenario-run serve` (run by ../run.sh, which sets
-// E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL and E2B_DOMAIN). Exits non-zero on any failure.
+// E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN and NODE_EXTRA_CA_CERTS). Exits
+// non-zero on any failure.
 import assert from 'node:assert/strict'
 import { Sandbox, CommandExitError } from 'e2b'
 
@@ -34,6 +35,22 @@ try {
   const unsigned = new URL(signed)
   unsigned.searchParams.delete('signature')
   assert.equal((await fetch(unsigned, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } })).status, 401)
+
+  // A server in the sandbox at https://{getHost(port)}, as the SDK builds it: *.localhost
+  // resolves to loopback, and Node trusts serve's CA through NODE_EXTRA_CA_CERTS.
+  await sbx.files.write('/home/user/www/index.html', 'node over tls')
+  await sbx.commands.run('python3 -m http.server 8080 --bind 127.0.0.1', { cwd: '/home/user/www', background: true })
+  const url = `https://${sbx.getHost(8080)}/index.html`
+  const traffic = { 'e2b-traffic-access-token': sbx.trafficAccessToken }
+  let page
+  for (let i = 0; i < 75; i++) {
+    page = await fetch(url, { headers: traffic }).catch((e) => e)
+    if (page.status === 200) break
+    await new Promise((r) => setTimeout(r, 200))
+  }
+  assert.equal(page.status, 200, String(page.cause ?? page))
+  assert.equal(await page.text(), 'node over tls')
+  assert.equal((await fetch(url)).status, 403)
 } finally {
   assert.equal(await sbx.kill(), true)
 }
