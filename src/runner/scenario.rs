@@ -801,33 +801,49 @@ impl CaseRun<'_> {
             let (t0, start_ms) = (Instant::now(), self.elapsed_ms());
             let id = snap.id;
             let r = tokio::time::timeout(Duration::from_secs(60), self.ctx.provider.delete_snapshot(&id)).await;
-            let (status, message) = match r {
-                Ok(Ok(_)) => (StepStatus::Passed, None),
-                Ok(Err(e)) => (StepStatus::Error, Some(format!("failed to delete snapshot {id}: {e}"))),
-                Err(_) => (StepStatus::Error, Some(format!("deleting snapshot {id} timed out"))),
+            let message = match r {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(format!("failed to delete snapshot {id}: {e}")),
+                Err(_) => Some(format!("deleting snapshot {id} timed out")),
             };
-            let rec = StepRecord {
-                index: self.records.len(),
-                phase: Phase::Cleanup,
-                kind: "delete-snapshot".into(),
-                label: format!("delete snapshot {id}"),
-                id: None,
-                location: self.case.scenario.location.clone(),
-                status,
-                args: json!({ "id": id }),
-                outputs: JsonValue::Null,
-                message: message.clone(),
-                mismatch: None,
-                attempts: 1,
-                start_ms,
-                duration_ms: t0.elapsed().as_millis() as u64,
-                continued: false,
-                missing_env: Vec::new(),
-            };
-            self.push_record(rec);
-            if let Some(m) = message {
-                self.fail_scenario(Severity::Error, m);
-            }
+            self.cleanup_record("delete-snapshot", format!("delete snapshot {id}"), &id, (start_ms, t0), message);
+        }
+    }
+
+    /// The record of one piece of the runner's own cleanup (destroying a sandbox, deleting a
+    /// snapshot): a failure is the scenario's ERROR.
+    fn cleanup_record(
+        &mut self,
+        kind: &str,
+        label: String,
+        id: &str,
+        started: (u64, Instant),
+        message: Option<String>,
+    ) {
+        let (start_ms, t0) = started;
+        let status = if message.is_some() { StepStatus::Error } else { StepStatus::Passed };
+        let rec = StepRecord {
+            index: self.records.len(),
+            phase: Phase::Cleanup,
+            kind: kind.into(),
+            label,
+            id: None,
+            location: self.case.scenario.location.clone(),
+            status,
+            args: json!({ "id": id }),
+            outputs: JsonValue::Null,
+            message: message.clone(),
+            mismatch: None,
+            attempts: 1,
+            // When the cleanup started (the timeline of the HTML report draws from it).
+            start_ms,
+            duration_ms: t0.elapsed().as_millis() as u64,
+            continued: false,
+            missing_env: Vec::new(),
+        };
+        self.push_record(rec);
+        if let Some(m) = message {
+            self.fail_scenario(Severity::Error, m);
         }
     }
 
@@ -848,37 +864,15 @@ impl CaseRun<'_> {
             }
             let (t0, start_ms) = (Instant::now(), self.elapsed_ms());
             let r = tokio::time::timeout(Duration::from_secs(60), self.ctx.provider.kill(&id)).await;
-            let (status, message) = match r {
-                Ok(Ok(_)) => (StepStatus::Passed, None),
-                Ok(Err(e)) => (StepStatus::Error, Some(format!("failed to destroy sandbox {id}: {e}"))),
-                Err(_) => (StepStatus::Error, Some(format!("destroying sandbox {id} timed out"))),
+            let message = match r {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(format!("failed to destroy sandbox {id}: {e}")),
+                Err(_) => Some(format!("destroying sandbox {id} timed out")),
             };
             for sb in self.ctx.sandboxes.iter_mut().filter(|s| s.id == id) {
                 sb.killed = true;
             }
-            let rec = StepRecord {
-                index: self.records.len(),
-                phase: Phase::Cleanup,
-                kind: "destroy".into(),
-                label: format!("destroy {id}"),
-                id: None,
-                location: self.case.scenario.location.clone(),
-                status,
-                args: json!({ "id": id }),
-                outputs: JsonValue::Null,
-                message: message.clone(),
-                mismatch: None,
-                attempts: 1,
-                // When the destroy started (the timeline of the HTML report draws from it).
-                start_ms,
-                duration_ms: t0.elapsed().as_millis() as u64,
-                continued: false,
-                missing_env: Vec::new(),
-            };
-            self.push_record(rec);
-            if let Some(m) = message {
-                self.fail_scenario(Severity::Error, m);
-            }
+            self.cleanup_record("destroy", format!("destroy {id}"), &id, (start_ms, t0), message);
         }
     }
 }

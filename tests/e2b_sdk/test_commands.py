@@ -49,10 +49,12 @@ def test_timeout(sandbox):
 
 
 def test_background_and_kill(sandbox):
-    h = sandbox.commands.run("echo started; sleep 60", background=True)
+    # The marker file comes after the echo: once it exists, "started" has been written. (The
+    # pid is listed as soon as bash starts, before a loaded machine has run the echo.)
+    h = sandbox.commands.run("echo started; touch /tmp/bg-started; sleep 60", background=True)
     assert h.pid > 0
     deadline = time.time() + 10
-    while h.pid not in [p.pid for p in sandbox.commands.list()] and time.time() < deadline:
+    while not sandbox.files.exists("/tmp/bg-started") and time.time() < deadline:
         time.sleep(0.1)
     listed = {p.pid: p for p in sandbox.commands.list()}
     assert h.pid in listed

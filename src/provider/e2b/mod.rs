@@ -275,6 +275,21 @@ impl Inner {
         envd.unary(self.http(), rpc, body, user, what).await
     }
 
+    /// A unary call about process `pid` whose answer is only success: a missing process is
+    /// "no such process".
+    async fn process_call(
+        &self,
+        envd: &Envd,
+        id: &str,
+        pid: u32,
+        rpc: &str,
+        body: &JsonValue,
+        what: &str,
+    ) -> Result<()> {
+        self.rpc::<JsonValue>(envd, rpc, body, None, what).await.map_err(|e| process_error(e, pid, what, id))?;
+        Ok(())
+    }
+
     async fn send_signal(&self, envd: &Envd, pid: u32, name: &str) -> Result<(), RpcError> {
         let body = json!({ "process": { "pid": pid }, "signal": name });
         self.rpc::<JsonValue>(envd, "process.Process/SendSignal", &body, None, &format!("signal process {pid}"))
@@ -327,10 +342,7 @@ impl Inner {
         let envd = self.envd(id).await?;
         let what = format!("attach to process {pid}");
         let body = json!({ "process": { "pid": pid } });
-        let not_found = |e: RpcError| match e.code() {
-            Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
-            _ => e.into_provider(&what, id),
-        };
+        let not_found = |e: RpcError| process_error(e, pid, &what, id);
         let mut stream =
             envd.stream(self.http(), "process.Process/Connect", &body, None, None, &what).await.map_err(not_found)?;
         let pid = process::read_start(&mut stream, &what).await.map_err(not_found)?;
@@ -525,13 +537,7 @@ impl Provider for E2bProvider {
         let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
         let body = json!({ "process": { "pid": pid }, "input": { "pty": b64 } });
         let what = format!("type into the terminal of process {pid}");
-        inner.rpc::<JsonValue>(&envd, "process.Process/SendInput", &body, None, &what).await.map_err(|e| {
-            match e.code() {
-                Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
-                _ => e.into_provider(&what, id),
-            }
-        })?;
-        Ok(())
+        inner.process_call(&envd, id, pid, "process.Process/SendInput", &body, &what).await
     }
 
     async fn resize_pty(&self, id: &str, pid: u32, cols: u16, rows: u16) -> Result<()> {
@@ -539,13 +545,7 @@ impl Provider for E2bProvider {
         let envd = inner.envd(id).await?;
         let body = json!({ "process": { "pid": pid }, "pty": { "size": { "cols": cols, "rows": rows } } });
         let what = format!("resize the terminal of process {pid}");
-        inner.rpc::<JsonValue>(&envd, "process.Process/Update", &body, None, &what).await.map_err(|e| {
-            match e.code() {
-                Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
-                _ => e.into_provider(&what, id),
-            }
-        })?;
-        Ok(())
+        inner.process_call(&envd, id, pid, "process.Process/Update", &body, &what).await
     }
 
     fn required_credentials(&self) -> Vec<String> {
@@ -713,10 +713,10 @@ impl Provider for E2bProvider {
         let inner = &self.inner;
         let envd = inner.envd(id).await?;
         if let Some(name) = process::signal_name(signal) {
-            return inner.send_signal(&envd, pid, name).await.map_err(|e| match e.code() {
-                Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
-                _ => e.into_provider(&format!("signal process {pid}"), id),
-            });
+            return inner
+                .send_signal(&envd, pid, name)
+                .await
+                .map_err(|e| process_error(e, pid, &format!("signal process {pid}"), id));
         }
         // envd only implements KILL and TERM; send the others from inside the sandbox.
         let req = ExecRequest {
@@ -923,6 +923,14 @@ impl Provider for E2bProvider {
 
     fn stats(&self) -> ProviderStats {
         self.inner.stats.lock().expect("stats").clone()
+    }
+}
+
+/// An envd error about process `pid`: `not_found` is "no such process", the rest as usual.
+fn process_error(e: RpcError, pid: u32, what: &str, id: &str) -> ProviderError {
+    match e.code() {
+        Some("not_found") => ProviderError::not_found(format!("no such process: {pid}")),
+        _ => e.into_provider(what, id),
     }
 }
 
