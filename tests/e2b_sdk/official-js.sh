@@ -64,6 +64,8 @@ echo "== official JS suite ($commit, SDK $js_ver from source), vitest: $(echo "$
 tail -3 "$work/logs-js/vitest-mocked.log"
 # E2B's default: ports open without the traffic token unless create says otherwise.
 serve_start "$bin" "$work/logs-js" --allow-public-traffic || exit 1
+# As against E2B: envd is found at https://49983-<id>.<the sandbox's domain> (see official.sh).
+unset E2B_SANDBOX_URL
 echo "== against serve"
 (cd "$js_dir" && npx vitest run --config vitest.serve.config.mts --reporter=default --reporter=junit \
   --outputFile.junit="$results/js-$js_ver.xml" --maxWorkers="$jobs") >"$work/logs-js/vitest.log" 2>&1

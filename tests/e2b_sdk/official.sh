@@ -90,6 +90,10 @@ for v in "${sdks[@]}"; do
   # E2B's default: ports open without the traffic token unless create says otherwise (the
   # suite's port tests send none).
   serve_start "$bin" "$work/logs-$v" --allow-public-traffic || exit 1
+  # As against E2B: no E2B_SANDBOX_URL, so the SDK finds envd where it does there, at
+  # https://49983-<id>.<the sandbox's domain> (serve's TLS port host), and its own tests of
+  # how that address is derived see the SDK's default.
+  unset E2B_SANDBOX_URL
   echo "== official Python suite ($commit, tests of SDK $own) with e2b $v, $jobs workers"
   (cd "$src/packages/python-sdk" && "$py" -m pytest -q -p no:cacheprovider -n "$jobs" \
     --junitxml="$results/py-$v.xml" -o junit_family=xunit1 "$@" tests/sync tests/async) \
