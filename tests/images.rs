@@ -510,6 +510,27 @@ async fn image_concurrent_gets_pull_once() {
     assert_eq!(s2.made(), 0, "{l3}");
 }
 
+/// The same image pushed to two repositories is unpacked once, and each reference is named as
+/// itself pins it: a cache hit through another repository's pull must not answer with that
+/// repository's name (a template's "FROM x maps to y" would name an image nobody asked for).
+#[tokio::test]
+async fn image_same_content_in_two_repositories_is_named_by_each() {
+    let reg = Registry::start();
+    let d1 = reg.push_image("qa/first", "v1", &good_layers(), good_config()).await;
+    let d2 = reg.push_image("qa/second", "v1", &good_layers(), good_config()).await;
+    assert_eq!(d1, d2, "the same manifest");
+    let s = store(tempfile::tempdir().unwrap().path());
+    let a = auth();
+    let (r1, _) = get(&s, &format!("{}/qa/first:v1", reg.addr), Some(&a)).await;
+    let (r2, l2) = get(&s, &format!("{}/qa/second:v1", reg.addr), Some(&a)).await;
+    let (i1, i2) = (r1.unwrap(), r2.unwrap());
+    assert_eq!(i1.dir, i2.dir, "unpacked once");
+    assert_eq!(s.made(), 1);
+    assert_eq!(i1.resolved, format!("{}/qa/first@{d1}", reg.addr));
+    assert_eq!(i2.resolved, format!("{}/qa/second@{d2}", reg.addr), "{l2}");
+    assert!(l2.contains(&format!("cached ({}/qa/second@{d2})", reg.addr)), "{l2}");
+}
+
 #[tokio::test]
 async fn image_unmapped_docker_hub_name_is_a_clear_error() {
     let s = store(tempfile::tempdir().unwrap().path());

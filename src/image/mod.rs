@@ -519,15 +519,19 @@ impl ImageStore {
         };
         let digest_key = format!("digest {}\nids {ids}", manifest.digest);
         let hit = |s: &Self| s.inner.cache.load(&manifest.digest);
+        // The same content may have been pulled under another repository first: it is this
+        // reference's image all the same, and named as this reference pins it.
+        let ours = |meta: Meta| Meta { resolved: r.pinned(&manifest.digest), ..meta };
         if let Some((dir, meta)) = hit(self) {
             let _ = self.inner.cache.record(&key, &meta.digest);
+            let meta = ours(meta);
             say(log, format!("image {reference}: cached ({})", meta.resolved));
             return Ok(self.found(reference, dir, meta));
         }
         let _lock = self.lock(&digest_key).await?;
         if let Some((dir, meta)) = hit(self) {
             let _ = self.inner.cache.record(&key, &meta.digest);
-            return Ok(self.found(reference, dir, meta));
+            return Ok(self.found(reference, dir, ours(meta)));
         }
         for l in &manifest.layers {
             registry::layer_compression(&l.media_type)
