@@ -332,9 +332,10 @@ fn a_scenario_create_with_an_allow_list_on_local_and_over_serve() {
 fn a_sigkill_of_scenario_run_leaves_no_link_behind() {
     let dir = tempfile::tempdir().unwrap();
     let name_file = dir.path().join("gateway");
-    // The gateway of its one route, as /proc/net/route shows it (hex, little-endian).
+    // The gateway of its first route (one per address of this host), as /proc/net/route shows
+    // it (hex, little-endian).
     let scenario = format!(
-        "name: killed\nsteps:\n  - create: {{ template: base, network: {{ allow_out: [10.255.255.1] }} }}\n  \
+        "name: killed\nsteps:\n  - create: {{ template: base, network: {{ allow_out: [0.0.0.0/0] }} }}\n  \
          - exec: \"awk 'NR==2 {{printf $3}}' /proc/net/route\"\n    id: route\n  \
          - host: \"echo {{{{ steps.route.stdout }}}} > {}\"\n  - exec: \"sleep 120\"\n",
         name_file.display()

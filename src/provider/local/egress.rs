@@ -12,10 +12,12 @@
 //! and a host route back to the sandbox. The sandbox gets **one route per allowed range**,
 //! `via` the gateway with `onlink` (so it has no route to the gateway address itself, which is
 //! an address of the host): whatever has no route is unreachable (`connect` fails at once with
-//! `ENETUNREACH`). The host delivers traffic to its own addresses locally and, if it forwards
-//! packets (`ip_forward`), passes the rest on without address translation: a local sandbox has
-//! no way to the internet, only to addresses of this machine (and whatever answers a
-//! `169.254.x.y` source without NAT).
+//! `ENETUNREACH`). The routes are the host's own IPv4 addresses inside the allowed ranges, one
+//! `/32` each (not loopback, not link-local: those are other sandboxes' gateways), read when the
+//! policy is applied: there is no address translation, so nothing but this machine's own
+//! addresses could answer, and a route to anything else would only make a `connect` hang until
+//! its timeout where the host drops what it does not forward. An allowed public address thus
+//! fails at once, as an unreachable network does.
 //!
 //! E2B's precedence follows: an address is reachable iff an `allowOut` range contains it.
 //! `denyOut` and `allowInternetAccess: false` take away only what internet access would give,
@@ -194,17 +196,58 @@ pub(crate) fn apply(pid1: u32, link: &mut Option<Link>, plan: &Plan) -> std::io:
         *link = Some(attach(pid1)?);
     }
     let l = link.as_mut().expect("attached");
+    let routes = host_routes(&plan.allow, &host_addresses()?);
     let mut script = String::new();
     for r in &l.routes {
         script.push_str(&format!("route del {r} dev eth0\n"));
     }
-    for r in &plan.allow {
+    for r in &routes {
         script.push_str(&format!("route add {r} via {} dev eth0 onlink\n", l.gateway));
     }
     l.routes.clear();
     ip_batch(Some(pid1), &script)?;
-    l.routes = plan.allow.clone();
+    l.routes = routes;
     Ok(())
+}
+
+impl Range {
+    fn contains(&self, ip: Ipv4Addr) -> bool {
+        let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+        u32::from(ip) & mask == u32::from(self.addr)
+    }
+}
+
+/// The host's own IPv4 addresses (`ip -o -4 addr show`, in our network namespace).
+fn host_addresses() -> std::io::Result<Vec<Ipv4Addr>> {
+    let out = std::process::Command::new(ip_binary()?).args(["-o", "-4", "addr", "show"]).env_clear().output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!("ip -4 addr show failed ({})", out.status)));
+    }
+    Ok(parse_addresses(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The `inet A.B.C.D/N` addresses of `ip -o -4 addr show` output.
+fn parse_addresses(text: &str) -> Vec<Ipv4Addr> {
+    text.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|w| *w == "inet")?;
+            words.next()?.split('/').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// The `/32` routes a sandbox allowed `allow` gets: the host addresses inside those ranges,
+/// but never loopback (inside it is the sandbox's own) or link-local (other sandboxes' ends).
+fn host_routes(allow: &[Range], host: &[Ipv4Addr]) -> Vec<Range> {
+    let mut routes: Vec<Range> = host
+        .iter()
+        .filter(|ip| !ip.is_loopback() && !ip.is_link_local() && allow.iter().any(|r| r.contains(**ip)))
+        .map(|ip| Range { addr: *ip, prefix: 32 })
+        .collect();
+    routes.sort();
+    routes.dedup();
+    routes
 }
 
 /// Deletes the pair of a boot that ended (its namespace may outlive its processes for as long
@@ -252,6 +295,22 @@ fn attach(pid1: u32) -> std::io::Result<Link> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routes_are_the_host_addresses_the_ranges_allow() {
+        let text = "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n\
+                    2: eth0    inet 10.0.3.7/24 brd 10.0.3.255 scope global eth0\n\
+                    3: dummy0    inet 192.0.2.9/32 scope global dummy0\n\
+                    9: sr-170-2    inet 169.254.170.1/32 scope link sr-170-2\n";
+        let host = parse_addresses(text);
+        assert_eq!(host.len(), 4);
+        let r = |s: &str| parse_range(s).unwrap();
+        let all = host_routes(&[r("0.0.0.0/0")], &host);
+        assert_eq!(all, vec![r("10.0.3.7/32"), r("192.0.2.9/32")], "no loopback, no link-local");
+        assert_eq!(host_routes(&[r("10.0.0.0/8")], &host), vec![r("10.0.3.7/32")]);
+        // A public address is no address of this machine: no route, so connect fails at once.
+        assert!(host_routes(&[r("1.1.1.1")], &host).is_empty());
+    }
 
     #[test]
     fn ranges_parse_and_clear_host_bits() {
