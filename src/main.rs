@@ -14,7 +14,7 @@ use scenario_run::diag::Diagnostic;
 use scenario_run::mask::Masker;
 use scenario_run::model::{self, LoadOptions};
 use scenario_run::provider::factory::{self, local_options, prepare, ProviderKind};
-use scenario_run::provider::local::{Isolation, LocalProvider};
+use scenario_run::provider::local::LocalProvider;
 use scenario_run::report::human::{HumanOptions, HumanReporter};
 use scenario_run::report::{ReportFiles, Reporter};
 use scenario_run::results::Event;
@@ -663,11 +663,7 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
     let ca_dir = args.ca_dir.clone().unwrap_or_else(scenario_run::server::tls::default_ca_dir);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
-        let isolation = match isolation {
-            "namespaces" => Isolation::Namespaces,
-            "none" => Isolation::None,
-            _ => Isolation::Auto,
-        };
+        let isolation = factory::isolation(isolation);
         let env = config::environment(Path::new(".env"), &[]).unwrap_or_default();
         let provider = match LocalProvider::new(local_options(isolation, &env)) {
             Ok(p) => p,

@@ -632,18 +632,8 @@ async fn ports_need_the_traffic_token() {
     let base = server.base.clone();
     let http = client();
     let sb = make(&http, &base).await;
-    let r = http
-        .post(format!("{base}/files?path=/tmp/echo.py"))
-        .header("E2b-Sandbox-Id", &sb.id)
-        .header("X-Access-Token", &sb.token)
-        .header("Content-Type", "application/octet-stream")
-        .body(ECHO_SERVER)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    run_cmd(&http, &base, &sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
     let url = format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
+    start_echo(&http, &base, &sb, &url, Some(("e2b-traffic-access-token", &sb.traffic))).await;
     let get = |cred: Option<(&'static str, String)>| {
         let mut req = http.get(&url);
         if let Some((h, v)) = cred {
@@ -651,15 +641,6 @@ async fn ports_need_the_traffic_token() {
         }
         req.send()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = get(Some(("e2b-traffic-access-token", sb.traffic.clone()))).await.unwrap();
-        if r.status() == 200 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the echo server did not come up: {}", r.status());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     // Refused: E2B's proxy answers 403, missing or invalid.
     for (cred, want) in [
         (None, "missing traffic access token"),
@@ -750,27 +731,11 @@ async fn ports_see_the_masked_request_host() {
         (&masked, "host: custom-host.example.com:8080\n".to_string()),
         (&plain, format!("host: 8080-{}.localhost:{}\n", plain.id, server.port())),
     ] {
-        let r = http
-            .post(format!("{base}/files?path=/tmp/echo.py"))
-            .header("E2b-Sandbox-Id", &sb.id)
-            .header("X-Access-Token", &sb.token)
-            .header("Content-Type", "application/octet-stream")
-            .body(ECHO_SERVER)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        run_cmd(&http, &base, sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
         let url = format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let seen = loop {
-            let r = http.get(&url).header("e2b-traffic-access-token", &sb.traffic).send().await.unwrap();
-            if r.status() == 200 {
-                break r.text().await.unwrap();
-            }
-            assert!(std::time::Instant::now() < deadline, "the echo server did not come up: {}", r.status());
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        start_echo(&http, &base, sb, &url, Some(("e2b-traffic-access-token", &sb.traffic))).await;
+        let r = http.get(&url).header("e2b-traffic-access-token", &sb.traffic).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let seen = r.text().await.unwrap();
         assert!(seen.contains(&want), "want {want:?} in {seen}");
     }
     let (ok, stderr) = server.stop();
@@ -805,27 +770,10 @@ async fn ports_are_public_only_when_create_asks() {
     .await;
     let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", public.id), None).await;
     assert_eq!(info["network"]["allowPublicTraffic"], true, "{info}");
-    for sb in [&public, &private] {
-        let r = http
-            .post(format!("{base}/files?path=/tmp/echo.py"))
-            .header("E2b-Sandbox-Id", &sb.id)
-            .header("X-Access-Token", &sb.token)
-            .header("Content-Type", "application/octet-stream")
-            .body(ECHO_SERVER)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        run_cmd(&http, &base, sb, "python3 /tmp/echo.py >/dev/null 2>&1 &").await;
-    }
     let url = |sb: &Made| format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
     // Up with the token first, so that what follows is about the token alone.
     for sb in [&public, &private] {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while http.get(url(sb)).header("e2b-traffic-access-token", &sb.traffic).send().await.unwrap().status() != 200 {
-            assert!(std::time::Instant::now() < deadline, "the echo server did not come up");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        start_echo(&http, &base, sb, &url(sb), Some(("e2b-traffic-access-token", &sb.traffic))).await;
     }
     let r = http.get(url(&public)).send().await.unwrap();
     assert_eq!(r.status(), 200);

@@ -347,38 +347,26 @@ impl Api {
 
     /// `PUT /sandboxes/{id}/network`: replaces the sandbox's egress lists.
     pub async fn update_network(&self, id: &str, n: &crate::provider::NetworkPolicy) -> Result<()> {
-        let what = format!("update the network of sandbox {id}");
         let mut body = network_json(n);
         if let Some(on) = n.allow_internet_access {
             body["allow_internet_access"] = json!(on);
         }
-        self.call(
-            Method::PUT,
-            &format!("/sandboxes/{}/network", enc(id)),
-            Some(&body),
-            Idempotency::Idempotent,
-            REQUEST_TIMEOUT,
-            &what,
-        )
-        .await
-        .map_err(|e| self.sandbox_call_error(&what, id, e))?;
-        Ok(())
+        self.sandbox_update(Method::PUT, id, "network", &body, &format!("update the network of sandbox {id}")).await
     }
 
     /// `POST /sandboxes/{id}/timeout`.
     pub async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
-        let what = format!("set timeout of sandbox {id}");
         let body = json!({ "timeout": timeout_secs });
-        self.call(
-            Method::POST,
-            &format!("/sandboxes/{}/timeout", enc(id)),
-            Some(&body),
-            Idempotency::Idempotent,
-            REQUEST_TIMEOUT,
-            &what,
-        )
-        .await
-        .map_err(|e| self.sandbox_call_error(&what, id, e))?;
+        self.sandbox_update(Method::POST, id, "timeout", &body, &format!("set timeout of sandbox {id}")).await
+    }
+
+    /// An idempotent change to sandbox `id` (`/sandboxes/{id}/{route}`) whose answer is only
+    /// success; errors name the sandbox.
+    async fn sandbox_update(&self, method: Method, id: &str, route: &str, body: &JsonValue, what: &str) -> Result<()> {
+        let path = format!("/sandboxes/{}/{route}", enc(id));
+        self.call(method, &path, Some(body), Idempotency::Idempotent, REQUEST_TIMEOUT, what)
+            .await
+            .map_err(|e| self.sandbox_call_error(what, id, e))?;
         Ok(())
     }
     /// `POST /sandboxes/{id}/pause` with `{"memory": keep_memory}` (what the SDK sends):
