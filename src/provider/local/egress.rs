@@ -70,8 +70,16 @@ pub(crate) fn parse_range(entry: &str) -> Result<Range, String> {
             _ => return Err(format!("`{entry}`: the prefix length must be 0 to 32")),
         },
     };
-    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
-    Ok(Range { addr: Ipv4Addr::from(u32::from(ip) & mask), prefix })
+    Ok(Range { addr: Ipv4Addr::from(u32::from(ip) & mask(prefix)), prefix })
+}
+
+/// The network mask of a prefix length (0 to 32).
+fn mask(prefix: u8) -> u32 {
+    if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix))
+    }
 }
 
 /// Entries one list may have (each allowed range is a route).
@@ -212,8 +220,7 @@ pub(crate) fn apply(pid1: u32, link: &mut Option<Link>, plan: &Plan) -> std::io:
 
 impl Range {
     fn contains(&self, ip: Ipv4Addr) -> bool {
-        let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
-        u32::from(ip) & mask == u32::from(self.addr)
+        u32::from(ip) & mask(self.prefix) == u32::from(self.addr)
     }
 }
 
