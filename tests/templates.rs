@@ -166,3 +166,35 @@ fn an_interrupted_build_leaves_no_directory_process_or_cgroup() {
         .unwrap_or_default();
     assert!(!groups.iter().any(|g| g.starts_with(&format!("{pid}."))), "cgroups left: {groups:?}");
 }
+
+/// CI once saw `build: codex` fail with only "step timed out after 20m00s": nothing said which
+/// instruction hung. A step stopped by its timeout reports the last lines it streamed (the
+/// build's instruction and its output), and the build's command does not outlive it.
+#[test]
+fn a_build_stopped_by_its_step_timeout_says_where_it_was() {
+    can_build();
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("work");
+    let tpl = dir.join("templates/hanging-build");
+    std::fs::create_dir_all(&tpl).unwrap();
+    std::fs::write(tpl.join("template.yaml"), "name: hanging-build\n").unwrap();
+    let marker = format!("hanging-build-{}", std::process::id());
+    std::fs::write(tpl.join("Dockerfile"), format!("FROM base\nRUN echo {marker}-started && sleep 600\n")).unwrap();
+    let scenario = dir.join("build.yaml");
+    std::fs::write(&scenario, "name: hanging build\nsteps:\n  - build: hanging-build\n    timeout: 8s\n").unwrap();
+    let state_dir = state.path().join("state");
+    let out = cmd(&[scenario.to_str().unwrap(), "--no-progress"])
+        .env("SCENARIO_RUN_STATE_DIR", &state_dir)
+        .env("SCENARIO_RUN_TEMPLATES_DIR", dir.join("templates"))
+        .env_remove(scenario_run::steps::build::KEEP_ENV)
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("step timed out after 8.00s\n  the last lines it wrote:"), "{stdout}");
+    assert!(stdout.contains(&format!("#2 RUN echo {marker}-started && sleep 600")), "the instruction: {stdout}");
+    assert!(stdout.contains(&format!("  {marker}-started")), "its output: {stdout}");
+    let ps = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    assert!(!text(&ps.stdout).contains(&format!("{marker}-started && sleep")), "the RUN outlived its step");
+    assert!(builds_in(&state_dir).is_empty(), "left behind: {:?}", builds_in(&state_dir));
+}

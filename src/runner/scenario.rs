@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
@@ -120,6 +121,25 @@ struct CaseRun<'a> {
     started: Instant,
     base: BTreeMap<&'static str, MValue>,
     step_values: BTreeMap<String, MValue>,
+    /// The last lines the running step streamed (a build's log), masked: a step that times out
+    /// says what it was doing when it was stopped.
+    progress_tail: ProgressTail,
+}
+
+/// The last [`TAIL_LINES`] progress lines of the step that is running.
+type ProgressTail = Arc<Mutex<std::collections::VecDeque<String>>>;
+const TAIL_LINES: usize = 8;
+
+/// `step timed out after …`, with the last lines the step streamed, if it streamed any.
+fn timed_out_message(limit: Duration, tail: &ProgressTail) -> String {
+    let mut msg = format!("step timed out after {}", crate::duration::human(limit));
+    let tail = tail.lock().expect("progress tail");
+    let lines: Vec<&str> = tail.iter().map(|l| l.trim_end()).filter(|l| !l.trim().is_empty()).collect();
+    if !lines.is_empty() {
+        msg.push_str("\nthe last lines it wrote:\n");
+        msg.push_str(&lines.join("\n"));
+    }
+    msg
 }
 
 pub async fn run_case(
@@ -149,6 +169,7 @@ pub async fn run_case(
         "scenario",
         MValue::from(Serde(json!({ "name": case.name, "file": sc.source.path, "description": sc.description }))),
     );
+    let progress_tail = ProgressTail::default();
     let ctx = StepCtx {
         provider: cfg.provider.clone(),
         http: http_client(),
@@ -171,9 +192,16 @@ pub async fn run_case(
         watches: Vec::new(),
         env: std::sync::Arc::new(cfg.env.clone()),
         progress: Some({
-            let (events, masker) = (events.clone(), cfg.masker.clone());
+            let (events, masker, tail) = (events.clone(), cfg.masker.clone(), progress_tail.clone());
             std::sync::Arc::new(move |line: &str| {
                 let line = masker.mask(line).into_owned();
+                {
+                    let mut tail = tail.lock().expect("progress tail");
+                    if tail.len() == TAIL_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line.clone());
+                }
                 let _ = events.send(Event::StepProgress { index, line });
             })
         }),
@@ -190,6 +218,7 @@ pub async fn run_case(
         started: Instant::now(),
         base,
         step_values: BTreeMap::new(),
+        progress_tail,
     };
     let limit = sc.timeout.unwrap_or(cfg.scenario_timeout);
     let deadline = TInstant::now() + limit;
@@ -642,9 +671,10 @@ impl CaseRun<'_> {
     }
 
     async fn attempt(&mut self, step: &Step, args: &JsonValue, limit: Duration) -> Result<JsonValue, StepError> {
+        self.progress_tail.lock().expect("progress tail").clear();
         match tokio::time::timeout(limit, (step.kind.run)(&mut self.ctx, args)).await {
             Ok(r) => r,
-            Err(_) => Err(StepError::fail(format!("step timed out after {}", crate::duration::human(limit)))),
+            Err(_) => Err(StepError::fail(timed_out_message(limit, &self.progress_tail))),
         }
     }
 

@@ -304,7 +304,9 @@ async fn run_instructions(
                 if caches && who.uid == 0 {
                     base.extend(BuildCache::env());
                 }
+                let started = std::time::Instant::now();
                 run(&target, &line, &base, &env, &args, &cwd, log, &at).await?;
+                log.line(format!("  done in {:.1}s", started.elapsed().as_secs_f64()));
             }
             Inst::Copy { sources, dest, ignored_flags } => {
                 for f in ignored_flags {
