@@ -209,8 +209,13 @@ pub(crate) fn key(recipe: &Recipe, sources: &[String], cas: &[PathBuf], ids: IdM
         k.push_str(&format!("ca {} {}\n", c.display(), sha256_hex(&body)));
     }
     k.push_str(&format!("ids {ids}\n"));
+    // What the build runs, so that a changed hook makes a new image without a version bump.
+    k.push_str(&format!("command {}\n", command(recipe, sources, cas).join(" ")));
     k
 }
+
+/// The sed script that makes /etc/profile use bash's `$EUID` before it runs `id -u`.
+const PROFILE_EUID_SED: &str = r#"s/"\$(id -u)"/"${EUID:-$(id -u)}"/"#;
 
 /// The mmdebstrap command line for `recipe` (tar to stdout).
 pub(crate) fn command(recipe: &Recipe, sources: &[String], cas: &[PathBuf]) -> Vec<String> {
@@ -252,6 +257,12 @@ pub(crate) fn command(recipe: &Recipe, sources: &[String], cas: &[PathBuf]) -> V
     }
     // Hook output goes to stderr: stdout is the tar.
     a.push("--customize-hook=chroot \"$1\" update-ca-certificates >&2".into());
+    if recipe.kind == RecipeKind::E2bBase {
+        // Every `bash -l -c` (how a sandbox runs a command) reads /etc/profile, whose PATH
+        // choice runs `id -u`: a fork and exec on every command, a quarter of a command's
+        // start. bash knows its EUID; other shells still ask `id`.
+        a.push(format!("--customize-hook=sed -i {} \"$1/etc/profile\"", sh_quote(PROFILE_EUID_SED)));
+    }
     if recipe.kind == RecipeKind::Python {
         // The official image's pip installs system-wide; Debian's refuses without this.
         a.push("--customize-hook=rm -f \"$1\"/usr/lib/python3*/EXTERNALLY-MANAGED".into());
@@ -456,6 +467,54 @@ mod tests {
         let c = key(r, &["deb http://a bookworm main".into()], &[], IdMap { host_base: 1, len: 10 });
         assert!(a != b && a != c);
         assert!(a.contains("v1") && a.contains("bookworm"));
+    }
+
+    #[test]
+    fn the_key_holds_the_command_so_a_changed_hook_is_a_new_image() {
+        let r = super::super::offline::recipe("e2b-base").unwrap();
+        let srcs = vec!["deb http://a bookworm main".to_string()];
+        let k = key(r, &srcs, &[], IdMap::default());
+        assert!(k.contains(PROFILE_EUID_SED), "{k}");
+        let debian = key(super::super::offline::recipe("debian-bookworm").unwrap(), &srcs, &[], IdMap::default());
+        assert!(!debian.contains("/etc/profile"), "only E2B's base has its profile changed: {debian}");
+    }
+
+    /// The profile edit, on Debian's own /etc/profile: bash picks the same PATH as before
+    /// without running `id`; dash (no EUID) still asks `id`.
+    #[test]
+    fn the_base_profile_uses_bash_euid_instead_of_running_id() {
+        let t = tempfile::tempdir().unwrap();
+        let profile = t.path().join("profile");
+        std::fs::write(
+            &profile,
+            "if [ \"$(id -u)\" -eq 0 ]; then\n  PATH=/root-path\nelse\n  PATH=/user-path\nfi\nexport PATH\n",
+        )
+        .unwrap();
+        let sed = std::process::Command::new("sed").arg("-i").arg(PROFILE_EUID_SED).arg(&profile).status().unwrap();
+        assert!(sed.success());
+        let text = std::fs::read_to_string(&profile).unwrap();
+        assert!(text.contains("\"${EUID:-$(id -u)}\""), "{text}");
+        // A fake `id` that leaves a mark: bash must not run it, dash must.
+        let bin = t.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let mark = t.path().join("id-ran");
+        std::fs::write(bin.join("id"), format!("#!/bin/sh\ntouch {}\necho 0\n", mark.display())).unwrap();
+        std::fs::set_permissions(bin.join("id"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let source = format!(". {}; echo \"$PATH\"", profile.display());
+        let run = |shell: &str| {
+            let out = std::process::Command::new(shell)
+                .args(["-c", &source])
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+        let expected = if euid == 0 { "/root-path" } else { "/user-path" };
+        assert_eq!(run("bash"), expected);
+        assert!(!mark.exists(), "bash ran `id`");
+        assert_eq!(run("dash"), "/root-path", "dash asks the fake id, which says 0");
+        assert!(mark.exists(), "dash did not run `id`");
     }
 
     #[test]
