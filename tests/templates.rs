@@ -198,3 +198,52 @@ fn a_build_stopped_by_its_step_timeout_says_where_it_was() {
     assert!(!text(&ps.stdout).contains(&format!("{marker}-started && sleep")), "the RUN outlived its step");
     assert!(builds_in(&state_dir).is_empty(), "left behind: {:?}", builds_in(&state_dir));
 }
+
+/// Two runs sharing a state directory build the same template at the same moment (the suite
+/// and a serve test, in one CI job): each builds in a directory of its own, so neither removes
+/// the other's build while it runs; kept, one build ends up under the shared name.
+#[test]
+fn two_runs_building_one_template_at_once_do_not_collide() {
+    can_build();
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("work");
+    let tpl = dir.join("templates/shared-build");
+    std::fs::create_dir_all(&tpl).unwrap();
+    std::fs::write(tpl.join("template.yaml"), "name: shared-build\n").unwrap();
+    // Long enough that the two builds overlap: the second starts while the first one's RUN
+    // sleeps, and the first run ends (removing its build) while the second one's still sleeps.
+    std::fs::write(tpl.join("Dockerfile"), "FROM base\nRUN sleep 5 && echo built > /built.txt\n").unwrap();
+    let scenario = dir.join("build.yaml");
+    std::fs::write(
+        &scenario,
+        "name: shared build\nsteps:\n  - build: shared-build\n  - deploy: shared-build\n    id: d\n  - create: { template: \"{{ steps.d.template_id }}\" }\n  - exec: cat /built.txt\n  - assert-stdout: { contains: built }\n",
+    )
+    .unwrap();
+    let state_dir = state.path().join("state");
+    for keep in [false, true] {
+        let start = || {
+            let mut c = cmd(&[scenario.to_str().unwrap(), "--no-progress"]);
+            c.env("SCENARIO_RUN_STATE_DIR", &state_dir).env("SCENARIO_RUN_TEMPLATES_DIR", dir.join("templates"));
+            if keep {
+                c.env(scenario_run::steps::build::KEEP_ENV, "1");
+            } else {
+                c.env_remove(scenario_run::steps::build::KEEP_ENV);
+            }
+            c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+        };
+        let a = start();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let b = start();
+        for child in [a, b] {
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "keep={keep}: {}{}", text(&out.stdout), text(&out.stderr));
+        }
+        let left = builds_in(&state_dir);
+        if keep {
+            assert_eq!(left.len(), 1, "one kept build under the shared name: {left:?}");
+            assert!(!left[0].contains('.'), "the shared name, not a run's own: {left:?}");
+        } else {
+            assert!(left.is_empty(), "left behind: {left:?}");
+        }
+    }
+}

@@ -86,6 +86,48 @@ pub(crate) fn build_dir(state_dir: &Path, name: &str, digest: &str) -> PathBuf {
     state_dir.join(format!("tpl-{clean}-{}", &hex[..hex.len().min(12)]))
 }
 
+/// Where this process builds `shared`'s digest: a directory of its own, so that two runs
+/// sharing the state directory and building the same template at once never touch each
+/// other's build (the second used to remove the first one's directory while it ran).
+pub(crate) fn own_dir(shared: &Path) -> PathBuf {
+    let mut name = shared.as_os_str().to_owned();
+    name.push(format!(".{}", std::process::id()));
+    PathBuf::from(name)
+}
+
+/// Writes `build.json` and the `complete` marker into the layer's directory.
+fn record(layer: &Layer) -> std::io::Result<()> {
+    let json = serde_json::to_string_pretty(layer).map_err(std::io::Error::other)?;
+    std::fs::write(layer.dir.join("build.json"), json)?;
+    std::fs::write(layer.dir.join(COMPLETE_FILE), "")
+}
+
+/// Makes a finished build that is to be kept the one later runs reuse: its directory is
+/// renamed to the shared name, then marked `keep` (a run killed in between leaves a directory
+/// with a dead owner, which is swept). When another run published the same digest first,
+/// that build is used and this one removed.
+pub(crate) fn publish(mut layer: Layer, shared: &Path) -> std::io::Result<Layer> {
+    let own = layer.dir.clone();
+    if let Err(e) = std::fs::rename(&own, shared) {
+        if let Some(theirs) = reuse(shared).filter(|l| l.keep) {
+            let _ = std::fs::remove_dir_all(&own);
+            return Ok(theirs);
+        }
+        if !shared.exists() {
+            return Err(e);
+        }
+        // What is there is no finished kept build (a swept run's leftover): replace it.
+        std::fs::remove_dir_all(shared)?;
+        std::fs::rename(&own, shared)?;
+    }
+    layer.dir = shared.to_path_buf();
+    layer.layer = shared.join("layer");
+    record(&layer)?;
+    std::fs::write(shared.join(KEEP_FILE), "")?;
+    let _ = std::fs::remove_file(shared.join(super::OWNER_FILE));
+    Ok(layer)
+}
+
 /// A kept build of the same digest from an earlier run, if there is one (and its image is
 /// still cached).
 pub(crate) fn reuse(dir: &Path) -> Option<Layer> {
@@ -112,7 +154,8 @@ fn stage_context(from: &Path, to: &Path, ids: IdMap) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Builds `spec` into `dir` (which must not exist yet). `owner` is written for builds not kept.
+/// Builds `spec` into `dir` (this process's own: [`own_dir`]), which carries `owner` until
+/// the build is removed or [`publish`]ed.
 pub(crate) async fn build(
     spec: &BuildSpec,
     dir: &Path,
@@ -125,8 +168,7 @@ pub(crate) async fn build(
     let mut log = BuildLog::new(tx.clone());
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| ProviderError::infra(format!("cannot create {}: {e}", dir.display())))?;
-    let marker = if spec.keep { (KEEP_FILE, String::new()) } else { (super::OWNER_FILE, owner.to_string()) };
-    std::fs::write(dir.join(marker.0), marker.1).map_err(|e| ProviderError::infra(e.to_string()))?;
+    std::fs::write(dir.join(super::OWNER_FILE), owner).map_err(|e| ProviderError::infra(e.to_string()))?;
     log.line(format!("building template {} ({}) from {}", t.def.name, t.digest, t.dir.display()));
     let from = from_image(spec)
         .ok_or_else(|| ProviderError::invalid(format!("{}: the Dockerfile has no FROM", t.def.dockerfile)))?;
@@ -188,10 +230,7 @@ pub(crate) async fn build(
     layer.image_ref = format!("{from} ({})", image.resolved);
     layer.keep = spec.keep;
     layer.log = log.lines;
-    let json = serde_json::to_string_pretty(&layer).map_err(|e| ProviderError::infra(e.to_string()))?;
-    std::fs::write(dir.join("build.json"), json)
-        .and_then(|()| std::fs::write(dir.join(COMPLETE_FILE), ""))
-        .map_err(|e| ProviderError::infra(format!("cannot record the build: {e}")))?;
+    record(&layer).map_err(|e| ProviderError::infra(format!("cannot record the build: {e}")))?;
     Ok(layer)
 }
 

@@ -763,14 +763,26 @@ impl Inner {
         let mut fresh = false;
         let layer = cell
             .get_or_try_init(|| async {
-                let dir = build::build_dir(&self.state_dir, &spec.template.def.name, &digest);
-                if let Some(layer) = build::reuse(&dir).filter(|l| l.keep) {
-                    let _ = log.send(format!("reusing the kept build {} of {digest}", dir.display()));
+                let shared = build::build_dir(&self.state_dir, &spec.template.def.name, &digest);
+                if let Some(layer) = build::reuse(&shared).filter(|l| l.keep) {
+                    let _ = log.send(format!("reusing the kept build {} of {digest}", shared.display()));
                     return Ok(Arc::new(layer));
                 }
                 fresh = true;
+                let dir = build::own_dir(&shared);
                 self.building.lock().expect("building").insert(dir.clone());
-                let r = build::build(spec, &dir, &owner_token(), &self.images, log.clone()).await;
+                let mut r = build::build(spec, &dir, &owner_token(), &self.images, log.clone()).await;
+                if let (true, Ok(layer)) = (spec.keep, &r) {
+                    let (layer, to) = (layer.clone(), shared.clone());
+                    r = tokio::task::spawn_blocking(move || build::publish(layer, &to))
+                        .await
+                        .map_err(|e| ProviderError::infra(e.to_string()))
+                        .and_then(|p| {
+                            p.map_err(|e| {
+                                ProviderError::infra(format!("cannot keep the build as {}: {e}", shared.display()))
+                            })
+                        });
+                }
                 self.building.lock().expect("building").remove(&dir);
                 if r.is_err() {
                     // A failed build is never reused (or found by remove_builds): do not leave it.
