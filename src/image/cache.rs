@@ -135,6 +135,16 @@ impl Cache {
         Ok(Lock { _file: f })
     }
 
+    /// The lock of `key` if nobody holds it now.
+    pub fn try_lock(&self, key: &str) -> io::Result<Option<Lock>> {
+        let f = self.lock_file(key)?;
+        match flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => Ok(Some(Lock { _file: f })),
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A fresh build directory for `key` (the caller holds its lock).
     pub fn temp(&self, key: &str) -> io::Result<PathBuf> {
         static N: AtomicU64 = AtomicU64::new(0);
@@ -221,6 +231,17 @@ impl<R: io::Read> io::Read for HashReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_lock_is_reported_busy_and_free_once_dropped() {
+        let t = tempfile::tempdir().unwrap();
+        let c = Cache::new(t.path().to_path_buf(), IdMap::default());
+        let held = c.lock("k").unwrap();
+        assert!(c.try_lock("k").unwrap().is_none(), "held by another open of the lock file");
+        assert!(c.try_lock("other").unwrap().is_some(), "keys are locked apart");
+        drop(held);
+        assert!(c.try_lock("k").unwrap().is_some());
+    }
 
     #[test]
     fn records_commits_and_sweeps() {

@@ -331,12 +331,23 @@ impl ImageStore {
         self.inner.cache.lookup(key).and_then(|d| self.inner.cache.load(&d))
     }
 
-    async fn lock(&self, key: &str) -> Result<cache::Lock> {
+    /// The cache's lock of `key`; when another build holds it, says so before waiting (a
+    /// build that seems to hang is then seen to wait for another one).
+    async fn lock(&self, key: &str, reference: &str, log: &UnboundedSender<String>) -> Result<cache::Lock> {
         let (c, k) = (self.inner.cache.clone(), key.to_string());
-        blocking(move || {
-            c.lock(&k).map_err(|e| ImageError::infra(format!("lock the image cache {}: {e}", c.dir.display())))
-        })
-        .await
+        let io = |c: &cache::Cache, e: std::io::Error| {
+            ImageError::infra(format!("lock the image cache {}: {e}", c.dir.display()))
+        };
+        let c2 = c.clone();
+        let k2 = k.clone();
+        if let Some(l) = blocking(move || c2.try_lock(&k2).map_err(|e| io(&c2, e))).await? {
+            return Ok(l);
+        }
+        say(
+            log,
+            format!("image {reference}: another build of it is under way (in this run or another); waiting for it"),
+        );
+        blocking(move || c.lock(&k).map_err(|e| io(&c, e))).await
     }
 
     /// A fresh build directory with an empty `rootfs/` owned by the shifted root.
@@ -400,7 +411,7 @@ impl ImageStore {
             say(log, format!("image {reference}: cached (offline:{}, {})", recipe.name, &meta.digest[..19]));
             return Ok(self.found(reference, dir, meta));
         }
-        let _lock = self.lock(&key).await?;
+        let _lock = self.lock(&key, reference, log).await?;
         if let Some((dir, meta)) = self.cached(&key) {
             say(log, format!("image {reference}: built by another run (offline:{})", recipe.name));
             return Ok(self.found(reference, dir, meta));
@@ -528,7 +539,7 @@ impl ImageStore {
             say(log, format!("image {reference}: cached ({})", meta.resolved));
             return Ok(self.found(reference, dir, meta));
         }
-        let _lock = self.lock(&digest_key).await?;
+        let _lock = self.lock(&digest_key, reference, log).await?;
         if let Some((dir, meta)) = hit(self) {
             let _ = self.inner.cache.record(&key, &meta.digest);
             return Ok(self.found(reference, dir, ours(meta)));
