@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::userns::{self, IdMap};
 
@@ -75,12 +76,10 @@ impl BuildCache {
             }
             for e in std::fs::read_dir(self.dir.join("apt"))?.flatten() {
                 let name = e.file_name();
-                if name.to_string_lossy().ends_with(".deb") {
-                    // A copy where a hard link cannot be made (another filesystem).
-                    let to = own.join(&name);
-                    if std::fs::hard_link(e.path(), &to).is_err() {
-                        let _ = std::fs::copy(e.path(), &to);
-                    }
+                // An empty .deb is never whole: a download cut short. It is not offered.
+                let whole = e.metadata().is_ok_and(|m| m.is_file() && m.len() > 0);
+                if whole && name.to_string_lossy().ends_with(".deb") {
+                    let _ = place(&e.path(), &own.join(&name));
                 }
             }
             binds.push((own, APT_IN.to_string()));
@@ -99,11 +98,17 @@ impl BuildCache {
             if !fresh || !name.to_string_lossy().ends_with(".deb") || cache.join(&name).exists() {
                 continue;
             }
-            // Into the cache under a temporary name first: a concurrent build seeding from
-            // the cache never links a half-copied file.
-            let tmp = cache.join(format!(".{}.tmp", name.to_string_lossy()));
-            let placed = std::fs::hard_link(e.path(), &tmp).is_ok() || std::fs::copy(e.path(), &tmp).is_ok();
-            if placed && std::fs::rename(&tmp, cache.join(&name)).is_ok() {
+            // Into the cache under a name of this build's own first: a concurrent build
+            // seeding from the cache never links a half-copied file, and two builds keeping
+            // the same file never write into each other's.
+            static N: AtomicU64 = AtomicU64::new(0);
+            let tmp = cache.join(format!(
+                ".{}.{}.{}.tmp",
+                name.to_string_lossy(),
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            if place(&e.path(), &tmp).is_ok() && std::fs::rename(&tmp, cache.join(&name)).is_ok() {
                 kept += 1;
             } else {
                 let _ = std::fs::remove_file(&tmp);
@@ -124,6 +129,24 @@ impl BuildCache {
             ("npm_config_fetch_retries".to_string(), "4".to_string()),
             ("PIP_CACHE_DIR".to_string(), PIP_IN.to_string()),
         ])
+    }
+}
+
+/// Puts `from` at `to`, which must not exist: a hard link, or a copy where none can be made
+/// (another filesystem). Never opens an existing file for writing: `to` may be another link
+/// of `from`'s own inode, and a copy onto it would truncate the cached file for everyone (as
+/// `std::fs::copy` over an existing path did, emptying every cached .deb at once).
+fn place(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+        Err(_) => {
+            let mut src = std::fs::File::open(from)?;
+            let mut dst = std::fs::OpenOptions::new().write(true).create_new(true).open(to)?;
+            std::io::copy(&mut src, &mut dst).map(|_| ()).inspect_err(|_| {
+                let _ = std::fs::remove_file(to);
+            })
+        }
     }
 }
 
@@ -159,6 +182,44 @@ mod tests {
         let plain = t.path().join("plain");
         std::fs::create_dir_all(&plain).unwrap();
         assert_eq!(cache.binds(&t.path().join("b2"), &plain, ids).unwrap().len(), 2);
+    }
+
+    /// Regression: two builds seeding the same archives directory at once (two runs building
+    /// one template in one build directory) emptied every cached .deb: the second one's link
+    /// failed on the first one's, and its fallback `std::fs::copy` onto that link truncated the
+    /// shared inode. Seeding twice, and keeping twice, leaves the cache whole.
+    #[test]
+    fn seeding_or_keeping_twice_never_empties_the_cache() {
+        let t = tempfile::tempdir().unwrap();
+        let ids = IdMap { host_base: unsafe { libc::getuid() }, len: 65536 };
+        let cache = BuildCache { dir: t.path().join("cache") };
+        std::fs::create_dir_all(cache.dir.join("apt")).unwrap();
+        std::fs::write(cache.dir.join("apt/pkg_1.0_all.deb"), "package bytes").unwrap();
+        std::fs::write(cache.dir.join("apt/cut_1.0_all.deb"), "").unwrap();
+        let image = t.path().join("image");
+        std::fs::create_dir_all(image.join("var/cache/apt/archives")).unwrap();
+        let build = t.path().join("build");
+        cache.binds(&build, &image, ids).unwrap();
+        cache.binds(&build, &image, ids).unwrap();
+        assert_eq!(std::fs::read_to_string(cache.dir.join("apt/pkg_1.0_all.deb")).unwrap(), "package bytes");
+        let own = apt_dir(&build);
+        assert_eq!(std::fs::read_to_string(own.join("pkg_1.0_all.deb")).unwrap(), "package bytes");
+        assert!(!own.join("cut_1.0_all.deb").exists(), "an empty .deb is not offered");
+        // Two builds keeping the same new download: the cache has it whole, no temporaries.
+        for b in ["b1", "b2"] {
+            let d = apt_dir(&t.path().join(b));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("new_2.0_all.deb"), format!("new from {b}")).unwrap();
+        }
+        assert_eq!(cache.keep_downloads(&t.path().join("b1")), 1);
+        assert_eq!(cache.keep_downloads(&t.path().join("b2")), 0, "already kept");
+        assert_eq!(std::fs::read_to_string(cache.dir.join("apt/new_2.0_all.deb")).unwrap(), "new from b1");
+        let tmps: Vec<_> = std::fs::read_dir(cache.dir.join("apt"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(tmps.is_empty(), "{tmps:?}");
     }
 
     #[test]
