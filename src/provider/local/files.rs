@@ -365,6 +365,7 @@ pub(crate) struct FsIds {
 impl FsIds {
     fn set(uid: u32, gid: u32) -> Self {
         // SAFETY: per-thread credential calls with plain integers; they return the old value.
+        // (rustix has no setfsuid/setfsgid.)
         unsafe {
             let gid_before = libc::setfsgid(gid) as u32;
             let uid_before = libc::setfsuid(uid) as u32;

@@ -238,6 +238,9 @@ mod tests {
         let dev = std::ffi::CString::new(dir.path().join("dev").to_str().unwrap()).unwrap();
         let fifo = std::ffi::CString::new(dir.path().join("fifo").to_str().unwrap()).unwrap();
         let tmp = c"/tmp";
+        // SAFETY: the point of the test is the raw system calls the filter sees (denied ones
+        // included, which rustix would not even issue); they take integers and C strings
+        // made before the fork, and write nothing but the child's stack.
         let got = under_filter(&|out| unsafe {
             let calls: [&dyn Fn() -> libc::c_long; 10] = [
                 &|| libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0),

@@ -246,6 +246,53 @@ mod tests {
     }
 
     #[test]
+    fn pidfd_open_refuses_numbers_that_name_no_process_without_panicking() {
+        // 0, and values that are negative as a pid_t (-1 would be "every process").
+        for pid in [0, u32::MAX, i32::MAX as u32 + 1] {
+            let e = Pidfd::open(pid).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "pid {pid}");
+        }
+    }
+
+    #[test]
+    fn a_pidfd_signals_its_process_and_sees_it_end() {
+        let mut child = std::process::Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let fd = Pidfd::open(child.id()).unwrap();
+        assert!(!fd.exited(), "sleep is still running");
+        fd.signal(0).expect("signal 0 probes a live process");
+        fd.signal(libc::SIGKILL).unwrap();
+        let st = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(libc::SIGKILL));
+        assert!(fd.exited(), "a reaped process polls readable");
+        let e = fd.signal(libc::SIGTERM).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[tokio::test]
+    async fn wait_exit_returns_when_the_process_ends_and_not_before() {
+        let mut child = std::process::Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let fd = Pidfd::open(child.id()).unwrap();
+        assert!(!fd.wait_exit(Duration::from_millis(200)).await, "still running after 200 ms");
+        fd.signal(libc::SIGKILL).unwrap();
+        assert!(fd.wait_exit(Duration::from_secs(10)).await);
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn cloexec_pipe_ends_are_close_on_exec_and_connected() {
+        use std::io::{Read, Write};
+        let (r, w) = cloexec_pipe().unwrap();
+        for fd in [&r, &w] {
+            let flags = rustix::io::fcntl_getfd(fd).unwrap();
+            assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
+        }
+        std::fs::File::from(w).write_all(b"ping").unwrap();
+        let mut got = String::new();
+        std::fs::File::from(r).read_to_string(&mut got).unwrap();
+        assert_eq!(got, "ping");
+    }
+
+    #[test]
     fn open_in_root_confines_dotdot_and_absolute_symlinks() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("jail")).unwrap();
