@@ -45,12 +45,11 @@ macro_rules! outln {
 /// The width of the terminal on standard output, else `COLUMNS`, else `None` (a pipe or a
 /// file: nothing is cut to fit).
 pub fn terminal_width() -> Option<usize> {
-    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
-    // SAFETY: TIOCGWINSZ writes a `winsize` into the buffer we pass; fd 1 may be anything,
-    // and a non-terminal only makes the call fail.
-    let rc = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) };
-    if rc == 0 && ws.ws_col > 0 {
-        return Some(usize::from(ws.ws_col));
+    // fd 1 may be anything; a non-terminal only makes TIOCGWINSZ fail.
+    if let Ok(ws) = rustix::termios::tcgetwinsize(rustix::stdio::stdout()) {
+        if ws.ws_col > 0 {
+            return Some(usize::from(ws.ws_col));
+        }
     }
     std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse().ok()).filter(|&c: &usize| c > 0)
 }

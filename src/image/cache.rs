@@ -15,10 +15,10 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rustix::fs::FlockOperation;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -63,15 +63,12 @@ pub(crate) struct Lock {
     _file: File,
 }
 
-fn flock(file: &File, how: i32) -> io::Result<()> {
+fn flock(file: &File, how: FlockOperation) -> io::Result<()> {
     loop {
-        // SAFETY: a valid descriptor.
-        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
+        match rustix::fs::flock(file, how) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -131,7 +128,7 @@ impl Cache {
     /// Waits for the lock of `key` (blocking: call from a blocking thread).
     pub fn lock(&self, key: &str) -> io::Result<Lock> {
         let f = self.lock_file(key)?;
-        flock(&f, libc::LOCK_EX)?;
+        flock(&f, FlockOperation::LockExclusive)?;
         Ok(Lock { _file: f })
     }
 
@@ -193,7 +190,8 @@ impl Cache {
             else {
                 continue;
             };
-            if flock(&f, libc::LOCK_EX | libc::LOCK_NB).is_ok() && std::fs::remove_dir_all(e.path()).is_ok() {
+            if flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok() && std::fs::remove_dir_all(e.path()).is_ok()
+            {
                 n += 1;
             }
         }

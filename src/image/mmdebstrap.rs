@@ -308,8 +308,7 @@ fn shell_words(args: &[String]) -> String {
 
 /// Runs mmdebstrap for `recipe` and unpacks its tar into `rootfs` (blocking).
 pub(crate) fn build(recipe: &Recipe, sources: &[String], cas: &[PathBuf], rootfs: &Path, ids: IdMap) -> Result<Built> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Err(ImageError::infra(format!(
             "build the offline image {}: mmdebstrap's root mode needs root; run scenario-run as root",
             recipe.name
@@ -330,10 +329,11 @@ pub(crate) fn build(recipe: &Recipe, sources: &[String], cas: &[PathBuf], rootfs
     std::fs::create_dir_all(&scratch).map_err(|e| ImageError::infra(format!("create {}: {e}", scratch.display())))?;
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "--"]).args(&args);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    // SAFETY: `pre_exec` needs an async-signal-safe closure: one raw system call (prctl), no
+    // allocation. Its result is ignored, as before: a failure only loses the death signal.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
             Ok(())
         });
     }

@@ -17,10 +17,11 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::{mpsc as std_mpsc, Mutex};
 use std::time::Duration;
 
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -132,9 +133,9 @@ fn start_connector(pid1: u32) -> Result<std_mpsc::Sender<NsReq>> {
     std::thread::Builder::new()
         .name(format!("netns-{pid1}"))
         .spawn(move || {
-            // SAFETY: setns on a namespace descriptor we opened; affects this thread only.
-            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let _ = ready_tx.send(Err(std::io::Error::last_os_error()));
+            // Affects this thread only.
+            if let Err(e) = move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network)) {
+                let _ = ready_tx.send(Err(e.into()));
                 return;
             }
             drop(ns);

@@ -228,14 +228,8 @@ fn timestamp(ms: u64) -> String {
 }
 
 fn hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = String::from_utf8_lossy(&buf[..end]).into_owned();
+    // What gethostname(2) reads on Linux: the UTS node name.
+    let name = rustix::system::uname().nodename().to_string_lossy().into_owned();
     (!name.is_empty()).then_some(name)
 }
 

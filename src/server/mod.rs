@@ -380,23 +380,9 @@ pub(crate) fn rfc3339(secs: u64) -> String {
 /// memory in MiB, root filesystem size in MiB (the local provider does not limit them).
 fn host_resources() -> (u32, u64, u64) {
     let cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
-    // SAFETY: sysinfo/statvfs fill plain structs we own.
-    let mem = unsafe {
-        let mut si: libc::sysinfo = std::mem::zeroed();
-        if libc::sysinfo(&mut si) == 0 {
-            si.totalram as u64 * si.mem_unit as u64 / (1024 * 1024)
-        } else {
-            0
-        }
-    };
-    let disk = unsafe {
-        let mut sv: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c"/".as_ptr(), &mut sv) == 0 {
-            sv.f_blocks as u64 * sv.f_frsize as u64 / (1024 * 1024)
-        } else {
-            0
-        }
-    };
+    let si = rustix::system::sysinfo();
+    let mem = si.totalram as u64 * si.mem_unit as u64 / (1024 * 1024);
+    let disk = rustix::fs::statvfs(c"/").map_or(0, |sv| sv.f_blocks * sv.f_frsize / (1024 * 1024));
     (cpus, mem, disk)
 }
 

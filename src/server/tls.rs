@@ -128,9 +128,9 @@ impl Ca {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         let lock =
             std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(dir.join("lock"))?;
-        // SAFETY: flock on a descriptor we own; released when `lock` is closed.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(other("cannot lock the CA directory", io::Error::last_os_error()));
+        // Released when `lock` is closed.
+        if let Err(e) = rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive) {
+            return Err(other("cannot lock the CA directory", io::Error::from(e)));
         }
         let (cert_path, key_path) = (dir.join(CA_CERT), dir.join(CA_KEY));
         if cert_path.exists() && key_path.exists() {

@@ -47,9 +47,9 @@ pub fn kill_all() -> usize {
 }
 
 fn kill_group(pgid: u32) {
-    if pgid > 1 {
-        // SAFETY: plain syscall on a group we started.
-        unsafe { libc::kill(-(pgid as libc::pid_t), libc::SIGKILL) };
+    // Not 0 or 1 (our own group, every process), nor past `i32::MAX`.
+    if let Some(g) = i32::try_from(pgid).ok().filter(|g| *g > 1).and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
     }
 }
 
@@ -114,14 +114,10 @@ pub async fn host(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    // SAFETY: only prctl, which is async-signal-safe, between fork and exec.
+    // SAFETY: `pre_exec` needs a closure that is async-signal-safe: this one makes one raw
+    // system call (prctl) and allocates nothing.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(|| Ok(rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?));
     }
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);

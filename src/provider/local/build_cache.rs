@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn apt_downloads_are_shared_through_the_cache() {
         let t = tempfile::tempdir().unwrap();
-        let ids = IdMap { host_base: unsafe { libc::getuid() }, len: 65536 };
+        let ids = IdMap { host_base: rustix::process::getuid().as_raw(), len: 65536 };
         let cache = BuildCache { dir: t.path().join("cache") };
         // (ownership is the caller's id here, so prepare's chown is a no-op for this test)
         std::fs::create_dir_all(cache.dir.join("apt")).unwrap();

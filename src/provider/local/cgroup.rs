@@ -77,8 +77,7 @@ impl Enforcement {
 const V1_CONTROLLERS: [&str; 6] = ["memory", "cpu", "cpuacct", "cpuset", "pids", "freezer"];
 
 fn probe() -> Enforcement {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Enforcement::Rlimits("not running as root".into());
     }
     let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
@@ -376,8 +375,8 @@ impl Cgroup {
                 return;
             }
             for p in pids {
-                // SAFETY: plain syscall; a pid that is already gone is harmless (ESRCH).
-                unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+                // A pid that is already gone is harmless (ESRCH).
+                kill(p);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -445,27 +444,28 @@ pub(crate) fn sweep() {
             }
             let cg = Cgroup::from_dirs(vec![e.path()]);
             for p in cg.pids() {
-                // SAFETY: plain syscall.
-                unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+                kill(p);
             }
             cg.remove();
         }
     }
 }
 
+/// SIGKILLs host pid `pid` (as read from a group's `cgroup.procs`); errors are ignored.
+pub(crate) fn kill(pid: u32) {
+    // Pid 0 or one past `i32::MAX` cannot be in a group: nothing to kill.
+    if let Some(p) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+    }
+}
+
 /// The rlimit fallback, applied between fork and exec of each sandbox process (only
-/// `setrlimit`, which is async-signal-safe).
+/// `setrlimit`, a raw system call that does not allocate: async-signal-safe).
 pub(crate) fn apply_rlimits(limits: &Limits) -> io::Result<()> {
-    let set = |res, v: u64| {
-        let r = libc::rlimit { rlim_cur: v, rlim_max: v };
-        // SAFETY: valid rlimit struct.
-        if unsafe { libc::setrlimit(res, &r) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    };
-    set(libc::RLIMIT_DATA, limits.memory_mb.saturating_mul(1 << 20))?;
-    set(libc::RLIMIT_NPROC, limits.pids)
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    let set = |res, v: u64| setrlimit(res, Rlimit { current: Some(v), maximum: Some(v) });
+    set(Resource::Data, limits.memory_mb.saturating_mul(1 << 20))?;
+    Ok(set(Resource::Nproc, limits.pids)?)
 }
 
 #[cfg(test)]

@@ -22,12 +22,25 @@
 //! All of it runs between fork and exec of a multi-threaded program, so it only makes raw,
 //! async-signal-safe system calls on data prepared beforehand: no allocation, no locks.
 //! Compared with running `nsenter` and a shell prelude it saves two execs per command.
+//!
+//! The system calls go through rustix where it has a safe form: its Linux backend issues
+//! each as one raw `syscall` instruction, without allocating (paths are passed as `&CStr`,
+//! which it hands over as they are) and without libc's locks. The per-thread id calls
+//! (`set_thread_res_uid` and friends) are what libc's process-wide ones amount to here: the
+//! forked child has a single thread. What rustix has no safe form for stays libc, in the
+//! few blocks below that say why each is sound: `clone` (a fork), `close_range`, `close` and
+//! `write` on bare descriptor numbers, signal dispositions and masks, `_exit`.
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use rustix::process::{Gid, Pid, Uid};
+use rustix::thread::{move_into_link_name_space, CapabilitySet, LinkNameSpaceType as NsType};
 
 use super::cgroup::{self, Limits};
 use super::seccomp;
@@ -114,13 +127,13 @@ pub(crate) struct Entry {
     /// Namespace descriptors with their `CLONE_NEW*` type: the network namespace first (it
     /// belongs to the host's user namespace, so it is joined while still host root), then the
     /// user namespace, then the others.
-    ns: Vec<(OwnedFd, libc::c_int)>,
+    ns: Vec<(OwnedFd, NsType)>,
     /// The join file (`tasks` or `cgroup.procs`) of each of the sandbox's groups.
     cgroup_procs: Vec<CString>,
     /// Applied when no cgroup enforces the limits.
     rlimits: Option<Limits>,
-    /// Capabilities to drop from the bounding set.
-    drop_caps: Vec<u32>,
+    /// Capabilities to drop from the bounding set, one bit each.
+    drop_caps: Vec<CapabilitySet>,
     seccomp: Vec<seccomp::Insn>,
 }
 
@@ -128,13 +141,13 @@ impl Entry {
     /// Opens the namespaces of the sandbox whose pid 1 is `pid1` (a host pid).
     pub(crate) fn open(pid1: u32, cgroup_procs: Vec<CString>, rlimits: Option<Limits>) -> io::Result<Self> {
         let kinds = [
-            ("net", libc::CLONE_NEWNET),
-            ("user", libc::CLONE_NEWUSER),
-            ("cgroup", libc::CLONE_NEWCGROUP),
-            ("ipc", libc::CLONE_NEWIPC),
-            ("uts", libc::CLONE_NEWUTS),
-            ("pid", libc::CLONE_NEWPID),
-            ("mnt", libc::CLONE_NEWNS),
+            ("net", NsType::Network),
+            ("user", NsType::User),
+            ("cgroup", NsType::ControlGroup),
+            ("ipc", NsType::InterProcessCommunication),
+            ("uts", NsType::HostNameAndNISDomainName),
+            ("pid", NsType::ProcessID),
+            ("mnt", NsType::Mount),
         ];
         let mut ns = Vec::new();
         for (name, kind) in kinds {
@@ -153,7 +166,12 @@ impl Entry {
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok())
             .unwrap_or(40);
-        let drop_caps = (0..=last).filter(|c| !KEPT_CAPS.contains(c)).collect();
+        // The kernel's capability sets are 64 bits wide: a number past 63 names none (its
+        // PR_CAPBSET_DROP would fail with EINVAL, which is ignored below anyway).
+        let drop_caps = (0..=last.min(63))
+            .filter(|c| !KEPT_CAPS.contains(c))
+            .map(|c| CapabilitySet::from_bits_retain(1 << c))
+            .collect();
         Ok(Self { ns, cgroup_procs, rlimits, drop_caps, seccomp: seccomp::program() })
     }
 
@@ -162,28 +180,33 @@ impl Entry {
     /// command) are written to `report`, which must be a pipe's write end.
     pub(crate) fn prepare(self: &Arc<Self>, cmd: &mut std::process::Command, who: &Identity, cwd: &str, report: RawFd) {
         let entry = self.clone();
-        let groups: Vec<libc::gid_t> = who.groups.clone();
-        let (uid, gid) = (who.uid, who.gid);
+        // Unchecked: an id the sandbox's `/etc/passwd` gives as 4294967295 reaches the kernel
+        // as it did through libc (which reads it as "leave unchanged" or rejects it).
+        let groups: Vec<Gid> = who.groups.iter().map(|&g| Gid::from_raw_unchecked(g)).collect();
+        let (uid, gid) = (Uid::from_raw_unchecked(who.uid), Gid::from_raw_unchecked(who.gid));
         let cwd = CString::new(cwd).unwrap_or_else(|_| CString::from(c"/"));
-        // SAFETY: the closure only makes async-signal-safe system calls on data prepared
-        // above (see the module documentation).
+        // SAFETY: `pre_exec` needs an async-signal-safe closure, and the `clone` below is a
+        // fork of a multi-threaded process. The closure only makes raw system calls on data
+        // prepared above and owned by it (`entry` keeps the namespace descriptors open, the
+        // strings and the id list are built before the fork): no allocation, no locks. `clone`
+        // with only SIGCHLD is `fork` without libc's atfork handlers; both processes go on
+        // with the same async-signal-safe code, and neither returns to anything but an exec
+        // or `_exit` (see `intermediate` and `become_command`).
         unsafe {
             cmd.pre_exec(move || {
                 for p in &entry.cgroup_procs {
                     join_cgroup(p)?;
                 }
                 for (fd, kind) in &entry.ns {
-                    if libc::setns(fd.as_raw_fd(), *kind) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+                    move_into_link_name_space(fd.as_fd(), Some(*kind))?;
                 }
                 super::sys::dup_onto(report, 3)?;
                 let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
                 if pid < 0 {
                     return Err(io::Error::last_os_error());
                 }
-                if pid > 0 {
-                    intermediate(pid as libc::pid_t);
+                if let Some(child) = Pid::from_raw(pid as libc::pid_t) {
+                    intermediate(child);
                 }
                 become_command(&entry, &groups, uid, gid, &cwd)
             });
@@ -197,31 +220,24 @@ impl Entry {
     /// without it (keeping `nodev`, which the overlay's mount locks); `/dev` and `/proc` stay
     /// `nosuid`. A setuid program gains root in the user namespace only, under the same
     /// bounding set, filter and limits.
-    pub(crate) fn allow_setuid_root(&self) -> io::Result<()> {
-        let ns: Vec<(libc::c_int, libc::c_int)> = self
-            .ns
-            .iter()
-            .filter(|(_, k)| matches!(*k, libc::CLONE_NEWUSER | libc::CLONE_NEWNS))
-            .map(|(fd, k)| (fd.as_raw_fd(), *k))
-            .collect();
+    pub(crate) fn allow_setuid_root(self: &Arc<Self>) -> io::Result<()> {
+        let entry = self.clone();
         let mut cmd = std::process::Command::new("/bin/true");
         cmd.env_clear().stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
-        // SAFETY: only setns/setres*id/mount between fork and exec.
+        // SAFETY: `pre_exec` needs an async-signal-safe closure: this one makes raw system
+        // calls only (setns, setres*id, mount), on descriptors `entry` keeps open and static
+        // strings; the filter walks a slice and allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
-                for (fd, kind) in &ns {
-                    if libc::setns(*fd, *kind) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+                for (fd, kind) in entry.ns.iter().filter(|(_, k)| matches!(*k, NsType::User | NsType::Mount)) {
+                    move_into_link_name_space(fd.as_fd(), Some(*kind))?;
                 }
-                if libc::setresgid(0, 0, 0) != 0 || libc::setresuid(0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NODEV | libc::MS_RELATIME;
-                let none = std::ptr::null::<libc::c_char>();
-                if libc::mount(none, c"/".as_ptr(), none, flags, std::ptr::null()) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT)?;
+                rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)?;
+                // mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_NODEV | MS_RELATIME, ""):
+                // a bind remount takes no options, so the empty data string is as NULL was.
+                use rustix::mount::MountFlags;
+                rustix::mount::mount_remount(c"/", MountFlags::BIND | MountFlags::NODEV | MountFlags::RELATIME, c"")?;
                 Ok(())
             });
         }
@@ -233,22 +249,15 @@ impl Entry {
     }
 }
 
-/// Writes "0" (this process, which has one thread) into a group's join file.
-fn join_cgroup(path: &CString) -> io::Result<()> {
-    // SAFETY: open/write/close on a valid C string and a one-byte buffer.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let r = libc::write(fd, b"0".as_ptr().cast(), 1);
-        let e = io::Error::last_os_error();
-        libc::close(fd);
-        if r != 1 {
-            return Err(e);
-        }
+/// Writes "0" (this process, which has one thread) into a group's join file. Async-signal-
+/// safe: open, write and close, no allocation.
+pub(crate) fn join_cgroup(path: &CString) -> io::Result<()> {
+    let fd = rustix::fs::open(path.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    match rustix::io::write(&fd, b"0") {
+        Ok(1) => Ok(()),
+        Ok(_) => Err(io::ErrorKind::WriteZero.into()),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// Writes `tag` and `n` in decimal and a newline to fd 3, without allocating.
@@ -270,14 +279,21 @@ fn report(tag: u8, n: u32) {
         buf[1 + i] = digits[len - 1 - i];
     }
     buf[1 + len] = b'\n';
-    // SAFETY: writing our own stack buffer to a descriptor.
+    // SAFETY: writes our own stack buffer to fd 3, a bare number (the report pipe that
+    // `dup_onto` put there, which nothing owns, so rustix could only borrow it unchecked);
+    // a failure only loses the report, which the parent then does without.
     unsafe { libc::write(3, buf.as_ptr().cast(), len + 2) };
 }
 
 /// The intermediate process: report, let go of every descriptor, wait, mirror the exit.
-fn intermediate(child: libc::pid_t) -> ! {
+fn intermediate(child: Pid) -> ! {
+    let child = child.as_raw_pid();
     report(b'h', child as u32);
-    // SAFETY: raw system calls only; this process never returns to std.
+    // SAFETY: raw system calls only; this process never returns to std. None of these has a
+    // safe rustix form: `close_range` closes every descriptor (first, so the command's pipes
+    // end when the command's do), the signal calls change the process's disposition and
+    // mask, and `_exit` skips the parent's destructors and atexit handlers, which must not
+    // run in a forked child. (Kept together, in this order, as one block.)
     unsafe {
         libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
         let mut status = 0;
@@ -305,42 +321,37 @@ fn intermediate(child: libc::pid_t) -> ! {
 }
 
 /// The command's own process, inside every namespace: see step 4 of the module documentation.
-fn become_command(entry: &Entry, groups: &[libc::gid_t], uid: u32, gid: u32, cwd: &CString) -> io::Result<()> {
-    // SAFETY: raw system calls on prepared data.
-    unsafe {
-        if libc::setsid() < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // A command given a terminal (a PTY session) makes it its controlling terminal, so
-        // it gets job control and the terminal's signals.
-        if libc::isatty(0) == 1 && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        for &cap in &entry.drop_caps {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0
-                && *libc::__errno_location() != libc::EINVAL
-            {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        seccomp::install(&entry.seccomp)?;
-        if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-            || libc::setresgid(gid, gid, gid) != 0
-            || libc::setresuid(uid, uid, uid) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some(l) = &entry.rlimits {
-            cgroup::apply_rlimits(l)?;
-        }
-        if libc::chdir(cwd.as_ptr()) != 0 {
-            let msg = b"scenario-run: cannot enter the working directory (no such directory, or no permission)\n";
-            libc::write(2, msg.as_ptr().cast(), msg.len());
-            libc::_exit(BAD_CWD_EXIT);
-        }
-        report(b'n', libc::getpid() as u32);
-        libc::close(3);
+fn become_command(entry: &Entry, groups: &[Gid], uid: Uid, gid: Gid, cwd: &CString) -> io::Result<()> {
+    rustix::process::setsid()?;
+    // A command given a terminal (a PTY session) makes it its controlling terminal, so it
+    // gets job control and the terminal's signals.
+    let stdin = rustix::stdio::stdin();
+    if rustix::termios::isatty(stdin) {
+        rustix::process::ioctl_tiocsctty(stdin)?;
     }
+    for &cap in &entry.drop_caps {
+        match rustix::thread::remove_capability_from_bounding_set(cap) {
+            // EINVAL: a capability this kernel does not know.
+            Ok(()) | Err(Errno::INVAL) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    seccomp::install(&entry.seccomp)?;
+    rustix::thread::set_thread_groups(groups)?;
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    if let Some(l) = &entry.rlimits {
+        cgroup::apply_rlimits(l)?;
+    }
+    if rustix::process::chdir(cwd.as_c_str()).is_err() {
+        let msg = b"scenario-run: cannot enter the working directory (no such directory, or no permission)\n";
+        let _ = rustix::io::write(rustix::stdio::stderr(), msg);
+        super::sys::exit_now(BAD_CWD_EXIT);
+    }
+    report(b'n', rustix::process::getpid().as_raw_nonzero().get() as u32);
+    // SAFETY: fd 3 is the report pipe's copy that `dup_onto` made (not close-on-exec, so it
+    // must be closed by hand); nothing in this process owns it as an `OwnedFd`.
+    unsafe { libc::close(3) };
     Ok(())
 }
 

@@ -97,7 +97,7 @@ impl Root {
 
     fn open(&self, abs: &str, flags: i32, mode: u32) -> Result<OwnedFd> {
         let (root, rel) = self.resolve(abs)?;
-        sys::open_in_root(root.as_raw_fd(), &rel, flags, mode).map_err(|e| fs_err(e, abs))
+        sys::open_in_root(root.as_fd(), &rel, flags, mode).map_err(|e| fs_err(e, abs))
     }
 
     /// The parent directory of `abs` (opened) and the final component.
@@ -111,8 +111,8 @@ impl Root {
             return Err(ProviderError::invalid(format!("not a file path: {abs}")));
         }
         // Errors name the path the caller asked about, not its parent.
-        let fd = sys::open_in_root(root.as_raw_fd(), dir, libc::O_PATH | libc::O_DIRECTORY, 0)
-            .map_err(|e| fs_err(e, abs))?;
+        let fd =
+            sys::open_in_root(root.as_fd(), dir, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| fs_err(e, abs))?;
         Ok((fd, CString::new(name).expect("no NUL")))
     }
 
@@ -276,7 +276,7 @@ impl Root {
         let (root, rel) = self.resolve(abs)?;
         let mut cur = String::new();
         for part in rel.split('/').filter(|p| !p.is_empty()) {
-            let dir = sys::open_in_root(root.as_raw_fd(), &cur, libc::O_PATH | libc::O_DIRECTORY, 0)
+            let dir = sys::open_in_root(root.as_fd(), &cur, libc::O_PATH | libc::O_DIRECTORY, 0)
                 .map_err(|e| fs_err(e, abs))?;
             let name = CString::new(part).expect("no NUL");
             match rustix::fs::mkdirat(dir.as_fd(), &name, Mode::from_raw_mode(0o755)) {
@@ -365,6 +365,7 @@ pub(crate) struct FsIds {
 impl FsIds {
     fn set(uid: u32, gid: u32) -> Self {
         // SAFETY: per-thread credential calls with plain integers; they return the old value.
+        // (rustix has no setfsuid/setfsgid.)
         unsafe {
             let gid_before = libc::setfsgid(gid) as u32;
             let uid_before = libc::setfsuid(uid) as u32;

@@ -137,8 +137,7 @@ impl LocalOptions {
     pub fn default_state_dir() -> PathBuf {
         match std::env::var_os("SCENARIO_RUN_STATE_DIR") {
             Some(d) if !d.is_empty() => PathBuf::from(d),
-            // SAFETY: getuid cannot fail.
-            _ => PathBuf::from(format!("/tmp/scenario-run-{}", unsafe { libc::getuid() })),
+            _ => PathBuf::from(format!("/tmp/scenario-run-{}", rustix::process::getuid().as_raw())),
         }
     }
 }
@@ -1356,16 +1355,7 @@ fn disk_usage(dir: &Path) -> (u64, u64) {
             }
         }
     }
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
-    // SAFETY: statvfs fills a plain struct we own; valid C string.
-    let total = unsafe {
-        let mut sv: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut sv) == 0 {
-            sv.f_blocks as u64 * sv.f_frsize as u64
-        } else {
-            0
-        }
-    };
+    let total = rustix::fs::statvfs(dir).map_or(0, |sv| sv.f_blocks * sv.f_frsize);
     (used, total)
 }
 

@@ -24,7 +24,7 @@
 //! so a background grandchild holding the pipe open cannot hang `exec`.
 
 use std::collections::BTreeMap;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -163,7 +163,7 @@ impl Proc {
             return Err(ProviderError::invalid(format!("process {} has no terminal", self.pid)));
         };
         let pid = self.pid;
-        let write = tokio::task::spawn_blocking(move || super::pty::write(m.as_raw_fd(), &data));
+        let write = tokio::task::spawn_blocking(move || super::pty::write(m.as_fd(), &data));
         match tokio::time::timeout(STDIN_TIMEOUT, write).await {
             Ok(Ok(Ok(()))) => Ok(()),
             Ok(Ok(Err(e))) => Err(ProviderError::infra(format!("cannot write to the terminal of process {pid}: {e}"))),
@@ -180,7 +180,7 @@ impl Proc {
         let Some(m) = &self.pty else {
             return Err(ProviderError::invalid(format!("process {} has no terminal", self.pid)));
         };
-        super::pty::resize(m.as_raw_fd(), cols, rows)
+        super::pty::resize(m.as_fd(), cols, rows)
             .map_err(|e| ProviderError::infra(format!("cannot resize the terminal of process {}: {e}", self.pid)))
     }
 
@@ -223,8 +223,7 @@ pub(crate) fn base_env(home: &str) -> BTreeMap<String, String> {
     env.insert("PATH".to_string(), std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into()));
     env.insert("HOME".to_string(), home.to_string());
     let user = std::env::var("USER").ok().unwrap_or_else(|| {
-        // SAFETY: getuid cannot fail.
-        if unsafe { libc::getuid() } == 0 {
+        if rustix::process::getuid().is_root() {
             "root".into()
         } else {
             "user".into()
@@ -317,13 +316,13 @@ pub(crate) async fn launch_io(
         }
         Target::Plain { bash_env } => {
             cmd.env("BASH_ENV", bash_env);
-            // SAFETY: only async-signal-safe calls (dup2/fcntl/prctl) between fork and exec.
+            // SAFETY: `pre_exec` needs an async-signal-safe closure: this one makes raw system
+            // calls (fcntl/dup2, prctl) on integers captured above, and allocates nothing. `fd`
+            // stays open until the spawn returned (`pid_w` is dropped after it).
             unsafe {
                 cmd.pre_exec(move || {
                     sys::dup_onto(fd, 3)?;
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
+                    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
                     Ok(())
                 });
             }

@@ -7,7 +7,11 @@
 //! the command writes is read from the master by a thread until the last peer closes.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::io::Errno;
+use rustix::pty::OpenptFlags;
+use rustix::termios::Winsize;
 
 use super::files::Root;
 use crate::provider::{OutputChunk, OutputTx, ProviderError, Result};
@@ -21,47 +25,31 @@ pub(crate) struct Pty {
 /// Opens a terminal of `cols` × `rows` in the sandbox of `root`.
 pub(crate) fn open(root: &Root, cols: u16, rows: u16) -> Result<Pty> {
     let master = root.open_device("/dev/pts/ptmx", libc::O_RDWR | libc::O_NOCTTY)?;
-    let infra = |what: &str| ProviderError::infra(format!("{what}: {}", std::io::Error::last_os_error()));
-    let unlock: libc::c_int = 0;
-    // SAFETY: ioctls on a descriptor we own, with the argument types they take.
-    let peer = unsafe {
-        if libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) != 0 {
-            return Err(infra("cannot unlock the terminal"));
-        }
-        let fd = libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(infra("cannot open the terminal's peer"));
-        }
-        OwnedFd::from_raw_fd(fd)
-    };
-    resize(master.as_raw_fd(), cols, rows)
-        .map_err(|e| ProviderError::infra(format!("cannot size the terminal: {e}")))?;
+    let infra = |what: &str, e: Errno| ProviderError::infra(format!("{what}: {}", std::io::Error::from(e)));
+    // TIOCSPTLCK with 0.
+    rustix::pty::unlockpt(&master).map_err(|e| infra("cannot unlock the terminal", e))?;
+    let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+    let peer =
+        rustix::pty::ioctl_tiocgptpeer(&master, flags).map_err(|e| infra("cannot open the terminal's peer", e))?;
+    resize(master.as_fd(), cols, rows).map_err(|e| ProviderError::infra(format!("cannot size the terminal: {e}")))?;
     Ok(Pty { master, peer })
 }
 
 /// Sets the terminal's size (the command's foreground group gets `SIGWINCH`).
-pub(crate) fn resize(master: RawFd, cols: u16, rows: u16) -> std::io::Result<()> {
-    let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
-    // SAFETY: TIOCSWINSZ reads one winsize.
-    if unsafe { libc::ioctl(master, libc::TIOCSWINSZ, &ws) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+pub(crate) fn resize(master: BorrowedFd<'_>, cols: u16, rows: u16) -> std::io::Result<()> {
+    let ws = Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+    // TIOCSWINSZ.
+    Ok(rustix::termios::tcsetwinsize(master, ws)?)
 }
 
 /// Writes `data` to the terminal (what the user types), all of it.
-pub(crate) fn write(master: RawFd, mut data: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write(master: BorrowedFd<'_>, mut data: &[u8]) -> std::io::Result<()> {
     while !data.is_empty() {
-        // SAFETY: valid descriptor and buffer.
-        let n = unsafe { libc::write(master, data.as_ptr().cast(), data.len()) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match rustix::io::write(master, data) {
+            Ok(n) => data = &data[n..],
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        data = &data[n as usize..];
     }
     Ok(())
 }

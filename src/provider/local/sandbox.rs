@@ -38,6 +38,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustix::process::{Gid, Uid};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::cgroup::{Cgroup, Limits};
@@ -306,52 +307,45 @@ fn bwrap_command(
     // Own process group: a Ctrl-C on the terminal reaches scenario-run, which then tears the
     // sandboxes down in order, instead of killing them under its feet.
     cmd.process_group(0);
-    // SAFETY: the closure only makes async-signal-safe system calls on data prepared above.
+    // SAFETY: `pre_exec` needs an async-signal-safe closure: it makes raw system calls only
+    // (through rustix where it has a safe form, each one `syscall` instruction without
+    // allocating, paths passed as `&CStr`) on data prepared above and owned by the closure;
+    // `userns` is the raw number of a descriptor the caller keeps open until the spawn
+    // returned. `own_network` holds to the same.
     unsafe {
         cmd.pre_exec(move || {
+            use rustix::mount::{MountFlags, MountPropagationFlags};
             for p in &procs {
-                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(fd);
+                super::enter::join_cgroup(p)?;
             }
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let none = std::ptr::null::<libc::c_char>();
-            if libc::mount(none, c_root.as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let flags = libc::MS_NODEV;
-            if libc::mount(c_overlay.as_ptr(), c_merged.as_ptr(), c_overlay.as_ptr(), flags, c_opts.as_ptr().cast())
-                != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
+            rustix::mount::mount_change(
+                c_root.as_c_str(),
+                MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+            )?;
+            let (overlay, merged) = (c_overlay.as_c_str(), c_merged.as_c_str());
+            rustix::mount::mount(overlay, merged, overlay, MountFlags::NODEV, c_opts.as_c_str())?;
             // Still host root, in the private mount namespace: bwrap's recursive bind of the
             // root carries these along. Read-only ones (the build context) and read-write ones
             // (a build's package caches) alike are nosuid and nodev.
             for (src, dst, read_only) in &binds {
-                if libc::mount(src.as_ptr(), dst.as_ptr(), none, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let ro = if *read_only { libc::MS_RDONLY } else { 0 };
-                let flags = libc::MS_BIND | libc::MS_REMOUNT | ro | libc::MS_NOSUID | libc::MS_NODEV;
-                if libc::mount(none, dst.as_ptr(), none, flags, std::ptr::null()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                rustix::mount::mount_bind_recursive(src.as_c_str(), dst.as_c_str())?;
+                let ro = if *read_only { MountFlags::RDONLY } else { MountFlags::empty() };
+                // A bind remount takes no options: the empty data string is as NULL was.
+                let flags = MountFlags::BIND | ro | MountFlags::NOSUID | MountFlags::NODEV;
+                rustix::mount::mount_remount(dst.as_c_str(), flags, c"")?;
             }
             if own_net {
                 own_network()?;
             }
-            if libc::setns(userns, libc::CLONE_NEWUSER) != 0
-                || libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setresgid(0, 0, 0) != 0
-                || libc::setresuid(0, 0, 0) != 0
-            {
+            if libc::setns(userns, libc::CLONE_NEWUSER) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            rustix::thread::set_thread_groups(&[])?;
+            rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT)?;
+            rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)?;
             sys::dup_onto(info_fd, 3)?;
             sys::dup_onto(seccomp_fd, 4)?;
             match boot_id_fd {
@@ -473,14 +467,14 @@ impl NsSandbox {
         };
         let rlimits = cgroup.is_none().then_some(layout.limits);
         let procs = cgroup.as_ref().map(|c| c.procs.clone()).unwrap_or_default();
-        let opened = Entry::open(pid1.pid(), procs, rlimits).and_then(|entry| {
+        let opened = Entry::open(pid1.pid(), procs, rlimits).map(Arc::new).and_then(|entry| {
             entry.allow_setuid_root()?;
             Ok(entry)
         });
         match opened {
             Ok(entry) => Ok(Self {
                 pid1,
-                entry: Arc::new(entry),
+                entry,
                 bwrap: tokio::sync::Mutex::new(child),
                 cgroup,
                 mount_point: layout.merged.clone(),
@@ -608,8 +602,7 @@ impl NsSandbox {
         if let Some(c) = &self.cgroup {
             c.thaw_now();
             for p in c.pids() {
-                // SAFETY: plain syscall.
-                unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+                super::cgroup::kill(p);
             }
         }
     }

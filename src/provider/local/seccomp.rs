@@ -155,10 +155,12 @@ pub(crate) fn program() -> Vec<Insn> {
 
 /// Installs `prog` in the calling thread. For a forked child between fork and exec: only
 /// `prctl`, which is async-signal-safe. Needs `CAP_SYS_ADMIN` in the current user namespace
-/// (or `no_new_privs`).
+/// (or `no_new_privs`). A raw call: rustix has no form of `PR_SET_SECCOMP` with a filter.
 pub(crate) fn install(prog: &[Insn]) -> std::io::Result<()> {
     let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut Insn };
-    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies it.
+    // SAFETY: the kernel reads `fprog` and the `len` instructions it points at (`Insn` has
+    // the layout of `sock_filter`), copies them and keeps no pointer; both outlive the call.
+    // `len` is the slice's own length (the program is far below u16::MAX instructions).
     let r = unsafe {
         libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER as libc::c_ulong, &fprog as *const _ as usize, 0, 0)
     };
@@ -183,43 +185,48 @@ pub(crate) fn to_bytes(prog: &[Insn]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
 
     /// Runs `f` in a forked child under the filter and returns the errnos it recorded. The
     /// child allocates nothing (the test process has other threads).
     fn under_filter(f: &dyn Fn(&mut [i32; 16]) -> usize) -> Vec<i32> {
         let prog = program();
         let (r, w) = crate::provider::local::sys::cloexec_pipe().unwrap();
-        // SAFETY: the child makes raw system calls on memory prepared before the fork,
-        // writes to a pipe and _exits.
+        // SAFETY: the test process has other threads, so the child may only make raw system
+        // calls on memory prepared before the fork (no allocation, no locks), then `_exit`
+        // (no destructors, no atexit handlers); `f` holds to the same.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            unsafe {
-                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-                if install(&prog).is_err() {
-                    libc::_exit(2);
-                }
+            let _ = rustix::thread::set_no_new_privs(true);
+            let code = if install(&prog).is_err() {
+                2
+            } else {
                 let mut out = [0i32; 16];
-                let n = f(&mut out);
-                libc::write(w.as_raw_fd(), out.as_ptr().cast(), n * 4);
-                libc::_exit(0);
-            }
+                let n = f(&mut out).min(out.len());
+                let mut raw = [0u8; 64];
+                for (i, v) in out[..n].iter().enumerate() {
+                    raw[i * 4..i * 4 + 4].copy_from_slice(&v.to_ne_bytes());
+                }
+                let _ = rustix::io::write(&w, &raw[..n * 4]);
+                0
+            };
+            crate::provider::local::sys::exit_now(code);
         }
         drop(w);
         let mut buf = Vec::new();
         use std::io::Read;
         std::fs::File::from(r).read_to_end(&mut buf).unwrap();
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(status, 0, "child failed");
+        let pid = rustix::process::Pid::from_raw(pid).expect("a child pid");
+        let (_, status) = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+            .expect("waitpid")
+            .expect("the child's status");
+        assert_eq!(status.as_raw(), 0, "child failed");
         buf.chunks(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap())).collect()
     }
 
     fn errno_of(r: libc::c_long) -> i32 {
         if r < 0 {
-            // SAFETY: reading errno.
-            unsafe { *libc::__errno_location() }
+            // errno, read without allocating.
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
         } else {
             0
         }
@@ -231,6 +238,9 @@ mod tests {
         let dev = std::ffi::CString::new(dir.path().join("dev").to_str().unwrap()).unwrap();
         let fifo = std::ffi::CString::new(dir.path().join("fifo").to_str().unwrap()).unwrap();
         let tmp = c"/tmp";
+        // SAFETY: the point of the test is the raw system calls the filter sees (denied ones
+        // included, which rustix would not even issue); they take integers and C strings
+        // made before the fork, and write nothing but the child's stack.
         let got = under_filter(&|out| unsafe {
             let calls: [&dyn Fn() -> libc::c_long; 10] = [
                 &|| libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0),

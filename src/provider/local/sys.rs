@@ -12,11 +12,14 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::process::{Pid, PidfdFlags};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -39,10 +42,9 @@ pub(crate) struct Pidfd {
 
 impl Pidfd {
     pub(crate) fn open(pid: u32) -> io::Result<Self> {
-        // SAFETY: plain syscall with integer arguments.
-        let fd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) })?;
-        // SAFETY: pidfd_open returned a fresh descriptor that we now own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // pid 0 and pids past `i32::MAX` name no process: EINVAL, as the kernel answers.
+        let p = i32::try_from(pid).ok().and_then(Pid::from_raw).ok_or(rustix::io::Errno::INVAL)?;
+        let fd = rustix::process::pidfd_open(p, PidfdFlags::empty())?;
         Ok(Self { fd, pid })
     }
 
@@ -51,8 +53,13 @@ impl Pidfd {
     }
 
     /// Sends `sig`; `ESRCH` (already gone) is reported as an error of kind NotFound-ish `Other`.
+    ///
+    /// Stays a raw call: `sig` is whatever number a scenario or client asked for (0 to probe,
+    /// a realtime signal, an unknown one the kernel rejects), and rustix's `Signal` holds only
+    /// the named signals (any other number needs its unchecked constructor).
     pub(crate) fn signal(&self, sig: i32) -> io::Result<()> {
-        // SAFETY: valid fd, null siginfo, no flags.
+        // SAFETY: a descriptor we own, a plain integer, a null siginfo (the kernel fills in
+        // one of its own), no flags; nothing is read or written through our memory.
         cvt(unsafe {
             libc::syscall(
                 libc::SYS_pidfd_send_signal,
@@ -67,10 +74,8 @@ impl Pidfd {
 
     /// Whether the process has ended (a pidfd polls readable once it has).
     pub(crate) fn exited(&self) -> bool {
-        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd, zero timeout.
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        n > 0
+        let mut pfd = [PollFd::new(&self.fd, PollFlags::IN)];
+        matches!(rustix::event::poll(&mut pfd, Some(&Timespec::default())), Ok(n) if n > 0)
     }
 
     /// Waits (without blocking the runtime) until the process ends or `timeout` passes.
@@ -82,7 +87,9 @@ impl Pidfd {
         let Ok(dup) = self.fd.try_clone() else {
             return false;
         };
-        // SAFETY: `dup` is an owned descriptor that the AsyncFd keeps open until it is dropped.
+        // SAFETY: tokio requires the descriptor to stay open and the same while registered:
+        // `dup` is an `OwnedFd` moved into the AsyncFd, which closes it only when dropped, and
+        // nothing else can reach it.
         let Ok(afd) = (unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }) else {
             return false;
         };
@@ -91,43 +98,31 @@ impl Pidfd {
 }
 
 /// Sends `sig` to the process group `pgid` (negative-pid `kill`). Errors are ignored: the group
-/// may already be gone.
+/// may already be gone. A raw call for the reason given at [`Pidfd::signal`]: `sig` is any
+/// number a scenario asked for.
 pub(crate) fn kill_group(pgid: u32, sig: i32) {
     if pgid > 1 {
-        // SAFETY: plain syscall.
+        // SAFETY: integer arguments only; `pgid > 1` keeps it from meaning "every process"
+        // (-1) or "our own group" (0).
         unsafe { libc::kill(-(pgid as libc::pid_t), sig) };
     }
-}
-
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
 }
 
 /// `openat2(dirfd, path, flags, mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`: `path` is
 /// resolved as if `dirfd` were `/`, so neither `..` nor absolute symlinks inside the sandbox
 /// can reach the host.
-pub(crate) fn open_in_root(dirfd: RawFd, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+pub(crate) fn open_in_root(dirfd: BorrowedFd<'_>, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
     let c = CString::new(if path.is_empty() { "." } else { path })
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: if flags & libc::O_CREAT != 0 { mode as u64 } else { 0 },
-        resolve: libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
-    };
+    let oflags = OFlags::from_bits_retain((flags | libc::O_CLOEXEC) as u32);
+    let mode = Mode::from_bits_retain(if flags & libc::O_CREAT != 0 { mode } else { 0 });
+    let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
     loop {
-        // SAFETY: valid C string and struct of the size we pass.
-        let r = unsafe {
-            libc::syscall(libc::SYS_openat2, dirfd, c.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
-        };
-        match cvt(r) {
-            // SAFETY: fresh descriptor we own.
-            Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
+        match rustix::fs::openat2(dirfd, c.as_c_str(), oflags, mode, resolve) {
+            Ok(fd) => return Ok(fd),
             // RESOLVE_IN_ROOT returns EAGAIN when a concurrent rename raced the lookup.
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => continue,
-            Err(e) => return Err(e),
+            Err(rustix::io::Errno::AGAIN) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -176,16 +171,17 @@ pub(crate) fn on_spawner_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Sen
 /// A pipe with both ends close-on-exec; the write end is meant to be `dup2`ed onto a fixed fd
 /// number in a child's `pre_exec`.
 pub(crate) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: two-element array as pipe2 expects.
-    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long)?;
-    // SAFETY: pipe2 returned two fresh descriptors.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
 /// In a forked child: make `fd` available as `target` across exec (async-signal-safe).
+///
+/// Stays raw: `target` is a bare descriptor number that nothing owns yet (rustix's `dup2`
+/// wants an `OwnedFd` to replace), and the child never returns to code that could own it.
 pub(crate) fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
-    // SAFETY: only fcntl/dup2 on descriptors we own; allowed between fork and exec.
+    // SAFETY: fcntl/dup2 take and return integers only, and are async-signal-safe. `fd` is
+    // open (the caller keeps its owner alive until the spawn returned); `target` is a fixed
+    // number the exec'd program expects, overwritten on purpose.
     unsafe {
         if fd == target {
             let flags = libc::fcntl(fd, libc::F_GETFD);
@@ -197,6 +193,14 @@ pub(crate) fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `_exit(code)`: ends a forked child at once, without the parent's destructors, stdio
+/// flushes or atexit handlers (none of which may run between fork and exec).
+pub(crate) fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` takes an integer and does not return; skipping every destructor is
+    // the point (what they would free belongs to the parent's copy of memory).
+    unsafe { libc::_exit(code) }
 }
 
 /// The `NSpid:` line of `/proc/<pid>/status`: the pid in each nested PID namespace, outermost
@@ -227,6 +231,7 @@ pub(crate) fn errno_text(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn errno_text_is_lowercase_without_code() {
@@ -241,6 +246,53 @@ mod tests {
     }
 
     #[test]
+    fn pidfd_open_refuses_numbers_that_name_no_process_without_panicking() {
+        // 0, and values that are negative as a pid_t (-1 would be "every process").
+        for pid in [0, u32::MAX, i32::MAX as u32 + 1] {
+            let e = Pidfd::open(pid).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "pid {pid}");
+        }
+    }
+
+    #[test]
+    fn a_pidfd_signals_its_process_and_sees_it_end() {
+        let mut child = std::process::Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let fd = Pidfd::open(child.id()).unwrap();
+        assert!(!fd.exited(), "sleep is still running");
+        fd.signal(0).expect("signal 0 probes a live process");
+        fd.signal(libc::SIGKILL).unwrap();
+        let st = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(libc::SIGKILL));
+        assert!(fd.exited(), "a reaped process polls readable");
+        let e = fd.signal(libc::SIGTERM).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[tokio::test]
+    async fn wait_exit_returns_when_the_process_ends_and_not_before() {
+        let mut child = std::process::Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let fd = Pidfd::open(child.id()).unwrap();
+        assert!(!fd.wait_exit(Duration::from_millis(200)).await, "still running after 200 ms");
+        fd.signal(libc::SIGKILL).unwrap();
+        assert!(fd.wait_exit(Duration::from_secs(10)).await);
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn cloexec_pipe_ends_are_close_on_exec_and_connected() {
+        use std::io::{Read, Write};
+        let (r, w) = cloexec_pipe().unwrap();
+        for fd in [&r, &w] {
+            let flags = rustix::io::fcntl_getfd(fd).unwrap();
+            assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
+        }
+        std::fs::File::from(w).write_all(b"ping").unwrap();
+        let mut got = String::new();
+        std::fs::File::from(r).read_to_string(&mut got).unwrap();
+        assert_eq!(got, "ping");
+    }
+
+    #[test]
     fn open_in_root_confines_dotdot_and_absolute_symlinks() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("jail")).unwrap();
@@ -249,7 +301,7 @@ mod tests {
         std::os::unix::fs::symlink("/secret", dir.path().join("jail/link")).unwrap();
         let root = std::fs::File::open(dir.path().join("jail")).unwrap();
         for p in ["../secret", "link", "/secret"] {
-            let fd = open_in_root(root.as_raw_fd(), p, libc::O_RDONLY, 0).unwrap();
+            let fd = open_in_root(root.as_fd(), p, libc::O_RDONLY, 0).unwrap();
             let s = std::fs::read_to_string(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
             assert_eq!(s, "jail", "path {p}");
         }

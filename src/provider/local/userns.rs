@@ -28,7 +28,9 @@ pub(crate) fn host_id(map: IdMap, inside: u32) -> u32 {
 pub(crate) fn create(map: IdMap) -> io::Result<OwnedFd> {
     let mut cmd = Command::new("/bin/sleep");
     cmd.arg("30").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: unshare is async-signal-safe.
+    // SAFETY: `pre_exec` needs an async-signal-safe closure: one raw system call, no
+    // allocation. (libc's `unshare`: rustix marks its own unshare as needing care too, for
+    // CLONE_FILES, which this does not pass.)
     unsafe {
         cmd.pre_exec(|| {
             if libc::unshare(libc::CLONE_NEWUSER) != 0 {
@@ -58,8 +60,7 @@ mod tests {
 
     #[test]
     fn maps_root_to_the_host_base() {
-        // SAFETY: getuid cannot fail.
-        if unsafe { libc::getuid() } != 0 {
+        if !rustix::process::getuid().is_root() {
             panic!("this test needs root (user namespaces with a full id map)");
         }
         let fd = create(IdMap { host_base: 100_000_000, len: 65536 }).unwrap();
@@ -68,7 +69,8 @@ mod tests {
         let raw = fd.as_raw_fd();
         let mut cmd = Command::new("/bin/cat");
         cmd.arg("/proc/self/uid_map");
-        // SAFETY: setns is async-signal-safe.
+        // SAFETY: `pre_exec` needs an async-signal-safe closure: one raw system call on an
+        // integer, no allocation; `fd` (the namespace) outlives `output()`, which waits.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::setns(raw, libc::CLONE_NEWUSER) != 0 {

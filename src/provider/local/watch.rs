@@ -14,9 +14,13 @@
 //! `IN_DELETE_SELF` remove, `IN_MOVED_FROM`/`IN_MOVE_SELF` rename, `IN_ATTRIB` chmod.
 
 use std::collections::{HashMap, VecDeque};
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::inotify;
 
 use super::files::{fs_err, Root};
 use crate::provider::{DirWatch, FsEvent, FsOp, ProviderError, Result};
@@ -58,13 +62,8 @@ pub(crate) struct Watch {
 impl Watch {
     /// Starts watching `abs` in `root`.
     pub(crate) fn start(root: Root, abs: &str, recursive: bool) -> Result<Watch> {
-        // SAFETY: plain syscall; the descriptor is owned below.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return Err(ProviderError::infra(format!("inotify: {}", std::io::Error::last_os_error())));
-        }
-        // SAFETY: fresh descriptor.
-        let fd = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
+        let fd = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC)
+            .map_err(|e| ProviderError::infra(format!("inotify: {}", std::io::Error::from(e))))?;
         let shared = Arc::new(Shared {
             fd,
             root,
@@ -113,13 +112,12 @@ impl Shared {
         let abs = if rel.is_empty() { self.top.clone() } else { format!("{}/{rel}", self.top.trim_end_matches('/')) };
         let dir = self.root.open_dir(&abs)?;
         let link = std::ffi::CString::new(format!("/proc/self/fd/{}", dir.as_raw_fd())).expect("no NUL");
-        let wd = self.root.as_sandbox_user(|| {
-            // SAFETY: valid descriptor and C string.
-            unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), link.as_ptr(), MASK) }
-        });
-        if wd < 0 {
-            return Err(fs_err(std::io::Error::last_os_error(), &abs));
-        }
+        let wd = self
+            .root
+            .as_sandbox_user(|| {
+                inotify::add_watch(&self.fd, link.as_c_str(), inotify::WatchFlags::from_bits_retain(MASK))
+            })
+            .map_err(|e| fs_err(e.into(), &abs))?;
         st.dirs.insert(wd, rel.to_string());
         if !self.recursive {
             return Ok(());
@@ -140,26 +138,13 @@ impl Shared {
 
     /// Reads every event the kernel has queued.
     fn read(&self, st: &mut State) {
-        let mut buf = [0u8; 16 << 10];
+        let mut buf = [MaybeUninit::<u8>::uninit(); 16 << 10];
+        let mut events = inotify::Reader::new(&self.fd, &mut buf);
         let mut got = false;
-        loop {
-            // SAFETY: valid descriptor and buffer.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                break;
-            }
-            let mut off = 0usize;
-            let n = n as usize;
-            let head = std::mem::size_of::<libc::inotify_event>();
-            while off + head <= n {
-                // SAFETY: the kernel wrote a whole event header here; read unaligned.
-                let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
-                let name_bytes = &buf[off + head..off + head + ev.len as usize];
-                let name =
-                    String::from_utf8_lossy(name_bytes.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
-                off += head + ev.len as usize;
-                got |= self.event(st, ev.wd, ev.mask, &name);
-            }
+        // Until the kernel has nothing more (EAGAIN: the descriptor does not block).
+        while let Ok(ev) = events.next() {
+            let name = ev.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            got |= self.event(st, ev.wd(), ev.events().bits(), &name);
         }
         while st.queue.len() > MAX_QUEUED {
             st.queue.pop_front();
@@ -208,10 +193,9 @@ impl Shared {
     /// The thread: waits for events and reads them until the watch is dropped.
     fn run(self: Arc<Self>) {
         while !self.stop.load(Ordering::SeqCst) {
-            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut pfd, 1, 100) };
-            if r > 0 {
+            let mut pfd = [PollFd::new(&self.fd, PollFlags::IN)];
+            let wait = Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+            if matches!(rustix::event::poll(&mut pfd, Some(&wait)), Ok(n) if n > 0) {
                 let mut st = self.state.lock().expect("watch");
                 self.read(&mut st);
             }
