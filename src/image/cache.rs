@@ -135,7 +135,7 @@ impl Cache {
     /// The lock of `key` if nobody holds it now.
     pub fn try_lock(&self, key: &str) -> io::Result<Option<Lock>> {
         let f = self.lock_file(key)?;
-        match flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
+        match flock(&f, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(Some(Lock { _file: f })),
             Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
             Err(e) => Err(e),

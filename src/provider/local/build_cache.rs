@@ -191,7 +191,7 @@ mod tests {
     #[test]
     fn seeding_or_keeping_twice_never_empties_the_cache() {
         let t = tempfile::tempdir().unwrap();
-        let ids = IdMap { host_base: unsafe { libc::getuid() }, len: 65536 };
+        let ids = IdMap { host_base: rustix::process::getuid().as_raw(), len: 65536 };
         let cache = BuildCache { dir: t.path().join("cache") };
         std::fs::create_dir_all(cache.dir.join("apt")).unwrap();
         std::fs::write(cache.dir.join("apt/pkg_1.0_all.deb"), "package bytes").unwrap();
