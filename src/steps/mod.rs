@@ -4,6 +4,7 @@
 //! the scenario's [`StepCtx`]; it returns its outputs, or a [`StepError`] that is data: a
 //! failed expectation or a broken provider, never a panic.
 
+pub mod args;
 pub mod asserts;
 pub mod build;
 pub mod code;
