@@ -7,12 +7,11 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use serde_json::Value as JsonValue;
-
+use super::args::Args;
 use super::{StepCtx, StepResult};
 
 pub type BoxFut<'a> = Pin<Box<dyn Future<Output = StepResult> + Send + 'a>>;
-pub type RunFn = for<'a> fn(&'a mut StepCtx, &'a JsonValue) -> BoxFut<'a>;
+pub type RunFn = for<'a> fn(&'a mut StepCtx, &'a Args) -> BoxFut<'a>;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FieldType {
@@ -201,7 +200,7 @@ const INFO_OUTPUTS: &[(&str, &str)] = &[
 
 macro_rules! run_fn {
     ($path:path) => {{
-        fn run<'a>(ctx: &'a mut StepCtx, args: &'a JsonValue) -> BoxFut<'a> {
+        fn run<'a>(ctx: &'a mut StepCtx, args: &'a Args) -> BoxFut<'a> {
             Box::pin($path(ctx, args))
         }
         run as RunFn
