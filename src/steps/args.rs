@@ -22,6 +22,7 @@ pub enum ArgValue {
     Bool(bool),
     Duration(Duration),
     StrMap(BTreeMap<String, String>),
+    StrList(Vec<String>),
     Matcher(Box<Matcher>),
     /// `Any` and `Expr` values, as rendered.
     Json(JsonValue),
@@ -147,6 +148,17 @@ pub fn convert(owner: &str, field: &Field, v: &JsonValue) -> Result<ArgValue, Ar
             }
             Ok(ArgValue::StrMap(out))
         }
+        FieldType::StrList => match v {
+            JsonValue::Array(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| scalar_text(item).ok_or_else(|| wrong_type(&format!("{key}[{i}]"), "a string", item)))
+                .collect::<Result<_, _>>()
+                .map(ArgValue::StrList),
+            other => scalar_text(other)
+                .map(|s| ArgValue::StrList(vec![s]))
+                .ok_or_else(|| wrong_type(key, "a list of strings", other)),
+        },
         FieldType::Matcher => Matcher::from_json(v)
             .map(|m| ArgValue::Matcher(Box::new(m)))
             .map_err(|e| ArgError::new(format!("`{key}`: {e}")).label("not a matcher")),
@@ -355,6 +367,15 @@ impl Args {
         }
     }
 
+    /// A list of strings (empty when not given).
+    pub fn str_list(&self, key: &str) -> Vec<String> {
+        match self.values.get(key) {
+            None => Vec::new(),
+            Some(ArgValue::StrList(l)) => l.clone(),
+            Some(other) => wrong_getter!(key, other, "a list of strings").unwrap_or_default(),
+        }
+    }
+
     /// An `Any` or `Expr` value as rendered.
     pub fn json(&self, key: &str) -> Option<&JsonValue> {
         match self.values.get(key)? {
@@ -419,6 +440,13 @@ mod tests {
         assert_eq!(a.str("method"), "POST");
         let a = step("signal", json!({ "pid": 9, "signal": "term" })).unwrap();
         assert_eq!(a.int_or_name("signal"), Some(Err("term")));
+        let a =
+            step("create", json!({ "network": { "allow_out": "10.0.0.1", "deny_out": ["0.0.0.0/0", 7] } })).unwrap();
+        let n = a.object("network").unwrap();
+        assert_eq!(
+            (n.str_list("allow_out"), n.str_list("deny_out")),
+            (vec!["10.0.0.1".into()], vec!["0.0.0.0/0".into(), "7".into()])
+        );
         let a = step("signal", json!({ "pid": 9, "signal": "15" })).unwrap();
         assert_eq!(a.int_or_name("signal"), Some(Ok(15)));
     }
@@ -444,6 +472,16 @@ mod tests {
             ),
             ("create", json!({ "network": { "allow_out": [], "x": 1 } }), "unknown field `x` for `create.network`"),
             ("set", json!("x"), "`set` takes a mapping of names to values"),
+            (
+                "create",
+                json!({ "network": { "allow_out": [["10.0.0.1"]] } }),
+                "`allow_out[0]` must be a string, found a list",
+            ),
+            (
+                "create",
+                json!({ "network": { "deny_out": { "a": 1 } } }),
+                "`deny_out` must be a list of strings, found a mapping",
+            ),
         ];
         for (kind, args, want) in bad {
             assert_eq!(step(kind, args.clone()).unwrap_err(), want, "{kind} {args}");

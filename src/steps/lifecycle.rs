@@ -10,22 +10,13 @@ use crate::provider::{CreateRequest, NetworkPolicy, SandboxInfo};
 
 /// `create`'s `network: { allow_internet_access, allow_out, deny_out }` (a list may be one
 /// string).
-fn network_arg(a: &Args) -> Result<Option<NetworkPolicy>, StepError> {
-    let Some(n) = a.object("network") else { return Ok(None) };
-    let list = |key: &str| -> Result<Vec<String>, StepError> {
-        match n.json(key) {
-            None => Ok(Vec::new()),
-            Some(JsonValue::Array(items)) => Ok(items.iter().map(super::text).collect()),
-            Some(JsonValue::String(s)) => Ok(vec![s.clone()]),
-            Some(other) => Err(StepError::error(format!("`network.{key}` must be a list of addresses, got {other}"))),
-        }
-    };
-    let internet = n.opt_bool("allow_internet_access");
-    Ok(Some(NetworkPolicy {
-        allow_internet_access: internet,
-        allow_out: list("allow_out")?,
-        deny_out: list("deny_out")?,
-    }))
+fn network_arg(a: &Args) -> Option<NetworkPolicy> {
+    let n = a.object("network")?;
+    Some(NetworkPolicy {
+        allow_internet_access: n.opt_bool("allow_internet_access"),
+        allow_out: n.str_list("allow_out"),
+        deny_out: n.str_list("deny_out"),
+    })
 }
 
 fn info_json(i: &SandboxInfo) -> JsonValue {
@@ -57,7 +48,7 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
         envs: a.str_map("envs"),
         cpu: a.int("cpu").map(|v| v as u32),
         memory_mb: a.int("memory").map(|v| v as u64),
-        network: network_arg(a)?,
+        network: network_arg(a),
     };
     // Read before creating: an argument error after it would leak a sandbox the scenario
     // does not know about and so never destroys.

@@ -22,6 +22,8 @@ pub enum FieldType {
     Duration,
     /// Map of string to string (scalars are accepted and turned into strings).
     StrMap,
+    /// A list of strings (scalars turned into strings); one string is a list of one.
+    StrList,
     /// A matcher (§3): a mapping, or a scalar meaning `equals`.
     Matcher,
     /// One of a fixed set of strings.
@@ -44,6 +46,7 @@ impl FieldType {
             FieldType::Bool => "boolean".into(),
             FieldType::Duration => "duration".into(),
             FieldType::StrMap => "map of strings".into(),
+            FieldType::StrList => "list of strings".into(),
             FieldType::Matcher => "matcher".into(),
             FieldType::Enum(v) => v.join("|"),
             FieldType::IntOrName => "integer or name".into(),
@@ -131,8 +134,8 @@ const HTTP_EXPECT: &[Field] = &[
 
 const CREATE_NETWORK: &[Field] = &[
     f("allow_internet_access", FieldType::Bool, "E2B's internet access switch; a local sandbox never reaches the internet, so locally it changes nothing"),
-    f("allow_out", FieldType::Any, "IPv4 addresses or CIDR ranges the sandbox may reach (allow beats deny); locally exactly these, among this machine's addresses"),
-    f("deny_out", FieldType::Any, "IPv4 addresses or CIDR ranges denied unless allowed (`0.0.0.0/0`: all)"),
+    f("allow_out", FieldType::StrList, "IPv4 addresses or CIDR ranges the sandbox may reach (allow beats deny); locally exactly these, among this machine's addresses"),
+    f("deny_out", FieldType::StrList, "IPv4 addresses or CIDR ranges denied unless allowed (`0.0.0.0/0`: all)"),
 ];
 
 const HTTP_FIELDS_COMMON: [Field; 7] = [
