@@ -34,7 +34,7 @@ fn field_schema(f: &Field) -> JsonValue {
         }),
         FieldType::Matcher => json!({ "$ref": "#/definitions/matcher" }),
         FieldType::Enum(options) => templated(json!({ "enum": options })),
-        FieldType::IntOrName => json!({ "type": ["integer", "string"] }),
+        FieldType::Signal => json!({ "type": ["integer", "string"] }),
         // An expression, or any value whose truth counts (what a template renders to).
         FieldType::Expr => json!({}),
         FieldType::Any if f.name == "json" => json!({ "$ref": "#/definitions/json_checks" }),

@@ -175,12 +175,12 @@ pub fn convert(owner: &str, field: &Field, v: &JsonValue) -> Result<ArgValue, Ar
             },
             other => Err(wrong_type(key, &format!("one of {}", options.join(", ")), other)),
         },
-        FieldType::IntOrName => match v {
+        FieldType::Signal => match v {
             JsonValue::Number(n) if n.is_i64() => Ok(ArgValue::Int(n.as_i64().unwrap_or_default())),
-            JsonValue::String(s) => {
-                Ok(s.trim().parse().map_or_else(|_| ArgValue::Str(s.trim().to_string()), ArgValue::Int))
-            }
-            other => Err(wrong_type(key, "an integer or a name", other)),
+            JsonValue::String(s) => super::exec::signal_number(s)
+                .map(|n| ArgValue::Int(i64::from(n)))
+                .map_err(|e| ArgError::new(e).label("unknown signal")),
+            other => Err(wrong_type(key, "a signal name or number", other)),
         },
         // An expression (a string), or a value whose truth counts (a rendered one).
         FieldType::Expr | FieldType::Any => Ok(ArgValue::Json(v.clone())),
@@ -332,6 +332,7 @@ impl Args {
         self.opt_str(key).unwrap_or_default()
     }
 
+    /// An `Int` field, or a `Signal` (its number).
     pub fn int(&self, key: &str) -> Option<i64> {
         match self.values.get(key)? {
             ArgValue::Int(n) => Some(*n),
@@ -392,15 +393,6 @@ impl Args {
         }
     }
 
-    /// An `Int` field or a name (`IntOrName`).
-    pub fn int_or_name(&self, key: &str) -> Option<Result<i64, &str>> {
-        match self.values.get(key)? {
-            ArgValue::Int(n) => Some(Ok(*n)),
-            ArgValue::Str(s) => Some(Err(s)),
-            other => wrong_getter!(key, other, "an integer or a name"),
-        }
-    }
-
     /// A nested `Object` field.
     pub fn object(&self, key: &str) -> Option<&Args> {
         match self.values.get(key)? {
@@ -439,7 +431,7 @@ mod tests {
         let a = step("http", json!({ "method": "post", "url": "u" })).unwrap();
         assert_eq!(a.str("method"), "POST");
         let a = step("signal", json!({ "pid": 9, "signal": "term" })).unwrap();
-        assert_eq!(a.int_or_name("signal"), Some(Err("term")));
+        assert_eq!(a.int("signal"), Some(i64::from(libc::SIGTERM)));
         let a =
             step("create", json!({ "network": { "allow_out": "10.0.0.1", "deny_out": ["0.0.0.0/0", 7] } })).unwrap();
         let n = a.object("network").unwrap();
@@ -448,7 +440,7 @@ mod tests {
             (vec!["10.0.0.1".into()], vec!["0.0.0.0/0".into(), "7".into()])
         );
         let a = step("signal", json!({ "pid": 9, "signal": "15" })).unwrap();
-        assert_eq!(a.int_or_name("signal"), Some(Ok(15)));
+        assert_eq!(a.int("signal"), Some(15));
     }
 
     #[test]
@@ -472,6 +464,11 @@ mod tests {
             ),
             ("create", json!({ "network": { "allow_out": [], "x": 1 } }), "unknown field `x` for `create.network`"),
             ("set", json!("x"), "`set` takes a mapping of names to values"),
+            (
+                "signal",
+                json!({ "pid": 1, "signal": "BOGUS" }),
+                "unknown signal `BOGUS`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number",
+            ),
             (
                 "create",
                 json!({ "network": { "allow_out": [["10.0.0.1"]] } }),

@@ -64,7 +64,7 @@ pub async fn process_list(ctx: &mut StepCtx, _args: &Args) -> StepResult {
 }
 
 /// Signal names authors write (`TERM`, `SIGTERM`, `sigterm`), to numbers.
-pub fn signal_number(name: &str) -> Result<i32, StepError> {
+pub fn signal_number(name: &str) -> Result<i32, String> {
     let s = name.trim().to_ascii_uppercase();
     let s = s.trim_start_matches("SIG");
     if let Ok(n) = s.parse() {
@@ -81,20 +81,16 @@ pub fn signal_number(name: &str) -> Result<i32, StepError> {
         "STOP" => libc::SIGSTOP,
         "CONT" => libc::SIGCONT,
         other => {
-            return Err(StepError::error(format!(
+            return Err(format!(
                 "unknown signal `{other}`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number"
-            )))
+            ))
         }
     })
 }
 
 pub async fn signal(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let pid = a.int("pid").unwrap_or_default() as u32;
-    let sig = match a.int_or_name("signal") {
-        Some(Ok(n)) => n as i32,
-        Some(Err(name)) => signal_number(name)?,
-        None => libc::SIGTERM,
-    };
+    let sig = a.int("signal").map_or(libc::SIGTERM, |n| n as i32);
     let id = ctx.sandbox_id()?;
     ctx.provider.signal(&id, pid, sig).await?;
     Ok(json!({ "pid": pid, "signal": sig }))

@@ -28,8 +28,8 @@ pub enum FieldType {
     Matcher,
     /// One of a fixed set of strings.
     Enum(&'static [&'static str]),
-    /// An integer or one of a few names (`signal: TERM`).
-    IntOrName,
+    /// A signal: a number, or a name (`TERM`, `SIGKILL`, `kill`).
+    Signal,
     /// An expression (no braces needed), like `if:`.
     Expr,
     /// Anything (request bodies, `set` values).
@@ -49,7 +49,7 @@ impl FieldType {
             FieldType::StrList => "list of strings".into(),
             FieldType::Matcher => "matcher".into(),
             FieldType::Enum(v) => v.join("|"),
-            FieldType::IntOrName => "integer or name".into(),
+            FieldType::Signal => "signal name or number".into(),
             FieldType::Any => "any".into(),
             FieldType::Expr => "expression".into(),
             FieldType::Object(_) => "mapping".into(),
@@ -504,7 +504,7 @@ pub static REGISTRY: &[StepKind] = &[
         main: Some("pid"),
         fields: &[
             req("pid", FieldType::Int, "process id (from a background exec)"),
-            f("signal", FieldType::IntOrName, "TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT, or a number"),
+            f("signal", FieldType::Signal, "TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT, or a number"),
         ],
         matcher: false,
         free_keys: false,
