@@ -1050,7 +1050,7 @@ mod tests {
             "{ bogus: 1 }",
         ];
         for case in cases {
-            let src = Source::new("t.yaml", &format!("m: {case}\n"));
+            let src = Source::new("t.yaml", format!("m: {case}\n"));
             let node = crate::yaml::parse(&src).unwrap().remove(0).get("m").unwrap().clone();
             let mut diags = Vec::new();
             validate(&node, &src, &mut diags);
