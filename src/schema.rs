@@ -32,6 +32,11 @@ fn field_schema(f: &Field) -> JsonValue {
         FieldType::StrList => json!({
             "anyOf": [{ "type": ["string", "number", "boolean"] }, { "type": "array", "items": { "type": ["string", "number", "boolean"] } }]
         }),
+        FieldType::IntList => {
+            let int =
+                json!({ "anyOf": [{ "type": "integer" }, { "type": "string", "pattern": "^\\s*[-+]?[0-9]+\\s*$" }] });
+            templated(json!({ "anyOf": [int, { "type": "array", "items": int }] }))
+        }
         FieldType::Matcher => json!({ "$ref": "#/definitions/matcher" }),
         FieldType::Enum(options) => templated(json!({ "enum": options })),
         FieldType::Signal => json!({ "type": ["integer", "string"] }),

@@ -23,6 +23,7 @@ pub enum ArgValue {
     Duration(Duration),
     StrMap(BTreeMap<String, String>),
     StrList(Vec<String>),
+    IntList(Vec<i64>),
     Matcher(Box<Matcher>),
     /// `Any` and `Expr` values, as rendered.
     Json(JsonValue),
@@ -97,6 +98,15 @@ fn scalar_text(v: &JsonValue) -> Option<String> {
     }
 }
 
+/// An integer, or a string holding one.
+fn int(v: &JsonValue) -> Option<i64> {
+    match v {
+        JsonValue::Number(n) => n.as_i64(),
+        JsonValue::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
 /// Convert one (non-null) value of `field` of step `owner` (`http-get.expect` for a nested
 /// field). Strings stand for numbers and booleans too, since a template inside a longer
 /// string renders to one: `"8000"` is an integer, `"True"` a boolean.
@@ -104,14 +114,18 @@ pub fn convert(owner: &str, field: &Field, v: &JsonValue) -> Result<ArgValue, Ar
     let key = field.name;
     match field.ty {
         FieldType::Str => scalar_text(v).map(ArgValue::Str).ok_or_else(|| wrong_type(key, "a string", v)),
-        FieldType::Int => {
-            let n = match v {
-                JsonValue::Number(n) => n.as_i64(),
-                JsonValue::String(s) => s.trim().parse().ok(),
-                _ => None,
-            };
-            n.map(ArgValue::Int).ok_or_else(|| wrong_type(key, "an integer", v))
-        }
+        FieldType::Int => int(v).map(ArgValue::Int).ok_or_else(|| wrong_type(key, "an integer", v)),
+        FieldType::IntList => match v {
+            JsonValue::Array(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| int(item).ok_or_else(|| wrong_type(&format!("{key}[{i}]"), "an integer", item)))
+                .collect::<Result<_, _>>()
+                .map(ArgValue::IntList),
+            other => int(other)
+                .map(|n| ArgValue::IntList(vec![n]))
+                .ok_or_else(|| wrong_type(key, "an integer or a list of integers", other)),
+        },
         FieldType::Bool => {
             let b = match v {
                 JsonValue::Bool(b) => Some(*b),
@@ -377,6 +391,14 @@ impl Args {
         }
     }
 
+    /// A list of integers, if given.
+    pub fn int_list(&self, key: &str) -> Option<&[i64]> {
+        match self.values.get(key)? {
+            ArgValue::IntList(l) => Some(l),
+            other => wrong_getter!(key, other, "a list of integers"),
+        }
+    }
+
     /// An `Any` or `Expr` value as rendered.
     pub fn json(&self, key: &str) -> Option<&JsonValue> {
         match self.values.get(key)? {
@@ -460,6 +482,11 @@ mod tests {
             ("assert-stdout", json!({ "matches": "(" }), "invalid regex in `matches`: unclosed group"),
             ("create", json!({ "network": { "allow_out": [], "x": 1 } }), "unknown field `x` for `create.network`"),
             ("set", json!("x"), "`set` takes a mapping of names to values"),
+            (
+                "http-get",
+                json!({ "url": "u", "expect": { "status": [200, "2xx"] } }),
+                "`status[1]` must be an integer, found a string \"2xx\"",
+            ),
             (
                 "signal",
                 json!({ "pid": 1, "signal": "BOGUS" }),

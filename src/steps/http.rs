@@ -140,14 +140,12 @@ fn check_expect(
     body: &str,
     port: Option<u16>,
 ) -> Result<(), StepError> {
-    if let Some(want) = e.json("status") {
-        let allowed: Vec<i64> = match want {
-            JsonValue::Array(items) => {
-                items.iter().filter_map(|v| v.as_i64().or_else(|| super::text(v).parse().ok())).collect()
-            }
-            v => v.as_i64().or_else(|| super::text(v).parse().ok()).into_iter().collect(),
-        };
+    if let Some(allowed) = e.int_list("status") {
         if !allowed.contains(&i64::from(status)) {
+            let want = match allowed {
+                [one] => one.to_string(),
+                many => serde_json::to_string(many).unwrap_or_default(),
+            };
             let snippet: String = body.chars().take(300).collect();
             // E2B's proxy (and `serve`) answer 502 "port is not open" for a port nobody listens on.
             let closed = match port {
@@ -156,11 +154,8 @@ fn check_expect(
                 }
                 _ => String::new(),
             };
-            let mut err = StepError::fail(format!(
-                "expected status {}, found {status}{closed}; body: {snippet:?}",
-                super::text(want)
-            ));
-            err.mismatch = Some(Box::new(Mismatch::new(super::text(want), status.to_string())));
+            let mut err = StepError::fail(format!("expected status {want}, found {status}{closed}; body: {snippet:?}"));
+            err.mismatch = Some(Box::new(Mismatch::new(want, status.to_string())));
             return Err(err);
         }
     }

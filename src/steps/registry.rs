@@ -24,6 +24,8 @@ pub enum FieldType {
     StrMap,
     /// A list of strings (scalars turned into strings); one string is a list of one.
     StrList,
+    /// A list of integers; one integer is a list of one.
+    IntList,
     /// A matcher (§3): a mapping, or a scalar meaning `equals`.
     Matcher,
     /// One of a fixed set of strings.
@@ -47,6 +49,7 @@ impl FieldType {
             FieldType::Duration => "duration".into(),
             FieldType::StrMap => "map of strings".into(),
             FieldType::StrList => "list of strings".into(),
+            FieldType::IntList => "integer or list of integers".into(),
             FieldType::Matcher => "matcher".into(),
             FieldType::Enum(v) => v.join("|"),
             FieldType::Signal => "signal name or number".into(),
@@ -126,7 +129,7 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
 
 const HTTP_EXPECT: &[Field] = &[
-    f("status", FieldType::Any, "expected status code, or a list of allowed codes"),
+    f("status", FieldType::IntList, "expected status code, or a list of allowed codes"),
     f("body", FieldType::Matcher, "matcher for the response body"),
     f("json", FieldType::Any, "list of { path: \"$.a\", <matcher> } checks on the JSON body"),
     f("headers", FieldType::StrMap, "headers that must be present; values are substrings to find"),
