@@ -32,6 +32,10 @@ fn field_schema(f: &Field) -> JsonValue {
         FieldType::StrList => json!({
             "anyOf": [{ "type": ["string", "number", "boolean"] }, { "type": "array", "items": { "type": ["string", "number", "boolean"] } }]
         }),
+        FieldType::Range(lo, hi) => templated(json!({ "anyOf": [
+            { "type": "integer", "minimum": lo, "maximum": hi },
+            { "type": "string", "pattern": "^\\s*[-+]?[0-9]+\\s*$" },
+        ] })),
         FieldType::IntList => {
             let int =
                 json!({ "anyOf": [{ "type": "integer" }, { "type": "string", "pattern": "^\\s*[-+]?[0-9]+\\s*$" }] });

@@ -115,6 +115,10 @@ pub fn convert(owner: &str, field: &Field, v: &JsonValue) -> Result<ArgValue, Ar
     match field.ty {
         FieldType::Str => scalar_text(v).map(ArgValue::Str).ok_or_else(|| wrong_type(key, "a string", v)),
         FieldType::Int => int(v).map(ArgValue::Int).ok_or_else(|| wrong_type(key, "an integer", v)),
+        FieldType::Range(lo, hi) => int(v)
+            .filter(|n| (lo..=hi).contains(n))
+            .map(ArgValue::Int)
+            .ok_or_else(|| wrong_type(key, &format!("an integer from {lo} to {hi}"), v)),
         FieldType::IntList => match v {
             JsonValue::Array(items) => items
                 .iter()
@@ -482,6 +486,8 @@ mod tests {
             ("assert-stdout", json!({ "matches": "(" }), "invalid regex in `matches`: unclosed group"),
             ("create", json!({ "network": { "allow_out": [], "x": 1 } }), "unknown field `x` for `create.network`"),
             ("set", json!("x"), "`set` takes a mapping of names to values"),
+            ("http-get", json!({ "port": 0 }), "`port` must be an integer from 1 to 65535, found an integer 0"),
+            ("pty", json!({ "cols": "70000" }), "`cols` must be an integer from 1 to 65535, found a string \"70000\""),
             (
                 "http-get",
                 json!({ "url": "u", "expect": { "status": [200, "2xx"] } }),

@@ -152,8 +152,9 @@ async fn read_until(
 }
 
 pub async fn pty(ctx: &mut StepCtx, a: &Args) -> StepResult {
-    let cols = a.int("cols").map(|n| size(n, "cols")).transpose()?.unwrap_or(80);
-    let rows = a.int("rows").map(|n| size(n, "rows")).transpose()?.unwrap_or(24);
+    // 1 to 65535, by their fields.
+    let cols = a.int("cols").map_or(80, |n| u16::try_from(n).unwrap_or(80));
+    let rows = a.int("rows").map_or(24, |n| u16::try_from(n).unwrap_or(24));
     let within = a.duration("within").unwrap_or(Duration::from_secs(10));
     let want_exit = a.int("exit_code");
     let items = items(a)?;

@@ -17,6 +17,8 @@ pub type RunFn = for<'a> fn(&'a mut StepCtx, &'a Args) -> BoxFut<'a>;
 pub enum FieldType {
     Str,
     Int,
+    /// An integer from the first bound to the second (a port, a terminal's size).
+    Range(i64, i64),
     Bool,
     /// `30s`, `2m`, or a number of seconds.
     Duration,
@@ -45,6 +47,7 @@ impl FieldType {
         match self {
             FieldType::Str => "string".into(),
             FieldType::Int => "integer".into(),
+            FieldType::Range(lo, hi) => format!("integer from {lo} to {hi}"),
             FieldType::Bool => "boolean".into(),
             FieldType::Duration => "duration".into(),
             FieldType::StrMap => "map of strings".into(),
@@ -142,7 +145,7 @@ const CREATE_NETWORK: &[Field] = &[
 ];
 
 const HTTP_FIELDS_COMMON: [Field; 7] = [
-    f("port", FieldType::Int, "port inside the sandbox; resolved to the sandbox's host for that port"),
+    f("port", FieldType::Range(1, 65535), "port inside the sandbox; resolved to the sandbox's host for that port"),
     f("path", FieldType::Str, "path (and query) appended to the port's URL, default `/`"),
     f("url", FieldType::Str, "full URL instead of port + path"),
     f("headers", FieldType::StrMap, "request headers"),
@@ -293,7 +296,7 @@ pub static REGISTRY: &[StepKind] = &[
             req("file", FieldType::Str, "absolute path in the sandbox the tool call writes"),
             req("content", FieldType::Str, "what it writes there"),
             f("reply", FieldType::Str, "the final message (default `done`)"),
-            f("port", FieldType::Int, "port inside the sandbox (default 8787); on a provider sharing the host's network the endpoint's own port is used"),
+            f("port", FieldType::Range(1, 65535), "port inside the sandbox (default 8787); on a provider sharing the host's network the endpoint's own port is used"),
             f("model", FieldType::Str, "the model name it lists (default `scripted`; any name a CLI sends is answered)"),
         ],
         matcher: false,
@@ -541,8 +544,8 @@ pub static REGISTRY: &[StepKind] = &[
         main: Some("cmd"),
         fields: &[
             f("cmd", FieldType::Str, "shell command (default `exec /bin/bash -i -l`, an interactive shell as the E2B SDK starts)"),
-            f("cols", FieldType::Int, "terminal width (default 80)"),
-            f("rows", FieldType::Int, "terminal height (default 24)"),
+            f("cols", FieldType::Range(1, 65535), "terminal width (default 80)"),
+            f("rows", FieldType::Range(1, 65535), "terminal height (default 24)"),
             f("cwd", FieldType::Str, "working directory (default /home/user)"),
             f("env", FieldType::StrMap, "extra environment variables"),
             f("input", FieldType::Str, "text typed first (end a line with \\n)"),

@@ -1178,7 +1178,7 @@ async fn http_target_errors() {
     let e = errored(step(&mut c, "http-get", json!({ "path": "/x" })).await);
     assert_eq!(e.message, "give `url`, or `port` (and `path`) inside the sandbox");
     let e = errored(step(&mut c, "http-get", json!({ "port": 70000 })).await);
-    assert_eq!(e.message, "`port` 70000 is out of range");
+    assert_eq!(e.message, "`port` must be an integer from 1 to 65535, found an integer 70000");
     p.fail("port_url", ProviderError::unsupported("ports are not exposed"));
     let e = errored(step(&mut c, "http-get", json!({ "port": 8000 })).await);
     assert_eq!(e.message, "ports are not exposed");
