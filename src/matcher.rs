@@ -737,15 +737,6 @@ fn leaf(key: &str, v: &JsonValue) -> Option<Result<Clause, LeafError>> {
     })
 }
 
-fn has_template(v: &Node) -> bool {
-    match &v.value {
-        Value::Str(s) => is_expression(s),
-        Value::Seq(items) => items.iter().any(has_template),
-        Value::Map(m) => m.iter().any(|(_, val)| has_template(val)),
-        _ => false,
-    }
-}
-
 fn is_expression(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
 }
@@ -779,7 +770,7 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
     };
     // A clause without structure: by `leaf`, as `from_json` will take it once rendered.
     if let Some(r) = leaf(key, &v.to_json()) {
-        if let (Err(LeafError(message, label)), false) = (r, has_template(v)) {
+        if let (Err(LeafError(message, label)), false) = (r, crate::expr::has_template(v)) {
             diags.push(v.diag(src, message).label(label));
         }
         return;
@@ -813,7 +804,7 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
                             continue;
                         }
                         if ek_text == "exists" {
-                            if !matches!(ev.value, Value::Bool(_)) && !has_template(ev) {
+                            if !matches!(ev.value, Value::Bool(_)) && !crate::expr::has_template(ev) {
                                 let e = expects("exists", "true or false", &ev.to_json());
                                 diags.push(ev.diag(src, e.0).label(e.1));
                             }

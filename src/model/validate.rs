@@ -869,16 +869,6 @@ fn arg_error(cx: &mut Ctx<'_>, node: &Node, e: ArgError) {
     cx.push(d);
 }
 
-/// Whether a string anywhere under the node is a template (its value is known when rendered).
-fn has_template(v: &Node) -> bool {
-    match &v.value {
-        Value::Str(s) => expr::is_expression(s),
-        Value::Seq(items) => items.iter().any(has_template),
-        Value::Map(m) => m.iter().any(|(_, val)| has_template(val)),
-        _ => false,
-    }
-}
-
 fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &Scope) {
     let key = field.name;
     match field.ty {
@@ -909,7 +899,7 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
                 .as_map()
                 .unwrap_or_default()
                 .iter()
-                .filter(|(_, val)| !has_template(val))
+                .filter(|(_, val)| !expr::has_template(val))
                 .map(|(k, val)| (k.key_text(), val.to_json()))
                 .collect();
             if let Err(e) = args::convert(owner, field, &JsonValue::Object(literal)) {
@@ -920,7 +910,7 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
         _ => {}
     }
     templates(cx, v, scope);
-    if has_template(v) || v.value == Value::Null {
+    if expr::has_template(v) || v.value == Value::Null {
         return;
     }
     if let Err(e) = args::convert(owner, field, &v.to_json()) {
