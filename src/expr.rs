@@ -25,6 +25,18 @@ pub fn is_expression(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
 }
 
+/// Whether a string anywhere under the node is a template: its value is known only when
+/// rendered, and checked then.
+pub fn has_template(v: &crate::yaml::Node) -> bool {
+    use crate::yaml::Value;
+    match &v.value {
+        Value::Str(s) => is_expression(s),
+        Value::Seq(items) => items.iter().any(has_template),
+        Value::Map(m) => m.iter().any(|(_, val)| has_template(val)),
+        _ => false,
+    }
+}
+
 /// The shared environment: strict undefined plus a few filters QA scripts need.
 pub fn env() -> &'static Environment<'static> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();

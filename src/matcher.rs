@@ -314,48 +314,44 @@ fn near_hint(want: &str, text: &str, holds: impl Fn(&str, &str) -> bool, verb: &
 }
 
 impl Matcher {
-    /// Build from a rendered value. A scalar is shorthand for `equals`.
+    /// Build from a rendered value. A scalar is shorthand for `equals`. The rules and
+    /// messages are those [`validate`] gives a written matcher (see [`leaf`]).
     pub fn from_json(v: &JsonValue) -> Result<Matcher, String> {
         let obj = match v {
+            JsonValue::Object(o) if o.is_empty() => return Err(EMPTY.into()),
             JsonValue::Object(o) => o,
+            JsonValue::Array(_) => return Err(NOT_A_LIST.into()),
             other => return Ok(Matcher(vec![Clause::Equals(other.clone())])),
         };
         let mut clauses = Vec::new();
         for (k, v) in obj {
-            let s = || v.as_str().map(str::to_string).ok_or_else(|| format!("`{k}` expects a string"));
-            let n = || v.as_u64().map(|n| n as usize).ok_or_else(|| format!("`{k}` expects a non-negative integer"));
+            if let Some(clause) = leaf(k, v) {
+                clauses.push(clause.map_err(|e| e.0)?);
+                continue;
+            }
             let list = || -> Result<Vec<Matcher>, String> {
                 v.as_array()
-                    .ok_or_else(|| format!("`{k}` expects a list of matchers"))?
+                    .ok_or_else(|| expects(k, "a list of matchers", v).0)?
                     .iter()
                     .map(Matcher::from_json)
                     .collect()
             };
             clauses.push(match k.as_str() {
-                "equals" => Clause::Equals(v.clone()),
-                "contains" => Clause::Contains(text_of(v)),
-                "not_contains" => Clause::NotContains(text_of(v)),
-                "matches" => Clause::Matches(Regex::new(&s()?).map_err(|e| format!("invalid regex: {e}"))?),
-                "starts_with" => Clause::StartsWith(text_of(v)),
-                "ends_with" => Clause::EndsWith(text_of(v)),
-                "empty" => Clause::Empty(v.as_bool().ok_or("`empty` expects true or false")?),
-                "lines" => match v {
-                    JsonValue::Array(items) => Clause::Lines(items.iter().map(text_of).collect()),
-                    _ => Clause::LineCount(n()?),
-                },
-                "length" => Clause::Length(n()?),
                 "json" => {
-                    let items = v.as_array().ok_or("`json` expects a list of { path, <matcher> }")?;
+                    let items = v.as_array().ok_or_else(|| expects(k, JSON_LIST, v).0)?;
                     let mut checks = Vec::new();
                     for item in items {
-                        let o = item.as_object().ok_or("each `json` entry is a mapping with `path`")?;
-                        let path = o
-                            .get("path")
-                            .and_then(JsonValue::as_str)
-                            .ok_or("each `json` entry needs `path`")?
-                            .to_string();
+                        let o = item.as_object().ok_or(JSON_ENTRY)?;
+                        let path = match o.get("path") {
+                            None => return Err(JSON_NO_PATH.into()),
+                            Some(p) => p.as_str().ok_or_else(|| expects("path", "a string", p).0)?.to_string(),
+                        };
                         parse_path(&path)?;
-                        let exists = o.get("exists").and_then(JsonValue::as_bool);
+                        let exists = match o.get("exists") {
+                            None => None,
+                            Some(JsonValue::Bool(b)) => Some(*b),
+                            Some(other) => return Err(expects("exists", "true or false", other).0),
+                        };
                         let rest: serde_json::Map<String, JsonValue> = o
                             .iter()
                             .filter(|(k, _)| !JSON_ENTRY_EXTRA.contains(&k.as_str()))
@@ -679,6 +675,68 @@ pub fn lookup<'a>(doc: &'a JsonValue, path: &str) -> Option<&'a JsonValue> {
     Some(cur)
 }
 
+const EMPTY: &str = "empty matcher";
+const NOT_A_LIST: &str = "a matcher is a mapping such as `{ contains: ok }`, not a list";
+const JSON_LIST: &str = "a list of { path, <matcher> } entries";
+const JSON_ENTRY: &str = "each `json` entry is a mapping like `{ path: \"$.a\", equals: 1 }`";
+const JSON_NO_PATH: &str = "missing `path` in `json` entry";
+
+/// The name of a value's type, for messages: `a string`, `a list`.
+fn type_name(v: &JsonValue) -> &'static str {
+    match v {
+        JsonValue::Null => "null",
+        JsonValue::Bool(_) => "a boolean",
+        JsonValue::Number(n) if n.is_i64() || n.is_u64() => "an integer",
+        JsonValue::Number(_) => "a number",
+        JsonValue::String(_) => "a string",
+        JsonValue::Array(_) => "a list",
+        JsonValue::Object(_) => "a mapping",
+    }
+}
+
+/// A refused clause value: the message and the label under the value.
+struct LeafError(String, String);
+
+fn expects(key: &str, what: &str, v: &JsonValue) -> LeafError {
+    LeafError(format!("`{key}` expects {what}, found {}", type_name(v)), format!("expected {what}"))
+}
+
+/// One clause without structure (`contains: ok`, `length: 3`) from its value: what a written
+/// one ([`validate`]) and a rendered one ([`Matcher::from_json`]) are both held to. `None` for
+/// the keys with structure (`json`, `not`, `all`, `any`) and unknown keys.
+fn leaf(key: &str, v: &JsonValue) -> Option<Result<Clause, LeafError>> {
+    let text = |make: fn(String) -> Clause| match v {
+        JsonValue::String(_) | JsonValue::Number(_) | JsonValue::Bool(_) => Ok(make(text_of(v))),
+        other => Err(expects(key, "a string", other)),
+    };
+    let count = || v.as_u64().map(|n| n as usize).ok_or_else(|| expects(key, "a non-negative integer", v));
+    Some(match key {
+        "equals" => Ok(Clause::Equals(v.clone())),
+        "contains" => text(Clause::Contains),
+        "not_contains" => text(Clause::NotContains),
+        "starts_with" => text(Clause::StartsWith),
+        "ends_with" => text(Clause::EndsWith),
+        "matches" => match v.as_str() {
+            Some(re) => Regex::new(re).map(Clause::Matches).map_err(|e| {
+                let msg = e.to_string();
+                let last = msg.lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
+                LeafError(format!("invalid regex in `matches`: {last}"), "not a valid regular expression".into())
+            }),
+            None => Err(expects(key, "a regular expression string", v)),
+        },
+        "empty" => v.as_bool().map(Clause::Empty).ok_or_else(|| expects(key, "true or false", v)),
+        "lines" => match v {
+            JsonValue::Array(items) => Ok(Clause::Lines(items.iter().map(text_of).collect())),
+            other => other
+                .as_u64()
+                .map(|n| Clause::LineCount(n as usize))
+                .ok_or_else(|| expects(key, "a count or a list of lines", other)),
+        },
+        "length" => count().map(Clause::Length),
+        _ => return None,
+    })
+}
+
 fn is_expression(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
 }
@@ -688,15 +746,12 @@ fn is_expression(s: &str) -> bool {
 pub fn validate(node: &Node, src: &Source, diags: &mut Vec<Diagnostic>) {
     let Some(map) = node.as_map() else {
         if matches!(node.value, Value::Seq(_)) {
-            diags.push(
-                node.diag(src, "a matcher is a mapping such as `{ contains: ok }`, not a list")
-                    .label("expected a mapping"),
-            );
+            diags.push(node.diag(src, NOT_A_LIST).label("expected a mapping"));
         }
         return;
     };
     if map.is_empty() {
-        diags.push(node.diag(src, "empty matcher").help(format!("use one of: {}", key_names().join(", "))));
+        diags.push(node.diag(src, EMPTY).help(format!("use one of: {}", key_names().join(", "))));
     }
     for (k, v) in map {
         let key = k.key_text();
@@ -710,51 +765,38 @@ fn key_names() -> Vec<&'static str> {
 
 fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<Diagnostic>) {
     let want = |what: &str| {
-        v.diag(src, format!("`{key}` expects {what}, found {}", v.type_name())).label(format!("expected {what}"))
+        let e = expects(key, what, &v.to_json());
+        v.diag(src, e.0).label(e.1)
     };
-    let scalar = matches!(v.value, Value::Str(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_));
-    let templ = v.as_str().is_some_and(is_expression);
-    match key {
-        "equals" => {}
-        "contains" | "not_contains" | "starts_with" | "ends_with" if !scalar => diags.push(want("a string")),
-        "matches" => match v.as_str() {
-            Some(re) if !is_expression(re) => {
-                if let Err(e) = Regex::new(re) {
-                    let msg = e.to_string();
-                    let last = msg.lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
-                    diags.push(
-                        v.diag(src, format!("invalid regex in `matches`: {last}"))
-                            .label("not a valid regular expression"),
-                    );
-                }
-            }
-            Some(_) => {}
-            None => diags.push(want("a regular expression string")),
-        },
-        "empty" if !matches!(v.value, Value::Bool(_)) && !templ => diags.push(want("true or false")),
-        "lines" if !matches!(v.value, Value::Int(_) | Value::Seq(_)) && !templ => {
-            diags.push(want("a count or a list of lines"))
+    // A clause without structure: by `leaf`, as `from_json` will take it once rendered.
+    if let Some(r) = leaf(key, &v.to_json()) {
+        if let (Err(LeafError(message, label)), false) = (r, crate::expr::has_template(v)) {
+            diags.push(v.diag(src, message).label(label));
         }
-        "length" if !matches!(v.value, Value::Int(_)) && !templ => diags.push(want("an integer")),
+        return;
+    }
+    match key {
         "json" => match v.as_seq() {
             Some(items) => {
                 for item in items {
                     let Some(m) = item.as_map() else {
-                        diags
-                            .push(item.diag(src, "each `json` entry is a mapping like `{ path: \"$.a\", equals: 1 }`"));
+                        diags.push(item.diag(src, JSON_ENTRY));
                         continue;
                     };
                     match item.get("path") {
-                        None => {
-                            diags.push(item.diag(src, "missing `path` in `json` entry").help("add `path: \"$.field\"`"))
-                        }
-                        Some(p) => {
-                            if let Some(ps) = p.as_str().filter(|s| !is_expression(s)) {
+                        None => diags.push(item.diag(src, JSON_NO_PATH).help("add `path: \"$.field\"`")),
+                        Some(p) => match p.as_str() {
+                            Some(ps) if !is_expression(ps) => {
                                 if let Err(e) = parse_path(ps) {
                                     diags.push(p.diag(src, e));
                                 }
                             }
-                        }
+                            Some(_) => {}
+                            None => {
+                                let e = expects("path", "a string", &p.to_json());
+                                diags.push(p.diag(src, e.0).label(e.1));
+                            }
+                        },
                     }
                     for (ek, ev) in m {
                         let ek_text = ek.key_text();
@@ -762,8 +804,9 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
                             continue;
                         }
                         if ek_text == "exists" {
-                            if !matches!(ev.value, Value::Bool(_)) {
-                                diags.push(ev.diag(src, "`exists` expects true or false"));
+                            if !matches!(ev.value, Value::Bool(_)) && !crate::expr::has_template(ev) {
+                                let e = expects("exists", "true or false", &ev.to_json());
+                                diags.push(ev.diag(src, e.0).label(e.1));
                             }
                             continue;
                         }
@@ -771,14 +814,13 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
                     }
                 }
             }
-            None => diags.push(want("a list of { path, <matcher> } entries")),
+            None => diags.push(want(JSON_LIST)),
         },
         "not" => validate(v, src, diags),
         "all" | "any" => match v.as_seq() {
             Some(items) => items.iter().for_each(|m| validate(m, src, diags)),
             None => diags.push(want("a list of matchers")),
         },
-        "contains" | "not_contains" | "starts_with" | "ends_with" | "empty" | "lines" | "length" => {}
         other => {
             let mut d = k.diag(src, format!("unknown matcher `{other}`")).label("unknown matcher");
             d = match did_you_mean(other, key_names()) {
@@ -975,6 +1017,38 @@ mod tests {
         let long = "x".repeat(80);
         let h = difference(&long, &format!("{long}\n")).unwrap();
         assert!(h.full.ends_with(r#"end the expected text with "\n" (or use `starts_with`)"#), "{}", h.full);
+    }
+
+    /// A bad clause written in a scenario (`validate`) and the same one rendered
+    /// (`from_json`) are refused with the same message.
+    #[test]
+    fn written_and_rendered_clauses_get_the_same_message() {
+        let cases = [
+            "{ matches: '(' }",
+            "{ matches: 3 }",
+            "{ contains: [a] }",
+            "{ empty: 1 }",
+            "{ lines: -1 }",
+            "{ length: x }",
+            "{ json: { path: $.a } }",
+            "{ json: [ 3 ] }",
+            "{ json: [ { equals: 1 } ] }",
+            "{ json: [ { path: 3 } ] }",
+            "{ json: [ { path: $.a, exists: 1 } ] }",
+            "{ all: { contains: a } }",
+            "{ not: [ a ] }",
+            "{ not: {} }",
+            "{ bogus: 1 }",
+        ];
+        for case in cases {
+            let src = Source::new("t.yaml", format!("m: {case}\n"));
+            let node = crate::yaml::parse(&src).unwrap().remove(0).get("m").unwrap().clone();
+            let mut diags = Vec::new();
+            validate(&node, &src, &mut diags);
+            assert_eq!(diags.len(), 1, "{case}: {diags:?}");
+            let rendered = Matcher::from_json(&node.to_json()).expect_err(case);
+            assert_eq!(diags[0].message, rendered, "{case}");
+        }
     }
 
     #[test]

@@ -17,16 +17,35 @@ fn templated(schema: JsonValue) -> JsonValue {
 fn field_schema(f: &Field) -> JsonValue {
     let mut s = match f.ty {
         FieldType::Str => json!({ "type": ["string", "number", "boolean"] }),
-        FieldType::Int => templated(json!({ "type": "integer" })),
-        FieldType::Bool => templated(json!({ "type": "boolean" })),
+        // As `steps::args::convert` reads them: a string may hold the integer or the boolean.
+        FieldType::Int => templated(
+            json!({ "anyOf": [{ "type": "integer" }, { "type": "string", "pattern": "^\\s*[-+]?[0-9]+\\s*$" }] }),
+        ),
+        FieldType::Bool => templated(json!({ "anyOf": [
+            { "type": "boolean" },
+            { "type": "string", "pattern": "^\\s*([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])\\s*$" },
+        ] })),
         FieldType::Duration => json!({ "$ref": "#/definitions/duration" }),
         FieldType::StrMap => {
             templated(json!({ "type": "object", "additionalProperties": { "type": ["string", "number", "boolean"] } }))
         }
+        FieldType::StrList => json!({
+            "anyOf": [{ "type": ["string", "number", "boolean"] }, { "type": "array", "items": { "type": ["string", "number", "boolean"] } }]
+        }),
+        FieldType::Range(lo, hi) => templated(json!({ "anyOf": [
+            { "type": "integer", "minimum": lo, "maximum": hi },
+            { "type": "string", "pattern": "^\\s*[-+]?[0-9]+\\s*$" },
+        ] })),
+        FieldType::IntList => {
+            let int =
+                json!({ "anyOf": [{ "type": "integer" }, { "type": "string", "pattern": "^\\s*[-+]?[0-9]+\\s*$" }] });
+            templated(json!({ "anyOf": [int, { "type": "array", "items": int }] }))
+        }
         FieldType::Matcher => json!({ "$ref": "#/definitions/matcher" }),
         FieldType::Enum(options) => templated(json!({ "enum": options })),
-        FieldType::IntOrName => json!({ "type": ["integer", "string"] }),
-        FieldType::Expr => json!({ "type": ["string", "boolean"] }),
+        FieldType::Signal => json!({ "type": ["integer", "string"] }),
+        // An expression, or any value whose truth counts (what a template renders to).
+        FieldType::Expr => json!({}),
         FieldType::Any if f.name == "json" => json!({ "$ref": "#/definitions/json_checks" }),
         FieldType::Any => json!({}),
         FieldType::Object(fields) => object(fields, false),

@@ -12,6 +12,7 @@ use serde_json::Value as JsonValue;
 use super::{Eventually, KnownIssue, Requires, Retry, Scenario, Step};
 use crate::diag::{did_you_mean, Diagnostic, Location, Source};
 use crate::expr::{self, Scope};
+use crate::steps::args::{self, ArgError, Slot};
 use crate::steps::registry::{self, Field, FieldType, COMMON_KEYS};
 use crate::yaml::{self, Node, Value};
 
@@ -782,7 +783,9 @@ fn eventually(cx: &mut Ctx<'_>, v: &Node) -> Option<Eventually> {
     Some(e)
 }
 
-/// Check the fields of a step (or of a nested object) against the registry.
+/// Check the fields of a step (or of a nested object) against the registry: which keys go
+/// where, which are missing and the literal values, by the rules of [`crate::steps::args`],
+/// the ones the runner applies to rendered arguments.
 fn fields(
     cx: &mut Ctx<'_>,
     owner: &str,
@@ -796,166 +799,148 @@ fn fields(
     let mut seen = BTreeSet::new();
     let mut matcher_entries = Vec::new();
     let mut unknown = 0;
-    let mut known: Vec<&str> = spec.iter().map(|f| f.name).collect();
-    if matcher {
-        known.extend(crate::matcher::KEYS.iter().map(|(k, _)| *k));
-    }
+    let known = args::known_keys(spec, matcher);
     // Required fields a better diagnostic already speaks for (`files: { mkdir: /x }` names
     // both `op` and `path` in its help).
     let mut covered: BTreeSet<&str> = BTreeSet::new();
     for (k, v) in map {
         let kt = k.key_text();
-        seen.insert(kt.clone());
         if free {
             templates(cx, v, scope);
             continue;
         }
-        match spec.iter().find(|f| f.name == kt) {
-            Some(field) => field_value(cx, owner, field, v, scope),
-            None if matcher && crate::matcher::KEYS.iter().any(|(m, _)| *m == kt) => {
+        // A null value is not given, as a rendered null is.
+        if v.value != Value::Null {
+            seen.insert(kt.clone());
+        }
+        match args::slot(spec, matcher, &kt) {
+            Slot::Field(field) => field_value(cx, owner, field, v, scope),
+            Slot::Matcher => {
                 matcher_entries.push((k.clone(), v.clone()));
                 templates(cx, v, scope);
             }
-            None => {
+            Slot::Unknown => {
                 unknown += 1;
                 if let Some(d) = value_as_key(cx.src, owner, k, v, map, spec, &mut covered) {
                     cx.push(d);
                 } else if let Some(d) = common_key_inside(cx.src, owner, k, v, map) {
                     cx.push(d);
                 } else {
-                    cx.unknown_key(k, &known, &format!("for `{owner}`"));
+                    arg_error(cx, k, args::unknown_field(owner, &kt, &known));
                 }
             }
         }
     }
     for f in spec.iter().filter(|f| f.required && !covered.contains(f.name)) {
         if !seen.contains(f.name) {
-            let example = registry::lookup(owner).map(|k| format!("\nexample:\n{}", k.example)).unwrap_or_default();
-            let d = args
-                .diag(cx.src, format!("missing required field `{}` for `{owner}`", f.name))
-                .help(format!("`{}`: {}{example}", f.name, f.doc));
-            cx.push(d);
+            let mut e = args::missing_field(owner, f);
+            if let Some(k) = registry::lookup(owner) {
+                e.help = Some(format!("{}\nexample:\n{}", e.help.unwrap_or_default(), k.example));
+            }
+            arg_error(cx, args, e);
         }
     }
     if matcher {
         if !matcher_entries.is_empty() {
             let node = Node { value: Value::Map(matcher_entries), ..args.clone() };
             crate::matcher::validate(&node, cx.src, &mut cx.diags);
-        } else if owner != "assert-file" && unknown == 0 {
-            let keys: Vec<&str> = crate::matcher::KEYS.iter().map(|(k, _)| *k).collect();
-            let d = args
-                .diag(cx.src, format!("`{owner}` needs a matcher"))
-                .help(format!("for example `{{ contains: ok }}`; matchers: {}", keys.join(", ")));
-            cx.push(d);
+        } else if unknown == 0 {
+            if let Some(e) = args::needs_matcher(owner) {
+                arg_error(cx, args, e);
+            }
         }
     }
 }
 
+/// A refused argument as a diagnostic at its value (or at the entry inside it that is wrong).
+fn arg_error(cx: &mut Ctx<'_>, node: &Node, e: ArgError) {
+    let at = e
+        .entry
+        .as_deref()
+        .and_then(|key| node.as_map()?.iter().find(|(k, _)| k.key_text() == key).map(|(_, v)| v))
+        .unwrap_or(node);
+    let mut d = at.diag(cx.src, e.message);
+    if let Some(l) = e.label {
+        d = d.label(l);
+    }
+    if let Some(h) = e.help {
+        d = d.help(h);
+    }
+    cx.push(d);
+}
+
 fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &Scope) {
     let key = field.name;
-    let templ = v.as_str().is_some_and(expr::is_expression);
     match field.ty {
-        FieldType::Str => {
-            if let Some(text) = cx.string(v, key) {
-                templates(cx, v, scope);
-                if key == "of" && !expr::is_expression(&text) && !scope.steps.contains_key(&text) {
-                    let help = scope.suggest(&text, scope.steps.keys().map(String::as_str)).map_or_else(
-                        || "`of` names the `id` of an earlier exec step".to_string(),
-                        |s| format!("did you mean `{s}`?"),
-                    );
-                    let d = v
-                        .diag(cx.src, format!("reference to unknown step id `{text}`"))
-                        .label("no earlier step has this id")
-                        .help(help);
-                    cx.push(d);
-                }
-            }
+        // Checked where they are known: an expression against the scope; a matcher by the
+        // matcher's own checker, which points inside it.
+        FieldType::Expr if v.as_str().is_some() => {
+            let s = v.as_str().unwrap_or_default();
+            let expr = if expr::is_expression(s) { s.to_string() } else { format!("{{{{ {s} }}}}") };
+            let before = cx.diags.len();
+            expr::check(v, &expr, scope, cx.src, &mut cx.diags);
+            let example = format!("{key}: steps.first.exit_code == 0");
+            bare_expression_help(&mut cx.diags[before..], key, &example);
+            return;
         }
-        FieldType::Int => match &v.value {
-            Value::Int(_) => {}
-            Value::Str(_) if templ => templates(cx, v, scope),
-            _ => cx.wrong_type(v, "an integer", key),
-        },
-        FieldType::Bool => match &v.value {
-            Value::Bool(_) => {}
-            Value::Str(_) if templ => templates(cx, v, scope),
-            _ => cx.wrong_type(v, "true or false", key),
-        },
-        FieldType::Duration => {
-            if templ {
-                templates(cx, v, scope);
-            } else {
-                cx.duration(v, key);
-            }
-        }
-        FieldType::StrMap => match v.as_map() {
-            Some(m) => {
-                for (_, val) in m {
-                    if matches!(val.value, Value::Map(_) | Value::Seq(_)) {
-                        cx.wrong_type(val, "a string", &format!("{key} values"));
-                    } else {
-                        templates(cx, val, scope);
-                    }
-                }
-            }
-            // A lone expression giving a whole mapping: `env: "{{ provider.env }}"`.
-            None if templ => templates(cx, v, scope),
-            None => cx.wrong_type(v, "a mapping of strings", key),
-        },
-        FieldType::Matcher => {
-            if v.as_map().is_some() {
-                crate::matcher::validate(v, cx.src, &mut cx.diags);
-            }
+        FieldType::Matcher if v.as_map().is_some() => {
+            crate::matcher::validate(v, cx.src, &mut cx.diags);
             templates(cx, v, scope);
+            return;
         }
-        FieldType::Enum(options) => match v.as_str() {
-            Some(s) if templ || options.contains(&s) || options.iter().any(|o| o.eq_ignore_ascii_case(s)) => {
-                templates(cx, v, scope)
-            }
-            Some(s) => {
-                let help = did_you_mean(s, options.iter().copied())
-                    .map_or_else(|| format!("one of: {}", options.join(", ")), |o| format!("did you mean `{o}`?"));
-                let d = v
-                    .diag(cx.src, format!("invalid value `{s}` for `{key}` of `{owner}`"))
-                    .label("not allowed")
-                    .help(help);
-                cx.push(d);
-            }
-            None => cx.wrong_type(v, &format!("one of {}", options.join(", ")), key),
-        },
-        FieldType::IntOrName => match &v.value {
-            Value::Int(_) | Value::Str(_) => templates(cx, v, scope),
-            _ => cx.wrong_type(v, "a number or a name", key),
-        },
-        FieldType::Expr => match v.as_str() {
-            Some(s) => {
-                let expr = if expr::is_expression(s) { s.to_string() } else { format!("{{{{ {s} }}}}") };
-                let before = cx.diags.len();
-                expr::check(v, &expr, scope, cx.src, &mut cx.diags);
-                let example = format!("{key}: steps.first.exit_code == 0");
-                bare_expression_help(&mut cx.diags[before..], key, &example);
-            }
-            None if matches!(v.value, Value::Bool(_)) => {}
-            None => cx.wrong_type(v, "an expression", key),
-        },
-        FieldType::Any => {
-            if key == "json" {
-                if v.as_seq().is_some() {
-                    let wrapped = Node {
-                        value: Value::Map(vec![(Node { value: Value::Str("json".into()), ..v.clone() }, v.clone())]),
-                        ..v.clone()
-                    };
-                    crate::matcher::validate(&wrapped, cx.src, &mut cx.diags);
-                } else {
-                    cx.wrong_type(v, "a list of { path, <matcher> } checks", key);
-                }
-            }
-            templates(cx, v, scope)
+        FieldType::Object(spec) if v.as_map().is_some() => {
+            fields(cx, &format!("{owner}.{key}"), v, spec, false, false, scope);
+            return;
         }
-        FieldType::Object(spec) => match v.as_map() {
-            Some(_) => fields(cx, &format!("{owner}.{key}"), v, spec, false, false, scope),
-            None => cx.wrong_type(v, "a mapping", key),
-        },
+        // The entries without templates now, the others when rendered.
+        FieldType::StrMap if v.as_map().is_some() => {
+            templates(cx, v, scope);
+            let literal: serde_json::Map<String, JsonValue> = v
+                .as_map()
+                .unwrap_or_default()
+                .iter()
+                .filter(|(_, val)| !expr::has_template(val))
+                .map(|(k, val)| (k.key_text(), val.to_json()))
+                .collect();
+            if let Err(e) = args::convert(owner, field, &JsonValue::Object(literal)) {
+                arg_error(cx, v, e);
+            }
+            return;
+        }
+        _ => {}
+    }
+    templates(cx, v, scope);
+    if expr::has_template(v) || v.value == Value::Null {
+        return;
+    }
+    if let Err(e) = args::convert(owner, field, &v.to_json()) {
+        arg_error(cx, v, e);
+        return;
+    }
+    if field.ty == FieldType::Str && key == "of" {
+        let text = v.key_text();
+        if !scope.steps.contains_key(&text) {
+            let help = scope.suggest(&text, scope.steps.keys().map(String::as_str)).map_or_else(
+                || "`of` names the `id` of an earlier exec step".to_string(),
+                |s| format!("did you mean `{s}`?"),
+            );
+            let d = v
+                .diag(cx.src, format!("reference to unknown step id `{text}`"))
+                .label("no earlier step has this id")
+                .help(help);
+            cx.push(d);
+        }
+    }
+    if field.ty == FieldType::Any && key == "json" {
+        if v.as_seq().is_some() {
+            let wrapped = Node {
+                value: Value::Map(vec![(Node { value: Value::Str("json".into()), ..v.clone() }, v.clone())]),
+                ..v.clone()
+            };
+            crate::matcher::validate(&wrapped, cx.src, &mut cx.diags);
+        } else {
+            cx.wrong_type(v, "a list of { path, <matcher> } checks", key);
+        }
     }
 }
 

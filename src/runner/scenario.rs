@@ -594,19 +594,46 @@ impl CaseRun<'_> {
             step.kind.main.and_then(|m| step.args.get(m)).and_then(|n| n.as_str()).map(str::to_string);
         let limit = step.timeout.unwrap_or(self.cfg.step_timeout);
         let mut attempts = 0u32;
-        let result = if let Some(ev) = step.eventually {
+        // The rendered arguments are checked and converted by the rules `check` applies to
+        // literal ones, with the same message: a value of the wrong type never reaches the step.
+        let result = match crate::steps::args::convert_step(step.kind, &args) {
+            Err(e) => {
+                attempts = 1;
+                Err(StepError::error(e.message))
+            }
+            Ok(typed) => self.attempts(step, &typed, limit, &mut attempts).await,
+        };
+        let result = match &step.expect_error {
+            None => result,
+            // A skip is not a failure to expect.
+            Some(_) if matches!(&result, Err(e) if e.severity == Severity::Skip) => result,
+            Some(matcher) => self.expected_error(matcher.as_ref(), &self.ctx.expr_ctx.clone(), result),
+        };
+        self.finish(step, index, phase, args, result, attempts, start_ms, t0)
+    }
+
+    /// The attempts of one step: polled under `eventually`, else tried under `retry`.
+    async fn attempts(
+        &mut self,
+        step: &Step,
+        typed: &crate::steps::args::Args,
+        limit: Duration,
+        attempts: &mut u32,
+    ) -> Result<JsonValue, StepError> {
+        if let Some(ev) = step.eventually {
             let until = Instant::now() + ev.within;
             self.ctx.polling = true;
             let r = loop {
-                attempts += 1;
+                *attempts += 1;
                 // No attempt outlives the window (but each gets a moment, even the last).
                 let left = until.saturating_duration_since(Instant::now()).max(MIN_ATTEMPT);
-                let r = self.attempt(step, &args, limit.min(left)).await;
+                let r = self.attempt(step, typed, limit.min(left)).await;
                 if r.is_ok() || Instant::now() + ev.every >= until {
                     break r.map_err(|mut e| {
                         e.message = format!(
-                            "did not pass within {} ({attempts} attempts): {}",
+                            "did not pass within {} ({} attempts): {}",
                             crate::duration::human(ev.within),
+                            *attempts,
                             e.message
                         );
                         e
@@ -620,23 +647,16 @@ impl CaseRun<'_> {
             let retry = step.retry.unwrap_or(crate::model::Retry { attempts: 1, delay: Duration::ZERO, backoff: 1.0 });
             let mut delay = retry.delay;
             loop {
-                attempts += 1;
-                let r = self.attempt(step, &args, limit).await;
+                *attempts += 1;
+                let r = self.attempt(step, typed, limit).await;
                 let skipped = matches!(&r, Err(e) if e.severity == Severity::Skip);
-                if r.is_ok() || skipped || attempts >= retry.attempts {
+                if r.is_ok() || skipped || *attempts >= retry.attempts {
                     break r;
                 }
                 tokio::time::sleep(delay).await;
                 delay = crate::duration::saturating_mul_f64(delay, retry.backoff);
             }
-        };
-        let result = match &step.expect_error {
-            None => result,
-            // A skip is not a failure to expect.
-            Some(_) if matches!(&result, Err(e) if e.severity == Severity::Skip) => result,
-            Some(matcher) => self.expected_error(matcher.as_ref(), &self.ctx.expr_ctx.clone(), result),
-        };
-        self.finish(step, index, phase, args, result, attempts, start_ms, t0)
+        }
     }
 
     /// `expect_error`: a failure that matches is a pass (its message becomes the `error`
@@ -670,7 +690,12 @@ impl CaseRun<'_> {
         Ok(json!({ "error": e.message, "severity": severity }))
     }
 
-    async fn attempt(&mut self, step: &Step, args: &JsonValue, limit: Duration) -> Result<JsonValue, StepError> {
+    async fn attempt(
+        &mut self,
+        step: &Step,
+        args: &crate::steps::args::Args,
+        limit: Duration,
+    ) -> Result<JsonValue, StepError> {
         self.progress_tail.lock().expect("progress tail").clear();
         match tokio::time::timeout(limit, (step.kind.run)(&mut self.ctx, args)).await {
             Ok(r) => r,

@@ -2,14 +2,14 @@
 
 use serde_json::{json, Value as JsonValue};
 
-use super::{Args, StepCtx, StepError, StepResult};
-use crate::matcher::Matcher;
+use super::args::Args;
+use super::{StepCtx, StepError, StepResult};
 use crate::provider::ErrorKind;
 
 /// The exec outputs an assertion checks: `of: <id>`, else the most recent command.
-fn subject<'a>(ctx: &'a StepCtx, a: &Args<'_>) -> Result<&'a JsonValue, StepError> {
+fn subject<'a>(ctx: &'a StepCtx, a: &Args) -> Result<&'a JsonValue, StepError> {
     match a.opt_str("of") {
-        Some(id) => ctx.outputs.get(&id).ok_or_else(|| StepError::error(format!("step `{id}` has not run"))),
+        Some(id) => ctx.outputs.get(id).ok_or_else(|| StepError::error(format!("step `{id}` has not run"))),
         None => ctx
             .last_exec
             .as_ref()
@@ -17,23 +17,11 @@ fn subject<'a>(ctx: &'a StepCtx, a: &Args<'_>) -> Result<&'a JsonValue, StepErro
     }
 }
 
-/// The matcher part of an assertion's arguments: everything but the listed keys.
-fn matcher_of(args: &JsonValue, skip: &[&str]) -> Result<Option<Matcher>, StepError> {
-    let Some(obj) = args.as_object() else { return Ok(None) };
-    let rest: serde_json::Map<String, JsonValue> =
-        obj.iter().filter(|(k, _)| !skip.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
-    if rest.is_empty() {
-        return Ok(None);
-    }
-    Matcher::from_json(&JsonValue::Object(rest)).map(Some).map_err(StepError::error)
-}
-
-async fn assert_stream(ctx: &mut StepCtx, args: &JsonValue, stream: &str) -> StepResult {
-    let a = Args(args);
-    let out = subject(ctx, &a)?;
+async fn assert_stream(ctx: &mut StepCtx, a: &Args, stream: &str) -> StepResult {
+    let out = subject(ctx, a)?;
     let text = out.get(stream).and_then(JsonValue::as_str).unwrap_or_default().to_string();
     let dropped = out.get(format!("{stream}_dropped")).and_then(JsonValue::as_u64).unwrap_or(0);
-    let m = matcher_of(args, &["of"])?.ok_or_else(|| StepError::error("no matcher given"))?;
+    let m = a.matcher().ok_or_else(|| StepError::error("no matcher given"))?;
     m.check_text(&text).map_err(|e| {
         let mut e = StepError::from(e);
         e.message = format!("{stream}: {}", e.message);
@@ -45,18 +33,17 @@ async fn assert_stream(ctx: &mut StepCtx, args: &JsonValue, stream: &str) -> Ste
     Ok(JsonValue::Null)
 }
 
-pub async fn assert_stdout(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    assert_stream(ctx, args, "stdout").await
+pub async fn assert_stdout(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    assert_stream(ctx, a, "stdout").await
 }
 
-pub async fn assert_stderr(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    assert_stream(ctx, args, "stderr").await
+pub async fn assert_stderr(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    assert_stream(ctx, a, "stderr").await
 }
 
-pub async fn assert_exit(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let want = a.int("code")?;
-    let out = subject(ctx, &a)?;
+pub async fn assert_exit(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let want = a.int("code").unwrap_or_default();
+    let out = subject(ctx, a)?;
     let got = out.get("exit_code").and_then(JsonValue::as_i64);
     if got != Some(want) {
         let got_text = match (got, out.get("signal").and_then(JsonValue::as_i64)) {
@@ -71,12 +58,11 @@ pub async fn assert_exit(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     Ok(JsonValue::Null)
 }
 
-pub async fn assert_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let path = a.str("path")?;
+pub async fn assert_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let path = a.str("path");
     let id = ctx.sandbox_id()?;
-    let must_exist = a.get("exists").map(|_| a.bool("exists")).transpose()?.unwrap_or(true);
-    let read = ctx.provider.read_file(&id, &path).await;
+    let must_exist = a.opt_bool("exists").unwrap_or(true);
+    let read = ctx.provider.read_file(&id, path).await;
     match (read, must_exist) {
         (Err(e), false) if e.kind == ErrorKind::NotFound => Ok(json!({ "content": null, "size": null })),
         (Ok(data), false) => {
@@ -89,7 +75,7 @@ pub async fn assert_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         (Ok(data), true) => {
             let text = String::from_utf8_lossy(&data).into_owned();
             let outputs = json!({ "content": text, "size": data.len() });
-            if let Some(m) = matcher_of(args, &["path", "exists"])? {
+            if let Some(m) = a.matcher() {
                 m.check_text(&text).map_err(|f| {
                     let mut e = StepError::from(f).with_outputs(outputs.clone());
                     e.message = format!("{path}: {}", e.message);
@@ -101,9 +87,8 @@ pub async fn assert_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     }
 }
 
-pub async fn assert(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let value = a.get("that").ok_or_else(|| StepError::error("missing `that`"))?;
+pub async fn assert(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let value = a.json("that").unwrap_or(&JsonValue::Null);
     let holds = match value {
         JsonValue::Bool(b) => *b,
         JsonValue::String(expr) => crate::expr::eval_bool(expr, &ctx.expr_ctx)

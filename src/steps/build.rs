@@ -7,20 +7,21 @@
 //! builds each folder digest once per run; `keep: true` (or `SCENARIO_RUN_KEEP_BUILDS=1`)
 //! keeps the build after the run, otherwise it is removed when the run ends.
 
-use serde_json::{json, Value as JsonValue};
+use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::{Args, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{StepCtx, StepError, StepResult};
 use crate::templates::{find_dir, BuildSpec, TemplateDir, TEMPLATES_DIR_ENV};
 
 /// The environment variable that keeps every build after the run.
 pub const KEEP_ENV: &str = "SCENARIO_RUN_KEEP_BUILDS";
 
-fn spec(ctx: &StepCtx, a: &Args<'_>) -> Result<BuildSpec, StepError> {
-    let name = a.str("template")?;
+fn spec(ctx: &StepCtx, a: &Args) -> Result<BuildSpec, StepError> {
+    let name = a.str("template");
     let dir = match a.opt_str("path") {
         Some(p) => ctx.scenario_dir.join(p),
-        None => find_dir(&name, &ctx.scenario_dir, ctx.env.get(TEMPLATES_DIR_ENV).map(String::as_str)),
+        None => find_dir(name, &ctx.scenario_dir, ctx.env.get(TEMPLATES_DIR_ENV).map(String::as_str)),
     };
     if !dir.is_dir() {
         let hint = match (a.opt_str("path"), ctx.env.get(TEMPLATES_DIR_ENV).filter(|v| !v.is_empty())) {
@@ -41,7 +42,7 @@ fn spec(ctx: &StepCtx, a: &Args<'_>) -> Result<BuildSpec, StepError> {
         )));
     }
     let keep_env = ctx.env.get(KEEP_ENV).is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
-    Ok(BuildSpec { template, build_args: a.str_map("args")?, keep: a.bool("keep")? || keep_env, from_auth: None })
+    Ok(BuildSpec { template, build_args: a.str_map("args"), keep: a.flag("keep") || keep_env, from_auth: None })
 }
 
 /// Collects the streamed log until the provider drops its sender, passing each line on to the
@@ -61,8 +62,8 @@ fn collector(progress: Option<super::Progress>) -> (mpsc::UnboundedSender<String
     (tx, task)
 }
 
-pub async fn build(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let spec = spec(ctx, &Args(args))?;
+pub async fn build(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let spec = spec(ctx, a)?;
     let name = spec.template.def.name.clone();
     let (tx, task) = collector(ctx.progress.clone());
     let result = ctx.provider.build(spec, tx).await;
@@ -73,8 +74,8 @@ pub async fn build(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     }
 }
 
-pub async fn deploy(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let spec = spec(ctx, &Args(args))?;
+pub async fn deploy(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let spec = spec(ctx, a)?;
     let (tx, task) = collector(ctx.progress.clone());
     let result = ctx.provider.deploy(spec, tx).await;
     let log = task.await.unwrap_or_default();

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use serde_json::{json, Value as JsonValue};
 
-use super::{exec_outputs, Args, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{exec_outputs, StepCtx, StepError, StepResult};
 use crate::provider::ExecRequest;
 
 const DRIVER: &str = r#"import ast, json, sys, traceback
@@ -36,10 +37,9 @@ with open(sys.argv[2], "w") as f:
     json.dump(out, f)
 "#;
 
-pub async fn run_code(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let code = a.str("code")?;
-    let lang = a.opt_str("language").unwrap_or_else(|| "python".into());
+pub async fn run_code(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let code = a.str("code");
+    let lang = a.opt_str("language").unwrap_or("python");
     if lang != "python" {
         return Err(StepError::error(format!("language `{lang}` is not supported: use python")));
     }
@@ -49,10 +49,10 @@ pub async fn run_code(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     let (driver, cell, result) =
         (format!("{dir}/driver.py"), format!("{dir}/cell-{n}.py"), format!("{dir}/result-{n}.json"));
     ctx.provider.write_file(&id, &driver, DRIVER.as_bytes().to_vec(), None).await?;
-    ctx.provider.write_file(&id, &cell, code.into_bytes(), None).await?;
+    ctx.provider.write_file(&id, &cell, code.as_bytes().to_vec(), None).await?;
     let req = ExecRequest {
         cmd: format!("python3 {driver} {cell} {result}"),
-        timeout: Some(a.opt_duration("timeout")?.unwrap_or(ctx.exec_timeout)),
+        timeout: Some(a.duration("timeout").unwrap_or(ctx.exec_timeout)),
         max_output: Some(ctx.max_output),
         ..Default::default()
     };

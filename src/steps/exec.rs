@@ -4,22 +4,22 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as JsonValue};
 
-use super::{exec_outputs, Args, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{exec_outputs, StepCtx, StepError, StepResult};
 use crate::provider::ExecRequest;
 
-pub async fn exec(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
+pub async fn exec(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let req = ExecRequest {
-        cmd: a.str("cmd")?,
-        cwd: a.opt_str("cwd"),
-        envs: a.str_map("env")?,
-        user: a.opt_str("user"),
-        stdin: a.opt_str("stdin").map(String::into_bytes),
-        timeout: Some(a.opt_duration("timeout")?.unwrap_or(ctx.exec_timeout)),
+        cmd: a.str("cmd").to_string(),
+        cwd: a.opt_str("cwd").map(str::to_string),
+        envs: a.str_map("env"),
+        user: a.opt_str("user").map(str::to_string),
+        stdin: a.opt_str("stdin").map(|s| s.as_bytes().to_vec()),
+        timeout: Some(a.duration("timeout").unwrap_or(ctx.exec_timeout)),
         max_output: Some(ctx.max_output),
     };
     let id = ctx.sandbox_id()?;
-    if a.bool("background")? {
+    if a.flag("background") {
         let pid = ctx.provider.spawn(&id, ExecRequest { timeout: None, ..req }).await?;
         return Ok(
             json!({ "pid": pid, "stdout": "", "stderr": "", "exit_code": null, "signal": null, "timed_out": false, "duration_ms": 0 }),
@@ -33,13 +33,13 @@ pub async fn exec(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         let limit = limit.map(crate::duration::human).unwrap_or_default();
         return Err(StepError::fail(format!("command timed out after {limit}")).with_outputs(outputs));
     }
-    check_exit_code(&a, &result, outputs)
+    check_exit_code(a, &result, outputs)
 }
 
 /// `exit_code:` on exec and host: the outputs if the command exited with it (or none was
 /// asked for), else a failure naming what it did and the end of its stderr.
-pub(crate) fn check_exit_code(a: &Args<'_>, result: &crate::provider::ExecResult, outputs: JsonValue) -> StepResult {
-    if let Some(want) = a.opt_int("exit_code")? {
+pub(crate) fn check_exit_code(a: &Args, result: &crate::provider::ExecResult, outputs: JsonValue) -> StepResult {
+    if let Some(want) = a.int("exit_code") {
         if result.exit_code != Some(want as i32) {
             let got =
                 result.exit_code.map_or_else(|| format!("signal {}", result.signal.unwrap_or(0)), |c| c.to_string());
@@ -56,20 +56,16 @@ pub(crate) fn check_exit_code(a: &Args<'_>, result: &crate::provider::ExecResult
     Ok(outputs)
 }
 
-pub async fn process_list(ctx: &mut StepCtx, _args: &JsonValue) -> StepResult {
+pub async fn process_list(ctx: &mut StepCtx, _args: &Args) -> StepResult {
     let id = ctx.sandbox_id()?;
     let procs = ctx.provider.process_list(&id).await?;
     let running: Vec<u32> = procs.iter().filter(|p| p.running).map(|p| p.pid).collect();
     Ok(json!({ "pids": running, "count": running.len(), "processes": procs }))
 }
 
-/// Signal names authors write, to numbers.
-pub fn signal_number(v: &JsonValue) -> Result<i32, StepError> {
-    if let Some(n) = v.as_i64() {
-        return Ok(n as i32);
-    }
-    let s = super::text(v);
-    let s = s.trim().to_ascii_uppercase();
+/// Signal names authors write (`TERM`, `SIGTERM`, `sigterm`), to numbers.
+pub fn signal_number(name: &str) -> Result<i32, String> {
+    let s = name.trim().to_ascii_uppercase();
     let s = s.trim_start_matches("SIG");
     if let Ok(n) = s.parse() {
         return Ok(n);
@@ -85,29 +81,24 @@ pub fn signal_number(v: &JsonValue) -> Result<i32, StepError> {
         "STOP" => libc::SIGSTOP,
         "CONT" => libc::SIGCONT,
         other => {
-            return Err(StepError::error(format!(
+            return Err(format!(
                 "unknown signal `{other}`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number"
-            )))
+            ))
         }
     })
 }
 
-pub async fn signal(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let pid = a.int("pid")? as u32;
-    let sig = match a.get("signal") {
-        Some(v) => signal_number(v)?,
-        None => libc::SIGTERM,
-    };
+pub async fn signal(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let pid = a.int("pid").unwrap_or_default() as u32;
+    let sig = a.int("signal").map_or(libc::SIGTERM, |n| n as i32);
     let id = ctx.sandbox_id()?;
     ctx.provider.signal(&id, pid, sig).await?;
     Ok(json!({ "pid": pid, "signal": sig }))
 }
 
-pub async fn wait(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let pid = a.int("pid")? as u32;
-    let limit = a.opt_duration("timeout")?.unwrap_or(Duration::from_secs(30));
+pub async fn wait(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let pid = a.int("pid").unwrap_or_default() as u32;
+    let limit = a.duration("timeout").unwrap_or(Duration::from_secs(30));
     let id = ctx.sandbox_id()?;
     let started = Instant::now();
     let result = ctx.provider.wait(&id, pid, limit).await?;

@@ -3,7 +3,8 @@
 use base64::Engine as _;
 use serde_json::{json, Value as JsonValue};
 
-use super::{Args, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{StepCtx, StepError, StepResult};
 use crate::provider::FileEntry;
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -22,10 +23,9 @@ fn entry_json(e: &FileEntry) -> JsonValue {
     json!({ "name": e.name, "path": e.path, "type": e.kind, "size": e.size, "mode": format!("{:04o}", e.mode), "modified": e.modified })
 }
 
-pub async fn write_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let path = a.str("path")?;
-    let sources = ["content", "content_base64", "from"].iter().filter(|k| a.get(k).is_some()).count();
+pub async fn write_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let path = a.str("path");
+    let sources = ["content", "content_base64", "from"].iter().filter(|k| a.has(k)).count();
     if sources > 1 {
         return Err(StepError::error("give only one of `content`, `content_base64`, `from`"));
     }
@@ -33,26 +33,25 @@ pub async fn write_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         crate::heavy::heavy(b.len(), || b64().decode(b.trim()))
             .map_err(|e| StepError::error(format!("`content_base64` is not valid base64: {e}")))?
     } else if let Some(from) = a.opt_str("from") {
-        let p = ctx.scenario_dir.join(&from);
+        let p = ctx.scenario_dir.join(from);
         tokio::fs::read(&p)
             .await
             .map_err(|e| StepError::error(format!("cannot read local file {}: {e}", p.display())))?
     } else {
-        a.opt_str("content").unwrap_or_default().into_bytes()
+        a.str("content").as_bytes().to_vec()
     };
-    let mode = a.opt_str("mode").map(|m| parse_mode(&m)).transpose()?;
+    let mode = a.opt_str("mode").map(parse_mode).transpose()?;
     let size = data.len();
     let id = ctx.sandbox_id()?;
-    let entry = ctx.provider.write_file(&id, &path, data, mode).await?;
+    let entry = ctx.provider.write_file(&id, path, data, mode).await?;
     Ok(json!({ "path": entry.path, "size": size }))
 }
 
-pub async fn read_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let path = a.str("path")?;
+pub async fn read_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let path = a.str("path");
     let id = ctx.sandbox_id()?;
-    let data = ctx.provider.read_file(&id, &path).await?;
-    let content = match a.opt_str("encoding").as_deref() {
+    let data = ctx.provider.read_file(&id, path).await?;
+    let content = match a.opt_str("encoding") {
         Some("base64") => crate::heavy::heavy(data.len(), || b64().encode(&data)),
         _ => String::from_utf8(data.clone())
             .map_err(|_| StepError::fail(format!("{path} is not UTF-8 text; read it with `encoding: base64`")))?,
@@ -60,13 +59,11 @@ pub async fn read_file(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     Ok(json!({ "content": content, "size": data.len() }))
 }
 
-pub async fn files(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let op = a.str("op")?;
-    let path = a.str("path")?;
+pub async fn files(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let (op, path) = (a.str("op"), a.str("path").to_string());
     let id = ctx.sandbox_id()?;
     let p = &ctx.provider;
-    Ok(match op.as_str() {
+    Ok(match op {
         "list" => {
             let mut entries = p.list_dir(&id, &path).await?;
             entries.sort_by(|x, y| x.name.cmp(&y.name));
@@ -77,7 +74,7 @@ pub async fn files(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         "mkdir" => entry_json(&p.make_dir(&id, &path).await?),
         "move" => {
             let to = a.opt_str("to").ok_or_else(|| StepError::error("`move` needs `to`"))?;
-            entry_json(&p.rename(&id, &path, &to).await?)
+            entry_json(&p.rename(&id, &path, to).await?)
         }
         "remove" => {
             p.remove(&id, &path).await?;

@@ -22,10 +22,10 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::Value as JsonValue;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
-use super::{exec_outputs, Args, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{exec_outputs, StepCtx, StepError, StepResult};
 use crate::provider::output::keep;
 use crate::provider::ExecResult;
 
@@ -86,12 +86,11 @@ async fn pump(r: Option<impl AsyncRead + Unpin>, buf: &mut Vec<u8>, dropped: &mu
     }
 }
 
-pub async fn host(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let cmd_text = a.str("cmd")?;
-    let env = a.str_map("env")?;
-    let limit = a.opt_duration("timeout")?.unwrap_or(ctx.exec_timeout);
-    let stdin = a.opt_str("stdin").map(String::into_bytes);
+pub async fn host(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let cmd_text = a.str("cmd").to_string();
+    let env = a.str_map("env");
+    let limit = a.duration("timeout").unwrap_or(ctx.exec_timeout);
+    let stdin = a.opt_str("stdin").map(|s| s.as_bytes().to_vec());
     let base = if ctx.scenario_dir.as_os_str().is_empty() { PathBuf::from(".") } else { ctx.scenario_dir.clone() };
     let cwd = match a.opt_str("cwd") {
         Some(c) => base.join(c),
@@ -200,5 +199,5 @@ pub async fn host(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
             StepError::fail(format!("command timed out after {}", crate::duration::human(limit))).with_outputs(outputs)
         );
     }
-    super::exec::check_exit_code(&a, &result, outputs)
+    super::exec::check_exit_code(a, &result, outputs)
 }

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value as JsonValue};
 
-use super::{Args, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{StepCtx, StepError, StepResult};
 use crate::matcher::Matcher;
 use crate::results::Mismatch;
 
@@ -14,30 +15,31 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// do: a server that accepts but does not answer yet costs one short attempt, not the window.
 const POLLED_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub async fn http_get(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    request(ctx, args, "GET".into()).await
+pub async fn http_get(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    request(ctx, a, "GET".into()).await
 }
 
-pub async fn http(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let method = Args(args).str("method")?.to_ascii_uppercase();
-    request(ctx, args, method).await
+pub async fn http(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let method = a.str("method").to_ascii_uppercase();
+    request(ctx, a, method).await
 }
 
 /// Where a request goes: the URL, and the port inside the sandbox when it was given as one
 /// (the URL is then the provider's forwarder, whose own port means nothing to the author).
-async fn url_of(ctx: &mut StepCtx, a: &Args<'_>) -> Result<(String, Option<u16>), StepError> {
+async fn url_of(ctx: &mut StepCtx, a: &Args) -> Result<(String, Option<u16>), StepError> {
     if let Some(url) = a.opt_str("url") {
-        if a.get("port").is_some() {
+        if a.has("port") {
             return Err(StepError::error("give `url` or `port`, not both"));
         }
-        return Ok((url, None));
+        return Ok((url.to_string(), None));
     }
     let port =
-        a.opt_int("port")?.ok_or_else(|| StepError::error("give `url`, or `port` (and `path`) inside the sandbox"))?;
-    let port = u16::try_from(port).map_err(|_| StepError::error(format!("`port` {port} is out of range")))?;
+        a.int("port").ok_or_else(|| StepError::error("give `url`, or `port` (and `path`) inside the sandbox"))?;
+    // 1 to 65535, by its field.
+    let port = u16::try_from(port).unwrap_or_default();
     let id = ctx.sandbox_id()?;
     let base = ctx.provider.port_url(&id, port).await?;
-    let path = a.opt_str("path").unwrap_or_else(|| "/".into());
+    let path = a.opt_str("path").unwrap_or("/");
     let sep = if path.starts_with('/') { "" } else { "/" };
     Ok((format!("{}{sep}{path}", base.trim_end_matches('/')), Some(port)))
 }
@@ -75,12 +77,11 @@ fn origin(url: &str) -> String {
     reqwest::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_else(|_| url.to_string())
 }
 
-async fn request(ctx: &mut StepCtx, args: &JsonValue, method: String) -> StepResult {
-    let a = Args(args);
-    let (url, port) = url_of(ctx, &a).await?;
+async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
+    let (url, port) = url_of(ctx, a).await?;
     let m = reqwest::Method::from_bytes(method.as_bytes())
         .map_err(|_| StepError::error(format!("bad method `{method}`")))?;
-    let limit = a.opt_duration("request_timeout")?.unwrap_or(if ctx.polling { POLLED_TIMEOUT } else { TIMEOUT });
+    let limit = a.duration("request_timeout").unwrap_or(if ctx.polling { POLLED_TIMEOUT } else { TIMEOUT });
     let mut req = ctx.http.request(m, &url).timeout(limit);
     // A port behind private ingress needs its token; the provider knows the URLs it gave out.
     for (k, v) in ctx.provider.port_headers(&url) {
@@ -89,10 +90,10 @@ async fn request(ctx: &mut StepCtx, args: &JsonValue, method: String) -> StepRes
         v.set_sensitive(true);
         req = req.header(k, v);
     }
-    for (k, v) in a.str_map("headers")? {
+    for (k, v) in a.str_map("headers") {
         req = req.header(k, v);
     }
-    match a.get("body") {
+    match a.json("body") {
         None => {}
         Some(JsonValue::String(s)) => req = req.body(s.clone()),
         Some(other) => req = req.json(other),
@@ -122,7 +123,7 @@ async fn request(ctx: &mut StepCtx, args: &JsonValue, method: String) -> StepRes
     let outputs = json!({
         "status": status, "body": body, "headers": headers, "json": parsed, "url": url, "body_dropped": dropped,
     });
-    if let Some(expect) = a.get("expect") {
+    if let Some(expect) = a.object("expect") {
         check_expect(expect, status, &headers, &body, port).map_err(|mut e| {
             if dropped > 0 {
                 e.message.push_str(&super::cut_note("the body", kept.len(), dropped));
@@ -134,21 +135,18 @@ async fn request(ctx: &mut StepCtx, args: &JsonValue, method: String) -> StepRes
 }
 
 fn check_expect(
-    expect: &JsonValue,
+    e: &Args,
     status: u16,
     headers: &serde_json::Map<String, JsonValue>,
     body: &str,
     port: Option<u16>,
 ) -> Result<(), StepError> {
-    let e = Args(expect);
-    if let Some(want) = e.get("status") {
-        let allowed: Vec<i64> = match want {
-            JsonValue::Array(items) => {
-                items.iter().filter_map(|v| v.as_i64().or_else(|| super::text(v).parse().ok())).collect()
-            }
-            v => v.as_i64().or_else(|| super::text(v).parse().ok()).into_iter().collect(),
-        };
+    if let Some(allowed) = e.int_list("status") {
         if !allowed.contains(&i64::from(status)) {
+            let want = match allowed {
+                [one] => one.to_string(),
+                many => serde_json::to_string(many).unwrap_or_default(),
+            };
             let snippet: String = body.chars().take(300).collect();
             // E2B's proxy (and `serve`) answer 502 "port is not open" for a port nobody listens on.
             let closed = match port {
@@ -157,29 +155,26 @@ fn check_expect(
                 }
                 _ => String::new(),
             };
-            let mut err = StepError::fail(format!(
-                "expected status {}, found {status}{closed}; body: {snippet:?}",
-                super::text(want)
-            ));
-            err.mismatch = Some(Box::new(Mismatch::new(super::text(want), status.to_string())));
+            let mut err = StepError::fail(format!("expected status {want}, found {status}{closed}; body: {snippet:?}"));
+            err.mismatch = Some(Box::new(Mismatch::new(want, status.to_string())));
             return Err(err);
         }
     }
-    if let Some(m) = e.get("body") {
-        Matcher::from_json(m).map_err(StepError::error)?.check_text(body).map_err(|f| {
+    if let Some(m) = e.field_matcher("body") {
+        m.check_text(body).map_err(|f| {
             let mut e = StepError::from(f);
             e.message = format!("body: {}", e.message);
             e
         })?;
     }
-    if let Some(checks) = e.get("json") {
+    if let Some(checks) = e.json("json") {
         Matcher::from_json(&json!({ "json": checks })).map_err(StepError::error)?.check_text(body).map_err(|f| {
             let mut e = StepError::from(f);
             e.message = format!("body: {}", e.message);
             e
         })?;
     }
-    for (name, want) in e.str_map("headers")? {
+    for (name, want) in e.str_map("headers") {
         let got = headers.get(&name.to_ascii_lowercase()).and_then(JsonValue::as_str);
         match got {
             Some(v) if v.contains(&want) => {}

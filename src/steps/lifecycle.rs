@@ -4,28 +4,19 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value as JsonValue};
 
-use super::{Args, SandboxRef, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{SandboxRef, StepCtx, StepError, StepResult};
 use crate::provider::{CreateRequest, NetworkPolicy, SandboxInfo};
 
 /// `create`'s `network: { allow_internet_access, allow_out, deny_out }` (a list may be one
 /// string).
-fn network_arg(a: &Args<'_>) -> Result<Option<NetworkPolicy>, StepError> {
-    let Some(v) = a.get("network") else { return Ok(None) };
-    let n = Args(v);
-    let list = |key: &str| -> Result<Vec<String>, StepError> {
-        match n.get(key) {
-            None => Ok(Vec::new()),
-            Some(JsonValue::Array(items)) => Ok(items.iter().map(super::text).collect()),
-            Some(JsonValue::String(s)) => Ok(vec![s.clone()]),
-            Some(other) => Err(StepError::error(format!("`network.{key}` must be a list of addresses, got {other}"))),
-        }
-    };
-    let internet = if n.get("allow_internet_access").is_some() { Some(n.bool("allow_internet_access")?) } else { None };
-    Ok(Some(NetworkPolicy {
-        allow_internet_access: internet,
-        allow_out: list("allow_out")?,
-        deny_out: list("deny_out")?,
-    }))
+fn network_arg(a: &Args) -> Option<NetworkPolicy> {
+    let n = a.object("network")?;
+    Some(NetworkPolicy {
+        allow_internet_access: n.opt_bool("allow_internet_access"),
+        allow_out: n.str_list("allow_out"),
+        deny_out: n.str_list("deny_out"),
+    })
 }
 
 fn info_json(i: &SandboxInfo) -> JsonValue {
@@ -41,30 +32,29 @@ fn push_sandbox(ctx: &mut StepCtx, sb: SandboxRef) {
     ctx.target = ctx.current;
 }
 
-pub async fn create(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let template = a.opt_str("template").unwrap_or_else(|| "base".into());
+pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let template = a.opt_str("template").unwrap_or("base");
     // `base` and `code-interpreter-v1` are the platform's own templates in the cloud, under
     // ids of its own: the template folder's `ids` say which (template.yaml).
     let root = ctx.env.get(crate::templates::TEMPLATES_DIR_ENV).map(String::as_str);
-    let template = crate::templates::provider_id(&template, ctx.provider.name(), &ctx.scenario_dir, root)
+    let template = crate::templates::provider_id(template, ctx.provider.name(), &ctx.scenario_dir, root)
         .map_err(StepError::error)?;
-    let mut metadata = a.str_map("metadata")?;
+    let mut metadata = a.str_map("metadata");
     metadata.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
     let req = CreateRequest {
         template: template.clone(),
-        timeout_secs: Some(a.opt_duration("timeout")?.unwrap_or(ctx.sandbox_ttl).as_secs().max(1)),
+        timeout_secs: Some(a.duration("timeout").unwrap_or(ctx.sandbox_ttl).as_secs().max(1)),
         metadata,
-        envs: a.str_map("envs")?,
-        cpu: a.opt_int("cpu")?.map(|v| v as u32),
-        memory_mb: a.opt_int("memory")?.map(|v| v as u64),
-        network: network_arg(&a)?,
+        envs: a.str_map("envs"),
+        cpu: a.int("cpu").map(|v| v as u32),
+        memory_mb: a.int("memory").map(|v| v as u64),
+        network: network_arg(a),
     };
     // Read before creating: an argument error after it would leak a sandbox the scenario
     // does not know about and so never destroys.
-    let keep = a.bool("keep")?;
+    let keep = a.flag("keep");
     let info = ctx.provider.create(req).await?;
-    let alias = a.opt_str("as");
+    let alias = a.opt_str("as").map(str::to_string);
     push_sandbox(
         ctx,
         SandboxRef {
@@ -79,12 +69,11 @@ pub async fn create(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     Ok(json!({ "id": info.id, "template": info.template, "template_id": template, "alias": alias }))
 }
 
-pub async fn connect(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let id = a.str("id")?;
-    let info = ctx.provider.connect(&id, a.opt_duration("timeout")?.map(|d| d.as_secs())).await?;
+pub async fn connect(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let id = a.str("id");
+    let info = ctx.provider.connect(id, a.duration("timeout").map(|d| d.as_secs())).await?;
     let existing = ctx.sandboxes.iter().position(|s| s.id == info.id);
-    let alias = a.opt_str("as");
+    let alias = a.opt_str("as").map(str::to_string);
     match existing {
         Some(i) if alias.is_none() => {
             ctx.current = Some(i);
@@ -93,7 +82,7 @@ pub async fn connect(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
         _ => {
             // Connected sandboxes belong to someone else unless `owned: true`; one of ours
             // seen under a new alias stays as it was created (kept or not).
-            let keep = !a.bool("owned")? && existing.is_none_or(|i| ctx.sandboxes[i].keep);
+            let keep = !a.flag("owned") && existing.is_none_or(|i| ctx.sandboxes[i].keep);
             push_sandbox(
                 ctx,
                 SandboxRef {
@@ -110,34 +99,33 @@ pub async fn connect(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     Ok(info_json(&info))
 }
 
-fn target_id(ctx: &StepCtx, a: &Args<'_>) -> Result<String, StepError> {
+fn target_id(ctx: &StepCtx, a: &Args) -> Result<String, StepError> {
     match a.opt_str("id") {
-        Some(id) => Ok(id),
+        Some(id) => Ok(id.to_string()),
         None => ctx.sandbox_id(),
     }
 }
 
-pub async fn info(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let id = target_id(ctx, &Args(args))?;
+pub async fn info(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let id = target_id(ctx, a)?;
     Ok(info_json(&ctx.provider.info(&id).await?))
 }
 
-pub async fn list(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let mut filter = a.str_map("metadata")?;
-    if filter.is_empty() && !a.bool("all")? {
+pub async fn list(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let mut filter = a.str_map("metadata");
+    if filter.is_empty() && !a.flag("all") {
         filter.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
     }
     let list = match a.opt_str("api_key") {
-        Some(key) => ctx.provider.list_with_key(&key, &filter).await?,
+        Some(key) => ctx.provider.list_with_key(key, &filter).await?,
         None => ctx.provider.list(&filter).await?,
     };
     let ids: Vec<&str> = list.iter().map(|i| i.id.as_str()).collect();
     Ok(json!({ "ids": ids, "count": list.len(), "sandboxes": list.iter().map(info_json).collect::<Vec<_>>() }))
 }
 
-pub async fn kill(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let id = target_id(ctx, &Args(args))?;
+pub async fn kill(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let id = target_id(ctx, a)?;
     let killed = ctx.provider.kill(&id).await?;
     for sb in ctx.sandboxes.iter_mut().filter(|s| s.id == id) {
         sb.killed = true;
@@ -145,9 +133,8 @@ pub async fn kill(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
     Ok(json!({ "killed": killed }))
 }
 
-pub async fn set_timeout(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let secs = a.opt_duration("timeout")?.ok_or_else(|| StepError::error("missing `timeout`"))?.as_secs().max(1);
+pub async fn set_timeout(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let secs = a.duration("timeout").unwrap_or_default().as_secs().max(1);
     let id = ctx.sandbox_id()?;
     ctx.provider.set_timeout(&id, secs).await?;
     let info = ctx.provider.info(&id).await?;
@@ -156,12 +143,8 @@ pub async fn set_timeout(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
 
 /// `pause`: the sandbox's processes stop where they are (or, with `memory: false`, end and
 /// only its files stay); it no longer expires.
-pub async fn pause(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let keep_memory = match a.get("memory") {
-        None => true,
-        Some(_) => a.bool("memory")?,
-    };
+pub async fn pause(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let keep_memory = a.opt_bool("memory").unwrap_or(true);
     let id = ctx.sandbox_id()?;
     ctx.provider.pause(&id, keep_memory).await?;
     let info = ctx.provider.info(&id).await?;
@@ -169,9 +152,8 @@ pub async fn pause(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
 }
 
 /// `resume`: the paused sandbox runs on, and expires `timeout` from now.
-pub async fn resume(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let secs = a.opt_duration("timeout")?.unwrap_or(ctx.sandbox_ttl).as_secs().max(1);
+pub async fn resume(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let secs = a.duration("timeout").unwrap_or(ctx.sandbox_ttl).as_secs().max(1);
     let id = ctx.sandbox_id()?;
     ctx.provider.resume(&id, secs).await?;
     let info = ctx.provider.info(&id).await?;
@@ -180,13 +162,12 @@ pub async fn resume(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
 
 /// `snapshot`: the sandbox's filesystem as a template `create` starts; deleted at the end of
 /// the scenario (after its sandboxes) unless `keep`.
-pub async fn snapshot(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let keep = a.bool("keep")?;
+pub async fn snapshot(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let keep = a.flag("keep");
     // A name of the run's own: two scenarios (or two runs) never take the same one.
     let name = match a.opt_str("name") {
         Some(n) if n.trim().is_empty() => return Err(StepError::error("`name` must not be empty")),
-        Some(n) => n,
+        Some(n) => n.to_string(),
         None => format!("scenario-run-{}-{}", ctx.run_tag.1, crate::random::hex(4)).to_ascii_lowercase(),
     };
     let id = ctx.sandbox_id()?;

@@ -1,9 +1,11 @@
 //! Step kinds: the registry table and one file per family of steps.
 //!
-//! A step function receives its arguments already rendered (templates expanded) as JSON and
-//! the scenario's [`StepCtx`]; it returns its outputs, or a [`StepError`] that is data: a
-//! failed expectation or a broken provider, never a panic.
+//! A step function receives its arguments rendered (templates expanded) and converted by its
+//! registry fields ([`args::Args`]: a value of the wrong type never reaches it) and the
+//! scenario's [`StepCtx`]; it returns its outputs, or a [`StepError`] that is data: a failed
+//! expectation or a broken provider, never a panic.
 
+pub mod args;
 pub mod asserts;
 pub mod build;
 pub mod code;
@@ -184,77 +186,6 @@ impl StepCtx {
 
     pub fn sandbox_id(&self) -> Result<String, StepError> {
         Ok(self.sandbox()?.id.clone())
-    }
-}
-
-/// Typed access to rendered arguments. Templated values arrive as strings, so numbers and
-/// booleans also accept their string forms.
-pub struct Args<'a>(pub &'a JsonValue);
-
-impl<'a> Args<'a> {
-    pub fn get(&self, key: &str) -> Option<&'a JsonValue> {
-        self.0.get(key).filter(|v| !v.is_null())
-    }
-
-    pub fn opt_str(&self, key: &str) -> Option<String> {
-        self.get(key).map(text)
-    }
-
-    pub fn str(&self, key: &str) -> Result<String, StepError> {
-        self.opt_str(key).ok_or_else(|| StepError::error(format!("missing `{key}`")))
-    }
-
-    pub fn opt_int(&self, key: &str) -> Result<Option<i64>, StepError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(JsonValue::Number(n)) => {
-                n.as_i64().map(Some).ok_or_else(|| StepError::error(format!("`{key}` must be an integer")))
-            }
-            Some(v) => text(v)
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| StepError::error(format!("`{key}` must be an integer, got {v}"))),
-        }
-    }
-
-    pub fn int(&self, key: &str) -> Result<i64, StepError> {
-        self.opt_int(key)?.ok_or_else(|| StepError::error(format!("missing `{key}`")))
-    }
-
-    pub fn bool(&self, key: &str) -> Result<bool, StepError> {
-        match self.get(key) {
-            None => Ok(false),
-            Some(JsonValue::Bool(b)) => Ok(*b),
-            Some(v) => match text(v).trim() {
-                "true" | "True" | "yes" | "1" => Ok(true),
-                "false" | "False" | "no" | "0" | "" => Ok(false),
-                other => Err(StepError::error(format!("`{key}` must be true or false, got {other:?}"))),
-            },
-        }
-    }
-
-    /// A duration: `30s`, `2m`, or a number of seconds.
-    pub fn opt_duration(&self, key: &str) -> Result<Option<Duration>, StepError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(JsonValue::Number(n)) => n
-                .as_f64()
-                .map(crate::duration::from_secs_f64)
-                .transpose()
-                .map_err(|e| StepError::error(format!("`{key}`: {e}"))),
-            Some(v) => {
-                crate::duration::parse(&text(v)).map(Some).map_err(|e| StepError::error(format!("`{key}`: {e}")))
-            }
-        }
-    }
-
-    pub fn str_map(&self, key: &str) -> Result<BTreeMap<String, String>, StepError> {
-        match self.get(key) {
-            None => Ok(BTreeMap::new()),
-            Some(JsonValue::Object(m)) => Ok(m.iter().map(|(k, v)| (k.clone(), text(v))).collect()),
-            Some(v) => Err(StepError::error(format!("`{key}` must be a mapping, got {v}"))),
-        }
     }
 }
 

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value as JsonValue};
 use tokio::sync::mpsc;
 
-use super::{Args, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{StepCtx, StepError, StepResult};
 use crate::matcher::Matcher;
 use crate::provider::{ExecRequest, OutputChunk, Provider};
 
@@ -47,14 +48,24 @@ struct Item {
     expect: Option<Matcher>,
 }
 
-fn size(v: &JsonValue, what: &str) -> Result<u16, StepError> {
+/// A terminal dimension: 1 to 65535.
+fn size(n: i64, what: &str) -> Result<u16, StepError> {
+    u16::try_from(n)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| StepError::error(format!("`{what}` must be an integer from 1 to 65535, got {n}")))
+}
+
+/// A dimension inside a `script` item (free-form, so read here).
+fn size_json(v: &JsonValue, what: &str) -> Result<u16, StepError> {
     let n = match v {
-        JsonValue::Number(n) => n.as_u64(),
+        JsonValue::Number(n) => n.as_i64(),
         other => super::text(other).trim().parse().ok(),
     };
-    n.filter(|n| (1..=u16::MAX as u64).contains(n))
-        .map(|n| n as u16)
-        .ok_or_else(|| StepError::error(format!("`{what}` must be an integer from 1 to 65535, got {v}")))
+    n.map_or_else(
+        || Err(StepError::error(format!("`{what}` must be an integer from 1 to 65535, got {v}"))),
+        |n| size(n, what),
+    )
 }
 
 fn resize_of(v: &JsonValue) -> Result<(u16, u16), StepError> {
@@ -63,17 +74,17 @@ fn resize_of(v: &JsonValue) -> Result<(u16, u16), StepError> {
     if o.keys().any(|k| k != "cols" && k != "rows") {
         return Err(bad());
     }
-    Ok((size(o.get("cols").ok_or_else(bad)?, "cols")?, size(o.get("rows").ok_or_else(bad)?, "rows")?))
+    Ok((size_json(o.get("cols").ok_or_else(bad)?, "cols")?, size_json(o.get("rows").ok_or_else(bad)?, "rows")?))
 }
 
-fn items(a: &Args<'_>) -> Result<Vec<Item>, StepError> {
+fn items(a: &Args) -> Result<Vec<Item>, StepError> {
     let matcher = |v: &JsonValue| Matcher::from_json(v).map_err(|e| StepError::error(format!("`expect`: {e}")));
     let mut out = Vec::new();
-    let (input, expect) = (a.opt_str("input"), a.get("expect"));
+    let (input, expect) = (a.opt_str("input").map(str::to_string), a.field_matcher("expect"));
     if input.is_some() || expect.is_some() {
-        out.push(Item { send: input, resize: None, expect: expect.map(matcher).transpose()? });
+        out.push(Item { send: input, resize: None, expect: expect.cloned() });
     }
-    match a.get("script") {
+    match a.json("script") {
         None => {}
         Some(JsonValue::Array(list)) => {
             for v in list {
@@ -140,17 +151,17 @@ async fn read_until(
     }
 }
 
-pub async fn pty(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let cols = a.get("cols").map(|v| size(v, "cols")).transpose()?.unwrap_or(80);
-    let rows = a.get("rows").map(|v| size(v, "rows")).transpose()?.unwrap_or(24);
-    let within = a.opt_duration("within")?.unwrap_or(Duration::from_secs(10));
-    let want_exit = a.opt_int("exit_code")?;
-    let items = items(&a)?;
+pub async fn pty(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    // 1 to 65535, by their fields.
+    let cols = a.int("cols").map_or(80, |n| u16::try_from(n).unwrap_or(80));
+    let rows = a.int("rows").map_or(24, |n| u16::try_from(n).unwrap_or(24));
+    let within = a.duration("within").unwrap_or(Duration::from_secs(10));
+    let want_exit = a.int("exit_code");
+    let items = items(a)?;
     let req = ExecRequest {
-        cmd: a.opt_str("cmd").unwrap_or_else(|| SHELL.to_string()),
-        cwd: a.opt_str("cwd"),
-        envs: a.str_map("env")?,
+        cmd: a.opt_str("cmd").unwrap_or(SHELL).to_string(),
+        cwd: a.opt_str("cwd").map(str::to_string),
+        envs: a.str_map("env"),
         max_output: Some(ctx.max_output),
         ..Default::default()
     };

@@ -7,28 +7,33 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use serde_json::Value as JsonValue;
-
+use super::args::Args;
 use super::{StepCtx, StepResult};
 
 pub type BoxFut<'a> = Pin<Box<dyn Future<Output = StepResult> + Send + 'a>>;
-pub type RunFn = for<'a> fn(&'a mut StepCtx, &'a JsonValue) -> BoxFut<'a>;
+pub type RunFn = for<'a> fn(&'a mut StepCtx, &'a Args) -> BoxFut<'a>;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FieldType {
     Str,
     Int,
+    /// An integer from the first bound to the second (a port, a terminal's size).
+    Range(i64, i64),
     Bool,
     /// `30s`, `2m`, or a number of seconds.
     Duration,
     /// Map of string to string (scalars are accepted and turned into strings).
     StrMap,
+    /// A list of strings (scalars turned into strings); one string is a list of one.
+    StrList,
+    /// A list of integers; one integer is a list of one.
+    IntList,
     /// A matcher (§3): a mapping, or a scalar meaning `equals`.
     Matcher,
     /// One of a fixed set of strings.
     Enum(&'static [&'static str]),
-    /// An integer or one of a few names (`signal: TERM`).
-    IntOrName,
+    /// A signal: a number, or a name (`TERM`, `SIGKILL`, `kill`).
+    Signal,
     /// An expression (no braces needed), like `if:`.
     Expr,
     /// Anything (request bodies, `set` values).
@@ -42,12 +47,15 @@ impl FieldType {
         match self {
             FieldType::Str => "string".into(),
             FieldType::Int => "integer".into(),
+            FieldType::Range(lo, hi) => format!("integer from {lo} to {hi}"),
             FieldType::Bool => "boolean".into(),
             FieldType::Duration => "duration".into(),
             FieldType::StrMap => "map of strings".into(),
+            FieldType::StrList => "list of strings".into(),
+            FieldType::IntList => "integer or list of integers".into(),
             FieldType::Matcher => "matcher".into(),
             FieldType::Enum(v) => v.join("|"),
-            FieldType::IntOrName => "integer or name".into(),
+            FieldType::Signal => "signal name or number".into(),
             FieldType::Any => "any".into(),
             FieldType::Expr => "expression".into(),
             FieldType::Object(_) => "mapping".into(),
@@ -124,7 +132,7 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
 
 const HTTP_EXPECT: &[Field] = &[
-    f("status", FieldType::Any, "expected status code, or a list of allowed codes"),
+    f("status", FieldType::IntList, "expected status code, or a list of allowed codes"),
     f("body", FieldType::Matcher, "matcher for the response body"),
     f("json", FieldType::Any, "list of { path: \"$.a\", <matcher> } checks on the JSON body"),
     f("headers", FieldType::StrMap, "headers that must be present; values are substrings to find"),
@@ -132,12 +140,12 @@ const HTTP_EXPECT: &[Field] = &[
 
 const CREATE_NETWORK: &[Field] = &[
     f("allow_internet_access", FieldType::Bool, "E2B's internet access switch; a local sandbox never reaches the internet, so locally it changes nothing"),
-    f("allow_out", FieldType::Any, "IPv4 addresses or CIDR ranges the sandbox may reach (allow beats deny); locally exactly these, among this machine's addresses"),
-    f("deny_out", FieldType::Any, "IPv4 addresses or CIDR ranges denied unless allowed (`0.0.0.0/0`: all)"),
+    f("allow_out", FieldType::StrList, "IPv4 addresses or CIDR ranges the sandbox may reach (allow beats deny); locally exactly these, among this machine's addresses"),
+    f("deny_out", FieldType::StrList, "IPv4 addresses or CIDR ranges denied unless allowed (`0.0.0.0/0`: all)"),
 ];
 
 const HTTP_FIELDS_COMMON: [Field; 7] = [
-    f("port", FieldType::Int, "port inside the sandbox; resolved to the sandbox's host for that port"),
+    f("port", FieldType::Range(1, 65535), "port inside the sandbox; resolved to the sandbox's host for that port"),
     f("path", FieldType::Str, "path (and query) appended to the port's URL, default `/`"),
     f("url", FieldType::Str, "full URL instead of port + path"),
     f("headers", FieldType::StrMap, "request headers"),
@@ -201,7 +209,7 @@ const INFO_OUTPUTS: &[(&str, &str)] = &[
 
 macro_rules! run_fn {
     ($path:path) => {{
-        fn run<'a>(ctx: &'a mut StepCtx, args: &'a JsonValue) -> BoxFut<'a> {
+        fn run<'a>(ctx: &'a mut StepCtx, args: &'a Args) -> BoxFut<'a> {
             Box::pin($path(ctx, args))
         }
         run as RunFn
@@ -288,7 +296,7 @@ pub static REGISTRY: &[StepKind] = &[
             req("file", FieldType::Str, "absolute path in the sandbox the tool call writes"),
             req("content", FieldType::Str, "what it writes there"),
             f("reply", FieldType::Str, "the final message (default `done`)"),
-            f("port", FieldType::Int, "port inside the sandbox (default 8787); on a provider sharing the host's network the endpoint's own port is used"),
+            f("port", FieldType::Range(1, 65535), "port inside the sandbox (default 8787); on a provider sharing the host's network the endpoint's own port is used"),
             f("model", FieldType::Str, "the model name it lists (default `scripted`; any name a CLI sends is answered)"),
         ],
         matcher: false,
@@ -502,7 +510,7 @@ pub static REGISTRY: &[StepKind] = &[
         main: Some("pid"),
         fields: &[
             req("pid", FieldType::Int, "process id (from a background exec)"),
-            f("signal", FieldType::IntOrName, "TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT, or a number"),
+            f("signal", FieldType::Signal, "TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT, or a number"),
         ],
         matcher: false,
         free_keys: false,
@@ -536,8 +544,8 @@ pub static REGISTRY: &[StepKind] = &[
         main: Some("cmd"),
         fields: &[
             f("cmd", FieldType::Str, "shell command (default `exec /bin/bash -i -l`, an interactive shell as the E2B SDK starts)"),
-            f("cols", FieldType::Int, "terminal width (default 80)"),
-            f("rows", FieldType::Int, "terminal height (default 24)"),
+            f("cols", FieldType::Range(1, 65535), "terminal width (default 80)"),
+            f("rows", FieldType::Range(1, 65535), "terminal height (default 24)"),
             f("cwd", FieldType::Str, "working directory (default /home/user)"),
             f("env", FieldType::StrMap, "extra environment variables"),
             f("input", FieldType::Str, "text typed first (end a line with \\n)"),

@@ -5,30 +5,28 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value as JsonValue};
+use serde_json::json;
 
-use super::{Args, StepCtx, StepError, StepResult};
+use super::args::Args;
+use super::{StepCtx, StepError, StepResult};
 use crate::scripted_model::{Script, ScriptedModel};
 
 /// The port inside the sandbox when the step names none.
 pub const DEFAULT_PORT: u16 = 8787;
 
-pub async fn scripted_model(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
+pub async fn scripted_model(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let script = Script {
-        path: a.str("file")?,
-        content: a.str("content")?,
-        reply: a.opt_str("reply").unwrap_or_else(|| "done".into()),
-        model: a.opt_str("model").unwrap_or_else(|| "scripted".into()),
+        path: a.str("file").to_string(),
+        content: a.str("content").to_string(),
+        reply: a.opt_str("reply").unwrap_or("done").to_string(),
+        model: a.opt_str("model").unwrap_or("scripted").to_string(),
     };
     if !script.path.starts_with('/') {
         return Err(StepError::error(format!("`file` must be an absolute path in the sandbox, got `{}`", script.path)));
     }
-    let port = match a.opt_int("port")? {
-        Some(p) => u16::try_from(p)
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| StepError::error(format!("port {p} is not a port")))?,
+    let port = match a.int("port") {
+        // 1 to 65535, by its field.
+        Some(p) => u16::try_from(p).unwrap_or_default(),
         None => DEFAULT_PORT,
     };
     let id = ctx.sandbox_id()?;

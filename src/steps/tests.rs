@@ -57,10 +57,12 @@ async fn ctx_sb(p: &Arc<FakeProvider>) -> StepCtx {
     c
 }
 
-/// Dispatch through the registry, as the runner does.
+/// Dispatch through the registry, as the runner does: the arguments are converted by the
+/// registry's fields first, and a refused one is the step's error.
 async fn step(c: &mut StepCtx, kind: &str, args: JsonValue) -> Result<JsonValue, StepError> {
     let k = registry::lookup(kind).unwrap_or_else(|| panic!("no step kind `{kind}` in the registry"));
-    (k.run)(c, &args).await
+    let typed = super::args::convert_step(k, &args).map_err(|e| StepError::error(e.message))?;
+    (k.run)(c, &typed).await
 }
 
 fn failed(r: Result<JsonValue, StepError>) -> StepError {
@@ -161,13 +163,13 @@ async fn create_rejects_bad_arguments_before_calling_the_provider() {
     let p = fake();
     let mut c = ctx(&p);
     let e = errored(step(&mut c, "create", json!({ "cpu": "many" })).await);
-    assert_eq!(e.message, "`cpu` must be an integer, got \"many\"");
+    assert_eq!(e.message, "`cpu` must be an integer, found a string \"many\"");
     let e = errored(step(&mut c, "create", json!({ "keep": "perhaps" })).await);
-    assert_eq!(e.message, "`keep` must be true or false, got \"perhaps\"");
+    assert_eq!(e.message, "`keep` must be true or false, found a string \"perhaps\"");
     let e = errored(step(&mut c, "create", json!({ "timeout": "5 minutes" })).await);
-    assert!(e.message.starts_with("`timeout`: invalid duration `5 minutes`"), "{}", e.message);
+    assert!(e.message.starts_with("bad duration for `timeout`: invalid duration `5 minutes`"), "{}", e.message);
     let e = errored(step(&mut c, "create", json!({ "metadata": "team=qa" })).await);
-    assert_eq!(e.message, "`metadata` must be a mapping, got \"team=qa\"");
+    assert_eq!(e.message, "`metadata` must be a mapping of strings, found a string \"team=qa\"");
     // Nothing was created: a sandbox made before an argument error would be unknown to the
     // scenario and never destroyed.
     assert!(p.state().creates.is_empty());
@@ -259,7 +261,7 @@ async fn connect_failures() {
     let e = failed(step(&mut c, "connect", json!({ "id": "sb-404" })).await);
     assert_eq!(e.message, "sandbox sb-404 not found");
     let e = errored(step(&mut c, "connect", json!({})).await);
-    assert_eq!(e.message, "missing `id`");
+    assert_eq!(e.message, "missing required field `id` for `connect`");
     assert!(c.sandboxes.is_empty() && c.current.is_none());
 }
 
@@ -341,9 +343,12 @@ async fn set_timeout_reports_the_new_end() {
     assert_eq!(step(&mut c, "set-timeout", json!({ "timeout": "10m" })).await.unwrap(), json!({ "end_at": NOW + 600 }));
     assert_eq!(step(&mut c, "set-timeout", json!({ "timeout": "200ms" })).await.unwrap(), json!({ "end_at": NOW + 1 }));
     assert_eq!(p.state().set_timeouts, [("sb-1".to_string(), 600), ("sb-1".to_string(), 1)]);
-    assert_eq!(errored(step(&mut c, "set-timeout", json!({})).await).message, "missing `timeout`");
+    assert_eq!(
+        errored(step(&mut c, "set-timeout", json!({})).await).message,
+        "missing required field `timeout` for `set-timeout`"
+    );
     let e = errored(step(&mut c, "set-timeout", json!({ "timeout": "10 parsecs" })).await);
-    assert!(e.message.starts_with("`timeout`: invalid duration `10 parsecs`"), "{}", e.message);
+    assert!(e.message.starts_with("bad duration for `timeout`: invalid duration `10 parsecs`"), "{}", e.message);
     p.fail("set_timeout", ProviderError::not_found("sandbox sb-1 not found"));
     assert_eq!(failed(step(&mut c, "set-timeout", json!({ "timeout": 5 })).await).message, "sandbox sb-1 not found");
 }
@@ -460,11 +465,11 @@ async fn exec_errors() {
         "no sandbox: add a `create` step first"
     );
     step(&mut c, "create", json!({})).await.unwrap();
-    assert_eq!(errored(step(&mut c, "exec", json!({})).await).message, "missing `cmd`");
+    assert_eq!(errored(step(&mut c, "exec", json!({})).await).message, "missing required field `cmd` for `exec`");
     let e = errored(step(&mut c, "exec", json!({ "cmd": "x", "background": "maybe" })).await);
-    assert_eq!(e.message, "`background` must be true or false, got \"maybe\"");
+    assert_eq!(e.message, "`background` must be true or false, found a string \"maybe\"");
     let e = errored(step(&mut c, "exec", json!({ "cmd": "x", "exit_code": "zero" })).await);
-    assert_eq!(e.message, "`exit_code` must be an integer, got \"zero\"");
+    assert_eq!(e.message, "`exit_code` must be an integer, found a string \"zero\"");
     p.fail("exec", ProviderError::infra("agent unreachable"));
     assert_eq!(errored(step(&mut c, "exec", json!({ "cmd": "true" })).await).message, "agent unreachable");
     p.fail("spawn", ProviderError::unsupported("no background processes"));
@@ -544,7 +549,7 @@ async fn signal_errors() {
     assert!(p.state().signals.is_empty(), "nothing sent for an unknown name");
     let e = failed(step(&mut c, "signal", json!({ "pid": 999 })).await);
     assert_eq!(e.message, "process 999 not found");
-    assert_eq!(errored(step(&mut c, "signal", json!({})).await).message, "missing `pid`");
+    assert_eq!(errored(step(&mut c, "signal", json!({})).await).message, "missing required field `pid` for `signal`");
 }
 
 #[tokio::test]
@@ -669,7 +674,10 @@ async fn write_file_takes_only_one_source() {
     // A null source (an empty template) does not count.
     step(&mut c, "write-file", json!({ "path": "/tmp/z", "content": "a", "from": null })).await.unwrap();
     assert_eq!(p.state().calls.iter().filter(|c| **c == "write_file").count(), 1);
-    assert_eq!(errored(step(&mut c, "write-file", json!({ "content": "a" })).await).message, "missing `path`");
+    assert_eq!(
+        errored(step(&mut c, "write-file", json!({ "content": "a" })).await).message,
+        "missing required field `path` for `write-file`"
+    );
 }
 
 #[tokio::test]
@@ -770,9 +778,15 @@ async fn files_argument_errors() {
     let p = fake();
     let mut c = ctx_sb(&p).await;
     let e = errored(step(&mut c, "files", json!({ "op": "chmod", "path": "/tmp" })).await);
-    assert_eq!(e.message, "unknown op `chmod`");
-    assert_eq!(errored(step(&mut c, "files", json!({ "path": "/tmp" })).await).message, "missing `op`");
-    assert_eq!(errored(step(&mut c, "files", json!({ "op": "list" })).await).message, "missing `path`");
+    assert_eq!(e.message, "invalid value `chmod` for `op` of `files`");
+    assert_eq!(
+        errored(step(&mut c, "files", json!({ "path": "/tmp" })).await).message,
+        "missing required field `op` for `files`"
+    );
+    assert_eq!(
+        errored(step(&mut c, "files", json!({ "op": "list" })).await).message,
+        "missing required field `path` for `files`"
+    );
     p.fail("exists", ProviderError::infra("filesystem api down"));
     let e = errored(step(&mut c, "files", json!({ "op": "exists", "path": "/tmp" })).await);
     assert_eq!(e.message, "filesystem api down");
@@ -822,9 +836,9 @@ async fn assert_stdout_of_a_named_step() {
     let e = errored(step(&mut c, "assert-stdout", json!({ "of": "nope", "equals": "" })).await);
     assert_eq!(e.message, "step `nope` has not run");
     let e = errored(step(&mut c, "assert-stdout", json!({ "of": "first" })).await);
-    assert_eq!(e.message, "no matcher given");
+    assert_eq!(e.message, "`assert-stdout` needs a matcher");
     let e = errored(step(&mut c, "assert-stdout", json!({ "bogus": 1 })).await);
-    assert_eq!(e.message, "unknown matcher `bogus`");
+    assert_eq!(e.message, "unknown field `bogus` for `assert-stdout`");
 }
 
 #[tokio::test]
@@ -868,7 +882,10 @@ async fn assert_exit_pass_and_fail() {
     c.last_exec = Some(json!({ "exit_code": null, "signal": null }));
     let e = failed(step(&mut c, "assert-exit", json!({ "code": 0 })).await);
     assert_eq!(e.message, "expected exit code 0, found none (still running or unknown)");
-    assert_eq!(errored(step(&mut c, "assert-exit", json!({})).await).message, "missing `code`");
+    assert_eq!(
+        errored(step(&mut c, "assert-exit", json!({})).await).message,
+        "missing required field `code` for `assert-exit`"
+    );
     let e = errored(step(&mut c, "assert-exit", json!({ "code": 0, "of": "later" })).await);
     assert_eq!(e.message, "step `later` has not run");
 }
@@ -923,7 +940,7 @@ async fn assert_literal_values() {
     }
     let e = failed(step(&mut c, "assert", json!({ "that": false, "message": "no files in /tmp" })).await);
     assert_eq!(e.message, "no files in /tmp (false)");
-    assert_eq!(errored(step(&mut c, "assert", json!({})).await).message, "missing `that`");
+    assert_eq!(errored(step(&mut c, "assert", json!({})).await).message, "missing required field `that` for `assert`");
 }
 
 #[tokio::test]
@@ -1115,7 +1132,7 @@ async fn http_expectations_fail_with_the_response() {
     let e = failed(step(&mut c, "http-get", get("/health", json!({ "headers": { "x-nope": "" } }))).await);
     assert_eq!(e.message, "expected header x-nope, found no such header");
     let e = errored(step(&mut c, "http-get", get("/health", json!({ "body": { "bogus": 1 } }))).await);
-    assert_eq!(e.message, "unknown matcher `bogus`");
+    assert_eq!(e.message, "`body`: unknown matcher `bogus`");
 }
 
 #[tokio::test]
@@ -1144,9 +1161,12 @@ async fn http_with_a_method_body_and_headers() {
     assert_eq!(out["json"], json!({ "method": "PUT", "body": "raw text", "content_type": null, "token": null }));
     let out = step(&mut c, "http", json!({ "method": "DELETE", "port": port, "path": "/echo" })).await.unwrap();
     assert_eq!(out["json"]["method"], "DELETE");
-    assert_eq!(errored(step(&mut c, "http", json!({ "port": port })).await).message, "missing `method`");
+    assert_eq!(
+        errored(step(&mut c, "http", json!({ "port": port })).await).message,
+        "missing required field `method` for `http`"
+    );
     let e = errored(step(&mut c, "http", json!({ "method": "GE T", "port": port })).await);
-    assert_eq!(e.message, "bad method `GE T`");
+    assert_eq!(e.message, "invalid value `GE T` for `method` of `http`");
 }
 
 #[tokio::test]
@@ -1158,7 +1178,7 @@ async fn http_target_errors() {
     let e = errored(step(&mut c, "http-get", json!({ "path": "/x" })).await);
     assert_eq!(e.message, "give `url`, or `port` (and `path`) inside the sandbox");
     let e = errored(step(&mut c, "http-get", json!({ "port": 70000 })).await);
-    assert_eq!(e.message, "`port` 70000 is out of range");
+    assert_eq!(e.message, "`port` must be an integer from 1 to 65535, found an integer 70000");
     p.fail("port_url", ProviderError::unsupported("ports are not exposed"));
     let e = errored(step(&mut c, "http-get", json!({ "port": 8000 })).await);
     assert_eq!(e.message, "ports are not exposed");
@@ -1249,14 +1269,20 @@ async fn sleep_waits_the_duration() {
 async fn sleep_argument_errors() {
     let p = fake();
     let mut c = ctx(&p);
-    assert_eq!(errored(step(&mut c, "sleep", json!({})).await).message, "missing `duration`");
+    assert_eq!(
+        errored(step(&mut c, "sleep", json!({})).await).message,
+        "missing required field `duration` for `sleep`"
+    );
     let e = errored(step(&mut c, "sleep", json!({ "duration": "soon" })).await);
-    assert_eq!(e.message, "`duration`: invalid duration `soon`");
+    assert_eq!(e.message, "bad duration for `duration`: invalid duration `soon`");
     // A templated value can render to any number; a bad one is an error, not a panic.
     let e = errored(step(&mut c, "sleep", json!({ "duration": -1 })).await);
-    assert_eq!(e.message, "`duration`: invalid duration `-1`: it must be a number of seconds, 0 or more");
+    assert_eq!(
+        e.message,
+        "bad duration for `duration`: invalid duration `-1`: it must be a number of seconds, 0 or more"
+    );
     let e = errored(step(&mut c, "sleep", json!({ "duration": 1e300 })).await);
-    assert_eq!(e.message, "`duration`: duration `1e300` is too long: the longest is 366 days (8784h)");
+    assert_eq!(e.message, "bad duration for `duration`: duration `1e300` is too long: the longest is 366 days (8784h)");
 }
 
 #[tokio::test]
@@ -1265,7 +1291,7 @@ async fn skip_ends_with_its_reason_and_needs_one() {
     let mut c = ctx(&p);
     let e = step(&mut c, "skip", json!({ "reason": "npm is missing" })).await.unwrap_err();
     assert_eq!((e.severity, e.message.as_str()), (Severity::Skip, "npm is missing"));
-    assert_eq!(errored(step(&mut c, "skip", json!({})).await).message, "missing `reason`");
+    assert_eq!(errored(step(&mut c, "skip", json!({})).await).message, "missing required field `reason` for `skip`");
     assert_eq!(errored(step(&mut c, "skip", json!({ "reason": " " })).await).message, "`skip` needs a reason");
 }
 
@@ -1358,8 +1384,11 @@ async fn run_code_failures() {
     assert_eq!(outputs_of(&e)["timed_out"], true);
 
     let e = errored(step(&mut c, "run-code", json!({ "code": "1", "language": "js" })).await);
-    assert_eq!(e.message, "language `js` is not supported: use python");
-    assert_eq!(errored(step(&mut c, "run-code", json!({})).await).message, "missing `code`");
+    assert_eq!(e.message, "invalid value `js` for `language` of `run-code`");
+    assert_eq!(
+        errored(step(&mut c, "run-code", json!({})).await).message,
+        "missing required field `code` for `run-code`"
+    );
     p.fail("write_file", ProviderError::infra("disk full"));
     assert_eq!(errored(step(&mut c, "run-code", json!({ "code": "1" })).await).message, "disk full");
     let mut empty = ctx(&p);

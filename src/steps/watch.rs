@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as JsonValue};
 
-use super::{Args, StepCtx, StepError, StepResult, WatchRef};
+use super::args::Args;
+use super::{StepCtx, StepError, StepResult, WatchRef};
 use crate::provider::{FsEvent, FsOp};
 
 const TYPES: &[&str] = &["create", "write", "remove", "rename", "chmod"];
@@ -22,10 +23,9 @@ fn op_name(op: FsOp) -> &'static str {
     }
 }
 
-pub async fn watch(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let path = a.str("path")?;
-    let recursive = a.bool("recursive")?;
+pub async fn watch(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let path = a.str("path").to_string();
+    let recursive = a.flag("recursive");
     let id = ctx.sandbox_id()?;
     let name = format!("watch-{}", ctx.watches.len() + 1);
     let watch = ctx.provider.watch_dir(&id, &path, recursive).await?;
@@ -75,21 +75,20 @@ impl Want {
     }
 }
 
-pub async fn watch_events(ctx: &mut StepCtx, args: &JsonValue) -> StepResult {
-    let a = Args(args);
-    let within = a.opt_duration("within")?.unwrap_or(Duration::from_secs(10));
-    let wants: Vec<Want> = match a.get("expect") {
+pub async fn watch_events(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let within = a.duration("within").unwrap_or(Duration::from_secs(10));
+    let wants: Vec<Want> = match a.json("expect") {
         None => Vec::new(),
         Some(JsonValue::Array(items)) => items.iter().map(Want::parse).collect::<Result<_, _>>()?,
         Some(one) => vec![Want::parse(one)?],
     };
-    let none = a.bool("none")?;
+    let none = a.flag("none");
     if none && !wants.is_empty() {
         return Err(StepError::error("`none: true` and `expect` contradict each other"));
     }
     let w = match a.opt_str("of") {
         Some(step) => {
-            let name = ctx.outputs.get(&step).and_then(|o| o.get("name")).and_then(JsonValue::as_str);
+            let name = ctx.outputs.get(step).and_then(|o| o.get("name")).and_then(JsonValue::as_str);
             let name = name.filter(|n| n.starts_with("watch-"));
             name.and_then(|n| ctx.watches.iter().find(|w| w.name == n))
                 .ok_or_else(|| StepError::error(format!("step `{step}` did not start a watch")))?

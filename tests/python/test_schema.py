@@ -34,3 +34,23 @@ def test_shipped_scenarios_validate(path):
 def test_invalid_fixtures_are_rejected(name):
     doc = yaml.safe_load(open(ROOT / f"tests/fixtures/invalid/{name}.yaml"))
     assert list(VALIDATOR.iter_errors(doc)), f"{name} should not validate"
+
+
+# Values `steps::args::convert` accepts (and `check` with it), and some it refuses: the schema
+# reads them the same way.
+@pytest.mark.parametrize(
+    "step,valid",
+    [
+        ({"http-get": {"port": "8000"}}, True),
+        ({"http-get": {"port": " -3 "}}, True),
+        ({"http-get": {"port": "abc"}}, False),
+        ({"exec": {"cmd": "x", "background": " True "}}, True),
+        ({"exec": {"cmd": "x", "background": "yes"}}, False),
+        ({"exec": {"cmd": "x", "background": 1}}, False),
+        ({"exec": {"cmd": "x", "background": "{{ vars.bg }}"}}, True),
+        ({"assert": {"that": 1}}, True),
+    ],
+)
+def test_schema_reads_typed_fields_as_the_checker_does(step, valid):
+    doc = {"name": "x", "steps": [{"create": "base"}, step]}
+    assert (list(VALIDATOR.iter_errors(doc)) == []) == valid, step
