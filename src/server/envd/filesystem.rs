@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::resolve;
 use crate::provider::{ErrorKind, FileEntry, ProviderError};
 use crate::server::connect::{self, lenient, RpcError, Unary};
-use crate::server::{AppState, Sbx};
+use crate::server::{AppState, ServedSandbox};
 
 #[derive(Debug, Deserialize)]
 struct PathRequest {
@@ -75,7 +75,7 @@ const MAX_LINKS: usize = 40;
 
 /// Where the symbolic link `path` leads: the absolute path it resolves to and what is there,
 /// or `None` when it dangles or loops.
-async fn follow_link(st: &AppState, sb: &Sbx, path: &str) -> Option<(String, FileEntry)> {
+async fn follow_link(st: &AppState, sb: &ServedSandbox, path: &str) -> Option<(String, FileEntry)> {
     let mut cur = path.to_string();
     for _ in 0..MAX_LINKS {
         let target = st.provider.read_link(&sb.provider_id, &cur).await.ok()?;
@@ -92,7 +92,7 @@ async fn follow_link(st: &AppState, sb: &Sbx, path: &str) -> Option<(String, Fil
 /// envd's `EntryInfo` of `e`: a symbolic link is described by what it leads to (type, mode,
 /// size) with `symlinkTarget` set to the absolute path it resolves to; one that dangles stays
 /// a link.
-pub(super) async fn describe(st: &AppState, sb: &Sbx, e: &FileEntry) -> Value {
+pub(super) async fn describe(st: &AppState, sb: &ServedSandbox, e: &FileEntry) -> Value {
     let mut v = describe_type(st, sb, e).await;
     // envd 0.6.2's file metadata: the `user.e2b.*` extended attributes, when there are any.
     if let Ok(m) = st.provider.file_metadata(&sb.provider_id, &e.path).await {
@@ -103,7 +103,7 @@ pub(super) async fn describe(st: &AppState, sb: &Sbx, e: &FileEntry) -> Value {
     v
 }
 
-async fn describe_type(st: &AppState, sb: &Sbx, e: &FileEntry) -> Value {
+async fn describe_type(st: &AppState, sb: &ServedSandbox, e: &FileEntry) -> Value {
     if e.kind != "symlink" {
         return entry_json(e);
     }

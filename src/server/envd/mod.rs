@@ -21,7 +21,7 @@ use axum::{Extension, Router};
 use base64::Engine;
 
 use super::connect::{self, RpcError, Unary};
-use super::{json_error, limit_body, AppState, Sbx, RPC_BODY_LIMIT};
+use super::{json_error, limit_body, AppState, ServedSandbox, RPC_BODY_LIMIT};
 use filesystem::{fs_list_dir, fs_make_dir, fs_move, fs_remove, fs_stat};
 use process::{close_stdin, process_connect, process_list, process_start, send_input, send_signal, update};
 use watch::{create_watcher, get_watcher_events, remove_watcher, watch_dir};
@@ -31,7 +31,7 @@ const HOME: &str = "/home/user";
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
 
 type SharedState = axum::extract::State<Arc<AppState>>;
-type SandboxExt = Extension<Arc<Sbx>>;
+type SandboxExt = Extension<Arc<ServedSandbox>>;
 
 /// Routes of envd. Every handler finds its sandbox in the request extensions.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
@@ -70,7 +70,7 @@ async fn unknown(req: Request) -> Response {
 }
 
 /// A unary handler: `(state, sandbox, body) -> JSON result`.
-type UnaryFn = fn(Arc<AppState>, Arc<Sbx>, Bytes) -> futures_util::future::BoxFuture<'static, Unary>;
+type UnaryFn = fn(Arc<AppState>, Arc<ServedSandbox>, Bytes) -> futures_util::future::BoxFuture<'static, Unary>;
 
 /// Adapts a unary handler to a route handler.
 fn unary_route(
@@ -89,7 +89,7 @@ macro_rules! unary_fn {
     ($name:ident, $req:ty, |$st:ident, $sb:ident, $r:ident| $body:block) => {
         pub(super) fn $name(
             $st: Arc<AppState>,
-            $sb: Arc<Sbx>,
+            $sb: Arc<ServedSandbox>,
             body: Bytes,
         ) -> futures_util::future::BoxFuture<'static, Unary> {
             Box::pin(async move {

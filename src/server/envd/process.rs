@@ -23,7 +23,7 @@ use super::{
 use crate::provider::{ErrorKind, ExecRequest, OutputChunk, ProviderError};
 use crate::server::connect::{self, lenient, RpcError, Unary};
 use crate::server::procs::{self, Event};
-use crate::server::{AppState, Sbx};
+use crate::server::{AppState, ServedSandbox};
 
 #[derive(Debug, Deserialize, Default)]
 struct ProcessConfig {
@@ -192,7 +192,7 @@ pub(super) async fn process_start(
 
 async fn start(
     st: &AppState,
-    sb: &Sbx,
+    sb: &ServedSandbox,
     headers: &HeaderMap,
     req: StartRequest,
     sock: Option<crate::server::ConnSocket>,
@@ -261,7 +261,7 @@ fn pty_size(v: &Value) -> Result<(u16, u16), RpcError> {
     Ok((cols as u16, rows as u16))
 }
 
-fn find(sb: &Sbx, sel: &Selector) -> Result<Arc<procs::Entry>, RpcError> {
+fn find(sb: &ServedSandbox, sel: &Selector) -> Result<Arc<procs::Entry>, RpcError> {
     match (sel.pid, sel.tag.as_deref()) {
         (Some(pid), _) => sb.procs.by_pid(pid).ok_or_else(|| no_process(pid)),
         (None, Some(tag)) => {
@@ -323,7 +323,7 @@ unary_fn!(process_list, Value, |st, sb, _r| {
 });
 
 /// The pid a request addresses (by pid, or by the tag of a process we started).
-fn target_pid(sb: &Sbx, sel: &Selector) -> Result<u32, RpcError> {
+fn target_pid(sb: &ServedSandbox, sel: &Selector) -> Result<u32, RpcError> {
     match sel.pid {
         Some(pid) => Ok(pid),
         None => find(sb, sel).map(|e| e.pid),

@@ -15,7 +15,7 @@ use super::filesystem::describe;
 use super::{keepalive_header, resolve, stream_error, stream_response, Frame, SandboxExt, SharedState};
 use crate::provider::ErrorKind;
 use crate::server::connect::{self, RpcError, Unary};
-use crate::server::{AppState, Sbx};
+use crate::server::{AppState, ServedSandbox};
 
 #[derive(Debug, Deserialize)]
 struct WatchRequest {
@@ -51,7 +51,7 @@ impl std::fmt::Debug for Watcher {
 
 /// Starts a watch on the request's directory: `not_found` if it is missing,
 /// `invalid_argument` if it is no directory.
-async fn start_watch(st: &AppState, sb: &Sbx, r: &WatchRequest) -> Result<Watcher, RpcError> {
+async fn start_watch(st: &AppState, sb: &ServedSandbox, r: &WatchRequest) -> Result<Watcher, RpcError> {
     let dir = resolve(&r.path)?;
     match st.provider.stat(&sb.provider_id, &dir).await {
         Ok(e) if e.kind == "dir" || e.kind == "symlink" => {}
@@ -70,7 +70,12 @@ async fn start_watch(st: &AppState, sb: &Sbx, r: &WatchRequest) -> Result<Watche
 }
 
 /// `FilesystemEvent`s in proto3 JSON, with the entry where asked and the path still exists.
-async fn events_json(st: &AppState, sb: &Sbx, w: &Watcher, events: Vec<crate::provider::FsEvent>) -> Vec<Value> {
+async fn events_json(
+    st: &AppState,
+    sb: &ServedSandbox,
+    w: &Watcher,
+    events: Vec<crate::provider::FsEvent>,
+) -> Vec<Value> {
     use crate::provider::FsOp;
     let mut out = Vec::with_capacity(events.len());
     for e in events {
