@@ -198,6 +198,20 @@ fn stream_error(st: &AppState, e: RpcError) -> Response {
     stream_response(st, rx)
 }
 
+/// A server-streaming call: the request parsed, then the response `f` makes of it; a stream
+/// with only the end-stream error when either fails.
+async fn stream_call<T, F>(st: &AppState, body: &Bytes, f: impl FnOnce(T) -> F) -> Response
+where
+    T: serde::de::DeserializeOwned,
+    F: std::future::Future<Output = Result<Response, RpcError>>,
+{
+    let req: T = match connect::stream_request(body) {
+        Ok(r) => r,
+        Err(e) => return stream_error(st, e),
+    };
+    f(req).await.unwrap_or_else(|e| stream_error(st, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,8 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    basic_user, keepalive_header, resolve, stream_error, stream_response, timeout_header, Frame, SandboxExt,
-    SharedState,
+    basic_user, keepalive_header, resolve, stream_call, stream_response, timeout_header, Frame, SandboxExt, SharedState,
 };
 use crate::provider::{ErrorKind, ExecRequest, OutputChunk, ProviderError};
 use crate::server::connect::{self, lenient, RpcError, Unary};
@@ -180,14 +179,7 @@ pub(super) async fn process_start(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let req: StartRequest = match connect::stream_request(&body) {
-        Ok(r) => r,
-        Err(e) => return stream_error(&st, e),
-    };
-    match start(&st, &sb, &headers, req, sock).await {
-        Ok(resp) => resp,
-        Err(e) => stream_error(&st, e),
-    }
+    stream_call(&st, &body, |req: StartRequest| start(&st, &sb, &headers, req, sock)).await
 }
 
 async fn start(
@@ -282,17 +274,15 @@ pub(super) async fn process_connect(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let req: ProcessRequest = match connect::stream_request(&body) {
-        Ok(r) => r,
-        Err(e) => return stream_error(&st, e),
-    };
-    let entry = match find(&sb, &req.process) {
-        Ok(e) => e,
-        Err(e) => return stream_error(&st, e),
-    };
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(pump(entry.pid, entry.pty, entry.subscribe(), tx, keepalive_header(&headers), sock));
-    stream_response(&st, rx)
+    stream_call(&st, &body, |req: ProcessRequest| {
+        let stream = find(&sb, &req.process).map(|entry| {
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            tokio::spawn(pump(entry.pid, entry.pty, entry.subscribe(), tx, keepalive_header(&headers), sock));
+            stream_response(&st, rx)
+        });
+        std::future::ready(stream)
+    })
+    .await
 }
 
 unary_fn!(process_list, Value, |st, sb, _r| {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::filesystem::describe;
-use super::{keepalive_header, resolve, stream_error, stream_response, Frame, SandboxExt, SharedState};
+use super::{keepalive_header, resolve, stream_call, stream_response, Frame, SandboxExt, SharedState};
 use crate::provider::ErrorKind;
 use crate::server::connect::{self, RpcError, Unary};
 use crate::server::{AppState, ServedSandbox};
@@ -128,15 +128,18 @@ pub(super) async fn watch_dir(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let req: WatchRequest = match connect::stream_request(&body) {
-        Ok(r) => r,
-        Err(e) => return stream_error(&st, e),
-    };
-    let w = match start_watch(&st, &sb, &req).await {
-        Ok(w) => w,
-        Err(e) => return stream_error(&st, e),
-    };
-    let keepalive = keepalive_header(&headers);
+    stream_call(&st, &body, |req: WatchRequest| watch(&st, sb, &headers, req)).await
+}
+
+/// [`watch_dir`] once its request is read: the watch, and the task that streams it.
+async fn watch(
+    st: &Arc<AppState>,
+    sb: Arc<ServedSandbox>,
+    headers: &HeaderMap,
+    req: WatchRequest,
+) -> Result<Response, RpcError> {
+    let w = start_watch(st, &sb, &req).await?;
+    let keepalive = keepalive_header(headers);
     let (tx, rx) = tokio::sync::mpsc::channel::<Frame>(64);
     let state = st.clone();
     tokio::spawn(async move {
@@ -168,5 +171,5 @@ pub(super) async fn watch_dir(
             }
         }
     });
-    stream_response(&st, rx)
+    Ok(stream_response(st, rx))
 }
