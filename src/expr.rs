@@ -65,7 +65,9 @@ pub fn env() -> &'static Environment<'static> {
     })
 }
 
-/// A sandbox as templates see it: `id`, `template`, `alias`, `url(port)`, `host(port)`.
+/// A sandbox as templates see it: `id`, `template`, `alias`, `url(port)`, `host(port)`; a
+/// copy, made for each render, of the scenario's `steps::SandboxRef` without what only the
+/// runner uses (expressions sit below steps, so they do not see that type).
 /// Port URLs are resolved before rendering (see [`ports_in`]), since providers are async.
 #[derive(Debug, Clone)]
 pub struct SandboxView {

@@ -1554,6 +1554,45 @@ async fn issue_17_watchers_report_changes_made_inside_the_sandbox_and_through_fi
     server.stop();
 }
 
+/// A server stream that fails before its first message (a body that does not parse, a
+/// process or directory that is not there) is a 200 whose only envelope is the end of the
+/// stream with the error, for each of envd's three streaming methods (issue 19 moved them onto
+/// one `stream_call`).
+#[tokio::test]
+async fn streams_that_fail_before_their_first_message_carry_only_the_error() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    run_cmd(&http, &base, &sb, "echo x > plain").await;
+    let truncated = vec![0u8, 0, 0, 0, 9, b'{'];
+    let cases: [(&str, Vec<u8>, &str); 7] = [
+        ("process.Process/Start", truncated.clone(), "invalid_argument"),
+        ("process.Process/Start", envelope(&json!({"process": {"cmd": ""}})), "invalid_argument"),
+        ("process.Process/Connect", truncated.clone(), "invalid_argument"),
+        ("process.Process/Connect", envelope(&json!({"process": {"pid": 999_999}})), "not_found"),
+        ("process.Process/Connect", envelope(&json!({"process": {}})), "invalid_argument"),
+        ("filesystem.Filesystem/WatchDir", envelope(&json!({"path": "nowhere"})), "not_found"),
+        ("filesystem.Filesystem/WatchDir", envelope(&json!({"path": "plain"})), "invalid_argument"),
+    ];
+    for (route, body, code) in cases {
+        let r = http
+            .post(format!("{base}/{route}"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .header("Content-Type", "application/connect+json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{route}");
+        let frames = envelopes(&r.bytes().await.unwrap());
+        assert_eq!(frames.len(), 1, "{route}: {frames:?}");
+        assert_eq!(frames[0].0, 2, "{route}: not the end of the stream: {frames:?}");
+        assert_eq!(frames[0].1["error"]["code"], code, "{route}: {frames:?}");
+    }
+    server.stop();
+}
+
 #[tokio::test]
 async fn issue_17_a_pty_session_is_a_real_terminal_in_the_sandbox() {
     let server = Server::start(&[]);

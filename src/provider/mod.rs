@@ -223,7 +223,8 @@ pub struct DeployOutput {
     pub cached: bool,
 }
 
-/// What a provider says about one sandbox.
+/// What a provider says about one sandbox, the same for every provider: what steps, the
+/// CLI and serve read (each provider keeps its own private record of it, a `Sandbox`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SandboxInfo {
     pub id: String,

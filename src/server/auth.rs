@@ -46,7 +46,7 @@ use base64::Engine as _;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{json_error, now_secs, AppState, Sbx};
+use super::{json_error, now_secs, AppState, ServedSandbox};
 
 /// The header of E2B's private ingress.
 pub(crate) const TRAFFIC_HEADER: &str = "e2b-traffic-access-token";
@@ -97,7 +97,7 @@ fn unauthorized(message: &str) -> Response {
 
 /// Checks a request to envd of `sb` (path and query as sent). `/files` is checked by
 /// [`files`] instead, which needs the query.
-pub(crate) fn envd(st: &AppState, sb: &Sbx, path: &str, h: &HeaderMap) -> Result<(), Response> {
+pub(crate) fn envd(st: &AppState, sb: &ServedSandbox, path: &str, h: &HeaderMap) -> Result<(), Response> {
     if path == "/health" || path == "/files" {
         return Ok(());
     }
@@ -165,7 +165,13 @@ pub(crate) fn signature(path: &str, op: &str, username: &str, token: &str, expir
 
 /// Checks a `/files` request to `sb`, in envd's order: a token header must match; else the
 /// API key; else a signature must be present and right, and not expired.
-pub(crate) fn files(st: &AppState, sb: &Sbx, method: &Method, q: &Signed, h: &HeaderMap) -> Result<(), Response> {
+pub(crate) fn files(
+    st: &AppState,
+    sb: &ServedSandbox,
+    method: &Method,
+    q: &Signed,
+    h: &HeaderMap,
+) -> Result<(), Response> {
     if let Some(t) = header(h, ACCESS_HEADER) {
         if ct_eq(t.as_bytes(), sb.tokens.envd.as_bytes()) || api_key_header(st, h) {
             return Ok(());
@@ -198,7 +204,11 @@ fn not_expired(q: &Signed) -> Result<(), Response> {
 
 /// The sandbox whose token signed a `/files` request that names no sandbox (see the module
 /// documentation), or the 401 envd would answer.
-pub(crate) fn find_signer(st: &AppState, method: &Method, q: &Signed) -> Result<std::sync::Arc<Sbx>, Response> {
+pub(crate) fn find_signer(
+    st: &AppState,
+    method: &Method,
+    q: &Signed,
+) -> Result<std::sync::Arc<ServedSandbox>, Response> {
     let Some(sig) = q.signature.as_deref() else {
         return Err(unauthorized("missing signature query parameter"));
     };
@@ -219,7 +229,7 @@ fn forbidden(id: &str, message: &str) -> Response {
 }
 
 /// Checks a request to a port of `sb` other than envd's; public ports take anyone.
-pub(crate) fn port(st: &AppState, sb: &Sbx, h: &HeaderMap) -> Result<(), Response> {
+pub(crate) fn port(st: &AppState, sb: &ServedSandbox, h: &HeaderMap) -> Result<(), Response> {
     if sb.public_ports {
         return Ok(());
     }
@@ -237,7 +247,7 @@ pub(crate) fn port(st: &AppState, sb: &Sbx, h: &HeaderMap) -> Result<(), Respons
 }
 
 /// Removes serve's credentials from a request about to reach a sandbox's application.
-pub(crate) fn strip_credentials(st: &AppState, sb: &Sbx, h: &mut HeaderMap) {
+pub(crate) fn strip_credentials(st: &AppState, sb: &ServedSandbox, h: &mut HeaderMap) {
     h.remove(TRAFFIC_HEADER);
     if header(h, ACCESS_HEADER).is_some_and(|t| ct_eq(t.as_bytes(), sb.tokens.envd.as_bytes())) {
         h.remove(ACCESS_HEADER);

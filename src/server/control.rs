@@ -20,7 +20,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{json_error, rfc3339, rfc3339_us, AppState, Sbx, CLIENT_ID, ENVD_VERSION};
+use super::{json_error, rfc3339, rfc3339_us, AppState, ServedSandbox, CLIENT_ID, ENVD_VERSION};
 use crate::provider::{CreateRequest, ErrorKind, NetworkPolicy, ProviderError, SandboxInfo, Usage};
 
 /// Sandbox lifetime when create does not say (E2B's default).
@@ -147,6 +147,8 @@ pub(crate) fn env_problem(name: &str, value: &str) -> Option<String> {
     }
 }
 
+/// What a create asks for: the body of `POST /sandboxes` (the API's `NewSandbox`); a fork
+/// of a snapshot makes one too.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct NewSandbox {
     #[serde(rename = "templateID", default)]
@@ -271,7 +273,7 @@ pub(crate) struct Lifecycle {
 const NEVER_SECS: u64 = 10 * 365 * 86_400;
 
 /// The `Sandbox` body of create and connect, with both tokens (see `auth`).
-pub(crate) fn sandbox_json(st: &AppState, sb: &Sbx) -> Value {
+pub(crate) fn sandbox_json(st: &AppState, sb: &ServedSandbox) -> Value {
     json!({
         "sandboxID": sb.id,
         "templateID": sb.template,
@@ -301,7 +303,7 @@ fn with_envd_url(mut v: Value, headers: &HeaderMap) -> Value {
 }
 
 /// `SandboxDetail` (with the envd token, as E2B's) or `ListedSandbox` (without).
-fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo, with_token: bool) -> Value {
+fn detail_json(st: &AppState, sb: &ServedSandbox, info: &SandboxInfo, with_token: bool) -> Value {
     let mut v = listed_json(st, sb, info);
     if with_token {
         v["envdAccessToken"] = json!(sb.tokens.envd);
@@ -309,7 +311,7 @@ fn detail_json(st: &AppState, sb: &Sbx, info: &SandboxInfo, with_token: bool) ->
     v
 }
 
-fn listed_json(st: &AppState, sb: &Sbx, info: &SandboxInfo) -> Value {
+fn listed_json(st: &AppState, sb: &ServedSandbox, info: &SandboxInfo) -> Value {
     let end_at = if sb.lifecycle.pause_on_timeout { *sb.end_ms.lock().expect("end") / 1000 } else { info.end_at };
     let lc = &sb.lifecycle;
     let mut v = json!({
@@ -354,7 +356,7 @@ async fn create(State(st): SharedState, headers: HeaderMap, body: Bytes) -> Resp
 }
 
 /// Makes a sandbox as create asks (also for forks); the error is the answer to give.
-pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<Arc<Sbx>, Response> {
+pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<Arc<ServedSandbox>, Response> {
     let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
     if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
         return Err(json_error(
@@ -429,7 +431,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         Err(e) => return Err(provider_error(e)),
     };
     let host = super::host_resources();
-    let sb = Arc::new(Sbx {
+    let sb = Arc::new(ServedSandbox {
         id: id.clone(),
         provider_id: info.id.clone(),
         template,
@@ -677,14 +679,14 @@ async fn metrics(State(st): SharedState, Path(id): Path<String>, RawQuery(q): Ra
 }
 
 /// Moves an auto-pausing sandbox's end time `timeout_secs` from now.
-fn set_end(sb: &Sbx, timeout_secs: u64) {
+fn set_end(sb: &ServedSandbox, timeout_secs: u64) {
     *sb.end_ms.lock().expect("end") = super::now_secs().saturating_add(timeout_secs).saturating_mul(1000);
     sb.end_changed.notify_one();
 }
 
 /// Pauses a sandbox created with `onTimeout: pause` at its end time (which `set_timeout`
 /// and connects move), and again after each resume; ends when the sandbox goes.
-async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<Sbx>) {
+async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<ServedSandbox>) {
     loop {
         let Some(s) = sb.upgrade() else { return };
         if st.sandbox(&s.id).is_none() {
@@ -713,7 +715,7 @@ async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<Sbx>) {
 
 /// Pauses the sandbox through the provider (frozen, or without `keep_memory` shut down to its
 /// filesystem, to boot again on resume) and marks it paused.
-async fn pause_sandbox(st: &AppState, sb: &Sbx, keep_memory: bool) -> Result<(), ProviderError> {
+async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory: bool) -> Result<(), ProviderError> {
     st.provider.pause(&sb.provider_id, keep_memory).await?;
     sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
     sb.end_changed.notify_one();
@@ -721,7 +723,7 @@ async fn pause_sandbox(st: &AppState, sb: &Sbx, keep_memory: bool) -> Result<(),
 }
 
 /// Resumes a paused sandbox for `timeout_secs`.
-pub(crate) async fn resume(st: &AppState, sb: &Sbx, timeout_secs: u64) -> Result<(), ProviderError> {
+pub(crate) async fn resume(st: &AppState, sb: &ServedSandbox, timeout_secs: u64) -> Result<(), ProviderError> {
     let provider_timeout = if sb.lifecycle.pause_on_timeout { NEVER_SECS } else { timeout_secs };
     st.provider.resume(&sb.provider_id, provider_timeout).await?;
     sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
@@ -833,7 +835,10 @@ fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, String> {
 
 /// Live sandboxes matching the `metadata`, `state`, `template` and `startedAfter`
 /// parameters, newest first unless `order=asc` (by start time, ties in creation order).
-async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc<Sbx>, SandboxInfo)>, Response> {
+async fn matching(
+    st: &AppState,
+    params: &[(String, String)],
+) -> Result<Vec<(Arc<ServedSandbox>, SandboxInfo)>, Response> {
     let mut filter = BTreeMap::new();
     let (mut running_wanted, mut paused_wanted) = (true, true);
     let mut asc = false;
@@ -858,7 +863,7 @@ async fn matching(st: &AppState, params: &[(String, String)]) -> Result<Vec<(Arc
         }
     }
     let infos = st.provider.list(&filter).await.map_err(provider_error)?;
-    let mut out: Vec<(Arc<Sbx>, SandboxInfo)> =
+    let mut out: Vec<(Arc<ServedSandbox>, SandboxInfo)> =
         infos.into_iter().filter_map(|i| st.by_provider_id(&i.id).map(|sb| (sb, i))).collect();
     out.retain(|(sb, _)| if sb.is_paused() { paused_wanted } else { running_wanted });
     // E2B matches the template by ID or by name.

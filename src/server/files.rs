@@ -37,7 +37,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::envd::{home_of, resolve_in};
-use super::{json_error, limit_body, AppState, Sbx};
+use super::{json_error, limit_body, AppState, ServedSandbox};
 use crate::provider::{ErrorKind, FileEntry, ProviderError};
 
 /// How much a gzip body may inflate before its ratio is judged (small bodies of zeros are
@@ -47,7 +47,7 @@ pub(crate) const INFLATE_GRACE: u64 = 1 << 20;
 const CHUNKS_IN_FLIGHT: usize = 4;
 
 type SharedState = axum::extract::State<Arc<AppState>>;
-type SandboxExt = Extension<Arc<Sbx>>;
+type SandboxExt = Extension<Arc<ServedSandbox>>;
 
 /// Where uploads wait on disk, and the memory budget for handing them to the provider.
 pub(crate) struct Spool {

@@ -201,9 +201,11 @@ impl CreateLog {
     }
 }
 
-/// One sandbox as the E2B API knows it.
+/// A sandbox that `serve` hosts: the E2B API's record of one provider sandbox (its E2B id,
+/// template, resources, tokens) with what serve keeps for it (envd processes, watchers,
+/// pause timer, metrics). The provider's own view of the same sandbox is a `SandboxInfo`.
 #[derive(Debug)]
-pub(crate) struct Sbx {
+pub(crate) struct ServedSandbox {
     /// The E2B sandbox ID (`[a-z0-9]{20}`).
     pub id: String,
     /// The provider's ID for it.
@@ -257,7 +259,7 @@ pub(crate) struct AppState {
     /// What a create that does not say `allowPublicTraffic` gets (see [`ServeOptions`]).
     pub public_traffic: bool,
     requests: AtomicU64,
-    sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
+    sandboxes: Mutex<HashMap<String, Arc<ServedSandbox>>>,
     by_provider: Mutex<HashMap<String, String>>,
     pub http: Client<HttpConnector, Body>,
     /// Templates built through the template API.
@@ -275,7 +277,7 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
-    fn register(&self, sb: Arc<Sbx>) {
+    fn register(&self, sb: Arc<ServedSandbox>) {
         self.by_provider.lock().expect("ids").insert(sb.provider_id.clone(), sb.id.clone());
         self.sandboxes.lock().expect("sandboxes").insert(sb.id.clone(), sb);
     }
@@ -287,16 +289,16 @@ impl AppState {
     }
 
     /// The record of `id`, without asking the provider whether it is still alive.
-    fn sandbox(&self, id: &str) -> Option<Arc<Sbx>> {
+    fn sandbox(&self, id: &str) -> Option<Arc<ServedSandbox>> {
         self.sandboxes.lock().expect("sandboxes").get(id).cloned()
     }
 
     /// Every live record (for finding the signer of a signed URL).
-    pub(crate) fn all_sandboxes(&self) -> Vec<Arc<Sbx>> {
+    pub(crate) fn all_sandboxes(&self) -> Vec<Arc<ServedSandbox>> {
         self.sandboxes.lock().expect("sandboxes").values().cloned().collect()
     }
 
-    fn by_provider_id(&self, pid: &str) -> Option<Arc<Sbx>> {
+    fn by_provider_id(&self, pid: &str) -> Option<Arc<ServedSandbox>> {
         let id = self.by_provider.lock().expect("ids").get(pid).cloned()?;
         self.sandbox(&id)
     }
@@ -323,7 +325,7 @@ impl AppState {
 
     /// A live sandbox and the provider's current view of it; forgets it if it is gone (e.g.
     /// expired).
-    pub(crate) async fn lookup(&self, id: &str) -> Option<(Arc<Sbx>, SandboxInfo)> {
+    pub(crate) async fn lookup(&self, id: &str) -> Option<(Arc<ServedSandbox>, SandboxInfo)> {
         let sb = self.sandbox(id)?;
         match self.provider.info(&sb.provider_id).await {
             Ok(info) => Some((sb, info)),
@@ -445,7 +447,7 @@ fn paused(id: &str) -> Response {
     r
 }
 
-impl Sbx {
+impl ServedSandbox {
     pub(crate) fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
     }

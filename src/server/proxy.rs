@@ -16,7 +16,7 @@ use axum::http::{header, HeaderName, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{AppState, Sbx};
+use super::{AppState, ServedSandbox};
 
 /// Headers that belong to one hop (RFC 9110 §7.6.1), not forwarded either way.
 const HOP_BY_HOP: &[&str] =
@@ -50,7 +50,7 @@ fn port_closed(id: &str, port: u16) -> Response {
 }
 
 /// Forwards `req` to `port` in `sb`.
-pub(crate) async fn forward(st: &AppState, sb: &Sbx, port: u16, mut req: Request) -> Response {
+pub(crate) async fn forward(st: &AppState, sb: &ServedSandbox, port: u16, mut req: Request) -> Response {
     let base = match st.provider.port_url(&sb.provider_id, port).await {
         Ok(u) => u,
         Err(_) => return port_closed(&sb.id, port),

@@ -95,6 +95,7 @@ fn parent(abs: &str) -> &str {
     }
 }
 
+/// One sandbox of the in-memory provider: its `SandboxInfo`, environment and files.
 pub struct FakeSandbox {
     pub info: SandboxInfo,
     pub envs: BTreeMap<String, String>,

@@ -96,7 +96,8 @@ impl From<ProviderError> for StepError {
 
 pub type StepResult = Result<JsonValue, StepError>;
 
-/// A sandbox the scenario created or connected to.
+/// A sandbox the scenario created or connected to: the runner's handle on it (alias,
+/// whether it is kept or already killed, port URLs); expressions see it as a `SandboxView`.
 #[derive(Debug, Clone)]
 pub struct SandboxRef {
     pub alias: Option<String>,

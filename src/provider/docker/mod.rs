@@ -243,6 +243,8 @@ const OFFLINE_BASE: &str = "e2bdev/base:latest";
 /// How long `create` waits for a deployed template's ready command.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The docker provider's record of one sandbox, a container it made or connected to: its
+/// processes, life and port forwarder (what its `SandboxInfo` is made from).
 struct Sandbox {
     /// The container's name, which is the sandbox id.
     id: String,

@@ -56,8 +56,10 @@ pub fn parse_rfc3339(s: &str) -> Option<u64> {
 
 // ---- control plane -----------------------------------------------------------------------
 
-/// `Sandbox` (create/connect answer, §2.5) and the common part of `SandboxDetail` /
-/// `ListedSandbox` (§2.6, §2.7).
+/// A sandbox as an E2B API answer spells it, for the e2b client: `Sandbox` (create/connect
+/// answer, §2.5) and the common part of `SandboxDetail` / `ListedSandbox` (§2.6, §2.7), with
+/// the tokens and envd version the client needs; [`SandboxJson::info`] makes the provider's
+/// `SandboxInfo` of it.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct SandboxJson {
     #[serde(rename = "sandboxID", alias = "sandboxId", alias = "sandbox_id")]

@@ -213,6 +213,9 @@ impl Freezer {
     }
 }
 
+/// The local provider's record of one sandbox it runs: its directory, id range, isolation,
+/// processes, pause state and egress (what its `SandboxInfo` is made from). Each boot's
+/// namespaces are an `NsSandbox`.
 struct Sandbox {
     id: String,
     template: String,

@@ -412,7 +412,8 @@ fn seccomp_pipe() -> std::io::Result<OwnedFd> {
     Ok(r)
 }
 
-/// A running namespaced sandbox.
+/// A running namespace tree (bubblewrap's pid 1 and what it holds): one boot of a local
+/// provider's `Sandbox`, or a template build's scratch sandbox.
 #[derive(Debug)]
 pub(crate) struct NsSandbox {
     /// The namespace's pid 1 (bwrap's reaper), by host pid.
