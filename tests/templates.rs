@@ -18,6 +18,38 @@ fn builds_in(state: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A template folder `name` with `dockerfile` and a scenario `steps` using it, under a fresh
+/// temporary directory: the command that runs the scenario with its own state directory (kept
+/// builds turned off) and that state directory.
+struct Workbench {
+    dir: tempfile::TempDir,
+}
+
+impl Workbench {
+    fn new(name: &str, dockerfile: &str, steps: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tpl = dir.path().join("work/templates").join(name);
+        std::fs::create_dir_all(&tpl).unwrap();
+        std::fs::write(tpl.join("template.yaml"), format!("name: {name}\n")).unwrap();
+        std::fs::write(tpl.join("Dockerfile"), dockerfile).unwrap();
+        std::fs::write(dir.path().join("work/build.yaml"), format!("name: {name}\nsteps:\n{steps}")).unwrap();
+        Self { dir }
+    }
+
+    fn state_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn cmd(&self) -> std::process::Command {
+        let work = self.dir.path().join("work");
+        let mut c = cmd(&[work.join("build.yaml").to_str().unwrap(), "--no-progress"]);
+        c.env("SCENARIO_RUN_STATE_DIR", self.state_dir())
+            .env("SCENARIO_RUN_TEMPLATES_DIR", work.join("templates"))
+            .env_remove(scenario_run::steps::build::KEEP_ENV);
+        c
+    }
+}
+
 #[test]
 fn python_hello_scenario_passes_and_its_build_is_removed() {
     if !can_build() {
@@ -125,24 +157,15 @@ fn a_failing_run_names_its_dockerfile_line_and_last_output() {
 #[test]
 fn an_interrupted_build_leaves_no_directory_process_or_cgroup() {
     can_build();
-    let state = tempfile::tempdir().unwrap();
-    let dir = state.path().join("work");
-    let tpl = dir.join("templates/slow-build");
-    std::fs::create_dir_all(&tpl).unwrap();
-    std::fs::write(tpl.join("template.yaml"), "name: slow-build\n").unwrap();
     let marker = format!("slow-build-{}", std::process::id());
-    std::fs::write(tpl.join("Dockerfile"), format!("FROM base\nRUN sleep 600; echo {marker}\n")).unwrap();
-    let scenario = dir.join("build.yaml");
-    std::fs::write(&scenario, "name: slow build\nsteps:\n  - build: slow-build\n    timeout: 10m\n").unwrap();
-    let state_dir = state.path().join("state");
-    let mut child = cmd(&[scenario.to_str().unwrap(), "--no-progress"])
-        .env("SCENARIO_RUN_STATE_DIR", &state_dir)
-        .env("SCENARIO_RUN_TEMPLATES_DIR", dir.join("templates"))
-        .env_remove(scenario_run::steps::build::KEEP_ENV)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bench = Workbench::new(
+        "slow-build",
+        &format!("FROM base\nRUN sleep 600; echo {marker}\n"),
+        "  - build: slow-build\n    timeout: 10m\n",
+    );
+    let state_dir = bench.state_dir();
+    let mut child =
+        bench.cmd().stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let sleeping = || {
         let ps = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();
         text(&ps.stdout).lines().filter(|l| l.contains(&marker)).count()
@@ -173,22 +196,14 @@ fn an_interrupted_build_leaves_no_directory_process_or_cgroup() {
 #[test]
 fn a_build_stopped_by_its_step_timeout_says_where_it_was() {
     can_build();
-    let state = tempfile::tempdir().unwrap();
-    let dir = state.path().join("work");
-    let tpl = dir.join("templates/hanging-build");
-    std::fs::create_dir_all(&tpl).unwrap();
-    std::fs::write(tpl.join("template.yaml"), "name: hanging-build\n").unwrap();
     let marker = format!("hanging-build-{}", std::process::id());
-    std::fs::write(tpl.join("Dockerfile"), format!("FROM base\nRUN echo {marker}-started && sleep 600\n")).unwrap();
-    let scenario = dir.join("build.yaml");
-    std::fs::write(&scenario, "name: hanging build\nsteps:\n  - build: hanging-build\n    timeout: 8s\n").unwrap();
-    let state_dir = state.path().join("state");
-    let out = cmd(&[scenario.to_str().unwrap(), "--no-progress"])
-        .env("SCENARIO_RUN_STATE_DIR", &state_dir)
-        .env("SCENARIO_RUN_TEMPLATES_DIR", dir.join("templates"))
-        .env_remove(scenario_run::steps::build::KEEP_ENV)
-        .output()
-        .unwrap();
+    let bench = Workbench::new(
+        "hanging-build",
+        &format!("FROM base\nRUN echo {marker}-started && sleep 600\n"),
+        "  - build: hanging-build\n    timeout: 8s\n",
+    );
+    let state_dir = bench.state_dir();
+    let out = bench.cmd().output().unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("step timed out after 8.00s\n  the last lines it wrote:"), "{stdout}");
@@ -205,29 +220,19 @@ fn a_build_stopped_by_its_step_timeout_says_where_it_was() {
 #[test]
 fn two_runs_building_one_template_at_once_do_not_collide() {
     can_build();
-    let state = tempfile::tempdir().unwrap();
-    let dir = state.path().join("work");
-    let tpl = dir.join("templates/shared-build");
-    std::fs::create_dir_all(&tpl).unwrap();
-    std::fs::write(tpl.join("template.yaml"), "name: shared-build\n").unwrap();
     // Long enough that the two builds overlap: the second starts while the first one's RUN
     // sleeps, and the first run ends (removing its build) while the second one's still sleeps.
-    std::fs::write(tpl.join("Dockerfile"), "FROM base\nRUN sleep 5 && echo built > /built.txt\n").unwrap();
-    let scenario = dir.join("build.yaml");
-    std::fs::write(
-        &scenario,
-        "name: shared build\nsteps:\n  - build: shared-build\n  - deploy: shared-build\n    id: d\n  - create: { template: \"{{ steps.d.template_id }}\" }\n  - exec: cat /built.txt\n  - assert-stdout: { contains: built }\n",
-    )
-    .unwrap();
-    let state_dir = state.path().join("state");
+    let bench = Workbench::new(
+        "shared-build",
+        "FROM base\nRUN sleep 5 && echo built > /built.txt\n",
+        "  - build: shared-build\n  - deploy: shared-build\n    id: d\n  - create: { template: \"{{ steps.d.template_id }}\" }\n  - exec: cat /built.txt\n  - assert-stdout: { contains: built }\n",
+    );
+    let state_dir = bench.state_dir();
     for keep in [false, true] {
         let start = || {
-            let mut c = cmd(&[scenario.to_str().unwrap(), "--no-progress"]);
-            c.env("SCENARIO_RUN_STATE_DIR", &state_dir).env("SCENARIO_RUN_TEMPLATES_DIR", dir.join("templates"));
+            let mut c = bench.cmd();
             if keep {
                 c.env(scenario_run::steps::build::KEEP_ENV, "1");
-            } else {
-                c.env_remove(scenario_run::steps::build::KEEP_ENV);
             }
             c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
         };
