@@ -196,6 +196,56 @@ fn interrupt_storm_on_the_local_provider_leaks_nothing() {
     );
 }
 
+/// Regression: a run SIGKILLed while one of its sandboxes was paused left that sandbox's
+/// processes frozen: SIGKILL does not end a frozen cgroup v1 task until it is thawed, so the
+/// next run's sweep killed them in vain and could not remove their groups (the CI's storm
+/// caught 6 processes and 5 groups). The sweep thaws what it kills.
+#[test]
+fn a_run_killed_while_a_sandbox_is_paused_leaves_nothing_after_the_next_run() {
+    let state = tempfile::tempdir().unwrap();
+    let scenario = state.path().join("paused.yaml");
+    std::fs::write(
+        &scenario,
+        "name: paused when killed\nsteps:\n  - create: base\n  - exec: { cmd: \"sleep 600\", background: true }\n  - pause: {}\n  - sleep: 10m\n",
+    )
+    .unwrap();
+    let state_dir = state.path().join("state");
+    let mut child = cmd(&[scenario.to_str().unwrap(), "--no-progress"])
+        .env("SCENARIO_RUN_STATE_DIR", &state_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Paused: the group's freezer says so (v1; on v2, `cgroup.freeze`).
+    let frozen = || {
+        std::fs::read_dir("/sys/fs/cgroup/freezer/scenario-run")
+            .map(|d| {
+                d.flatten().any(|e| {
+                    e.file_name().to_string_lossy().starts_with(&format!("{pid}."))
+                        && std::fs::read_to_string(e.path().join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
+                })
+            })
+            .unwrap_or(false)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !frozen() {
+        assert!(Instant::now() < deadline, "the sandbox was never paused");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its sandbox was paused");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&child, libc::SIGKILL);
+    child.wait().unwrap();
+    assert!(leftovers(pid, &state_dir).processes > 0, "the paused sandbox outlives its killed run until swept");
+    let out = cmd(&["scenarios/lifecycle/connect.yaml", "--no-progress"])
+        .env("SCENARIO_RUN_STATE_DIR", &state_dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let l = settle(pid, &state_dir, Duration::from_secs(15));
+    assert_eq!(l, Leaks::default(), "the next run's sweep left {l:?}");
+}
+
 /// The serve process, killed if the test ends early (a failed assertion must not leave it).
 struct Server(Child);
 

@@ -420,13 +420,17 @@ pub(crate) fn group_name(id: &str) -> String {
 }
 
 /// Removes sandbox groups whose owner process is gone (what a SIGKILLed run leaves): kills
-/// what they still hold, then removes them. Groups of live runs are left alone.
+/// what they still hold, thaws them (a run killed while a sandbox was paused leaves its group
+/// frozen, and a frozen v1 task dies of SIGKILL only once thawed), then removes them. A group
+/// is taken whole, across every controller, so the freezer is thawed before the other
+/// controllers' directories are removed. Groups of live runs are left alone.
 pub(crate) fn sweep() {
     let parents: Vec<PathBuf> = match Enforcement::get() {
         Enforcement::V1(c) => c.values().map(|m| m.join(PARENT)).collect(),
         Enforcement::V2(root) => vec![root.join(PARENT)],
         Enforcement::Rlimits(_) => return,
     };
+    let mut stale: std::collections::BTreeMap<String, Vec<PathBuf>> = std::collections::BTreeMap::new();
     for parent in parents {
         let Ok(entries) = std::fs::read_dir(&parent) else { continue };
         for e in entries.flatten() {
@@ -439,15 +443,18 @@ pub(crate) fn sweep() {
                 continue;
             };
             let alive = super::start_time(pid).is_some_and(|s| s == start);
-            if !e.path().is_dir() || alive {
-                continue;
+            if e.path().is_dir() && !alive {
+                stale.entry(name).or_default().push(e.path());
             }
-            let cg = Cgroup::from_dirs(vec![e.path()]);
-            for p in cg.pids() {
-                kill(p);
-            }
-            cg.remove();
         }
+    }
+    for dirs in stale.into_values() {
+        let cg = Cgroup::from_dirs(dirs);
+        for p in cg.pids() {
+            kill(p);
+        }
+        cg.thaw_now();
+        cg.remove();
     }
 }
 
