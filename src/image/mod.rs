@@ -334,19 +334,19 @@ impl ImageStore {
     /// The cache's lock of `key`; when another build holds it, says so before waiting (a
     /// build that seems to hang is then seen to wait for another one).
     async fn lock(&self, key: &str, reference: &str, log: &UnboundedSender<String>) -> Result<cache::Lock> {
-        let (c, k) = (self.inner.cache.clone(), key.to_string());
+        let c = self.inner.cache.clone();
         let io = |c: &cache::Cache, e: std::io::Error| {
             ImageError::infra(format!("lock the image cache {}: {e}", c.dir.display()))
         };
-        let c2 = c.clone();
-        let k2 = k.clone();
-        if let Some(l) = blocking(move || c2.try_lock(&k2).map_err(|e| io(&c2, e))).await? {
+        // A non-blocking flock: no need for a blocking thread.
+        if let Some(l) = c.try_lock(key).map_err(|e| io(&c, e))? {
             return Ok(l);
         }
         say(
             log,
             format!("image {reference}: another build of it is under way (in this run or another); waiting for it"),
         );
+        let k = key.to_string();
         blocking(move || c.lock(&k).map_err(|e| io(&c, e))).await
     }
 

@@ -776,14 +776,12 @@ impl Inner {
                 let mut r = build::build(spec, &dir, &owner_token(), &self.images, log.clone()).await;
                 if let (true, Ok(layer)) = (spec.keep, &r) {
                     let (layer, to) = (layer.clone(), shared.clone());
-                    r = tokio::task::spawn_blocking(move || build::publish(layer, &to))
-                        .await
-                        .map_err(|e| ProviderError::infra(e.to_string()))
-                        .and_then(|p| {
-                            p.map_err(|e| {
-                                ProviderError::infra(format!("cannot keep the build as {}: {e}", shared.display()))
-                            })
-                        });
+                    r = blocking(move || {
+                        build::publish(layer, &to).map_err(|e| {
+                            ProviderError::infra(format!("cannot keep the build as {}: {e}", to.display()))
+                        })
+                    })
+                    .await;
                 }
                 self.building.lock().expect("building").remove(&dir);
                 if r.is_err() {
