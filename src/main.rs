@@ -273,6 +273,8 @@ fn emit(text: &str) -> u8 {
 }
 
 fn main() -> ExitCode {
+    // Before anything starts a child: no descriptor the runner inherited reaches one.
+    scenario_run::provider::local::seal_inherited_descriptors();
     let cli = parse_cli();
     let code = match cli.command {
         Some(Command::Check(args)) => check(args),

@@ -5,9 +5,10 @@
 //!
 //! 1. joins the sandbox's control groups (writes itself into their `tasks`, or `cgroup.procs`
 //!    on cgroup v2: `cgroup::join_file`), so it is limited before it runs anything;
-//! 2. joins the sandbox's user namespace first (gaining capabilities *in it*, none on the
-//!    host), then its cgroup, IPC, UTS, network, PID and mount namespaces (the last one also
-//!    makes the sandbox's root its root);
+//! 2. joins, still as host root, the sandbox's network, cgroup, IPC, UTS, PID and mount
+//!    namespaces (the last one also makes the sandbox's root its root), then the sandbox's
+//!    *inner* user namespace (gaining capabilities in it only, none on the host, none over
+//!    the sandbox's own pid 1);
 //! 3. forks, because a PID namespace only takes effect for children. The intermediate
 //!    process reports the host pid of its child, closes every descriptor it holds (so the
 //!    command's pipes end when the command's do, and the parent sees the exec succeed), waits
@@ -33,7 +34,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 
@@ -45,6 +46,15 @@ use rustix::thread::{move_into_link_name_space, CapabilitySet, LinkNameSpaceType
 use super::cgroup::{self, Limits};
 use super::seccomp;
 
+/// # Two user namespaces
+///
+/// bubblewrap, the sandbox's pid 1 and its keep-alive run in the sandbox's user namespace
+/// (`outer`, see `userns`); every command runs in a namespace nested in it (`inner`), whose
+/// ids are the outer one's, one for one. So ids, files and `sudo` are as before, but a process
+/// of the sandbox has no capability over pid 1 (which runs outside the seccomp filter with the
+/// whole bounding set): ptrace, `/proc/1/mem` and `/proc/1/environ` need `CAP_SYS_PTRACE` in
+/// the outer namespace, which nothing inside can have. The inner namespace is made once per
+/// boot by [`inner_namespace`].
 /// Capabilities root inside a sandbox keeps (Docker's default set); the rest leave the
 /// bounding set, so not even `sudo` gets them back.
 const KEPT_CAPS: [u32; 14] = [
@@ -124,9 +134,9 @@ impl Identity {
 /// What every command of one sandbox joins: prepared once, when the sandbox starts.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    /// Namespace descriptors with their `CLONE_NEW*` type: the network namespace first (it
-    /// belongs to the host's user namespace, so it is joined while still host root), then the
-    /// user namespace, then the others.
+    /// Namespace descriptors with their `CLONE_NEW*` type, in the order they are joined: the
+    /// network, cgroup, IPC, UTS, PID and mount namespaces (joined as host root), then the
+    /// inner user namespace, last.
     ns: Vec<(OwnedFd, NsType)>,
     /// The join file (`tasks` or `cgroup.procs`) of each of the sandbox's groups.
     cgroup_procs: Vec<CString>,
@@ -138,11 +148,17 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// Opens the namespaces of the sandbox whose pid 1 is `pid1` (a host pid).
-    pub(crate) fn open(pid1: u32, cgroup_procs: Vec<CString>, rlimits: Option<Limits>) -> io::Result<Self> {
+    /// Opens the namespaces of the sandbox whose pid 1 is `pid1` (a host pid), lets `sudo` work
+    /// in it (see [`inner_namespace`]) and makes the inner user namespace commands run in, with
+    /// ids `0..len`.
+    pub(crate) async fn open(
+        pid1: u32,
+        len: u32,
+        cgroup_procs: Vec<CString>,
+        rlimits: Option<Limits>,
+    ) -> io::Result<Self> {
         let kinds = [
             ("net", NsType::Network),
-            ("user", NsType::User),
             ("cgroup", NsType::ControlGroup),
             ("ipc", NsType::InterProcessCommunication),
             ("uts", NsType::HostNameAndNISDomainName),
@@ -162,6 +178,9 @@ impl Entry {
             let f = std::fs::File::open(format!("/proc/{pid1}/ns/{name}"))?;
             ns.push((OwnedFd::from(f), kind));
         }
+        let outer = OwnedFd::from(std::fs::File::open(format!("/proc/{pid1}/ns/user"))?);
+        let mnt = std::fs::File::open(format!("/proc/{pid1}/ns/mnt"))?;
+        ns.push((inner_namespace(outer, mnt.into(), len).await?, NsType::User));
         let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok())
@@ -214,39 +233,188 @@ impl Entry {
     }
 }
 
-impl Entry {
-    /// bubblewrap makes every bind mount `nosuid`, the sandbox's root included, which would
-    /// keep `sudo` (setuid root *inside*) from working. As the sandbox's root we remount `/`
-    /// without it (keeping `nodev`, which the overlay's mount locks); `/dev` and `/proc` stay
-    /// `nosuid`. A setuid program gains root in the user namespace only, under the same
-    /// bounding set, filter and limits.
-    pub(crate) fn allow_setuid_root(self: &Arc<Self>) -> io::Result<()> {
-        let entry = self.clone();
-        let mut cmd = std::process::Command::new("/bin/true");
-        cmd.env_clear().stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
-        // SAFETY: `pre_exec` needs an async-signal-safe closure: this one makes raw system
-        // calls only (setns, setres*id, mount), on descriptors `entry` keeps open and static
-        // strings; the filter walks a slice and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                for (fd, kind) in entry.ns.iter().filter(|(_, k)| matches!(*k, NsType::User | NsType::Mount)) {
-                    move_into_link_name_space(fd.as_fd(), Some(*kind))?;
+/// bubblewrap makes every bind mount `nosuid`, the sandbox's root included, which would keep
+/// `sudo` (setuid root *inside*) from working; and commands must run in a user namespace
+/// nested in the sandbox's (see [`Entry`]). One short-lived process does both, as the outer
+/// namespace's root in the sandbox's mount namespace:
+///
+/// 1. it remounts `/` without `nosuid` (keeping `nodev`, which the overlay's mount locks;
+///    `/dev` and `/proc` stay `nosuid`). A setuid program gains root in the user namespace
+///    only, under the same bounding set, filter and limits;
+/// 2. it forks a child that unshares the inner user namespace, and, as its parent in the outer
+///    namespace (the only place a map may be written from), writes the child's `uid_map` and
+///    `gid_map` (`0 0 len`);
+/// 3. it reports the child's pid; we open `/proc/<child>/ns/user` and say we are done by
+///    closing a pipe; it kills and reaps the child and exits through `/bin/true`.
+///
+/// The pipes: `report` (its `c<pid>` line) and `go` (its end of file says "done"). Both are
+/// awaited with a bound: should we never close `go`, the process still stops once the bound
+/// passes and we drop it.
+async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<OwnedFd> {
+    let (report_r, report_w) = super::sys::cloexec_pipe()?;
+    let (go_r, go_w) = super::sys::cloexec_pipe()?;
+    let map = format!("0 0 {len}\n").into_bytes();
+    let (report_fd, go_r_fd, go_w_fd) = (report_w.as_raw_fd(), go_r.as_raw_fd(), go_w.as_raw_fd());
+    let mut cmd = std::process::Command::new("/bin/true");
+    cmd.env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let (outer_fd, mnt_fd) = (outer.as_raw_fd(), mnt.as_raw_fd());
+    // SAFETY: `pre_exec` needs an async-signal-safe closure. This one makes raw system calls
+    // only (setns, setres*id, mount, pipe2, clone, unshare, open/write/read/close, kill,
+    // waitpid), on descriptors whose owners (`outer`, `mnt`, the pipe ends) live until the
+    // spawn returned, and on the map and paths in buffers prepared before the fork or on the
+    // stack: no allocation, no locks. The forked grandchild only unshares, writes one byte
+    // and pauses until it is killed; it never returns into std.
+    unsafe {
+        cmd.pre_exec(move || {
+            super::sys::cloexec_from(3)?;
+            // This process's copy of `go`'s write end would keep its own read from ending.
+            libc::close(go_w_fd);
+            // The host's /proc, where the child's maps are: after joining the sandbox's mount
+            // namespace, `/proc` is the sandbox's, which shows its own PID namespace only.
+            let proc_fd = libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+            if proc_fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::setns(outer_fd, libc::CLONE_NEWUSER) != 0 || libc::setns(mnt_fd, libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT)?;
+            rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)?;
+            // mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_NODEV | MS_RELATIME, ""): a bind
+            // remount takes no options, so the empty data string is as NULL was.
+            use rustix::mount::MountFlags;
+            rustix::mount::mount_remount(c"/", MountFlags::BIND | MountFlags::NODEV | MountFlags::RELATIME, c"")?;
+            let mut sync = [0 as libc::c_int; 2];
+            if libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let child = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+            if child < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if child == 0 {
+                libc::close(sync[0]);
+                libc::close(report_fd);
+                libc::close(go_r_fd);
+                // The id change above made this process non-dumpable, which makes its /proc
+                // files root's, out of its parent's reach: its maps must be writable by its
+                // parent. (It lives in the host's PID namespace: nothing in the sandbox can
+                // name it, and it is killed within milliseconds.)
+                if libc::unshare(libc::CLONE_NEWUSER) != 0 || libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 {
+                    super::sys::exit_now(1);
                 }
-                rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT)?;
-                rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)?;
-                // mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_NODEV | MS_RELATIME, ""):
-                // a bind remount takes no options, so the empty data string is as NULL was.
-                use rustix::mount::MountFlags;
-                rustix::mount::mount_remount(c"/", MountFlags::BIND | MountFlags::NODEV | MountFlags::RELATIME, c"")?;
-                Ok(())
-            });
-        }
-        let st = cmd.status()?;
-        if !st.success() {
-            return Err(io::Error::other(format!("/bin/true in the sandbox failed ({st})")));
-        }
-        Ok(())
+                libc::write(sync[1], b"x".as_ptr().cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+            let child = child as libc::pid_t;
+            libc::close(sync[1]);
+            let mut byte = 0u8;
+            let unshared = libc::read(sync[0], (&mut byte as *mut u8).cast(), 1) == 1;
+            libc::close(sync[0]);
+            let stop_child = || {
+                libc::kill(child, libc::SIGKILL);
+                let mut status = 0;
+                libc::waitpid(child, &mut status, 0);
+            };
+            if !unshared {
+                stop_child();
+                return Err(io::Error::other("the inner user namespace could not be made"));
+            }
+            for file in [&b"uid_map"[..], &b"gid_map"[..]] {
+                let mut path = [0u8; 64];
+                proc_path(&mut path, child as u32, file);
+                let fd = libc::openat(proc_fd, path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+                let written = fd >= 0 && libc::write(fd, map.as_ptr().cast(), map.len()) == map.len() as isize;
+                let err = io::Error::last_os_error();
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                if !written {
+                    stop_child();
+                    return Err(err);
+                }
+            }
+            report_to(report_fd, b'c', child as u32);
+            // Until we are told we are done (end of file), then the child goes.
+            let mut buf = [0u8; 16];
+            while libc::read(go_r_fd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
+            stop_child();
+            Ok(())
+        });
     }
+    let spawned = tokio::task::spawn_blocking(move || {
+        let r = cmd.status();
+        drop((outer, mnt, report_w, go_r));
+        r
+    });
+    // Whatever happens here, `go` is closed at the end of this function, so the process ends.
+    let opened = async {
+        let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(report_r)?;
+        let mut text = Vec::new();
+        use tokio::io::AsyncReadExt;
+        let mut line = [0u8; 32];
+        loop {
+            let n = rx.read(&mut line).await?;
+            if n == 0 {
+                break;
+            }
+            text.extend_from_slice(&line[..n]);
+            if text.ends_with(b"\n") {
+                break;
+            }
+        }
+        let pid: u32 = std::str::from_utf8(&text)
+            .ok()
+            .and_then(|t| t.trim().strip_prefix('c'))
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| io::Error::other("the inner user namespace was not made"))?;
+        Ok::<_, io::Error>(OwnedFd::from(std::fs::File::open(format!("/proc/{pid}/ns/user"))?))
+    };
+    let inner = tokio::time::timeout(std::time::Duration::from_secs(10), opened).await;
+    drop(go_w);
+    let status = spawned.await.map_err(io::Error::other)??;
+    let inner = inner.map_err(|_| io::Error::other("timed out making the inner user namespace"))??;
+    if !status.success() {
+        return Err(io::Error::other(format!("/bin/true in the sandbox failed ({status})")));
+    }
+    Ok(inner)
+}
+
+/// Writes `<pid>/<file>` (a path under `/proc`) and a NUL into `buf` without allocating;
+/// returns the length without the NUL.
+fn proc_path(buf: &mut [u8; 64], pid: u32, file: &[u8]) -> usize {
+    let mut n = write_decimal(&mut buf[..], pid);
+    buf[n] = b'/';
+    n += 1;
+    for &b in file {
+        buf[n] = b;
+        n += 1;
+    }
+    buf[n] = 0;
+    n
+}
+
+/// Writes `v` in decimal at the start of `out`; returns how many bytes.
+fn write_decimal(out: &mut [u8], v: u32) -> usize {
+    let mut digits = [0u8; 10];
+    let (mut len, mut v) = (0, v);
+    loop {
+        digits[len] = b'0' + (v % 10) as u8;
+        len += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        out[i] = digits[len - 1 - i];
+    }
+    len
 }
 
 /// Writes "0" (this process, which has one thread) into a group's join file. Async-signal-
@@ -262,27 +430,19 @@ pub(crate) fn join_cgroup(path: &CString) -> io::Result<()> {
 
 /// Writes `tag` and `n` in decimal and a newline to fd 3, without allocating.
 fn report(tag: u8, n: u32) {
+    report_to(3, tag, n);
+}
+
+/// Writes `tag` and `n` in decimal and a newline to `fd`, without allocating.
+fn report_to(fd: RawFd, tag: u8, n: u32) {
     let mut buf = [0u8; 16];
     buf[0] = tag;
-    let mut digits = [0u8; 10];
-    let mut len = 0;
-    let mut v = n;
-    loop {
-        digits[len] = b'0' + (v % 10) as u8;
-        len += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        buf[1 + i] = digits[len - 1 - i];
-    }
+    let len = write_decimal(&mut buf[1..], n);
     buf[1 + len] = b'\n';
-    // SAFETY: writes our own stack buffer to fd 3, a bare number (the report pipe that
-    // `dup_onto` put there, which nothing owns, so rustix could only borrow it unchecked);
-    // a failure only loses the report, which the parent then does without.
-    unsafe { libc::write(3, buf.as_ptr().cast(), len + 2) };
+    // SAFETY: writes our own stack buffer to `fd`, a bare number (a report pipe that nothing
+    // in this forked child owns, so rustix could only borrow it unchecked); a failure only
+    // loses the report, which the parent then does without.
+    unsafe { libc::write(fd, buf.as_ptr().cast(), len + 2) };
 }
 
 /// The intermediate process: report, let go of every descriptor, wait, mirror the exit.
@@ -322,6 +482,10 @@ fn intermediate(child: Pid) -> ! {
 
 /// The command's own process, inside every namespace: see step 4 of the module documentation.
 fn become_command(entry: &Entry, groups: &[Gid], uid: Uid, gid: Gid, cwd: &CString) -> io::Result<()> {
+    // Nothing but the command's own stdin, stdout and stderr crosses into the sandbox: not a
+    // descriptor the runner inherited (a directory would let the command open host files
+    // through it), nor one of the harness's own. (Fd 3, the report pipe, is closed below.)
+    super::sys::cloexec_from(3)?;
     rustix::process::setsid()?;
     // A command given a terminal (a PTY session) makes it its controlling terminal, so it
     // gets job control and the terminal's signals.

@@ -95,6 +95,16 @@ use files::Root;
 use process::{ProcTable, Target};
 use sandbox::{Layout, NsSandbox};
 
+/// Marks every descriptor this process inherited above stderr close-on-exec, so none reaches
+/// a sandbox, a build or any command started later: a shell, a CI runner or an IDE often
+/// leaves one open on a directory, through which a sandbox could read or write host files.
+/// `main` calls it first thing; sandboxes close what is above their own descriptors anyway.
+pub fn seal_inherited_descriptors() {
+    // A kernel without CLOSE_RANGE_CLOEXEC (before 5.11): each entry into a sandbox still
+    // marks its own descriptors (and fails loudly there).
+    let _ = sys::cloexec_from(3);
+}
+
 /// Sandbox lifetime when `create` does not say.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
 /// Limits when neither `create` nor the template says (E2B's defaults for `base`).

@@ -8,7 +8,7 @@
 //! see `egress`), mounts a fresh `/proc` and a
 //! minimal `/dev`, pivots into the overlay (so nothing of the host's filesystem is visible),
 //! drops every capability of its keep-alive child, and reaps zombies as the namespace's pid 1.
-//! `/sys` is not mounted. bwrap mounts the root `nosuid`; `Entry::allow_setuid_root` lifts
+//! `/sys` is not mounted. bwrap mounts the root `nosuid`; `enter::inner_namespace` lifts
 //! that for `/` alone, so `sudo` works inside.
 //!
 //! Why bubblewrap: it is the field's standard sandbox launcher (Flatpak, many agent
@@ -206,10 +206,17 @@ impl Layout {
         std::os::unix::fs::lchown(&next.merged, Some(root), Some(root))?;
         Ok(next)
     }
+}
 
-    fn log(&self) -> PathBuf {
-        self.dir.join("bwrap.log")
-    }
+/// What of bwrap's stderr a failed start reports.
+const STDERR_LIMIT: usize = 16 * 1024;
+
+/// At most `limit` bytes of `from`, as text, within `within` (the writers may outlive us).
+async fn read_bounded(from: impl tokio::io::AsyncRead + Unpin, limit: usize, within: Duration) -> String {
+    let mut buf = Vec::new();
+    let mut take = from.take(limit as u64);
+    let _ = tokio::time::timeout(within, take.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// Where the kernel tells a boot apart (`/proc/sys/kernel/random/boot_id`). A sandbox shares
@@ -239,6 +246,75 @@ const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loop
 
 /// Path, inside a sandbox, of the script named by `BASH_ENV` (see `process`).
 pub(crate) const BASH_ENV_IN_SANDBOX: &str = "/etc/scenario-run/bash_env.sh";
+
+/// Where bubblewrap is run from: a root-owned copy of the installed one, mode 0711, named by
+/// its content's hash.
+///
+/// bwrap becomes the sandbox's pid 1, running as the sandbox's root (an unprivileged range on
+/// the host). A program whose file its process cannot read runs *non-dumpable*, and its
+/// memory then counts as the host's (execve(2), `would_dump`): root inside the sandbox can no
+/// longer `ptrace` pid 1, nor read its `/proc/1/{environ,mem,fd}`. With the installed (0755)
+/// bwrap it could: pid 1 runs outside the seccomp filter and keeps the capability bounding set
+/// whole, so injecting code into it would have undone both walls.
+fn sealed_bwrap() -> std::io::Result<&'static Path> {
+    static SEALED: std::sync::OnceLock<std::result::Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let r = SEALED.get_or_init(|| seal_bwrap().map_err(|e| format!("cannot prepare bubblewrap for sandboxes: {e}")));
+    match r {
+        Ok(p) => Ok(p.as_path()),
+        Err(e) => Err(std::io::Error::other(e.clone())),
+    }
+}
+
+fn seal_bwrap() -> std::io::Result<PathBuf> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let installed = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(["/usr/bin".into(), "/bin".into(), "/usr/local/bin".into()])
+        .map(|d| d.join("bwrap"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| std::io::Error::other("bwrap is not installed (apt-get install bubblewrap)"))?;
+    let bytes = std::fs::read(&installed)?;
+    let name = format!("bwrap-{}", &format!("{:x}", Sha256::digest(&bytes))[..16]);
+    let mut last = None;
+    for dir in [Path::new("/run/scenario-run/bin"), Path::new("/var/lib/scenario-run/bin")] {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            last = Some(e);
+            continue;
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
+        // A filesystem mounted noexec cannot run it.
+        if rustix::fs::statvfs(dir).is_ok_and(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::NOEXEC)) {
+            continue;
+        }
+        let path = dir.join(&name);
+        if let Ok(m) = std::fs::symlink_metadata(&path) {
+            if m.is_file() && m.uid() == 0 && m.mode() & 0o7777 == 0o711 && m.len() == bytes.len() as u64 {
+                return Ok(path);
+            }
+            std::fs::remove_file(&path)?;
+        }
+        let tmp = dir.join(format!(".{name}.{}.{}", std::process::id(), crate::random::hex(4)));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o711)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&bytes))
+            .and_then(|()| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o711)))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        match written {
+            Ok(()) => return Ok(path),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no directory that allows executing programs")))
+}
 
 /// The `bwrap` command line for `layout`, with the `pre_exec` hook described in the module
 /// documentation. `info_fd` becomes fd 3 (`--info-fd 3`), `seccomp_fd` fd 4, `boot_id_fd`
@@ -275,7 +351,10 @@ fn bwrap_command(
     let procs: Vec<CString> = cgroup.map(|c| c.procs.clone()).unwrap_or_default();
     let userns = userns.as_raw_fd();
 
-    let mut cmd = std::process::Command::new("bwrap");
+    let mut cmd = std::process::Command::new(sealed_bwrap()?);
+    // Built from nothing: the runner's environment (keys, tokens) never reaches pid 1, and bwrap
+    // passes its own to the sandbox's keep-alive.
+    cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
     if probe {
         // The host's root, read-only, stands in for an image; the overlay is bound below it.
         cmd.args(["--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind"]).arg(&layout.merged).arg("/tmp/probe");
@@ -348,10 +427,11 @@ fn bwrap_command(
             rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)?;
             sys::dup_onto(info_fd, 3)?;
             sys::dup_onto(seccomp_fd, 4)?;
-            match boot_id_fd {
-                Some(fd) => sys::dup_onto(fd, 5),
-                None => Ok(()),
+            if let Some(fd) = boot_id_fd {
+                sys::dup_onto(fd, 5)?;
             }
+            // Nothing else crosses: no descriptor the runner inherited or holds.
+            sys::cloexec_from(6)
         });
     }
     Ok(cmd)
@@ -468,10 +548,7 @@ impl NsSandbox {
         };
         let rlimits = cgroup.is_none().then_some(layout.limits);
         let procs = cgroup.as_ref().map(|c| c.procs.clone()).unwrap_or_default();
-        let opened = Entry::open(pid1.pid(), procs, rlimits).map(Arc::new).and_then(|entry| {
-            entry.allow_setuid_root()?;
-            Ok(entry)
-        });
+        let opened = Entry::open(pid1.pid(), layout.ids.len, procs, rlimits).await.map(Arc::new);
         match opened {
             Ok(entry) => Ok(Self {
                 pid1,
@@ -495,12 +572,11 @@ impl NsSandbox {
     }
 
     async fn start_in(layout: &Layout, cgroup: Option<&Cgroup>) -> Result<(Pidfd, tokio::process::Child)> {
-        let ns = userns::create(layout.ids)
+        let ns = userns::create(layout.ids, userns::owner_for(layout.ids))
             .map_err(|e| ProviderError::infra(format!("cannot create a user namespace: {}", sys::errno_text(&e))))?;
         let (info_r, info_w) = sys::cloexec_pipe()?;
         let seccomp = seccomp_pipe()?;
         let boot_id = boot_id_pipe()?;
-        let log = std::fs::File::create(layout.log())?;
         let mut cmd = bwrap_command(
             layout,
             &ns,
@@ -511,7 +587,10 @@ impl NsSandbox {
             &["/bin/sh", "-c", "echo ready && exec sleep infinity"],
             false,
         )?;
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+        // stderr is a pipe read only while the sandbox starts (for bwrap's own errors), then
+        // closed: a file would stay open for writing in pid 1 and its keep-alive, which the
+        // sandbox's root could write into (it once filled a root-owned host log that way).
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut cmd = tokio::process::Command::from(cmd);
         // Safety net: if we drop the child before it is tracked, the outer bwrap is killed
         // and `--die-with-parent` takes the sandbox with it.
@@ -529,6 +608,7 @@ impl NsSandbox {
             spawned.map_err(|e| ProviderError::infra(format!("cannot start bwrap: {}", sys::errno_text(&e))))?;
 
         let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
         let ready = async {
             let mut info = Vec::new();
             let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(info_r)?;
@@ -553,7 +633,10 @@ impl NsSandbox {
             other => {
                 let _ = child.start_kill();
                 let _ = tokio::time::timeout(STOP_TIMEOUT, child.wait()).await;
-                let log = tokio::fs::read_to_string(layout.log()).await.unwrap_or_default();
+                let log = match stderr {
+                    Some(e) => read_bounded(e, STDERR_LIMIT, STOP_TIMEOUT).await,
+                    None => String::new(),
+                };
                 let why = match other {
                     Err(_) => "timed out waiting for the sandbox to start".to_string(),
                     Ok(Err(e)) => e.to_string(),
@@ -567,6 +650,7 @@ impl NsSandbox {
                 }));
             }
         };
+        drop(stderr);
         let pid1 = Pidfd::open(pid).map_err(|e| ProviderError::infra(format!("sandbox pid 1 vanished: {e}")))?;
         Ok((pid1, child))
     }
@@ -632,7 +716,8 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Str
     let result = (|| {
         layout.create().map_err(|e| format!("cannot prepare {}: {e}", dir.display()))?;
         std::fs::create_dir_all(dir.join("lower")).map_err(|e| e.to_string())?;
-        let ns = userns::create(ids).map_err(|e| format!("cannot create a user namespace: {}", sys::errno_text(&e)))?;
+        let ns = userns::create(ids, userns::owner_for(ids))
+            .map_err(|e| format!("cannot create a user namespace: {}", sys::errno_text(&e)))?;
         let (_r, w) = sys::cloexec_pipe().map_err(|e| e.to_string())?;
         let seccomp = seccomp_pipe().map_err(|e| e.to_string())?;
         let mut cmd = bwrap_command(&layout, &ns, None, w.as_raw_fd(), seccomp.as_raw_fd(), None, &["/bin/true"], true)

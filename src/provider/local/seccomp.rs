@@ -15,7 +15,21 @@
 //!   `userfaultfd`, `io_uring_*`;
 //! * modules, reboot and kexec; swap; `acct`; `quotactl`; setting the clock; `syslog`;
 //!   `iopl`/`ioperm`; `open_by_handle_at`/`name_to_handle_at`; `lookup_dcookie`; `vhangup`;
-//! * `mknod`/`mknodat` of character or block devices (FIFOs, sockets and files stay allowed).
+//! * `mknod`/`mknodat` of character or block devices (FIFOs, sockets and files stay allowed);
+//! * everything else Docker's default profile (moby `profiles/seccomp/default.json`) refuses a
+//!   container with Docker's capability set, which is the set a sandbox's root keeps:
+//!   `fanotify_init`, `kcmp`, `pidfd_getfd`, `process_madvise`, the NUMA policy calls
+//!   (`mbind`, `get_mempolicy`, `set_mempolicy`, `set_mempolicy_home_node`, `migrate_pages`,
+//!   `move_pages`), `sethostname`/`setdomainname`, `quotactl_fd`, `uselib`, `ustat`, `sysfs`
+//!   and the long-removed calls (`_sysctl`, `create_module`, …); sockets of the `AF_VSOCK`
+//!   family (a VM's vsock ports are shared with the host's); `personality` other than the
+//!   values Docker allows (0, `PER_LINUX32`, `UNAME26` and their combination, and the query
+//!   `0xffffffff`: so not `READ_IMPLIES_EXEC` nor `ADDR_NO_RANDOMIZE`); and `modify_ldt`
+//!   (16-bit segments: only DOS and Windows emulators want them; newer Docker profiles
+//!   refuse it too). The filter is thus at least as strict as Docker's, and stricter where
+//!   the list above says (`io_uring_*`, `userfaultfd`), while system calls newer than the
+//!   profile (`fchmodat2`, `cachestat`, `futex_wait`, …) stay allowed, so a newer libc in an
+//!   image does not break.
 //!
 //! `clone3` answers `ENOSYS`: its flags live in memory the filter cannot read, and on
 //! `ENOSYS` glibc falls back to `clone`, whose flags it can. System calls of another ABI
@@ -96,7 +110,49 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_name_to_handle_at,
     libc::SYS_lookup_dcookie,
     libc::SYS_vhangup,
+    // Refused by Docker's default profile to a container without CAP_SYS_ADMIN,
+    // CAP_SYS_PTRACE or CAP_SYS_NICE (see the module documentation).
+    libc::SYS_fanotify_init,
+    libc::SYS_kcmp,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_process_madvise,
+    libc::SYS_mbind,
+    libc::SYS_get_mempolicy,
+    libc::SYS_set_mempolicy,
+    libc::SYS_set_mempolicy_home_node,
+    libc::SYS_migrate_pages,
+    libc::SYS_move_pages,
+    libc::SYS_sethostname,
+    libc::SYS_setdomainname,
+    libc::SYS_quotactl_fd,
+    libc::SYS_modify_ldt,
+    libc::SYS_uselib,
+    libc::SYS_ustat,
+    libc::SYS_sysfs,
+    libc::SYS__sysctl,
+    174, // create_module
+    177, // get_kernel_syms
+    178, // query_module
+    libc::SYS_nfsservctl,
+    libc::SYS_getpmsg,
+    libc::SYS_putpmsg,
+    libc::SYS_afs_syscall,
+    libc::SYS_tuxcall,
+    libc::SYS_security,
+    libc::SYS_vserver,
+    // open_tree with mount attributes (Linux 6.15): the mount API again.
+    OPEN_TREE_ATTR,
 ];
+
+/// `open_tree_attr`, newer than the libc crate's table.
+const OPEN_TREE_ATTR: libc::c_long = 467;
+
+/// `AF_VSOCK`.
+const AF_VSOCK: u32 = 40;
+
+/// The `personality` values Docker's default profile allows: Linux, `PER_LINUX32`,
+/// `UNAME26`, both, and the query.
+const PERSONALITIES: [u32; 5] = [0x0, 0x8, 0x2_0000, 0x2_0008, 0xffff_ffff];
 
 fn stmt(code: u32, k: u32) -> Insn {
     Insn { code: code as u16, jt: 0, jf: 0, k }
@@ -139,6 +195,22 @@ pub(crate) fn program() -> Vec<Insn> {
         p.push(stmt(RET_K, RET_EPERM));
         p.push(stmt(LD_W_ABS, OFF_NR));
     }
+    // socket(AF_VSOCK, …): refused; every other family goes on.
+    p.push(jump(JEQ_K, libc::SYS_socket as u32, 0, 4));
+    p.push(stmt(LD_W_ABS, off_arg_lo(0)));
+    p.push(jump(JEQ_K, AF_VSOCK, 0, 1));
+    p.push(stmt(RET_K, RET_EPERM));
+    p.push(stmt(LD_W_ABS, OFF_NR));
+    // personality(persona): only the values in PERSONALITIES (a jump past the refusal for
+    // each; anything else falls through to it).
+    let n = PERSONALITIES.len() as u8;
+    p.push(jump(JEQ_K, libc::SYS_personality as u32, 0, n + 3));
+    p.push(stmt(LD_W_ABS, off_arg_lo(0)));
+    for (i, v) in PERSONALITIES.iter().enumerate() {
+        p.push(jump(JEQ_K, *v, n - i as u8, 0));
+    }
+    p.push(stmt(RET_K, RET_EPERM));
+    p.push(stmt(LD_W_ABS, OFF_NR));
     // mknod(path, mode, dev) and mknodat(dirfd, path, mode, dev): no device nodes.
     for (nr, arg) in [(libc::SYS_mknod, 1), (libc::SYS_mknodat, 2)] {
         p.push(jump(JEQ_K, nr as u32, 0, 6));
@@ -269,6 +341,33 @@ mod tests {
         assert_eq!(got, [e, e, e, e, e, e, e, n, e, n, 0, 0, 0]);
         assert!(dir.path().join("fifo").exists());
         assert!(!dir.path().join("dev").exists());
+    }
+
+    /// What Docker's default profile refuses is refused here too (issue 23 item 8: AF_VSOCK,
+    /// modify_ldt, personality(READ_IMPLIES_EXEC) and fanotify_init went through), and the
+    /// neighbours that must keep working do.
+    #[test]
+    fn what_dockers_default_profile_refuses_is_refused() {
+        // SAFETY: raw system calls with integer arguments (and a null pointer modify_ldt never
+        // reads: it is refused before the kernel sees it, and with count 0 would read nothing).
+        let got = under_filter(&|out| unsafe {
+            out[0] = errno_of(libc::syscall(libc::SYS_socket, AF_VSOCK, libc::SOCK_STREAM, 0));
+            out[1] = errno_of(libc::syscall(libc::SYS_modify_ldt, 0, std::ptr::null::<u8>(), 0));
+            out[2] = errno_of(libc::syscall(libc::SYS_personality, 0x0040_0000)); // READ_IMPLIES_EXEC
+            out[3] = errno_of(libc::syscall(libc::SYS_personality, 0x0004_0000)); // ADDR_NO_RANDOMIZE
+            out[4] = errno_of(libc::syscall(libc::SYS_fanotify_init, 0, 0));
+            out[5] = errno_of(libc::syscall(libc::SYS_kcmp, 0, 0, 0, 0, 0));
+            out[6] = errno_of(libc::syscall(libc::SYS_get_mempolicy, 0, 0, 0, 0, 0));
+            out[7] = errno_of(libc::syscall(libc::SYS_pidfd_getfd, 0, 0, 0));
+            // Still allowed: other socket families, the personality query and PER_LINUX.
+            let s = libc::syscall(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            out[8] = errno_of(s);
+            out[9] = errno_of(libc::syscall(libc::SYS_personality, 0xffff_ffffu32));
+            out[10] = errno_of(libc::syscall(libc::SYS_personality, 0));
+            11
+        });
+        let e = libc::EPERM;
+        assert_eq!(got, [e, e, e, e, e, e, e, e, 0, 0, 0]);
     }
 
     #[test]

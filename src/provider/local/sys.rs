@@ -195,6 +195,20 @@ pub(crate) fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Marks every descriptor from `first` up close-on-exec (`close_range` with
+/// `CLOSE_RANGE_CLOEXEC`): what a process inherited or opened without the flag then never
+/// crosses an exec. Async-signal-safe (one system call), so a forked child may call it right
+/// before exec; descriptors it meant to pass on must be below `first`.
+///
+/// Stays raw: rustix has no `close_range`. Kernels before 5.11 answer EINVAL for the flag;
+/// the caller decides whether that is fatal.
+pub(crate) fn cloexec_from(first: u32) -> io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: integer arguments only; the call changes descriptor flags, never memory.
+    cvt(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) })?;
+    Ok(())
+}
+
 /// `_exit(code)`: ends a forked child at once, without the parent's destructors, stdio
 /// flushes or atexit handlers (none of which may run between fork and exec).
 pub(crate) fn exit_now(code: i32) -> ! {

@@ -10,7 +10,20 @@
 //! The namespace is made by a short-lived holder child that `unshare(CLONE_NEWUSER)`s and
 //! waits; as host root we write its `uid_map`/`gid_map` directly (no `newuidmap` needed),
 //! keep a descriptor of the namespace, and kill the holder. The sandbox's processes enter the
-//! namespace through that descriptor (`setns`), and it lives as long as they do.
+//! namespace through that descriptor (`setns`), and it lives as long as they do. The holder
+//! starts with an empty environment and no inherited descriptor: nothing of the runner is in
+//! it even for the moment it lives.
+//!
+//! **The owner.** The kernel charges a namespace's use of per-user limits (inotify instances
+//! and watches, processes, pending signals, message queues: its "ucounts") to each user in it
+//! *and*, in every ancestor namespace, to the namespace's owner, the effective uid that
+//! created it. Made by host root, every sandbox's inotify instances counted against host
+//! root's 128, so one sandbox could starve the host's root (and every other sandbox) of
+//! inotify. So the holder creates the namespace under an effective uid of its own, one drawn
+//! for each sandbox just above its id range ([`owner_for`]), keeping its capabilities across
+//! the change (`SECBIT_NO_SETUID_FIXUP`; it still writes nothing but the namespace). That uid
+//! runs no process on the host (a process in the parent namespace with the owner's uid would
+//! have every capability in the sandbox's), and each sandbox's use is charged to its own.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -24,15 +37,46 @@ pub(crate) fn host_id(map: IdMap, inside: u32) -> u32 {
     map.host_base.saturating_add(inside.min(map.len.saturating_sub(1)))
 }
 
-/// A fresh user namespace with `map` for both uids and gids.
-pub(crate) fn create(map: IdMap) -> io::Result<OwnedFd> {
+/// How many host uids the namespaces' owners are drawn from.
+const OWNER_SPAN: u32 = 1 << 20;
+
+/// A host uid to own one sandbox's user namespace: drawn at random from the [`OWNER_SPAN`]
+/// uids just above the map (below it where the map ends too close to 2^32), so neither root
+/// nor any id a sandbox runs as, and (but for a rare draw) not another live sandbox's.
+pub(crate) fn owner_for(map: IdMap) -> u32 {
+    let mut b = [0u8; 4];
+    crate::random::fill_or_unique(&mut b);
+    let r = u32::from_ne_bytes(b);
+    let above = map.host_base.saturating_add(map.len);
+    // u32::MAX is "no uid" to the kernel; keep clear of it.
+    if u32::MAX - 1 - above >= OWNER_SPAN {
+        above + r % OWNER_SPAN
+    } else {
+        let span = OWNER_SPAN.min(map.host_base.saturating_sub(1)).max(1);
+        map.host_base.saturating_sub(1 + r % span).max(1)
+    }
+}
+
+/// A fresh user namespace with `map` for both uids and gids, owned by host uid `owner`
+/// (see the module documentation).
+pub(crate) fn create(map: IdMap, owner: u32) -> io::Result<OwnedFd> {
     let mut cmd = Command::new("/bin/sleep");
-    cmd.arg("30").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: `pre_exec` needs an async-signal-safe closure: one raw system call, no
+    cmd.arg("30").env_clear().stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: `pre_exec` needs an async-signal-safe closure: raw system calls on integers, no
     // allocation. (libc's `unshare`: rustix marks its own unshare as needing care too, for
     // CLONE_FILES, which this does not pass.)
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            super::sys::cloexec_from(3)?;
+            // The effective uid becomes the owner; the capabilities stay (no fixup), so the
+            // kernel creates the namespace for a privileged caller (as it did for root).
+            const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+            if libc::prctl(libc::PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::setresuid(u32::MAX, owner, u32::MAX) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             if libc::unshare(libc::CLONE_NEWUSER) != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -63,7 +107,9 @@ mod tests {
         if !rustix::process::getuid().is_root() {
             panic!("this test needs root (user namespaces with a full id map)");
         }
-        let fd = create(IdMap { host_base: 100_000_000, len: 65536 }).unwrap();
+        let map = IdMap { host_base: 100_000_000, len: 65536 };
+        let owner = owner_for(map);
+        let fd = create(map, owner).unwrap();
         // A process in the namespace sees the map.
         use std::os::fd::AsRawFd;
         let raw = fd.as_raw_fd();
@@ -83,5 +129,24 @@ mod tests {
         let text = String::from_utf8_lossy(&out.stdout);
         let fields: Vec<&str> = text.split_whitespace().collect();
         assert_eq!(fields, ["0", "100000000", "65536"]);
+        // Its owner is the uid drawn for it, not host root (whose per-user limits every
+        // sandbox's use would otherwise be charged to).
+        const NS_GET_OWNER_UID: libc::c_ulong = 0xb704;
+        let mut uid: libc::uid_t = 0;
+        // SAFETY: the ioctl writes one uid_t into `uid`, which outlives the call.
+        assert_eq!(unsafe { libc::ioctl(raw, NS_GET_OWNER_UID, &mut uid) }, 0);
+        assert_eq!(uid, owner);
+        assert!(uid >= map.host_base + map.len, "owner {uid} is inside the map or root");
+    }
+
+    #[test]
+    fn owners_stay_clear_of_root_the_map_and_no_uid() {
+        for map in [IdMap { host_base: 100_000_000, len: 65536 }, IdMap { host_base: u32::MAX - 70_000, len: 65536 }] {
+            for _ in 0..1000 {
+                let o = owner_for(map);
+                assert!(o != 0 && o != u32::MAX, "{o}");
+                assert!(o < map.host_base || o >= map.host_base + map.len, "{o} is inside {map}");
+            }
+        }
     }
 }

@@ -1,0 +1,208 @@
+//! The seams around a local sandbox (issue 23): what the runner could carry into a sandbox
+//! without meaning to. Each test acts as code inside a sandbox would (or as the shell that
+//! started the runner), against real sandboxes; each failed on the code before its fix. They
+//! need root (CI runs as root).
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+
+use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
+use scenario_run::provider::{CreateRequest, ExecRequest, Provider};
+
+fn provider() -> (LocalProvider, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts =
+        LocalOptions { state_dir: dir.path().to_path_buf(), isolation: Isolation::Namespaces, ..Default::default() };
+    (LocalProvider::new(opts).expect("isolated sandboxes (needs root, bwrap)"), dir)
+}
+
+/// Runs `cmd` as `user` and returns (exit code, stdout, stderr).
+async fn run(p: &LocalProvider, id: &str, user: &str, cmd: &str) -> (Option<i32>, String, String) {
+    let req = ExecRequest {
+        cmd: cmd.to_string(),
+        user: Some(user.to_string()),
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let r = p.exec(id, req, None).await.unwrap();
+    (r.exit_code, String::from_utf8_lossy(&r.stdout).into_owned(), String::from_utf8_lossy(&r.stderr).into_owned())
+}
+
+async fn ok(p: &LocalProvider, id: &str, user: &str, cmd: &str) -> String {
+    let (code, out, err) = run(p, id, user, cmd).await;
+    assert_eq!(code, Some(0), "{cmd} as {user} failed: {err}");
+    out
+}
+
+/// The host pids of every process of the sandbox in which a command printed `marker`: the
+/// processes that share the PID namespace of the one running `sleep <marker>`.
+fn host_pids_of_sandbox(marker: &str) -> Vec<u32> {
+    let pids: Vec<u32> =
+        std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    let anchor = pids
+        .iter()
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == format!("sleep {marker}"))
+        })
+        .expect("the marker process");
+    let ns = std::fs::read_link(format!("/proc/{anchor}/ns/pid")).unwrap();
+    pids.into_iter().filter(|p| std::fs::read_link(format!("/proc/{p}/ns/pid")).is_ok_and(|n| n == ns)).collect()
+}
+
+/// Regression (issue 23 item 2): bubblewrap (pid 1) and the user namespace's holder kept the
+/// runner's whole environment, so `sudo cat /proc/1/environ` printed every key of the runner.
+#[tokio::test]
+async fn the_runners_environment_reaches_no_process_in_a_sandbox() {
+    let canary = format!("sr-env-canary-{}", std::process::id());
+    // Only this test's process (nextest runs each test in its own) holds it.
+    std::env::set_var("SR_SEAMS_SECRET", &canary);
+    let (p, _d) = provider();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    ok(&p, &sb.id, "user", "nohup sleep 4242 >/dev/null 2>&1 &").await;
+    let all = ok(&p, &sb.id, "root", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; true").await;
+    assert!(!all.contains(&canary), "the runner's environment is readable inside:\n{all}");
+    // And from the host's side, whatever the sandbox can or cannot read: no process of it
+    // holds the variable.
+    for pid in host_pids_of_sandbox("4242") {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&env).contains(&canary), "host pid {pid} holds the runner's environment");
+    }
+    p.kill(&sb.id).await.unwrap();
+}
+
+/// Regression (issue 23 item 3): a descriptor the runner inherited on a directory (as shells,
+/// CI runners and IDEs leave them) reached every sandbox command, which read a 0600 host file
+/// through it and created files in the host directory.
+#[tokio::test]
+async fn no_descriptor_the_runner_holds_reaches_a_sandbox() {
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("secret"), "host secret").unwrap();
+    std::fs::set_permissions(host.path().join("secret"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // Open without close-on-exec, at a number a child would inherit.
+    let dir = std::fs::File::open(host.path()).unwrap();
+    // SAFETY: integer arguments; fd 77 becomes a second, inheritable descriptor of `dir`.
+    assert_eq!(unsafe { libc::dup2(dir.as_raw_fd(), 77) }, 77);
+    let (p, _d) = provider();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let probe = "python3 -c 'import os\nopen_fds = []\nfor fd in range(3, 1024):\n    try:\n        os.fstat(fd)\n        open_fds.append(fd)\n    except OSError:\n        pass\nprint(open_fds)'";
+    for user in ["user", "root"] {
+        assert_eq!(ok(&p, &sb.id, user, probe).await.trim(), "[]", "descriptors above 2 inside, as {user}");
+    }
+    let attack = "python3 -c 'import os; print(open(\"secret\", opener=lambda p, f: os.open(p, f, dir_fd=77)).read())'";
+    let (code, out, _) = run(&p, &sb.id, "root", attack).await;
+    assert_ne!(code, Some(0), "read a host file through an inherited descriptor: {out}");
+    let (code, _, _) = run(&p, &sb.id, "root", "python3 -c 'import os; os.mkdir(\"made\", dir_fd=77)'").await;
+    assert_ne!(code, Some(0));
+    assert!(!host.path().join("made").exists(), "created a file in a host directory");
+    // Nor does pid 1 (or the keep-alive) hold it.
+    ok(&p, &sb.id, "user", "nohup sleep 4343 >/dev/null 2>&1 &").await;
+    for pid in host_pids_of_sandbox("4343") {
+        assert!(std::fs::read_link(format!("/proc/{pid}/fd/77")).is_err(), "host pid {pid} holds fd 77");
+    }
+    // SAFETY: closes the duplicate made above, which nothing else owns.
+    unsafe { libc::close(77) };
+    p.kill(&sb.id).await.unwrap();
+}
+
+/// Regression (issue 23 item 9): pid 1 (bubblewrap's reaper, outside the seccomp filter and
+/// with the whole capability bounding set) could be ptrace'd by the sandbox's root, and
+/// through the keep-alive's stderr (a root-owned host log file) a sandbox wrote 1 MiB onto the
+/// host. Now pid 1 is not traceable, and no process in the sandbox holds a host file open
+/// for writing.
+#[tokio::test]
+async fn pid_1_cannot_be_traced_and_nothing_inside_writes_a_host_file() {
+    let (p, _d) = provider();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let attach = "python3 -c 'import ctypes, sys\nl = ctypes.CDLL(None, use_errno=True)\nr = l.ptrace(16, 1, 0, 0)\nsys.exit(0 if r == 0 else 1)'";
+    let (code, _, _) = run(&p, &sb.id, "root", attach).await;
+    assert_ne!(code, Some(0), "root inside attached to pid 1 with ptrace");
+    let (code, out, _) = run(&p, &sb.id, "root", "cat /proc/1/environ").await;
+    assert_ne!(code, Some(0), "pid 1's environment is readable: {out}");
+    let (code, out, _) = run(&p, &sb.id, "root", "readlink /proc/1/fd/0 || readlink /proc/1/fd/1").await;
+    assert_ne!(code, Some(0), "pid 1's descriptors can be followed: {out}");
+    // Writing through a process's stderr reaches nothing on the host.
+    ok(&p, &sb.id, "user", "nohup sleep 4444 >/dev/null 2>&1 &").await;
+    let _ =
+        run(&p, &sb.id, "root", "for f in /proc/[0-9]*/fd/2; do head -c 65536 /dev/zero > $f; done 2>/dev/null; true")
+            .await;
+    let pids = host_pids_of_sandbox("4444");
+    assert!(pids.len() >= 3, "pid 1, its keep-alive and the marker: {pids:?}");
+    let root_dev = std::fs::metadata(format!("/proc/{}/root/", pids[0])).unwrap().dev();
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+            let Ok(meta) = std::fs::metadata(fd.path()) else { continue };
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
+                .unwrap_or_default();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+                .unwrap_or(0);
+            let writable = flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32;
+            let host_file = (meta.is_file() || meta.is_dir()) && meta.dev() != root_dev;
+            assert!(!(writable && host_file), "host pid {pid} holds {} open for writing", target.display());
+        }
+    }
+    p.kill(&sb.id).await.unwrap();
+}
+
+/// Regression (issue 23 item 7): the kernel charged every sandbox's inotify instances to host
+/// root (the owner of each sandbox's user namespace), so one sandbox took all 128 and host
+/// root's `inotify_init1` failed. Now each sandbox's namespace has an owner of its own.
+#[tokio::test]
+async fn a_sandbox_cannot_starve_the_host_or_another_sandbox_of_inotify() {
+    let (p, _d) = provider();
+    let a = p.create(CreateRequest::default()).await.unwrap();
+    let b = p.create(CreateRequest::default()).await.unwrap();
+    // Hold as many instances as the kernel gives, in the background, and say how many.
+    let hog = "python3 -c 'import ctypes, time\nl = ctypes.CDLL(None, use_errno=True)\nfds = []\nwhile len(fds) < 100000 and l.inotify_init1(0) >= 0:\n    fds.append(1)\nopen(\"/tmp/held\", \"w\").write(str(len(fds)))\ntime.sleep(120)' >/dev/null 2>&1 &";
+    ok(&p, &a.id, "user", hog).await;
+    let mut held = String::new();
+    for _ in 0..100 {
+        held = run(&p, &a.id, "user", "cat /tmp/held").await.1;
+        if !held.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(held.trim().parse::<u32>().is_ok_and(|n| n > 0), "the hog held {held:?}");
+    // Host root still gets one.
+    let mine = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC);
+    assert!(mine.is_ok(), "host root cannot create an inotify instance after a sandbox took {held}: {mine:?}");
+    // And so does another sandbox.
+    let one = "python3 -c 'import ctypes, sys; sys.exit(0 if ctypes.CDLL(None).inotify_init1(0) >= 0 else 1)'";
+    assert_eq!(run(&p, &b.id, "user", one).await.0, Some(0), "sandbox b starved of inotify by a");
+    p.kill(&a.id).await.unwrap();
+    p.kill(&b.id).await.unwrap();
+}
+
+/// Regression (issue 23 item 8): the filter let through what Docker's default profile
+/// refuses: AF_VSOCK sockets, `modify_ldt`, `personality(READ_IMPLIES_EXEC)`, `fanotify_init`.
+#[tokio::test]
+async fn what_dockers_default_profile_refuses_fails_inside() {
+    let (p, _d) = provider();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let call = |expr: &str| {
+        format!(
+            "python3 -c 'import ctypes, sys\nl = ctypes.CDLL(None, use_errno=True)\nsys.exit(0 if ({expr}) >= 0 else 1)'"
+        )
+    };
+    for (name, expr) in [
+        ("AF_VSOCK socket", "l.socket(40, 1, 0)"),
+        ("modify_ldt", "l.syscall(154, 0, None, 0)"),
+        ("personality(READ_IMPLIES_EXEC)", "l.personality(0x0400000)"),
+        ("fanotify_init", "l.syscall(300, 0, 0)"),
+    ] {
+        for user in ["root", "user"] {
+            assert_ne!(run(&p, &sb.id, user, &call(expr)).await.0, Some(0), "{name} as {user} succeeded inside");
+        }
+    }
+    // What must keep working does.
+    assert_eq!(run(&p, &sb.id, "user", &call("l.socket(2, 1, 0)")).await.0, Some(0), "an AF_INET socket");
+    assert_eq!(run(&p, &sb.id, "user", &call("l.personality(0xffffffff)")).await.0, Some(0), "the query");
+    p.kill(&sb.id).await.unwrap();
+}
