@@ -35,20 +35,31 @@ async fn ok(p: &LocalProvider, id: &str, user: &str, cmd: &str) -> String {
     out
 }
 
-/// The host pids of every process of the sandbox in which a command printed `marker`: the
-/// processes that share the PID namespace of the one running `sleep <marker>`.
+/// The host pids of every process of the sandbox in which a command started `sleep <marker>`
+/// in the background: the processes that share that one's PID namespace. Waits (up to 10 s)
+/// for the background process to have exec'd `sleep`, which the command does not wait for.
 fn host_pids_of_sandbox(marker: &str) -> Vec<u32> {
-    let pids: Vec<u32> =
-        std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
-    let anchor = pids
-        .iter()
-        .find(|p| {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids: Vec<u32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        let anchor = pids.iter().find(|p| {
             std::fs::read(format!("/proc/{p}/cmdline"))
                 .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == format!("sleep {marker}"))
-        })
-        .expect("the marker process");
-    let ns = std::fs::read_link(format!("/proc/{anchor}/ns/pid")).unwrap();
-    pids.into_iter().filter(|p| std::fs::read_link(format!("/proc/{p}/ns/pid")).is_ok_and(|n| n == ns)).collect()
+        });
+        if let Some(anchor) = anchor {
+            let ns = std::fs::read_link(format!("/proc/{anchor}/ns/pid")).unwrap();
+            return pids
+                .into_iter()
+                .filter(|p| std::fs::read_link(format!("/proc/{p}/ns/pid")).is_ok_and(|n| n == ns))
+                .collect();
+        }
+        assert!(std::time::Instant::now() < deadline, "no process runs `sleep {marker}`");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Regression (issue 23 item 2): bubblewrap (pid 1) and the user namespace's holder kept the

@@ -247,75 +247,6 @@ const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loop
 /// Path, inside a sandbox, of the script named by `BASH_ENV` (see `process`).
 pub(crate) const BASH_ENV_IN_SANDBOX: &str = "/etc/scenario-run/bash_env.sh";
 
-/// Where bubblewrap is run from: a root-owned copy of the installed one, mode 0711, named by
-/// its content's hash.
-///
-/// bwrap becomes the sandbox's pid 1, running as the sandbox's root (an unprivileged range on
-/// the host). A program whose file its process cannot read runs *non-dumpable*, and its
-/// memory then counts as the host's (execve(2), `would_dump`): root inside the sandbox can no
-/// longer `ptrace` pid 1, nor read its `/proc/1/{environ,mem,fd}`. With the installed (0755)
-/// bwrap it could: pid 1 runs outside the seccomp filter and keeps the capability bounding set
-/// whole, so injecting code into it would have undone both walls.
-fn sealed_bwrap() -> std::io::Result<&'static Path> {
-    static SEALED: std::sync::OnceLock<std::result::Result<PathBuf, String>> = std::sync::OnceLock::new();
-    let r = SEALED.get_or_init(|| seal_bwrap().map_err(|e| format!("cannot prepare bubblewrap for sandboxes: {e}")));
-    match r {
-        Ok(p) => Ok(p.as_path()),
-        Err(e) => Err(std::io::Error::other(e.clone())),
-    }
-}
-
-fn seal_bwrap() -> std::io::Result<PathBuf> {
-    use sha2::{Digest, Sha256};
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let installed = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(["/usr/bin".into(), "/bin".into(), "/usr/local/bin".into()])
-        .map(|d| d.join("bwrap"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| std::io::Error::other("bwrap is not installed (apt-get install bubblewrap)"))?;
-    let bytes = std::fs::read(&installed)?;
-    let name = format!("bwrap-{}", &format!("{:x}", Sha256::digest(&bytes))[..16]);
-    let mut last = None;
-    for dir in [Path::new("/run/scenario-run/bin"), Path::new("/var/lib/scenario-run/bin")] {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            last = Some(e);
-            continue;
-        }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
-        // A filesystem mounted noexec cannot run it.
-        if rustix::fs::statvfs(dir).is_ok_and(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::NOEXEC)) {
-            continue;
-        }
-        let path = dir.join(&name);
-        if let Ok(m) = std::fs::symlink_metadata(&path) {
-            if m.is_file() && m.uid() == 0 && m.mode() & 0o7777 == 0o711 && m.len() == bytes.len() as u64 {
-                return Ok(path);
-            }
-            std::fs::remove_file(&path)?;
-        }
-        let tmp = dir.join(format!(".{name}.{}.{}", std::process::id(), crate::random::hex(4)));
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o711)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(&bytes))
-            .and_then(|()| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o711)))
-            .and_then(|()| std::fs::rename(&tmp, &path));
-        match written {
-            Ok(()) => return Ok(path),
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                last = Some(e);
-            }
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no directory that allows executing programs")))
-}
-
 /// The `bwrap` command line for `layout`, with the `pre_exec` hook described in the module
 /// documentation. `info_fd` becomes fd 3 (`--info-fd 3`), `seccomp_fd` fd 4, `boot_id_fd`
 /// (if any) fd 5, whose contents become the sandbox's boot id.
@@ -351,7 +282,7 @@ fn bwrap_command(
     let procs: Vec<CString> = cgroup.map(|c| c.procs.clone()).unwrap_or_default();
     let userns = userns.as_raw_fd();
 
-    let mut cmd = std::process::Command::new(sealed_bwrap()?);
+    let mut cmd = std::process::Command::new("bwrap");
     // Built from nothing: the runner's environment (keys, tokens) never reaches pid 1, and bwrap
     // passes its own to the sandbox's keep-alive.
     cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
