@@ -1,14 +1,17 @@
-//! Egress policies of local sandboxes (`network.allowOut`/`denyOut`), against real network
-//! namespaces, veth pairs and a real server on one of this host's addresses: a sandbox reaches
-//! exactly what its allow list names, root inside cannot change that, and nothing stays on the
-//! host. They need root and iproute2 (CI runs as root; `scripts/setup` installs iproute2).
+//! Egress of local sandboxes (issue 24): a sandbox reaches the internet by default through its
+//! user-space stack, never this host (its loopback, its addresses, its services) or another
+//! sandbox, and `network.allowOut`/`denyOut` decide by address, range, port and (for HTTP and
+//! TLS) name, with E2B's precedence, live. "The internet" here is what this machine may reach:
+//! the package registries, and test hosts that the tests place in a network namespace of their
+//! own (`common::testnet`, addresses of TEST-NET-2). They need root, iproute2, nftables,
+//! slirp4netns and openssl (CI runs as root; `scripts/setup` installs them).
 
 mod common;
 
-use std::io::Write;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use common::testnet::TestNet;
 use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
 use scenario_run::provider::{CreateRequest, ErrorKind, ExecRequest, NetworkPolicy, Provider};
 
@@ -19,47 +22,40 @@ fn provider() -> (LocalProvider, tempfile::TempDir) {
     (LocalProvider::new(opts).expect("isolated sandboxes (needs root, bwrap)"), dir)
 }
 
-/// This host's first global IPv4 address (not loopback): what the sandboxes are to reach.
-fn host_address() -> Ipv4Addr {
-    let out = std::process::Command::new("ip")
-        .args(["-4", "-o", "addr", "show", "scope", "global"])
-        .output()
-        .expect("these tests need iproute2's `ip` on the host");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .and_then(|a| a.split('/').next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("this host has no global IPv4 address to test egress with: {text}"))
-}
-
-/// A server on every host address that answers each connection with `hello`.
-fn server() -> u16 {
-    let l = TcpListener::bind("0.0.0.0:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut c in l.incoming().flatten() {
-            let _ = c.write_all(b"hello");
-        }
-    });
-    port
-}
-
-fn policy(allow: &[&str], deny: &[&str]) -> NetworkPolicy {
+fn policy(allow: &[&str], deny: &[&str], internet: Option<bool>) -> NetworkPolicy {
     NetworkPolicy {
+        allow_internet_access: internet,
         allow_out: allow.iter().map(|s| s.to_string()).collect(),
         deny_out: deny.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
+        dns_servers: None,
     }
 }
 
-/// What a TCP connection from inside to `addr:port` gives: `hello`, or the error's name.
+async fn create(p: &LocalProvider, network: Option<NetworkPolicy>) -> String {
+    p.create(CreateRequest { network, ..Default::default() }).await.unwrap().id
+}
+
+async fn sh(p: &LocalProvider, id: &str, user: &str, cmd: &str) -> (Option<i32>, String) {
+    let req = ExecRequest {
+        cmd: cmd.into(),
+        user: Some(user.into()),
+        timeout: Some(Duration::from_secs(120)),
+        ..Default::default()
+    };
+    let r = p.exec(id, req, None).await.unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&r.stdout), String::from_utf8_lossy(&r.stderr));
+    (r.exit_code, out)
+}
+
+/// What a TCP connection from inside to `addr:port` gives: the first line the server sends,
+/// `closed` (accepted, then closed without a word: E2B's answer to a name it denies), or the
+/// error's name (`ECONNREFUSED`, `EHOSTUNREACH`, `timeout`, ...).
 async fn reach(p: &LocalProvider, id: &str, addr: &str, port: u16) -> String {
     let py = format!(
         "import socket, errno\n\
-         s = socket.socket(); s.settimeout(3)\n\
-         try:\n    s.connect(('{addr}', {port})); print(s.recv(5).decode())\n\
+         s = socket.socket(); s.settimeout(5)\n\
+         try:\n    s.connect(('{addr}', {port})); d = s.recv(100).decode().strip(); print(d or 'closed')\n\
+         except socket.timeout:\n    print('timeout')\n\
          except OSError as e:\n    print(errno.errorcode.get(e.errno, str(e)))\n"
     );
     let req = ExecRequest {
@@ -74,335 +70,322 @@ async fn reach(p: &LocalProvider, id: &str, addr: &str, port: u16) -> String {
     String::from_utf8_lossy(&r.stdout).trim().to_string()
 }
 
-/// The host end of the sandbox's veth pair (`sr-x-y` for its address `169.254.x.y`), from its
-/// `eth0` inside; `None` if it has none.
-async fn link_of(p: &LocalProvider, id: &str) -> Option<String> {
-    let py = "import socket, fcntl, struct\n\
-              s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-              try:\n    a = fcntl.ioctl(s.fileno(), 0x8915, struct.pack('256s', b'eth0'))[20:24]\n\
-              except OSError:\n    print('none')\n\
-              else:\n    print('sr-%d-%d' % (a[2], a[3]))\n";
-    let req = ExecRequest { cmd: "python3 -".into(), stdin: Some(py.as_bytes().to_vec()), ..Default::default() };
-    let r = p.exec(id, req, None).await.unwrap();
-    let out = String::from_utf8_lossy(&r.stdout).trim().to_string();
-    assert_eq!(r.exit_code, Some(0), "{out}{}", String::from_utf8_lossy(&r.stderr));
-    let link = (out != "none").then_some(out)?;
-    assert!(std::path::Path::new("/sys/class/net").join(&link).exists(), "no host end {link}");
-    Some(link)
+/// An HTTP GET from inside; the body, or curl's error.
+async fn get(p: &LocalProvider, id: &str, url: &str) -> String {
+    let (_, out) = sh(p, id, "user", &format!("curl -sS -k -m 10 '{url}' 2>&1")).await;
+    out.trim().to_string()
 }
 
-/// Waits until the link `name` is gone from the host (the kernel deletes a veth pair with
-/// its namespace, which takes a moment after the last process).
-fn gone(name: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if !std::path::Path::new("/sys/class/net").join(name).exists() {
-            return true;
+/// Whether `what` is a refusal (anything but a server's answer).
+fn refused(what: &str) -> bool {
+    !what.starts_with("banner") && !what.starts_with("host ")
+}
+
+/// A listener on every host address that answers each connection with `hello`.
+fn host_server() -> u16 {
+    let l = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        for mut c in l.incoming().flatten() {
+            let _ = c.write_all(b"hello");
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
+    });
+    port
 }
 
-/// The gateway of the sandbox whose host link is `link` (`sr-x-y` → `169.254.x.(y-1)`): an
-/// address of the host, which no allow list here names.
-fn gateway(link: &str) -> String {
-    let parts: Vec<u8> = link.trim_start_matches("sr-").split('-').map(|p| p.parse().unwrap()).collect();
-    format!("169.254.{}.{}", parts[0], parts[1] - 1)
-}
-
-#[tokio::test]
-async fn without_a_policy_a_sandbox_reaches_only_its_own_loopback() {
-    let (p, _d) = provider();
-    let host = host_address().to_string();
-    let port = server();
-    let sb = p.create(CreateRequest::default()).await.unwrap();
-    assert_eq!(link_of(&p, &sb.id).await, None, "no link is made without a policy");
-    assert_eq!(reach(&p, &sb.id, &host, port).await, "ENETUNREACH");
-    // The host's loopback is not the sandbox's: nothing listens on that port there.
-    assert_eq!(reach(&p, &sb.id, "127.0.0.1", port).await, "ECONNREFUSED");
-    // Root inside still binds low ports and its own loopback works (the namespace is the
-    // host's, which would otherwise withhold both).
-    let req = ExecRequest {
-        cmd: "python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1', 80)); s.listen(); \
-              c=socket.create_connection(('127.0.0.1', 80)); print('bound')\""
-            .into(),
-        user: Some("root".into()),
-        ..Default::default()
-    };
-    let r = p.exec(&sb.id, req, None).await.unwrap();
-    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "bound", "{}", String::from_utf8_lossy(&r.stderr));
-    p.kill(&sb.id).await.unwrap();
+/// Every IPv4 address of this host, loopback included.
+fn host_addresses() -> Vec<String> {
+    let out = std::process::Command::new("ip").args(["-4", "-o", "addr", "show"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "inet").nth(1))
+        .filter_map(|a| a.split('/').next().map(str::to_string))
+        .collect()
 }
 
 #[tokio::test]
-async fn an_allow_list_reaches_exactly_what_it_names_and_allow_beats_deny() {
+async fn a_sandbox_reaches_the_package_registries_by_default() {
     let (p, _d) = provider();
-    let host = host_address().to_string();
-    let port = server();
+    let id = create(&p, None).await;
+    // A real package download from PyPI (a registry this machine reaches), resolved through
+    // the sandbox's own resolver.
+    let (code, out) = sh(
+        &p,
+        &id,
+        "user",
+        "cat /etc/resolv.conf; pip download --no-deps --no-cache-dir -q -d /tmp/dl six && ls /tmp/dl",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("nameserver 10.0.2.3") && out.contains("six-"), "{out}");
+    p.kill(&id).await.unwrap();
+}
 
-    // Allowed: the host address; denied all else (E2B's whitelist form).
-    let req = CreateRequest { network: Some(policy(&[&host], &["0.0.0.0/0"])), ..Default::default() };
-    let a = p.create(req).await.unwrap();
-    let link = link_of(&p, &a.id).await.expect("a veth pair for the allow list");
-    assert_eq!(reach(&p, &a.id, &host, port).await, "hello");
-    // The gateway is an address of the host too, not named: unreachable, as is the rest.
-    assert_eq!(reach(&p, &a.id, &gateway(&link), port).await, "ENETUNREACH");
-    assert_eq!(reach(&p, &a.id, "10.255.255.1", port).await, "ENETUNREACH");
-
-    // Allow beats deny: the same address in both lists is reachable.
-    let req = CreateRequest { network: Some(policy(&[&format!("{host}/32")], &[&host])), ..Default::default() };
-    let b = p.create(req).await.unwrap();
-    assert_eq!(reach(&p, &b.id, &host, port).await, "hello");
-
-    // A deny list alone, or an allow list naming other addresses, reaches nothing here.
-    let req = CreateRequest { network: Some(policy(&[], &[&host])), ..Default::default() };
-    let c = p.create(req).await.unwrap();
-    assert_eq!(link_of(&p, &c.id).await, None, "a deny list alone needs no link");
-    assert_eq!(reach(&p, &c.id, &host, port).await, "ENETUNREACH");
-    let req = CreateRequest { network: Some(policy(&["10.255.255.0/24"], &[])), ..Default::default() };
-    let d = p.create(req).await.unwrap();
-    assert_eq!(reach(&p, &d.id, &host, port).await, "ENETUNREACH");
-
-    let links = [link, link_of(&p, &b.id).await.unwrap(), link_of(&p, &d.id).await.unwrap()];
-    for id in [&a.id, &b.id, &c.id, &d.id] {
-        p.kill(id).await.unwrap();
-    }
-    for l in links {
-        assert!(gone(&l), "{l} stays on the host after its sandbox was killed");
+#[tokio::test]
+async fn the_host_its_services_and_other_sandboxes_are_never_reachable() {
+    let (p, _d) = provider();
+    let port = host_server();
+    let loopback_only = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = loopback_only.local_addr().unwrap().port();
+    // Even with every address allowed, by address and by name.
+    for network in [None, Some(policy(&["0.0.0.0/0", "*"], &[], None))] {
+        let id = create(&p, network.clone()).await;
+        let other = create(&p, None).await;
+        sh(&p, &other, "user", "nohup python3 -m http.server 8123 >/dev/null 2>&1 &").await;
+        let other_url = p.port_url(&other, 8123).await.unwrap();
+        let other_port: u16 = other_url.rsplit(':').next().unwrap().parse().unwrap();
+        let mut targets: Vec<(String, u16)> = host_addresses().into_iter().map(|a| (a, port)).collect();
+        targets.extend([
+            ("127.0.0.1".to_string(), lport),
+            ("10.0.2.2".to_string(), port),
+            ("10.0.2.2".to_string(), lport),
+            ("10.0.2.3".to_string(), port),
+            ("169.254.169.254".to_string(), 80),
+            ("0.0.0.0".to_string(), port),
+            ("127.0.0.1".to_string(), other_port),
+            ("10.0.2.2".to_string(), other_port),
+        ]);
+        for (addr, port) in &targets {
+            let got = reach(&p, &id, addr, *port).await;
+            assert!(refused(&got) && got != "hello", "{addr}:{port} reached from a sandbox ({network:?}): {got}");
+        }
+        // Through the proxy (port 80 with a name allowed) neither.
+        if network.is_some() {
+            let got = get(&p, &id, &format!("http://localhost:{lport}/")).await;
+            assert!(!got.contains("hello"), "{got}");
+        }
+        p.kill(&id).await.unwrap();
+        p.kill(&other).await.unwrap();
     }
 }
 
 #[tokio::test]
-async fn what_cannot_be_enforced_is_refused() {
+async fn addresses_ranges_and_ports_decide_with_allow_winning_over_deny() {
+    let net = TestNet::new(2);
+    let (a, b) = (net.host(0).to_string(), net.host(1).to_string());
     let (p, _d) = provider();
-    for (allow, deny, what) in [
-        (&["example.com"][..], &[][..], "domain names"),
-        (&["::1"][..], &[][..], "IPv6"),
-        (&[][..], &["10.0.0.0/40"][..], "prefix"),
-    ] {
-        let req = CreateRequest { network: Some(policy(allow, deny)), ..Default::default() };
-        let e = p.create(req).await.expect_err(what);
-        assert!(e.message.contains(what), "{e}");
-        assert!(matches!(e.kind, ErrorKind::Unsupported | ErrorKind::Invalid), "{e:?}");
+    // Open: both test hosts, every port.
+    let id = create(&p, None).await;
+    assert_eq!(reach(&p, &id, &a, 7000).await, format!("banner {a}"));
+    assert!(get(&p, &id, &format!("http://{b}/")).await.starts_with(&format!("host {b}")));
+    // Allow one address inside a denied range: allow wins.
+    let id2 = create(&p, Some(policy(&[&a], &[&net.range()], None))).await;
+    assert_eq!(reach(&p, &id2, &a, 7000).await, format!("banner {a}"));
+    assert!(refused(&reach(&p, &id2, &b, 7000).await));
+    // Deny everything but one port of one host.
+    let id3 = create(&p, Some(policy(&[&format!("{b}:7000")], &["0.0.0.0/0"], None))).await;
+    assert_eq!(reach(&p, &id3, &b, 7000).await, format!("banner {b}"));
+    assert!(refused(&reach(&p, &id3, &b, 80).await));
+    assert!(refused(&reach(&p, &id3, &a, 7000).await));
+    // Deny one host only: the rest stays open.
+    let id4 = create(&p, Some(policy(&[], &[&a], None))).await;
+    assert!(refused(&reach(&p, &id4, &a, 7000).await));
+    assert_eq!(reach(&p, &id4, &b, 7000).await, format!("banner {b}"));
+    // No internet: nothing, and no DNS either (E2B's default nameserver is denied too).
+    let id5 = create(&p, Some(policy(&[], &[], Some(false)))).await;
+    assert!(refused(&reach(&p, &id5, &a, 7000).await));
+    let (code, out) = sh(&p, &id5, "user", "getent hosts pypi.org").await;
+    assert_ne!(code, Some(0), "DNS answered with internet access off: {out}");
+    for id in [id, id2, id3, id4, id5] {
+        p.kill(&id).await.unwrap();
     }
 }
 
 #[tokio::test]
 async fn an_update_replaces_the_policy_of_a_running_sandbox() {
+    let net = TestNet::new(1);
+    let a = net.host(0).to_string();
     let (p, _d) = provider();
-    let host = host_address().to_string();
-    let port = server();
-    let sb = p.create(CreateRequest::default()).await.unwrap();
-    assert_eq!(reach(&p, &sb.id, &host, port).await, "ENETUNREACH");
-    p.update_network(&sb.id, policy(&[&host], &[])).await.unwrap();
-    assert_eq!(reach(&p, &sb.id, &host, port).await, "hello");
-    let link = link_of(&p, &sb.id).await.expect("a veth pair after the update");
-    // Replaced, not added to.
-    p.update_network(&sb.id, policy(&["10.255.255.0/24"], &[])).await.unwrap();
-    assert_eq!(reach(&p, &sb.id, &host, port).await, "ENETUNREACH");
-    // Cleared: the pair goes at once.
-    p.update_network(&sb.id, NetworkPolicy::default()).await.unwrap();
-    assert!(gone(&link), "an empty policy leaves {link}");
-    assert_eq!(link_of(&p, &sb.id).await, None);
-    assert_eq!(reach(&p, &sb.id, &host, port).await, "ENETUNREACH");
-    p.kill(&sb.id).await.unwrap();
+    let id = create(&p, None).await;
+    assert_eq!(reach(&p, &id, &a, 7000).await, format!("banner {a}"));
+    p.update_network(&id, policy(&[], &[], Some(false))).await.unwrap();
+    assert!(refused(&reach(&p, &id, &a, 7000).await));
+    p.update_network(&id, policy(&[&format!("{a}/32")], &["0.0.0.0/0"], None)).await.unwrap();
+    assert_eq!(reach(&p, &id, &a, 7000).await, format!("banner {a}"));
+    p.update_network(&id, NetworkPolicy::default()).await.unwrap();
+    assert_eq!(reach(&p, &id, &a, 7000).await, format!("banner {a}"));
+    // A bad update changes nothing.
+    let e = p.update_network(&id, policy(&[], &["example.com"], None)).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid, "{e:?}");
+    assert_eq!(reach(&p, &id, &a, 7000).await, format!("banner {a}"));
+    p.kill(&id).await.unwrap();
 }
 
-/// Root inside a sandbox with an allow list tries to widen it: routes, links, addresses,
-/// raw sockets, a namespace of its own, and the firewall tools if the image has them.
-/// Everything must fail, and the sandbox must still reach exactly what it did.
+/// A host address that appears after a sandbox's network was made (a VPN, a Docker bridge,
+/// here a test network's gateway) is refused as soon as it exists.
+#[tokio::test]
+async fn an_address_the_host_gains_later_is_refused_too() {
+    let (p, _d) = provider();
+    let id = create(&p, None).await;
+    let net = TestNet::new(1);
+    let port = host_server();
+    let gw = net.gateway().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = reach(&p, &id, &gw, port).await;
+        if refused(&got) && got != "hello" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the host's new address {gw} stayed reachable: {got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // While the test host behind it is reachable.
+    assert_eq!(reach(&p, &id, &net.host(0).to_string(), 7000).await, format!("banner {}", net.host(0)));
+    p.kill(&id).await.unwrap();
+}
+
 #[tokio::test]
 async fn root_inside_cannot_change_the_rules() {
+    let net = TestNet::new(1);
+    let a = net.host(0).to_string();
     let (p, _d) = provider();
-    let host = host_address().to_string();
-    let port = server();
-    let req = CreateRequest { network: Some(policy(&[&host], &[])), ..Default::default() };
-    let sb = p.create(req).await.unwrap();
-    let link = link_of(&p, &sb.id).await.expect("a veth pair");
-    let gw = gateway(&link);
-    let py = format!(
-        r#"
-import socket, struct, errno, os
-def nl(kind, flags, payload):
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
-    s.bind((0, 0))
-    s.send(struct.pack("=IHHII", 16 + len(payload), kind, flags | 1 | 4, 1, 0) + payload)
-    d = s.recv(65536)
-    if struct.unpack("=H", d[4:6])[0] == 2:
-        code = -struct.unpack("=i", d[16:20])[0]
-        return errno.errorcode.get(code, "ok") if code else "ok"
-    return "ok"
-idx = socket.if_nametoindex("eth0")
-gw = socket.inet_aton("{gw}")
-# a default route via the gateway (RTM_NEWROUTE, create|excl)
-rt = struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 254, 4, 0, 1, 4)
-rt += struct.pack("=HHI", 8, 4, idx) + struct.pack("=HH4s", 8, 5, gw)
-print("route", nl(24, 0x600, rt))
-# delete the allowed route (RTM_DELROUTE)
-rt = struct.pack("=BBBBBBBBI", socket.AF_INET, 32, 0, 0, 254, 0, 0, 1, 0)
-rt += struct.pack("=HH4s", 8, 1, socket.inet_aton("{host}"))
-print("delroute", nl(25, 0, rt))
-# the link down (RTM_NEWLINK)
-print("link", nl(16, 0, struct.pack("=BBHiII", 0, 0, 0, idx, 0, 1)))
-# another address (RTM_NEWADDR)
-ad = struct.pack("=BBBBI", socket.AF_INET, 24, 0, 0, idx) + struct.pack("=HH4s", 8, 2, socket.inet_aton("{gw}"))
-print("addr", nl(20, 0x400, ad))
-try:
-    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print("raw ok")
-except OSError as e:
-    print("raw", errno.errorcode[e.errno])
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-print("unshare", "ok" if libc.unshare(0x40000000) == 0 else errno.errorcode[ctypes.get_errno()])
-"#
-    );
-    let req = ExecRequest {
-        cmd: "python3 -".into(),
-        stdin: Some(py.into_bytes()),
-        user: Some("root".into()),
-        timeout: Some(Duration::from_secs(30)),
-        ..Default::default()
-    };
-    let r = p.exec(&sb.id, req, None).await.unwrap();
-    let out = String::from_utf8_lossy(&r.stdout).to_string();
-    assert_eq!(r.exit_code, Some(0), "{out}{}", String::from_utf8_lossy(&r.stderr));
-    for what in ["route", "delroute", "link", "addr", "raw", "unshare"] {
-        assert!(out.lines().any(|l| l == format!("{what} EPERM")), "{what} was not refused:\n{out}");
+    let id = create(&p, Some(policy(&[], &["0.0.0.0/0"], None))).await;
+    for attack in [
+        "nft flush ruleset",
+        "nft delete table inet scenario_run",
+        "ip route replace default via 10.0.2.2 dev eth0",
+        "ip addr add 10.0.2.50/24 dev eth0",
+        "ip link set eth0 down",
+        "iptables -P OUTPUT ACCEPT",
+    ] {
+        for user in ["root", "user"] {
+            let (code, out) = sh(&p, &id, user, &format!("sudo -n {attack} 2>&1 || {attack} 2>&1")).await;
+            assert_ne!(code, Some(0), "`{attack}` as {user} succeeded: {out}");
+        }
     }
-    // The tools, where the image has them.
-    let tools = "for c in 'ip link set eth0 down' 'ip route add default via GW dev eth0 onlink' \
-                 'iptables -F' 'iptables -P OUTPUT ACCEPT' 'nft flush ruleset'; do \
-                   set -- $c; command -v $1 >/dev/null || continue; \
-                   if ${c/GW/GWADDR} 2>/dev/null; then echo \"changed: $c\"; fi; done; echo done"
-        .replace("GWADDR", &gw);
-    let r = p
-        .exec(&sb.id, ExecRequest { cmd: tools, user: Some("root".into()), ..Default::default() }, None)
-        .await
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "done", "a tool changed the network");
-    // Still exactly as allowed.
-    assert_eq!(reach(&p, &sb.id, &host, port).await, "hello");
-    assert_eq!(reach(&p, &sb.id, &gw, port).await, "ENETUNREACH");
-    p.kill(&sb.id).await.unwrap();
-    assert!(gone(&link));
+    assert!(refused(&reach(&p, &id, &a, 7000).await));
+    p.kill(&id).await.unwrap();
 }
 
-/// The scenario `create` step's `network` field, on the local provider and through the E2B
-/// client against `serve` (create's `network.allowOut` over the wire): the allowed address
-/// answers, another does not.
-#[test]
-fn a_scenario_create_with_an_allow_list_on_local_and_over_serve() {
-    let host = host_address().to_string();
-    let port = server();
-    let dir = tempfile::tempdir().unwrap();
-    let probe = |addr: &str| {
-        format!(
-            "python3 -c \"import socket, errno\ntry:\n  print(socket.create_connection(('{addr}', {port}), 3).recv(5).decode())\nexcept OSError as e:\n  print(errno.errorcode[e.errno])\""
-        )
-    };
-    let scenario = format!(
-        "name: egress allow list\nsteps:\n  - create: {{ template: base, network: {{ allow_out: [\"{host}\"], deny_out: [0.0.0.0/0] }} }}\n  \
-         - exec: {}\n  - assert-stdout: {{ equals: \"hello\\n\" }}\n  \
-         - exec: {}\n  - assert-stdout: {{ equals: \"ENETUNREACH\\n\" }}\n",
-        serde_json::to_string(&probe(&host)).unwrap(),
-        serde_json::to_string(&probe("10.255.255.1")).unwrap(),
-    );
-    let file = dir.path().join("egress.yaml");
-    std::fs::write(&file, scenario).unwrap();
-    let file = file.to_str().unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let out = common::cmd(&["--provider", "local", "--no-progress", file])
-        .env("SCENARIO_RUN_STATE_DIR", state.path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "local: {text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("1 passed"), "{text}");
-    let srv = common::serve::serve();
-    let out = common::serve::e2b_cmd(&srv, &[file]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "over serve: {text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("1 passed"), "{text}");
+#[tokio::test]
+async fn what_e2b_refuses_is_refused() {
+    let (p, _d) = provider();
+    for (bad, why) in [
+        (policy(&[], &["example.com"], None), "allowOut only"),
+        (policy(&["10.0.0.0/33"], &[], None), "prefix"),
+        (policy(&["a b"], &[], None), "neither an address"),
+        (policy(&["1.2.3.4:0"], &[], None), "port"),
+    ] {
+        let e = p.create(CreateRequest { network: Some(bad.clone()), ..Default::default() }).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Invalid, "{bad:?}: {e:?}");
+        assert!(e.message.contains(why), "{bad:?}: {}", e.message);
+    }
+    assert!(p.list(&Default::default()).await.unwrap().is_empty(), "a refused create left a sandbox");
 }
 
-/// A SIGKILLed scenario-run leaves no link on the host: the veth pair belongs to the sandbox's
-/// network namespace, which goes with the sandbox (`--die-with-parent`).
+/// A SIGKILLed runner leaves no user-space stack behind: each ends when the runner's end of
+/// its exit pipe closes.
 #[test]
-fn a_sigkill_of_scenario_run_leaves_no_link_behind() {
+fn a_sigkill_of_the_runner_leaves_no_stack_behind() {
     let dir = tempfile::tempdir().unwrap();
-    let name_file = dir.path().join("gateway");
-    // The gateway of its first route (one per address of this host), as /proc/net/route shows
-    // it (hex, little-endian).
-    let scenario = format!(
-        "name: killed\nsteps:\n  - create: {{ template: base, network: {{ allow_out: [0.0.0.0/0] }} }}\n  \
-         - exec: \"awk 'NR==2 {{printf $3}}' /proc/net/route\"\n    id: route\n  \
-         - host: \"echo {{{{ steps.route.stdout }}}} > {}\"\n  - exec: \"sleep 120\"\n",
-        name_file.display()
-    );
-    let file = dir.path().join("killed.yaml");
-    std::fs::write(&file, scenario).unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let mut child = common::cmd(&["--provider", "local", "--no-progress", file.to_str().unwrap()])
-        .env("SCENARIO_RUN_STATE_DIR", state.path())
+    let scenario = dir.path().join("hold.yaml");
+    std::fs::write(&scenario, "name: hold\nsteps:\n  - create: { template: base }\n  - create: { template: base, as: b }\n  - exec: echo ready; sleep 600\n").unwrap();
+    let mut child = common::cmd(&[scenario.to_str().unwrap(), "--no-progress", "--isolation", "namespaces"])
+        .env("SCENARIO_RUN_STATE_DIR", dir.path().join("state"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let stacks = |parent: u32| -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                status.lines().any(|l| l == format!("PPid:\t{parent}"))
+                    && std::fs::read(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with(b"slirp4netns"))
+            })
+            .collect()
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    let link = loop {
-        let hex = std::fs::read_to_string(&name_file).unwrap_or_default().trim().to_string();
-        if let Ok(gw) = u32::from_str_radix(&hex, 16) {
-            let [_, _, x, y] = gw.to_le_bytes();
-            break format!("sr-{x}-{}", y + 1);
+    let mine = loop {
+        let s = stacks(child.id());
+        if s.len() >= 2 {
+            break s;
         }
-        assert!(Instant::now() < deadline, "the scenario never reported its link");
-        assert!(child.try_wait().unwrap().is_none(), "scenario-run ended early");
+        assert!(Instant::now() < deadline, "the run never had two sandbox networks");
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(link.starts_with("sr-") && std::path::Path::new("/sys/class/net").join(&link).exists(), "{link}");
-    // SAFETY: signalling the child we spawned, by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    let _ = child.wait();
-    assert!(gone(&link), "{link} stayed on the host after scenario-run was SIGKILLed");
-}
-
-/// A sandbox paused filesystem-only boots again with a new namespace on resume: it gets its
-/// policy again (a new pair; the old one went with the old namespace).
-#[tokio::test]
-async fn a_resumed_sandbox_keeps_its_policy() {
-    let (p, _d) = provider();
-    let host = host_address().to_string();
-    let port = server();
-    let req = CreateRequest { network: Some(policy(&[&host], &[])), ..Default::default() };
-    let sb = p.create(req).await.unwrap();
-    let first = link_of(&p, &sb.id).await.expect("a veth pair");
-    p.pause(&sb.id, false).await.unwrap();
-    assert!(gone(&first), "the paused sandbox's pair stays: {first}");
-    p.resume(&sb.id, 60).await.unwrap();
-    assert!(link_of(&p, &sb.id).await.is_some(), "no pair after the resume");
-    assert_eq!(reach(&p, &sb.id, &host, port).await, "hello");
-    assert_eq!(reach(&p, &sb.id, "10.255.255.1", port).await, "ENETUNREACH");
-    p.kill(&sb.id).await.unwrap();
-}
-
-/// The host's loopback services (serve, the local registry) stay out of reach even when the
-/// list allows everything: inside, 127.0.0.0/8 is the sandbox's own, and a service bound to
-/// the host's loopback does not answer on the host's other addresses.
-#[tokio::test]
-async fn the_hosts_loopback_stays_out_of_reach_even_with_everything_allowed() {
-    let (p, _d) = provider();
-    let host = host_address().to_string();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut c in l.incoming().flatten() {
-            let _ = c.write_all(b"hello");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mine.iter().any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+        // Reparented, they are reaped by whoever adopts them; a zombie counts as gone.
+        let alive = mine
+            .iter()
+            .any(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")));
+        if !alive {
+            break;
         }
-    });
-    let req = CreateRequest { network: Some(policy(&["0.0.0.0/0"], &[])), ..Default::default() };
-    let sb = p.create(req).await.unwrap();
-    assert_eq!(reach(&p, &sb.id, "127.0.0.1", port).await, "ECONNREFUSED");
-    assert_eq!(reach(&p, &sb.id, &host, port).await, "ECONNREFUSED");
-    p.kill(&sb.id).await.unwrap();
+        assert!(Instant::now() < deadline, "slirp4netns outlived the SIGKILLed runner: {mine:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Domain entries, through the real binary: HTTP by its `Host`, TLS by its server name, E2B's
+/// wildcards, and no spoofing (the proxy connects to the name as the host resolves it, not
+/// where the sandbox's own `/etc/hosts` points it). The test names resolve on the host through
+/// an `/etc/hosts` of the run's own: the binary runs in a mount namespace of its own where a
+/// copy with the test hosts is bound over `/etc/hosts` (nothing of the host changes).
+#[test]
+fn names_decide_http_and_tls_and_cannot_be_spoofed() {
+    let net = TestNet::new(2);
+    let (a, b) = (net.host(0).to_string(), net.host(1).to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    hosts.push_str(&format!("\n{a} allowed.test\n{a} x.wild.test\n{a} wild.test\n{b} other.test\n"));
+    std::fs::write(dir.path().join("hosts"), hosts).unwrap();
+    let scenario = format!(
+        r#"name: names
+steps:
+  - create: {{ template: base, network: {{ allow_out: ["allowed.test", "*.wild.test"], deny_out: ["0.0.0.0/0"] }} }}
+  - exec: {{ cmd: "printf '%s\n' '{a} allowed.test' '{a} x.wild.test' '{a} wild.test' '{b} other.test' >> /etc/hosts", user: root }}
+  - exec: curl -sS -m 10 http://allowed.test/
+    name: HTTP by its Host
+  - assert-stdout: {{ contains: "host {a} for allowed.test" }}
+  - exec: curl -sS -k -m 10 https://allowed.test/
+    name: TLS by its server name
+  - assert-stdout: {{ contains: "host {a} for allowed.test" }}
+  - exec: curl -sS -k -m 10 https://x.wild.test/
+    name: a wildcard's subdomain
+  - assert-stdout: {{ contains: "host {a} for x.wild.test" }}
+  - exec: curl -sS -k -m 10 https://wild.test/ 2>&1; echo "rc=$?"
+    name: not the wildcard's own name
+  - assert-stdout: {{ not_contains: "host " }}
+  - exec: curl -sS -m 10 http://other.test/ 2>&1; echo "rc=$?"
+    name: another name
+  - assert-stdout: {{ not_contains: "host " }}
+  - exec: >-
+      curl -sS -m 10 -H 'Host: allowed.test' http://{b}/ 2>&1; echo "rc=$?"
+    name: an allowed Host sent to another address goes to the name's
+  - assert-stdout: {{ contains: "host {a} for allowed.test" }}
+  - exec: {{ cmd: "sed -i 's/^{a} allowed.test/{b} allowed.test/' /etc/hosts", user: root }}
+  - exec: curl -sS -m 10 http://allowed.test/
+    name: the sandbox's hosts file points the name elsewhere
+  - assert-stdout: {{ contains: "host {a} for allowed.test" }}
+  - exec: >-
+      python3 -c "import socket; s = socket.create_connection(('{a}', 7000), 5); print(s.recv(64))" 2>&1; echo "rc=$?"
+    name: other ports are decided by address only
+  - assert-stdout: {{ not_contains: "banner" }}
+  - exec: getent hosts pypi.org
+    name: DNS answers while a name is allowed
+  - assert-exit: 0
+"#
+    );
+    let file = dir.path().join("names.yaml");
+    std::fs::write(&file, scenario).unwrap();
+    let script = format!("mount --bind '{}' /etc/hosts && exec \"$@\"", dir.path().join("hosts").display());
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+        .arg(common::bin())
+        .args([file.to_str().unwrap(), "--no-progress", "--isolation", "namespaces"])
+        .env("NO_COLOR", "1")
+        .env("SCENARIO_RUN_STATE_DIR", dir.path().join("state"))
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
 }

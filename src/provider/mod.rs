@@ -193,11 +193,17 @@ pub struct NetworkPolicy {
     /// `None`: the platform's default (on, for E2B).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_internet_access: Option<bool>,
-    /// IPv4 addresses or CIDR ranges (E2B also takes domain names).
+    /// Addresses, CIDR ranges or domain names (`*.example.com`), each with an optional port
+    /// or port range (`:443`, `:1-1024`): allowed, whatever `deny_out` says.
     #[serde(default)]
     pub allow_out: Vec<String>,
+    /// Addresses or CIDR ranges (`0.0.0.0/0`: every address), with optional ports.
     #[serde(default)]
     pub deny_out: Vec<String>,
+    /// E2B's `dnsServers`: the IPv4 nameservers a sandbox reaches (all traffic) while
+    /// `allow_out` names a domain; `None` is E2B's default, 8.8.8.8, and `Some(vec![])` none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_servers: Option<Vec<String>>,
 }
 
 pub use crate::templates::BuildSpec;

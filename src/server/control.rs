@@ -178,9 +178,10 @@ pub(crate) struct NewSandbox {
 /// Create's or a network update's egress options as the provider takes them:
 /// `allow_internet_access` (the SDKs send it snake_case, at the top level) and `allowOut` and
 /// `denyOut` of `network` (or of the update's body). What serve cannot honour is refused
-/// (501) naming it, never accepted and silently not done: transform `rules` and an
-/// `egressProxy` (E2B's egress proxy). Entries a local sandbox cannot filter on (domain names,
-/// IPv6) are refused by the provider.
+/// (501) naming it, never accepted and silently not done: transform `rules` (E2B rewrites
+/// matching requests) and an `egressProxy` (E2B sends the sandbox's traffic through a proxy
+/// of the caller's). Entries the provider cannot enforce, or that E2B refuses (a domain name
+/// in `denyOut`), are refused by the provider.
 pub(crate) fn network_policy(internet: Option<bool>, network: Option<&Value>) -> Result<NetworkPolicy, Response> {
     let mut policy = NetworkPolicy { allow_internet_access: internet, ..Default::default() };
     let Some(n) = network.filter(|n| !n.is_null()) else {
@@ -201,16 +202,39 @@ pub(crate) fn network_policy(internet: Option<bool>, network: Option<&Value>) ->
             *list = entries;
         }
     }
+    if let Some(v) = field("dnsServers", "dns_servers") {
+        let entries: Option<Vec<String>> =
+            v.as_array().and_then(|a| a.iter().map(|e| e.as_str().map(str::to_string)).collect());
+        match entries {
+            Some(list) if list.iter().all(|e| e.trim().parse::<std::net::Ipv4Addr>().is_ok()) => {
+                policy.dns_servers = Some(list)
+            }
+            _ => {
+                return Err(json_error(StatusCode::BAD_REQUEST, "network.dnsServers must be a list of IPv4 addresses"))
+            }
+        }
+    }
     if field("rules", "rules").is_some_and(|r| r.as_object().is_none_or(|o| !o.is_empty())) {
         return Err(json_error(
             StatusCode::NOT_IMPLEMENTED,
-            "network transform rules: not supported by scenario-run serve (there is no egress proxy)",
+            "network transform rules (rewriting a sandbox's requests): not supported by scenario-run serve",
         ));
     }
     if field("egressProxy", "egress_proxy").is_some() {
-        return Err(json_error(StatusCode::NOT_IMPLEMENTED, "egress proxies: not supported by scenario-run serve"));
+        return Err(json_error(
+            StatusCode::NOT_IMPLEMENTED,
+            "an egress proxy of the caller's (network.egressProxy): not supported by scenario-run serve; sandboxes reach the internet through this host's own network",
+        ));
     }
     Ok(policy)
+}
+
+/// Whether a sandbox under `p` reaches the internet at large (`SandboxDetail.allowInternetAccess`):
+/// E2B's `allowInternetAccess: false` is `denyOut: ["0.0.0.0/0"]`, so either says no, unless
+/// `allowOut` takes every address back.
+fn internet_access(p: &NetworkPolicy) -> bool {
+    let all = |e: &String| matches!(e.trim(), "0.0.0.0/0" | "0.0.0.0/0:");
+    (p.allow_internet_access != Some(false) && !p.deny_out.iter().any(all)) || p.allow_out.iter().any(all)
 }
 
 /// `SandboxDetail.network`'s egress part: the lists the sandbox has now.
@@ -221,6 +245,9 @@ fn network_json(p: &NetworkPolicy) -> Value {
     }
     if !p.deny_out.is_empty() {
         v["denyOut"] = json!(p.deny_out);
+    }
+    if let Some(d) = &p.dns_servers {
+        v["dnsServers"] = json!(d);
     }
     v
 }
@@ -328,8 +355,7 @@ fn listed_json(st: &AppState, sb: &ServedSandbox, info: &SandboxInfo) -> Value {
         "state": if sb.is_paused() { "paused" } else { "running" },
         "lifecycle": {"autoResume": lc.auto_resume, "onTimeout": if lc.pause_on_timeout { "pause" } else { "kill" }},
         "pauseMode": if lc.keep_memory { "full" } else { "filesystem" },
-        // A local sandbox never reaches the internet (see `provider::local::egress`).
-        "allowInternetAccess": false,
+        "allowInternetAccess": internet_access(&sb.network.lock().expect("network")),
         "network": network_json(&sb.network.lock().expect("network")),
         "metadata": info.metadata,
         "domain": st.domain,

@@ -8,14 +8,15 @@ use super::args::Args;
 use super::{SandboxRef, StepCtx, StepError, StepResult};
 use crate::provider::{CreateRequest, NetworkPolicy, SandboxInfo};
 
-/// `create`'s `network: { allow_internet_access, allow_out, deny_out }` (a list may be one
-/// string).
+/// `create`'s `network: { allow_internet_access, allow_out, deny_out, dns_servers }` (a list
+/// may be one string).
 fn network_arg(a: &Args) -> Option<NetworkPolicy> {
     let n = a.object("network")?;
     Some(NetworkPolicy {
         allow_internet_access: n.opt_bool("allow_internet_access"),
         allow_out: n.str_list("allow_out"),
         deny_out: n.str_list("deny_out"),
+        dns_servers: n.has("dns_servers").then(|| n.str_list("dns_servers")),
     })
 }
 

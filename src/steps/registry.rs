@@ -139,9 +139,10 @@ const HTTP_EXPECT: &[Field] = &[
 ];
 
 const CREATE_NETWORK: &[Field] = &[
-    f("allow_internet_access", FieldType::Bool, "E2B's internet access switch; a local sandbox never reaches the internet, so locally it changes nothing"),
-    f("allow_out", FieldType::StrList, "IPv4 addresses or CIDR ranges the sandbox may reach (allow beats deny); locally exactly these, among this machine's addresses"),
-    f("deny_out", FieldType::StrList, "IPv4 addresses or CIDR ranges denied unless allowed (`0.0.0.0/0`: all)"),
+    f("allow_internet_access", FieldType::Bool, "E2B's internet access switch (default true); false is `deny_out: [0.0.0.0/0]`"),
+    f("allow_out", FieldType::StrList, "addresses, CIDR ranges or domain names (`*.example.com`; matched for HTTP on 80 and TLS on 443), each with an optional `:port` or `:lo-hi`, the sandbox may reach: allow beats deny"),
+    f("deny_out", FieldType::StrList, "addresses or CIDR ranges (with optional ports) denied unless allowed (`0.0.0.0/0`: all)"),
+    f("dns_servers", FieldType::StrList, "E2B's `dnsServers`: IPv4 nameservers reachable while allow_out names a domain (default 8.8.8.8; `[]`: none)"),
 ];
 
 const HTTP_FIELDS_COMMON: [Field; 7] = [

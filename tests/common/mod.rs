@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod serve;
+pub mod testnet;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -453,9 +453,14 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// The `network` object of a create or network update: `allowOut` and `denyOut`.
+/// The `network` object of a create or network update: `allowOut`, `denyOut` and, when
+/// given, `dnsServers`.
 fn network_json(n: &crate::provider::NetworkPolicy) -> serde_json::Value {
-    json!({ "allowOut": n.allow_out, "denyOut": n.deny_out })
+    let mut v = json!({ "allowOut": n.allow_out, "denyOut": n.deny_out });
+    if let Some(d) = &n.dns_servers {
+        v["dnsServers"] = json!(d);
+    }
+    v
 }
 
 #[cfg(test)]

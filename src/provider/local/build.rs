@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -161,6 +162,7 @@ pub(crate) async fn build(
     dir: &Path,
     owner: &str,
     images: &ImageStore,
+    net: Arc<super::netns::Net>,
     tx: mpsc::UnboundedSender<String>,
 ) -> Result<Layer> {
     let started = Instant::now();
@@ -178,7 +180,9 @@ pub(crate) async fn build(
     let ids = images.ids();
     let mut layout = Layout::new(dir, ids, BUILD_LIMITS);
     layout.upper = dir.join("layer");
-    layout.share_net = true;
+    // The network a sandbox gets (the registries and whatever the host reaches, never the
+    // host itself), with the open policy.
+    layout.net = Some(net);
     layout.lowers.push(image.dir.clone());
     let context = dir.join("context");
     layout.ro_binds.push((context.clone(), CONTEXT.to_string()));

@@ -1,80 +1,86 @@
-//! Egress of an isolated sandbox: what addresses outside its own network namespace it reaches.
+//! What a local sandbox may reach: E2B's egress policy, as the local provider enforces it.
 //!
-//! Every isolated sandbox's network namespace is made by host root (in `sandbox`, before the
-//! sandbox's user namespace is entered), so it belongs to the host's initial user namespace:
-//! root inside a sandbox has no `CAP_NET_ADMIN` (nor `CAP_NET_RAW`) over it and cannot add,
-//! remove or change links, addresses, routes or netfilter rules there, nor open raw sockets.
-//! (seccomp also refuses `unshare`/`setns`, so it cannot make a namespace of its own either.)
-//! Without a policy the namespace holds only `lo`: the sandbox reaches nothing else.
+//! A sandbox reaches the internet unless its creator says otherwise, as on E2B and FC (see
+//! `netns` for how: a network namespace of its own with a user-space TCP/IP stack as its way
+//! out). What it may reach is decided here, with E2B's semantics:
 //!
-//! An allow list attaches a veth pair: `eth0` in the sandbox with a `/32` link-local address
-//! (`169.254.x.y`), its peer `sr-x-y` on the host with the gateway address `169.254.x.(y-1)`
-//! and a host route back to the sandbox. The sandbox gets **one route per allowed range**,
-//! `via` the gateway with `onlink` (so it has no route to the gateway address itself, which is
-//! an address of the host): whatever has no route is unreachable (`connect` fails at once with
-//! `ENETUNREACH`). The routes are the host's own IPv4 addresses inside the allowed ranges, one
-//! `/32` each (not loopback, not link-local: those are other sandboxes' gateways), read when the
-//! policy is applied: there is no address translation, so nothing but this machine's own
-//! addresses could answer, and a route to anything else would only make a `connect` hang until
-//! its timeout where the host drops what it does not forward. An allowed public address thus
-//! fails at once, as an unreachable network does.
+//! * `allowInternetAccess: false` is `denyOut: ["0.0.0.0/0"]`;
+//! * `allowOut` and `denyOut` take IPv4 addresses and CIDR ranges, `allowOut` also domain
+//!   names (`example.com`, `*.example.com` for any subdomain, `*` for any name), each with an
+//!   optional port or port range (`8.8.8.8:53`, `10.0.0.0/8:1-1024`, `example.com:443`);
+//! * an address is allowed if an `allowOut` entry matches it, else denied if a `denyOut`
+//!   entry does, else allowed: **allow wins over deny**;
+//! * domain names are matched only for TCP to ports 80 (the HTTP `Host` header) and 443 (the
+//!   TLS server name), as E2B documents: such connections go through an egress proxy
+//!   (`proxy`), which for a domain match connects to the name as the host resolves it, never
+//!   to the address the sandbox resolved (so a sandbox cannot point an allowed name elsewhere
+//!   through its `/etc/hosts`). Other ports and protocols are matched by address only;
+//! * `dnsServers` (default `[8.8.8.8]`) are allowed, all traffic, while `allowOut` names a
+//!   domain. The sandbox's own resolver stands in for E2B's default nameserver: DNS to it is
+//!   allowed when E2B would let a query to 8.8.8.8 through (port 53 by the address rules, or
+//!   8.8.8.8 among `dnsServers` while a domain is allowed).
 //!
-//! E2B's precedence follows: an address is reachable iff an `allowOut` range contains it.
-//! `denyOut` and `allowInternetAccess: false` take away only what internet access would give,
-//! which a local sandbox never has; they are recorded and reported. The host's loopback
-//! (`127.0.0.0/8`) is never reachable: there it is the sandbox's own. Domain names (E2B
-//! matches them by SNI or Host in an egress proxy) and IPv6 ranges are refused with a reason.
+//! Whatever the policy, some destinations are never reachable ([`FIXED_DENY`] and every
+//! address of this host, read when a sandbox's network is made): this host's own services and
+//! loopback, other sandboxes (reached only through host ports), the private, carrier-grade
+//! NAT and link-local ranges E2B also always denies (cloud metadata at 169.254.169.254 among
+//! them), multicast and reserved ranges. No IPv6 leaves a sandbox: its stack has IPv4 only,
+//! and IPv6 entries of a policy are recorded but match nothing.
 //!
-//! Nothing of it is host-wide: the pair lives in the sandbox's namespace, and the kernel
-//! deletes both ends (and the host route with them) when the namespace's last process exits,
-//! a SIGKILL of scenario-run included. The configuration is made with iproute2's `ip`.
+//! The rules live in the sandbox's network namespace, which belongs to the host's user
+//! namespace: root inside a sandbox has no `CAP_NET_ADMIN` over it and cannot change them.
 
 use std::fmt;
-use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
 
-/// One allowed IPv4 range (address with host bits cleared, prefix length).
+/// Ranges no sandbox reaches, whatever its policy (E2B's always-denied ranges, and more).
+pub(crate) const FIXED_DENY: &[(Ipv4Addr, u8)] = &[
+    (Ipv4Addr::new(0, 0, 0, 0), 8),      // "this network"
+    (Ipv4Addr::new(10, 0, 0, 0), 8),     // private
+    (Ipv4Addr::new(100, 64, 0, 0), 10),  // carrier-grade NAT
+    (Ipv4Addr::new(127, 0, 0, 0), 8),    // loopback (inside: the sandbox's own, never routed)
+    (Ipv4Addr::new(169, 254, 0, 0), 16), // link-local, cloud metadata
+    (Ipv4Addr::new(172, 16, 0, 0), 12),  // private
+    (Ipv4Addr::new(192, 0, 0, 0), 24),   // IETF protocol assignments
+    (Ipv4Addr::new(192, 168, 0, 0), 16), // private
+    (Ipv4Addr::new(198, 18, 0, 0), 15),  // benchmarking
+    (Ipv4Addr::new(224, 0, 0, 0), 3),    // multicast, reserved, broadcast
+];
+
+/// E2B's default nameserver: DNS is allowed when a query to it would be.
+const DEFAULT_NAMESERVER: Ipv4Addr = Ipv4Addr::new(8, 8, 8, 8);
+
+/// Entries one list may have.
+const MAX_ENTRIES: usize = 1024;
+
+/// An IPv4 or IPv6 range (address with host bits cleared, prefix length).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Range {
-    pub addr: Ipv4Addr,
-    pub prefix: u8,
+pub(crate) enum Net {
+    V4(Ipv4Addr, u8),
+    V6(std::net::Ipv6Addr, u8),
 }
 
-impl fmt::Display for Range {
+impl Net {
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self, ip) {
+            (Net::V4(a, p), IpAddr::V4(ip)) => u32::from(ip) & mask4(*p) == u32::from(*a),
+            (Net::V6(a, p), IpAddr::V6(ip)) => u128::from(ip) & mask6(*p) == u128::from(*a),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Net {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+        match self {
+            Net::V4(a, p) => write!(f, "{a}/{p}"),
+            Net::V6(a, p) => write!(f, "{a}/{p}"),
+        }
     }
 }
 
-/// Parses one `allowOut`/`denyOut` entry: an IPv4 address or CIDR range. Host bits of a range
-/// are cleared (`10.0.0.5/24` is `10.0.0.0/24`).
-pub(crate) fn parse_range(entry: &str) -> Result<Range, String> {
-    let e = entry.trim();
-    let (addr, prefix) = match e.split_once('/') {
-        Some((a, p)) => (a, Some(p)),
-        None => (e, None),
-    };
-    if addr.contains(':') {
-        return Err(format!("`{entry}`: IPv6 destinations are not supported (a local sandbox has IPv4 egress only)"));
-    }
-    let Ok(ip) = addr.parse::<Ipv4Addr>() else {
-        return Err(format!(
-            "`{entry}`: domain names are not supported by local sandboxes (E2B filters them in an egress proxy); give IPv4 addresses or CIDR ranges"
-        ));
-    };
-    let prefix = match prefix {
-        None => 32,
-        Some(p) => match p.parse::<u8>() {
-            Ok(n) if n <= 32 => n,
-            _ => return Err(format!("`{entry}`: the prefix length must be 0 to 32")),
-        },
-    };
-    Ok(Range { addr: Ipv4Addr::from(u32::from(ip) & mask(prefix)), prefix })
-}
-
-/// The network mask of a prefix length (0 to 32).
-fn mask(prefix: u8) -> u32 {
+fn mask4(prefix: u8) -> u32 {
     if prefix == 0 {
         0
     } else {
@@ -82,277 +88,490 @@ fn mask(prefix: u8) -> u32 {
     }
 }
 
-/// Entries one list may have (each allowed range is a route).
-const MAX_ENTRIES: usize = 1024;
-
-/// A create's or update's network options as the local provider applies them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Plan {
-    /// Sorted, without duplicates.
-    pub allow: Vec<Range>,
-}
-
-/// Checks `policy` and returns what to apply; `Err` names the first entry that cannot be.
-pub(crate) fn plan(policy: &crate::provider::NetworkPolicy) -> Result<Plan, String> {
-    for (name, list) in [("allowOut", &policy.allow_out), ("denyOut", &policy.deny_out)] {
-        if list.len() > MAX_ENTRIES {
-            return Err(format!("{name} has {} entries; at most {MAX_ENTRIES} are taken", list.len()));
-        }
-    }
-    let mut allow = Vec::new();
-    for e in &policy.allow_out {
-        allow.push(parse_range(e).map_err(|m| format!("allowOut {m}"))?);
-    }
-    for e in &policy.deny_out {
-        parse_range(e).map_err(|m| format!("denyOut {m}"))?;
-    }
-    allow.sort();
-    allow.dedup();
-    Ok(Plan { allow })
-}
-
-/// A [`plan`] error as the provider reports it: what a local sandbox cannot filter on (domain
-/// names, IPv6) is unsupported, a malformed entry invalid.
-pub(crate) fn plan_error(message: String) -> crate::provider::ProviderError {
-    if message.contains("not supported") {
-        crate::provider::ProviderError::unsupported(message)
+fn mask6(prefix: u8) -> u128 {
+    if prefix == 0 {
+        0
     } else {
-        crate::provider::ProviderError::invalid(message)
+        u128::MAX << (128 - u32::from(prefix))
     }
 }
 
-/// The veth pair attached to one boot of a sandbox.
-#[derive(Debug, Clone)]
-pub(crate) struct Link {
-    /// The host end's name, `sr-x-y`.
-    pub host_if: String,
-    pub gateway: Ipv4Addr,
-    /// The routes the sandbox has now.
-    pub routes: Vec<Range>,
+/// What one entry names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    Net(Net),
+    /// A lowercase name, `*.suffix`, or `*`.
+    Domain(String),
 }
 
-/// Where `ip` is (service managers' PATHs often lack the sbin directories).
-fn ip_binary() -> std::io::Result<&'static str> {
-    ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .ok_or_else(|| {
-            std::io::Error::other("network policies need iproute2's `ip` command (apt-get install iproute2)")
-        })
+/// One `allowOut`/`denyOut` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rule {
+    pub target: Target,
+    /// Inclusive; None: every port.
+    pub ports: Option<(u16, u16)>,
 }
 
-/// Runs `ip -batch -` with `script`, in the network namespace of host pid `netns_of` if given
-/// (else in ours). Returns the error text `ip` printed.
-fn ip_batch(netns_of: Option<u32>, script: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let ns = match netns_of {
-        Some(pid) => Some(std::fs::File::open(format!("/proc/{pid}/ns/net"))?),
-        None => None,
+impl Rule {
+    fn port_matches(&self, port: u16) -> bool {
+        self.ports.is_none_or(|(lo, hi)| (lo..=hi).contains(&port))
+    }
+
+    /// Whether the rule matches a connection to `ip:port`, and (if `host` is known, from the
+    /// HTTP Host header or the TLS server name) by that name.
+    fn matches(&self, host: Option<&str>, ip: IpAddr, port: u16) -> bool {
+        self.port_matches(port)
+            && match &self.target {
+                Target::Net(n) => n.contains(ip),
+                Target::Domain(pattern) => host.is_some_and(|h| domain_matches(pattern, h)),
+            }
+    }
+}
+
+/// E2B's domain patterns: the name itself (any case), `*` (any name), `*.example.com` (any
+/// name ending in `.example.com`, not `example.com` itself).
+pub(crate) fn domain_matches(pattern: &str, host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host.is_empty() {
+        return false;
+    }
+    match pattern.strip_prefix('*') {
+        Some("") => true,
+        Some(suffix) if suffix.starts_with('.') => host.ends_with(suffix),
+        _ => host == pattern,
+    }
+}
+
+/// Parses one entry (see the module documentation). IPv4 host bits are cleared
+/// (`10.0.0.5/24` is `10.0.0.0/24`).
+pub(crate) fn parse_rule(entry: &str) -> Result<Rule, String> {
+    let e = entry.trim();
+    if e.is_empty() {
+        return Err("an empty entry".into());
+    }
+    // `[v6]:port`, `v6` (more than one colon: no port), `host:port`, `host:` (every port).
+    let (host, ports) = if let Some(rest) = e.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or_else(|| format!("`{entry}`: missing `]`"))?;
+        match after {
+            "" => (h, None),
+            a => (h, Some(a.strip_prefix(':').ok_or_else(|| format!("`{entry}`: expected `:` after `]`"))?)),
+        }
+    } else if e.matches(':').count() > 1 {
+        (e, None)
+    } else {
+        match e.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (e, None),
+        }
     };
-    let mut cmd = std::process::Command::new(ip_binary()?);
-    cmd.args(["-batch", "-"])
-        .env_clear()
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    if let Some(ns) = &ns {
-        let fd = ns.as_raw_fd();
-        // SAFETY: `pre_exec` needs an async-signal-safe closure: one raw system call (setns)
-        // on an integer, no allocation; `ns`, which owns the descriptor, outlives the spawn.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    let mut child = cmd.spawn()?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(script.as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        Err(std::io::Error::other(if err.is_empty() { format!("ip failed ({})", out.status) } else { err }))
-    }
-}
-
-/// A link-local pair (sandbox, gateway) and the host end's name. Third octets 170–250 keep
-/// clear of `169.254.169.254` (cloud metadata) and of what DHCP-less hosts pick first.
-fn pick_pair() -> (Ipv4Addr, Ipv4Addr, String) {
-    let mut b = [0u8; 2];
-    crate::random::fill_or_unique(&mut b);
-    let x = 170 + (b[0] % 81);
-    let y = 2 + 2 * (b[1] % 126) + 1; // odd, 3..=253; the gateway is y - 1
-    (Ipv4Addr::new(169, 254, x, y), Ipv4Addr::new(169, 254, x, y - 1), format!("sr-{x}-{y}"))
-}
-
-/// Makes the sandbox whose pid 1 is `pid1` reach exactly `plan.allow`, attaching or detaching
-/// its veth pair as needed. Blocking (it runs `ip`).
-pub(crate) fn apply(pid1: u32, link: &mut Option<Link>, plan: &Plan) -> std::io::Result<()> {
-    if plan.allow.is_empty() {
-        if let Some(l) = link.take() {
-            // Deleting one end deletes the pair, its addresses and routes.
-            detach(l)?;
-        }
-        return Ok(());
-    }
-    if link.is_none() {
-        *link = Some(attach(pid1)?);
-    }
-    let l = link.as_mut().expect("attached");
-    let routes = host_routes(&plan.allow, &host_addresses()?);
-    let mut script = String::new();
-    for r in &l.routes {
-        script.push_str(&format!("route del {r} dev eth0\n"));
-    }
-    for r in &routes {
-        script.push_str(&format!("route add {r} via {} dev eth0 onlink\n", l.gateway));
-    }
-    l.routes.clear();
-    ip_batch(Some(pid1), &script)?;
-    l.routes = routes;
-    Ok(())
-}
-
-impl Range {
-    fn contains(&self, ip: Ipv4Addr) -> bool {
-        u32::from(ip) & mask(self.prefix) == u32::from(self.addr)
-    }
-}
-
-/// The host's own IPv4 addresses (`ip -o -4 addr show`, in our network namespace).
-fn host_addresses() -> std::io::Result<Vec<Ipv4Addr>> {
-    let out = std::process::Command::new(ip_binary()?).args(["-o", "-4", "addr", "show"]).env_clear().output()?;
-    if !out.status.success() {
-        return Err(std::io::Error::other(format!("ip -4 addr show failed ({})", out.status)));
-    }
-    Ok(parse_addresses(&String::from_utf8_lossy(&out.stdout)))
-}
-
-/// The `inet A.B.C.D/N` addresses of `ip -o -4 addr show` output.
-fn parse_addresses(text: &str) -> Vec<Ipv4Addr> {
-    text.lines()
-        .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            words.find(|w| *w == "inet")?;
-            words.next()?.split('/').next()?.parse().ok()
+    let ports = match ports {
+        None | Some("") => None,
+        Some(p) => Some(parse_ports(p).map_err(|m| format!("`{entry}`: {m}"))?),
+    };
+    let (addr, prefix) = match host.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (host, None),
+    };
+    let target = if let Ok(ip) = addr.parse::<IpAddr>() {
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => match p.parse::<u8>() {
+                Ok(n) if n <= max => n,
+                _ => return Err(format!("`{entry}`: the prefix length must be 0 to {max}")),
+            },
+        };
+        Target::Net(match ip {
+            IpAddr::V4(a) => Net::V4(Ipv4Addr::from(u32::from(a) & mask4(prefix)), prefix),
+            IpAddr::V6(a) => Net::V6(std::net::Ipv6Addr::from(u128::from(a) & mask6(prefix)), prefix),
         })
-        .collect()
+    } else if prefix.is_some() {
+        return Err(format!("`{entry}`: not an address range"));
+    } else {
+        Target::Domain(parse_domain(host).map_err(|m| format!("`{entry}`: {m}"))?)
+    };
+    Ok(Rule { target, ports })
 }
 
-/// The `/32` routes a sandbox allowed `allow` gets: the host addresses inside those ranges,
-/// but never loopback (inside it is the sandbox's own) or link-local (other sandboxes' ends).
-fn host_routes(allow: &[Range], host: &[Ipv4Addr]) -> Vec<Range> {
-    let mut routes: Vec<Range> = host
-        .iter()
-        .filter(|ip| !ip.is_loopback() && !ip.is_link_local() && allow.iter().any(|r| r.contains(**ip)))
-        .map(|ip| Range { addr: *ip, prefix: 32 })
-        .collect();
-    routes.sort();
-    routes.dedup();
-    routes
-}
-
-/// Deletes the pair of a boot that ended (its namespace may outlive its processes for as long
-/// as descriptors of it are open).
-pub(crate) fn detach(link: Link) -> std::io::Result<()> {
-    ip_batch(None, &format!("link del {}\n", link.host_if))
-}
-
-/// Creates the veth pair of `pid1`'s namespace (retrying another address pair when this host
-/// has one in use already). The pair is made inside the sandbox's namespace with its peer sent
-/// to ours (named by our own pid, whose main thread never leaves the host's namespace).
-fn attach(pid1: u32) -> std::io::Result<Link> {
-    let me = std::process::id();
-    let mut last = None;
-    for _ in 0..8 {
-        let (sandbox_ip, gateway, host_if) = pick_pair();
-        let inside = format!(
-            "link add eth0 type veth peer name {host_if} netns {me}\n\
-             addr add {sandbox_ip}/32 dev eth0\n\
-             link set eth0 up\n"
-        );
-        if let Err(e) = ip_batch(Some(pid1), &inside) {
-            // The name is taken on the host (another run's sandbox): try another. A pair made
-            // before the failure goes with `eth0`.
-            let _ = ip_batch(Some(pid1), "link del eth0\n");
-            last = Some(e);
-            continue;
+fn parse_ports(p: &str) -> Result<(u16, u16), String> {
+    let port = |s: &str| match s.trim().parse::<u16>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("`{s}` is not a port (1 to 65535)")),
+    };
+    match p.split_once('-') {
+        Some((a, b)) => {
+            let (a, b) = (port(a)?, port(b)?);
+            if a > b {
+                return Err(format!("the port range {a}-{b} ends before it starts"));
+            }
+            Ok((a, b))
         }
-        let host = format!(
-            "addr add {gateway}/32 dev {host_if}\n\
-             link set {host_if} up\n\
-             route add {sandbox_ip}/32 dev {host_if}\n"
-        );
-        if let Err(e) = ip_batch(None, &host) {
-            // A route to that address exists already: try another pair.
-            let _ = ip_batch(None, &format!("link del {host_if}\n"));
-            last = Some(e);
-            continue;
+        None => {
+            let n = port(p)?;
+            Ok((n, n))
         }
-        return Ok(Link { host_if, gateway, routes: Vec::new() });
     }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no free link-local address pair")))
+}
+
+/// A domain pattern: `*`, `*.name` or a name, made of labels of letters, digits, `-` and `_`.
+fn parse_domain(d: &str) -> Result<String, String> {
+    let d = d.trim_end_matches('.').to_ascii_lowercase();
+    if d == "*" {
+        return Ok(d);
+    }
+    let name = d.strip_prefix("*.").unwrap_or(&d);
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    if ok {
+        Ok(d)
+    } else {
+        Err("neither an address, a range nor a domain name".into())
+    }
+}
+
+/// How a connection is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Allowed by a domain entry: connect to the name, as the host resolves it.
+    AllowName,
+    /// Allowed: connect to the address.
+    Allow,
+    Deny,
+}
+
+/// A sandbox's egress policy as the local provider enforces it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Policy {
+    pub allow: Vec<Rule>,
+    pub deny: Vec<Rule>,
+    /// The nameservers allowed while a domain is (E2B's `dnsServers`).
+    pub dns: Vec<Ipv4Addr>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self { allow: Vec::new(), deny: Vec::new(), dns: vec![DEFAULT_NAMESERVER] }
+    }
+}
+
+impl Policy {
+    /// Checks `p` (a create's or an update's options) and returns what to enforce; `Err`
+    /// names the first entry that cannot be.
+    pub(crate) fn from_request(p: &crate::provider::NetworkPolicy) -> Result<Self, String> {
+        for (name, list) in [("allowOut", &p.allow_out), ("denyOut", &p.deny_out)] {
+            if list.len() > MAX_ENTRIES {
+                return Err(format!("{name} has {} entries; at most {MAX_ENTRIES} are taken", list.len()));
+            }
+        }
+        let mut policy = Self::default();
+        for e in &p.allow_out {
+            policy.allow.push(parse_rule(e).map_err(|m| format!("allowOut {m}"))?);
+        }
+        for e in &p.deny_out {
+            let rule = parse_rule(e).map_err(|m| format!("denyOut {m}"))?;
+            if matches!(rule.target, Target::Domain(_)) {
+                return Err(format!(
+                    "denyOut `{e}`: domain names are taken in allowOut only (as on E2B): deny everything with `0.0.0.0/0` and allow the names"
+                ));
+            }
+            policy.deny.push(rule);
+        }
+        if p.allow_internet_access == Some(false) {
+            policy.deny.push(Rule { target: Target::Net(Net::V4(Ipv4Addr::UNSPECIFIED, 0)), ports: None });
+        }
+        if let Some(list) = &p.dns_servers {
+            policy.dns = list
+                .iter()
+                .map(|e| e.trim().parse::<Ipv4Addr>().map_err(|_| format!("dnsServers `{e}`: not an IPv4 address")))
+                .collect::<Result<_, _>>()?;
+        }
+        // While a domain is allowed, so are the nameservers (all traffic, as on E2B).
+        if policy.has_domains() {
+            let servers = policy.dns.iter().map(|a| Rule { target: Target::Net(Net::V4(*a, 32)), ports: None });
+            policy.allow.extend(servers.collect::<Vec<_>>());
+        }
+        Ok(policy)
+    }
+
+    /// Nothing to enforce beyond [`FIXED_DENY`] and the host's addresses.
+    pub(crate) fn is_open(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+
+    pub(crate) fn has_domains(&self) -> bool {
+        self.allow.iter().any(|r| matches!(r.target, Target::Domain(_)))
+    }
+
+    /// E2B's decision for a connection to `ip:port` (named `host` where the proxy read one):
+    /// the first allow entry that matches allows (by name if it is a domain entry), else a
+    /// matching deny entry denies, else it is allowed. [`FIXED_DENY`] is not consulted here.
+    pub(crate) fn decide(&self, host: Option<&str>, ip: IpAddr, port: u16) -> Verdict {
+        if let Some(r) = self.allow.iter().find(|r| r.matches(host, ip, port)) {
+            return if matches!(r.target, Target::Domain(_)) { Verdict::AllowName } else { Verdict::Allow };
+        }
+        if self.deny.iter().any(|r| r.matches(None, ip, port)) {
+            Verdict::Deny
+        } else {
+            Verdict::Allow
+        }
+    }
+
+    /// Whether the sandbox's resolver answers it (see the module documentation).
+    pub(crate) fn dns_allowed(&self) -> bool {
+        self.decide(None, IpAddr::V4(DEFAULT_NAMESERVER), 53) != Verdict::Deny
+    }
+
+    /// The `nft` statements of chain `user_rules`: each IPv4 address rule in order, allow entries
+    /// first (accept), then deny entries (reject). Domain entries are the proxy's.
+    fn policy_rules(&self, out: &mut String) {
+        for (rules, verdict) in [(&self.allow, "accept"), (&self.deny, "reject with icmp type admin-prohibited")] {
+            for r in rules {
+                let Target::Net(Net::V4(a, p)) = r.target else { continue };
+                let ports = match r.ports {
+                    None => String::new(),
+                    Some((lo, hi)) if lo == hi => format!(" meta l4proto {{ tcp, udp }} th dport {lo}"),
+                    Some((lo, hi)) => format!(" meta l4proto {{ tcp, udp }} th dport {lo}-{hi}"),
+                };
+                let _ = writeln!(out, "add rule inet scenario_run user_rules ip daddr {a}/{p}{ports} {verdict}");
+            }
+        }
+    }
+
+    /// The whole ruleset of a sandbox's network namespace for this policy, as one `nft -f`
+    /// transaction that replaces what was there (so an update is atomic).
+    ///
+    /// * chain `filter_out` (filter): loopback and the resolver first, then packets of
+    ///   connections already allowed (as E2B: an update decides new connections), then all
+    ///   IPv6 and [`FIXED_DENY`] and `host` (this host's addresses) refused at once, then
+    ///   `user_rules`;
+    /// * chain `to_proxy` (nat, only with domain entries): TCP to ports 80 and 443 that no
+    ///   address rule decides goes to the proxy listening on `127.0.0.1:proxy_port`.
+    pub(crate) fn nft_script(&self, host: &[Ipv4Addr], dns: Ipv4Addr, proxy_port: Option<u16>) -> String {
+        let mut s = String::new();
+        // Declaring the table first makes the delete valid on a fresh namespace too.
+        s.push_str("add table inet scenario_run\ndelete table inet scenario_run\n");
+        s.push_str("add table inet scenario_run\n");
+        let mut deny: Vec<String> = FIXED_DENY.iter().map(|(a, p)| format!("{a}/{p}")).collect();
+        deny.extend(host.iter().map(|a| format!("{a}/32")));
+        let _ = writeln!(
+            s,
+            "add set inet scenario_run fixed_deny {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }}; }}",
+            deny.join(", ")
+        );
+        s.push_str("add chain inet scenario_run filter_out { type filter hook output priority 0; policy accept; }\n");
+        s.push_str("add chain inet scenario_run user_rules\n");
+        s.push_str("add rule inet scenario_run filter_out oifname \"lo\" accept\n");
+        // What the proxy redirect sent to 127.0.0.1 still has the interface it was routed to
+        // first (the hook's), so loopback is also told by its address: 127/8 only ever reaches
+        // the sandbox's own `lo`.
+        s.push_str("add rule inet scenario_run filter_out ip daddr 127.0.0.0/8 accept\n");
+        let dns_verdict = if self.dns_allowed() { "accept" } else { "reject with icmp type admin-prohibited" };
+        let _ = writeln!(s, "add rule inet scenario_run filter_out ip daddr {dns} udp dport 53 {dns_verdict}");
+        let _ = writeln!(s, "add rule inet scenario_run filter_out ip daddr {dns} tcp dport 53 {dns_verdict}");
+        s.push_str("add rule inet scenario_run filter_out ct state established,related accept\n");
+        s.push_str("add rule inet scenario_run filter_out meta nfproto ipv6 reject with icmpx type admin-prohibited\n");
+        s.push_str(
+            "add rule inet scenario_run filter_out ip daddr @fixed_deny reject with icmp type admin-prohibited\n",
+        );
+        s.push_str("add rule inet scenario_run filter_out jump user_rules\n");
+        self.policy_rules(&mut s);
+        if let (Some(port), true) = (proxy_port, self.has_domains()) {
+            s.push_str("add chain inet scenario_run to_proxy { type nat hook output priority -100; policy accept; }\n");
+            s.push_str("add rule inet scenario_run to_proxy ip daddr @fixed_deny return\n");
+            // An address entry for the port decides by itself: no need to read the name.
+            for r in &self.allow {
+                let Target::Net(Net::V4(a, p)) = r.target else { continue };
+                let ports = match r.ports {
+                    None => String::new(),
+                    Some((lo, hi)) => format!(" tcp dport {lo}-{hi}"),
+                };
+                let _ = writeln!(s, "add rule inet scenario_run to_proxy ip daddr {a}/{p}{ports} return");
+            }
+            let _ = writeln!(s, "add rule inet scenario_run to_proxy tcp dport {{ 80, 443 }} redirect to :{port}");
+        }
+        s
+    }
+}
+
+/// Whether `ip` is in [`FIXED_DENY`], among `host` (this host's addresses), or IPv6 (which
+/// no sandbox reaches).
+pub(crate) fn always_denied(ip: IpAddr, host: &[Ipv4Addr]) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            FIXED_DENY.iter().any(|(a, p)| Net::V4(*a, *p).contains(ip)) || host.contains(&v4) || v4.is_broadcast()
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => always_denied(IpAddr::V4(v4), host),
+            None => true,
+        },
+    }
+}
+
+/// A policy error as the provider reports it: what E2B refuses is an invalid request.
+pub(crate) fn policy_error(message: String) -> crate::provider::ProviderError {
+    crate::provider::ProviderError::invalid(message)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::NetworkPolicy;
 
-    #[test]
-    fn routes_are_the_host_addresses_the_ranges_allow() {
-        let text = "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n\
-                    2: eth0    inet 10.0.3.7/24 brd 10.0.3.255 scope global eth0\n\
-                    3: dummy0    inet 192.0.2.9/32 scope global dummy0\n\
-                    9: sr-170-2    inet 169.254.170.1/32 scope link sr-170-2\n";
-        let host = parse_addresses(text);
-        assert_eq!(host.len(), 4);
-        let r = |s: &str| parse_range(s).unwrap();
-        let all = host_routes(&[r("0.0.0.0/0")], &host);
-        assert_eq!(all, vec![r("10.0.3.7/32"), r("192.0.2.9/32")], "no loopback, no link-local");
-        assert_eq!(host_routes(&[r("10.0.0.0/8")], &host), vec![r("10.0.3.7/32")]);
-        // A public address is no address of this machine: no route, so connect fails at once.
-        assert!(host_routes(&[r("1.1.1.1")], &host).is_empty());
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn policy(allow: &[&str], deny: &[&str], internet: Option<bool>) -> Policy {
+        Policy::from_request(&NetworkPolicy {
+            allow_internet_access: internet,
+            allow_out: allow.iter().map(|s| s.to_string()).collect(),
+            deny_out: deny.iter().map(|s| s.to_string()).collect(),
+            dns_servers: None,
+        })
+        .unwrap()
     }
 
     #[test]
-    fn ranges_parse_and_clear_host_bits() {
-        assert_eq!(parse_range("10.0.0.5").unwrap().to_string(), "10.0.0.5/32");
-        assert_eq!(parse_range("10.0.0.5/24").unwrap().to_string(), "10.0.0.0/24");
-        assert_eq!(parse_range("0.0.0.0/0").unwrap().to_string(), "0.0.0.0/0");
-        assert!(parse_range("10.0.0.0/33").unwrap_err().contains("prefix"));
-        assert!(parse_range("example.com").unwrap_err().contains("domain names"));
-        assert!(parse_range("::1").unwrap_err().contains("IPv6"));
-        assert!(parse_range("10.0.0.0/x").is_err());
-    }
-
-    #[test]
-    fn a_plan_dedups_and_checks_both_lists() {
-        let p = crate::provider::NetworkPolicy {
-            allow_out: vec!["10.0.0.5/24".into(), "10.0.0.0/24".into()],
-            deny_out: vec!["0.0.0.0/0".into()],
-            ..Default::default()
-        };
-        assert_eq!(plan(&p).unwrap().allow.len(), 1);
-        let bad = crate::provider::NetworkPolicy { deny_out: vec!["example.com".into()], ..Default::default() };
-        assert!(plan(&bad).unwrap_err().starts_with("denyOut"));
-        let many = crate::provider::NetworkPolicy { allow_out: vec!["10.0.0.1".into(); 1025], ..Default::default() };
-        assert!(plan(&many).unwrap_err().contains("at most 1024"));
-    }
-
-    #[test]
-    fn pairs_stay_link_local_and_clear_of_metadata() {
-        for _ in 0..200 {
-            let (s, g, name) = pick_pair();
-            assert!(s.is_link_local() && g.is_link_local());
-            assert_ne!(s.octets()[2], 169);
-            assert_eq!(u32::from(s) - 1, u32::from(g));
-            assert!(name.len() <= 15, "{name}");
+    fn entries_parse_as_e2b_writes_them() {
+        let r = |s: &str| parse_rule(s).unwrap();
+        assert_eq!(r("10.0.0.5/24").target, Target::Net(Net::V4(Ipv4Addr::new(10, 0, 0, 0), 24)));
+        assert_eq!(r("8.8.8.8").target, Target::Net(Net::V4(Ipv4Addr::new(8, 8, 8, 8), 32)));
+        assert_eq!(r("8.8.8.8:53").ports, Some((53, 53)));
+        assert_eq!(r("8.8.8.0/24:1-1024").ports, Some((1, 1024)));
+        assert_eq!(r("8.8.8.8:").ports, None);
+        assert_eq!(r("Example.COM").target, Target::Domain("example.com".into()));
+        assert_eq!(r("example.com:443").ports, Some((443, 443)));
+        assert_eq!(r("*.example.com").target, Target::Domain("*.example.com".into()));
+        assert_eq!(r("*").target, Target::Domain("*".into()));
+        assert!(matches!(r("::1").target, Target::Net(Net::V6(_, 128))));
+        assert_eq!(r("[2001:db8::]:443").ports, Some((443, 443)));
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "10.0.0.0/x",
+            "a b",
+            "example.com:0",
+            "x.com:70000",
+            "a.com:9-3",
+            "-a.com",
+            "*.*",
+            "a.*.com",
+            "[::1",
+        ] {
+            assert!(parse_rule(bad).is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn wildcards_match_as_e2b_matches_them() {
+        assert!(domain_matches("example.com", "EXAMPLE.com"));
+        assert!(domain_matches("example.com", "example.com."));
+        assert!(!domain_matches("example.com", "www.example.com"));
+        assert!(domain_matches("*.example.com", "www.example.com"));
+        assert!(domain_matches("*.example.com", "a.b.example.com"));
+        assert!(!domain_matches("*.example.com", "example.com"));
+        assert!(!domain_matches("*.example.com", "badexample.com"));
+        assert!(domain_matches("*", "anything.test"));
+        assert!(!domain_matches("*", ""));
+    }
+
+    #[test]
+    fn allow_wins_over_deny_and_the_default_is_allow() {
+        let p = policy(&["1.1.1.1", "203.0.113.0/24:443"], &["0.0.0.0/0"], None);
+        assert_eq!(p.decide(None, ip("1.1.1.1"), 80), Verdict::Allow);
+        assert_eq!(p.decide(None, ip("203.0.113.9"), 443), Verdict::Allow);
+        assert_eq!(p.decide(None, ip("203.0.113.9"), 80), Verdict::Deny);
+        assert_eq!(p.decide(None, ip("9.9.9.9"), 80), Verdict::Deny);
+        let open = policy(&[], &["8.8.8.8"], None);
+        assert_eq!(open.decide(None, ip("8.8.8.8"), 53), Verdict::Deny);
+        assert_eq!(open.decide(None, ip("9.9.9.9"), 53), Verdict::Allow);
+        assert!(Policy::default().is_open());
+    }
+
+    #[test]
+    fn names_allow_only_by_name_and_are_refused_in_deny_lists() {
+        let p = policy(&["*.allowed.test", "exact.test:443"], &["0.0.0.0/0"], None);
+        assert_eq!(p.decide(Some("a.allowed.test"), ip("198.51.100.10"), 443), Verdict::AllowName);
+        assert_eq!(p.decide(Some("exact.test"), ip("198.51.100.10"), 443), Verdict::AllowName);
+        assert_eq!(p.decide(Some("exact.test"), ip("198.51.100.10"), 80), Verdict::Deny);
+        assert_eq!(p.decide(Some("other.test"), ip("198.51.100.10"), 443), Verdict::Deny);
+        assert_eq!(p.decide(None, ip("198.51.100.10"), 443), Verdict::Deny);
+        let e = Policy::from_request(&NetworkPolicy { deny_out: vec!["example.com".into()], ..Default::default() });
+        assert!(e.unwrap_err().contains("allowOut only"));
+    }
+
+    #[test]
+    fn internet_access_false_denies_everything_and_dns_follows_e2b() {
+        let p = policy(&[], &[], Some(false));
+        assert_eq!(p.decide(None, ip("203.0.113.80"), 443), Verdict::Deny);
+        assert!(!p.dns_allowed(), "no names, 8.8.8.8 denied");
+        assert!(policy(&["allowed.test"], &["0.0.0.0/0"], None).dns_allowed(), "a name in allowOut keeps DNS");
+        let none = Policy::from_request(&NetworkPolicy {
+            allow_out: vec!["allowed.test".into()],
+            deny_out: vec!["0.0.0.0/0".into()],
+            dns_servers: Some(vec![]),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(!none.dns_allowed(), "dnsServers: [] allows no nameserver");
+        let other = Policy::from_request(&NetworkPolicy {
+            allow_out: vec!["allowed.test".into()],
+            deny_out: vec!["0.0.0.0/0".into()],
+            dns_servers: Some(vec!["1.1.1.1".into()]),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(other.decide(None, ip("1.1.1.1"), 853), Verdict::Allow, "a named nameserver, all traffic");
+        assert!(!other.dns_allowed());
+        assert!(policy(&["8.8.8.8:53"], &["0.0.0.0/0"], None).dns_allowed());
+        assert!(Policy::default().dns_allowed());
+    }
+
+    #[test]
+    fn fixed_deny_holds_the_host_and_private_ranges() {
+        let host = [Ipv4Addr::new(192, 0, 2, 2)];
+        for a in [
+            "127.0.0.1",
+            "10.0.2.2",
+            "169.254.169.254",
+            "172.17.0.1",
+            "192.168.1.1",
+            "192.0.2.2",
+            "0.0.0.0",
+            "255.255.255.255",
+            "::1",
+            "::ffff:127.0.0.1",
+            "2001:db8::1",
+        ] {
+            assert!(always_denied(ip(a), &host), "{a}");
+        }
+        for a in ["203.0.113.80", "198.51.100.10", "8.8.8.8", "192.0.2.9"] {
+            assert!(!always_denied(ip(a), &host), "{a}");
+        }
+    }
+
+    #[test]
+    fn the_ruleset_replaces_itself_and_redirects_only_with_names() {
+        let host = [Ipv4Addr::new(192, 0, 2, 2)];
+        let dns = Ipv4Addr::new(10, 0, 2, 3);
+        let open = Policy::default().nft_script(&host, dns, Some(4000));
+        assert!(open.contains("192.0.2.2/32"), "{open}");
+        assert!(open.contains("delete table inet scenario_run"));
+        assert!(!open.contains("to_proxy"), "{open}");
+        assert!(open.contains("ip daddr 10.0.2.3 udp dport 53 accept"));
+        let named =
+            policy(&["allowed.test", "198.51.100.20:443"], &["0.0.0.0/0"], None).nft_script(&host, dns, Some(4000));
+        assert!(named.contains("redirect to :4000"), "{named}");
+        assert!(named.contains("to_proxy ip daddr 198.51.100.20/32 tcp dport 443-443 return"), "{named}");
+        assert!(named.contains("user_rules ip daddr 0.0.0.0/0 reject"), "{named}");
+        let closed = policy(&[], &[], Some(false)).nft_script(&host, dns, None);
+        assert!(closed.contains("udp dport 53 reject"), "{closed}");
     }
 }

@@ -62,7 +62,9 @@ mod cgroup;
 mod egress;
 mod enter;
 mod files;
+mod netns;
 mod process;
+mod proxy;
 mod pty;
 mod sandbox;
 mod seccomp;
@@ -181,6 +183,8 @@ struct Inner {
     images: ImageStore,
     /// The host id range of every sandbox's user namespace.
     ids: IdMap,
+    /// Networks made ahead for sandboxes and builds (see `netns`).
+    nets: Arc<netns::Pool>,
 }
 
 /// A template `create` can stack.
@@ -251,47 +255,28 @@ struct Sandbox {
     /// template gives (without create's): what a snapshot of it stacks and keeps.
     lowers: Vec<PathBuf>,
     template_envs: BTreeMap<String, String>,
-    /// Its egress policy and the veth pair of its current boot (see `egress`).
-    net: tokio::sync::Mutex<NetState>,
-}
-
-/// What a sandbox may reach, and the link that gives it that in its current boot.
-#[derive(Debug, Default)]
-struct NetState {
-    plan: egress::Plan,
-    link: Option<egress::Link>,
+    /// Its network (isolated sandboxes): kept across boots, with its policy.
+    net: Option<Arc<netns::Net>>,
 }
 
 impl Sandbox {
-    /// Makes the current boot reach what `plan` allows (kept for the next boot if it has none).
-    async fn apply_network(&self, plan: egress::Plan) -> Result<()> {
-        let mut net = self.net.lock().await;
-        let boot = match self.boot() {
-            Some(b) if !self.is_cold() => Some(b),
-            Some(_) => None,
-            None if plan.allow.is_empty() => None,
-            None => {
-                return Err(ProviderError::unsupported(
-                    "network allow lists need isolated sandboxes (a network namespace of their own)",
-                ))
-            }
-        };
-        if let Some(boot) = boot {
-            let pid1 = boot.ns.pid1.pid();
-            let mut link = net.link.take();
-            let p = plan.clone();
-            let (link, r) = tokio::task::spawn_blocking(move || {
-                let r = egress::apply(pid1, &mut link, &p);
-                (link, r)
-            })
-            .await
-            .map_err(|e| ProviderError::infra(e.to_string()))?;
-            net.link = link;
-            r.map_err(|e| ProviderError::infra(format!("cannot set sandbox {}'s network policy: {e}", self.id)))?;
+    /// Enforces `policy` on the sandbox's network from now on.
+    async fn apply_network(&self, policy: egress::Policy) -> Result<()> {
+        match &self.net {
+            Some(net) => net
+                .apply(policy)
+                .await
+                .map_err(|e| ProviderError::infra(format!("cannot set sandbox {}'s network policy: {e}", self.id))),
+            None if policy.is_open() => Ok(()),
+            None => Err(no_policy_without_isolation()),
         }
-        net.plan = plan;
-        Ok(())
     }
+}
+
+fn no_policy_without_isolation() -> ProviderError {
+    ProviderError::unsupported(
+        "network policies need isolated sandboxes (a network namespace of their own): without isolation a sandbox shares the host's network",
+    )
 }
 
 impl Member for Sandbox {
@@ -405,6 +390,7 @@ impl LocalProvider {
                 building: Mutex::new(std::collections::HashSet::new()),
                 ids: opts.images.ids(),
                 images: opts.images,
+                nets: netns::Pool::new(),
             }),
             isolation,
             warning,
@@ -614,18 +600,9 @@ impl Inner {
             .await
             .map_err(|e| ProviderError::infra(e.to_string()))?
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox {} to boot again: {e}", sb.id)))?;
+        // The same network (and policy): its namespace outlived the last boot's processes.
         let ns = NsSandbox::start(next, &sb.id).await?;
         *boot.write().expect("boot") = Boot::new(ns);
-        // The last boot's link went with its namespace; this boot gets the same policy.
-        let plan = {
-            let mut net = sb.net.lock().await;
-            net.link = None;
-            net.plan.clone()
-        };
-        if !plan.allow.is_empty() {
-            sb.cold.store(false, std::sync::atomic::Ordering::SeqCst);
-            sb.apply_network(plan).await?;
-        }
         Ok(())
     }
 
@@ -638,14 +615,12 @@ impl Inner {
                 req.template
             )));
         }
-        let net_plan = match &req.network {
-            Some(p) => egress::plan(p).map_err(egress::plan_error)?,
-            None => egress::Plan::default(),
+        let policy = match &req.network {
+            Some(p) => egress::Policy::from_request(p).map_err(egress::policy_error)?,
+            None => egress::Policy::default(),
         };
-        if !net_plan.allow.is_empty() && !self.namespaces {
-            return Err(ProviderError::unsupported(
-                "network allow lists need isolated sandboxes (a network namespace of their own)",
-            ));
+        if !policy.is_open() && !self.namespaces {
+            return Err(no_policy_without_isolation());
         }
         let id = format!("sbx-{}", crate::random::hex(6));
         let dir = self.state_dir.join(&id);
@@ -656,6 +631,7 @@ impl Inner {
         let mut envs;
         let mut workdir = None;
         let mut lowers = Vec::new();
+        let mut net = None;
         let iso = if self.namespaces {
             let limits = Limits {
                 cpus: req.cpu.or(tpl.as_ref().and_then(|t| t.cpu)).unwrap_or(DEFAULT_CPUS).clamp(1, 256),
@@ -689,6 +665,23 @@ impl Inner {
                 }
             }
             lowers.clone_from(&layout.lowers);
+            let n = match self.nets.take().await {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = std::fs::remove_dir(&layout.merged);
+                    let _ = tokio::fs::remove_dir_all(&dir).await;
+                    return Err(ProviderError::infra(format!("cannot make the sandbox's network: {e}")));
+                }
+            };
+            if !policy.is_open() {
+                if let Err(e) = n.apply(policy).await {
+                    let _ = std::fs::remove_dir(&layout.merged);
+                    let _ = tokio::fs::remove_dir_all(&dir).await;
+                    return Err(ProviderError::infra(format!("cannot set the sandbox's network policy: {e}")));
+                }
+            }
+            layout.net = Some(n.clone());
+            net = Some(n);
             let l = layout.clone();
             let prepared = tokio::task::spawn_blocking(move || l.create())
                 .await
@@ -742,16 +735,10 @@ impl Inner {
             cold: Default::default(),
             lowers,
             template_envs,
-            net: Default::default(),
+            net,
         });
         let sb = self.core.register(sb);
         core::expire_at_end(self, sb.clone());
-        if !net_plan.allow.is_empty() {
-            if let Err(e) = sb.apply_network(net_plan).await {
-                core::kill(self.as_ref(), &sb.id).await;
-                return Err(e);
-            }
-        }
         if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
             let t = tpl.as_ref().expect("checked");
             if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports, t.built.user.as_deref()).await {
@@ -783,7 +770,12 @@ impl Inner {
                 fresh = true;
                 let dir = build::own_dir(&shared);
                 self.building.lock().expect("building").insert(dir.clone());
-                let mut r = build::build(spec, &dir, &owner_token(), &self.images, log.clone()).await;
+                let net = self
+                    .nets
+                    .take()
+                    .await
+                    .map_err(|e| ProviderError::infra(format!("cannot make the build's network: {e}")))?;
+                let mut r = build::build(spec, &dir, &owner_token(), &self.images, net, log.clone()).await;
                 if let (true, Ok(layer)) = (spec.keep, &r) {
                     let (layer, to) = (layer.clone(), shared.clone());
                     r = blocking(move || {
@@ -813,6 +805,7 @@ impl Inner {
     }
 
     fn kill_all_now(&self) {
+        self.nets.close();
         for dir in self.building.lock().expect("building").drain() {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -940,8 +933,8 @@ impl Provider for LocalProvider {
 
     async fn update_network(&self, id: &str, policy: crate::provider::NetworkPolicy) -> Result<()> {
         let sb = self.get(id)?;
-        let plan = egress::plan(&policy).map_err(egress::plan_error)?;
-        sb.apply_network(plan).await
+        let policy = egress::Policy::from_request(&policy).map_err(egress::policy_error)?;
+        sb.apply_network(policy).await
     }
 
     async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
@@ -1128,11 +1121,6 @@ impl Provider for LocalProvider {
             })?;
             sb.cold.store(true, std::sync::atomic::Ordering::SeqCst);
             boot.shut_down().await;
-            // Its pair would last as long as this boot's namespace descriptors (until the
-            // resume); the next boot gets one of its own.
-            if let Some(link) = sb.net.lock().await.link.take() {
-                let _ = tokio::task::spawn_blocking(move || egress::detach(link)).await;
-            }
             sb.forget_processes().await;
             for p in sb.procs.all() {
                 sb.procs.remove(&p);

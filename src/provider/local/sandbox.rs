@@ -93,8 +93,9 @@ pub(crate) struct Layout {
     pub merged: PathBuf,
     /// Read-only layers, topmost first; the last is the image's root filesystem.
     pub lowers: Vec<PathBuf>,
-    /// Keep the host's network (template builds reach the package registries).
-    pub share_net: bool,
+    /// The network the sandbox joins (see `netns`); None: a namespace of its own with only
+    /// `lo` (the isolation probe).
+    pub net: Option<Arc<super::netns::Net>>,
     /// Host directories bound read-only at a path inside.
     pub ro_binds: Vec<(PathBuf, String)>,
     /// Host directories bound read-write at a path inside (a build's package caches). Like the
@@ -115,7 +116,7 @@ impl Layout {
             work: dir.join("work"),
             merged: mount_point(),
             lowers: Vec::new(),
-            share_net: false,
+            net: None,
             ro_binds: Vec::new(),
             rw_binds: Vec::new(),
             ids,
@@ -170,10 +171,10 @@ impl Layout {
         std::fs::write(&rc, super::process::BASH_ENV_SCRIPT)?;
         std::os::unix::fs::lchown(&rc, Some(root), Some(root))?;
         // As a container runtime does: the sandbox's own name resolves whatever the image
-        // ships, and a build (which shares the host's network) resolves names as the host does.
+        // ships, and names are asked of the resolver its network answers at.
         let mut files = vec![("hosts", HOSTS.to_string()), ("hostname", format!("{HOSTNAME}\n"))];
-        if self.share_net {
-            files.push(("resolv.conf", std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()));
+        if self.net.is_some() {
+            files.push(("resolv.conf", format!("nameserver {}\n", super::netns::RESOLVER)));
         }
         let etc = self.upper.join("etc");
         for (name, text) in files {
@@ -310,8 +311,9 @@ fn bwrap_command(
     }
     // The hostname resolves in any image (`sudo` looks it up).
     cmd.args(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", "--hostname", HOSTNAME]);
-    // The network namespace is made by the child below, as host root (see `egress`).
-    let own_net = !layout.share_net;
+    // The network namespace is joined (or, for the probe, made) by the child below, as host
+    // root (see `netns`).
+    let join_net = layout.net.as_ref().map(|n| n.namespace().as_raw_fd());
     cmd.args(["--die-with-parent", "--cap-drop", "ALL", "--info-fd", "3", "--seccomp", "4", "--chdir", "/", "--"])
         .args(argv);
     // Own process group: a Ctrl-C on the terminal reaches scenario-run, which then tears the
@@ -347,8 +349,13 @@ fn bwrap_command(
                 let flags = MountFlags::BIND | ro | MountFlags::NOSUID | MountFlags::NODEV;
                 rustix::mount::mount_remount(dst.as_c_str(), flags, c"")?;
             }
-            if own_net {
-                own_network()?;
+            match join_net {
+                Some(fd) => {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                None => own_network()?,
             }
             if libc::setns(userns, libc::CLONE_NEWUSER) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -368,11 +375,9 @@ fn bwrap_command(
     Ok(cmd)
 }
 
-/// In the forked child, still host root: a network namespace of its own, owned by the host's
-/// user namespace, so that root inside the sandbox cannot change its links, routes or rules
-/// (see `egress`). Brings `lo` up (which bwrap's `--unshare-net` did) and gives back what the
-/// namespace's owner would otherwise withhold from the sandbox's root: binding ports below
-/// 1024 and ICMP echo sockets (`ping`). Only async-signal-safe system calls.
+/// In the forked child of the isolation probe, still host root: a network namespace of its
+/// own with `lo` up (sandboxes and builds join the one `netns` made for them). Only
+/// async-signal-safe system calls.
 ///
 /// # Safety
 /// Called between fork and exec.
@@ -399,18 +404,6 @@ unsafe fn own_network() -> std::io::Result<()> {
     libc::close(s);
     if up != 0 {
         return Err(err());
-    }
-    // Per network namespace, read from the opener's. Best effort: where `/proc/sys` is
-    // read-only (some containers) the sandbox still starts, without these two.
-    for (path, value) in [
-        (c"/proc/sys/net/ipv4/ip_unprivileged_port_start", &b"0"[..]),
-        (c"/proc/sys/net/ipv4/ping_group_range", &b"0 2147483647"[..]),
-    ] {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd >= 0 {
-            libc::write(fd, value.as_ptr().cast(), value.len());
-            libc::close(fd);
-        }
     }
     Ok(())
 }
