@@ -217,3 +217,38 @@ async fn what_dockers_default_profile_refuses_fails_inside() {
     assert_eq!(run(&p, &sb.id, "user", &call("l.personality(0xffffffff)")).await.0, Some(0), "the query");
     p.kill(&sb.id).await.unwrap();
 }
+
+/// Regression (issue 23 item 6): one sandbox wrote 3 GiB to the host's disk in 3 s and 200,000
+/// files with no limit. Now its writable layer is a disk of its own size (here 64 MiB): past
+/// it writes fail with ENOSPC inside, inodes run out the same way, and the host holds no more
+/// than the disk's size for it.
+#[tokio::test]
+async fn a_sandbox_writes_no_more_than_its_disk() {
+    let (p, d) = provider();
+    let sb = p.create(CreateRequest { disk_mb: Some(64), ..Default::default() }).await.unwrap();
+    let (code, _, err) = run(&p, &sb.id, "user", "dd if=/dev/zero of=/home/user/big bs=1M count=200").await;
+    assert_ne!(code, Some(0));
+    assert!(err.contains("No space left on device"), "{err}");
+    let (code, out, err) = run(
+        &p,
+        &sb.id,
+        "root",
+        "rm -f /home/user/big; python3 -c 'import os\nn = 0\ntry:\n    while n < 200000:\n        open(\"/tmp/f%d\" % n, \"w\").close(); n += 1\nexcept OSError as e:\n    print(n, e.strerror)'",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let (made, why) = out.trim().split_once(' ').unwrap_or(("", ""));
+    assert_eq!(why, "No space left on device", "{out}");
+    assert!(made.parse::<u32>().unwrap() < 20_000, "{made} files on a 64 MiB disk");
+    // What the sandbox's directory takes on the host: the disk's blocks and bookkeeping.
+    let du = std::process::Command::new("du").args(["-s", "-B1"]).arg(d.path().join(&sb.id)).output().unwrap();
+    let used: u64 = String::from_utf8_lossy(&du.stdout).split_whitespace().next().unwrap().parse().unwrap();
+    assert!(used <= 66 << 20, "the sandbox's directory takes {used} bytes on the host");
+    // The default is 10 GiB, as E2B's Hobby tier.
+    let big = p.create(CreateRequest::default()).await.unwrap();
+    let df = run(&p, &big.id, "user", "df -B1M --output=size /home/user | tail -1").await.1;
+    let size: u64 = df.trim().parse().unwrap();
+    assert!((9 * 1024..=10 * 1024).contains(&size), "{size} MiB");
+    p.kill(&sb.id).await.unwrap();
+    p.kill(&big.id).await.unwrap();
+}

@@ -90,10 +90,22 @@ async fn root_inside_is_an_unprivileged_range_on_the_host() {
     for (cap, name) in [(21, "CAP_SYS_ADMIN"), (16, "CAP_SYS_MODULE"), (19, "CAP_SYS_PTRACE"), (12, "CAP_NET_ADMIN")] {
         assert_eq!(bounding & (1 << cap), 0, "{name} is in the bounding set");
     }
-    // What root writes inside belongs to the unprivileged range on the host.
-    ok(&p, &sb.id, "root", "echo x > /root-owned").await;
-    let upper = d.path().join(&sb.id).join("upper/root-owned");
-    let meta = std::fs::metadata(&upper).expect("the file is in the sandbox's upper layer");
+    // What root writes inside belongs to the unprivileged range on the host (seen from the
+    // host through a process of the sandbox: its writable layer is on a disk of its own).
+    let _ = d;
+    let pid = ok(&p, &sb.id, "root", "echo x > /root-owned; sleep 30 >/dev/null 2>&1 & echo $!").await;
+    let host_pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|h| {
+            std::fs::read_to_string(format!("/proc/{h}/status")).is_ok_and(|s| {
+                s.lines().any(|l| l.starts_with("NSpid:") && l.split_whitespace().last() == Some(pid.trim()))
+                    && s.contains("sleep")
+            })
+        })
+        .expect("the sandbox's sleep, seen from the host");
+    let meta = std::fs::metadata(format!("/proc/{host_pid}/root/root-owned")).expect("the file, seen from the host");
     use std::os::unix::fs::MetadataExt;
     assert!(meta.uid() >= 65536, "root inside owns files as host uid {}, not an unprivileged range", meta.uid());
     // And sudo gives root inside.

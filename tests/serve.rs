@@ -1271,9 +1271,20 @@ async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
     assert_eq!(status, 204, "{e}");
     let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", sb.id), None).await;
     assert_eq!(info["network"], json!({}), "an empty update clears the lists: {info}");
-    let (status, e) = put(&sb.id, json!({"allowOut": ["example.com"]})).await;
-    assert_eq!(status, 501, "{e}");
-    assert!(e["message"].as_str().unwrap().contains("domain names"), "{e}");
+    // Names in allowOut (and dnsServers) are taken and reported; a name in denyOut is refused
+    // as E2B refuses it.
+    let names =
+        json!({"allowOut": ["example.com", "*.example.org:443"], "denyOut": ["0.0.0.0/0"], "dnsServers": ["1.1.1.1"]});
+    let (status, e) = put(&sb.id, names.clone()).await;
+    assert_eq!(status, 204, "{e}");
+    let (_, info) = api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(info["network"], names, "{info}");
+    assert_eq!(info["allowInternetAccess"], false, "{info}");
+    let (status, e) = put(&sb.id, json!({"denyOut": ["example.com"]})).await;
+    assert_eq!(status, 400, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("allowOut only"), "{e}");
+    let (status, e) = put(&sb.id, json!({"dnsServers": ["dns.example"]})).await;
+    assert_eq!(status, 400, "{e}");
     let (status, _) = put("nosuchsandbox", json!({})).await;
     assert_eq!(status, 404);
     // Template tags: validated, and an unknown template is not found.
@@ -1284,13 +1295,12 @@ async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
     assert_eq!(status, 404, "{e}");
     let (status, _) = api(&http, reqwest::Method::GET, format!("{base}/no/such/route"), None).await;
     assert_eq!(status, 404, "a path that is no E2B route at all");
-    // Network options a local sandbox cannot honour are refused, not accepted and ignored:
-    // domain names, transform rules, an egress proxy.
+    // Network options serve cannot honour are refused, not accepted and ignored: transform
+    // rules, an egress proxy of the caller's.
     let create = |body: Value| api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(body));
     for (network, named) in [
-        (json!({"allowOut": ["example.com"]}), "domain names"),
         (json!({"rules": {"example.com": [{"transform": {"headers": {"a": "b"}}}]}}), "transform rules"),
-        (json!({"egressProxy": {"address": "proxy:1080"}}), "egress proxies"),
+        (json!({"egressProxy": {"address": "proxy:1080"}}), "egress proxy"),
     ] {
         let (status, e) = create(json!({"templateID": "base", "network": network})).await;
         assert_eq!(status, 501, "{e}");
@@ -1298,12 +1308,12 @@ async fn issue_17_metrics_and_honest_errors_for_routes_serve_lacks() {
     }
     let (status, e) = create(json!({"templateID": "base", "network": {"allowOut": [1]}})).await;
     assert_eq!(status, 400, "{e}");
-    // What the SDKs send by default is accepted, and reported as what a local sandbox has.
+    // What the SDKs send by default is accepted, and reported as the sandbox has it.
     let (status, e) = create(json!({"templateID": "base", "allow_internet_access": true})).await;
     assert_eq!(status, 201, "{e}");
     let (_, info) =
         api(&http, reqwest::Method::GET, format!("{base}/sandboxes/{}", e["sandboxID"].as_str().unwrap()), None).await;
-    assert_eq!(info["allowInternetAccess"], false);
+    assert_eq!(info["allowInternetAccess"], true);
     let (status, e) = create(json!({"templateID": "base", "network": {"denyOut": ["0.0.0.0/0"]}})).await;
     assert_eq!(status, 201, "{e}");
     // Template.exists: the name is looked up, not refused.

@@ -252,3 +252,48 @@ fn two_runs_building_one_template_at_once_do_not_collide() {
         }
     }
 }
+
+/// Regression (issue 23 item 4): a template build shared the host's network, so a RUN reached
+/// a service on the host's 127.0.0.1 and a listener it opened answered from outside. A build
+/// now gets a sandbox's network: the package registries (a real download from PyPI), never
+/// this host's loopback or addresses.
+#[test]
+fn a_build_reaches_the_registries_and_never_the_host() {
+    can_build();
+    use std::io::Write;
+    let host = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in host.incoming().flatten() {
+            let _ = c.write_all(b"host-secret");
+        }
+    });
+    let addrs = std::process::Command::new("ip").args(["-4", "-o", "addr", "show"]).output().unwrap();
+    let mut targets: Vec<String> = text(&addrs.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "inet").nth(1)?.split('/').next().map(str::to_string))
+        .collect();
+    targets.push("10.0.2.2".into());
+    // Each probe prints what it got; the RUN fails if any reached the host.
+    let probes: Vec<String> = targets
+        .iter()
+        .map(|a| {
+            format!(
+                "got=$(timeout 5 bash -c 'exec 3<>/dev/tcp/{a}/{port} && head -c 32 <&3' 2>/dev/null || echo refused) && echo \"{a} $got\" && test \"$got\" != host-secret"
+            )
+        })
+        .collect();
+    let dockerfile = format!(
+        "FROM base\nRUN pip download --no-deps --no-cache-dir -q -d /tmp/dl six && ls /tmp/dl | grep -q six\nRUN {}\n",
+        probes.join(" && ")
+    );
+    let bench = Workbench::new("net-build", &dockerfile, "  - build: net-build\n");
+    let report = bench.state_dir().with_extension("json");
+    let out = bench.cmd().arg("--json").arg(&report).output().unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let log = step_outputs(&report, "build")[0]["log"].as_str().unwrap().to_string();
+    for a in &targets {
+        assert!(log.contains(&format!("{a} refused")), "{a}: {log}");
+    }
+}

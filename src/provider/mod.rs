@@ -180,6 +180,9 @@ pub struct CreateRequest {
     pub envs: BTreeMap<String, String>,
     pub cpu: Option<u32>,
     pub memory_mb: Option<u64>,
+    /// The sandbox's disk, MiB (Alibaba's `diskSizeMB`); `None`: the template's, else the
+    /// provider's default.
+    pub disk_mb: Option<u64>,
     /// Egress policy (E2B's `allow_internet_access` and `network.allowOut`/`denyOut`);
     /// `None` is the provider's default.
     pub network: Option<NetworkPolicy>,

@@ -21,6 +21,8 @@ pub(crate) struct Registered<B> {
     /// template.yaml `cpu` and `memory` (MiB): the sandbox's limits unless `create` says.
     pub cpu: Option<u32>,
     pub memory_mb: Option<u64>,
+    /// template.yaml `disk` (MiB).
+    pub disk_mb: Option<u64>,
 }
 
 // Not derived: that would ask `B: Clone`, and only the Arc is cloned.
@@ -34,6 +36,7 @@ impl<B> Clone for Registered<B> {
             envs: self.envs.clone(),
             cpu: self.cpu,
             memory_mb: self.memory_mb,
+            disk_mb: self.disk_mb,
         }
     }
 }
@@ -49,6 +52,7 @@ impl<B> Registered<B> {
             envs: def.envs.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect(),
             cpu: def.cpu,
             memory_mb: def.memory,
+            disk_mb: def.disk,
         }
     }
 

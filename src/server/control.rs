@@ -163,6 +163,9 @@ pub(crate) struct NewSandbox {
     pub cpu_count: Option<u32>,
     #[serde(rename = "memoryMB", default)]
     pub memory_mb: Option<u64>,
+    /// Alibaba's create takes it; E2B's sizes the disk by the team's tier.
+    #[serde(rename = "diskSizeMB", default)]
+    pub disk_size_mb: Option<u64>,
     #[serde(rename = "autoPause", default)]
     pub auto_pause: Option<bool>,
     #[serde(rename = "autoPauseMemory", default)]
@@ -445,6 +448,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
             envs,
             cpu: req.cpu_count,
             memory_mb: req.memory_mb,
+            disk_mb: req.disk_size_mb,
             network: Some(network.clone()),
         })
         .await

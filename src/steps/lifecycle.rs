@@ -49,6 +49,7 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
         envs: a.str_map("envs"),
         cpu: a.int("cpu").map(|v| v as u32),
         memory_mb: a.int("memory").map(|v| v as u64),
+        disk_mb: a.int("disk").map(|v| v as u64),
         network: network_arg(a),
     };
     // Read before creating: an argument error after it would leak a sandbox the scenario

@@ -233,6 +233,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("keep", FieldType::Bool, "do not destroy at the end of the scenario"),
             f("cpu", FieldType::Int, "CPU count, where the provider supports it"),
             f("memory", FieldType::Int, "memory in MiB, where the provider supports it"),
+            f("disk", FieldType::Range(16, 1 << 20), "disk in MiB (local; Alibaba's `diskSizeMB`): writes past it fail with ENOSPC inside; default the template's `disk`, else 10240"),
             f("network", FieldType::Object(CREATE_NETWORK), "egress policy (E2B's `allow_internet_access` and `network.allowOut`/`denyOut`); enforced on local and the clouds, refused on docker"),
         ],
         matcher: false,

@@ -28,6 +28,9 @@ pub struct TemplateDef {
     pub cpu: Option<u32>,
     /// MiB.
     pub memory: Option<u64>,
+    /// The sandbox's disk, MiB (on the local provider; E2B's and FC's own disk sizes are the
+    /// platform's).
+    pub disk: Option<u64>,
     /// Run once in the background when a sandbox is created from the deployed template.
     pub start_command: Option<String>,
     /// Polled after the start command until it exits 0.
@@ -48,6 +51,7 @@ const KEYS: &[&str] = &[
     "description",
     "cpu",
     "memory",
+    "disk",
     "start_command",
     "ready_command",
     "ports",
@@ -97,6 +101,11 @@ pub fn parse_def(source: &Source) -> Result<TemplateDef, Vec<Diagnostic>> {
                 Value::Int(i) if i > 0 => def.memory = Some(i as u64),
                 Value::Null => {}
                 _ => bad(v, "a positive integer (MiB)"),
+            },
+            "disk" => match v.value {
+                Value::Int(i) if (16..=1 << 20).contains(&i) => def.disk = Some(i as u64),
+                Value::Null => {}
+                _ => bad(v, "an integer number of MiB from 16 to 1048576"),
             },
             "ports" => match &v.value {
                 Value::Seq(items) => {

@@ -244,17 +244,16 @@ impl Entry {
 /// 2. it forks a child that unshares the inner user namespace, and, as its parent in the outer
 ///    namespace (the only place a map may be written from), writes the child's `uid_map` and
 ///    `gid_map` (`0 0 len`);
-/// 3. it reports the child's pid; we open `/proc/<child>/ns/user` and say we are done by
-///    closing a pipe; it kills and reaps the child and exits through `/bin/true`.
+/// 3. it reports the child's pid and waits for the child to end; we open
+///    `/proc/<child>/ns/user` and kill the child, and the process exits through `/bin/true`.
 ///
-/// The pipes: `report` (its `c<pid>` line) and `go` (its end of file says "done"). Both are
-/// awaited with a bound: should we never close `go`, the process still stops once the bound
-/// passes and we drop it.
+/// Nothing waits for a pipe to close (a descriptor copied into a process forked meanwhile
+/// could hold it open): only for the child's one byte, the report's line and the child's end.
+/// The child ends itself after [`CHILD_LIFETIME_SECS`] should we never kill it.
 async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<OwnedFd> {
     let (report_r, report_w) = super::sys::cloexec_pipe()?;
-    let (go_r, go_w) = super::sys::cloexec_pipe()?;
     let map = format!("0 0 {len}\n").into_bytes();
-    let (report_fd, go_r_fd, go_w_fd) = (report_w.as_raw_fd(), go_r.as_raw_fd(), go_w.as_raw_fd());
+    let report_fd = report_w.as_raw_fd();
     let mut cmd = std::process::Command::new("/bin/true");
     cmd.env_clear()
         .stdin(std::process::Stdio::null())
@@ -262,16 +261,17 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
         .stderr(std::process::Stdio::null());
     let (outer_fd, mnt_fd) = (outer.as_raw_fd(), mnt.as_raw_fd());
     // SAFETY: `pre_exec` needs an async-signal-safe closure. This one makes raw system calls
-    // only (setns, setres*id, mount, pipe2, clone, unshare, open/write/read/close, kill,
-    // waitpid), on descriptors whose owners (`outer`, `mnt`, the pipe ends) live until the
-    // spawn returned, and on the map and paths in buffers prepared before the fork or on the
-    // stack: no allocation, no locks. The forked grandchild only unshares, writes one byte
-    // and pauses until it is killed; it never returns into std.
+    // only (setns, setres*id, mount, pipe2, clone, unshare, open/write/read/close, alarm,
+    // pause, waitpid), on descriptors whose owners (`outer`, `mnt`, the pipe end) live until
+    // the spawn returned, and on the map and paths in buffers prepared before the fork or on
+    // the stack: no allocation, no locks. The forked grandchild only unshares, writes one byte
+    // and pauses until it is killed (or its alarm ends it); it never returns into std.
     unsafe {
         cmd.pre_exec(move || {
-            super::sys::cloexec_from(3)?;
-            // This process's copy of `go`'s write end would keep its own read from ending.
-            libc::close(go_w_fd);
+            // This process waits for its child before it execs: it must hold nothing but its
+            // own descriptors (see `close_all_but`; a copy of another spawn's exec-check pipe
+            // once held up the runtime that was to kill its child).
+            super::sys::close_all_but(&[outer_fd, mnt_fd, report_fd]);
             // The host's /proc, where the child's maps are: after joining the sandbox's mount
             // namespace, `/proc` is the sandbox's, which shows its own PID namespace only.
             let proc_fd = libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
@@ -296,9 +296,8 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
                 return Err(io::Error::last_os_error());
             }
             if child == 0 {
-                libc::close(sync[0]);
-                libc::close(report_fd);
-                libc::close(go_r_fd);
+                libc::alarm(CHILD_LIFETIME_SECS);
+                super::sys::close_all_but(&[sync[1]]);
                 // The id change above made this process non-dumpable, which makes its /proc
                 // files root's, out of its parent's reach: its maps must be writable by its
                 // parent. (It lives in the host's PID namespace: nothing in the sandbox can
@@ -316,13 +315,12 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
             let mut byte = 0u8;
             let unshared = libc::read(sync[0], (&mut byte as *mut u8).cast(), 1) == 1;
             libc::close(sync[0]);
-            let stop_child = || {
-                libc::kill(child, libc::SIGKILL);
+            let reap = || {
                 let mut status = 0;
-                libc::waitpid(child, &mut status, 0);
+                while libc::waitpid(child, &mut status, 0) < 0 && *libc::__errno_location() == libc::EINTR {}
             };
             if !unshared {
-                stop_child();
+                reap();
                 return Err(io::Error::other("the inner user namespace could not be made"));
             }
             for file in [&b"uid_map"[..], &b"gid_map"[..]] {
@@ -335,48 +333,47 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
                     libc::close(fd);
                 }
                 if !written {
-                    stop_child();
+                    libc::kill(child, libc::SIGKILL);
+                    reap();
                     return Err(err);
                 }
             }
             report_to(report_fd, b'c', child as u32);
-            // Until we are told we are done (end of file), then the child goes.
-            let mut buf = [0u8; 16];
-            while libc::read(go_r_fd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
-            stop_child();
+            // We kill it once its namespace is open (or its alarm does).
+            reap();
             Ok(())
         });
     }
     let spawned = tokio::task::spawn_blocking(move || {
         let r = cmd.status();
-        drop((outer, mnt, report_w, go_r));
+        drop((outer, mnt, report_w));
         r
     });
-    // Whatever happens here, `go` is closed at the end of this function, so the process ends.
     let opened = async {
         let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(report_r)?;
         let mut text = Vec::new();
         use tokio::io::AsyncReadExt;
         let mut line = [0u8; 32];
-        loop {
+        while !text.ends_with(b"\n") {
             let n = rx.read(&mut line).await?;
             if n == 0 {
                 break;
             }
             text.extend_from_slice(&line[..n]);
-            if text.ends_with(b"\n") {
-                break;
-            }
         }
         let pid: u32 = std::str::from_utf8(&text)
             .ok()
             .and_then(|t| t.trim().strip_prefix('c'))
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| io::Error::other("the inner user namespace was not made"))?;
-        Ok::<_, io::Error>(OwnedFd::from(std::fs::File::open(format!("/proc/{pid}/ns/user"))?))
+        // A pidfd first: the pid stays this process's while we hold it (it cannot end
+        // before we kill it: it only pauses).
+        let child = super::sys::Pidfd::open(pid)?;
+        let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"));
+        let _ = child.signal(libc::SIGKILL);
+        Ok::<_, io::Error>(OwnedFd::from(ns?))
     };
-    let inner = tokio::time::timeout(std::time::Duration::from_secs(10), opened).await;
-    drop(go_w);
+    let inner = tokio::time::timeout(std::time::Duration::from_secs(u64::from(CHILD_LIFETIME_SECS)), opened).await;
     let status = spawned.await.map_err(io::Error::other)??;
     let inner = inner.map_err(|_| io::Error::other("timed out making the inner user namespace"))??;
     if !status.success() {
@@ -384,6 +381,10 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
     }
     Ok(inner)
 }
+
+/// How long the inner namespace's holder lives at most (it is killed as soon as its namespace
+/// is open).
+const CHILD_LIFETIME_SECS: u32 = 10;
 
 /// Writes `<pid>/<file>` (a path under `/proc`) and a NUL into `buf` without allocating;
 /// returns the length without the NUL.

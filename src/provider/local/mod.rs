@@ -59,6 +59,7 @@
 mod build;
 mod build_cache;
 mod cgroup;
+mod disk;
 mod egress;
 mod enter;
 mod files;
@@ -185,6 +186,8 @@ struct Inner {
     ids: IdMap,
     /// Networks made ahead for sandboxes and builds (see `netns`).
     nets: Arc<netns::Pool>,
+    /// Disk images made ahead for sandboxes (see `disk`).
+    disks: Arc<disk::Pool>,
 }
 
 /// A template `create` can stack.
@@ -380,9 +383,10 @@ impl LocalProvider {
                 ),
             },
         };
+        let ids = opts.images.ids();
         Ok(Self {
             inner: Arc::new(Inner {
-                state_dir: opts.state_dir,
+                state_dir: opts.state_dir.clone(),
                 namespaces: isolation == Isolation::Namespaces,
                 core: Core::default(),
                 builds: Mutex::new(HashMap::new()),
@@ -391,6 +395,10 @@ impl LocalProvider {
                 ids: opts.images.ids(),
                 images: opts.images,
                 nets: netns::Pool::new(),
+                disks: disk::Pool::new(
+                    &opts.state_dir,
+                    Box::new(move |seed: &Path| sandbox::write_disk_seed(seed, ids)),
+                ),
             }),
             isolation,
             warning,
@@ -643,6 +651,12 @@ impl Inner {
                 pids: DEFAULT_PIDS,
             };
             let mut layout = Layout::new(&dir, self.ids, limits);
+            let disk_mb = req
+                .disk_mb
+                .or(tpl.as_ref().and_then(|t| t.disk_mb))
+                .unwrap_or(disk::DEFAULT_MB)
+                .clamp(disk::MIN_MB, disk::MAX_MB);
+            layout.on_disk(disk::Disk::new(&dir, disk_mb));
             envs = BTreeMap::new();
             match &tpl {
                 Some(t) => {
@@ -682,11 +696,14 @@ impl Inner {
             }
             layout.net = Some(n.clone());
             net = Some(n);
-            let l = layout.clone();
-            let prepared = tokio::task::spawn_blocking(move || l.create())
-                .await
-                .map_err(|e| ProviderError::infra(e.to_string()))
-                .and_then(|r| r.map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}"))));
+            let (l, disks) = (layout.clone(), self.disks.clone());
+            let prepared = tokio::task::spawn_blocking(move || {
+                let d = l.disk.as_ref().expect("a sandbox has a disk");
+                disks.take(&d.image, d.size_mb).and_then(|()| l.create())
+            })
+            .await
+            .map_err(|e| ProviderError::infra(e.to_string()))
+            .and_then(|r| r.map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}"))));
             if let Err(e) = prepared {
                 let _ = std::fs::remove_dir(&layout.merged);
                 let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -806,6 +823,7 @@ impl Inner {
 
     fn kill_all_now(&self) {
         self.nets.close();
+        self.disks.close();
         for dir in self.building.lock().expect("building").drain() {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -1098,8 +1116,24 @@ impl Provider for LocalProvider {
             Some(b) if !sb.is_cold() => b.ns.cgroup().map(|c| c.usage()).unwrap_or_default(),
             _ => (0, 0, 0),
         };
-        let dir = sb.dir.clone();
-        let (disk_bytes, disk_total_bytes) = blocking(move || Ok(disk_usage(&dir))).await?;
+        let (disk_bytes, disk_total_bytes) = match (&sb.iso, sb.boot()) {
+            (Iso::Ns { layout, .. }, Some(b)) if !sb.is_cold() => {
+                let d = layout.disk.as_ref().expect("an isolated sandbox has a disk");
+                let at = b.ns.host_view(&d.mount);
+                blocking(move || Ok(disk::usage(&at).unwrap_or_default())).await?
+            }
+            (Iso::Ns { layout, .. }, _) => {
+                // Paused filesystem-only: what the image holds, of its size.
+                let d = layout.disk.clone().expect("an isolated sandbox has a disk");
+                use std::os::unix::fs::MetadataExt;
+                let used = std::fs::metadata(&d.image).map(|m| m.blocks() * 512).unwrap_or(0);
+                (used, d.size_mb * 1024 * 1024)
+            }
+            _ => {
+                let dir = sb.dir.clone();
+                blocking(move || Ok(disk_usage(&dir))).await?
+            }
+        };
         Ok(Usage { cpu_usec, mem_bytes, mem_limit_bytes, disk_bytes, disk_total_bytes })
     }
 
@@ -1163,11 +1197,21 @@ impl Provider for LocalProvider {
             f.freeze(true).await.map_err(|e| ProviderError::infra(format!("cannot freeze sandbox {id}: {e}")))?;
         }
         let dir = self.inner.state_dir.join(format!("snap-{}", crate::random::hex(6)));
-        let (from, to, owner) = (sb.dir.join("upper"), dir.join("layer"), dir.join(OWNER_FILE));
+        let (to, owner) = (dir.join("layer"), dir.join(OWNER_FILE));
+        // The upper directory is on the sandbox's disk: seen through the running sandbox's
+        // mount namespace, or (a filesystem-only pause) mounted read-only for the copy.
+        let Iso::Ns { layout, .. } = &sb.iso else { unreachable!("checked above") };
+        let disk = layout.disk.clone().expect("an isolated sandbox has a disk");
+        let live = sb.boot().filter(|_| !sb.is_cold()).map(|b| b.ns.host_view(&disk.upper()));
         let copied = tokio::task::spawn_blocking(move || -> std::io::Result<std::process::Output> {
             std::fs::create_dir_all(to.parent().expect("has a parent"))?;
             std::fs::write(owner, owner_token())?;
-            std::process::Command::new("cp").arg("-a").arg(&from).arg(&to).output()
+            let mut cp = std::process::Command::new("cp");
+            cp.arg("-a").arg(live.as_deref().unwrap_or(&disk.upper())).arg(&to);
+            match live {
+                Some(_) => cp.output(),
+                None => disk::with_mounted(&disk, cp),
+            }
         })
         .await
         .map_err(|e| ProviderError::infra(e.to_string()));
@@ -1217,6 +1261,7 @@ impl Provider for LocalProvider {
             envs: BTreeMap::new(),
             cpu: None,
             memory_mb: None,
+            disk_mb: None,
         };
         self.inner.templates.lock().expect("templates").insert(name.to_string(), registered);
         Ok(name.to_string())

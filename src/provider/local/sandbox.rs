@@ -106,6 +106,9 @@ pub(crate) struct Layout {
     pub rw_binds: Vec<(PathBuf, String)>,
     pub ids: IdMap,
     pub limits: Limits,
+    /// The disk the upper and work directories live on (see `disk`); None: on the host's
+    /// filesystem in `dir` (template builds, whose upper directory becomes their layer).
+    pub disk: Option<super::disk::Disk>,
 }
 
 impl Layout {
@@ -121,68 +124,41 @@ impl Layout {
             rw_binds: Vec::new(),
             ids,
             limits,
+            disk: None,
         }
     }
 
+    /// Puts the upper and work directories on `disk` (whose image the caller makes).
+    pub(crate) fn on_disk(&mut self, disk: super::disk::Disk) {
+        self.upper = disk.upper();
+        self.work = disk.work();
+        self.disk = Some(disk);
+    }
+
     /// Creates the directories, owned by the sandbox's root (so `/` inside is root's and
-    /// bwrap, already inside the user namespace, can reach `merged`), the login-shell hook
-    /// (see `process`) in the upper layer, and the mount points of the read-only binds.
+    /// bwrap, already inside the user namespace, can reach `merged`), and, without a disk, the
+    /// upper layer's first files ([`seed_upper`]). With a disk only its mount point is made:
+    /// the image (seeded the same way) is the caller's.
     pub(crate) fn create(&self) -> std::io::Result<()> {
         let root = userns::host_id(self.ids, 0);
         for d in [Path::new("/run/scenario-run"), Path::new(ROOTS)] {
             std::fs::create_dir_all(d)?;
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
         }
-        for d in [&self.dir, &self.upper, &self.work, &self.merged] {
+        for d in [&self.dir, &self.merged] {
             std::fs::create_dir_all(d)?;
             std::os::unix::fs::lchown(d, Some(root), Some(root))?;
         }
         std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
-        std::fs::set_permissions(&self.upper, std::fs::Permissions::from_mode(0o755))?;
-        for (_, inside) in self.ro_binds.iter().chain(&self.rw_binds) {
-            let mut d = self.upper.clone();
-            let mut rel = PathBuf::new();
-            for part in Path::new(inside.trim_start_matches('/')).iter() {
-                d.push(part);
-                rel.push(part);
-                if !d.exists() {
-                    // A directory the image has keeps its mode and owner (`/tmp` stays 1777);
-                    // a new one is root's.
-                    use std::os::unix::fs::MetadataExt;
-                    let below = self.lowers.iter().find_map(|l| std::fs::symlink_metadata(l.join(&rel)).ok());
-                    std::fs::create_dir(&d)?;
-                    let (mode, uid, gid) = below
-                        .filter(|m| m.is_dir())
-                        .map_or((0o755, root, root), |m| (m.mode() & 0o7777, m.uid(), m.gid()));
-                    std::os::unix::fs::lchown(&d, Some(uid), Some(gid))?;
-                    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))?;
-                }
-            }
+        if let Some(disk) = &self.disk {
+            return std::fs::create_dir_all(&disk.mount);
         }
-        let rc = self.upper.join(BASH_ENV_IN_SANDBOX.trim_start_matches('/'));
-        let mut d = self.upper.clone();
-        for part in Path::new(BASH_ENV_IN_SANDBOX.trim_start_matches('/')).parent().into_iter().flat_map(|p| p.iter()) {
-            d.push(part);
-            if !d.exists() {
-                std::fs::create_dir(&d)?;
-                std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
-            }
+        for d in [&self.upper, &self.work] {
+            std::fs::create_dir_all(d)?;
+            std::os::unix::fs::lchown(d, Some(root), Some(root))?;
         }
-        std::fs::write(&rc, super::process::BASH_ENV_SCRIPT)?;
-        std::os::unix::fs::lchown(&rc, Some(root), Some(root))?;
-        // As a container runtime does: the sandbox's own name resolves whatever the image
-        // ships, and names are asked of the resolver its network answers at.
-        let mut files = vec![("hosts", HOSTS.to_string()), ("hostname", format!("{HOSTNAME}\n"))];
-        if self.net.is_some() {
-            files.push(("resolv.conf", format!("nameserver {}\n", super::netns::RESOLVER)));
-        }
-        let etc = self.upper.join("etc");
-        for (name, text) in files {
-            let p = etc.join(name);
-            std::fs::write(&p, text)?;
-            std::os::unix::fs::lchown(&p, Some(root), Some(root))?;
-        }
-        Ok(())
+        let binds: Vec<&str> = self.ro_binds.iter().chain(&self.rw_binds).map(|(_, inside)| inside.as_str()).collect();
+        seed_upper(&self.upper, self.ids, self.net.is_some(), &binds, &self.lowers)
     }
 
     /// Removes the read-write binds' mount points from the upper directory, and the parents
@@ -209,6 +185,10 @@ impl Layout {
     }
 }
 
+fn bad_path(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("unusable {what} path"))
+}
+
 /// What of bwrap's stderr a failed start reports.
 const STDERR_LIMIT: usize = 16 * 1024;
 
@@ -218,6 +198,77 @@ async fn read_bounded(from: impl tokio::io::AsyncRead + Unpin, limit: usize, wit
     let mut take = from.take(limit as u64);
     let _ = tokio::time::timeout(within, take.read_to_end(&mut buf)).await;
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Writes an upper layer's first files into `upper` (an existing directory), all the sandbox
+/// root's: the mount points of `binds` (paths inside; a directory `lowers` have keeps its mode
+/// and owner), the login-shell hook (see `process`) and, as a container runtime writes them,
+/// `/etc/hosts`, `/etc/hostname` and (with a network) `/etc/resolv.conf`.
+pub(crate) fn seed_upper(
+    upper: &Path,
+    ids: IdMap,
+    resolver: bool,
+    binds: &[&str],
+    lowers: &[PathBuf],
+) -> std::io::Result<()> {
+    let root = userns::host_id(ids, 0);
+    std::fs::set_permissions(upper, std::fs::Permissions::from_mode(0o755))?;
+    std::os::unix::fs::lchown(upper, Some(root), Some(root))?;
+    for inside in binds {
+        let mut d = upper.to_path_buf();
+        let mut rel = PathBuf::new();
+        for part in Path::new(inside.trim_start_matches('/')).iter() {
+            d.push(part);
+            rel.push(part);
+            if !d.exists() {
+                // A directory the image has keeps its mode and owner (`/tmp` stays 1777); a
+                // new one is root's.
+                use std::os::unix::fs::MetadataExt;
+                let below = lowers.iter().find_map(|l| std::fs::symlink_metadata(l.join(&rel)).ok());
+                std::fs::create_dir(&d)?;
+                let (mode, uid, gid) =
+                    below.filter(|m| m.is_dir()).map_or((0o755, root, root), |m| (m.mode() & 0o7777, m.uid(), m.gid()));
+                std::os::unix::fs::lchown(&d, Some(uid), Some(gid))?;
+                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))?;
+            }
+        }
+    }
+    let rc = upper.join(BASH_ENV_IN_SANDBOX.trim_start_matches('/'));
+    let mut d = upper.to_path_buf();
+    for part in Path::new(BASH_ENV_IN_SANDBOX.trim_start_matches('/')).parent().into_iter().flat_map(|p| p.iter()) {
+        d.push(part);
+        if !d.exists() {
+            std::fs::create_dir(&d)?;
+            std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
+        }
+    }
+    std::fs::write(&rc, super::process::BASH_ENV_SCRIPT)?;
+    std::os::unix::fs::lchown(&rc, Some(root), Some(root))?;
+    // As a container runtime does: the sandbox's own name resolves whatever the image ships,
+    // and names are asked of the resolver its network answers at.
+    let mut files = vec![("hosts", HOSTS.to_string()), ("hostname", format!("{HOSTNAME}\n"))];
+    if resolver {
+        files.push(("resolv.conf", format!("nameserver {}\n", super::netns::RESOLVER)));
+    }
+    let etc = upper.join("etc");
+    for (name, text) in files {
+        let p = etc.join(name);
+        std::fs::write(&p, text)?;
+        std::os::unix::fs::lchown(&p, Some(root), Some(root))?;
+    }
+    Ok(())
+}
+
+/// Writes the seed of a sandbox's disk image into `seed`: `upper` as [`seed_upper`] makes it
+/// for a sandbox with a network and no binds, and an empty `work`, both the sandbox root's.
+pub(crate) fn write_disk_seed(seed: &Path, ids: IdMap) -> std::io::Result<()> {
+    let root = userns::host_id(ids, 0);
+    let _ = std::fs::remove_dir_all(seed);
+    for d in [seed.join("upper"), seed.join("work")] {
+        std::fs::create_dir_all(&d)?;
+        std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
+    }
+    seed_upper(&seed.join("upper"), ids, true, &[], &[])
 }
 
 /// Where the kernel tells a boot apart (`/proc/sys/kernel/random/boot_id`). A sandbox shares
@@ -250,7 +301,8 @@ pub(crate) const BASH_ENV_IN_SANDBOX: &str = "/etc/scenario-run/bash_env.sh";
 
 /// The `bwrap` command line for `layout`, with the `pre_exec` hook described in the module
 /// documentation. `info_fd` becomes fd 3 (`--info-fd 3`), `seccomp_fd` fd 4, `boot_id_fd`
-/// (if any) fd 5, whose contents become the sandbox's boot id.
+/// (if any) fd 5, whose contents become the sandbox's boot id. `disk_dev` is the loop device
+/// of the layout's disk (mounted at its mount point before the overlay).
 #[allow(clippy::too_many_arguments)]
 fn bwrap_command(
     layout: &Layout,
@@ -259,10 +311,19 @@ fn bwrap_command(
     info_fd: i32,
     seccomp_fd: i32,
     boot_id_fd: Option<i32>,
+    disk_dev: Option<&std::ffi::CStr>,
     argv: &[&str],
     probe: bool,
 ) -> std::io::Result<std::process::Command> {
     use std::ffi::CString;
+    let disk = match (&layout.disk, disk_dev) {
+        (Some(d), Some(dev)) => {
+            let at = CString::new(d.mount.as_os_str().as_encoded_bytes()).map_err(|_| bad_path("disk"))?;
+            Some((dev.to_owned(), at))
+        }
+        (None, None) => None,
+        _ => return Err(std::io::Error::other("a disk needs its loop device")),
+    };
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("unusable {what} path"));
     if layout.lowers.is_empty() {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a sandbox needs an image"));
@@ -337,6 +398,11 @@ fn bwrap_command(
                 c_root.as_c_str(),
                 MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
             )?;
+            // The disk first: the overlay's upper and work directories are on it.
+            if let Some((dev, at)) = &disk {
+                let flags = MountFlags::NODEV | MountFlags::NOSUID | MountFlags::NOATIME;
+                rustix::mount::mount(dev.as_c_str(), at.as_c_str(), c"ext4", flags, c"")?;
+            }
             let (overlay, merged) = (c_overlay.as_c_str(), c_merged.as_c_str());
             rustix::mount::mount(overlay, merged, overlay, MountFlags::NODEV, c_opts.as_c_str())?;
             // Still host root, in the private mount namespace: bwrap's recursive bind of the
@@ -424,8 +490,10 @@ pub(crate) struct NsSandbox {
     pub pid1: Pidfd,
     /// What commands join.
     pub entry: Arc<Entry>,
-    /// The outer bwrap process, our direct child.
+    /// The outer bwrap process, our direct child, and its pid: it lives in the private mount
+    /// namespace that holds the sandbox's disk and overlay (see `disk`).
     bwrap: tokio::sync::Mutex<tokio::process::Child>,
+    outer: u32,
     cgroup: Option<Cgroup>,
     /// The (host-side empty) mount point of its root, removed when it stops.
     mount_point: PathBuf,
@@ -477,6 +545,7 @@ impl NsSandbox {
             Ok(entry) => Ok(Self {
                 pid1,
                 entry,
+                outer: child.id().unwrap_or(0),
                 bwrap: tokio::sync::Mutex::new(child),
                 cgroup,
                 mount_point: layout.merged.clone(),
@@ -501,6 +570,20 @@ impl NsSandbox {
         let (info_r, info_w) = sys::cloexec_pipe()?;
         let seccomp = seccomp_pipe()?;
         let boot_id = boot_id_pipe()?;
+        // The disk's loop device, kept open until bwrap's child has mounted it.
+        let dev = match &layout.disk {
+            Some(d) => {
+                let image = d.image.clone();
+                let dev = tokio::task::spawn_blocking(move || super::disk::attach(&image, false))
+                    .await
+                    .map_err(|e| ProviderError::infra(e.to_string()))?
+                    .map_err(|e| {
+                        ProviderError::infra(format!("cannot attach the sandbox's disk: {}", sys::errno_text(&e)))
+                    })?;
+                Some(dev)
+            }
+            None => None,
+        };
         let mut cmd = bwrap_command(
             layout,
             &ns,
@@ -508,6 +591,7 @@ impl NsSandbox {
             info_w.as_raw_fd(),
             seccomp.as_raw_fd(),
             Some(boot_id.as_raw_fd()),
+            dev.as_ref().map(|d| d.path.as_c_str()),
             &["/bin/sh", "-c", "echo ready && exec sleep infinity"],
             false,
         )?;
@@ -523,7 +607,7 @@ impl NsSandbox {
         let spawned = sys::on_spawner(move || {
             let _guard = handle.enter();
             let r = cmd.spawn();
-            drop((ns, seccomp, boot_id));
+            drop((ns, seccomp, boot_id, dev));
             r
         })
         .await?;
@@ -616,6 +700,12 @@ impl NsSandbox {
         }
     }
 
+    /// Where `path` (a host path mounted only in the sandbox's private mount namespace, such as
+    /// its disk) is seen from the host while the sandbox runs.
+    pub(crate) fn host_view(&self, path: &Path) -> PathBuf {
+        Path::new(&format!("/proc/{}/root", self.outer)).join(path.strip_prefix("/").unwrap_or(path))
+    }
+
     /// Its cgroup, where limits are enforced with one (usage, pause).
     pub(crate) fn cgroup(&self) -> Option<&Cgroup> {
         self.cgroup.as_ref()
@@ -644,8 +734,9 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Str
             .map_err(|e| format!("cannot create a user namespace: {}", sys::errno_text(&e)))?;
         let (_r, w) = sys::cloexec_pipe().map_err(|e| e.to_string())?;
         let seccomp = seccomp_pipe().map_err(|e| e.to_string())?;
-        let mut cmd = bwrap_command(&layout, &ns, None, w.as_raw_fd(), seccomp.as_raw_fd(), None, &["/bin/true"], true)
-            .map_err(|e| e.to_string())?;
+        let mut cmd =
+            bwrap_command(&layout, &ns, None, w.as_raw_fd(), seccomp.as_raw_fd(), None, None, &["/bin/true"], true)
+                .map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let run = sys::on_spawner_blocking(move || -> std::result::Result<(), String> {
             let mut child = cmd.spawn().map_err(|e| format!("cannot start bwrap: {}", sys::errno_text(&e)))?;

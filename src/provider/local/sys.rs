@@ -209,6 +209,32 @@ pub(crate) fn cloexec_from(first: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// In a forked child that will live a while before it execs (or never will): closes every
+/// descriptor above stderr but those in `keep` (at most 8). Such a process must hold nothing
+/// else: a copy of another command's pipe end would keep that pipe from ending, and a parent
+/// waiting for that end (the exec check of a spawn, a reader waiting for end of file) would
+/// wait for this process. Async-signal-safe: `close_range` over the gaps, no allocation.
+pub(crate) fn close_all_but(keep: &[RawFd]) {
+    let mut sorted = [u32::MAX; 8];
+    let n = keep.len().min(8);
+    for (i, fd) in keep.iter().take(8).enumerate() {
+        sorted[i] = u32::try_from(*fd).unwrap_or(u32::MAX);
+    }
+    sorted[..n].sort_unstable();
+    let mut from = 3u32;
+    for &k in &sorted[..n] {
+        if k >= from {
+            if k > from {
+                // SAFETY: integer arguments; closes descriptors this forked child does not use.
+                unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0u32) };
+            }
+            from = k + 1;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) };
+}
+
 /// `_exit(code)`: ends a forked child at once, without the parent's destructors, stdio
 /// flushes or atexit handlers (none of which may run between fork and exec).
 pub(crate) fn exit_now(code: i32) -> ! {

@@ -1,0 +1,318 @@
+//! A local sandbox's disk: a writable layer of a declared size, so a sandbox that writes past
+//! its disk gets `ENOSPC` inside, as in a cloud VM, and nothing of it lands on the host beyond.
+//!
+//! The sandbox's overlay upper and work directories live on an ext4 filesystem in a sparse
+//! image file in its state directory (`disk.img`, only the blocks written take host disk),
+//! made with `mkfs.ext4` from a seed directory (`-d`: the upper layer's first files) with one
+//! inode per 16 KiB, so inodes are bounded too. Where the sandbox starts (`sandbox`), the image
+//! is attached to a loop device that detaches itself once unused (`LO_FLAGS_AUTOCLEAR`) and
+//! mounted, by host root, in the sandbox's private mount namespace only, at `<dir>/disk`: no
+//! host mount exists, and the loop device goes with the sandbox's last process (a SIGKILL of
+//! the runner included). From the host, the live filesystem is reached through the outer
+//! bubblewrap process's root (`/proc/<pid>/root/<dir>/disk`); a stopped sandbox's is mounted
+//! read-only, in a mount namespace of its own, by the one command that reads it.
+//!
+//! The size is `disk` (MiB) in `template.yaml`, else `create`'s (Alibaba's `diskSizeMB`), else
+//! [`DEFAULT_MB`]: E2B gives a Hobby-tier sandbox 10 GiB of disk. Making an image costs about
+//! 10 ms (more under load), so images of the default size are made ahead ([`Pool`]).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A sandbox's disk when nothing says otherwise, in MiB (E2B's Hobby tier).
+pub const DEFAULT_MB: u64 = 10 * 1024;
+/// The smallest disk a sandbox may have, in MiB (ext4 needs some room of its own).
+pub const MIN_MB: u64 = 16;
+/// The largest: 1 TiB.
+pub const MAX_MB: u64 = 1 << 20;
+/// One inode per this many bytes of disk (ext4's default ratio).
+const BYTES_PER_INODE: u64 = 16 * 1024;
+
+/// One sandbox's disk: its image and where it is mounted in the sandbox's mount namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct Disk {
+    pub image: PathBuf,
+    pub mount: PathBuf,
+    pub size_mb: u64,
+}
+
+impl Disk {
+    pub(crate) fn new(dir: &Path, size_mb: u64) -> Self {
+        Self { image: dir.join("disk.img"), mount: dir.join("disk"), size_mb }
+    }
+
+    /// The overlay's upper and work directories on it.
+    pub(crate) fn upper(&self) -> PathBuf {
+        self.mount.join("upper")
+    }
+    pub(crate) fn work(&self) -> PathBuf {
+        self.mount.join("work")
+    }
+}
+
+/// Where `mkfs.ext4` is.
+fn mkfs() -> io::Result<PathBuf> {
+    ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "/usr/bin/mkfs.ext4"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| io::Error::other("sandbox disks need mkfs.ext4 (apt-get install e2fsprogs)"))
+}
+
+/// Makes a sparse ext4 image of `size_mb` at `image` holding `seed` (its contents become the
+/// filesystem's root, owners and modes kept). Blocking.
+pub(crate) fn make_image(image: &Path, size_mb: u64, seed: &Path) -> io::Result<()> {
+    let size_mb = size_mb.max(MIN_MB);
+    {
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).open(image)?;
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        f.set_len(size_mb * 1024 * 1024)?;
+    }
+    let inodes = (size_mb * 1024 * 1024 / BYTES_PER_INODE).max(1024);
+    let out = std::process::Command::new(mkfs()?)
+        .args(["-q", "-F", "-t", "ext4", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", "-m", "0"])
+        .arg("-N")
+        .arg(inodes.to_string())
+        .arg("-d")
+        .arg(seed)
+        .arg(image)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(image);
+        return Err(io::Error::other(format!(
+            "mkfs.ext4 failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// A loop device attached to an image; it detaches itself once its last user (a mount, this
+/// descriptor) is gone.
+#[derive(Debug)]
+pub(crate) struct Loop {
+    _fd: OwnedFd,
+    pub path: CString,
+}
+
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
+
+/// Attaches `image` (read-write, or read-only) to a free loop device. Blocking.
+pub(crate) fn attach(image: &Path, read_only: bool) -> io::Result<Loop> {
+    const LO_FLAGS_READ_ONLY: u32 = 1;
+    let file = std::fs::OpenOptions::new().read(true).write(!read_only).open(image)?;
+    let control = std::fs::OpenOptions::new().read(true).write(true).open("/dev/loop-control")?;
+    // Another process may take the device we were offered before we configure it: try again.
+    let mut last = io::Error::other("no free loop device");
+    for _ in 0..16 {
+        // SAFETY: an ioctl without argument on a descriptor we own; it returns a number.
+        let n = unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let path = format!("/dev/loop{n}");
+        let dev = match std::fs::OpenOptions::new().read(true).write(!read_only).open(&path) {
+            Ok(d) => d,
+            Err(e) => {
+                last = e;
+                continue;
+            }
+        };
+        // SAFETY: LoopConfig is plain integers and byte arrays; all zeroes is valid.
+        let mut config: LoopConfig = unsafe { std::mem::zeroed() };
+        config.fd = file.as_raw_fd() as u32;
+        config.info.lo_flags = LO_FLAGS_AUTOCLEAR | if read_only { LO_FLAGS_READ_ONLY } else { 0 };
+        // SAFETY: LOOP_CONFIGURE reads one `struct loop_config`, which `config` is (the same
+        // layout: repr(C), the kernel's field types), from memory that outlives the call.
+        let r = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_CONFIGURE, &config as *const LoopConfig) };
+        if r == 0 {
+            let path = CString::new(path).expect("no NUL in a device path");
+            return Ok(Loop { _fd: dev.into(), path });
+        }
+        last = io::Error::last_os_error();
+        if last.raw_os_error() != Some(libc::EBUSY) {
+            return Err(last);
+        }
+    }
+    Err(last)
+}
+
+/// Runs `cmd` with `disk`'s filesystem mounted read-only at `disk.mount`, in a mount namespace
+/// of the command's own (for a sandbox that is not running). Blocking.
+pub(crate) fn with_mounted(disk: &Disk, mut cmd: std::process::Command) -> io::Result<std::process::Output> {
+    use std::os::unix::process::CommandExt;
+    let dev = attach(&disk.image, true)?;
+    std::fs::create_dir_all(&disk.mount)?;
+    let source = dev.path.clone();
+    let target = CString::new(disk.mount.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+    // SAFETY: `pre_exec` needs an async-signal-safe closure: unshare and mount, raw system
+    // calls on C strings made before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            use rustix::mount::{MountFlags, MountPropagationFlags};
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)?;
+            let flags = MountFlags::RDONLY | MountFlags::NODEV | MountFlags::NOSUID;
+            rustix::mount::mount(source.as_c_str(), target.as_c_str(), c"ext4", flags, c"")?;
+            Ok(())
+        });
+    }
+    let out = cmd.output();
+    drop(dev);
+    out
+}
+
+/// How full a mounted disk is: (bytes used, bytes in all).
+pub(crate) fn usage(mounted_at: &Path) -> Option<(u64, u64)> {
+    let v = rustix::fs::statvfs(mounted_at).ok()?;
+    Some(((v.f_blocks - v.f_bfree) * v.f_frsize, v.f_blocks * v.f_frsize))
+}
+
+/// Writes a seed directory (see [`make_image`]).
+type SeedWriter = dyn Fn(&Path) -> io::Result<()> + Send + Sync;
+
+/// Images of the default size made ahead, in `<state>/disk-pool.<owner>`, from one seed.
+pub(crate) struct Pool {
+    dir: PathBuf,
+    write_seed: Box<SeedWriter>,
+    seeded: std::sync::OnceLock<Result<PathBuf, String>>,
+    ready: Mutex<Vec<PathBuf>>,
+    target: usize,
+    filling: std::sync::atomic::AtomicBool,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("dir", &self.dir).field("target", &self.target).finish()
+    }
+}
+
+/// Images kept ready when `SCENARIO_RUN_DISK_POOL` does not say.
+const DEFAULT_POOL: usize = 3;
+
+impl Pool {
+    /// A pool in `state_dir` whose images hold what `write_seed` writes into a directory (made
+    /// once, when first needed). The directory carries the owner file, so the next run sweeps
+    /// what a killed one left.
+    pub(crate) fn new(state_dir: &Path, write_seed: Box<SeedWriter>) -> Arc<Self> {
+        let dir = state_dir.join(format!("disk-pool.{}", super::owner_token().replace(':', ".")));
+        let target = std::env::var("SCENARIO_RUN_DISK_POOL").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_POOL);
+        Arc::new(Self {
+            dir,
+            write_seed,
+            seeded: std::sync::OnceLock::new(),
+            ready: Mutex::new(Vec::new()),
+            target: target.min(64),
+            filling: Default::default(),
+            closed: Default::default(),
+        })
+    }
+
+    fn seed(&self) -> io::Result<&Path> {
+        let r = self.seeded.get_or_init(|| {
+            let seed = self.dir.join("seed");
+            std::fs::create_dir_all(&self.dir)
+                .and_then(|()| std::fs::write(self.dir.join(super::OWNER_FILE), super::owner_token()))
+                .and_then(|()| (self.write_seed)(&seed))
+                .map(|()| seed)
+                .map_err(|e| format!("cannot write the sandboxes' disk seed: {e}"))
+        });
+        match r {
+            Ok(p) => Ok(p.as_path()),
+            Err(e) => Err(io::Error::other(e.clone())),
+        }
+    }
+
+    /// Puts a ready image of `size_mb` holding the pool's seed at `image`: one made ahead when
+    /// the size is the default, else a new one. Blocking; starts the refill.
+    pub(crate) fn take(self: &Arc<Self>, image: &Path, size_mb: u64) -> io::Result<()> {
+        let seed = self.seed()?.to_path_buf();
+        let pooled = if size_mb == DEFAULT_MB { self.ready.lock().expect("pool").pop() } else { None };
+        self.refill();
+        if let Some(p) = pooled {
+            if std::fs::rename(&p, image).is_ok() {
+                return Ok(());
+            }
+            let _ = std::fs::remove_file(&p);
+        }
+        make_image(image, size_mb, &seed)
+    }
+
+    fn refill(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.target == 0 || self.closed.load(SeqCst) || self.filling.swap(true, SeqCst) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let started = std::thread::Builder::new().name("disk-pool".into()).spawn(move || loop {
+            let Some(p) = pool.upgrade() else { return };
+            if p.closed.load(SeqCst) || p.ready.lock().expect("pool").len() >= p.target {
+                p.filling.store(false, SeqCst);
+                return;
+            }
+            let path = p.dir.join(format!("{}.img", crate::random::hex(6)));
+            let made = p.seed().map(Path::to_path_buf).and_then(|seed| make_image(&path, DEFAULT_MB, &seed));
+            match made {
+                Ok(()) if !p.closed.load(SeqCst) => p.ready.lock().expect("pool").push(path),
+                _ => {
+                    let _ = std::fs::remove_file(&path);
+                    p.filling.store(false, SeqCst);
+                    return;
+                }
+            }
+        });
+        if started.is_err() {
+            self.filling.store(false, SeqCst);
+        }
+    }
+
+    /// Removes every image made ahead; no more are made.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.ready.lock().expect("pool").clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
