@@ -200,7 +200,7 @@ enum Iso {
     /// Its current boot (replaced when a filesystem-only pause is resumed) and how to boot it.
     Ns {
         boot: std::sync::RwLock<Arc<Boot>>,
-        layout: Layout,
+        layout: Box<Layout>,
     },
     Plain {
         home: PathBuf,
@@ -716,7 +716,7 @@ impl Inner {
                     return Err(e);
                 }
             };
-            Iso::Ns { boot: std::sync::RwLock::new(Boot::new(ns)), layout }
+            Iso::Ns { boot: std::sync::RwLock::new(Boot::new(ns)), layout: Box::new(layout) }
         } else {
             let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
             let (h, t, b) = (home.clone(), tmp.clone(), bash_env.clone());
