@@ -530,7 +530,10 @@ async fn issue_23_read_file_refuses_fifos_devices_and_files_past_the_limit() {
         }
     }
     let e = p.read_file(id, "/tmp/zero").await.unwrap_err();
-    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Invalid, "is a character device, not a regular file: /tmp/zero"));
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::Invalid, "is a character device, not a regular file: /tmp/zero")
+    );
     let e = p.read_file_as(id, "/tmp/fifo", "root").await.unwrap_err();
     assert!(e.message.starts_with("is a FIFO"), "{}", e.message);
     let e = p.read_file(id, "/tmp/huge").await.unwrap_err();

@@ -2234,7 +2234,12 @@ fn context(entries: &[(&str, Entry)]) -> Vec<u8> {
 
 /// Makes template `name` and uploads `ctx` as its files `h1`: (template ID, build ID), or the
 /// upload's refusal (status, body).
-async fn upload_context(http: &reqwest::Client, base: &str, name: &str, ctx: Vec<u8>) -> Result<(String, String), (u16, String)> {
+async fn upload_context(
+    http: &reqwest::Client,
+    base: &str,
+    name: &str,
+    ctx: Vec<u8>,
+) -> Result<(String, String), (u16, String)> {
     let (status, t) =
         api(http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": name}))).await;
     assert_eq!(status, 202, "{t}");
@@ -2303,7 +2308,10 @@ async fn issue_23_a_build_context_never_makes_serve_write_through_a_link() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("Dockerfile", context(&[("Dockerfile", Entry::Link(victim_s)), a])),
         ("template.yaml", context(&[("a.txt", Entry::File(b"a")), ("template.yaml", Entry::Link(planted_s))])),
-        ("sub", context(&[("a.txt", Entry::File(b"a")), ("sub", Entry::Link(&dir_s)), ("sub/x.txt", Entry::File(b"x"))])),
+        (
+            "sub",
+            context(&[("a.txt", Entry::File(b"a")), ("sub", Entry::Link(&dir_s)), ("sub/x.txt", Entry::File(b"x"))]),
+        ),
         ("pipe", context(&[("a.txt", Entry::File(b"a")), ("pipe", Entry::Fifo)])),
     ];
     for (i, (what, ctx)) in cases.into_iter().enumerate() {
@@ -2317,7 +2325,11 @@ async fn issue_23_a_build_context_never_makes_serve_write_through_a_link() {
                 assert!(m.contains(&format!("`{what}`")), "{what}: the refusal names the entry: {st}");
             }
         }
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret\n", "{what}: a host file was written through a link");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "secret\n",
+            "{what}: a host file was written through a link"
+        );
         assert!(!planted.exists(), "{what}: a file was planted on the host");
         assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "{what}: written into a host directory");
     }
@@ -2502,7 +2514,10 @@ async fn issue_23_serves_secrets_never_reach_a_sandbox_port_in_any_header_form()
             let r = http.get(&url).header(name, &value).send().await.unwrap();
             assert_eq!(r.status(), 200, "{name}");
             let seen = r.text().await.unwrap();
-            assert!(!seen.contains(secret) && !seen.contains(&value), "{name}: {value} reached the application:\n{seen}");
+            assert!(
+                !seen.contains(secret) && !seen.contains(&value),
+                "{name}: {value} reached the application:\n{seen}"
+            );
         }
     }
     // The application's own credentials pass untouched.
@@ -2626,10 +2641,14 @@ async fn issue_26_make_dir_move_and_remove_act_as_envd_does() {
     let sb = make(&http, &base).await;
     let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/contract-x"})).await;
     assert_eq!(status, 200, "{e}");
-    assert_eq!((e["entry"]["path"].as_str(), e["entry"]["type"].as_str()), (Some("/contract-x"), Some("FILE_TYPE_DIRECTORY")));
+    assert_eq!(
+        (e["entry"]["path"].as_str(), e["entry"]["type"].as_str()),
+        (Some("/contract-x"), Some("FILE_TYPE_DIRECTORY"))
+    );
     let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/contract-x"})).await;
     assert_eq!((status, e["code"].as_str()), (409, Some("already_exists")), "{e}");
-    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/opt/made/deep"})).await;
+    let (status, e) =
+        unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/opt/made/deep"})).await;
     assert_eq!(status, 200, "{e}");
     let (_, end) = run_cmd(&http, &base, &sb, "echo moved > /home/user/moved.txt").await;
     assert_eq!(end["exitCode"].as_i64().unwrap_or(0), 0);
