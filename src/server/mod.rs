@@ -66,6 +66,7 @@
 
 mod args;
 mod auth;
+mod build_dir;
 mod connect;
 mod control;
 mod envd;

@@ -8,8 +8,9 @@
 //! * `POST /v2/templates/{id}/builds/{buildID}` → 202; the build runs in the background:
 //!   a template folder is materialized (a Dockerfile from `fromImage` and the steps, one line
 //!   per step, so Dockerfile line `n` is step `n - 1`; the uploaded COPY contexts extracted at
-//!   their relative paths; a `template.yaml` named after the template ID with `startCmd`,
-//!   `readyCmd`, cpu and memory) and handed to the provider's `deploy` (with a start command)
+//!   their relative paths, never through a link (`build_dir`); a `template.yaml` named after
+//!   the template ID with `startCmd`, `readyCmd`, cpu and memory) and handed to the
+//!   provider's `deploy` (with a start command)
 //!   or `build` (without). Its content digest is replaced by one over the image, the steps
 //!   and the template ID, so a second build of the same steps reuses the layer, as E2B's
 //!   layer cache does. The provider registers the template under its ID; `POST /sandboxes`
@@ -36,6 +37,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value as JsonValue};
 use sha2::{Digest, Sha256};
 
+use super::build_dir::BuildDir;
 use super::{json_error, rfc3339, AppState};
 use crate::templates::{BuildSpec, TemplateDir};
 
@@ -591,7 +593,7 @@ async fn build(
     memory: Option<u64>,
 ) -> Result<(), (String, Option<usize>)> {
     let fail = |m: String| (m, None);
-    std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create the build folder: {e}")))?;
+    let folder = Arc::new(BuildDir::create(dir).map_err(|e| fail(format!("cannot create the build folder: {e}")))?);
     let steps = req["steps"].as_array().cloned().unwrap_or_default();
     for (i, step) in steps.iter().enumerate() {
         if step["type"] != "COPY" {
@@ -602,14 +604,11 @@ async fn build(
         if !safe_hash(hash) || !tar.exists() {
             return Err((format!("step {} (COPY): the files {hash} were not uploaded", i + 1), Some(i + 1)));
         }
-        let d = dir.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            let f = std::fs::File::open(&tar)?;
-            tar::Archive::new(flate2::read::GzDecoder::new(f)).unpack(&d)
-        })
-        .await
-        .map_err(|e| fail(e.to_string()))?
-        .map_err(|e| (format!("step {} (COPY): cannot extract the files: {e}", i + 1), Some(i + 1)))?;
+        let f = folder.clone();
+        tokio::task::spawn_blocking(move || f.unpack(&tar))
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .map_err(|e| (format!("step {} (COPY): cannot extract the files: {e}", i + 1), Some(i + 1)))?;
     }
     let s = |k: &str| req[k].as_str().map(|v| JsonValue::String(v.to_string()).to_string());
     let mut yaml = format!("name: {}\n", JsonValue::String(id.to_string()));
@@ -626,10 +625,14 @@ async fn build(
     if let Some(v) = s("readyCmd") {
         yaml += &format!("ready_command: {v}\n");
     }
-    std::fs::write(dir.join("Dockerfile"), dockerfile)
-        .and_then(|()| std::fs::write(dir.join("template.yaml"), yaml))
-        .map_err(|e| fail(format!("cannot write the build folder: {e}")))?;
-    let mut template = TemplateDir::load(dir).map_err(fail)?;
+    folder.write_own("Dockerfile", dockerfile.as_bytes()).map_err(fail)?;
+    folder.write_own("template.yaml", yaml.as_bytes()).map_err(fail)?;
+    // Reads and hashes every file of the folder: off the async workers.
+    let at = folder.path().to_path_buf();
+    let mut template = tokio::task::spawn_blocking(move || TemplateDir::load(&at))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(fail)?;
     // The layer is keyed by what the builder runs, not by the start command.
     let mut h = Sha256::new();
     h.update(id);
