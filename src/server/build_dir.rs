@@ -285,10 +285,12 @@ impl BuildDir {
             Ok(None) => {}
             Ok(Some(FileType::RegularFile)) => rustix::fs::unlinkat(&self.dir, n, AtFlags::empty())
                 .map_err(|e| format!("cannot replace the context's `{name}`: {e}"))?,
-            Ok(Some(t)) => return Err(format!(
+            Ok(Some(t)) => {
+                return Err(format!(
                 "the context's `{name}` is {}, where the build writes its own {name}: leave it out of the files copied",
                 kind_name(t)
-            )),
+            ))
+            }
             Err(e) => return Err(format!("cannot write `{name}`: {e}")),
         }
         let fd = open_beneath(&self.dir, n, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL, Mode::from_raw_mode(0o644))
