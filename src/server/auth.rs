@@ -27,6 +27,10 @@
 //! | envd `/files` | `X-Access-Token`, else a `signature` (+ `signature_expiration`) in the query, signed with the token (§5.3) | 401 with envd's messages: token mismatch, missing, invalid or expired signature |
 //! | a sandbox port | `e2b-traffic-access-token` (or `X-Access-Token`); none if its ports are public | 403 `{"sandboxId","message","code":403}`, missing or invalid, as E2B's proxy |
 //!
+//! A signed `/files` URL acts as the user it was signed for (`username`, the default user when
+//! empty): a Basic header naming another user is refused, since the signature covers only
+//! the query.
+//!
 //! A signed `/files` URL may arrive with no sandbox id at all: with `E2B_SANDBOX_URL` the SDK
 //! builds `upload_url()`/`download_url()` on that one URL (protocol doc §12.4). The signature
 //! names the sandbox: it is a hash over the sandbox's token, so serve tries the token of every
@@ -188,7 +192,21 @@ pub(crate) fn files(
     if !ct_eq(sig.as_bytes(), want.as_bytes()) {
         return Err(unauthorized("invalid signature"));
     }
-    not_expired(q)
+    not_expired(q)?;
+    signed_user(q, h)
+}
+
+/// A signature binds the user the request acts as: the signed `username`, or the default
+/// user when it is empty. A Basic header naming anyone else is refused, or a URL signed for
+/// the default user would read as root with `Authorization: Basic root:` (issue 23).
+fn signed_user(q: &Signed, h: &HeaderMap) -> Result<(), Response> {
+    let signed = if q.username.is_empty() { super::files::DEFAULT_USER } else { q.username.as_str() };
+    match super::envd::basic_user(h) {
+        Some(asked) if asked != signed => Err(unauthorized(&format!(
+            "the URL was signed for user '{signed}', and the Authorization header asks for '{asked}'"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn not_expired(q: &Signed) -> Result<(), Response> {
