@@ -103,6 +103,11 @@ impl Store {
         inner.by_name.get(name_or_id).cloned().unwrap_or_else(|| name_or_id.to_string())
     }
 
+    /// The memory (MiB) the template `id` was built for, if it was built here with one.
+    pub fn memory_of(&self, id: &str) -> Option<u64> {
+        self.inner.lock().expect("templates").by_id.get(id).and_then(|t| t.memory)
+    }
+
     /// IDs of every template, to remove at shutdown.
     pub fn ids(&self) -> Vec<String> {
         self.inner.lock().expect("templates").by_id.keys().cloned().collect()
