@@ -2613,6 +2613,8 @@ async fn issue_23_a_killed_serves_work_directory_is_swept_by_the_next_serve_and_
     });
     drop(killed); // SIGKILL
     let next = Server::start_env(&[], &env);
+    // Once it answers, it has swept.
+    assert_eq!(http.get(format!("{}/health", next.base)).send().await.unwrap().status(), 204);
     assert!(!killed_dir.exists(), "the next serve left a dead serve's work directory");
     assert!(live_dir.exists(), "the next serve swept a live serve's work directory");
     assert!(dir_of(&next).exists());

@@ -64,7 +64,8 @@
 //!
 //! Sandboxes expire at their end time (the provider kills them); [`serve`] runs until its
 //! shutdown future resolves and then destroys every sandbox it created, and removes every
-//! template built through the template API (`templates`, protocol doc §8.1).
+//! template built through the template API (`templates`, protocol doc §8.1) and its work
+//! directory (`work_dir`; what a SIGKILLed serve leaves is swept by the next serve or run).
 
 mod admission;
 mod args;
@@ -79,8 +80,10 @@ mod proxy;
 mod snapshots;
 mod templates;
 pub mod tls;
+mod work_dir;
 
 pub use args::ServeArgs;
+pub use work_dir::sweep_stale as sweep_stale_work_dirs;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{Future, IntoFuture};
@@ -698,7 +701,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<usize> {
     let addr: SocketAddr = listener.local_addr()?;
-    let work = std::env::temp_dir().join(format!("scenario-run-serve-{}-{}", std::process::id(), addr.port()));
+    // What SIGKILLed serves left, then this one's own (see `work_dir`).
+    work_dir::sweep_stale();
+    let work = work_dir::create_in(&std::env::temp_dir(), addr.port())?;
     let st = Arc::new(AppState {
         provider: provider.clone(),
         api_key: opts.api_key,
