@@ -277,9 +277,12 @@ impl Root {
         }
         let (parent, _) = split(abs)?;
         self.mkdir_p(parent)?;
-        // Truncated only once it is known to be a regular file.
+        // Truncated only once it is known to be a regular file (and only if it holds
+        // anything: a watcher sees one change for a new file's write, as with O_TRUNC).
         let mut f = self.open_regular(abs, libc::O_WRONLY | libc::O_CREAT, mode.unwrap_or(0o644))?;
-        f.set_len(0).map_err(|e| fs_err(e, abs))?;
+        if f.metadata().map_err(|e| fs_err(e, abs))?.len() > 0 {
+            f.set_len(0).map_err(|e| fs_err(e, abs))?;
+        }
         f.write_all(data).map_err(|e| fs_err(e, abs))?;
         if let Some(m) = mode {
             use std::os::unix::fs::PermissionsExt;
