@@ -2540,7 +2540,7 @@ fn host_memory_mib() -> (u64, u64) {
 
 /// Regression (issue 23, item 11c): 256 sandboxes of 512 MiB were admitted on a 24 GiB host.
 /// A create is admitted by its declared memory against the host's: more than the host has
-/// available, or past `--memory-overcommit` times its memory over the live sandboxes, answers
+/// at all, or past `--memory-overcommit` times its memory over the live sandboxes, answers
 /// 429 saying so; a killed sandbox gives its memory back.
 #[tokio::test]
 async fn issue_23_creates_are_admitted_by_declared_memory() {

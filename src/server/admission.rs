@@ -5,11 +5,13 @@
 //! built here, else [`DEFAULT_MEMORY_MB`] (what the local provider gives a sandbox that names
 //! none); its cgroup holds it to that. A create is admitted while
 //!
-//! * its memory fits in what the host has available now (`MemAvailable`), and
 //! * the memory promised to the live sandboxes, its own included, stays within
 //!   `--memory-overcommit` times the host's (`MemTotal`); the default, 2, promises twice the
 //!   host's memory: sandboxes under test mostly idle far below their limit (E2B's hosts
-//!   overcommit too), and with 1 every sandbox may use all of its memory at once.
+//!   overcommit too), and with 1 every sandbox may use all of its memory at once; and
+//! * the host has its share of that now (`MemAvailable`): its memory divided by the same
+//!   ratio, all of it at 1. A host already short of memory takes no more sandboxes, whatever
+//!   is promised.
 //!
 //! Otherwise it is answered 429 `{"code":429,"message":…}` saying how much was asked, how much
 //! is promised or available, and the flag (the SDKs raise `RateLimitException` and retry);
@@ -102,11 +104,14 @@ impl MemoryBook {
                 may_retry: true,
             });
         }
-        if mb > available {
+        let share = (mb as f64 / self.overcommit).ceil() as u64;
+        if share > available {
             return Err(Refusal {
                 message: format!(
-                    "not enough memory on this host: the sandbox asks for {}, and the host has {} available now",
+                    "not enough memory on this host: the sandbox asks for {}, which needs {} available at --memory-overcommit {}, and the host has {} available now",
                     human(mb),
+                    human(share),
+                    self.overcommit,
                     human(available)
                 ),
                 may_retry: true,
@@ -150,10 +155,18 @@ mod tests {
         let r = book.admit(64 << 10, 24 << 10, 20 << 10).unwrap_err();
         assert!(!r.may_retry, "it can never fit");
         assert!(r.message.contains("asks for 64 GiB, the host has 24 GiB"), "{}", r.message);
-        let r = book.admit(21 << 10, 24 << 10, 20 << 10).unwrap_err();
+        // At 4 times, a sandbox needs a quarter of its memory free now.
+        let r = book.admit(8 << 10, 24 << 10, 1 << 10).unwrap_err();
         assert!(r.may_retry);
-        assert!(r.message.ends_with("the host has 20 GiB available now"), "{}", r.message);
-        book.admit(20 << 10, 24 << 10, 20 << 10).unwrap();
+        assert!(
+            r.message.ends_with("needs 2 GiB available at --memory-overcommit 4, and the host has 1 GiB available now"),
+            "{}",
+            r.message
+        );
+        book.admit(8 << 10, 24 << 10, 2 << 10).unwrap();
+        let strict = MemoryBook::new(1.0);
+        assert!(strict.admit(3 << 10, 24 << 10, 2 << 10).is_err());
+        strict.admit(2 << 10, 24 << 10, 2 << 10).unwrap();
     }
 
     #[test]

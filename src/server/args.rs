@@ -42,8 +42,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = Limits::default().max_inflate_ratio, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_inflate_ratio: u64,
     /// The memory promised to live sandboxes (each its declared memoryMB, 512 MiB if none),
-    /// as a multiple of the host's; a create past it, or larger than the host has available
-    /// now, answers 429.
+    /// as a multiple of the host's; a create past it, or whose share (its memory over this
+    /// ratio) the host does not have available now, answers 429.
     #[arg(long, default_value_t = Limits::default().memory_overcommit, value_name = "RATIO", value_parser = parse_ratio)]
     pub memory_overcommit: f64,
     /// Fault injection: delay every request by this many milliseconds.
