@@ -55,6 +55,9 @@ enum Resp {
     },
     /// `application/connect+json`, written as the chunks arrive, closed when the sender drops.
     Stream(mpsc::UnboundedReceiver<Vec<u8>>),
+    /// These bytes as the whole answer (status line and headers included), then the
+    /// connection held open without another byte, as a server that stalls.
+    Stalled(Vec<u8>),
 }
 
 fn json_resp(status: u16, body: JsonValue) -> Resp {
@@ -200,6 +203,11 @@ async fn serve(mut sock: TcpStream, handler: Handler, log: Arc<Mutex<Vec<Req>>>)
             out.push_str("\r\n");
             sock.write_all(out.as_bytes()).await?;
             sock.write_all(&body).await?;
+        }
+        Resp::Stalled(bytes) => {
+            sock.write_all(&bytes).await?;
+            sock.flush().await?;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
         }
         Resp::Stream(mut rx) => {
             sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/connect+json\r\nConnection: close\r\n\r\n")
@@ -703,6 +711,26 @@ async fn files_upload_and_download_round_trip() {
     assert!(!p.exists(SBX, "/nope").await.unwrap());
     let e = p.stat(SBX, "/nope").await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
+}
+
+/// Regression (issue 23, item 10): a download was read whole, however much the server sent
+/// (a link to `/dev/zero` in a sandbox took the runner to OOM). One larger than the read
+/// limit is refused as soon as its length says so, or once it passes the limit.
+#[tokio::test]
+async fn a_download_past_the_read_limit_is_refused_without_reading_it() {
+    let fake = Fake::start(|req: &Req| {
+        (req.method == "GET" && req.path == "/files").then(|| {
+            let mut answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2147483648\r\n\r\n".to_vec();
+            answer.extend_from_slice(&[0u8; 4096]);
+            Resp::Stalled(answer)
+        })
+    })
+    .await;
+    let p = fake.provider();
+    let r = tokio::time::timeout(Duration::from_secs(10), p.read_file(SBX, "/home/user/zero")).await;
+    let e = r.expect("refused without waiting for 2 GiB").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(e.message, "is larger than 1 GiB, the most one read takes: /home/user/zero");
 }
 
 #[tokio::test]

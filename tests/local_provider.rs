@@ -533,3 +533,80 @@ async fn a_state_directory_under_a_private_directory_still_isolates() {
     assert_eq!(sh(&p, &sb.id, "id -un").await, "user\n");
     p.kill(&sb.id).await.unwrap();
 }
+
+/// Regression (issue 23, item 10): `read_file` of a FIFO never returned (and the runner, its
+/// blocking thread stuck, then hung at exit, deaf to SIGTERM); one of a link to `/dev/zero`
+/// read until the host ran out of memory. Only regular files are read, each up to the read
+/// limit (checked by its size before anything is read); a write onto a FIFO does not block.
+#[tokio::test]
+async fn issue_23_read_file_refuses_fifos_devices_and_files_past_the_limit() {
+    let (p, _d) = ns();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let id = &sb.id;
+    sh(&p, id, "mkfifo /tmp/fifo && ln -s /dev/zero /tmp/zero && truncate -s 100G /tmp/huge").await;
+    match tokio::time::timeout(Duration::from_secs(10), p.read_file(id, "/tmp/fifo")).await {
+        Ok(r) => {
+            let e = r.unwrap_err();
+            assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Invalid, "is a FIFO, not a regular file: /tmp/fifo"));
+        }
+        Err(_) => {
+            // Let the stuck reader go, so that the test ends.
+            let _ = p.exec(id, cmd("echo > /tmp/fifo"), None).await;
+            panic!("read_file of a FIFO did not return within 10 s");
+        }
+    }
+    let e = p.read_file(id, "/tmp/zero").await.unwrap_err();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::Invalid, "is a character device, not a regular file: /tmp/zero")
+    );
+    let e = p.read_file_as(id, "/tmp/fifo", "root").await.unwrap_err();
+    assert!(e.message.starts_with("is a FIFO"), "{}", e.message);
+    let e = p.read_file(id, "/tmp/huge").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.starts_with("is larger than 1 GiB, the most one read takes"), "{}", e.message);
+    assert!(e.message.ends_with(": /tmp/huge"), "{}", e.message);
+    let w = tokio::time::timeout(Duration::from_secs(10), p.write_file(id, "/tmp/fifo", b"x".to_vec(), None))
+        .await
+        .expect("a write onto a FIFO returns");
+    assert!(w.unwrap_err().message.starts_with("is a FIFO, not a regular file"));
+    // A file named `/etc/passwd` that is a FIFO does not hang who reads the sandbox's users.
+    sh(&p, id, "sudo sh -c 'mv /etc/passwd /etc/passwd.real && mkfifo /etc/passwd'").await;
+    let r = tokio::time::timeout(Duration::from_secs(10), p.read_file_as(id, "/etc/hostname", "root")).await;
+    assert!(r.is_ok(), "looking up a user through a FIFO /etc/passwd hung");
+    p.kill(id).await.unwrap();
+}
+
+/// The same through the runner: a `read-file` of a FIFO fails its step at once, saying why,
+/// and the run ends (before, its stuck thread kept the process alive after the summary).
+#[test]
+fn issue_23_a_run_that_reads_a_fifo_fails_the_step_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("fifo.yaml");
+    std::fs::write(
+        &scenario,
+        "name: fifo\nsteps:\n  - create: base\n  - exec: mkfifo /tmp/fifo\n  - read-file: /tmp/fifo\n    timeout: 5s\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_scenario-run"))
+        .args([scenario.to_str().unwrap(), "--no-progress"])
+        .env("SCENARIO_RUN_STATE_DIR", dir.path().join("state"))
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("the run did not end within 60 s:\n{}", String::from_utf8_lossy(&out.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("is a FIFO, not a regular file: /tmp/fifo"), "{text}");
+}

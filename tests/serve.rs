@@ -26,10 +26,16 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Self {
+        Self::start_env(extra, &[])
+    }
+
+    /// [`Server::start`] with variables set for the server (`TMPDIR`, say).
+    fn start_env(extra: &[&str], env: &[(&str, &std::path::Path)]) -> Self {
         let state = tempfile::Builder::new().prefix("srserve-").tempdir().unwrap();
         let mut child = Command::new(common::bin())
             .args(["serve", "--listen", "127.0.0.1:0", "--api-key", KEY])
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("SCENARIO_RUN_STATE_DIR", state.path())
             .env_remove("E2B_API_KEY")
             .stdout(Stdio::piped())
@@ -2199,4 +2205,515 @@ fn a_ca_dir_serve_cannot_use_is_an_error_if_named_and_plain_http_only_if_not() {
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
+}
+
+// ---- issues 23 and 26: the seams around a sandbox --------------------------------------------
+
+/// One entry of a COPY context.
+enum Entry<'a> {
+    File(&'a [u8]),
+    Link(&'a str),
+    Fifo,
+}
+
+/// A gzipped tar of `entries`, as the SDK uploads a COPY context.
+fn context(entries: &[(&str, Entry)]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    for (name, e) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(0o644);
+        match e {
+            Entry::File(data) => {
+                h.set_size(data.len() as u64);
+                tar.append_data(&mut h, name, *data).unwrap();
+            }
+            Entry::Link(target) => {
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_size(0);
+                tar.append_link(&mut h, name, target).unwrap();
+            }
+            Entry::Fifo => {
+                h.set_entry_type(tar::EntryType::Fifo);
+                h.set_size(0);
+                tar.append_data(&mut h, name, &[][..]).unwrap();
+            }
+        }
+    }
+    tar.into_inner().unwrap().finish().unwrap()
+}
+
+/// Makes template `name` and uploads `ctx` as its files `h1`: (template ID, build ID), or the
+/// upload's refusal (status, body).
+async fn upload_context(
+    http: &reqwest::Client,
+    base: &str,
+    name: &str,
+    ctx: Vec<u8>,
+) -> Result<(String, String), (u16, String)> {
+    let (status, t) =
+        api(http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": name}))).await;
+    assert_eq!(status, 202, "{t}");
+    let (id, build) = (t["templateID"].as_str().unwrap().to_string(), t["buildID"].as_str().unwrap().to_string());
+    let (status, f) = api(http, reqwest::Method::GET, format!("{base}/templates/{id}/files/h1"), None).await;
+    assert_eq!(status, 201, "{f}");
+    let r = http.put(f["url"].as_str().unwrap()).body(ctx).send().await.unwrap();
+    match r.status().as_u16() {
+        200 => Ok((id, build)),
+        s => Err((s, r.text().await.unwrap())),
+    }
+}
+
+/// Builds template `name` from the COPY context `ctx` (files hash `h1`) and `steps`, with
+/// `extra` keys in the build request: the last status body, or a refusal (status, body).
+async fn build_with_context(
+    http: &reqwest::Client,
+    base: &str,
+    name: &str,
+    ctx: Vec<u8>,
+    steps: Value,
+    extra: Value,
+) -> Result<Value, (u16, String)> {
+    let (id, build) = upload_context(http, base, name, ctx).await?;
+    let mut req = json!({"fromTemplate": "base", "steps": steps});
+    for (k, v) in extra.as_object().unwrap() {
+        req[k] = v.clone();
+    }
+    let url = format!("{base}/v2/templates/{id}/builds/{build}");
+    let (status, e) = api(http, reqwest::Method::POST, url, Some(req)).await;
+    if status != 202 {
+        return Err((status, e.to_string()));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, st) =
+            api(http, reqwest::Method::GET, format!("{base}/templates/{id}/builds/{build}/status"), None).await;
+        if matches!(st["status"].as_str(), Some("ready" | "error")) {
+            return Ok(st);
+        }
+        assert!(std::time::Instant::now() < deadline, "the build of {name} ends: {st}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Regression (issue 23, item 1): a COPY context holding `Dockerfile` and `template.yaml` as
+/// links to host paths made serve (root) overwrite a root-only host file with `FROM …` and
+/// plant a new file with content the request chose. Nothing the build writes follows a link
+/// now: a context that would be written through (or that holds what is not a file, a
+/// directory or a link) is refused, naming the entry, and the host is left as it was.
+#[tokio::test]
+async fn issue_23_a_build_context_never_makes_serve_write_through_a_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let host = tempfile::tempdir().unwrap();
+    let victim = host.path().join("root-only");
+    std::fs::write(&victim, "secret\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let planted = host.path().join("planted.yaml");
+    let dir = host.path().join("dir");
+    std::fs::create_dir(&dir).unwrap();
+    let (victim_s, planted_s, dir_s) =
+        (victim.to_str().unwrap(), planted.to_str().unwrap(), dir.to_str().unwrap().to_string());
+    let a = ("a.txt", Entry::File(b"a"));
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("Dockerfile", context(&[("Dockerfile", Entry::Link(victim_s)), a])),
+        ("template.yaml", context(&[("a.txt", Entry::File(b"a")), ("template.yaml", Entry::Link(planted_s))])),
+        (
+            "sub",
+            context(&[("a.txt", Entry::File(b"a")), ("sub", Entry::Link(&dir_s)), ("sub/x.txt", Entry::File(b"x"))]),
+        ),
+        ("pipe", context(&[("a.txt", Entry::File(b"a")), ("pipe", Entry::Fifo)])),
+    ];
+    for (i, (what, ctx)) in cases.into_iter().enumerate() {
+        let steps = json!([{"type": "COPY", "args": ["a.txt", "/a.txt", "", ""], "filesHash": "h1"}]);
+        let extra = json!({"startCmd": "echo $(id) > /tmp/started", "readyCmd": "true"});
+        match build_with_context(&http, &base, &format!("links-{i}"), ctx, steps, extra).await {
+            Err((status, body)) => assert!(status == 400 && body.contains(what), "{what}: {status} {body}"),
+            Ok(st) => {
+                assert_eq!(st["status"], "error", "{what}: a context with a link in the way was built: {st}");
+                let m = st["reason"]["message"].as_str().unwrap_or_default();
+                assert!(m.contains(&format!("`{what}`")), "{what}: the refusal names the entry: {st}");
+            }
+        }
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "secret\n",
+            "{what}: a host file was written through a link"
+        );
+        assert!(!planted.exists(), "{what}: a file was planted on the host");
+        assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "{what}: written into a host directory");
+    }
+    // A regular Dockerfile in the context (a project copied whole) is not the build's: the
+    // build writes its own beside the context's files, and still builds.
+    let ctx = context(&[("Dockerfile", Entry::File(b"FROM scratch\n")), ("a.txt", Entry::File(b"a"))]);
+    let steps = json!([{"type": "COPY", "args": ["a.txt", "/a.txt", "", ""], "filesHash": "h1"}]);
+    let st = build_with_context(&http, &base, "plain", ctx, steps, json!({})).await.unwrap();
+    assert_eq!(st["status"], "ready", "{st}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// Regression (issue 23, item 10): a download of a FIFO never returned (a serve thread blocked
+/// for good), and one of a link to `/dev/zero` took serve to OOM in 3 s. What is not a regular
+/// file is refused at once, saying what it is; a file past the read limit (1 GiB) is refused
+/// by its size; a write to a FIFO does not block either, and serve stays responsive.
+#[tokio::test]
+async fn issue_23_downloads_refuse_fifos_devices_and_files_past_the_limit() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let setup = "mkfifo /home/user/fifo && ln -s /dev/zero /home/user/zero && truncate -s 3G /home/user/huge \
+                 && head -c 1000 /dev/urandom > /home/user/small";
+    let (_, end) = run_cmd(&http, &base, &sb, setup).await;
+    assert_eq!(end["exitCode"].as_i64().unwrap_or(0), 0, "{end}");
+    let get = |path: &str| {
+        http.get(format!("{base}/files?path={path}"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .timeout(Duration::from_secs(10))
+            .send()
+    };
+    for (path, want) in [
+        ("fifo", "is a FIFO, not a regular file: /home/user/fifo"),
+        ("zero", "is a character device, not a regular file: /home/user/zero"),
+        ("huge", "is larger than 1 GiB"),
+    ] {
+        let r = get(path).await.unwrap_or_else(|e| panic!("the download of {path} did not answer: {e}"));
+        let (status, body) = (r.status().as_u16(), r.text().await.unwrap());
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains(want), "{path}: {body}");
+    }
+    let r = get("small").await.unwrap();
+    assert_eq!((r.status().as_u16(), r.bytes().await.unwrap().len()), (200, 1000));
+    // An upload onto the FIFO is refused too, without waiting for a reader.
+    let r = http
+        .post(format!("{base}/files?path=/home/user/fifo"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/octet-stream")
+        .timeout(Duration::from_secs(10))
+        .body("x")
+        .send()
+        .await
+        .expect("the upload onto a FIFO answers");
+    let (status, body) = (r.status().as_u16(), r.text().await.unwrap());
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("is a FIFO, not a regular file"), "{body}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// Regression (issue 23, item 11): `PUT /_upload/<anything>` read the whole body (up to 1 GiB)
+/// before answering 403: three requests took serve to 3.2 GB. A wrong token is refused as soon
+/// as the headers are in, and a body declared past the limit with a right one too.
+#[tokio::test]
+async fn issue_23_an_upload_url_is_checked_before_its_body_is_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let (status, t) =
+        api(&http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": "up"}))).await;
+    assert_eq!(status, 202, "{t}");
+    let id = t["templateID"].as_str().unwrap().to_string();
+    let (_, f) = api(&http, reqwest::Method::GET, format!("{base}/templates/{id}/files/h1"), None).await;
+    let good = f["url"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+    for (token, length, want) in [("not-a-token", 1u64 << 30, "403"), (good.as_str(), 2 << 30, "413")] {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", server.port())).await.unwrap();
+        let head = format!(
+            "PUT /_upload/{token} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {length}\r\nContent-Type: application/gzip\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&[0u8; 4096]).await.unwrap();
+        let started = std::time::Instant::now();
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("{token}: no answer while the body was still to come"))
+            .unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(answer.starts_with(&format!("HTTP/1.1 {want}")), "{token}: {answer}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{token}: answered after {:?}", started.elapsed());
+    }
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// A `/files` URL signed for `user` (empty: the default user), as the SDK signs it.
+fn signed_for(path: &str, op: &str, user: &str, token: &str) -> String {
+    use sha2::Digest;
+    let raw = format!("{path}:{op}:{user}:{token}");
+    let sig = base64::engine::general_purpose::STANDARD_NO_PAD.encode(sha2::Sha256::digest(raw.as_bytes()));
+    let mut q = format!(
+        "/files?path={}&signature={}",
+        scenario_run::net::url_encode(path),
+        scenario_run::net::url_encode(&format!("v1_{sig}"))
+    );
+    if !user.is_empty() {
+        q.push_str(&format!("&username={user}"));
+    }
+    q
+}
+
+/// Regression (issue 23, item 11a): a URL signed with no username (the default user) plus
+/// `Authorization: Basic root:` read `/etc/shadow` as root. The signature binds the user the
+/// request acts as: a Basic header naming another user is refused.
+#[tokio::test]
+async fn issue_23_a_signed_url_acts_only_as_the_user_it_was_signed_for() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let default = format!("{base}{}", signed_for("/etc/shadow", "read", "", &sb.token));
+    for with_header in [true, false] {
+        let mut req = http.get(&default).basic_auth("root", Some(""));
+        if with_header {
+            req = req.header("E2b-Sandbox-Id", &sb.id);
+        }
+        let r = req.send().await.unwrap();
+        let (status, body) = (r.status().as_u16(), r.text().await.unwrap());
+        assert_eq!(status, 401, "a signature for the default user read as root: {body}");
+        assert!(body.contains("signed for"), "{body}");
+    }
+    // Without a Basic header it is the default user's read, which /etc/shadow refuses.
+    let r = http.get(&default).header("E2b-Sandbox-Id", &sb.id).send().await.unwrap();
+    assert_ne!(r.status(), 200, "{}", r.text().await.unwrap());
+    // Signed for root, it reads as root (the token's holder asked for that), Basic or not.
+    let as_root = format!("{base}{}", signed_for("/etc/shadow", "read", "root", &sb.token));
+    for basic in [None, Some("root")] {
+        let mut req = http.get(&as_root).header("E2b-Sandbox-Id", &sb.id);
+        if let Some(u) = basic {
+            req = req.basic_auth(u, Some(""));
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.text().await.unwrap().contains("root:"));
+    }
+    // And a Basic user other than the one signed for is refused there too.
+    let r = http.get(&as_root).header("E2b-Sandbox-Id", &sb.id).basic_auth("user", Some("")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// Regression (issue 23, item 11b): the API key sent as `Authorization: Bearer <key>` reached
+/// the sandbox's application through the port proxy. serve's secrets (the API key, the
+/// sandbox's tokens) are stripped in every header form a client uses before a request is
+/// forwarded; what the application's own clients send passes.
+#[tokio::test]
+async fn issue_23_serves_secrets_never_reach_a_sandbox_port_in_any_header_form() {
+    let server = Server::start(&["--allow-public-traffic"]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let url = format!("http://8080-{}.localhost:{}/hello", sb.id, server.port());
+    start_echo(&http, &base, &sb, &url, None).await;
+    let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+    // (Public ports: the sandbox has no traffic token.)
+    for secret in [KEY, sb.token.as_str()] {
+        let forms = [
+            ("Authorization", format!("Bearer {secret}")),
+            ("authorization", format!("bearer   {secret}")),
+            ("Authorization", format!("Token {secret}")),
+            ("Authorization", format!("Basic {}", b64(format!("{secret}:")))),
+            ("Authorization", format!("Basic {}", b64(format!("api:{secret}")))),
+            ("Proxy-Authorization", format!("Bearer {secret}")),
+            ("X-Api-Key", secret.to_string()),
+            ("x-e2b-api-key", secret.to_string()),
+            ("Api-Key", secret.to_string()),
+            ("X-Access-Token", secret.to_string()),
+            ("Cookie", format!("session=1; e2b_api_key={secret}")),
+        ];
+        for (name, value) in forms {
+            let r = http.get(&url).header(name, &value).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{name}");
+            let seen = r.text().await.unwrap();
+            assert!(
+                !seen.contains(secret) && !seen.contains(&value),
+                "{name}: {value} reached the application:\n{seen}"
+            );
+        }
+    }
+    // The application's own credentials pass untouched.
+    let r = http.get(&url).header("Authorization", "Bearer app-token-123").send().await.unwrap();
+    assert!(r.text().await.unwrap().contains("authorization: Bearer app-token-123\n"));
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// `MemTotal` and `MemAvailable` of this host, in MiB.
+fn host_memory_mib() -> (u64, u64) {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let field = |name: &str| -> u64 {
+        let line = info.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
+    };
+    (field("MemTotal:"), field("MemAvailable:"))
+}
+
+/// Regression (issue 23, item 11c): 256 sandboxes of 512 MiB were admitted on a 24 GiB host.
+/// A create is admitted by its declared memory against the host's: more than the host has
+/// at all, or past `--memory-overcommit` times its memory over the live sandboxes, answers
+/// 429 saying so; a killed sandbox gives its memory back.
+#[tokio::test]
+async fn issue_23_creates_are_admitted_by_declared_memory() {
+    let (total, available) = host_memory_mib();
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let (status, body) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes"),
+        Some(json!({"templateID": "base", "timeout": 60, "memoryMB": total * 64})),
+    )
+    .await;
+    assert_eq!(status, 429, "a sandbox of 64 times the host's memory was admitted: {body}");
+    assert_eq!(body["code"], 429);
+    assert!(body["message"].as_str().unwrap().contains("memory"), "{body}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+
+    // Promised memory adds up: with serve promising 1.5 times a sandbox's memory, it fits
+    // once, not twice (60 % of what is free now, whatever else the machine runs).
+    let mb = available * 6 / 10;
+    let ratio = format!("{:.3}", (mb as f64 * 1.5 / total as f64) + 0.0005);
+    let server = Server::start(&["--memory-overcommit", &ratio]);
+    let (http, base) = (client(), server.base.clone());
+    let body = json!({"templateID": "base", "timeout": 60, "memoryMB": mb});
+    let a = make_with(&http, &base, body.clone()).await;
+    let (status, refused) = api(&http, reqwest::Method::POST, format!("{base}/v2/sandboxes"), Some(body.clone())).await;
+    assert_eq!(status, 429, "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("--memory-overcommit"), "{refused}");
+    let r = http.delete(format!("{base}/sandboxes/{}", a.id)).header("X-API-KEY", KEY).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    make_with(&http, &base, body).await;
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// serve's work directories under `tmp`.
+fn work_dirs(tmp: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("scenario-run-serve-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Regression (issue 23, item 12): a SIGKILLed serve left its work directory (uploads, build
+/// contexts: 191 MB) for good; the next run swept sandboxes but not that. The next serve, and
+/// the next run, remove the work directories whose serve is gone, never a live one's.
+#[tokio::test]
+async fn issue_23_a_killed_serves_work_directory_is_swept_by_the_next_serve_and_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = [("TMPDIR", tmp.path())];
+    let killed = Server::start_env(&[], &env);
+    let live = Server::start_env(&[], &env);
+    let http = client();
+    for s in [&killed, &live] {
+        let ctx = context(&[("a.txt", Entry::File(&[7u8; 100_000]))]);
+        upload_context(&http, &s.base, "left", ctx).await.unwrap();
+    }
+    let dir_of = |s: &Server| tmp.path().join(format!("scenario-run-serve-{}-{}", s.pid(), s.port()));
+    let (killed_dir, live_dir) = (dir_of(&killed), dir_of(&live));
+    assert_eq!(work_dirs(tmp.path()), {
+        let mut v = vec![killed_dir.clone(), live_dir.clone()];
+        v.sort();
+        v
+    });
+    drop(killed); // SIGKILL
+    let next = Server::start_env(&[], &env);
+    // Once it answers, it has swept.
+    assert_eq!(http.get(format!("{}/health", next.base)).send().await.unwrap().status(), 204);
+    assert!(!killed_dir.exists(), "the next serve left a dead serve's work directory");
+    assert!(live_dir.exists(), "the next serve swept a live serve's work directory");
+    assert!(dir_of(&next).exists());
+    // A run on the local provider sweeps them too.
+    let next_dir = dir_of(&next);
+    drop(next);
+    let scenario = tmp.path().join("s.yaml");
+    std::fs::write(&scenario, "name: sweep\nsteps:\n  - create: base\n  - exec: \"true\"\n").unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = common::cmd(&[scenario.to_str().unwrap(), "--no-progress"])
+        .env("TMPDIR", tmp.path())
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!next_dir.exists(), "a run left a dead serve's work directory");
+    assert!(live_dir.exists(), "a run swept a live serve's work directory");
+    let (ok, stderr) = live.stop();
+    assert!(ok, "{stderr}");
+    assert!(!live_dir.exists(), "serve removes its work directory when it stops");
+}
+
+/// Regression (issue 26, item 11): `MakeDir("/contract-x")` as `user` answered 400
+/// "permission denied" where envd makes the directory as root and gives it to the user; and
+/// envd moves and removes as root too. serve does all three as envd does.
+#[tokio::test]
+async fn issue_26_make_dir_move_and_remove_act_as_envd_does() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let sb = make(&http, &base).await;
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/contract-x"})).await;
+    assert_eq!(status, 200, "{e}");
+    assert_eq!(
+        (e["entry"]["path"].as_str(), e["entry"]["type"].as_str()),
+        (Some("/contract-x"), Some("FILE_TYPE_DIRECTORY"))
+    );
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/contract-x"})).await;
+    assert_eq!((status, e["code"].as_str()), (409, Some("already_exists")), "{e}");
+    let (status, e) =
+        unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/opt/made/deep"})).await;
+    assert_eq!(status, 200, "{e}");
+    let (_, end) = run_cmd(&http, &base, &sb, "echo moved > /home/user/moved.txt").await;
+    assert_eq!(end["exitCode"].as_i64().unwrap_or(0), 0);
+    let mv = json!({"source": "/home/user/moved.txt", "destination": "/srv/new/moved.txt"});
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/Move", mv).await;
+    assert_eq!(status, 200, "{e}");
+    assert_eq!(e["entry"]["path"], "/srv/new/moved.txt", "{e}");
+    let (out, _) = run_cmd(
+        &http,
+        &base,
+        &sb,
+        "sudo stat -c '%U:%G %n' /contract-x /opt/made /opt/made/deep /srv/new /srv/new/moved.txt; cat /srv/new/moved.txt",
+    )
+    .await;
+    assert_eq!(
+        out,
+        "user:user /contract-x\nuser:user /opt/made\nuser:user /opt/made/deep\nuser:user /srv/new\nuser:user /srv/new/moved.txt\nmoved\n"
+    );
+    let (_, end) = run_cmd(&http, &base, &sb, "sudo touch /etc/root-file").await;
+    assert_eq!(end["exitCode"].as_i64().unwrap_or(0), 0);
+    for path in ["/srv/new", "/opt/made", "/etc/root-file"] {
+        let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/Remove", json!({"path": path})).await;
+        assert_eq!(status, 200, "{path}: {e}");
+    }
+    let (out, _) = run_cmd(&http, &base, &sb, "ls -d /srv/new /opt/made /etc/root-file 2>&1 | wc -l").await;
+    assert_eq!(out.trim(), "3", "every removed path is gone (ls complains of each)");
+    // Made as root, a directory is root's.
+    let r = http
+        .post(format!("{base}/filesystem.Filesystem/MakeDir"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .basic_auth("root", Some(""))
+        .json(&json!({"path": "/root-made"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let (out, _) = run_cmd(&http, &base, &sb, "stat -c '%U:%G' /root-made").await;
+    assert_eq!(out, "root:root\n");
+    // Errors keep envd's codes: a file in the way, a missing source.
+    let (status, e) =
+        unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/contract-x/f/../x"})).await;
+    assert_eq!(status, 200, "{e}");
+    let (_, _) = run_cmd(&http, &base, &sb, "sudo touch /opt/file").await;
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/MakeDir", json!({"path": "/opt/file/x"})).await;
+    assert_eq!((status, e["code"].as_str()), (400, Some("invalid_argument")), "{e}");
+    let mv = json!({"source": "/no/such", "destination": "/srv/x"});
+    let (status, e) = unary(&http, &base, &sb, "filesystem.Filesystem/Move", mv).await;
+    assert_eq!((status, e["code"].as_str()), (404, Some("not_found")), "{e}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
 }

@@ -112,6 +112,43 @@ pub fn normalize_path(path: &str) -> Result<String> {
     Ok(format!("/{}", parts.join("/")))
 }
 
+/// The most one read of a sandbox file returns, on every provider (`read-file`, serve's
+/// `/files` downloads): 1 GiB, as much as serve takes in one upload (`--max-upload`'s
+/// default). A larger file is refused by its size before anything is read, and one that grows
+/// while it is read is cut off at the limit and refused. (`--max-output` bounds commands'
+/// output, not files: a scenario may read back a file bigger than what it keeps of a command.)
+pub const MAX_FILE_READ: u64 = 1 << 30;
+
+/// The refusal of a file larger than [`MAX_FILE_READ`].
+pub fn file_too_large(path: &str) -> ProviderError {
+    ProviderError::invalid(format!(
+        "is larger than {}, the most one read takes: {path}",
+        crate::size::human(MAX_FILE_READ)
+    ))
+}
+
+/// The refusal of a file whose content was asked for but that is not a regular file: `what`
+/// it is ("a FIFO", "a character device", …). Reading a FIFO waits for a writer that may
+/// never come, and a device may never end: neither is read.
+pub fn not_regular(what: &str, path: &str) -> ProviderError {
+    ProviderError::invalid(format!("is {what}, not a regular file: {path}"))
+}
+
+/// What a file of `mode` (`st_mode`'s type bits) is, for [`not_regular`]; `None` for a
+/// regular file.
+pub fn special_kind(mode: u32) -> Option<&'static str> {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => None,
+        libc::S_IFIFO => Some("a FIFO"),
+        libc::S_IFCHR => Some("a character device"),
+        libc::S_IFBLK => Some("a block device"),
+        libc::S_IFSOCK => Some("a socket"),
+        libc::S_IFDIR => Some("a directory"),
+        libc::S_IFLNK => Some("a symbolic link"),
+        _ => Some("an unknown kind of file"),
+    }
+}
+
 /// Optional features a provider may lack; scenarios list them under `requires.capabilities`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// first MiB); 413 past it.
     #[arg(long, default_value_t = Limits::default().max_inflate_ratio, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_inflate_ratio: u64,
+    /// The memory promised to live sandboxes (each its declared memoryMB, 512 MiB if none),
+    /// as a multiple of the host's; a create past it, or whose share (its memory over this
+    /// ratio) the host does not have available now, answers 429.
+    #[arg(long, default_value_t = Limits::default().memory_overcommit, value_name = "RATIO", value_parser = parse_ratio)]
+    pub memory_overcommit: f64,
     /// Fault injection: delay every request by this many milliseconds.
     #[arg(long, value_name = "MS")]
     pub fault_latency: Option<u64>,
@@ -56,6 +61,13 @@ pub struct ServeArgs {
     /// Fault injection: 429/503 faults hit control-plane requests only, not envd.
     #[arg(long)]
     pub fault_control_plane_only: bool,
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 0.1 => Ok(r),
+        _ => Err(format!("expected a ratio of at least 0.1 (2 promises twice the host's memory), got {s:?}")),
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -88,6 +100,7 @@ impl ServeArgs {
                 max_sandboxes: self.max_sandboxes,
                 max_upload: self.max_upload,
                 max_inflate_ratio: self.max_inflate_ratio,
+                memory_overcommit: self.memory_overcommit,
             },
             tls: None,
             public_traffic: self.allow_public_traffic,

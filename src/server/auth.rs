@@ -17,8 +17,9 @@
 //!   default, as E2B's (the official SDK tests reach ports without a token).
 //!
 //! What each route accepts (the API key always works, as `X-API-KEY`, so a person with curl
-//! never needs a token; `Authorization` is left alone on the data plane, where it is
-//! envd's Basic user selection or the sandbox application's own):
+//! never needs a token; `Authorization` does not authenticate on the data plane, where it is
+//! envd's Basic user selection or the sandbox application's own, and it reaches a port's
+//! application unless it carries one of serve's secrets):
 //!
 //! | route | credential | refused with |
 //! |---|---|---|
@@ -27,15 +28,20 @@
 //! | envd `/files` | `X-Access-Token`, else a `signature` (+ `signature_expiration`) in the query, signed with the token (§5.3) | 401 with envd's messages: token mismatch, missing, invalid or expired signature |
 //! | a sandbox port | `e2b-traffic-access-token` (or `X-Access-Token`); none if its ports are public | 403 `{"sandboxId","message","code":403}`, missing or invalid, as E2B's proxy |
 //!
+//! A signed `/files` URL acts as the user it was signed for (`username`, the default user when
+//! empty): a Basic header naming another user is refused, since the signature covers only
+//! the query.
+//!
 //! A signed `/files` URL may arrive with no sandbox id at all: with `E2B_SANDBOX_URL` the SDK
 //! builds `upload_url()`/`download_url()` on that one URL (protocol doc §12.4). The signature
 //! names the sandbox: it is a hash over the sandbox's token, so serve tries the token of every
 //! live sandbox ([`find_signer`]).
 //!
 //! Every comparison of a secret runs in constant time ([`ct_eq`]). Credentials are never
-//! echoed in an answer, and the proxy strips them before a request reaches the sandbox's
-//! application (see `proxy`), so a server inside that echoes its request headers cannot
-//! leak them into a test's report.
+//! echoed in an answer, and every header carrying one, in whatever form (a bearer or Basic
+//! `Authorization`, a cookie, any header name: [`strip_credentials`]), is removed before a
+//! request reaches the sandbox's application (see `proxy`), so a server inside that echoes
+//! its request headers cannot leak them into a test's report.
 
 // Checks return the refusal as their error; it is built once per refused request.
 #![allow(clippy::result_large_err)]
@@ -188,7 +194,21 @@ pub(crate) fn files(
     if !ct_eq(sig.as_bytes(), want.as_bytes()) {
         return Err(unauthorized("invalid signature"));
     }
-    not_expired(q)
+    not_expired(q)?;
+    signed_user(q, h)
+}
+
+/// A signature binds the user the request acts as: the signed `username`, or the default
+/// user when it is empty. A Basic header naming anyone else is refused, or a URL signed for
+/// the default user would read as root with `Authorization: Basic root:` (issue 23).
+fn signed_user(q: &Signed, h: &HeaderMap) -> Result<(), Response> {
+    let signed = if q.username.is_empty() { super::files::DEFAULT_USER } else { q.username.as_str() };
+    match super::envd::basic_user(h) {
+        Some(asked) if asked != signed => Err(unauthorized(&format!(
+            "the URL was signed for user '{signed}', and the Authorization header asks for '{asked}'"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn not_expired(q: &Signed) -> Result<(), Response> {
@@ -246,15 +266,43 @@ pub(crate) fn port(st: &AppState, sb: &ServedSandbox, h: &HeaderMap) -> Result<(
     Err(forbidden(&sb.id, &format!("missing traffic access token: send the {TRAFFIC_HEADER} header")))
 }
 
-/// Removes serve's credentials from a request about to reach a sandbox's application.
+/// Removes serve's credentials from a request about to reach a sandbox's application: the
+/// traffic-token header, and every header that carries the API key or one of the sandbox's
+/// tokens in any form a client sends one (see [`carries`]): `X-API-Key`, `Authorization:
+/// Bearer`/`Token`/`Basic`, `Proxy-Authorization`, a cookie, a header of any name. Other
+/// headers (the application's own credentials among them) pass.
 pub(crate) fn strip_credentials(st: &AppState, sb: &ServedSandbox, h: &mut HeaderMap) {
     h.remove(TRAFFIC_HEADER);
-    if header(h, ACCESS_HEADER).is_some_and(|t| ct_eq(t.as_bytes(), sb.tokens.envd.as_bytes())) {
-        h.remove(ACCESS_HEADER);
+    let secrets = [st.api_key.as_str(), sb.tokens.envd.as_str(), sb.tokens.traffic.as_str()];
+    let names: Vec<axum::http::HeaderName> =
+        h.iter().filter(|(_, v)| carries(v.as_bytes(), &secrets)).map(|(n, _)| n.clone()).collect();
+    for n in names {
+        h.remove(n);
     }
-    if api_key_header(st, h) {
-        h.remove("x-api-key");
+}
+
+/// Whether a header value carries one of `secrets`: as it is (any ASCII case, anywhere in the
+/// value), or base64-encoded in one of its words (Basic credentials `user:secret` or
+/// `secret:`, standard or URL-safe alphabet, padded or not).
+pub(crate) fn carries(value: &[u8], secrets: &[&str]) -> bool {
+    let secrets: Vec<Vec<u8>> =
+        secrets.iter().filter(|s| !s.is_empty()).map(|s| s.as_bytes().to_ascii_lowercase()).collect();
+    let holds = |hay: &[u8]| {
+        let hay = hay.to_ascii_lowercase();
+        secrets.iter().any(|s| hay.windows(s.len()).any(|w| w == s.as_slice()))
+    };
+    if holds(value) {
+        return true;
     }
+    let engines = [base64::engine::general_purpose::STANDARD_NO_PAD, base64::engine::general_purpose::URL_SAFE_NO_PAD];
+    value.split(|b| b.is_ascii_whitespace() || matches!(b, b',' | b';')).any(|word| {
+        // A cookie's or a parameter's value, after its name.
+        let after = word.iter().position(|b| *b == b'=').map(|i| &word[i + 1..]);
+        [Some(word), after].into_iter().flatten().any(|w| {
+            let w = w.strip_suffix(b"==").or_else(|| w.strip_suffix(b"=")).unwrap_or(w);
+            engines.iter().any(|e| e.decode(w).is_ok_and(|d| holds(&d)))
+        })
+    })
 }
 
 #[cfg(test)]
@@ -288,6 +336,27 @@ mod tests {
         assert_eq!(sig, format!("v1_{}", b64.trim_end_matches('=')));
         let with_exp = signature("p", "write", "user", "tok", Some("1700000000"));
         assert_ne!(with_exp, signature("p", "write", "user", "tok", None));
+    }
+
+    #[test]
+    fn secrets_are_found_in_every_form_a_client_sends_them() {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let key = "e2b_0123456789abcdef0123456789abcdef01234567";
+        for v in [
+            format!("Bearer {key}"),
+            format!("bearer   {}", key.to_uppercase()),
+            key.to_string(),
+            format!("Basic {}", b64(&format!("{key}:"))),
+            format!("Basic {}", b64(&format!("api:{key}"))),
+            format!("Basic {}", b64(&format!("api:{key}")).trim_end_matches('=')),
+            format!("session=1; e2b_api_key={key}"),
+            format!("session=1; k={}", b64(key)),
+        ] {
+            assert!(carries(v.as_bytes(), &["tok", key]), "{v}");
+        }
+        for v in ["Bearer app-token-123", "Basic dXNlcjo=", "", "text/html; charset=utf-8"] {
+            assert!(!carries(v.as_bytes(), &[key, ""]), "{v}");
+        }
     }
 
     #[test]

@@ -414,6 +414,20 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
             ),
         ));
     };
+    // And the memory it declares, against the host's.
+    let declared =
+        req.memory_mb.or_else(|| st.templates.memory_of(&template)).unwrap_or(super::admission::DEFAULT_MEMORY_MB);
+    let (total, available) = super::admission::host_memory_mb();
+    let memory = match st.memory.admit(declared, total, available) {
+        Ok(c) => c,
+        Err(r) => {
+            let mut resp = json_error(StatusCode::TOO_MANY_REQUESTS, &r.message);
+            if !r.may_retry {
+                resp.headers_mut().insert("should-retry", axum::http::HeaderValue::from_static("false"));
+            }
+            return Err(resp);
+        }
+    };
     let tokens = match super::auth::Tokens::new() {
         Ok(t) => t,
         Err(e) => {
@@ -485,6 +499,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         watchers: Default::default(),
         network: std::sync::Mutex::new(network),
         _slot: slot,
+        _memory: memory,
     });
     st.register(sb.clone());
     if lifecycle.pause_on_timeout {

@@ -303,14 +303,17 @@ fn files_error(e: ProviderError, path: &str) -> Response {
     }
 }
 
+/// The user a `/files` request names neither in `username=` nor in Basic auth acts as.
+pub(crate) const DEFAULT_USER: &str = "user";
+
 /// The user a `/files` request is made as: `username=` (old clients), else Basic auth's, else
-/// `user`.
+/// [`DEFAULT_USER`]. (A signed request's Basic user, if any, is the signed one: `auth`.)
 fn request_user(q: &FilesQuery, headers: &axum::http::HeaderMap) -> String {
     q.username
         .clone()
         .filter(|u| !u.is_empty())
         .or_else(|| super::envd::basic_user(headers))
-        .unwrap_or_else(|| "user".to_string())
+        .unwrap_or_else(|| DEFAULT_USER.to_string())
 }
 
 /// `GET /files?path=`: read with the rights of the request's user; a relative path is

@@ -37,7 +37,9 @@
 //!
 //! # Limits ([`Limits`])
 //!
-//! Live sandboxes are capped (`--max-sandboxes`, 429 past it, as E2B's concurrency limit);
+//! Live sandboxes are capped (`--max-sandboxes`, 429 past it, as E2B's concurrency limit), and
+//! admitted by the memory they declare against the host's (`--memory-overcommit`, 429 past it:
+//! `admission`);
 //! `/files` uploads are spooled to disk while they arrive, capped in size and in how far a
 //! gzip body may inflate (`files`); Connect request bodies are capped at [`RPC_BODY_LIMIT`];
 //! each process output subscriber may queue a bounded number of bytes (`procs`).
@@ -62,10 +64,13 @@
 //!
 //! Sandboxes expire at their end time (the provider kills them); [`serve`] runs until its
 //! shutdown future resolves and then destroys every sandbox it created, and removes every
-//! template built through the template API (`templates`, protocol doc §8.1).
+//! template built through the template API (`templates`, protocol doc §8.1) and its work
+//! directory (`work_dir`; what a SIGKILLed serve leaves is swept by the next serve or run).
 
+mod admission;
 mod args;
 mod auth;
+mod build_dir;
 mod connect;
 mod control;
 mod envd;
@@ -75,8 +80,10 @@ mod proxy;
 mod snapshots;
 mod templates;
 pub mod tls;
+mod work_dir;
 
 pub use args::ServeArgs;
+pub use work_dir::sweep_stale as sweep_stale_work_dirs;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{Future, IntoFuture};
@@ -135,11 +142,14 @@ pub struct Limits {
     /// Most a gzip upload may inflate, as a multiple of its compressed size (counted once it
     /// has inflated past [`files::INFLATE_GRACE`]).
     pub max_inflate_ratio: u64,
+    /// The memory serve promises to live sandboxes, as a multiple of the host's (see
+    /// `admission`).
+    pub memory_overcommit: f64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_sandboxes: 256, max_upload: 1 << 30, max_inflate_ratio: 100 }
+        Self { max_sandboxes: 256, max_upload: 1 << 30, max_inflate_ratio: 100, memory_overcommit: 2.0 }
     }
 }
 
@@ -248,6 +258,8 @@ pub(crate) struct ServedSandbox {
     pub mask_host: Option<String>,
     /// Its place under `--max-sandboxes`, given back when the record goes.
     pub _slot: tokio::sync::OwnedSemaphorePermit,
+    /// The memory promised to it (see `admission`), given back when the record goes.
+    pub _memory: admission::MemoryClaim,
 }
 
 pub(crate) struct AppState {
@@ -271,6 +283,8 @@ pub(crate) struct AppState {
     pub limits: Limits,
     /// One permit per sandbox that may still be made (`--max-sandboxes`).
     pub slots: Arc<tokio::sync::Semaphore>,
+    /// The memory promised to live sandboxes (`--memory-overcommit`).
+    pub memory: Arc<admission::MemoryBook>,
     creates: Mutex<CreateLog>,
     /// Where `/files` uploads are spooled while they arrive.
     pub spool: files::Spool,
@@ -687,7 +701,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<usize> {
     let addr: SocketAddr = listener.local_addr()?;
-    let work = std::env::temp_dir().join(format!("scenario-run-serve-{}-{}", std::process::id(), addr.port()));
+    // What SIGKILLed serves left, then this one's own (see `work_dir`).
+    work_dir::sweep_stale();
+    let work = work_dir::create_in(&std::env::temp_dir(), addr.port())?;
     let st = Arc::new(AppState {
         provider: provider.clone(),
         api_key: opts.api_key,
@@ -703,6 +719,7 @@ pub async fn serve(
         snapshots: Default::default(),
         base_url: format!("http://{addr}"),
         slots: Arc::new(tokio::sync::Semaphore::new(opts.limits.max_sandboxes as usize)),
+        memory: admission::MemoryBook::new(opts.limits.memory_overcommit),
         spool: files::Spool::new(work.join("spool"), opts.limits.max_upload),
         limits: opts.limits,
         creates: Mutex::new(CreateLog::default()),

@@ -4,12 +4,15 @@
 //!   asked for again gives the same template and a new build.
 //! * `GET /templates/{id}/files/{hash}` → 201 `{present}`, plus a one-time upload `url` back at
 //!   this server (`/_upload/<token>`, no API key needed: the token is the credential, like a
-//!   presigned URL) when the files are not here yet. The PUT body is the gzipped tar.
+//!   presigned URL) when the files are not here yet. The PUT body is the gzipped tar; the
+//!   token, and a declared length past 1 GiB, are refused before a byte of it is read, and it
+//!   is streamed to disk under the same bound.
 //! * `POST /v2/templates/{id}/builds/{buildID}` → 202; the build runs in the background:
 //!   a template folder is materialized (a Dockerfile from `fromImage` and the steps, one line
 //!   per step, so Dockerfile line `n` is step `n - 1`; the uploaded COPY contexts extracted at
-//!   their relative paths; a `template.yaml` named after the template ID with `startCmd`,
-//!   `readyCmd`, cpu and memory) and handed to the provider's `deploy` (with a start command)
+//!   their relative paths, never through a link (`build_dir`); a `template.yaml` named after
+//!   the template ID with `startCmd`, `readyCmd`, cpu and memory) and handed to the
+//!   provider's `deploy` (with a start command)
 //!   or `build` (without). Its content digest is replaced by one over the image, the steps
 //!   and the template ID, so a second build of the same steps reuses the layer, as E2B's
 //!   layer cache does. The provider registers the template under its ID; `POST /sandboxes`
@@ -27,15 +30,18 @@ use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::StatusCode;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use serde_json::{json, Value as JsonValue};
 use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
 
+use super::build_dir::BuildDir;
 use super::{json_error, rfc3339, AppState};
 use crate::templates::{BuildSpec, TemplateDir};
 
@@ -45,8 +51,8 @@ const OFFICIAL_IDS: &[(&str, &str)] = &[("216g37mamkdfhzrauvxk", "base")];
 
 type SharedState = State<Arc<AppState>>;
 
-/// Largest COPY context accepted.
-const MAX_UPLOAD: usize = 1 << 30;
+/// Largest COPY context accepted (as uploaded, compressed).
+const MAX_UPLOAD: u64 = 1 << 30;
 
 #[derive(Default)]
 struct Build {
@@ -97,6 +103,11 @@ impl Store {
         inner.by_name.get(name_or_id).cloned().unwrap_or_else(|| name_or_id.to_string())
     }
 
+    /// The memory (MiB) the template `id` was built for, if it was built here with one.
+    pub fn memory_of(&self, id: &str) -> Option<u64> {
+        self.inner.lock().expect("templates").by_id.get(id).and_then(|t| t.memory)
+    }
+
     /// IDs of every template, to remove at shutdown.
     pub fn ids(&self) -> Vec<String> {
         self.inner.lock().expect("templates").by_id.keys().cloned().collect()
@@ -135,7 +146,8 @@ pub(crate) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
         .route("/templates/{id}/files/{hash}", get(files))
         .route("/v2/templates/{id}/builds/{build}", post(start))
         .route("/templates/{id}/builds/{build}/status", get(status))
-        .route("/_upload/{token}", put(upload).layer(DefaultBodyLimit::max(MAX_UPLOAD)))
+        // Read by the handler itself, after the token (see `upload`).
+        .route("/_upload/{token}", put(upload).layer(DefaultBodyLimit::disable()))
 }
 
 /// A build ID: a random (version 4) UUID, as E2B's, which the SDKs parse as one.
@@ -374,17 +386,61 @@ async fn files(State(st): SharedState, Path((id, hash)): Path<(String, String)>)
     (StatusCode::CREATED, Json(json!({"present": false, "url": url}))).into_response()
 }
 
-async fn upload(State(st): SharedState, Path(token): Path<String>, body: Bytes) -> Response {
-    let Some((id, hash)) = st.templates.inner.lock().expect("templates").uploads.remove(&token) else {
-        return json_error(StatusCode::FORBIDDEN, "unknown or used upload URL");
+/// Answers a refused upload without reading what the client still sends, but for a small
+/// declared body (read, so that a client reusing the connection sees the answer).
+async fn refuse_upload(body: Body, declared: Option<u64>, status: StatusCode, message: &str) -> Response {
+    if declared.is_some_and(|n| n <= REFUSED_BODY_READ) {
+        super::drain(body).await;
+    }
+    json_error(status, message)
+}
+
+/// The most of a refused upload's body that is read (see [`refuse_upload`]).
+const REFUSED_BODY_READ: u64 = 64 << 10;
+
+/// `PUT /_upload/{token}`: the token and the declared length are checked before a byte of
+/// the body is read, then the body is streamed to disk, counted against [`MAX_UPLOAD`].
+async fn upload(State(st): SharedState, Path(token): Path<String>, req: Request) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let found = st.templates.inner.lock().expect("templates").uploads.remove(&token);
+    let Some((id, hash)) = found else {
+        return refuse_upload(req.into_body(), declared, StatusCode::FORBIDDEN, "unknown or used upload URL").await;
     };
+    let too_large = format!("the files are larger than {}, the most one upload may be", crate::size::human(MAX_UPLOAD));
+    if declared.is_some_and(|n| n > MAX_UPLOAD) {
+        return refuse_upload(req.into_body(), declared, StatusCode::PAYLOAD_TOO_LARGE, &too_large).await;
+    }
     let path = st.templates.files(&id, &hash);
-    let tmp = path.with_extension("part");
-    let r = std::fs::create_dir_all(path.parent().expect("has a parent"))
-        .and_then(|()| std::fs::write(&tmp, &body))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    match r {
-        Ok(()) => StatusCode::OK.into_response(),
+    // One part file per upload URL: two uploads of the same files never share one.
+    let tmp = path.with_extension(format!("{token}.part"));
+    let stored = async {
+        tokio::fs::create_dir_all(path.parent().expect("has a parent")).await?;
+        let mut f = tokio::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).await?;
+        let mut body = req.into_body().into_data_stream();
+        let mut n = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            n += chunk.len() as u64;
+            if n > MAX_UPLOAD {
+                return Ok(false);
+            }
+            f.write_all(&chunk).await?;
+        }
+        f.flush().await?;
+        tokio::fs::rename(&tmp, &path).await?;
+        Ok::<_, std::io::Error>(true)
+    }
+    .await;
+    if !matches!(stored, Ok(true)) {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    match stored {
+        Ok(true) => StatusCode::OK.into_response(),
+        Ok(false) => json_error(StatusCode::PAYLOAD_TOO_LARGE, &too_large),
         Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("cannot store the upload: {e}")),
     }
 }
@@ -591,7 +647,7 @@ async fn build(
     memory: Option<u64>,
 ) -> Result<(), (String, Option<usize>)> {
     let fail = |m: String| (m, None);
-    std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create the build folder: {e}")))?;
+    let folder = Arc::new(BuildDir::create(dir).map_err(|e| fail(format!("cannot create the build folder: {e}")))?);
     let steps = req["steps"].as_array().cloned().unwrap_or_default();
     for (i, step) in steps.iter().enumerate() {
         if step["type"] != "COPY" {
@@ -602,14 +658,11 @@ async fn build(
         if !safe_hash(hash) || !tar.exists() {
             return Err((format!("step {} (COPY): the files {hash} were not uploaded", i + 1), Some(i + 1)));
         }
-        let d = dir.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            let f = std::fs::File::open(&tar)?;
-            tar::Archive::new(flate2::read::GzDecoder::new(f)).unpack(&d)
-        })
-        .await
-        .map_err(|e| fail(e.to_string()))?
-        .map_err(|e| (format!("step {} (COPY): cannot extract the files: {e}", i + 1), Some(i + 1)))?;
+        let f = folder.clone();
+        tokio::task::spawn_blocking(move || f.unpack(&tar))
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .map_err(|e| (format!("step {} (COPY): cannot extract the files: {e}", i + 1), Some(i + 1)))?;
     }
     let s = |k: &str| req[k].as_str().map(|v| JsonValue::String(v.to_string()).to_string());
     let mut yaml = format!("name: {}\n", JsonValue::String(id.to_string()));
@@ -626,10 +679,14 @@ async fn build(
     if let Some(v) = s("readyCmd") {
         yaml += &format!("ready_command: {v}\n");
     }
-    std::fs::write(dir.join("Dockerfile"), dockerfile)
-        .and_then(|()| std::fs::write(dir.join("template.yaml"), yaml))
-        .map_err(|e| fail(format!("cannot write the build folder: {e}")))?;
-    let mut template = TemplateDir::load(dir).map_err(fail)?;
+    folder.write_own("Dockerfile", dockerfile.as_bytes()).map_err(fail)?;
+    folder.write_own("template.yaml", yaml.as_bytes()).map_err(fail)?;
+    // Reads and hashes every file of the folder: off the async workers.
+    let at = folder.path().to_path_buf();
+    let mut template = tokio::task::spawn_blocking(move || TemplateDir::load(&at))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(fail)?;
     // The layer is keyed by what the builder runs, not by the start command.
     let mut h = Sha256::new();
     h.update(id);

@@ -259,9 +259,10 @@ pub fn digest(dir: &Path) -> std::io::Result<String> {
             h.update(std::fs::read_link(&p)?.to_string_lossy().as_bytes());
         } else {
             h.update(if meta.permissions().mode() & 0o111 != 0 { b"x" } else { b"f" });
-            let data = std::fs::read(&p)?;
-            h.update((data.len() as u64).to_le_bytes());
-            h.update(&data);
+            // Streamed: a context may hold files larger than memory should.
+            let mut f = std::fs::File::open(&p)?;
+            h.update(f.metadata()?.len().to_le_bytes());
+            std::io::copy(&mut f, &mut h)?;
         }
         h.update([0]);
     }

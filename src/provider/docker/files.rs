@@ -25,7 +25,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::exec::{run_helper_as, ProcTable, DEFAULT_USER};
-use crate::provider::{ErrorKind, FileEntry, ProviderError, Result};
+use crate::provider::{file_too_large, not_regular, ErrorKind, FileEntry, ProviderError, Result, MAX_FILE_READ};
 
 /// Go's `os.FileMode` bits in the engine's stat header.
 const GO_DIR: u32 = 1 << 31;
@@ -33,6 +33,11 @@ const GO_SYMLINK: u32 = 1 << 27;
 const GO_SETUID: u32 = 1 << 23;
 const GO_SETGID: u32 = 1 << 22;
 const GO_STICKY: u32 = 1 << 20;
+const GO_DEVICE: u32 = 1 << 26;
+const GO_NAMED_PIPE: u32 = 1 << 25;
+const GO_SOCKET: u32 = 1 << 24;
+const GO_CHAR_DEVICE: u32 = 1 << 21;
+const GO_IRREGULAR: u32 = 1 << 19;
 
 /// Absolute, `.`/`..`-free sandbox paths: one rule for every provider.
 pub(crate) use crate::provider::normalize_path as normalize;
@@ -186,30 +191,80 @@ pub(crate) async fn write(procs: &ProcTable, abs: &str, data: Vec<u8>, mode: Opt
     stat(docker, container, abs).await
 }
 
-pub(crate) async fn read(docker: &Docker, container: &str, abs: &str) -> Result<Vec<u8>> {
-    let (target, existing) = resolve(docker, container, abs).await?;
-    if existing.is_none() {
-        return Err(ProviderError::not_found(format!("no such file or directory: {abs}")));
-    }
-    let opts = DownloadFromContainerOptions { path: target.clone() };
-    let mut stream = docker.download_from_container(container, Some(opts));
-    let mut tarball = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        tarball.extend_from_slice(&chunk.map_err(|e| path_err(e, abs))?);
-    }
-    let mut archive = tar::Archive::new(&tarball[..]);
+/// Why a file of Go file mode `fm` and `size` (the engine's stat) cannot be read, if it
+/// cannot: only regular files are, up to [`MAX_FILE_READ`].
+fn unreadable(fm: u32, size: i64, abs: &str) -> Option<ProviderError> {
+    let what = if fm & GO_DIR != 0 {
+        return Some(ProviderError::invalid(format!("is a directory: {abs}")));
+    } else if fm & GO_NAMED_PIPE != 0 {
+        "a FIFO"
+    } else if fm & GO_CHAR_DEVICE != 0 {
+        "a character device"
+    } else if fm & GO_DEVICE != 0 {
+        "a block device"
+    } else if fm & GO_SOCKET != 0 {
+        "a socket"
+    } else if fm & (GO_SYMLINK | GO_IRREGULAR) != 0 {
+        "an unknown kind of file"
+    } else if size.max(0) as u64 > MAX_FILE_READ {
+        return Some(file_too_large(abs));
+    } else {
+        return None;
+    };
+    Some(not_regular(what, abs))
+}
+
+/// The content of the one regular file in the engine's `tarball` of `abs`.
+fn file_of_tarball(tarball: &[u8], abs: &str) -> Result<Vec<u8>> {
+    let mut archive = tar::Archive::new(tarball);
     let bad = |e: std::io::Error| ProviderError::infra(format!("cannot read {abs}: bad archive from the engine: {e}"));
     let mut entries = archive.entries().map_err(bad)?;
     let mut entry = entries
         .next()
         .ok_or_else(|| ProviderError::not_found(format!("no such file or directory: {abs}")))?
         .map_err(bad)?;
-    if entry.header().entry_type().is_dir() {
-        return Err(ProviderError::invalid(format!("is a directory: {abs}")));
+    let what = match entry.header().entry_type() {
+        tar::EntryType::Regular | tar::EntryType::Continuous => None,
+        tar::EntryType::Directory => return Err(ProviderError::invalid(format!("is a directory: {abs}"))),
+        tar::EntryType::Fifo => Some("a FIFO"),
+        tar::EntryType::Char => Some("a character device"),
+        tar::EntryType::Block => Some("a block device"),
+        _ => Some("an unknown kind of file"),
+    };
+    if let Some(what) = what {
+        return Err(not_regular(what, abs));
+    }
+    if entry.size() > MAX_FILE_READ {
+        return Err(file_too_large(abs));
     }
     let mut data = Vec::with_capacity(entry.size() as usize);
     entry.read_to_end(&mut data).map_err(bad)?;
     Ok(data)
+}
+
+/// The content of regular file `abs` (a final link followed), up to [`MAX_FILE_READ`]: what
+/// is not a regular file is refused by the engine's stat before anything is downloaded, and
+/// the download stops once it holds more than the limit could need.
+pub(crate) async fn read(docker: &Docker, container: &str, abs: &str) -> Result<Vec<u8>> {
+    let (target, existing) = resolve(docker, container, abs).await?;
+    let Some(st) = existing else {
+        return Err(ProviderError::not_found(format!("no such file or directory: {abs}")));
+    };
+    if let Some(e) = unreadable(st.file_mode, st.size, abs) {
+        return Err(e);
+    }
+    let opts = DownloadFromContainerOptions { path: target.clone() };
+    let mut stream = docker.download_from_container(container, Some(opts));
+    let mut tarball = Vec::new();
+    // The file, its headers (a long name's too) and the archive's end.
+    let most = MAX_FILE_READ + (1 << 20);
+    while let Some(chunk) = stream.next().await {
+        tarball.extend_from_slice(&chunk.map_err(|e| path_err(e, abs))?);
+        if tarball.len() as u64 > most {
+            return Err(file_too_large(abs));
+        }
+    }
+    file_of_tarball(&tarball, abs)
 }
 
 /// Runs a file script; exit 3 with `ERRNO path` on stderr is a typed failure.
@@ -310,6 +365,36 @@ pub(crate) async fn remove(procs: &ProcTable, abs: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 23, item 10: a FIFO, a device or a file past the limit is refused by the
+    /// engine's stat, before any download; the archive's entry is held to the same rule.
+    #[test]
+    fn only_regular_files_within_the_limit_are_read() {
+        let msg = |fm: u32, size: i64| unreadable(fm, size, "/x").map(|e| e.message);
+        assert_eq!(msg(0o644, 10), None);
+        assert_eq!(msg(GO_NAMED_PIPE | 0o644, 0).as_deref(), Some("is a FIFO, not a regular file: /x"));
+        assert_eq!(
+            msg(GO_DEVICE | GO_CHAR_DEVICE | 0o666, 0).as_deref(),
+            Some("is a character device, not a regular file: /x")
+        );
+        assert_eq!(msg(GO_DEVICE | 0o660, 0).as_deref(), Some("is a block device, not a regular file: /x"));
+        assert_eq!(msg(GO_SOCKET | 0o777, 0).as_deref(), Some("is a socket, not a regular file: /x"));
+        assert!(msg(0o644, MAX_FILE_READ as i64 + 1).unwrap().starts_with("is larger than 1 GiB"));
+        let tarball = |kind: tar::EntryType, data: &[u8]| {
+            let mut b = tar::Builder::new(Vec::new());
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, "x", data).unwrap();
+            b.into_inner().unwrap()
+        };
+        assert_eq!(file_of_tarball(&tarball(tar::EntryType::Regular, b"hi"), "/x").unwrap(), b"hi");
+        let e = file_of_tarball(&tarball(tar::EntryType::Fifo, b""), "/x").unwrap_err();
+        assert_eq!(e.message, "is a FIFO, not a regular file: /x");
+        let e = file_of_tarball(&tarball(tar::EntryType::Char, b""), "/x").unwrap_err();
+        assert_eq!(e.message, "is a character device, not a regular file: /x");
+    }
 
     #[test]
     fn normalize_paths() {

@@ -292,11 +292,24 @@ impl Envd {
         let resp =
             retry::send(build, Idempotency::Never).await.map_err(|e| self.transport(&what, &e, FILES_TIMEOUT))?;
         let status = resp.status().as_u16();
-        let body = resp.bytes().await.map_err(|e| self.transport(&what, &e, FILES_TIMEOUT))?;
         if status != 200 {
+            let body = resp.bytes().await.map_err(|e| self.transport(&what, &e, FILES_TIMEOUT))?;
             return Err(self.failure(status, &body));
         }
-        Ok(body.to_vec())
+        // Read as it arrives, up to the limit of one read (a server may send without end).
+        let too_large = || RpcError::Other(crate::provider::file_too_large(path));
+        if resp.content_length().is_some_and(|n| n > crate::provider::MAX_FILE_READ) {
+            return Err(too_large());
+        }
+        let mut resp = resp;
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(&what, &e, FILES_TIMEOUT))? {
+            if (body.len() + chunk.len()) as u64 > crate::provider::MAX_FILE_READ {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 
     /// `POST /files?path=…` with one multipart part named `file` whose filename is the

@@ -87,12 +87,36 @@ impl Root {
         }
     }
 
-    /// Reads a file with the provider's own rights (for the sandbox's `/etc/passwd`).
+    /// Reads a file with the provider's own rights (for the sandbox's `/etc/passwd`), up to
+    /// 1 MiB.
     pub(crate) fn read_as_host(&self, abs: &str) -> Result<Vec<u8>> {
-        let fd = self.open(abs, libc::O_RDONLY, 0)?;
-        let mut data = Vec::new();
-        std::fs::File::from(fd).take(1 << 20).read_to_end(&mut data).map_err(|e| fs_err(e, abs))?;
-        Ok(data)
+        let f = self.open_regular(abs, libc::O_RDONLY, 0)?;
+        read_up_to(f, abs, 1 << 20)
+    }
+
+    /// Opens `abs` for its content (`flags`: how), refusing what is not a regular file. The
+    /// open never waits: `O_NONBLOCK` makes a FIFO open at once (for reading), or fail with
+    /// `ENXIO` (for writing, without a reader), and it is refused by its type before a byte
+    /// moves; a sandbox can plant one (or a link to `/dev/zero`) wherever a file is expected.
+    fn open_regular(&self, abs: &str, flags: i32, mode: u32) -> Result<std::fs::File> {
+        let fd = match self.open(abs, flags | libc::O_NONBLOCK, mode) {
+            Ok(fd) => fd,
+            Err(e) if e.message.starts_with("no such device or address") => {
+                return Err(crate::provider::not_regular("a FIFO", abs))
+            }
+            Err(e) => return Err(e),
+        };
+        let st = fstatat(fd.as_fd(), c"", AtFlags::EMPTY_PATH).map_err(|e| fs_err(e, abs))?;
+        match crate::provider::special_kind(st.st_mode) {
+            None => {}
+            Some("a directory") => return Err(fs_err(io::Error::from_raw_os_error(libc::EISDIR), abs)),
+            Some(what) => return Err(crate::provider::not_regular(what, abs)),
+        }
+        // A regular file: back to ordinary blocking I/O.
+        let f = std::fs::File::from(fd);
+        let fl = rustix::fs::fcntl_getfl(&f).map_err(|e| fs_err(e.into(), abs))?;
+        rustix::fs::fcntl_setfl(&f, fl - OFlags::NONBLOCK).map_err(|e| fs_err(e.into(), abs))?;
+        Ok(f)
     }
 
     fn open(&self, abs: &str, flags: i32, mode: u32) -> Result<OwnedFd> {
@@ -239,16 +263,11 @@ impl Root {
         }
     }
 
+    /// The content of regular file `abs`, up to [`MAX_FILE_READ`](crate::provider::MAX_FILE_READ).
     pub(crate) fn read(&self, abs: &str) -> Result<Vec<u8>> {
         let _as = self.as_user();
-        let fd = self.open(abs, libc::O_RDONLY, 0)?;
-        let mut f = std::fs::File::from(fd);
-        if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-            return Err(fs_err(io::Error::from_raw_os_error(libc::EISDIR), abs));
-        }
-        let mut data = Vec::new();
-        f.read_to_end(&mut data).map_err(|e| fs_err(e, abs))?;
-        Ok(data)
+        let f = self.open_regular(abs, libc::O_RDONLY, 0)?;
+        read_up_to(f, abs, crate::provider::MAX_FILE_READ)
     }
 
     pub(crate) fn write(&self, abs: &str, data: &[u8], mode: Option<u32>) -> Result<FileEntry> {
@@ -258,8 +277,12 @@ impl Root {
         }
         let (parent, _) = split(abs)?;
         self.mkdir_p(parent)?;
-        let fd = self.open(abs, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode.unwrap_or(0o644))?;
-        let mut f = std::fs::File::from(fd);
+        // Truncated only once it is known to be a regular file (and only if it holds
+        // anything: a watcher sees one change for a new file's write, as with O_TRUNC).
+        let mut f = self.open_regular(abs, libc::O_WRONLY | libc::O_CREAT, mode.unwrap_or(0o644))?;
+        if f.metadata().map_err(|e| fs_err(e, abs))?.len() > 0 {
+            f.set_len(0).map_err(|e| fs_err(e, abs))?;
+        }
         f.write_all(data).map_err(|e| fs_err(e, abs))?;
         if let Some(m) = mode {
             use std::os::unix::fs::PermissionsExt;
@@ -382,6 +405,28 @@ impl Drop for FsIds {
             libc::setfsgid(self.gid);
         }
     }
+}
+
+/// Reads `f` (regular file `abs`) to its end, refusing it when it holds more than `limit`
+/// bytes: by its size before reading, or when it grew past the limit while read.
+fn read_up_to(f: std::fs::File, abs: &str, limit: u64) -> Result<Vec<u8>> {
+    let too_large = || {
+        if limit == crate::provider::MAX_FILE_READ {
+            crate::provider::file_too_large(abs)
+        } else {
+            ProviderError::invalid(format!("is larger than {}: {abs}", crate::size::human(limit)))
+        }
+    };
+    let size = f.metadata().map_err(|e| fs_err(e, abs))?.len();
+    if size > limit {
+        return Err(too_large());
+    }
+    let mut data = Vec::with_capacity(size as usize);
+    f.take(limit + 1).read_to_end(&mut data).map_err(|e| fs_err(e, abs))?;
+    if data.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(data)
 }
 
 fn split(abs: &str) -> Result<(&str, &str)> {

@@ -1,7 +1,8 @@
 //! envd's `filesystem.Filesystem` service, its entry methods: `Stat`, `ListDir`, `MakeDir`,
 //! `Move` and `Remove`, and `EntryInfo` as envd reports it (Go's permission string, the owner,
 //! a symbolic link described by what it leads to, `user.e2b.*` metadata). The service's
-//! watchers are in `watch`.
+//! watchers are in `watch`. `MakeDir`, `Move` and `Remove` act with envd's rights (root),
+//! directories they make given to the request's user: see the section below.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::resolve;
-use crate::provider::{ErrorKind, FileEntry, ProviderError};
+use crate::provider::{ErrorKind, ExecRequest, FileEntry, ProviderError};
 use crate::server::connect::{self, lenient, RpcError, Unary};
 use crate::server::{AppState, ServedSandbox};
 
@@ -173,37 +174,178 @@ unary_fn!(fs_list_dir, PathRequest, |st, sb, r| {
     Ok(json!({ "entries": out }))
 });
 
-unary_fn!(fs_make_dir, PathRequest, |st, sb, r| {
-    let path = resolve(&r.path)?;
+// ---- MakeDir, Move, Remove: as envd does them ----
+//
+// envd runs as root: it makes directories as root and gives them to the request's user, and
+// moves and removes as root (issue 26: serve's `MakeDir("/contract-x")` as `user` answered
+// "permission denied"). The provider's file calls act as the sandbox user, which is what the
+// request asks for when it names no other user and has the rights; otherwise the operation
+// runs as the sandbox's root ([`as_root`]), a short POSIX sh script, directories it makes
+// given to the request's user.
+
+/// The provider's own file calls act as this user.
+const PROVIDER_USER: &str = "user";
+
+/// Whether the provider refused for want of the user's rights.
+fn denied(e: &ProviderError) -> bool {
+    e.message.starts_with("permission denied") || e.message.starts_with("operation not permitted")
+}
+
+/// `path` resolved for the request's user (a relative path is under that user's home).
+fn resolve_for(path: &str, user: &str) -> Result<String, RpcError> {
+    super::resolve_in(path, &super::home_of(user))
+}
+
+/// Exit code of a root script whose target is missing (`$1`'s, stderr says which).
+const MISSING: i32 = 4;
+/// Exit code of a root script whose target exists already (stderr says what it is).
+const EXISTS: i32 = 5;
+
+/// Gives the directories listed in `$@` (those the script made) to user `$u`.
+const GIVE: &str = r#"[ $# -eq 0 ] || chown -h -- "$u:$(id -g -- "$u")" "$@" || exit 3"#;
+
+/// Collects in `$@` the missing directories from `$x` up, then makes `$x` (as `mkdir -p`).
+const MAKE_PARENTS: &str = r#"set --
+while [ ! -e "$x" ] && [ ! -L "$x" ]; do set -- "$x" "$@"; x=$(dirname -- "$x"); done
+mkdir -p -- "$keep" || exit 3"#;
+
+/// `$1` made a directory (with its parents), given to `$2`; its `stat` printed.
+fn make_dir_script() -> String {
+    format!(
+        r#"p=$1 u=$2
+if [ -d "$p" ]; then echo "directory already exists: $p" >&2; exit {EXISTS}; fi
+if [ -e "$p" ] || [ -L "$p" ]; then echo "path already exists but it is not a directory: $p" >&2; exit {EXISTS}; fi
+x=$p keep=$p
+{MAKE_PARENTS}
+{GIVE}
+stat -L -c '%f %s %Y' -- "$p""#
+    )
+}
+
+/// `$1` moved to `$2` (parents made, given to `$3`), as rename(2); `$2`'s `stat` printed.
+fn move_script() -> String {
+    format!(
+        r#"s=$1 d=$2 u=$3
+if [ ! -e "$s" ] && [ ! -L "$s" ]; then echo "file not found: $s" >&2; exit {MISSING}; fi
+x=$(dirname -- "$d") keep=$(dirname -- "$d")
+{MAKE_PARENTS}
+{GIVE}
+mv -T -- "$s" "$d" || exit 3
+stat -c '%f %s %Y' -- "$d""#
+    )
+}
+
+/// `$1` removed, recursively; nothing if it is missing.
+const REMOVE_SCRIPT: &str = r#"rm -rf -- "$1""#;
+
+/// Runs `script` (`$1`… are `args`) as the sandbox's root; `what` is the operation, for
+/// errors. Its output on success; its last line of stderr as the error otherwise, with exit
+/// [`MISSING`] as `not_found` and [`EXISTS`] as `already_exists` (a directory) or
+/// `invalid_argument` (anything else).
+async fn as_root(
+    st: &AppState,
+    sb: &ServedSandbox,
+    what: &str,
+    script: &str,
+    args: &[&str],
+) -> Result<String, RpcError> {
+    use crate::templates::dockerfile::shell_quote;
+    let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+    let req = ExecRequest {
+        cmd: format!("set -- {}\n{script}", quoted.join(" ")),
+        user: Some("root".into()),
+        timeout: Some(std::time::Duration::from_secs(60)),
+        max_output: Some(64 << 10),
+        ..Default::default()
+    };
+    let r = st.provider.exec(&sb.provider_id, req, None).await?;
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    match r.exit_code {
+        Some(0) => Ok(String::from_utf8_lossy(&r.stdout).into_owned()),
+        Some(MISSING) => Err(RpcError::not_found(last.to_string())),
+        Some(EXISTS) if last.starts_with("directory already exists") => {
+            Err(RpcError::new("already_exists", last.to_string()))
+        }
+        Some(EXISTS) => Err(RpcError::invalid(last.to_string())),
+        _ if r.timed_out => Err(RpcError::new("deadline_exceeded", format!("{what}: timed out"))),
+        _ => Err(RpcError::invalid(format!("{what}: {last}"))),
+    }
+}
+
+/// The entry at `path` from a script's `stat -c '%f %s %Y'` line.
+fn stat_entry(path: &str, line: &str) -> Result<FileEntry, RpcError> {
+    let bad = || RpcError::new("internal", format!("cannot read the entry of {path}: {line:?}"));
+    let mut it = line.split_whitespace();
+    let raw = u32::from_str_radix(it.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
+    let size = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let modified = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let kind = match raw & 0o170000 {
+        0o040000 => "dir",
+        0o120000 => "symlink",
+        _ => "file",
+    };
+    let name = if path == "/" { "/".to_string() } else { path.rsplit('/').next().unwrap_or(path).to_string() };
+    Ok(FileEntry { name, path: path.to_string(), kind: kind.into(), size, mode: raw & 0o7777, modified })
+}
+
+unary_fn!(fs_make_dir, PathRequest, |st, sb, r, user| {
+    let user = user.as_deref().unwrap_or(PROVIDER_USER);
+    let path = resolve_for(&r.path, user)?;
     match st.provider.stat(&sb.provider_id, &path).await {
         Ok(e) if e.kind == "dir" => {
             return Err(RpcError::new("already_exists", format!("directory already exists: {path}")))
         }
         Ok(_) => return Err(RpcError::invalid(format!("path already exists but it is not a directory: {path}"))),
-        Err(e) if e.kind == ErrorKind::NotFound => {}
+        // Where the user may not look, the root script looks.
+        Err(e) if e.kind == ErrorKind::NotFound || denied(&e) => {}
         Err(e) => return Err(e.into()),
     }
-    let e = st.provider.make_dir(&sb.provider_id, &path).await?;
-    Ok(json!({"entry": describe(&st, &sb, &e).await}))
-});
-
-unary_fn!(fs_move, MoveRequest, |st, sb, r| {
-    let (src, dst) = (resolve(&r.source)?, resolve(&r.destination)?);
-    st.provider.stat(&sb.provider_id, &src).await.map_err(file_not_found(&src))?;
-    if let Some((parent, _)) = dst.rsplit_once('/') {
-        if !parent.is_empty() {
-            st.provider.make_dir(&sb.provider_id, parent).await?;
+    if user == PROVIDER_USER {
+        match st.provider.make_dir(&sb.provider_id, &path).await {
+            Ok(e) => return Ok(json!({"entry": describe(&st, &sb, &e).await})),
+            Err(e) if denied(&e) => {}
+            Err(e) => return Err(e.into()),
         }
     }
-    let e = st.provider.rename(&sb.provider_id, &src, &dst).await?;
+    let out = as_root(&st, &sb, &format!("cannot make directory {path}"), &make_dir_script(), &[&path, user]).await?;
+    let e = stat_entry(&path, out.lines().last().unwrap_or(""))?;
     Ok(json!({"entry": describe(&st, &sb, &e).await}))
 });
 
-unary_fn!(fs_remove, PathRequest, |st, sb, r| {
-    let path = resolve(&r.path)?;
+unary_fn!(fs_move, MoveRequest, |st, sb, r, user| {
+    let user = user.as_deref().unwrap_or(PROVIDER_USER);
+    let (src, dst) = (resolve_for(&r.source, user)?, resolve_for(&r.destination, user)?);
+    let quick = async {
+        st.provider.stat(&sb.provider_id, &src).await.map_err(|e| (e.kind == ErrorKind::NotFound, e))?;
+        if let Some((parent, _)) = dst.rsplit_once('/') {
+            if !parent.is_empty() {
+                st.provider.make_dir(&sb.provider_id, parent).await.map_err(|e| (false, e))?;
+            }
+        }
+        st.provider.rename(&sb.provider_id, &src, &dst).await.map_err(|e| (false, e))
+    };
+    match quick.await {
+        Ok(e) => return Ok(json!({"entry": describe(&st, &sb, &e).await})),
+        Err((true, _)) => return Err(RpcError::not_found(format!("file not found: {src}"))),
+        Err((_, e)) if denied(&e) => {}
+        Err((_, e)) => return Err(e.into()),
+    }
+    let out = as_root(&st, &sb, &format!("cannot move {src} to {dst}"), &move_script(), &[&src, &dst, user]).await?;
+    let e = stat_entry(&dst, out.lines().last().unwrap_or(""))?;
+    Ok(json!({"entry": describe(&st, &sb, &e).await}))
+});
+
+unary_fn!(fs_remove, PathRequest, |st, sb, r, user| {
+    let user = user.as_deref().unwrap_or(PROVIDER_USER);
+    let path = resolve_for(&r.path, user)?;
     match st.provider.remove(&sb.provider_id, &path).await {
         Ok(()) => Ok(json!({})),
         Err(e) if e.kind == ErrorKind::NotFound => Ok(json!({})),
+        Err(e) if denied(&e) && path != "/" => {
+            as_root(&st, &sb, &format!("cannot remove {path}"), REMOVE_SCRIPT, &[&path]).await?;
+            Ok(json!({}))
+        }
         Err(e) => Err(e.into()),
     }
 });

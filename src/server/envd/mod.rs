@@ -69,32 +69,39 @@ async fn unknown(req: Request) -> Response {
     }
 }
 
-/// A unary handler: `(state, sandbox, body) -> JSON result`.
-type UnaryFn = fn(Arc<AppState>, Arc<ServedSandbox>, Bytes) -> futures_util::future::BoxFuture<'static, Unary>;
+/// A unary handler: `(state, sandbox, Basic user, body) -> JSON result`.
+type UnaryFn =
+    fn(Arc<AppState>, Arc<ServedSandbox>, Option<String>, Bytes) -> futures_util::future::BoxFuture<'static, Unary>;
 
 /// Adapts a unary handler to a route handler.
 fn unary_route(
     f: UnaryFn,
-) -> impl Fn(SharedState, SandboxExt, Bytes) -> futures_util::future::BoxFuture<'static, Response>
+) -> impl Fn(SharedState, SandboxExt, HeaderMap, Bytes) -> futures_util::future::BoxFuture<'static, Response>
        + Clone
        + Send
        + Sync
        + 'static {
-    move |axum::extract::State(st): SharedState, Extension(sb): SandboxExt, body: Bytes| {
-        Box::pin(async move { connect::unary(f(st, sb, body).await) })
+    move |axum::extract::State(st): SharedState, Extension(sb): SandboxExt, headers: HeaderMap, body: Bytes| {
+        Box::pin(async move { connect::unary(f(st, sb, basic_user(&headers), body).await) })
     }
 }
 
+/// A unary handler taking request type `$req`; `$user` (if named) is the user the request
+/// selects with Basic auth, `None` for the default user.
 macro_rules! unary_fn {
     ($name:ident, $req:ty, |$st:ident, $sb:ident, $r:ident| $body:block) => {
+        unary_fn!($name, $req, |$st, $sb, $r, _user| $body);
+    };
+    ($name:ident, $req:ty, |$st:ident, $sb:ident, $r:ident, $user:ident| $body:block) => {
         pub(super) fn $name(
             $st: Arc<AppState>,
             $sb: Arc<ServedSandbox>,
+            $user: Option<String>,
             body: Bytes,
         ) -> futures_util::future::BoxFuture<'static, Unary> {
             Box::pin(async move {
                 let $r: $req = connect::unary_request(&body)?;
-                let _ = (&$st, &$sb);
+                let _ = (&$st, &$sb, &$user);
                 $body
             })
         }
