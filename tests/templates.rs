@@ -297,3 +297,45 @@ fn a_build_reaches_the_registries_and_never_the_host() {
         assert!(log.contains(&format!("{a} refused")), "{a}: {log}");
     }
 }
+
+/// Regression (issue 23 item 5): a RUN in one template wrote into the shared pip and npm
+/// caches (and apt's archives), and a different template's build read the poisoned entry.
+/// Each template's caches are now its own: the second template sees none of what the first
+/// planted, while a rebuild of the first still finds its own cache.
+#[test]
+fn one_templates_build_cannot_poison_anothers_caches() {
+    can_build();
+    let dir = tempfile::tempdir().unwrap();
+    let templates = dir.path().join("templates");
+    let plant = "FROM base\nRUN mkdir -p /var/cache/scenario-run/pip /var/cache/scenario-run/npm && echo evil > /var/cache/scenario-run/pip/planted && echo evil > /var/cache/scenario-run/npm/planted && echo evil > /var/cache/apt/archives/planted_1.0_all.deb\n";
+    let look = "FROM base\nRUN for f in /var/cache/scenario-run/pip/planted /var/cache/scenario-run/npm/planted /var/cache/apt/archives/planted_1.0_all.deb; do if [ -e $f ]; then echo \"found $f\"; exit 1; fi; done; echo clean\n";
+    let again = "FROM base\nRUN test -e /var/cache/scenario-run/pip/planted && echo own-cache-kept\n";
+    for (name, dockerfile) in [("planter", plant), ("victim", look)] {
+        let t = templates.join(name);
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(t.join("template.yaml"), format!("name: {name}\n")).unwrap();
+        std::fs::write(t.join("Dockerfile"), dockerfile).unwrap();
+    }
+    let cache = dir.path().join("build-cache");
+    let run = |template_dir: &str, scenario: &str| {
+        let file = dir.path().join(format!("{scenario}.yaml"));
+        std::fs::write(&file, format!("name: {scenario}\nsteps:\n  - build: {template_dir}\n")).unwrap();
+        let out = cmd(&[file.to_str().unwrap(), "--no-progress"])
+            .env("SCENARIO_RUN_STATE_DIR", dir.path().join("state"))
+            .env("SCENARIO_RUN_TEMPLATES_DIR", &templates)
+            .env("SCENARIO_RUN_BUILD_CACHE", &cache)
+            .env_remove(scenario_run::steps::build::KEEP_ENV)
+            .output()
+            .unwrap();
+        (out.status.code(), format!("{}{}", text(&out.stdout), text(&out.stderr)))
+    };
+    let (code, out) = run("planter", "plant");
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = run("victim", "look");
+    assert_eq!(code, Some(0), "the victim's build saw the planted entries: {out}");
+    // The planter's own cache is still its own: a rebuild of the same template (its folder,
+    // with a changed Dockerfile, so a new build) finds it.
+    std::fs::write(templates.join("planter/Dockerfile"), again).unwrap();
+    let (code, out) = run("planter", "again");
+    assert_eq!(code, Some(0), "the planter's rebuild lost its own cache: {out}");
+}

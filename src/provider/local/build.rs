@@ -186,7 +186,7 @@ pub(crate) async fn build(
     layout.lowers.push(image.dir.clone());
     let context = dir.join("context");
     layout.ro_binds.push((context.clone(), CONTEXT.to_string()));
-    let cache = BuildCache::from_env(images.cache_dir(), ids);
+    let cache = BuildCache::from_env(images.cache_dir(), ids).map(|c| c.for_template(&t.def.name, &t.dir));
     if let Some(c) = &cache {
         let (c2, d, img) = (c.clone(), dir.to_path_buf(), image.dir.clone());
         let binds = tokio::task::spawn_blocking(move || c2.prepare(ids).and_then(|()| c2.binds(&d, &img, ids)))

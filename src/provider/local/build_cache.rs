@@ -1,10 +1,20 @@
 //! Package caches that template builds keep on this machine between runs: apt's downloaded
-//! archives, npm's cache and pip's cache, so a second build of the same Dockerfile (the next
-//! CI run, another template installing the same packages) does not download them again.
+//! archives, npm's cache and pip's cache, so a second build of the same template (the next CI
+//! run, the next edit of its Dockerfile) does not download them again.
+//!
+//! **One template's caches are its own.** A build is as untrusted as a sandbox, and what it
+//! writes into a cache is what the next build that reads it installs: none of the three tools
+//! checks what it finds there against anything a build cannot also write (apt passes a cached
+//! `.deb` of the right size to dpkg without its hash; pip's and npm's caches hold the indexes
+//! that name the hashes). A cache shared by every template let one template's `RUN` plant a
+//! package in another template's image. So each template (its name and folder) has caches of
+//! its own: a build can only reach the caches of builds of the same template, which it could
+//! change anyway through its own Dockerfile.
 //!
 //! Where: `$SCENARIO_RUN_BUILD_CACHE`, else `build-cache` beside the image cache (by default
-//! `~/.cache/scenario-run/build-cache`), one folder per id map (`<base>-<len>/{apt,npm,pip}`),
-//! since what is in it belongs to the sandboxes' root on the host (`userns::host_id(ids, 0)`).
+//! `~/.cache/scenario-run/build-cache`), one folder per id map (`<base>-<len>`; what is in it
+//! belongs to the sandboxes' root on the host, `userns::host_id(ids, 0)`) and in it one per
+//! template (`<name>-<hash of name and folder>/{apt,npm,pip}`).
 //! `SCENARIO_RUN_BUILD_CACHE=off` turns them off (to measure a cold build). Delete the folder
 //! to reset them.
 //!
@@ -47,6 +57,22 @@ impl BuildCache {
             _ => image_cache.join("build-cache"),
         };
         Some(Self { dir: root.join(format!("{}-{}", ids.host_base, ids.len)) })
+    }
+
+    /// The caches of the template `name` built from `folder` (see the module documentation).
+    pub(crate) fn for_template(&self, name: &str, folder: &Path) -> Self {
+        use sha2::{Digest, Sha256};
+        let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
+        let mut h = Sha256::new();
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update(folder.as_os_str().as_encoded_bytes());
+        let safe: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+            .take(64)
+            .collect();
+        Self { dir: self.dir.join(format!("{safe}-{}", &format!("{:x}", h.finalize())[..16])) }
     }
 
     /// Makes the cache folders, owned by the sandboxes' root.

@@ -4,13 +4,17 @@
 //! The sandbox's overlay upper and work directories live on an ext4 filesystem in a sparse
 //! image file in its state directory (`disk.img`, only the blocks written take host disk),
 //! made with `mkfs.ext4` from a seed directory (`-d`: the upper layer's first files) with one
-//! inode per 16 KiB, so inodes are bounded too. Where the sandbox starts (`sandbox`), the image
-//! is attached to a loop device that detaches itself once unused (`LO_FLAGS_AUTOCLEAR`) and
-//! mounted, by host root, in the sandbox's private mount namespace only, at `<dir>/disk`: no
-//! host mount exists, and the loop device goes with the sandbox's last process (a SIGKILL of
-//! the runner included). From the host, the live filesystem is reached through the outer
-//! bubblewrap process's root (`/proc/<pid>/root/<dir>/disk`); a stopped sandbox's is mounted
-//! read-only, in a mount namespace of its own, by the one command that reads it.
+//! inode per 16 KiB, so inodes are bounded too. When the sandbox is made, the image is
+//! attached to a loop device that detaches itself once unused (`LO_FLAGS_AUTOCLEAR`); each
+//! boot mounts that device, by host root, in the boot's private mount namespace only, at
+//! `<dir>/disk`: no host mount exists, and the device goes with the sandbox (its descriptor is
+//! held until then; a SIGKILL of the runner closes it too). One device for the sandbox's
+//! whole life matters: a filesystem can outlive its last mount namespace for a moment (an
+//! open file, a watch), and mounting the same device again finds that same filesystem, where
+//! a second device over the same image would mount a stale copy beside it. From the host, the
+//! live filesystem is reached through the outer bubblewrap process's root
+//! (`/proc/<pid>/root/<dir>/disk`); a stopped sandbox's is mounted read-only, in a mount
+//! namespace of its own, by the one command that reads it.
 //!
 //! The size is `disk` (MiB) in `template.yaml`, else `create`'s (Alibaba's `diskSizeMB`), else
 //! [`DEFAULT_MB`]: E2B gives a Hobby-tier sandbox 10 GiB of disk. Making an image costs about
@@ -31,17 +35,19 @@ pub const MAX_MB: u64 = 1 << 20;
 /// One inode per this many bytes of disk (ext4's default ratio).
 const BYTES_PER_INODE: u64 = 16 * 1024;
 
-/// One sandbox's disk: its image and where it is mounted in the sandbox's mount namespace.
+/// One sandbox's disk: its image, its loop device once attached, and where it is mounted in
+/// the sandbox's mount namespace.
 #[derive(Debug, Clone)]
 pub(crate) struct Disk {
     pub image: PathBuf,
     pub mount: PathBuf,
     pub size_mb: u64,
+    pub dev: Option<Arc<Loop>>,
 }
 
 impl Disk {
     pub(crate) fn new(dir: &Path, size_mb: u64) -> Self {
-        Self { image: dir.join("disk.img"), mount: dir.join("disk"), size_mb }
+        Self { image: dir.join("disk.img"), mount: dir.join("disk"), size_mb, dev: None }
     }
 
     /// The overlay's upper and work directories on it.
@@ -175,7 +181,7 @@ pub(crate) fn attach(image: &Path, read_only: bool) -> io::Result<Loop> {
 /// of the command's own (for a sandbox that is not running). Blocking.
 pub(crate) fn with_mounted(disk: &Disk, mut cmd: std::process::Command) -> io::Result<std::process::Output> {
     use std::os::unix::process::CommandExt;
-    let dev = attach(&disk.image, true)?;
+    let dev = disk.dev.clone().ok_or_else(|| io::Error::other("the disk has no loop device"))?;
     std::fs::create_dir_all(&disk.mount)?;
     let source = dev.path.clone();
     let target = CString::new(disk.mount.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;

@@ -699,15 +699,20 @@ impl Inner {
             let (l, disks) = (layout.clone(), self.disks.clone());
             let prepared = tokio::task::spawn_blocking(move || {
                 let d = l.disk.as_ref().expect("a sandbox has a disk");
-                disks.take(&d.image, d.size_mb).and_then(|()| l.create())
+                disks.take(&d.image, d.size_mb)?;
+                l.create()?;
+                disk::attach(&d.image, false)
             })
             .await
             .map_err(|e| ProviderError::infra(e.to_string()))
             .and_then(|r| r.map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}"))));
-            if let Err(e) = prepared {
-                let _ = std::fs::remove_dir(&layout.merged);
-                let _ = tokio::fs::remove_dir_all(&dir).await;
-                return Err(e);
+            match prepared {
+                Ok(dev) => layout.disk.as_mut().expect("a sandbox has a disk").dev = Some(Arc::new(dev)),
+                Err(e) => {
+                    let _ = std::fs::remove_dir(&layout.merged);
+                    let _ = tokio::fs::remove_dir_all(&dir).await;
+                    return Err(e);
+                }
             }
             let ns = match NsSandbox::start(layout.clone(), &id).await {
                 Ok(ns) => ns,

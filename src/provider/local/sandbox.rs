@@ -570,18 +570,9 @@ impl NsSandbox {
         let (info_r, info_w) = sys::cloexec_pipe()?;
         let seccomp = seccomp_pipe()?;
         let boot_id = boot_id_pipe()?;
-        // The disk's loop device, kept open until bwrap's child has mounted it.
+        // The disk's loop device (the sandbox's, attached once: see `disk`).
         let dev = match &layout.disk {
-            Some(d) => {
-                let image = d.image.clone();
-                let dev = tokio::task::spawn_blocking(move || super::disk::attach(&image, false))
-                    .await
-                    .map_err(|e| ProviderError::infra(e.to_string()))?
-                    .map_err(|e| {
-                        ProviderError::infra(format!("cannot attach the sandbox's disk: {}", sys::errno_text(&e)))
-                    })?;
-                Some(dev)
-            }
+            Some(d) => Some(d.dev.clone().ok_or_else(|| ProviderError::infra("the sandbox's disk is not attached"))?),
             None => None,
         };
         let mut cmd = bwrap_command(
