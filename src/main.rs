@@ -623,8 +623,19 @@ fn run(args: RunArgs) -> u8 {
             }
         }
         let summary = runner::run(cfg, cases, tx, cancel).await;
-        let _ = printer.await;
         let mut code = summary.exit_code as u8;
+        if printer.await.is_err() {
+            // The terminal view panicked (the hook printed why): the run is not good, and its
+            // summary is still shown, plainly.
+            errln!("error: the terminal view failed (a bug in scenario-run); the summary follows without it");
+            let _ = out::stdout(&format!(
+                "\n{}",
+                masker.mask(&scenario_run::report::summary::render_summary(&summary, Default::default()))
+            ));
+            if code == 0 {
+                code = EXIT_INFRA;
+            }
+        }
         let files = ReportFiles {
             junit: args.junit.clone(),
             json: args.json.clone(),

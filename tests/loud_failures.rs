@@ -34,3 +34,54 @@ fn a_report_written_to_a_full_disk_fails_the_run() {
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(json.is_file(), "the JSON report is still written");
 }
+
+/// Runs `args` on a real terminal (`script` gives it a pty) of `cols` columns; returns the exit
+/// code and everything the terminal showed.
+fn on_terminal(cols: u16, args: &[&str]) -> (Option<i32>, String) {
+    let mut line = format!("stty cols {cols}; exec {}", bin().display());
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    let out = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(root())
+        .env_remove("NO_COLOR")
+        .env_remove("COLUMNS")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs");
+    (out.status.code(), text(&out.stdout))
+}
+
+/// Item 2: the live view coloured the first 7 bytes of a line that `fit()` had cut to a
+/// 7-column terminal, slicing inside the `…` it added: the printer panicked and the run
+/// exited 0 with no summary.
+#[test]
+fn a_seven_column_terminal_with_colour_still_shows_the_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "s.yaml", NO_SANDBOX);
+    for cols in [1, 3, 7, 8, 12] {
+        let (code, shown) = on_terminal(cols, &[&file, "--color", "always"]);
+        assert_eq!(code, Some(0), "{cols} columns: {shown}");
+        assert!(!shown.contains("panicked"), "{cols} columns: {shown}");
+        assert!(shown.contains("1 passed"), "{cols} columns: the summary is shown: {shown}");
+    }
+}
+
+/// Item 2, at the command line: CRLF output with a non-ASCII character after it (what every
+/// PTY sends) was an ERROR "the step panicked"; it is a FAILED with the hint.
+#[test]
+fn crlf_output_with_a_non_ascii_char_fails_with_a_hint_not_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(
+        tmp.path(),
+        "crlf.yaml",
+        "name: crlf\nsteps:\n  - create: base\n  - exec: printf 'a\\r\\nbé\\n'\n  - assert-stdout: { equals: \"A\\nbé\" }\n",
+    );
+    let out = run(&[&file, "--no-progress"]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}{}", text(&out.stderr));
+    assert!(shown.contains("FAILED  crlf"), "{shown}");
+    assert!(shown.contains("only line endings, a trailing newline and letter case differ"), "{shown}");
+    assert!(!shown.contains("panicked") && !text(&out.stderr).contains("panicked"), "{shown}");
+}
