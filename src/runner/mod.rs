@@ -318,6 +318,35 @@ mod tests {
         crate::model::load(&[path], &crate::model::LoadOptions::default()).expect("valid").cases
     }
 
+    /// Issue 26 item 3: `expect_error` took a rendered argument of the wrong type (refused
+    /// before anything was sent) for the failure it expects, and the step PASSED. Only the
+    /// operation's own error satisfies it; an argument the step refuses is the step's ERROR.
+    #[tokio::test]
+    async fn expect_error_is_not_satisfied_by_the_steps_own_argument_errors() {
+        let provider = Arc::new(FakeProvider::new());
+        let cases = cases(concat!(
+            "name: rendered wrong type\nvars: { port: not-a-port }\nsteps:\n  - create: base\n",
+            "  - http-get: { port: \"{{ vars.port }}\", path: / }\n    expect_error: true\n",
+            "---\nname: refused inside the step\nsteps:\n  - create: base\n",
+            "  - write-file: { path: /a, content: x, content_base64: eA== }\n    expect_error: true\n",
+            "---\nname: the operation fails\nsteps:\n  - create: base\n",
+            "  - read-file: /no/such/file\n    expect_error: { contains: /no/such/file }\n",
+        ));
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let summary = run(config(provider.clone()), cases, tx, CancellationToken::new()).await;
+        let got: Vec<(&str, Outcome, String)> = summary
+            .results
+            .iter()
+            .map(|r| (r.name.as_str(), r.outcome, r.reason.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(got[0].1, Outcome::Error, "{got:?}");
+        assert!(got[0].2.contains("`port` must be an integer from 1 to 65535"), "{got:?}");
+        assert!(got[0].2.contains("`expect_error` is met only by the operation's own error"), "{got:?}");
+        assert_eq!(got[1].1, Outcome::Error, "{got:?}");
+        assert!(got[1].2.contains("give only one of"), "{got:?}");
+        assert_eq!(got[2].1, Outcome::Passed, "the operation's own failure still satisfies it: {got:?}");
+    }
+
     /// Issue 13: a panic in a step was only logged; the scenario vanished from the totals and
     /// the reports, and the run exited 0.
     #[tokio::test]

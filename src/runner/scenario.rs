@@ -599,7 +599,7 @@ impl CaseRun<'_> {
         let result = match crate::steps::args::convert_step(step.kind, &args) {
             Err(e) => {
                 attempts = 1;
-                Err(StepError::error(e.message))
+                Err(StepError::bad_args(e.message))
             }
             Ok(typed) => self.attempts(step, &typed, limit, &mut attempts).await,
         };
@@ -659,8 +659,8 @@ impl CaseRun<'_> {
         }
     }
 
-    /// `expect_error`: a failure that matches is a pass (its message becomes the `error`
-    /// output); a success is a failure.
+    /// `expect_error`: a failure of the operation that matches is a pass (its message becomes
+    /// the `error` output); a success is a failure, and so is an argument the step refused.
     fn expected_error(
         &self,
         matcher: Option<&crate::yaml::Node>,
@@ -669,6 +669,15 @@ impl CaseRun<'_> {
     ) -> Result<JsonValue, StepError> {
         let e = match result {
             Ok(_) => return Err(StepError::fail("expected this step to fail, but it succeeded")),
+            // The step refused its own arguments: nothing was tried, so nothing failed as
+            // expected (a typo in a rendered value must not pass as the platform's error).
+            Err(mut e) if e.bad_args => {
+                e.message = format!(
+                    "{} (the step did not run: `expect_error` is met only by the operation's own error, not by the step's arguments)",
+                    e.message
+                );
+                return Err(e);
+            }
             Err(e) => e,
         };
         if let Some(node) = matcher {

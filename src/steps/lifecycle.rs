@@ -166,7 +166,7 @@ pub async fn snapshot(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let keep = a.flag("keep");
     // A name of the run's own: two scenarios (or two runs) never take the same one.
     let name = match a.opt_str("name") {
-        Some(n) if n.trim().is_empty() => return Err(StepError::error("`name` must not be empty")),
+        Some(n) if n.trim().is_empty() => return Err(StepError::bad_args("`name` must not be empty")),
         Some(n) => n.to_string(),
         None => format!("scenario-run-{}-{}", ctx.run_tag.1, crate::random::hex(4)).to_ascii_lowercase(),
     };

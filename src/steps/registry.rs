@@ -126,7 +126,7 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
         "requires",
         "{ env: [NAME, ...] }: run only when these variables are set and non-empty (a model's key); else the step is SKIPPED with `missing credentials [NAME]`, counted in every report, and the scenario goes on",
     ),
-    ("expect_error", "the step must fail: `true`, or a matcher for the error message, e.g. { contains: not found }"),
+    ("expect_error", "the step's operation must fail: `true`, or a matcher for the error message, e.g. { contains: not found }; an argument the step refuses is its ERROR, never the expected failure"),
 ];
 
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
