@@ -46,8 +46,9 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
         timeout_secs: Some(a.duration("timeout").unwrap_or(ctx.sandbox_ttl).as_secs().max(1)),
         metadata,
         envs: a.str_map("envs"),
-        cpu: a.int("cpu").map(|v| v as u32),
-        memory_mb: a.int("memory").map(|v| v as u64),
+        // Range-checked by the registry's fields: positive, and far below these types' limits.
+        cpu: a.int("cpu").and_then(|v| u32::try_from(v).ok()),
+        memory_mb: a.int("memory").and_then(|v| u64::try_from(v).ok()),
         network: network_arg(a),
     };
     // Read before creating: an argument error after it would leak a sandbox the scenario

@@ -229,7 +229,7 @@ pub async fn pty(ctx: &mut StepCtx, a: &Args) -> StepResult {
             if code.is_some() {
                 guard.pid = None;
             }
-            if code != Some(want as i32) {
+            if code.map(i64::from) != Some(want) {
                 let got = match (&r, code) {
                     (_, Some(c)) => format!("exit code {c}"),
                     (Ok(r), None) if r.signal.is_some() => format!("signal {}", r.signal.unwrap_or(0)),

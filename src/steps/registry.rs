@@ -71,6 +71,11 @@ pub struct Field {
     pub doc: &'static str,
 }
 
+/// An exit code: 0 to 255, or negative as some platforms report a signal (envd's -1).
+const EXIT_CODE: FieldType = FieldType::Range(-255, 255);
+/// A process id (`pid_t`).
+const PID: FieldType = FieldType::Range(1, i32::MAX as i64);
+
 const fn f(name: &'static str, ty: FieldType, doc: &'static str) -> Field {
     Field { name, ty, required: false, doc }
 }
@@ -230,8 +235,8 @@ pub static REGISTRY: &[StepKind] = &[
             f("metadata", FieldType::StrMap, "metadata; always gains the run tag e2e=<run id>"),
             f("envs", FieldType::StrMap, "environment of every process in the sandbox"),
             f("keep", FieldType::Bool, "do not destroy at the end of the scenario"),
-            f("cpu", FieldType::Int, "CPU count, where the provider supports it"),
-            f("memory", FieldType::Int, "memory in MiB, where the provider supports it"),
+            f("cpu", FieldType::Range(1, 1024), "CPU count, where the provider supports it"),
+            f("memory", FieldType::Range(1, 1_048_576), "memory in MiB, where the provider supports it"),
             f("network", FieldType::Object(CREATE_NETWORK), "egress policy (E2B's `allow_internet_access` and `network.allowOut`/`denyOut`); enforced on local and the clouds, refused on docker"),
         ],
         matcher: false,
@@ -458,7 +463,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("stdin", FieldType::Str, "text fed to standard input"),
             f("timeout", FieldType::Duration, "kill the command after this long (the step fails)"),
             f("background", FieldType::Bool, "start it and go on; outputs `pid` for wait/signal"),
-            f("exit_code", FieldType::Int, "expected exit code; the step fails otherwise"),
+            f("exit_code", EXIT_CODE, "expected exit code; the step fails otherwise"),
         ],
         matcher: false,
         free_keys: false,
@@ -479,7 +484,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("env", FieldType::StrMap, "variables over the run's environment (process and .env), e.g. `\"{{ provider.env }}\"`"),
             f("stdin", FieldType::Str, "text fed to standard input"),
             f("timeout", FieldType::Duration, "kill its process group after this long (the step fails); default --exec-timeout"),
-            f("exit_code", FieldType::Int, "expected exit code; the step fails otherwise"),
+            f("exit_code", EXIT_CODE, "expected exit code; the step fails otherwise"),
         ],
         matcher: false,
         free_keys: false,
@@ -509,7 +514,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "send a signal to a background process",
         main: Some("pid"),
         fields: &[
-            req("pid", FieldType::Int, "process id (from a background exec)"),
+            req("pid", PID, "process id (from a background exec)"),
             f("signal", FieldType::Signal, "TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT, or a number"),
         ],
         matcher: false,
@@ -526,7 +531,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "wait for a background process to end; its output becomes the last command's",
         main: Some("pid"),
         fields: &[
-            req("pid", FieldType::Int, "process id"),
+            req("pid", PID, "process id"),
             f("timeout", FieldType::Duration, "how long to wait (default 30s); the step fails after"),
         ],
         matcher: false,
@@ -552,7 +557,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("expect", FieldType::Matcher, "what the output after `input` must match, within `within`: a matcher such as { contains: ... } (a scalar means `equals`)"),
             f("script", FieldType::Any, "then, in order, a list of { send: <text>, resize: { cols, rows }, expect: <matcher> }: each resizes, types, and waits for its output to match"),
             f("within", FieldType::Duration, "how long each `expect` (and the end, with `exit_code`) waits (default 10s)"),
-            f("exit_code", FieldType::Int, "wait for the command to end by itself and expect this code; without it the command is killed"),
+            f("exit_code", EXIT_CODE, "wait for the command to end by itself and expect this code; without it the command is killed"),
         ],
         matcher: false,
         free_keys: false,
@@ -705,7 +710,7 @@ pub static REGISTRY: &[StepKind] = &[
         name: "assert-exit",
         summary: "check a command's exit code",
         main: Some("code"),
-        fields: &[req("code", FieldType::Int, "expected exit code"), MATCHER_OF],
+        fields: &[req("code", EXIT_CODE, "expected exit code"), MATCHER_OF],
         matcher: false,
         free_keys: false,
         outputs: &[],

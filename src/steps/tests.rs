@@ -163,7 +163,7 @@ async fn create_rejects_bad_arguments_before_calling_the_provider() {
     let p = fake();
     let mut c = ctx(&p);
     let e = errored(step(&mut c, "create", json!({ "cpu": "many" })).await);
-    assert_eq!(e.message, "`cpu` must be an integer, found a string \"many\"");
+    assert_eq!(e.message, "`cpu` must be an integer from 1 to 1024, found a string \"many\"");
     let e = errored(step(&mut c, "create", json!({ "keep": "perhaps" })).await);
     assert_eq!(e.message, "`keep` must be true or false, found a string \"perhaps\"");
     let e = errored(step(&mut c, "create", json!({ "timeout": "5 minutes" })).await);
@@ -469,7 +469,7 @@ async fn exec_errors() {
     let e = errored(step(&mut c, "exec", json!({ "cmd": "x", "background": "maybe" })).await);
     assert_eq!(e.message, "`background` must be true or false, found a string \"maybe\"");
     let e = errored(step(&mut c, "exec", json!({ "cmd": "x", "exit_code": "zero" })).await);
-    assert_eq!(e.message, "`exit_code` must be an integer, found a string \"zero\"");
+    assert_eq!(e.message, "`exit_code` must be an integer from -255 to 255, found a string \"zero\"");
     p.fail("exec", ProviderError::infra("agent unreachable"));
     assert_eq!(errored(step(&mut c, "exec", json!({ "cmd": "true" })).await).message, "agent unreachable");
     p.fail("spawn", ProviderError::unsupported("no background processes"));
