@@ -85,3 +85,28 @@ fn crlf_output_with_a_non_ascii_char_fails_with_a_hint_not_a_panic() {
     assert!(shown.contains("only line endings, a trailing newline and letter case differ"), "{shown}");
     assert!(!shown.contains("panicked") && !text(&out.stderr).contains("panicked"), "{shown}");
 }
+
+/// Item 4: `assert-stdout: { of: X }` where X has no stdout (`set`, `http-get`, `create`, or a
+/// step under `expect_error`) checked an empty string, so `not_contains` and `empty` passed
+/// vacuously. `check` refuses it at the `of:` value.
+#[test]
+fn an_assertion_of_a_step_without_that_output_is_refused_by_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(
+        tmp.path(),
+        "of.yaml",
+        "name: of\nsteps:\n  - set: { a: 1 }\n    id: s\n  - create: base\n    id: c\n  - http-get: { url: 'http://127.0.0.1:9/' }\n    id: h\n    continue_on_error: true\n  - exec: echo hi\n    id: e\n  - assert-stdout: { of: s, not_contains: secret }\n  - assert-stderr: { of: h, empty: true }\n  - assert-exit: { of: c, code: 0 }\n  - assert-stdout: { of: e, contains: hi }\n",
+    );
+    let out = run(&["check", &file]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    for (what, at) in [
+        ("step `s` has no stdout", "of.yaml:12:26"),
+        ("step `h` has no stderr", "of.yaml:13:26"),
+        ("step `c` has no exit_code", "of.yaml:14:24"),
+    ] {
+        assert!(err.contains(what), "{what}: {err}");
+        assert!(err.contains(at), "{what} at {at}: {err}");
+    }
+    assert!(err.contains("3 problems"), "the exec step's own stdout is fine: {err}");
+}

@@ -929,6 +929,24 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
                 .label("no earlier step has this id")
                 .help(help);
             cx.push(d);
+        } else if let Some(stream) = asserted_output(owner) {
+            // An assertion of a step that has no such output would check an empty text, and
+            // `not_contains` or `empty` would pass without checking anything.
+            let outputs = &scope.steps[&text];
+            if !outputs.iter().any(|o| o == stream) {
+                let has = if outputs.is_empty() {
+                    format!("`{text}` has no outputs")
+                } else {
+                    format!("the outputs of `{text}` are {}", outputs.join(", "))
+                };
+                let d = v
+                    .diag(cx.src, format!("step `{text}` has no {stream} for `{owner}` to check"))
+                    .label(format!("no {stream}"))
+                    .help(format!(
+                        "`of` names an earlier step that ran a command (exec, host, run-code, wait, pty); {has}"
+                    ));
+                cx.push(d);
+            }
         }
     }
     if field.ty == FieldType::Any && key == "json" {
@@ -941,6 +959,16 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
         } else {
             cx.wrong_type(v, "a list of { path, <matcher> } checks", key);
         }
+    }
+}
+
+/// The output of the step named by `of:` that an assertion step checks.
+pub(crate) fn asserted_output(kind: &str) -> Option<&'static str> {
+    match kind {
+        "assert-stdout" => Some("stdout"),
+        "assert-stderr" => Some("stderr"),
+        "assert-exit" => Some("exit_code"),
+        _ => None,
     }
 }
 

@@ -6,10 +6,19 @@ use super::args::Args;
 use super::{StepCtx, StepError, StepResult};
 use crate::provider::ErrorKind;
 
-/// The exec outputs an assertion checks: `of: <id>`, else the most recent command.
-fn subject<'a>(ctx: &'a StepCtx, a: &Args) -> Result<&'a JsonValue, StepError> {
+/// The exec outputs an assertion checks: `of: <id>`, else the most recent command. A step
+/// without `output` (a `set`, an `http-get`) is refused: checking it would check an empty text.
+fn subject<'a>(ctx: &'a StepCtx, a: &Args, output: &str) -> Result<&'a JsonValue, StepError> {
     match a.opt_str("of") {
-        Some(id) => ctx.outputs.get(id).ok_or_else(|| StepError::bad_args(format!("step `{id}` has not run"))),
+        Some(id) => {
+            let out = ctx.outputs.get(id).ok_or_else(|| StepError::bad_args(format!("step `{id}` has not run")))?;
+            if out.get(output).is_none() {
+                return Err(StepError::bad_args(format!(
+                    "step `{id}` has no {output} to check: `of` names a step that ran a command"
+                )));
+            }
+            Ok(out)
+        }
         None => ctx
             .last_exec
             .as_ref()
@@ -18,7 +27,7 @@ fn subject<'a>(ctx: &'a StepCtx, a: &Args) -> Result<&'a JsonValue, StepError> {
 }
 
 async fn assert_stream(ctx: &mut StepCtx, a: &Args, stream: &str) -> StepResult {
-    let out = subject(ctx, a)?;
+    let out = subject(ctx, a, stream)?;
     let text = out.get(stream).and_then(JsonValue::as_str).unwrap_or_default().to_string();
     let dropped = out.get(format!("{stream}_dropped")).and_then(JsonValue::as_u64).unwrap_or(0);
     let m = a.matcher().ok_or_else(|| StepError::bad_args("no matcher given"))?;
@@ -43,7 +52,7 @@ pub async fn assert_stderr(ctx: &mut StepCtx, a: &Args) -> StepResult {
 
 pub async fn assert_exit(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let want = a.int("code").unwrap_or_default();
-    let out = subject(ctx, a)?;
+    let out = subject(ctx, a, "exit_code")?;
     let got = out.get("exit_code").and_then(JsonValue::as_i64);
     if got != Some(want) {
         let got_text = match (got, out.get("signal").and_then(JsonValue::as_i64)) {

@@ -841,6 +841,23 @@ async fn assert_stdout_of_a_named_step() {
     assert_eq!(e.message, "unknown field `bogus` for `assert-stdout`");
 }
 
+/// Issue 26 item 4, at run time (an `of:` rendered from a template): a step without stdout
+/// was checked as an empty text, and `not_contains`, `empty` passed vacuously.
+#[tokio::test]
+async fn an_assertion_of_a_step_without_that_output_is_an_error_not_a_vacuous_pass() {
+    let p = fake();
+    let mut c = ctx_after_exec(&p).await;
+    c.outputs.insert("vars".into(), JsonValue::Null);
+    c.outputs.insert("web".into(), json!({ "status": 200, "body": "ok" }));
+    let e = errored(step(&mut c, "assert-stdout", json!({ "of": "vars", "not_contains": "secret" })).await);
+    assert!(e.message.starts_with("step `vars` has no stdout to check"), "{}", e.message);
+    assert!(e.bad_args);
+    let e = errored(step(&mut c, "assert-stderr", json!({ "of": "web", "empty": true })).await);
+    assert!(e.message.starts_with("step `web` has no stderr to check"), "{}", e.message);
+    let e = errored(step(&mut c, "assert-exit", json!({ "of": "web", "code": 0 })).await);
+    assert!(e.message.starts_with("step `web` has no exit_code to check"), "{}", e.message);
+}
+
 #[tokio::test]
 async fn assert_stdout_needs_a_command() {
     let p = fake();
