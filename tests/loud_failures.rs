@@ -110,3 +110,17 @@ fn an_assertion_of_a_step_without_that_output_is_refused_by_check() {
     }
     assert!(err.contains("3 problems"), "the exec step's own stdout is fine: {err}");
 }
+
+/// Item 6: a `.env` value `"C:\\new"` reached scenarios as `C:\` + newline + `ew`.
+#[test]
+fn an_env_file_backslash_before_n_is_a_backslash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = write(tmp.path(), "x.env", "WIN_PATH=\"C:\\\\new\"\n");
+    let file = write(
+        tmp.path(),
+        "env.yaml",
+        "name: env\nsteps:\n  - assert: { that: \"env.WIN_PATH == 'C:' ~ '\\\\\\\\' ~ 'new'\", message: \"got {{ env.WIN_PATH }}\" }\n",
+    );
+    let out = cmd(&[&file, "--no-progress", "--env-file", &env]).env_remove("WIN_PATH").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+}
