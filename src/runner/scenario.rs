@@ -317,6 +317,38 @@ fn http_client() -> reqwest::Client {
         .clone()
 }
 
+/// The case while one of its steps is polled (`eventually`): `ctx.polling` is set for as long
+/// as this lives, and cleared when it goes, also when the step's future is dropped half-way (a
+/// scenario timeout, Ctrl-C, a panic). Otherwise `finally`'s requests would run as polled
+/// ones, with the 5-second limit.
+struct Polling<'r, 'a>(&'r mut CaseRun<'a>);
+
+impl<'r, 'a> Polling<'r, 'a> {
+    fn start(run: &'r mut CaseRun<'a>) -> Self {
+        run.ctx.polling = true;
+        Polling(run)
+    }
+}
+
+impl Drop for Polling<'_, '_> {
+    fn drop(&mut self) {
+        self.0.ctx.polling = false;
+    }
+}
+
+impl<'a> std::ops::Deref for Polling<'_, 'a> {
+    type Target = CaseRun<'a>;
+    fn deref(&self) -> &CaseRun<'a> {
+        self.0
+    }
+}
+
+impl<'a> std::ops::DerefMut for Polling<'_, 'a> {
+    fn deref_mut(&mut self) -> &mut CaseRun<'a> {
+        self.0
+    }
+}
+
 impl CaseRun<'_> {
     fn elapsed_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
@@ -621,14 +653,15 @@ impl CaseRun<'_> {
         attempts: &mut u32,
     ) -> Result<JsonValue, StepError> {
         if let Some(ev) = step.eventually {
-            let until = Instant::now() + ev.within;
-            self.ctx.polling = true;
-            let r = loop {
+            // tokio's clock, so the window can be tested on a paused one.
+            let until = TInstant::now() + ev.within;
+            let mut this = Polling::start(self);
+            loop {
                 *attempts += 1;
                 // No attempt outlives the window (but each gets a moment, even the last).
-                let left = until.saturating_duration_since(Instant::now()).max(MIN_ATTEMPT);
-                let r = self.attempt(step, typed, limit.min(left)).await;
-                if r.is_ok() || Instant::now() + ev.every >= until {
+                let left = until.saturating_duration_since(TInstant::now()).max(MIN_ATTEMPT);
+                let r = this.attempt(step, typed, limit.min(left)).await;
+                if r.is_ok() || TInstant::now() + ev.every >= until {
                     break r.map_err(|mut e| {
                         e.message = format!(
                             "did not pass within {} ({} attempts): {}",
@@ -640,9 +673,7 @@ impl CaseRun<'_> {
                     });
                 }
                 tokio::time::sleep(ev.every).await;
-            };
-            self.ctx.polling = false;
-            r
+            }
         } else {
             let retry = step.retry.unwrap_or(crate::model::Retry { attempts: 1, delay: Duration::ZERO, backoff: 1.0 });
             let mut delay = retry.delay;
