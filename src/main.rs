@@ -657,7 +657,8 @@ fn run(args: RunArgs) -> u8 {
     })
 }
 
-/// `serve`: the E2B-compatible server over the local provider until SIGINT/SIGTERM, then
+/// `serve`: the E2B-compatible server over the local provider until SIGINT, SIGTERM, SIGHUP
+/// or SIGQUIT, then
 /// every sandbox it made is destroyed.
 fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
     use std::io::Write;
@@ -698,7 +699,12 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
                 return EXIT_USAGE;
             }
         };
-        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut quit)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::quit()),
+        ) else {
             errln!("error: cannot install signal handlers");
             return EXIT_INFRA;
         };
@@ -733,9 +739,13 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
         opts.tls = certs;
         let _ = std::io::stdout().flush();
         let shutdown = async move {
+            // A closed terminal (SIGHUP) or SIGQUIT stops serve as SIGTERM does: every sandbox
+            // it made is destroyed.
             tokio::select! {
                 _ = int.recv() => {}
                 _ = term.recv() => {}
+                _ = hup.recv() => {}
+                _ = quit.recv() => {}
             }
         };
         match scenario_run::server::serve(listener, Arc::new(provider), opts, shutdown).await {

@@ -248,8 +248,9 @@ pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, w
     tokio::time::timeout(within, work).await.unwrap_or(0)
 }
 
-/// First SIGINT/SIGTERM: stop scheduling, let cases run `finally` and destroy their
-/// sandboxes. Second: destroy what is left without waiting and exit 130 at once.
+/// First SIGINT, SIGTERM, SIGHUP (a closed terminal, an SSH drop) or SIGQUIT: stop
+/// scheduling, let cases run `finally` and destroy their sandboxes, write the reports. Second:
+/// destroy what is left without waiting and exit 130 at once.
 pub fn spawn_signal_handler(
     cancel: CancellationToken,
     provider: Arc<dyn Provider>,
@@ -258,7 +259,13 @@ pub fn spawn_signal_handler(
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut quit)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::quit()),
+        ) else {
+            crate::errln!("warning: cannot install signal handlers: an interrupt will not run finally or cleanup");
             return;
         };
         let mut count = 0;
@@ -266,6 +273,8 @@ pub fn spawn_signal_handler(
             let name = tokio::select! {
                 _ = int.recv() => "SIGINT",
                 _ = term.recv() => "SIGTERM",
+                _ = hup.recv() => "SIGHUP",
+                _ = quit.recv() => "SIGQUIT",
             };
             count += 1;
             if count == 1 {
