@@ -381,6 +381,10 @@ fn check(args: CheckArgs) -> u8 {
     let masker = Masker::from_env(&env, &[]);
     match load(&args.paths, &args.vars, &masker, &env) {
         Ok((loaded, _)) => {
+            // Not invalid, but each such scenario will fail: said here, at the date.
+            for d in loaded.scenarios.iter().filter_map(|s| s.known_issue.as_ref()?.expired.as_ref()) {
+                errln!("{}", masker.mask(&d.render_warning()));
+            }
             outln!(
                 "ok: {} ({}) in {}",
                 count(loaded.scenarios.len(), "scenario"),

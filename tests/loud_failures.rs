@@ -124,3 +124,38 @@ fn an_env_file_backslash_before_n_is_a_backslash() {
     let out = cmd(&[&file, "--no-progress", "--env-file", &env]).env_remove("WIN_PATH").output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
 }
+
+/// Item 9: an expired `known_issue.until` made the whole file invalid (exit 3, nothing ran,
+/// the other scenarios of the file included). Only that scenario fails, saying so; `check`
+/// warns at the date.
+#[test]
+fn an_expired_known_issue_fails_only_its_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(
+        tmp.path(),
+        "pins.yaml",
+        "name: pinned\nknown_issue: { id: KI-9, reason: broken, until: 2020-01-01 }\nsteps:\n  - set: { a: 1 }\n---\nname: fine\nsteps:\n  - set: { a: 1 }\n",
+    );
+    let json = tmp.path().join("run.json");
+    let out = run(&[&file, "--no-progress", "--json", json.to_str().unwrap()]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let outcomes: Vec<(&str, &str)> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(outcomes, [("pinned", "failed"), ("fine", "passed")]);
+    let pinned = &doc["results"][0];
+    assert!(pinned["reason"].as_str().unwrap().contains("known issue KI-9 expired on 2020-01-01"), "{pinned}");
+    assert_eq!(pinned["failure"]["location"]["line"], 2, "{pinned}");
+    assert!(shown.contains("pins.yaml:2"), "{shown}");
+
+    let out = run(&["check", &file]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("warning: known issue KI-9 expired on 2020-01-01"), "{err}");
+    assert!(err.contains("pins.yaml:2:"), "{err}");
+}

@@ -369,7 +369,8 @@ fn known_issue(cx: &mut Ctx<'_>, node: &Node, today: &str) -> Option<KnownIssue>
         cx.wrong_type(node, "a mapping with id, reason, strict, until", "known_issue");
         return None;
     };
-    let mut ki = KnownIssue { id: None, reason: String::new(), strict: false, until: None };
+    let mut ki = KnownIssue { id: None, reason: String::new(), strict: false, until: None, expired: None };
+    let mut expired_at = None;
     for (k, v) in map {
         match k.key_text().as_str() {
             "id" => ki.id = cx.string(v, "known_issue.id"),
@@ -381,14 +382,20 @@ fn known_issue(cx: &mut Ctx<'_>, node: &Node, today: &str) -> Option<KnownIssue>
                 if !valid {
                     cx.err(v, format!("`until` must be a date like 2027-03-01, found `{s}`"));
                 } else if !today.is_empty() && s.as_str() < today {
-                    let what = ki.id.clone().map_or("known issue".to_string(), |id| format!("known issue {id}"));
-                    cx.err(v, format!("{what} expired on {s}")).help =
-                        Some("fix the issue and remove `known_issue`, or move `until` to a later date".into());
+                    expired_at = Some(v);
                 }
                 ki.until = Some(s);
             }
             _ => cx.unknown_key(k, &["id", "reason", "strict", "until"], "in `known_issue`"),
         }
+    }
+    if let (Some(v), Some(until)) = (expired_at, &ki.until) {
+        let what = ki.id.clone().map_or("known issue".to_string(), |id| format!("known issue {id}"));
+        ki.expired = Some(
+            v.diag(cx.src, format!("{what} expired on {until}"))
+                .label("expired")
+                .help("fix the issue and remove `known_issue`, or move `until` to a later date"),
+        );
     }
     if ki.reason.is_empty() {
         cx.err(node, "`known_issue` needs a `reason`").help =

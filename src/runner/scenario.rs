@@ -150,6 +150,22 @@ pub async fn run_case(
     cancel: &CancellationToken,
 ) -> ScenarioResult {
     let sc = case.scenario.clone();
+    // A pin past its `until` fails its scenario alone, at the date, without running it: the
+    // file's other scenarios still run.
+    if let Some(d) = sc.known_issue.as_ref().and_then(|k| k.expired.as_ref()) {
+        let message = format!("{} ({}); {}", d.message, d.location, d.help.as_deref().unwrap_or_default());
+        let failure = Failure {
+            step: "known_issue".into(),
+            location: d.location.clone(),
+            message: message.clone(),
+            mismatch: None,
+        };
+        return ScenarioResult {
+            outcome: Outcome::Failed,
+            failure: Some(failure),
+            ..skipped_result(&case, index, message)
+        };
+    }
     if let Some(reason) = unmet_requirements(cfg, &case) {
         return skipped_result(&case, index, reason);
     }
