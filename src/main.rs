@@ -531,11 +531,13 @@ fn run(args: RunArgs) -> u8 {
         }
     };
     let cases = selection.apply(loaded.cases);
-    if cases.is_empty() && !args.list {
+    // `--list` answers as the run would: a selection a run refuses is refused when listed too,
+    // so a CI step that lists before it runs fails at the same typo.
+    if cases.is_empty() {
         let what = format!("no scenario matches {} (of {loaded_cases} loaded)", selection.describe());
         match args.no_scenarios {
             NoScenarios::Fail => {
-                errln!("error: {what}; nothing was run\n  = help: check the expression for a typo, or pass --no-scenarios=pass (or warn) if an empty selection is expected");
+                errln!("error: {what}; nothing was {}\n  = help: check the expression for a typo, or pass --no-scenarios=pass (or warn) if an empty selection is expected", if args.list { "listed" } else { "run" });
                 return EXIT_USAGE;
             }
             NoScenarios::Warn => errln!("warning: {what}"),

@@ -159,3 +159,41 @@ fn an_expired_known_issue_fails_only_its_scenario() {
     assert!(err.contains("warning: known issue KI-9 expired on 2020-01-01"), "{err}");
     assert!(err.contains("pins.yaml:2:"), "{err}");
 }
+
+/// Item 10: `matrix` dropped the scenario files at the top of the folder without a word, and
+/// a folder with nothing to run gave `{"include":[]}` and exit 0 (a CI with no jobs at all).
+#[test]
+fn matrix_keeps_top_level_files_and_refuses_a_folder_with_nothing_to_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("suite");
+    std::fs::create_dir_all(root.join("files")).unwrap();
+    std::fs::create_dir_all(root.join("empty")).unwrap();
+    write(&root, "smoke.yaml", NO_SANDBOX);
+    write(&root.join("files"), "a.yaml", NO_SANDBOX);
+    let r = root.to_str().unwrap();
+    let out = run(&["matrix", "--emit", "github", r]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        m,
+        serde_json::json!({ "include": [
+            { "area": "files", "path": format!("{r}/files") },
+            { "area": "smoke.yaml", "path": format!("{r}/smoke.yaml") },
+        ]})
+    );
+    let out = run(&["matrix", "--emit", "lines", r]);
+    assert_eq!(text(&out.stdout), format!("{r}/files\n{r}/smoke.yaml\n"));
+
+    // A flat folder of files: one entry per file.
+    let flat = tmp.path().join("flat");
+    std::fs::create_dir_all(&flat).unwrap();
+    write(&flat, "one.yaml", NO_SANDBOX);
+    let out = run(&["matrix", flat.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("one.yaml"), "{}", text(&out.stdout));
+
+    // Nothing to run: an error, not an empty matrix.
+    let out = run(&["matrix", root.join("empty").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("no scenario files"), "{}", text(&out.stderr));
+}
