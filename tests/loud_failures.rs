@@ -5,6 +5,7 @@ mod common;
 
 use std::path::Path;
 
+use common::serve::{e2b_cmd, live, serve};
 use common::*;
 
 fn write(dir: &Path, name: &str, body: &str) -> String {
@@ -196,4 +197,31 @@ fn matrix_keeps_top_level_files_and_refuses_a_folder_with_nothing_to_run() {
     let out = run(&["matrix", root.join("empty").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     assert!(text(&out.stderr).contains("no scenario files"), "{}", text(&out.stderr));
+}
+
+/// Item 10: `create { keep: true }` under `--provider e2b` (here against `serve`) was destroyed
+/// at the end of the run anyway, by the provider's destroy-all and the sweep of the run's tag.
+#[test]
+fn a_kept_sandbox_outlives_the_run_on_an_e2b_provider() {
+    let srv = serve();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(
+        tmp.path(),
+        "keep.yaml",
+        "name: keep\nsteps:\n  - create: { template: base, keep: true, as: kept }\n  - create: { template: base, as: gone }\n  - exec: echo hi\n",
+    );
+    let out = e2b_cmd(&srv, &[&file]).env("E2E_RUN_ID", "keep-test").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(live(&srv), 1, "the kept sandbox is alive, the other one destroyed");
+    // The janitor still finds it by the run's tag.
+    let url = format!("http://127.0.0.1:{}", srv.port);
+    let out = cmd(&["cleanup", "--provider", "e2b", "--run-id", "keep-test", "--yes"])
+        .env("E2B_API_KEY", &srv.key)
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_DOMAIN", format!("localhost:{}", srv.port))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(live(&srv), 0);
 }

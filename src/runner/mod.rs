@@ -231,14 +231,14 @@ fn not_run(
     r
 }
 
-/// Kills every sandbox the provider lists with this run's tag (`e2e=<run id>`), within
-/// `within`; returns how many. The session-end sweep, and the last act of a second Ctrl-C.
+/// Kills every sandbox the provider lists with this run's tag (`e2e=<run id>`) but those a
+/// scenario kept (`create { keep: true }`), within `within`; returns how many. The session-end sweep, and the last act of a second Ctrl-C.
 pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, within: Duration) -> usize {
     let work = async {
         let tag: std::collections::BTreeMap<String, String> = [("e2e".to_string(), run_id.to_string())].into();
         let Ok(found) = provider.list(&tag).await else { return 0 };
         let mut swept = 0;
-        for sb in found {
+        for sb in found.into_iter().filter(|sb| !provider.is_kept(&sb.id)) {
             if matches!(provider.kill(&sb.id).await, Ok(true)) {
                 swept += 1;
             }
