@@ -225,3 +225,21 @@ fn a_kept_sandbox_outlives_the_run_on_an_e2b_provider() {
     assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(live(&srv), 0);
 }
+
+/// Item 15: the `-k`/`-t` parser recursed once per `(` or `not`; `((((…` overflowed the stack
+/// and the process died of SIGSEGV. Deep nesting is a usage error with a clear message.
+#[test]
+fn a_deeply_nested_selection_is_a_usage_error_not_a_stack_overflow() {
+    let deep_parens = format!("{}a{}", "(".repeat(60_000), ")".repeat(60_000));
+    let deep_nots = "not ".repeat(30_000) + "a";
+    let long_chain = vec!["a"; 20_000].join(" and ");
+    for (flag, expr) in [("-k", &deep_parens), ("-t", &deep_nots), ("-k", &long_chain)] {
+        let out = run(&["tests/fixtures/passing", "--list", flag, expr]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {err}");
+        assert!(err.contains("too deep") || err.contains("too long"), "{flag}: {err}");
+    }
+    // Reasonable nesting still works.
+    let out = run(&["tests/fixtures/passing", "--list", "-k", "((((passing))))"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
