@@ -743,7 +743,7 @@ mod tests {
             .chunks(5)
             .map(|c| A[c.iter().chain(std::iter::repeat(&0)).take(5).fold(0, |n, b| n << 1 | *b as usize)] as char)
             .collect();
-        while out.len() % 8 != 0 {
+        while !out.len().is_multiple_of(8) {
             out.push('=');
         }
         out

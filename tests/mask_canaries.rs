@@ -77,7 +77,7 @@ fn base32(data: &[u8]) -> String {
             ALPHABET[c.iter().chain(std::iter::repeat(&0)).take(5).fold(0, |n, b| n << 1 | usize::from(*b))] as char
         })
         .collect();
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push('=');
     }
     out
