@@ -173,7 +173,10 @@ async fn background_processes_signals_and_wait() {
     let sb = p.create(CreateRequest::default()).await.unwrap();
     let id = &sb.id;
     let trapper = p
-        .spawn(id, cmd("echo started; trap 'echo got term; exit 42' TERM; while true; do sleep 0.1; done"))
+        .spawn(
+            id,
+            cmd("trap 'echo got term; exit 42' TERM; echo started; : > /tmp/trap-set; while true; do sleep 0.1; done"),
+        )
         .await
         .unwrap();
     let sleeper = p.spawn(id, cmd("sleep 300")).await.unwrap();
@@ -182,7 +185,12 @@ async fn background_processes_signals_and_wait() {
     assert!(procs.iter().any(|x| x.pid == sleeper && x.running), "{procs:?}");
     // The pid is the command's, inside the container.
     assert_eq!(sh(&p, id, &format!("cat /proc/{sleeper}/cmdline | tr '\\0' ' '")).await, "sleep 300 ");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SIGTERM once the trap is set (the script says so with a file), not after a guessed pause.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while p.exec(id, cmd("test -e /tmp/trap-set"), None).await.unwrap().exit_code != Some(0) {
+        assert!(Instant::now() < deadline, "the trap was never set");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     p.signal(id, trapper, libc::SIGTERM).await.unwrap();
     let r = p.wait(id, trapper, Duration::from_secs(10)).await.unwrap();
     assert_eq!((r.exit_code, r.signal, r.stdout.as_slice()), (Some(42), None, &b"started\ngot term\n"[..]));
