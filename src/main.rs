@@ -655,8 +655,12 @@ fn run(args: RunArgs) -> u8 {
             }
         }
         if let Some(gh) = github {
+            // The job summary is a report like the others: one that cannot be written fails.
             if let Err(e) = gh.write(&summary, &masker) {
-                errln!("warning: {e}");
+                errln!("error: {e}");
+                if code == 0 {
+                    code = EXIT_INFRA;
+                }
             }
         }
         code

@@ -34,6 +34,14 @@ fn a_report_written_to_a_full_disk_fails_the_run() {
     let out = run(&[&file, "--no-progress", "--junit", "/dev/full", "--json", json.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(json.is_file(), "the JSON report is still written");
+    // In GitHub Actions the job summary is one more report.
+    let out = cmd(&[&file, "--no-progress"])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", "/dev/full")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot write the job summary /dev/full"), "{}", text(&out.stderr));
 }
 
 /// Runs `args` on a real terminal (`script` gives it a pty) of `cols` columns; returns the exit

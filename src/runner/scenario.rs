@@ -971,8 +971,6 @@ impl CaseRun<'_> {
         }
         for (id, keep) in doomed {
             if keep {
-                // Out of the provider's hands: its end-of-run destroy and sweep leave it.
-                self.ctx.provider.keep(&id);
                 continue;
             }
             let (t0, start_ms) = (Instant::now(), self.elapsed_ms());

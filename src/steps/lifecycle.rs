@@ -55,6 +55,11 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
     // does not know about and so never destroys.
     let keep = a.flag("keep");
     let info = ctx.provider.create(req).await?;
+    if keep {
+        // It outlives the run: the provider's end-of-run destroy and the sweep of the run's
+        // tag leave it (a connected sandbox is merely not destroyed by the scenario).
+        ctx.provider.keep(&info.id);
+    }
     let alias = a.opt_str("as").map(str::to_string);
     push_sandbox(
         ctx,
