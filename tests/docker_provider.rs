@@ -400,6 +400,32 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     assert_eq!(run_containers_of(&run_id).await, 0, "the run left containers behind");
 }
 
+/// Issue 26 item 10: `create { keep: true }` was destroyed at the end of the run anyway (the
+/// provider's destroy-all and the sweep of the run's tag); the janitor still finds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_container_outlives_the_run_and_the_janitor_finds_it() {
+    if provider().is_none() {
+        return;
+    }
+    let run_id = format!("sr-keep-{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keep.yaml");
+    std::fs::write(&file, "name: keep\nsteps:\n  - create: { template: base, keep: true, as: kept }\n  - create: { template: base, as: gone }\n").unwrap();
+    let out = tokio::task::block_in_place(|| {
+        common::cmd(&[file.to_str().unwrap(), "--provider", "docker", "--no-progress"])
+            .env("E2E_RUN_ID", &run_id)
+            .output()
+            .unwrap()
+    });
+    assert_eq!(out.status.code(), Some(0), "{}{}", common::text(&out.stdout), common::text(&out.stderr));
+    assert_eq!(run_containers_of(&run_id).await, 1, "the kept container is there, the other one is gone");
+    let out = tokio::task::block_in_place(|| {
+        common::cmd(&["cleanup", "--provider", "docker", "--run-id", &run_id, "--yes"]).output().unwrap()
+    });
+    assert_eq!(out.status.code(), Some(0), "{}{}", common::text(&out.stdout), common::text(&out.stderr));
+    assert_eq!(run_containers_of(&run_id).await, 0, "the janitor removed it");
+}
+
 async fn run_containers_of(run_id: &str) -> usize {
     let filters = HashMap::from([("label".to_string(), vec![format!("e2e={run_id}")])]);
     let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
