@@ -6,31 +6,26 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Parse a dotenv file: `KEY=value`, optional `export `, `#` comments, single or double quotes
-/// (double quotes understand `\n`, `\"`, `\\`).
+/// Parse a dotenv file as dotenv files are read everywhere (the `dotenvy` crate): `KEY=value`,
+/// optional `export `, `#` comments, single quotes (as written), double quotes (escapes such as
+/// `\n`, `\"`, `\\` read left to right, values over several lines), and `$NAME`/`${NAME}`
+/// expanded in unquoted and double-quoted values. A later definition of a name wins.
 pub fn parse_dotenv(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
+    for item in dotenvy::from_read_iter(text.as_bytes()) {
+        match item {
+            Ok((k, v)) => {
+                out.insert(k, v);
+            }
+            Err(dotenvy::Error::LineParse(line, index)) => {
+                // dotenvy names the line by its text: find its number for the message.
+                let first = line.lines().next().unwrap_or_default();
+                let number =
+                    text.lines().position(|l| l == first).map_or_else(String::new, |n| format!("line {}: ", n + 1));
+                return Err(format!("{number}cannot parse `{}` at character {}", first.trim(), index + 1));
+            }
+            Err(e) => return Err(e.to_string()),
         }
-        let line = line.strip_prefix("export ").unwrap_or(line);
-        let (k, v) = line.split_once('=').ok_or_else(|| format!("line {}: expected KEY=value", i + 1))?;
-        let key = k.trim();
-        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("line {}: invalid variable name `{key}`", i + 1));
-        }
-        let v = v.trim();
-        let value = if let Some(inner) = v.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
-            inner.replace("\\n", "\n").replace("\\\"", "\"").replace("\\\\", "\\")
-        } else if let Some(inner) = v.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')) {
-            inner.to_string()
-        } else {
-            // Unquoted: a ` #` starts a comment.
-            v.split(" #").next().unwrap_or("").trim().to_string()
-        };
-        out.insert(key.to_string(), value);
     }
     Ok(out)
 }
@@ -99,6 +94,27 @@ mod tests {
         assert_eq!(env["C"], "x\ny");
         assert_eq!(env["D"], "$raw");
         assert!(parse_dotenv("NOEQUALS\n").unwrap_err().contains("line 1"));
+    }
+
+    /// Issue 26 item 6: `\\n` was turned into a newline before `\\\\` into a backslash, so
+    /// `"C:\\\\new"` became `C:\` + newline + `ew`. Parsed as dotenv files are everywhere.
+    #[test]
+    fn dotenv_escapes_are_read_left_to_right() {
+        let env = parse_dotenv(concat!(
+            "WIN=\"C:\\\\new\"\n",
+            "NL=\"a\\nb\"\n",
+            "Q=\"say \\\"hi\\\"\"\n",
+            "RAW='C:\\new'\n",
+            "MULTI=\"one\ntwo\"\n",
+        ))
+        .unwrap();
+        assert_eq!(env["WIN"], "C:\\new");
+        assert_eq!(env["NL"], "a\nb");
+        assert_eq!(env["Q"], "say \"hi\"");
+        assert_eq!(env["RAW"], "C:\\new");
+        assert_eq!(env["MULTI"], "one\ntwo");
+        let e = parse_dotenv("A=1\nB=\"unclosed\nC=3\n").unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
     }
 
     #[test]

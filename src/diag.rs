@@ -102,8 +102,17 @@ impl Diagnostic {
 
     /// Render rustc-style, without colour.
     pub fn render(&self) -> String {
+        self.render_as("error")
+    }
+
+    /// Render as a `warning:` (a problem that does not stop the run).
+    pub fn render_warning(&self) -> String {
+        self.render_as("warning")
+    }
+
+    fn render_as(&self, level: &str) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "error: {}", self.message);
+        let _ = writeln!(out, "{level}: {}", self.message);
         let num = self.location.line.to_string();
         let pad = " ".repeat(num.len());
         let _ = writeln!(out, "{pad}--> {}", self.location);

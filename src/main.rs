@@ -383,6 +383,10 @@ fn check(args: CheckArgs) -> u8 {
     let masker = Masker::from_env(&env, &[]);
     match load(&args.paths, &args.vars, &masker, &env) {
         Ok((loaded, _)) => {
+            // Not invalid, but each such scenario will fail: said here, at the date.
+            for d in loaded.scenarios.iter().filter_map(|s| s.known_issue.as_ref()?.expired.as_ref()) {
+                errln!("{}", masker.mask(&d.render_warning()));
+            }
             outln!(
                 "ok: {} ({}) in {}",
                 count(loaded.scenarios.len(), "scenario"),
@@ -529,11 +533,13 @@ fn run(args: RunArgs) -> u8 {
         }
     };
     let cases = selection.apply(loaded.cases);
-    if cases.is_empty() && !args.list {
+    // `--list` answers as the run would: a selection a run refuses is refused when listed too,
+    // so a CI step that lists before it runs fails at the same typo.
+    if cases.is_empty() {
         let what = format!("no scenario matches {} (of {loaded_cases} loaded)", selection.describe());
         match args.no_scenarios {
             NoScenarios::Fail => {
-                errln!("error: {what}; nothing was run\n  = help: check the expression for a typo, or pass --no-scenarios=pass (or warn) if an empty selection is expected");
+                errln!("error: {what}; nothing was {}\n  = help: check the expression for a typo, or pass --no-scenarios=pass (or warn) if an empty selection is expected", if args.list { "listed" } else { "run" });
                 return EXIT_USAGE;
             }
             NoScenarios::Warn => errln!("warning: {what}"),
@@ -625,8 +631,19 @@ fn run(args: RunArgs) -> u8 {
             }
         }
         let summary = runner::run(cfg, cases, tx, cancel).await;
-        let _ = printer.await;
         let mut code = summary.exit_code as u8;
+        if printer.await.is_err() {
+            // The terminal view panicked (the hook printed why): the run is not good, and its
+            // summary is still shown, plainly.
+            errln!("error: the terminal view failed (a bug in scenario-run); the summary follows without it");
+            let _ = out::stdout(&format!(
+                "\n{}",
+                masker.mask(&scenario_run::report::summary::render_summary(&summary, Default::default()))
+            ));
+            if code == 0 {
+                code = EXIT_INFRA;
+            }
+        }
         let files = ReportFiles {
             junit: args.junit.clone(),
             json: args.json.clone(),
@@ -640,15 +657,20 @@ fn run(args: RunArgs) -> u8 {
             }
         }
         if let Some(gh) = github {
+            // The job summary is a report like the others: one that cannot be written fails.
             if let Err(e) = gh.write(&summary, &masker) {
-                errln!("warning: {e}");
+                errln!("error: {e}");
+                if code == 0 {
+                    code = EXIT_INFRA;
+                }
             }
         }
         code
     })
 }
 
-/// `serve`: the E2B-compatible server over the local provider until SIGINT/SIGTERM, then
+/// `serve`: the E2B-compatible server over the local provider until SIGINT, SIGTERM, SIGHUP
+/// or SIGQUIT, then
 /// every sandbox it made is destroyed.
 fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
     use std::io::Write;
@@ -689,7 +711,12 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
                 return EXIT_USAGE;
             }
         };
-        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut quit)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::quit()),
+        ) else {
             errln!("error: cannot install signal handlers");
             return EXIT_INFRA;
         };
@@ -724,9 +751,13 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
         opts.tls = certs;
         let _ = std::io::stdout().flush();
         let shutdown = async move {
+            // A closed terminal (SIGHUP) or SIGQUIT stops serve as SIGTERM does: every sandbox
+            // it made is destroyed.
             tokio::select! {
                 _ = int.recv() => {}
                 _ = term.recv() => {}
+                _ = hup.recv() => {}
+                _ = quit.recv() => {}
             }
         };
         match scenario_run::server::serve(listener, Arc::new(provider), opts, shutdown).await {

@@ -14,7 +14,13 @@
 //!   `<`, `>`, `&`, `'` as `\u003c`… (Go's `encoding/json`), and with `\/`;
 //! - HTML and XML entities: `&amp;`, `&lt;`, `&gt;`, `&quot;`/`&#34;`, `&#x27;`/`&#39;`/
 //!   `&apos;`, and `/` as `&#x2f;` (minijinja's `escape`);
-//! - hex of the bytes, lower and upper case.
+//! - hex of the bytes, lower and upper case;
+//! - base32 (RFC 4648, as Python's `b32encode` and coreutils' `base32` write it): padded or
+//!   not, upper or lower case, and inside a longer base32 stream (`label:secret`, a TOTP
+//!   seed): for each of base32's five byte alignments, the characters whose bits all come from
+//!   the secret (a character or two at each end, mixed with the bytes around it, stay);
+//! - the value reversed (`rev`), and its characters separated by single spaces
+//!   (`sed 's/./& /g'`, Python's `" ".join`): one pattern each, cheap, and seen in the wild.
 //!
 //! base64 of a secret inside a longer base64 string (HTTP basic auth is
 //! `base64("user:" + secret)`, a JWT payload is base64 of JSON) does not contain base64 of
@@ -33,7 +39,10 @@
 //! Values shorter than [`MIN_SECRET_LEN`] characters are ignored: masking every `abc` or
 //! `1` in a log would destroy it while protecting nothing, since such values are guessable
 //! anyway. Not covered: secrets split across separately masked texts, encodings other than
-//! these (a secret ROT13'd, gzipped or encrypted is not recognised).
+//! these (a secret ROT13'd, gzipped or encrypted is not recognised), encodings of a derived
+//! form (base64 of the reversed value), other separators between characters (commas, tabs,
+//! two spaces; one character per line is the folded case above), and base32hex or other
+//! base32 alphabets.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -485,7 +494,58 @@ fn derived_forms(s: &str) -> Vec<String> {
     let hex: String = s.bytes().map(|b| format!("{b:02x}")).collect();
     forms.push(hex.to_ascii_uppercase());
     forms.push(hex);
+    // base32 (RFC 4648): padded or not, upper or lower case, and inside a longer stream.
+    let b32 = base32(s.as_bytes());
+    for form in [b32.clone(), b32.trim_end_matches('=').to_string()] {
+        forms.push(form.to_ascii_lowercase());
+        forms.push(form);
+    }
+    for core in base32_cores(s.as_bytes()) {
+        forms.push(core.to_ascii_lowercase());
+        forms.push(core);
+    }
+    // Reversed (`rev`), and one character at a time with a space between (`sed 's/./& /g'`).
+    forms.push(s.chars().rev().collect());
+    forms.push(s.chars().map(String::from).collect::<Vec<_>>().join(" "));
     forms
+}
+
+const BASE32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+/// RFC 4648 base32, upper case, padded with `=` to a multiple of 8.
+fn base32(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(5) * 8);
+    for group in data.chunks(5) {
+        let mut block = [0u8; 5];
+        block[..group.len()].copy_from_slice(group);
+        let n = block.iter().fold(0u64, |acc, b| acc << 8 | u64::from(*b));
+        let chars = (group.len() * 8).div_ceil(5);
+        for i in 0..8 {
+            if i < chars {
+                out.push(BASE32[((n >> (35 - 5 * i)) & 31) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// base32 works in 5-byte groups, so a secret after other bytes (`label:secret`, a TOTP URI's
+/// seed) is encoded differently at each of the five alignments. For each, the characters
+/// whose 5 bits all come from the secret: what that encoding holds whatever is around it.
+fn base32_cores(data: &[u8]) -> Vec<String> {
+    (0..5)
+        .filter_map(|offset| {
+            let mut padded = vec![0u8; offset];
+            padded.extend_from_slice(data);
+            let enc = base32(&padded);
+            let (from, to) = (8 * offset, 8 * (offset + data.len()));
+            let first = from.div_ceil(5);
+            let end = to / 5; // characters [first, end) lie wholly inside the secret's bits
+            enc.get(first..end).map(str::to_string)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -672,6 +732,73 @@ mod tests {
         let token = URL_SAFE.encode(format!("user:{LONG_KEY}"));
         let out = m.mask(&wrapped(&token, 20, "\n")).into_owned();
         assert!(out.split('\n').all(|l| l == "***"), "{out}");
+    }
+
+    /// RFC 4648 base32, written here independently of the masker's encoder (Python's
+    /// `base64.b32encode`, coreutils' `base32`).
+    fn b32(data: &[u8]) -> String {
+        const A: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+        let bits: Vec<u8> = data.iter().flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1)).collect();
+        let mut out: String = bits
+            .chunks(5)
+            .map(|c| A[c.iter().chain(std::iter::repeat(&0)).take(5).fold(0, |n, b| n << 1 | *b as usize)] as char)
+            .collect();
+        while !out.len().is_multiple_of(8) {
+            out.push('=');
+        }
+        out
+    }
+
+    /// Issue 23 item 13: base32 of a secret reached the reports. Padded or not, upper or lower
+    /// case, alone, after any number of other bytes (a TOTP-style `label:secret`), and wrapped
+    /// at 76 columns as coreutils' `base32` writes it.
+    #[test]
+    fn base32_of_a_secret_in_every_case_and_alignment() {
+        let m = long();
+        assert_eq!(b32(b"foobar"), "MZXW6YTBOI======", "RFC 4648's test vector");
+        for secret in [LONG_KEY, SECRET, "abcd"] {
+            let m = Masker::new([secret.to_string(), LONG_KEY.to_string()]);
+            let enc = b32(secret.as_bytes());
+            for form in [
+                enc.clone(),
+                enc.trim_end_matches('=').to_string(),
+                enc.to_lowercase(),
+                enc.trim_end_matches('=').to_lowercase(),
+            ] {
+                assert_eq!(m.mask(&format!("v: {form} end")), "v: *** end", "{secret}: {form}");
+            }
+            for prefix in ["", "u", "us", "use", "user", "user:", "longer prefix:"] {
+                for suffix in ["", "\n", "!tail"] {
+                    let enc = b32(format!("{prefix}{secret}{suffix}").as_bytes());
+                    for form in [enc.clone(), enc.to_lowercase()] {
+                        let out = m.mask(&form).into_owned();
+                        let plain: String = secret.chars().take(6).collect();
+                        assert!(out.contains(MASK), "{prefix:?}+{secret}+{suffix:?}: {form} -> {out}");
+                        // What is left is at most a few characters at each end.
+                        assert!(out.len() <= MASK.len() + 2 * 3 + (prefix.len() + suffix.len()) * 8 / 5 + 8, "{out}");
+                        assert!(!out.contains(&plain), "{out}");
+                    }
+                }
+            }
+        }
+        let enc = b32(LONG_KEY.as_bytes());
+        let text = format!("before\n{}\nafter", wrapped(&enc, 76, "\n"));
+        let out = m.mask(&text).into_owned();
+        assert!(out.starts_with("before\n***") && out.ends_with("***\nafter"), "{out}");
+        assert!(!out.contains(&enc[..20]) && !out.contains(&enc[enc.len() - 20..]), "{out}");
+    }
+
+    /// Decided in issue 23 item 13: the value reversed (`rev`) and its characters spaced out
+    /// (`sed 's/./& /g'`, `" ".join(v)`) are masked too; each is one more pattern per secret.
+    #[test]
+    fn reversed_and_char_spaced_secrets() {
+        let m = long();
+        let reversed: String = LONG_KEY.chars().rev().collect();
+        assert_eq!(m.mask(&format!("rev: {reversed}\n")), "rev: ***\n");
+        let spaced: Vec<String> = LONG_KEY.chars().map(String::from).collect();
+        assert_eq!(m.mask(&format!("x {} y", spaced.join(" "))), "x *** y");
+        let spaced: Vec<String> = SECRET.chars().map(String::from).collect();
+        assert_eq!(m.mask(&spaced.join(" ")), "***");
     }
 
     #[test]

@@ -149,8 +149,7 @@ pub fn difference(expected: &str, found: &str) -> Option<Hint> {
         if all(expected) != all(found) {
             continue;
         }
-        let names: Vec<&str> = set.iter().map(|&k| kinds[k].0).collect();
-        let short = format!("only {} differ", names.join(" and "));
+        let mut names = Vec::new();
         // What each kind changes, seen with the other kinds taken out.
         let details: Vec<String> = set
             .iter()
@@ -159,27 +158,69 @@ pub fn difference(expected: &str, found: &str) -> Option<Hint> {
                 let (e, f) = (others(expected), others(found));
                 let i = first_difference(&e, &f);
                 match k {
-                    0 if f.len() > e.len() => format!("the text found ends with {:?}", &f[e.len()..]),
-                    0 => format!("the expected text ends with {:?} and the text found does not", &e[f.len()..]),
-                    1 => format!(
-                        "letter case first differs at character {}: expected {}, found {}",
-                        i + 1,
-                        char_at(&e, i),
-                        char_at(&f, i)
-                    ),
-                    _ => format!(
-                        "whitespace first differs at character {}: expected {}, found {}",
-                        i + 1,
-                        char_at(&e, i),
-                        char_at(&f, i)
-                    ),
+                    0 => {
+                        let (what, detail) = line_end_difference(&e, &f);
+                        names.push(what);
+                        detail
+                    }
+                    1 => {
+                        names.push(kinds[1].0);
+                        format!(
+                            "letter case first differs at character {}: expected {}, found {}",
+                            i + 1,
+                            char_at(&e, i),
+                            char_at(&f, i)
+                        )
+                    }
+                    _ => {
+                        names.push(kinds[2].0);
+                        format!(
+                            "whitespace first differs at character {}: expected {}, found {}",
+                            i + 1,
+                            char_at(&e, i),
+                            char_at(&f, i)
+                        )
+                    }
                 }
             })
             .collect();
+        let short = format!("only {} differ", names.join(" and "));
         let full = format!("{short}: {}", details.join("; "));
         return Some(Hint { short, full });
     }
     None
+}
+
+/// How two texts equal but for their line endings and trailing newlines differ: the words for
+/// the one-line hint (`a trailing newline`, `line endings`, or both) and what each changes.
+/// Compared as texts, never by byte offsets of one into the other: `"a\r\nbé"` and `"a\nbé"`
+/// have different lengths, and an offset of one may fall inside a character of the other.
+fn line_end_difference(e: &str, f: &str) -> (&'static str, String) {
+    let body = |s: &str| s.trim_end_matches(['\n', '\r']).len();
+    let ((e_body, e_tail), (f_body, f_tail)) = (e.split_at(body(e)), f.split_at(body(f)));
+    let unix = |s: &str| s.replace("\r\n", "\n");
+    let mut details = Vec::new();
+    let endings = e_body != f_body || (e_tail != f_tail && unix(e_tail) == unix(f_tail));
+    if endings {
+        let (who, other) = if f.contains("\r\n") { ("found", "expected") } else { ("expected", "found") };
+        details.push(format!("the text {who} has Windows line endings (\"\\r\\n\"), the text {other} has \"\\n\""));
+    }
+    let trailing = unix(e_tail) != unix(f_tail);
+    if trailing {
+        details.push(if f_tail.len() > e_tail.len() {
+            format!("the text found ends with {f_tail:?}")
+        } else if f_tail.is_empty() {
+            format!("the expected text ends with {e_tail:?} and the text found does not")
+        } else {
+            format!("the expected text ends with {e_tail:?} and the text found with {f_tail:?}")
+        });
+    }
+    let what = match (endings, trailing) {
+        (true, true) => "line endings, a trailing newline",
+        (true, false) => "line endings",
+        _ => "a trailing newline",
+    };
+    (what, details.join("; "))
 }
 
 fn one_difference(expected: &str, found: &str) -> Option<Hint> {
@@ -854,6 +895,57 @@ mod tests {
         assert!(m(json!({"lines": 2})).check_text("a\nb\n").is_ok());
         assert!(m(json!({"lines": ["a", "b"]})).check_text("a\nb\n").is_ok());
         assert!(m(json!({"length": 5})).check_text("héllo").is_ok());
+    }
+
+    /// Issue 26 item 2: `printf 'a\r\nbé\n'` against `equals: "A\nbé"` sliced the text found
+    /// at the expected text's byte length, inside `é`: the step panicked instead of failing.
+    #[test]
+    fn a_non_ascii_char_after_a_crlf_is_a_failure_with_a_hint_not_a_panic() {
+        let err = m(json!({"equals": "A\nbé"})).check_text("a\r\nbé\n").unwrap_err();
+        assert!(
+            err.message.contains("only line endings, a trailing newline and letter case differ"),
+            "{}",
+            err.message
+        );
+        let hint = err.mismatch.unwrap().hint.unwrap();
+        assert!(hint.contains("Windows line endings"), "{hint}");
+        assert!(hint.contains(r#"the text found ends with "\n""#), "{hint}");
+        assert!(hint.contains(r#"expected "A", found "a""#), "{hint}");
+    }
+
+    /// Every matcher over texts made of the characters that change length under line-ending,
+    /// case and whitespace normalisation (`\r\n`, `é`, `İ`, which lowercases to two chars, `ß`)
+    /// fails or holds: never a panic.
+    #[test]
+    fn no_text_makes_a_matcher_panic() {
+        let alphabet = ["a", "A", "é", "É", "İ", "ß", "\r", "\n", " ", "\t", "b"];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut text =
+            |n: u64| -> String { (0..n).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect() };
+        for i in 0..4000 {
+            let want = text(6);
+            // Mostly a near miss of `want` (the hint code's domain), else anything.
+            let found = match i % 4 {
+                0 => want.replace('\n', "\r\n").to_uppercase() + "\n",
+                1 => want.to_lowercase().replace(' ', "\t") + "\r\n",
+                2 => format!(" {}", want.replace("\r\n", "\n").to_uppercase()),
+                _ => text(7),
+            };
+            let _ = difference(&want, &found);
+            for key in ["equals", "contains", "starts_with", "ends_with", "not_contains"] {
+                let _ = m(json!({ key: want })).check_text(&found);
+            }
+            let lines: Vec<&str> = want.lines().collect();
+            let _ = m(json!({"lines": lines})).check_text(&found);
+            let _ = m(json!({"length": want.chars().count()})).check_text(&found);
+            let _ = m(json!({"matches": "^a$"})).check_text(&found);
+        }
     }
 
     #[test]

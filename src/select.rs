@@ -64,7 +64,12 @@ impl Expr {
         if tokens.is_empty() {
             return Err("empty expression".into());
         }
-        let mut p = TagParser { tokens, pos: 0 };
+        // The parser, `eval` and the drop of the tree all recurse: bounded, so no input can
+        // overflow the stack.
+        if tokens.len() > MAX_TOKENS {
+            return Err(format!("expression too long: {} words and parentheses, at most {MAX_TOKENS}", tokens.len()));
+        }
+        let mut p = TagParser { tokens, pos: 0, depth: 0 };
         let e = p.or()?;
         if let Some(t) = p.tokens.get(p.pos) {
             return Err(format!("unexpected `{t}` in `{text}`"));
@@ -103,10 +108,18 @@ fn tokenize(text: &str) -> Vec<String> {
     out
 }
 
+/// The most words, operators and parentheses in one expression; `a and b and …` nests one
+/// level per `and`, so this bounds the tree's depth too.
+const MAX_TOKENS: usize = 1000;
+/// The deepest nesting of parentheses and `not`.
+const MAX_DEPTH: usize = 64;
+
 /// A recursive-descent parser over the tokens of a `-t` tag expression.
 struct TagParser {
     tokens: Vec<String>,
     pos: usize,
+    /// Parentheses and `not`s open around the current token.
+    depth: usize,
 }
 
 impl TagParser {
@@ -129,10 +142,22 @@ impl TagParser {
         }
         Ok(left)
     }
+    fn deeper(&mut self) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!(
+                "expression nested too deep: more than {MAX_DEPTH} parentheses and `not`s inside each other"
+            ));
+        }
+        Ok(())
+    }
     fn not(&mut self) -> Result<Expr, String> {
         if self.peek() == Some("not") {
             self.pos += 1;
-            return Ok(Expr::Not(Box::new(self.not()?)));
+            self.deeper()?;
+            let e = Expr::Not(Box::new(self.not()?));
+            self.depth -= 1;
+            return Ok(e);
         }
         self.atom()
     }
@@ -140,11 +165,13 @@ impl TagParser {
         match self.peek() {
             Some("(") => {
                 self.pos += 1;
+                self.deeper()?;
                 let e = self.or()?;
                 if self.peek() != Some(")") {
                     return Err("missing `)`".into());
                 }
                 self.pos += 1;
+                self.depth -= 1;
                 Ok(e)
             }
             Some(t @ (")" | "and" | "or")) => Err(format!("unexpected `{t}`")),
@@ -213,6 +240,22 @@ mod tests {
         assert!(Expr::parse("(a").is_err());
         assert!(Expr::parse("a b").is_err());
         assert!(Expr::parse("").is_err());
+    }
+
+    /// Issue 26 item 15: `((((…` overflowed the stack.
+    #[test]
+    fn nesting_and_length_are_bounded() {
+        let ok = format!("{}a{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        assert!(Expr::parse(&ok).is_ok());
+        let deep = format!("{}a{}", "(".repeat(MAX_DEPTH + 1), ")".repeat(MAX_DEPTH + 1));
+        assert!(Expr::parse(&deep).unwrap_err().contains("nested too deep"));
+        let nots = "not ".repeat(MAX_DEPTH + 1) + "a";
+        assert!(Expr::parse(&nots).unwrap_err().contains("nested too deep"));
+        // Depth is what is open at once, not how many there are.
+        let many = vec!["(a)"; 200].join(" or ");
+        assert!(Expr::parse(&many).is_ok());
+        let long = vec!["a"; MAX_TOKENS].join(" and ");
+        assert!(Expr::parse(&long).unwrap_err().contains("too long"));
     }
 
     #[test]

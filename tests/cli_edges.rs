@@ -53,9 +53,13 @@ fn a_selection_that_matches_nothing_fails_unless_allowed() {
     let out = run(&["tests/fixtures/passing", "--no-progress", "-t", "nosuchtag", "--no-scenarios", "pass"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(!text(&out.stderr).contains("warning"), "{}", text(&out.stderr));
-    // Listing is a question, not a run: an empty answer is not an error.
+    // Issue 26 item 10: listing answers as the run would (it exited 0 where the run exits 2).
     let out = run(&["--list", "-t", "nosuchtag"]);
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no scenario matches -t 'nosuchtag'"), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    let out = run(&["--list", "-t", "nosuchtag", "--no-scenarios=warn"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("0 scenarios selected"), "zero is plural");
 }
 

@@ -294,8 +294,9 @@ async fn a_template_from_an_image_with_registry_credentials_never_shows_the_pass
 
 /// The local stack's authenticated registry (`.ci/local-stack.sh` writes it into its env
 /// file): (host:port, user, password).
-fn auth_registry() -> Option<(String, String, String)> {
-    let v = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
+/// Unset: fails in CI, says SKIPPED elsewhere (`common::needs`).
+fn auth_registry(test: &str) -> Option<(String, String, String)> {
+    let v = |n: &str| common::needs(n, test, common::LOCAL_STACK);
     Some((
         v("LOCAL_STACK_AUTH_REGISTRY")?,
         v("LOCAL_STACK_AUTH_REGISTRY_USERNAME")?,
@@ -369,12 +370,13 @@ fn assert_acr_run(
 /// (the host has none).
 #[test]
 fn alicloud_acr_path_pushes_the_image_and_the_template_runs_it() {
-    if std::env::var("DOCKER_HOST").is_err() {
-        eprintln!("skipping: DOCKER_HOST is not set (run .ci/local-stack.sh up and source its env file)");
+    if common::needs("DOCKER_HOST", "alicloud_acr_path_pushes_the_image_and_the_template_runs_it", common::LOCAL_STACK)
+        .is_none()
+    {
         return;
     }
-    let Some((registry, user, password)) = auth_registry() else {
-        eprintln!("skipping: LOCAL_STACK_AUTH_REGISTRY is not set (.ci/local-stack.sh up writes it)");
+    let Some((registry, user, password)) = auth_registry("alicloud_acr_path_pushes_the_image_and_the_template_runs_it")
+    else {
         return;
     };
     if !can_build() {
@@ -438,12 +440,18 @@ fn stub_calls(calls: &tempfile::NamedTempFile) -> Vec<serde_json::Value> {
 /// wrong secret fails the build with Alibaba's error code and no secret.
 #[test]
 fn alicloud_acr_path_logs_in_with_a_token_for_the_access_key_pair() {
-    if std::env::var("DOCKER_HOST").is_err() {
-        eprintln!("skipping: DOCKER_HOST is not set (run .ci/local-stack.sh up and source its env file)");
+    if common::needs(
+        "DOCKER_HOST",
+        "alicloud_acr_path_logs_in_with_a_token_for_the_access_key_pair",
+        common::LOCAL_STACK,
+    )
+    .is_none()
+    {
         return;
     }
-    let Some((registry, user, password)) = auth_registry() else {
-        eprintln!("skipping: LOCAL_STACK_AUTH_REGISTRY is not set (.ci/local-stack.sh up writes it)");
+    let Some((registry, user, password)) =
+        auth_registry("alicloud_acr_path_logs_in_with_a_token_for_the_access_key_pair")
+    else {
         return;
     };
     if !can_build() {

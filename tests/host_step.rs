@@ -190,7 +190,7 @@ fn bad_host_input_gets_located_diagnostics() {
         "did you mean `cwd`?",
         "`env` must be a mapping of strings, found a list\n --> tests/fixtures/host/bad.yaml:5:32",
         "bad duration for `timeout`: invalid duration `soon`\n --> tests/fixtures/host/bad.yaml:6:36",
-        "`exit_code` must be an integer, found a string \"zero\"\n --> tests/fixtures/host/bad.yaml:7:38",
+        "`exit_code` must be an integer from -255 to 255, found a string \"zero\"\n --> tests/fixtures/host/bad.yaml:7:38",
         "4 problems in 1 file",
     ] {
         assert!(stderr.contains(want), "missing {want:?} in:\n{stderr}");

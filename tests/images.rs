@@ -5,6 +5,8 @@
 //! Nothing is skipped: without `docker-registry`, `htpasswd` or `mmdebstrap` (all installed
 //! by scripts/setup; also the Ubuntu archive keyring) the tests fail saying what is missing.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -764,11 +766,12 @@ async fn image_offline_ubuntu_24_04_is_ubuntu_noble() {
 /// The docker side: a template `FROM e2bdev/base` builds on an engine that lacks it (the
 /// local stack's, which has no Docker Hub), from the offline image imported with its ids
 /// shifted back (sudo setuid root again). Needs `DOCKER_HOST` (scripts/test starts the
-/// stack); without it this says why and returns, as the docker provider's tests do.
+/// stack); without it this fails in CI and says SKIPPED elsewhere, as the docker provider's
+/// tests do.
 #[test]
 fn image_docker_build_from_an_offline_name() {
-    let Some(host) = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()) else {
-        eprintln!("skipping: DOCKER_HOST is not set (run .ci/local-stack.sh up and source its env file)");
+    let Some(host) = common::needs("DOCKER_HOST", "image_docker_build_from_an_offline_name", common::LOCAL_STACK)
+    else {
         return;
     };
     let docker =

@@ -1,7 +1,8 @@
 //! The masking canaries (issue 13): the real binary runs scenarios on the local provider with
 //! secrets set, the sandbox echoes every form of them (raw, base64 plain, URL-safe, wrapped at
 //! 76 columns and inside basic auth, URL-encoded as Python and minijinja do it, HTML, JSON
-//! with and without `\uXXXX`, nested JSON, hex, folded across lines, on stdout and stderr, in
+//! with and without `\uXXXX`, nested JSON, hex, base32, reversed, char-spaced, folded across
+//! lines, on stdout and stderr, in
 //! files, over HTTP, in a failing assertion, in a build log), and then every output — the
 //! terminal's stdout and stderr, JUnit, the JSON report, every evidence file — is searched
 //! for any of those forms, in each of the output's own decodings (JSON strings, XML text and
@@ -56,7 +57,29 @@ fn forms(secret: &str) -> Vec<(String, String)> {
         })
         .collect();
     out.push(("html".into(), html));
+    // Issue 23 item 13: base32 (padded and not, upper and lower case), reversed, char-spaced.
+    let b32 = base32(b);
+    out.push(("base32".into(), b32.clone()));
+    out.push(("base32 lower unpadded".into(), b32.trim_end_matches('=').to_lowercase()));
+    out.push(("reversed".into(), secret.chars().rev().collect()));
+    out.push(("char-spaced".into(), secret.chars().map(String::from).collect::<Vec<_>>().join(" ")));
     out.retain(|(_, f)| f.len() >= 4);
+    out
+}
+
+/// RFC 4648 base32, padded, written here rather than taken from the masker.
+fn base32(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let bits: Vec<u8> = data.iter().flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1)).collect();
+    let mut out: String = bits
+        .chunks(5)
+        .map(|c| {
+            ALPHABET[c.iter().chain(std::iter::repeat(&0)).take(5).fold(0, |n, b| n << 1 | usize::from(*b))] as char
+        })
+        .collect();
+    while !out.len().is_multiple_of(8) {
+        out.push('=');
+    }
     out
 }
 
@@ -192,7 +215,18 @@ fn no_form_of_any_secret_reaches_any_output() {
     // Each form was printed, and masked in place (line breaks kept).
     let printed = &step_outputs(&json, "exec")[0]["stdout"];
     let printed = printed.as_str().unwrap();
-    for label in ["K raw: ***", "K b64: ***", "K mime:\n***\n***\n", "P quote: ***", "P json: \"***\"", "L raw: ***"] {
+    for label in [
+        "K raw: ***",
+        "K b64: ***",
+        "K mime:\n***\n***\n",
+        "P quote: ***",
+        "P json: \"***\"",
+        "L raw: ***",
+        "K b32: ***",
+        "P b32_lower_unpadded: ***",
+        "K reversed: ***",
+        "P spaced: ***",
+    ] {
         assert!(printed.contains(label), "{label:?} not in the canary's output:\n{printed}");
     }
 }

@@ -87,51 +87,106 @@ fn count_sandboxes(state_dir: &Path) -> usize {
     std::fs::read_dir(state_dir).map(|d| d.flatten().count()).unwrap_or(0)
 }
 
+/// Pids of the processes running `cmdline` (arguments joined by spaces) whose environment
+/// holds `mark`.
+fn marked_processes(mark: &str, cmdline: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).trim_end_matches('\0').replace('\0', " ") != cmdline {
+            continue;
+        }
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if env.windows(mark.len()).any(|w| w == mark.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// Starts the long-running interrupt fixture (3 at a time) and returns once three sandboxes
-/// exist and their commands run.
-fn start_long_run(state: &Path, mark: &str, extra: &[&str]) -> std::process::Child {
+/// run their foreground command (its `sleep 800` is seen in the process table): an event, not
+/// a guess at how long that takes. Stdout comes line by line on the returned channel.
+fn start_long_run(
+    state: &Path,
+    mark: &str,
+    extra: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
     let mut args = vec!["tests/fixtures/interrupt", "--no-progress", "-j", "3"];
     args.extend_from_slice(extra);
-    let child = cmd(&args)
+    let mut child = cmd(&args)
         .env("SCENARIO_RUN_STATE_DIR", state)
         .env("SR_TEST_MARK", mark)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count_sandboxes(state) < 3 {
-        assert!(Instant::now() < deadline, "sandboxes never started");
-        std::thread::sleep(Duration::from_millis(50));
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while marked_processes(mark, "sleep 800").len() < 3 {
+        assert!(Instant::now() < deadline, "the three foreground commands never started");
+        std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(700));
-    child
+    (child, lines)
 }
 
-fn interrupt_run(signals: usize) -> (std::process::ExitStatus, String, tempfile::TempDir, String) {
+/// Waits for a line of the run's output that contains `what`; returns the lines seen so far.
+fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.contains(what) {
+                    return seen;
+                }
+            }
+            Err(_) => panic!("no line with {what:?} came; the output so far:\n{seen}"),
+        }
+    }
+}
+
+/// Interrupts the fixture run with `signal`, `count` times (each after the run said it took
+/// the one before), and checks that nothing is left.
+fn interrupt_run(signal: i32, count: usize) -> (std::process::ExitStatus, String, tempfile::TempDir, String) {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let report = tmp.path().join("report.json");
-    let mark = format!("sr-test-{}-{signals}", std::process::id());
-    let mut child = start_long_run(&state, &mark, &["--json", report.to_str().unwrap(), "--grace-period", "10s"]);
+    let mark = format!("sr-test-{}-{signal}-{count}", std::process::id());
+    let (mut child, lines) =
+        start_long_run(&state, &mark, &["--json", report.to_str().unwrap(), "--grace-period", "10s"]);
     let started = Instant::now();
-    for _ in 0..signals {
+    let mut stdout = String::new();
+    for i in 0..count {
         // SAFETY: signalling the child we spawned, by its pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        std::thread::sleep(Duration::from_millis(30));
+        unsafe { libc::kill(child.id() as i32, signal) };
+        if i + 1 < count {
+            // The next signal only once this one was taken (two at once may arrive as one).
+            stdout.push_str(&wait_for_line(&lines, "interrupted by"));
+        }
     }
     let status = child.wait().unwrap();
     let took = started.elapsed();
     assert!(took < Duration::from_secs(20), "interrupt took {took:?}");
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    stdout.extend(lines.iter().map(|l| l + "\n"));
     assert_nothing_left(&state, &mark);
     let json = std::fs::read_to_string(&report).unwrap_or_default();
     (status, stdout, tmp, json)
 }
 
-#[test]
-fn sigint_runs_finally_destroys_everything_and_exits_130() {
-    let (status, stdout, _tmp, json) = interrupt_run(1);
+/// After one SIGINT (or SIGTERM, SIGHUP, SIGQUIT): `finally` ran in each running case, every
+/// sandbox was destroyed, the report says interrupted, and the exit code is 130.
+fn assert_interrupted_cleanly(signal: i32) {
+    let (status, stdout, _tmp, json) = interrupt_run(signal, 1);
     assert_eq!(status.code(), Some(130), "{stdout}");
     let report: serde_json::Value = serde_json::from_str(&json).expect("report written on interrupt");
     assert_eq!(report["interrupted"], true);
@@ -147,11 +202,34 @@ fn sigint_runs_finally_destroys_everything_and_exits_130() {
     }
     assert!(results.iter().all(|r| r["interrupted"] == true));
     assert_eq!(report["provider_stats"]["live"], 0);
+    assert!(stdout.contains("passed, "), "the summary is printed: {stdout}");
+}
+
+#[test]
+fn sigint_runs_finally_destroys_everything_and_exits_130() {
+    assert_interrupted_cleanly(libc::SIGINT);
+}
+
+/// Issue 26 item 8: a closed terminal or an SSH drop (SIGHUP), and SIGQUIT, ended the run
+/// at once: no `finally`, no reports, cloud sandboxes left to their TTL.
+#[test]
+fn sighup_is_an_interrupt_like_sigterm_finally_reports_and_cleanup_run() {
+    assert_interrupted_cleanly(libc::SIGHUP);
+}
+
+#[test]
+fn sigquit_is_an_interrupt_like_sigterm_finally_reports_and_cleanup_run() {
+    assert_interrupted_cleanly(libc::SIGQUIT);
+}
+
+#[test]
+fn sigterm_runs_finally_destroys_everything_and_exits_130() {
+    assert_interrupted_cleanly(libc::SIGTERM);
 }
 
 #[test]
 fn second_sigint_exits_at_once_and_still_leaves_nothing() {
-    let (status, _stdout, _tmp, _json) = interrupt_run(2);
+    let (status, _stdout, _tmp, _json) = interrupt_run(libc::SIGINT, 2);
     assert_eq!(status.code(), Some(130));
 }
 
@@ -261,7 +339,7 @@ fn sigkilled_run_leaves_no_process_and_the_next_run_sweeps_its_state() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let mark = format!("sr-sigkill-{}", std::process::id());
-    let mut child = start_long_run(&state, &mark, &[]);
+    let (mut child, _lines) = start_long_run(&state, &mark, &[]);
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
     assert!(count_sandboxes(&state) >= 3, "state directories are left on disk by a SIGKILL");

@@ -17,11 +17,23 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "-1",
         "bad duration for `duration`: invalid duration `-1`: it must be a number of seconds, 0 or more",
     ),
-    ("host", "{ cmd: 'true', exit_code: VALUE }", "zero", "`exit_code` must be an integer, found a string \"zero\""),
+    (
+        "host",
+        "{ cmd: 'true', exit_code: VALUE }",
+        "zero",
+        "`exit_code` must be an integer from -255 to 255, found a string \"zero\"",
+    ),
+    // Issue 26 item 5: cast with `as i32`, 4294967296 expected exit code 0.
+    (
+        "host",
+        "{ cmd: 'true', exit_code: VALUE }",
+        "4294967296",
+        "`exit_code` must be an integer from -255 to 255, found an integer 4294967296",
+    ),
+    ("host", "{ cmd: VALUE }", "~", "missing required field `cmd` for `host`"),
     ("host", "{ cmd: 'true', env: VALUE }", "[A, B]", "`env` must be a mapping of strings, found a list"),
     ("host", "{ cmd: 'true', env: VALUE }", "{ A: { b: 1 } }", "`env.A` must be a string, found a mapping"),
     ("host", "{ cmd: VALUE }", "{ a: b }", "`cmd` must be a string, found a mapping"),
-    ("host", "{ cmd: VALUE }", "~", "missing required field `cmd` for `host`"),
     ("list", "{ all: VALUE }", "perhaps", "`all` must be true or false, found a string \"perhaps\""),
     ("list", "{ all: VALUE }", "3", "`all` must be true or false, found an integer 3"),
     ("http", "{ method: VALUE, url: 'http://127.0.0.1:9/' }", "'GE T'", "invalid value `GE T` for `method` of `http`"),
@@ -116,7 +128,10 @@ fn a_refused_rendered_value_never_reaches_the_step() {
         doc["results"][0]["steps"].as_array().unwrap().iter().map(|s| s["message"].as_str().unwrap_or("")).collect();
     assert_eq!(
         messages,
-        ["`exit_code` must be an integer, found a string \"zero\"", "`env` must be a mapping of strings, found a list"]
+        [
+            "`exit_code` must be an integer from -255 to 255, found a string \"zero\"",
+            "`env` must be a mapping of strings, found a list"
+        ]
     );
     assert!(!marker.exists(), "a step ran with an argument its field refuses");
 }

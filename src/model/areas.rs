@@ -5,21 +5,33 @@ use serde_json::{json, Value};
 
 use super::expand_paths;
 
-/// The folders directly under `root` that hold at least one scenario file, sorted, as
-/// `root/name`.
+/// The entries of the matrix, sorted, as `root/name`: each folder directly under `root` that
+/// holds at least one scenario file (an area), and each scenario file directly in `root` (its
+/// own entry: dropping it would leave it run by no job). Nothing to run is an error, not an
+/// empty matrix (which would be a CI with no scenario job, and green).
 pub fn folders(root: &str) -> Result<Vec<String>, String> {
     let dir = std::fs::read_dir(root).map_err(|e| format!("cannot read {root}: {e}"))?;
     let mut folders: Vec<String> = dir
         .flatten()
-        .filter(|e| e.path().is_dir())
-        .filter(|e| expand_paths(&[e.path().to_string_lossy().into_owned()]).is_ok())
+        .filter(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                expand_paths(&[p.to_string_lossy().into_owned()]).is_ok()
+            } else {
+                super::load::is_scenario_file(&p)
+            }
+        })
         .map(|e| format!("{root}/{}", e.file_name().to_string_lossy()))
         .collect();
     folders.sort();
+    if folders.is_empty() {
+        return Err(format!("no scenario files in {root} or the folders under it: the matrix would have no entry"));
+    }
     Ok(folders)
 }
 
-/// GitHub Actions' `strategy.matrix` JSON: `{"include": [{area, path[, provider]}…]}`.
+/// GitHub Actions' `strategy.matrix` JSON: `{"include": [{area, path[, provider]}…]}`; the
+/// area of a file at the top is its file name (`smoke.yaml`), so it never takes a folder's.
 pub fn github_matrix(folders: &[String], providers: &[String]) -> Value {
     let mut include = Vec::new();
     for f in folders {

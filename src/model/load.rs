@@ -26,7 +26,7 @@ pub struct Loaded {
     pub files: usize,
 }
 
-fn is_scenario_file(p: &Path) -> bool {
+pub(crate) fn is_scenario_file(p: &Path) -> bool {
     matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
 }
 

@@ -34,6 +34,9 @@ pub struct KnownIssue {
     pub reason: String,
     pub strict: bool,
     pub until: Option<String>,
+    /// `until` is past: the scenario fails without running, with this (located at the date).
+    /// Not a reason to refuse the file: its other scenarios run.
+    pub expired: Option<crate::diag::Diagnostic>,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -369,7 +369,8 @@ fn known_issue(cx: &mut Ctx<'_>, node: &Node, today: &str) -> Option<KnownIssue>
         cx.wrong_type(node, "a mapping with id, reason, strict, until", "known_issue");
         return None;
     };
-    let mut ki = KnownIssue { id: None, reason: String::new(), strict: false, until: None };
+    let mut ki = KnownIssue { id: None, reason: String::new(), strict: false, until: None, expired: None };
+    let mut expired_at = None;
     for (k, v) in map {
         match k.key_text().as_str() {
             "id" => ki.id = cx.string(v, "known_issue.id"),
@@ -381,14 +382,20 @@ fn known_issue(cx: &mut Ctx<'_>, node: &Node, today: &str) -> Option<KnownIssue>
                 if !valid {
                     cx.err(v, format!("`until` must be a date like 2027-03-01, found `{s}`"));
                 } else if !today.is_empty() && s.as_str() < today {
-                    let what = ki.id.clone().map_or("known issue".to_string(), |id| format!("known issue {id}"));
-                    cx.err(v, format!("{what} expired on {s}")).help =
-                        Some("fix the issue and remove `known_issue`, or move `until` to a later date".into());
+                    expired_at = Some(v);
                 }
                 ki.until = Some(s);
             }
             _ => cx.unknown_key(k, &["id", "reason", "strict", "until"], "in `known_issue`"),
         }
+    }
+    if let (Some(v), Some(until)) = (expired_at, &ki.until) {
+        let what = ki.id.clone().map_or("known issue".to_string(), |id| format!("known issue {id}"));
+        ki.expired = Some(
+            v.diag(cx.src, format!("{what} expired on {until}"))
+                .label("expired")
+                .help("fix the issue and remove `known_issue`, or move `until` to a later date"),
+        );
     }
     if ki.reason.is_empty() {
         cx.err(node, "`known_issue` needs a `reason`").help =
@@ -929,6 +936,24 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
                 .label("no earlier step has this id")
                 .help(help);
             cx.push(d);
+        } else if let Some(stream) = asserted_output(owner) {
+            // An assertion of a step that has no such output would check an empty text, and
+            // `not_contains` or `empty` would pass without checking anything.
+            let outputs = &scope.steps[&text];
+            if !outputs.iter().any(|o| o == stream) {
+                let has = if outputs.is_empty() {
+                    format!("`{text}` has no outputs")
+                } else {
+                    format!("the outputs of `{text}` are {}", outputs.join(", "))
+                };
+                let d = v
+                    .diag(cx.src, format!("step `{text}` has no {stream} for `{owner}` to check"))
+                    .label(format!("no {stream}"))
+                    .help(format!(
+                        "`of` names an earlier step that ran a command (exec, host, run-code, wait, pty); {has}"
+                    ));
+                cx.push(d);
+            }
         }
     }
     if field.ty == FieldType::Any && key == "json" {
@@ -941,6 +966,16 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
         } else {
             cx.wrong_type(v, "a list of { path, <matcher> } checks", key);
         }
+    }
+}
+
+/// The output of the step named by `of:` that an assertion step checks.
+pub(crate) fn asserted_output(kind: &str) -> Option<&'static str> {
+    match kind {
+        "assert-stdout" => Some("stdout"),
+        "assert-stderr" => Some("stderr"),
+        "assert-exit" => Some("exit_code"),
+        _ => None,
     }
 }
 

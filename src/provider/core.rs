@@ -104,6 +104,9 @@ pub(crate) struct Core<S> {
     in_flight: AtomicUsize,
     in_flight_changed: Notify,
     shutting_down: AtomicBool,
+    /// Owned sandboxes a `create { keep: true }` leaves alive after the run: `destroy_all`
+    /// passes them by.
+    kept: Mutex<std::collections::HashSet<String>>,
 }
 
 impl<S> Default for Core<S> {
@@ -115,6 +118,7 @@ impl<S> Default for Core<S> {
             in_flight: AtomicUsize::new(0),
             in_flight_changed: Notify::new(),
             shutting_down: AtomicBool::new(false),
+            kept: Mutex::new(std::collections::HashSet::new()),
         }
     }
 }
@@ -158,6 +162,20 @@ impl<S: Member> Core<S> {
 
     pub(crate) fn stats(&self) -> ProviderStats {
         self.stats.lock().expect("stats").clone()
+    }
+
+    /// [`super::Provider::keep`]: `destroy_all` leaves `id` alive.
+    pub(crate) fn keep(&self, id: &str) {
+        self.kept.lock().expect("kept").insert(id.to_string());
+    }
+
+    pub(crate) fn is_kept(&self, id: &str) -> bool {
+        self.kept.lock().expect("kept").contains(id)
+    }
+
+    /// What `destroy_all` kills: owned and not kept.
+    fn doomed(&self, sb: &S) -> bool {
+        sb.owned() && !self.is_kept(sb.id())
     }
 
     /// Unregisters `id` and moves it to the dying set, counting it destroyed under the same
@@ -227,14 +245,15 @@ where
     rx.await.map_err(|_| ProviderError::infra("sandbox creation failed unexpectedly"))?
 }
 
-/// Kills every owned sandbox, waiting (bounded) for creations in flight; returns how many.
+/// Kills every owned sandbox but the kept ones, waiting (bounded) for creations in flight;
+/// returns how many.
 pub(crate) async fn destroy_all<H: Host>(host: &Arc<H>) -> usize {
     let core = host.core();
     core.shutting_down.store(true, Ordering::SeqCst);
     let mut count = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let ids: Vec<String> = core.live().iter().filter(|sb| sb.owned()).map(|sb| sb.id().to_string()).collect();
+        let ids: Vec<String> = core.live().iter().filter(|sb| core.doomed(sb)).map(|sb| sb.id().to_string()).collect();
         let mut set = tokio::task::JoinSet::new();
         for id in ids {
             let host = host.clone();
@@ -250,7 +269,7 @@ pub(crate) async fn destroy_all<H: Host>(host: &Arc<H>) -> usize {
             let changed = core.in_flight_changed.notified();
             let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
         }
-        let left = core.live().iter().any(|sb| sb.owned());
+        let left = core.live().iter().any(|sb| core.doomed(sb));
         if !left || tokio::time::Instant::now() >= deadline {
             break;
         }

@@ -653,7 +653,21 @@ pub trait Provider: Send + Sync {
         false
     }
 
-    /// Kill every sandbox this provider created and has not destroyed yet. Used on shutdown.
+    /// `create { keep: true }`: the run leaves this sandbox alive when it ends, so it is no
+    /// longer this provider's to destroy ([`Provider::destroy_all`] and the run's sweep by tag
+    /// pass it by). The janitor still finds it by its tag. Providers whose sandboxes cannot
+    /// outlive the process (local) ignore it.
+    fn keep(&self, id: &str) {
+        let _ = id;
+    }
+    /// Whether [`Provider::keep`] was asked for this sandbox.
+    fn is_kept(&self, id: &str) -> bool {
+        let _ = id;
+        false
+    }
+
+    /// Kill every sandbox this provider created and has not destroyed yet, except those it
+    /// was asked to keep. Used on shutdown.
     async fn destroy_all(&self) -> usize;
     /// Synchronous, signal-safe-enough last resort for a second Ctrl-C: kill what is left
     /// without waiting.

@@ -222,6 +222,7 @@ impl GithubOut {
                 .open(path)
                 .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
             std::io::Write::write_all(&mut f, masker.mask(&md).as_bytes())
+                .and_then(|()| std::io::Write::flush(&mut f))
                 .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
         }
         Ok(())

@@ -251,10 +251,14 @@ impl HumanReporter {
                 text = summary::fit(&text, w);
             }
         }
-        if self.opts.color && text.len() > 7 {
-            // Coloured after cutting, so the escape codes are never cut in half.
-            let label = r.outcome.label();
-            text = format!("{}{}", paint(&format!("{label:<7}"), format::outcome_color(r.outcome), true), &text[7..]);
+        if self.opts.color {
+            // Coloured after cutting, so the escape codes are never cut in half; a line cut
+            // inside its label (a terminal of a few columns) is coloured whole.
+            let (label, color) = (format!("{:<7}", r.outcome.label()), format::outcome_color(r.outcome));
+            text = match text.strip_prefix(&label) {
+                Some(rest) => format!("{}{rest}", paint(&label, color, true)),
+                None => paint(&text, color, true),
+            };
         }
         if let Some(live) = &mut self.live {
             if let Some(pb) = live.running.remove(&r.index) {

@@ -12,6 +12,8 @@ pub mod summary;
 #[cfg(test)]
 pub(crate) mod fixture;
 
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::mask::Masker;
@@ -34,36 +36,43 @@ pub struct ReportFiles {
 }
 
 impl ReportFiles {
-    /// Write each file asked for, making its directory; the first failure is the error.
+    /// Write each file asked for, making its directory. Every file is attempted, each one
+    /// flushed and checked (a full disk must not leave CI a truncated report and a green job);
+    /// the error names every file that could not be written, one per line.
     pub fn write(&self, summary: &RunSummary, masker: &Masker) -> Result<(), String> {
-        let create = |p: &Path| -> Result<std::io::BufWriter<std::fs::File>, String> {
-            if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            }
-            std::fs::File::create(p)
-                .map(std::io::BufWriter::new)
-                .map_err(|e| format!("cannot write {}: {e}", p.display()))
-        };
+        let mut errors = Vec::new();
         if let Some(p) = &self.junit {
-            let mut w = create(p)?;
-            junit::write_junit(summary, &mut w).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+            errors.extend(write_file(p, |w| junit::write_junit(summary, w)).err());
         }
         if let Some(p) = &self.json {
-            let mut w = create(p)?;
-            json::write_json(summary, &mut w).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+            errors.extend(write_file(p, |w| json::write_json(summary, w)).err());
         }
         if let Some(dir) = &self.evidence {
-            evidence::write_evidence(summary, dir)
-                .map_err(|e| format!("cannot write evidence to {}: {e}", dir.display()))?;
+            if let Err(e) = evidence::write_evidence(summary, dir) {
+                errors.push(format!("cannot write evidence to {}: {e}", dir.display()));
+            }
         }
         if let Some(p) = &self.html {
             // Masked as a whole once more: the page holds every step's arguments and outputs.
             let page = html::render_html(summary);
-            let mut w = create(p)?;
-            std::io::Write::write_all(&mut w, masker.mask(&page).as_bytes())
-                .and_then(|()| std::io::Write::flush(&mut w))
-                .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+            let page = masker.mask(&page);
+            errors.extend(write_file(p, |w| w.write_all(page.as_bytes())).err());
         }
-        Ok(())
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("\nerror: "))
+        }
     }
+}
+
+/// Create `path` (and its directory), write it through a buffer and flush it: an error of the
+/// last buffered write shows up only at the flush, so the flush is checked like every write.
+fn write_file(path: &Path, body: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let file = File::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    body(&mut w).and_then(|()| w.flush()).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -231,14 +231,14 @@ fn not_run(
     r
 }
 
-/// Kills every sandbox the provider lists with this run's tag (`e2e=<run id>`), within
-/// `within`; returns how many. The session-end sweep, and the last act of a second Ctrl-C.
+/// Kills every sandbox the provider lists with this run's tag (`e2e=<run id>`) but those a
+/// scenario kept (`create { keep: true }`), within `within`; returns how many. The session-end sweep, and the last act of a second Ctrl-C.
 pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, within: Duration) -> usize {
     let work = async {
         let tag: std::collections::BTreeMap<String, String> = [("e2e".to_string(), run_id.to_string())].into();
         let Ok(found) = provider.list(&tag).await else { return 0 };
         let mut swept = 0;
-        for sb in found {
+        for sb in found.into_iter().filter(|sb| !provider.is_kept(&sb.id)) {
             if matches!(provider.kill(&sb.id).await, Ok(true)) {
                 swept += 1;
             }
@@ -248,8 +248,9 @@ pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, w
     tokio::time::timeout(within, work).await.unwrap_or(0)
 }
 
-/// First SIGINT/SIGTERM: stop scheduling, let cases run `finally` and destroy their
-/// sandboxes. Second: destroy what is left without waiting and exit 130 at once.
+/// First SIGINT, SIGTERM, SIGHUP (a closed terminal, an SSH drop) or SIGQUIT: stop
+/// scheduling, let cases run `finally` and destroy their sandboxes, write the reports. Second:
+/// destroy what is left without waiting and exit 130 at once.
 pub fn spawn_signal_handler(
     cancel: CancellationToken,
     provider: Arc<dyn Provider>,
@@ -258,7 +259,13 @@ pub fn spawn_signal_handler(
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut quit)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::quit()),
+        ) else {
+            crate::errln!("warning: cannot install signal handlers: an interrupt will not run finally or cleanup");
             return;
         };
         let mut count = 0;
@@ -266,6 +273,8 @@ pub fn spawn_signal_handler(
             let name = tokio::select! {
                 _ = int.recv() => "SIGINT",
                 _ = term.recv() => "SIGTERM",
+                _ = hup.recv() => "SIGHUP",
+                _ = quit.recv() => "SIGQUIT",
             };
             count += 1;
             if count == 1 {
@@ -294,9 +303,14 @@ mod tests {
     use crate::steps::fake::FakeProvider;
 
     fn config(provider: Arc<FakeProvider>) -> Arc<RunConfig> {
+        config_j(provider, 2)
+    }
+
+    /// With `-j j`.
+    fn config_j(provider: Arc<FakeProvider>, j: usize) -> Arc<RunConfig> {
         Arc::new(RunConfig {
             provider,
-            concurrency: 2,
+            concurrency: j,
             fail_fast: false,
             run_id: "run-1".into(),
             env: BTreeMap::new(),
@@ -316,6 +330,129 @@ mod tests {
         let path = dir.path().join("s.yaml");
         std::fs::write(&path, yaml).unwrap();
         crate::model::load(&[path], &crate::model::LoadOptions::default()).expect("valid").cases
+    }
+
+    /// A port on 127.0.0.1 where nothing listens (bound, then closed).
+    fn closed_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// Issue 26 item 7: a polled step (`eventually`) cut off by the scenario's timeout left the
+    /// scenario "polling", so `finally`'s HTTP steps ran with the 5-second polled request limit
+    /// (and the polled wording). On tokio's paused clock: the hour-long window and the timeout
+    /// take no real time.
+    #[tokio::test(start_paused = true)]
+    async fn a_polled_step_cut_off_by_the_scenario_timeout_leaves_finally_unpolled() {
+        let provider = Arc::new(FakeProvider::new());
+        provider.script(|_, _| crate::steps::fake::done("", "", 1));
+        let port = closed_port();
+        let cases = cases(&format!(
+            "name: cut off\ntimeout: 3s\nsteps:\n  - create: base\n  - exec: {{ cmd: 'false', exit_code: 0 }}\n    eventually: {{ within: 1h, every: 1s }}\nfinally:\n  - http-get: {{ port: {port}, path: / }}\n"
+        ));
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let started = tokio::time::Instant::now();
+        let summary = run(config(provider.clone()), cases, tx, CancellationToken::new()).await;
+        let r = &summary.results[0];
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the scenario timeout cut the window: {:?}",
+            started.elapsed()
+        );
+        let finally = r.steps.iter().find(|s| s.phase == crate::results::Phase::Finally).expect("finally ran");
+        let message = finally.message.as_deref().unwrap_or_default();
+        assert!(message.contains("nothing is listening on port"), "{message}");
+        assert!(
+            message.contains("give this step `eventually: 10s`"),
+            "finally's request is not a polled one (its limit and its words): {message}"
+        );
+    }
+
+    /// Issue 26 item 14: the runner's limits on tokio's paused clock. A step's `timeout` cuts
+    /// it at exactly its limit; a scenario's `timeout` cuts its steps, then `finally` gets the
+    /// grace period and no more.
+    #[tokio::test(start_paused = true)]
+    async fn step_timeout_scenario_timeout_and_grace_on_a_paused_clock() {
+        let provider = Arc::new(FakeProvider::new());
+        let cases = cases(concat!(
+            "name: step limit\nsteps:\n  - sleep: 1h\n    timeout: 2s\n",
+            "---\nname: scenario limit\ntimeout: 3s\nsteps:\n  - sleep: 1h\nfinally:\n  - sleep: 1h\n",
+        ));
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let started = tokio::time::Instant::now();
+        let summary = run(config_j(provider, 1), cases, tx, CancellationToken::new()).await;
+        let r0 = &summary.results[0];
+        assert_eq!(r0.outcome, Outcome::Failed);
+        assert_eq!(r0.reason.as_deref(), Some("step timed out after 2.00s"), "{r0:?}");
+        let r1 = &summary.results[1];
+        assert_eq!(r1.reason.as_deref(), Some("scenario timed out after 3.00s"), "{r1:?}");
+        let finally = r1.steps.iter().find(|s| s.phase == crate::results::Phase::Finally).unwrap();
+        assert_eq!(finally.message.as_deref(), Some("finally did not finish within 5.00s"), "{finally:?}");
+        // 2 s, then 3 s and the 5 s grace, one after the other; nothing waited an hour.
+        let took = started.elapsed();
+        assert!(took >= Duration::from_secs(10) && took < Duration::from_secs(11), "{took:?}");
+    }
+
+    /// Issue 26 item 14: `eventually` on a paused clock: attempts every `every` until one
+    /// passes, or until the window would end before the next, with the count in the message.
+    #[tokio::test(start_paused = true)]
+    async fn eventually_attempts_on_a_paused_clock() {
+        let provider = Arc::new(FakeProvider::new());
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = calls.clone();
+        provider.script(move |req, _| {
+            if req.cmd.contains("third") && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+                return crate::steps::fake::done("", "", 1);
+            }
+            crate::steps::fake::done("", "", i32::from(req.cmd.contains("never")))
+        });
+        let cases = cases(concat!(
+            "name: third time\nsteps:\n  - create: base\n  - exec: { cmd: third, exit_code: 0 }\n    eventually: { within: 10s, every: 1s }\n",
+            "---\nname: never\nsteps:\n  - create: base\n  - exec: { cmd: never, exit_code: 0 }\n    eventually: { within: 5s, every: 1s }\n",
+        ));
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let started = tokio::time::Instant::now();
+        let summary = run(config_j(provider, 1), cases, tx, CancellationToken::new()).await;
+        let third = &summary.results[0];
+        assert_eq!(third.outcome, Outcome::Passed, "{third:?}");
+        assert_eq!(third.steps[1].attempts, 3);
+        let never = &summary.results[1];
+        assert_eq!(never.steps[1].attempts, 5, "at 0, 1, 2, 3 and 4 s; a sixth would start at the window's end");
+        let reason = never.reason.as_deref().unwrap();
+        assert!(
+            reason.starts_with("did not pass within 5.00s (5 attempts): expected exit code 0, found 1"),
+            "{reason}"
+        );
+        let took = started.elapsed();
+        assert!(took >= Duration::from_secs(6) && took < Duration::from_secs(7), "2 s, then 4 s: {took:?}");
+    }
+
+    /// Issue 26 item 3: `expect_error` took a rendered argument of the wrong type (refused
+    /// before anything was sent) for the failure it expects, and the step PASSED. Only the
+    /// operation's own error satisfies it; an argument the step refuses is the step's ERROR.
+    #[tokio::test]
+    async fn expect_error_is_not_satisfied_by_the_steps_own_argument_errors() {
+        let provider = Arc::new(FakeProvider::new());
+        let cases = cases(concat!(
+            "name: rendered wrong type\nvars: { port: not-a-port }\nsteps:\n  - create: base\n",
+            "  - http-get: { port: \"{{ vars.port }}\", path: / }\n    expect_error: true\n",
+            "---\nname: refused inside the step\nsteps:\n  - create: base\n",
+            "  - write-file: { path: /a, content: x, content_base64: eA== }\n    expect_error: true\n",
+            "---\nname: the operation fails\nsteps:\n  - create: base\n",
+            "  - read-file: /no/such/file\n    expect_error: { contains: /no/such/file }\n",
+        ));
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let summary = run(config(provider.clone()), cases, tx, CancellationToken::new()).await;
+        let got: Vec<(&str, Outcome, String)> = summary
+            .results
+            .iter()
+            .map(|r| (r.name.as_str(), r.outcome, r.reason.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(got[0].1, Outcome::Error, "{got:?}");
+        assert!(got[0].2.contains("`port` must be an integer from 1 to 65535"), "{got:?}");
+        assert!(got[0].2.contains("`expect_error` is met only by the operation's own error"), "{got:?}");
+        assert_eq!(got[1].1, Outcome::Error, "{got:?}");
+        assert!(got[1].2.contains("give only one of"), "{got:?}");
+        assert_eq!(got[2].1, Outcome::Passed, "the operation's own failure still satisfies it: {got:?}");
     }
 
     /// Issue 13: a panic in a step was only logged; the scenario vanished from the totals and

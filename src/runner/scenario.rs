@@ -150,6 +150,22 @@ pub async fn run_case(
     cancel: &CancellationToken,
 ) -> ScenarioResult {
     let sc = case.scenario.clone();
+    // A pin past its `until` fails its scenario alone, at the date, without running it: the
+    // file's other scenarios still run.
+    if let Some(d) = sc.known_issue.as_ref().and_then(|k| k.expired.as_ref()) {
+        let message = format!("{} ({}); {}", d.message, d.location, d.help.as_deref().unwrap_or_default());
+        let failure = Failure {
+            step: "known_issue".into(),
+            location: d.location.clone(),
+            message: message.clone(),
+            mismatch: None,
+        };
+        return ScenarioResult {
+            outcome: Outcome::Failed,
+            failure: Some(failure),
+            ..skipped_result(&case, index, message)
+        };
+    }
     if let Some(reason) = unmet_requirements(cfg, &case) {
         return skipped_result(&case, index, reason);
     }
@@ -315,6 +331,38 @@ fn http_client() -> reqwest::Client {
                 .expect("HTTP client builds with static settings")
         })
         .clone()
+}
+
+/// The case while one of its steps is polled (`eventually`): `ctx.polling` is set for as long
+/// as this lives, and cleared when it goes, also when the step's future is dropped half-way (a
+/// scenario timeout, Ctrl-C, a panic). Otherwise `finally`'s requests would run as polled
+/// ones, with the 5-second limit.
+struct Polling<'r, 'a>(&'r mut CaseRun<'a>);
+
+impl<'r, 'a> Polling<'r, 'a> {
+    fn start(run: &'r mut CaseRun<'a>) -> Self {
+        run.ctx.polling = true;
+        Polling(run)
+    }
+}
+
+impl Drop for Polling<'_, '_> {
+    fn drop(&mut self) {
+        self.0.ctx.polling = false;
+    }
+}
+
+impl<'a> std::ops::Deref for Polling<'_, 'a> {
+    type Target = CaseRun<'a>;
+    fn deref(&self) -> &CaseRun<'a> {
+        self.0
+    }
+}
+
+impl<'a> std::ops::DerefMut for Polling<'_, 'a> {
+    fn deref_mut(&mut self) -> &mut CaseRun<'a> {
+        self.0
+    }
 }
 
 impl CaseRun<'_> {
@@ -599,7 +647,7 @@ impl CaseRun<'_> {
         let result = match crate::steps::args::convert_step(step.kind, &args) {
             Err(e) => {
                 attempts = 1;
-                Err(StepError::error(e.message))
+                Err(StepError::bad_args(e.message))
             }
             Ok(typed) => self.attempts(step, &typed, limit, &mut attempts).await,
         };
@@ -621,14 +669,15 @@ impl CaseRun<'_> {
         attempts: &mut u32,
     ) -> Result<JsonValue, StepError> {
         if let Some(ev) = step.eventually {
-            let until = Instant::now() + ev.within;
-            self.ctx.polling = true;
-            let r = loop {
+            // tokio's clock, so the window can be tested on a paused one.
+            let until = TInstant::now() + ev.within;
+            let mut this = Polling::start(self);
+            loop {
                 *attempts += 1;
                 // No attempt outlives the window (but each gets a moment, even the last).
-                let left = until.saturating_duration_since(Instant::now()).max(MIN_ATTEMPT);
-                let r = self.attempt(step, typed, limit.min(left)).await;
-                if r.is_ok() || Instant::now() + ev.every >= until {
+                let left = until.saturating_duration_since(TInstant::now()).max(MIN_ATTEMPT);
+                let r = this.attempt(step, typed, limit.min(left)).await;
+                if r.is_ok() || TInstant::now() + ev.every >= until {
                     break r.map_err(|mut e| {
                         e.message = format!(
                             "did not pass within {} ({} attempts): {}",
@@ -640,9 +689,7 @@ impl CaseRun<'_> {
                     });
                 }
                 tokio::time::sleep(ev.every).await;
-            };
-            self.ctx.polling = false;
-            r
+            }
         } else {
             let retry = step.retry.unwrap_or(crate::model::Retry { attempts: 1, delay: Duration::ZERO, backoff: 1.0 });
             let mut delay = retry.delay;
@@ -659,8 +706,8 @@ impl CaseRun<'_> {
         }
     }
 
-    /// `expect_error`: a failure that matches is a pass (its message becomes the `error`
-    /// output); a success is a failure.
+    /// `expect_error`: a failure of the operation that matches is a pass (its message becomes
+    /// the `error` output); a success is a failure, and so is an argument the step refused.
     fn expected_error(
         &self,
         matcher: Option<&crate::yaml::Node>,
@@ -669,6 +716,15 @@ impl CaseRun<'_> {
     ) -> Result<JsonValue, StepError> {
         let e = match result {
             Ok(_) => return Err(StepError::fail("expected this step to fail, but it succeeded")),
+            // The step refused its own arguments: nothing was tried, so nothing failed as
+            // expected (a typo in a rendered value must not pass as the platform's error).
+            Err(mut e) if e.bad_args => {
+                e.message = format!(
+                    "{} (the step did not run: `expect_error` is met only by the operation's own error, not by the step's arguments)",
+                    e.message
+                );
+                return Err(e);
+            }
             Err(e) => e,
         };
         if let Some(node) = matcher {

@@ -14,6 +14,9 @@ use super::registry::{Field, FieldType, StepKind};
 use crate::diag::did_you_mean;
 use crate::matcher::Matcher;
 
+/// The highest signal number (SIGRTMAX on Linux).
+const MAX_SIGNAL: i64 = 64;
+
 /// One argument, converted.
 #[derive(Debug, Clone)]
 pub enum ArgValue {
@@ -193,13 +196,24 @@ pub fn convert(owner: &str, field: &Field, v: &JsonValue) -> Result<ArgValue, Ar
             },
             other => Err(wrong_type(key, &format!("one of {}", options.join(", ")), other)),
         },
-        FieldType::Signal => match v {
-            JsonValue::Number(n) if n.is_i64() => Ok(ArgValue::Int(n.as_i64().unwrap_or_default())),
-            JsonValue::String(s) => super::exec::signal_number(s)
-                .map(|n| ArgValue::Int(i64::from(n)))
-                .map_err(|e| ArgError::new(e).label("unknown signal")),
-            other => Err(wrong_type(key, "a signal name or number", other)),
-        },
+        FieldType::Signal => {
+            let numbered = |n: Option<i64>| {
+                n.filter(|n| (1..=MAX_SIGNAL).contains(n))
+                    .map(ArgValue::Int)
+                    .ok_or_else(|| wrong_type(key, &format!("a signal name or a number from 1 to {MAX_SIGNAL}"), v))
+            };
+            match v {
+                JsonValue::Number(n) => numbered(n.as_i64()),
+                JsonValue::String(s) if s.trim().starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') => {
+                    numbered(s.trim().parse().ok())
+                }
+                JsonValue::String(s) => match super::exec::signal_number(s) {
+                    Ok(n) => numbered(Some(i64::from(n))),
+                    Err(e) => Err(ArgError::new(e).label("unknown signal")),
+                },
+                other => Err(wrong_type(key, "a signal name or number", other)),
+            }
+        }
         // An expression (a string), or a value whose truth counts (a rendered one).
         FieldType::Expr | FieldType::Any => Ok(ArgValue::Json(v.clone())),
         FieldType::Object(spec) => match v {
@@ -478,7 +492,11 @@ mod tests {
                 "`background` must be true or false, found a string \"yes\"",
             ),
             ("exec", json!({ "cmd": "x", "background": 1 }), "`background` must be true or false, found an integer 1"),
-            ("exec", json!({ "cmd": "x", "exit_code": 1.5 }), "`exit_code` must be an integer, found a number 1.5"),
+            (
+                "exec",
+                json!({ "cmd": "x", "exit_code": 1.5 }),
+                "`exit_code` must be an integer from -255 to 255, found a number 1.5",
+            ),
             ("exec", json!({ "cmd": ["x"] }), "`cmd` must be a string, found a list"),
             ("exec", json!({ "cmd": "x", "cwdd": "/" }), "unknown field `cwdd` for `exec`"),
             ("exec", json!({ "cmd": "x", "env": { "A": [1] } }), "`env.A` must be a string, found a list"),
@@ -512,6 +530,67 @@ mod tests {
         for (kind, args, want) in bad {
             assert_eq!(step(kind, args.clone()).unwrap_err(), want, "{kind} {args}");
         }
+    }
+
+    /// Issue 26 item 5: integers were cast with `as` where the step used them, so
+    /// `exit_code: 4294967296` expected 0 (and passed on exit 0), and a negative `cpu` or
+    /// `memory` became a huge one. Each integer field has its range, checked with the types.
+    #[test]
+    fn integers_out_of_their_range_are_refused_not_truncated() {
+        let bad = [
+            (
+                "exec",
+                json!({ "cmd": "x", "exit_code": 4294967296_i64 }),
+                "`exit_code` must be an integer from -255 to 255, found an integer 4294967296",
+            ),
+            (
+                "host",
+                json!({ "cmd": "x", "exit_code": "256" }),
+                "`exit_code` must be an integer from -255 to 255, found a string \"256\"",
+            ),
+            (
+                "pty",
+                json!({ "exit_code": -4294967296_i64 }),
+                "`exit_code` must be an integer from -255 to 255, found an integer -4294967296",
+            ),
+            (
+                "assert-exit",
+                json!({ "code": 4294967296_i64 }),
+                "`code` must be an integer from -255 to 255, found an integer 4294967296",
+            ),
+            ("create", json!({ "cpu": -1 }), "`cpu` must be an integer from 1 to 1024, found an integer -1"),
+            (
+                "create",
+                json!({ "memory": -512 }),
+                "`memory` must be an integer from 1 to 1048576, found an integer -512",
+            ),
+            (
+                "create",
+                json!({ "memory": "18446744073709551615" }),
+                "`memory` must be an integer from 1 to 1048576, found a string \"18446744073709551615\"",
+            ),
+            (
+                "signal",
+                json!({ "pid": 4294967297_i64 }),
+                "`pid` must be an integer from 1 to 2147483647, found an integer 4294967297",
+            ),
+            ("wait", json!({ "pid": 0 }), "`pid` must be an integer from 1 to 2147483647, found an integer 0"),
+            (
+                "signal",
+                json!({ "pid": 9, "signal": 4294967311_i64 }),
+                "`signal` must be a signal name or a number from 1 to 64, found an integer 4294967311",
+            ),
+            (
+                "signal",
+                json!({ "pid": 9, "signal": "-9" }),
+                "`signal` must be a signal name or a number from 1 to 64, found a string \"-9\"",
+            ),
+        ];
+        for (kind, args, want) in bad {
+            assert_eq!(step(kind, args.clone()).unwrap_err(), want, "{kind} {args}");
+        }
+        let a = step("exec", json!({ "cmd": "x", "exit_code": -1 })).unwrap();
+        assert_eq!(a.int("exit_code"), Some(-1), "a platform's -1 for a signal is still written");
     }
 
     #[test]

@@ -6,22 +6,31 @@ use super::args::Args;
 use super::{StepCtx, StepError, StepResult};
 use crate::provider::ErrorKind;
 
-/// The exec outputs an assertion checks: `of: <id>`, else the most recent command.
-fn subject<'a>(ctx: &'a StepCtx, a: &Args) -> Result<&'a JsonValue, StepError> {
+/// The exec outputs an assertion checks: `of: <id>`, else the most recent command. A step
+/// without `output` (a `set`, an `http-get`) is refused: checking it would check an empty text.
+fn subject<'a>(ctx: &'a StepCtx, a: &Args, output: &str) -> Result<&'a JsonValue, StepError> {
     match a.opt_str("of") {
-        Some(id) => ctx.outputs.get(id).ok_or_else(|| StepError::error(format!("step `{id}` has not run"))),
+        Some(id) => {
+            let out = ctx.outputs.get(id).ok_or_else(|| StepError::bad_args(format!("step `{id}` has not run")))?;
+            if out.get(output).is_none() {
+                return Err(StepError::bad_args(format!(
+                    "step `{id}` has no {output} to check: `of` names a step that ran a command"
+                )));
+            }
+            Ok(out)
+        }
         None => ctx
             .last_exec
             .as_ref()
-            .ok_or_else(|| StepError::error("no command has run yet: add an `exec` step before this assertion")),
+            .ok_or_else(|| StepError::bad_args("no command has run yet: add an `exec` step before this assertion")),
     }
 }
 
 async fn assert_stream(ctx: &mut StepCtx, a: &Args, stream: &str) -> StepResult {
-    let out = subject(ctx, a)?;
+    let out = subject(ctx, a, stream)?;
     let text = out.get(stream).and_then(JsonValue::as_str).unwrap_or_default().to_string();
     let dropped = out.get(format!("{stream}_dropped")).and_then(JsonValue::as_u64).unwrap_or(0);
-    let m = a.matcher().ok_or_else(|| StepError::error("no matcher given"))?;
+    let m = a.matcher().ok_or_else(|| StepError::bad_args("no matcher given"))?;
     m.check_text(&text).map_err(|e| {
         let mut e = StepError::from(e);
         e.message = format!("{stream}: {}", e.message);
@@ -43,7 +52,7 @@ pub async fn assert_stderr(ctx: &mut StepCtx, a: &Args) -> StepResult {
 
 pub async fn assert_exit(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let want = a.int("code").unwrap_or_default();
-    let out = subject(ctx, a)?;
+    let out = subject(ctx, a, "exit_code")?;
     let got = out.get("exit_code").and_then(JsonValue::as_i64);
     if got != Some(want) {
         let got_text = match (got, out.get("signal").and_then(JsonValue::as_i64)) {
@@ -92,7 +101,7 @@ pub async fn assert(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let holds = match value {
         JsonValue::Bool(b) => *b,
         JsonValue::String(expr) => crate::expr::eval_bool(expr, &ctx.expr_ctx)
-            .map_err(|e| StepError::error(format!("cannot evaluate `{expr}`: {}", e.message)))?,
+            .map_err(|e| StepError::bad_args(format!("cannot evaluate `{expr}`: {}", e.message)))?,
         JsonValue::Null => false,
         JsonValue::Number(n) => n.as_f64() != Some(0.0),
         JsonValue::Array(v) => !v.is_empty(),

@@ -31,11 +31,11 @@ fn spec(ctx: &StepCtx, a: &Args) -> Result<BuildSpec, StepError> {
                 "looked for `templates/{name}` in the folders above the scenario file; set {TEMPLATES_DIR_ENV} to the folder that holds your template folders, or give `path:`"
             ),
         };
-        return Err(StepError::error(format!("no template folder {} ({hint})", dir.display())));
+        return Err(StepError::bad_args(format!("no template folder {} ({hint})", dir.display())));
     }
     let template = TemplateDir::load(&dir).map_err(StepError::error)?;
     if template.def.name != name {
-        return Err(StepError::error(format!(
+        return Err(StepError::bad_args(format!(
             "{} names the template `{}`, not `{name}`",
             dir.join("template.yaml").display(),
             template.def.name

@@ -41,7 +41,7 @@ pub async fn run_code(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let code = a.str("code");
     let lang = a.opt_str("language").unwrap_or("python");
     if lang != "python" {
-        return Err(StepError::error(format!("language `{lang}` is not supported: use python")));
+        return Err(StepError::bad_args(format!("language `{lang}` is not supported: use python")));
     }
     let id = ctx.sandbox_id()?;
     let n = crate::random::hex(8);

@@ -40,7 +40,7 @@ pub async fn exec(ctx: &mut StepCtx, a: &Args) -> StepResult {
 /// asked for), else a failure naming what it did and the end of its stderr.
 pub(crate) fn check_exit_code(a: &Args, result: &crate::provider::ExecResult, outputs: JsonValue) -> StepResult {
     if let Some(want) = a.int("exit_code") {
-        if result.exit_code != Some(want as i32) {
+        if result.exit_code.map(i64::from) != Some(want) {
             let got =
                 result.exit_code.map_or_else(|| format!("signal {}", result.signal.unwrap_or(0)), |c| c.to_string());
             let stderr = super::lossy(&result.stderr);
@@ -89,15 +89,16 @@ pub fn signal_number(name: &str) -> Result<i32, String> {
 }
 
 pub async fn signal(ctx: &mut StepCtx, a: &Args) -> StepResult {
-    let pid = a.int("pid").unwrap_or_default() as u32;
-    let sig = a.int("signal").map_or(libc::SIGTERM, |n| n as i32);
+    // Both range-checked by the registry's fields (a pid is positive, a signal 1 to 64).
+    let pid = a.int("pid").and_then(|n| u32::try_from(n).ok()).unwrap_or_default();
+    let sig = a.int("signal").and_then(|n| i32::try_from(n).ok()).unwrap_or(libc::SIGTERM);
     let id = ctx.sandbox_id()?;
     ctx.provider.signal(&id, pid, sig).await?;
     Ok(json!({ "pid": pid, "signal": sig }))
 }
 
 pub async fn wait(ctx: &mut StepCtx, a: &Args) -> StepResult {
-    let pid = a.int("pid").unwrap_or_default() as u32;
+    let pid = a.int("pid").and_then(|n| u32::try_from(n).ok()).unwrap_or_default();
     let limit = a.duration("timeout").unwrap_or(Duration::from_secs(30));
     let id = ctx.sandbox_id()?;
     let started = Instant::now();

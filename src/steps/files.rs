@@ -16,7 +16,7 @@ pub fn parse_mode(s: &str) -> Result<u32, StepError> {
     u32::from_str_radix(t, 8)
         .ok()
         .filter(|m| *m <= 0o7777)
-        .ok_or_else(|| StepError::error(format!("`mode` must be octal permission bits like \"0644\", got {s:?}")))
+        .ok_or_else(|| StepError::bad_args(format!("`mode` must be octal permission bits like \"0644\", got {s:?}")))
 }
 
 fn entry_json(e: &FileEntry) -> JsonValue {
@@ -27,16 +27,16 @@ pub async fn write_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let path = a.str("path");
     let sources = ["content", "content_base64", "from"].iter().filter(|k| a.has(k)).count();
     if sources > 1 {
-        return Err(StepError::error("give only one of `content`, `content_base64`, `from`"));
+        return Err(StepError::bad_args("give only one of `content`, `content_base64`, `from`"));
     }
     let data = if let Some(b) = a.opt_str("content_base64") {
         crate::heavy::heavy(b.len(), || b64().decode(b.trim()))
-            .map_err(|e| StepError::error(format!("`content_base64` is not valid base64: {e}")))?
+            .map_err(|e| StepError::bad_args(format!("`content_base64` is not valid base64: {e}")))?
     } else if let Some(from) = a.opt_str("from") {
         let p = ctx.scenario_dir.join(from);
         tokio::fs::read(&p)
             .await
-            .map_err(|e| StepError::error(format!("cannot read local file {}: {e}", p.display())))?
+            .map_err(|e| StepError::bad_args(format!("cannot read local file {}: {e}", p.display())))?
     } else {
         a.str("content").as_bytes().to_vec()
     };
@@ -73,7 +73,7 @@ pub async fn files(ctx: &mut StepCtx, a: &Args) -> StepResult {
         "stat" => entry_json(&p.stat(&id, &path).await?),
         "mkdir" => entry_json(&p.make_dir(&id, &path).await?),
         "move" => {
-            let to = a.opt_str("to").ok_or_else(|| StepError::error("`move` needs `to`"))?;
+            let to = a.opt_str("to").ok_or_else(|| StepError::bad_args("`move` needs `to`"))?;
             entry_json(&p.rename(&id, &path, to).await?)
         }
         "remove" => {
@@ -81,6 +81,6 @@ pub async fn files(ctx: &mut StepCtx, a: &Args) -> StepResult {
             json!({ "path": path, "removed": true })
         }
         "exists" => json!({ "path": path, "exists": p.exists(&id, &path).await? }),
-        other => return Err(StepError::error(format!("unknown op `{other}`"))),
+        other => return Err(StepError::bad_args(format!("unknown op `{other}`"))),
     })
 }

@@ -97,10 +97,10 @@ pub async fn host(ctx: &mut StepCtx, a: &Args) -> StepResult {
         None => base,
     };
     if !cwd.is_dir() {
-        return Err(StepError::error(format!("host: cwd {} is not a directory", cwd.display())));
+        return Err(StepError::bad_args(format!("host: cwd {} is not a directory", cwd.display())));
     }
     if cmd_text.contains('\0') || env.iter().any(|(k, v)| k.contains(['\0', '=']) || k.is_empty() || v.contains('\0')) {
-        return Err(StepError::error("host: the command or an env entry contains a NUL byte or a bad name"));
+        return Err(StepError::bad_args("host: the command or an env entry contains a NUL byte or a bad name"));
     }
 
     let mut cmd = std::process::Command::new("/bin/bash");

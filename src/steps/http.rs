@@ -29,12 +29,12 @@ pub async fn http(ctx: &mut StepCtx, a: &Args) -> StepResult {
 async fn url_of(ctx: &mut StepCtx, a: &Args) -> Result<(String, Option<u16>), StepError> {
     if let Some(url) = a.opt_str("url") {
         if a.has("port") {
-            return Err(StepError::error("give `url` or `port`, not both"));
+            return Err(StepError::bad_args("give `url` or `port`, not both"));
         }
         return Ok((url.to_string(), None));
     }
     let port =
-        a.int("port").ok_or_else(|| StepError::error("give `url`, or `port` (and `path`) inside the sandbox"))?;
+        a.int("port").ok_or_else(|| StepError::bad_args("give `url`, or `port` (and `path`) inside the sandbox"))?;
     // 1 to 65535, by its field.
     let port = u16::try_from(port).unwrap_or_default();
     let id = ctx.sandbox_id()?;
@@ -80,7 +80,7 @@ fn origin(url: &str) -> String {
 async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
     let (url, port) = url_of(ctx, a).await?;
     let m = reqwest::Method::from_bytes(method.as_bytes())
-        .map_err(|_| StepError::error(format!("bad method `{method}`")))?;
+        .map_err(|_| StepError::bad_args(format!("bad method `{method}`")))?;
     let limit = a.duration("request_timeout").unwrap_or(if ctx.polling { POLLED_TIMEOUT } else { TIMEOUT });
     let mut req = ctx.http.request(m, &url).timeout(limit);
     // A port behind private ingress needs its token; the provider knows the URLs it gave out.

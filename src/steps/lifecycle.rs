@@ -47,15 +47,21 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
         timeout_secs: Some(a.duration("timeout").unwrap_or(ctx.sandbox_ttl).as_secs().max(1)),
         metadata,
         envs: a.str_map("envs"),
-        cpu: a.int("cpu").map(|v| v as u32),
-        memory_mb: a.int("memory").map(|v| v as u64),
-        disk_mb: a.int("disk").map(|v| v as u64),
+        // Range-checked by the registry's fields: positive, and far below these types' limits.
+        cpu: a.int("cpu").and_then(|v| u32::try_from(v).ok()),
+        memory_mb: a.int("memory").and_then(|v| u64::try_from(v).ok()),
+        disk_mb: a.int("disk").and_then(|v| u64::try_from(v).ok()),
         network: network_arg(a),
     };
     // Read before creating: an argument error after it would leak a sandbox the scenario
     // does not know about and so never destroys.
     let keep = a.flag("keep");
     let info = ctx.provider.create(req).await?;
+    if keep {
+        // It outlives the run: the provider's end-of-run destroy and the sweep of the run's
+        // tag leave it (a connected sandbox is merely not destroyed by the scenario).
+        ctx.provider.keep(&info.id);
+    }
     let alias = a.opt_str("as").map(str::to_string);
     push_sandbox(
         ctx,
@@ -168,7 +174,7 @@ pub async fn snapshot(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let keep = a.flag("keep");
     // A name of the run's own: two scenarios (or two runs) never take the same one.
     let name = match a.opt_str("name") {
-        Some(n) if n.trim().is_empty() => return Err(StepError::error("`name` must not be empty")),
+        Some(n) if n.trim().is_empty() => return Err(StepError::bad_args("`name` must not be empty")),
         Some(n) => n.to_string(),
         None => format!("scenario-run-{}-{}", ctx.run_tag.1, crate::random::hex(4)).to_ascii_lowercase(),
     };

@@ -23,7 +23,7 @@ pub async fn sleep(_ctx: &mut StepCtx, a: &Args) -> StepResult {
 pub async fn skip(_ctx: &mut StepCtx, a: &Args) -> StepResult {
     let reason = a.str("reason");
     if reason.trim().is_empty() {
-        return Err(StepError::error("`skip` needs a reason"));
+        return Err(StepError::bad_args("`skip` needs a reason"));
     }
     Err(StepError::skip(reason))
 }

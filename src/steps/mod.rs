@@ -54,18 +54,27 @@ pub struct StepError {
     pub mismatch: Option<Box<Mismatch>>,
     /// Outputs gathered before the failure (e.g. the HTTP response that did not match).
     pub outputs: Option<Box<JsonValue>>,
+    /// The step refused its own arguments (or what the scenario gave it) before it did
+    /// anything: the operation never ran, so `expect_error` cannot be met by this error.
+    pub bad_args: bool,
 }
 
 impl StepError {
     pub fn fail(message: impl Into<String>) -> Self {
-        Self { severity: Severity::Fail, message: message.into(), mismatch: None, outputs: None }
+        Self { severity: Severity::Fail, message: message.into(), mismatch: None, outputs: None, bad_args: false }
     }
     pub fn error(message: impl Into<String>) -> Self {
-        Self { severity: Severity::Error, message: message.into(), mismatch: None, outputs: None }
+        Self { severity: Severity::Error, message: message.into(), mismatch: None, outputs: None, bad_args: false }
+    }
+    /// The step's arguments are wrong (a value of the wrong type, fields that contradict each
+    /// other, nothing to act on): an ERROR that `expect_error` does not take for the
+    /// operation's failure.
+    pub fn bad_args(message: impl Into<String>) -> Self {
+        Self { bad_args: true, ..Self::error(message) }
     }
     /// The scenario is SKIPPED with this reason (the `skip` step).
     pub fn skip(reason: impl Into<String>) -> Self {
-        Self { severity: Severity::Skip, message: reason.into(), mismatch: None, outputs: None }
+        Self { severity: Severity::Skip, message: reason.into(), mismatch: None, outputs: None, bad_args: false }
     }
     pub fn with_outputs(mut self, outputs: JsonValue) -> Self {
         self.outputs = Some(Box::new(outputs));
@@ -75,7 +84,13 @@ impl StepError {
 
 impl From<MatchFailure> for StepError {
     fn from(f: MatchFailure) -> Self {
-        Self { severity: Severity::Fail, message: f.message, mismatch: f.mismatch.map(Box::new), outputs: None }
+        Self {
+            severity: Severity::Fail,
+            message: f.message,
+            mismatch: f.mismatch.map(Box::new),
+            outputs: None,
+            bad_args: false,
+        }
     }
 }
 
@@ -90,7 +105,7 @@ impl From<ProviderError> for StepError {
         } else {
             e.message
         };
-        Self { severity, message, mismatch: None, outputs: None }
+        Self { severity, message, mismatch: None, outputs: None, bad_args: false }
     }
 }
 
@@ -181,7 +196,7 @@ pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 impl StepCtx {
     /// The sandbox this step works on, or a clear error if there is none.
     pub fn sandbox(&self) -> Result<&SandboxRef, StepError> {
-        let i = self.target.ok_or_else(|| StepError::error("no sandbox: add a `create` step first"))?;
+        let i = self.target.ok_or_else(|| StepError::bad_args("no sandbox: add a `create` step first"))?;
         Ok(&self.sandboxes[i])
     }
 

@@ -53,7 +53,7 @@ fn size(n: i64, what: &str) -> Result<u16, StepError> {
     u16::try_from(n)
         .ok()
         .filter(|n| *n >= 1)
-        .ok_or_else(|| StepError::error(format!("`{what}` must be an integer from 1 to 65535, got {n}")))
+        .ok_or_else(|| StepError::bad_args(format!("`{what}` must be an integer from 1 to 65535, got {n}")))
 }
 
 /// A dimension inside a `script` item (free-form, so read here).
@@ -63,13 +63,13 @@ fn size_json(v: &JsonValue, what: &str) -> Result<u16, StepError> {
         other => super::text(other).trim().parse().ok(),
     };
     n.map_or_else(
-        || Err(StepError::error(format!("`{what}` must be an integer from 1 to 65535, got {v}"))),
+        || Err(StepError::bad_args(format!("`{what}` must be an integer from 1 to 65535, got {v}"))),
         |n| size(n, what),
     )
 }
 
 fn resize_of(v: &JsonValue) -> Result<(u16, u16), StepError> {
-    let bad = || StepError::error(format!("`resize` is {{ cols: <n>, rows: <n> }}, got {v}"));
+    let bad = || StepError::bad_args(format!("`resize` is {{ cols: <n>, rows: <n> }}, got {v}"));
     let o = v.as_object().ok_or_else(bad)?;
     if o.keys().any(|k| k != "cols" && k != "rows") {
         return Err(bad());
@@ -78,7 +78,7 @@ fn resize_of(v: &JsonValue) -> Result<(u16, u16), StepError> {
 }
 
 fn items(a: &Args) -> Result<Vec<Item>, StepError> {
-    let matcher = |v: &JsonValue| Matcher::from_json(v).map_err(|e| StepError::error(format!("`expect`: {e}")));
+    let matcher = |v: &JsonValue| Matcher::from_json(v).map_err(|e| StepError::bad_args(format!("`expect`: {e}")));
     let mut out = Vec::new();
     let (input, expect) = (a.opt_str("input").map(str::to_string), a.field_matcher("expect"));
     if input.is_some() || expect.is_some() {
@@ -88,7 +88,7 @@ fn items(a: &Args) -> Result<Vec<Item>, StepError> {
         None => {}
         Some(JsonValue::Array(list)) => {
             for v in list {
-                let bad = || StepError::error(format!("each `script` item is {{ send, resize, expect }}, got {v}"));
+                let bad = || StepError::bad_args(format!("each `script` item is {{ send, resize, expect }}, got {v}"));
                 let o = v.as_object().ok_or_else(bad)?;
                 if o.is_empty() || o.keys().any(|k| !matches!(k.as_str(), "send" | "resize" | "expect")) {
                     return Err(bad());
@@ -100,7 +100,7 @@ fn items(a: &Args) -> Result<Vec<Item>, StepError> {
                 });
             }
         }
-        Some(v) => return Err(StepError::error(format!("`script` must be a list, got {v}"))),
+        Some(v) => return Err(StepError::bad_args(format!("`script` must be a list, got {v}"))),
     }
     Ok(out)
 }
@@ -229,7 +229,7 @@ pub async fn pty(ctx: &mut StepCtx, a: &Args) -> StepResult {
             if code.is_some() {
                 guard.pid = None;
             }
-            if code != Some(want as i32) {
+            if code.map(i64::from) != Some(want) {
                 let got = match (&r, code) {
                     (_, Some(c)) => format!("exit code {c}"),
                     (Ok(r), None) if r.signal.is_some() => format!("signal {}", r.signal.unwrap_or(0)),

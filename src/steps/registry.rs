@@ -71,6 +71,11 @@ pub struct Field {
     pub doc: &'static str,
 }
 
+/// An exit code: 0 to 255, or negative as some platforms report a signal (envd's -1).
+const EXIT_CODE: FieldType = FieldType::Range(-255, 255);
+/// A process id (`pid_t`).
+const PID: FieldType = FieldType::Range(1, i32::MAX as i64);
+
 const fn f(name: &'static str, ty: FieldType, doc: &'static str) -> Field {
     Field { name, ty, required: false, doc }
 }
@@ -126,7 +131,7 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
         "requires",
         "{ env: [NAME, ...] }: run only when these variables are set and non-empty (a model's key); else the step is SKIPPED with `missing credentials [NAME]`, counted in every report, and the scenario goes on",
     ),
-    ("expect_error", "the step must fail: `true`, or a matcher for the error message, e.g. { contains: not found }"),
+    ("expect_error", "the step's operation must fail: `true`, or a matcher for the error message, e.g. { contains: not found }; an argument the step refuses is its ERROR, never the expected failure"),
 ];
 
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
@@ -231,10 +236,10 @@ pub static REGISTRY: &[StepKind] = &[
             f("metadata", FieldType::StrMap, "metadata; always gains the run tag e2e=<run id>"),
             f("envs", FieldType::StrMap, "environment of every process in the sandbox"),
             f("keep", FieldType::Bool, "do not destroy at the end of the scenario"),
-            f("cpu", FieldType::Int, "CPU count, where the provider supports it"),
-            f("memory", FieldType::Int, "memory in MiB, where the provider supports it"),
+            f("cpu", FieldType::Range(1, 1024), "CPU count, where the provider supports it"),
+            f("memory", FieldType::Range(1, 1_048_576), "memory in MiB, where the provider supports it"),
             f("disk", FieldType::Range(16, 1 << 20), "disk in MiB (local; Alibaba's `diskSizeMB`): writes past it fail with ENOSPC inside; default the template's `disk`, else 10240"),
-            f("network", FieldType::Object(CREATE_NETWORK), "egress policy (E2B's `allow_internet_access` and `network.allowOut`/`denyOut`); enforced on local and the clouds, refused on docker"),
+            f("network", FieldType::Object(CREATE_NETWORK), "egress policy (E2B's `allow_internet_access`, `network.allowOut`/`denyOut`/`dnsServers`); enforced on local and the clouds, refused on docker"),
         ],
         matcher: false,
         free_keys: false,
@@ -460,7 +465,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("stdin", FieldType::Str, "text fed to standard input"),
             f("timeout", FieldType::Duration, "kill the command after this long (the step fails)"),
             f("background", FieldType::Bool, "start it and go on; outputs `pid` for wait/signal"),
-            f("exit_code", FieldType::Int, "expected exit code; the step fails otherwise"),
+            f("exit_code", EXIT_CODE, "expected exit code; the step fails otherwise"),
         ],
         matcher: false,
         free_keys: false,
@@ -481,7 +486,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("env", FieldType::StrMap, "variables over the run's environment (process and .env), e.g. `\"{{ provider.env }}\"`"),
             f("stdin", FieldType::Str, "text fed to standard input"),
             f("timeout", FieldType::Duration, "kill its process group after this long (the step fails); default --exec-timeout"),
-            f("exit_code", FieldType::Int, "expected exit code; the step fails otherwise"),
+            f("exit_code", EXIT_CODE, "expected exit code; the step fails otherwise"),
         ],
         matcher: false,
         free_keys: false,
@@ -511,7 +516,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "send a signal to a background process",
         main: Some("pid"),
         fields: &[
-            req("pid", FieldType::Int, "process id (from a background exec)"),
+            req("pid", PID, "process id (from a background exec)"),
             f("signal", FieldType::Signal, "TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT, or a number"),
         ],
         matcher: false,
@@ -528,7 +533,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "wait for a background process to end; its output becomes the last command's",
         main: Some("pid"),
         fields: &[
-            req("pid", FieldType::Int, "process id"),
+            req("pid", PID, "process id"),
             f("timeout", FieldType::Duration, "how long to wait (default 30s); the step fails after"),
         ],
         matcher: false,
@@ -554,7 +559,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("expect", FieldType::Matcher, "what the output after `input` must match, within `within`: a matcher such as { contains: ... } (a scalar means `equals`)"),
             f("script", FieldType::Any, "then, in order, a list of { send: <text>, resize: { cols, rows }, expect: <matcher> }: each resizes, types, and waits for its output to match"),
             f("within", FieldType::Duration, "how long each `expect` (and the end, with `exit_code`) waits (default 10s)"),
-            f("exit_code", FieldType::Int, "wait for the command to end by itself and expect this code; without it the command is killed"),
+            f("exit_code", EXIT_CODE, "wait for the command to end by itself and expect this code; without it the command is killed"),
         ],
         matcher: false,
         free_keys: false,
@@ -707,7 +712,7 @@ pub static REGISTRY: &[StepKind] = &[
         name: "assert-exit",
         summary: "check a command's exit code",
         main: Some("code"),
-        fields: &[req("code", FieldType::Int, "expected exit code"), MATCHER_OF],
+        fields: &[req("code", EXIT_CODE, "expected exit code"), MATCHER_OF],
         matcher: false,
         free_keys: false,
         outputs: &[],

@@ -22,7 +22,10 @@ pub async fn scripted_model(ctx: &mut StepCtx, a: &Args) -> StepResult {
         model: a.opt_str("model").unwrap_or("scripted").to_string(),
     };
     if !script.path.starts_with('/') {
-        return Err(StepError::error(format!("`file` must be an absolute path in the sandbox, got `{}`", script.path)));
+        return Err(StepError::bad_args(format!(
+            "`file` must be an absolute path in the sandbox, got `{}`",
+            script.path
+        )));
     }
     let port = match a.int("port") {
         // 1 to 65535, by its field.

@@ -163,7 +163,7 @@ async fn create_rejects_bad_arguments_before_calling_the_provider() {
     let p = fake();
     let mut c = ctx(&p);
     let e = errored(step(&mut c, "create", json!({ "cpu": "many" })).await);
-    assert_eq!(e.message, "`cpu` must be an integer, found a string \"many\"");
+    assert_eq!(e.message, "`cpu` must be an integer from 1 to 1024, found a string \"many\"");
     let e = errored(step(&mut c, "create", json!({ "keep": "perhaps" })).await);
     assert_eq!(e.message, "`keep` must be true or false, found a string \"perhaps\"");
     let e = errored(step(&mut c, "create", json!({ "timeout": "5 minutes" })).await);
@@ -469,7 +469,7 @@ async fn exec_errors() {
     let e = errored(step(&mut c, "exec", json!({ "cmd": "x", "background": "maybe" })).await);
     assert_eq!(e.message, "`background` must be true or false, found a string \"maybe\"");
     let e = errored(step(&mut c, "exec", json!({ "cmd": "x", "exit_code": "zero" })).await);
-    assert_eq!(e.message, "`exit_code` must be an integer, found a string \"zero\"");
+    assert_eq!(e.message, "`exit_code` must be an integer from -255 to 255, found a string \"zero\"");
     p.fail("exec", ProviderError::infra("agent unreachable"));
     assert_eq!(errored(step(&mut c, "exec", json!({ "cmd": "true" })).await).message, "agent unreachable");
     p.fail("spawn", ProviderError::unsupported("no background processes"));
@@ -839,6 +839,23 @@ async fn assert_stdout_of_a_named_step() {
     assert_eq!(e.message, "`assert-stdout` needs a matcher");
     let e = errored(step(&mut c, "assert-stdout", json!({ "bogus": 1 })).await);
     assert_eq!(e.message, "unknown field `bogus` for `assert-stdout`");
+}
+
+/// Issue 26 item 4, at run time (an `of:` rendered from a template): a step without stdout
+/// was checked as an empty text, and `not_contains`, `empty` passed vacuously.
+#[tokio::test]
+async fn an_assertion_of_a_step_without_that_output_is_an_error_not_a_vacuous_pass() {
+    let p = fake();
+    let mut c = ctx_after_exec(&p).await;
+    c.outputs.insert("vars".into(), JsonValue::Null);
+    c.outputs.insert("web".into(), json!({ "status": 200, "body": "ok" }));
+    let e = errored(step(&mut c, "assert-stdout", json!({ "of": "vars", "not_contains": "secret" })).await);
+    assert!(e.message.starts_with("step `vars` has no stdout to check"), "{}", e.message);
+    assert!(e.bad_args);
+    let e = errored(step(&mut c, "assert-stderr", json!({ "of": "web", "empty": true })).await);
+    assert!(e.message.starts_with("step `web` has no stderr to check"), "{}", e.message);
+    let e = errored(step(&mut c, "assert-exit", json!({ "of": "web", "code": 0 })).await);
+    assert!(e.message.starts_with("step `web` has no exit_code to check"), "{}", e.message);
 }
 
 #[tokio::test]

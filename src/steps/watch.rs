@@ -42,7 +42,10 @@ struct Want {
 impl Want {
     fn parse(v: &JsonValue) -> Result<Self, StepError> {
         let bad = || {
-            StepError::error(format!("each `expect` item is {{ name: <path>, type: <{}> }}, got {v}", TYPES.join("|")))
+            StepError::bad_args(format!(
+                "each `expect` item is {{ name: <path>, type: <{}> }}, got {v}",
+                TYPES.join("|")
+            ))
         };
         let obj = match v {
             JsonValue::String(s) => return Ok(Want { name: s.clone(), op: None }),
@@ -84,16 +87,16 @@ pub async fn watch_events(ctx: &mut StepCtx, a: &Args) -> StepResult {
     };
     let none = a.flag("none");
     if none && !wants.is_empty() {
-        return Err(StepError::error("`none: true` and `expect` contradict each other"));
+        return Err(StepError::bad_args("`none: true` and `expect` contradict each other"));
     }
     let w = match a.opt_str("of") {
         Some(step) => {
             let name = ctx.outputs.get(step).and_then(|o| o.get("name")).and_then(JsonValue::as_str);
             let name = name.filter(|n| n.starts_with("watch-"));
             name.and_then(|n| ctx.watches.iter().find(|w| w.name == n))
-                .ok_or_else(|| StepError::error(format!("step `{step}` did not start a watch")))?
+                .ok_or_else(|| StepError::bad_args(format!("step `{step}` did not start a watch")))?
         }
-        None => ctx.watches.last().ok_or_else(|| StepError::error("no watch: add a `watch` step first"))?,
+        None => ctx.watches.last().ok_or_else(|| StepError::bad_args("no watch: add a `watch` step first"))?,
     };
     let deadline = Instant::now() + within;
     let arrived = w.watch.arrived();

@@ -230,7 +230,9 @@ impl Logical {
         let mut start = 0;
         for (text, line, col) in &self.pieces {
             if offset <= start + text.len() {
-                let within = text[..(offset - start).min(text.len())].chars().count() as u32;
+                // Characters before the byte offset, counted without slicing: an offset inside
+                // a multi-byte character must not panic.
+                let within = text.char_indices().take_while(|(i, _)| *i < offset - start).count() as u32;
                 return (*line, col + within);
             }
             start += text.len() + 1;

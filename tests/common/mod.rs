@@ -77,6 +77,33 @@ pub fn expect_file(path: &Path, actual: &str) {
     }
 }
 
+/// Whether every test must run: in CI (`CI` set, as GitHub Actions and `.ci/run` set it) and
+/// under `scripts/test` (`SCENARIO_RUN_TEST_STRICT=1`), which start what the tests need (the
+/// Docker stack of `.ci/local-stack.sh`). There a missing tool fails the test; elsewhere (a
+/// developer's machine) the test says what it needs and passes over it.
+pub fn strict() -> bool {
+    let on = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    on("CI") || on("SCENARIO_RUN_TEST_STRICT")
+}
+
+/// The value of `var`, which `test` needs (`how`: what provides it). Unset: in CI (see
+/// [`strict`]) the test fails saying so; on a developer's machine it prints a SKIPPED line on
+/// stderr (shown by `cargo nextest run --no-capture`) and the caller returns.
+pub fn needs(var: &str, test: &str, how: &str) -> Option<String> {
+    if let Some(v) = std::env::var(var).ok().filter(|v| !v.is_empty()) {
+        return Some(v);
+    }
+    assert!(
+        !strict(),
+        "{test}: {var} is not set, and in CI (CI or SCENARIO_RUN_TEST_STRICT is set) every test must run: {how}"
+    );
+    eprintln!("SKIPPED {test}: {var} is not set ({how}); in CI this test fails instead");
+    None
+}
+
+/// What provides `DOCKER_HOST` and the registries.
+pub const LOCAL_STACK: &str = "scripts/test starts it: .ci/local-stack.sh up, then source $STACK_DIR/env";
+
 /// Template builds on the local provider (and through `serve`) need root and bubblewrap: a
 /// machine without them fails these tests loudly (CI has both; a skip would hide a broken
 /// build). Returns true so callers read as before.

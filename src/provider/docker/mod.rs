@@ -467,9 +467,15 @@ impl Inner {
     }
 
     /// Synchronous last resort: `DELETE /containers/{id}?force=1` for every container left
-    /// that we created (adopted ones are left alone, as by `destroy_all`).
+    /// that we created (adopted and kept ones are left alone, as by `destroy_all`).
     fn kill_all_now(&self) {
-        let ids: Vec<String> = self.core.everything().iter().filter(|sb| !sb.adopted).map(|sb| sb.id.clone()).collect();
+        let ids: Vec<String> = self
+            .core
+            .everything()
+            .iter()
+            .filter(|sb| !sb.adopted && !self.core.is_kept(&sb.id))
+            .map(|sb| sb.id.clone())
+            .collect();
         if ids.is_empty() {
             return;
         }
@@ -853,7 +859,22 @@ impl Provider for DockerProvider {
     }
 
     async fn kill(&self, id: &str) -> Result<bool> {
-        Ok(core::kill(self.inner.as_ref(), id).await)
+        if core::kill(self.inner.as_ref(), id).await {
+            return Ok(true);
+        }
+        // Not one this process holds: another run's sandbox (the janitor's case, or one kept
+        // with `create { keep: true }`). Removed on the engine if it is a sandbox at all.
+        let docker = self.inner.client().await?;
+        let Ok(c) = docker.inspect_container(id, None::<InspectContainerOptions>).await else { return Ok(false) };
+        let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+        if labels.get(LABEL_SANDBOX).map(String::as_str) != Some("1") {
+            return Ok(false);
+        }
+        remove_container(docker, id).await;
+        if docker.inspect_container(id, None::<InspectContainerOptions>).await.is_ok() {
+            return Err(ProviderError::infra(format!("container {id} is still there after its removal")));
+        }
+        Ok(true)
     }
 
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
@@ -971,6 +992,14 @@ impl Provider for DockerProvider {
             // Host networking: the host's service is reachable as it is.
             None => Ok(format!("http://{host}")),
         }
+    }
+
+    fn keep(&self, id: &str) {
+        self.inner.core.keep(id);
+    }
+
+    fn is_kept(&self, id: &str) -> bool {
+        self.inner.core.is_kept(id)
     }
 
     async fn destroy_all(&self) -> usize {

@@ -119,6 +119,9 @@ struct Inner {
     builds: build::Builds,
     /// Snapshots made by `snapshot`, not deleted yet nor kept (`remove_builds` deletes them).
     snapshots: Mutex<HashSet<String>>,
+    /// Sandboxes a `create { keep: true }` leaves alive after the run: out of `created`, so
+    /// `destroy_all` passes them by, and named here so the run's sweep does too.
+    kept: Mutex<HashSet<String>>,
 }
 
 fn http_client() -> Result<reqwest::Client> {
@@ -179,6 +182,7 @@ impl E2bProvider {
                 shutting_down: AtomicBool::new(false),
                 builds: build::Builds::new(cfg_acr.map(|a| acr::AcrImages::new(a, env, http.clone()))),
                 snapshots: Mutex::new(HashSet::new()),
+                kept: Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -476,6 +480,19 @@ impl Provider for E2bProvider {
 
     fn keep_snapshot(&self, snapshot: &str) {
         self.inner.snapshots.lock().expect("snapshots").remove(snapshot);
+    }
+
+    fn keep(&self, id: &str) {
+        let inner = &self.inner;
+        let mut created = inner.created.lock().expect("created");
+        if created.remove(id) {
+            inner.stats.lock().expect("stats").live = created.len() as u64;
+        }
+        inner.kept.lock().expect("kept").insert(id.to_string());
+    }
+
+    fn is_kept(&self, id: &str) -> bool {
+        self.inner.kept.lock().expect("kept").contains(id)
     }
 
     async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
