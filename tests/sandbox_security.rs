@@ -94,17 +94,25 @@ async fn root_inside_is_an_unprivileged_range_on_the_host() {
     // host through a process of the sandbox: its writable layer is on a disk of its own).
     let _ = d;
     let pid = ok(&p, &sb.id, "root", "echo x > /root-owned; sleep 30 >/dev/null 2>&1 & echo $!").await;
-    let host_pid = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .find(|h| {
-            std::fs::read_to_string(format!("/proc/{h}/status")).is_ok_and(|s| {
-                s.lines().any(|l| l.starts_with("NSpid:") && l.split_whitespace().last() == Some(pid.trim()))
-                    && s.contains("sleep")
-            })
-        })
-        .expect("the sandbox's sleep, seen from the host");
+    // The background sleep may not have exec'd yet when the command returns: wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let host_pid = loop {
+        let found = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .find(|h| {
+                std::fs::read_to_string(format!("/proc/{h}/status")).is_ok_and(|s| {
+                    s.lines().any(|l| l.starts_with("NSpid:") && l.split_whitespace().last() == Some(pid.trim()))
+                        && s.lines().next() == Some("Name:\tsleep")
+                })
+            });
+        if let Some(h) = found {
+            break h;
+        }
+        assert!(std::time::Instant::now() < deadline, "the sandbox's sleep, seen from the host");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let meta = std::fs::metadata(format!("/proc/{host_pid}/root/root-owned")).expect("the file, seen from the host");
     use std::os::unix::fs::MetadataExt;
     assert!(meta.uid() >= 65536, "root inside owns files as host uid {}, not an unprivileged range", meta.uid());
