@@ -352,7 +352,9 @@ pub(crate) struct ProcTable {
     container: String,
     procs: Procs<Proc>,
     /// Set once the `user` account is known to exist in the container.
-    user_ready: std::sync::OnceLock<()>,
+    /// Set once the `user` account exists; made by one exec at a time (two execs racing to
+    /// add it failed on the account database's lock, and one of them reported no account).
+    user_ready: tokio::sync::OnceCell<()>,
     /// Where commands run when the request names no cwd: the image's WORKDIR for a built
     /// template, else `/home/user`.
     default_cwd: String,
@@ -364,7 +366,7 @@ impl ProcTable {
             docker,
             container,
             procs: Procs::default(),
-            user_ready: std::sync::OnceLock::new(),
+            user_ready: tokio::sync::OnceCell::new(),
             default_cwd: HOME.to_string(),
         }
     }
@@ -389,21 +391,26 @@ impl ProcTable {
     /// an image from elsewhere may lack it (E2B adds it to every template it builds; the
     /// images this project builds have it). Checked once per container.
     pub(crate) async fn ensure_user(&self, user: &str) -> Result<()> {
-        if user != DEFAULT_USER || self.user_ready.get().is_some() {
+        if user != DEFAULT_USER {
             return Ok(());
         }
-        let script = "id -u user >/dev/null 2>&1 && exit 0; \
-            { useradd -m -u 1000 -U -s /bin/bash user || adduser -D -u 1000 -s /bin/sh user; } >/dev/null 2>&1; \
-            mkdir -p /home/user && chown 1000:1000 /home/user && id -u user >/dev/null";
-        let (code, _, err) = run_helper(&self.docker, &self.container, &["/bin/sh", "-c", script]).await?;
-        if code != 0 {
-            return Err(ProviderError::infra(format!(
-                "the image has no `user` account and one could not be added: {}",
-                String::from_utf8_lossy(&err).trim()
-            )));
-        }
-        let _ = self.user_ready.set(());
-        Ok(())
+        self.user_ready
+            .get_or_try_init(|| async {
+                let script = "id -u user >/dev/null 2>&1 && exit 0; \
+                    { useradd -m -u 1000 -U -s /bin/bash user || adduser -D -u 1000 -s /bin/sh user; } 2>&1; \
+                    mkdir -p /home/user && chown 1000:1000 /home/user && id -u user >/dev/null";
+                let (code, out, err) = run_helper(&self.docker, &self.container, &["/bin/sh", "-c", script]).await?;
+                if code != 0 {
+                    let why = format!("{}{}", String::from_utf8_lossy(&out), String::from_utf8_lossy(&err));
+                    return Err(ProviderError::infra(format!(
+                        "the image has no `user` account and one could not be added: {}",
+                        why.trim()
+                    )));
+                }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
     }
 
     /// Starts `req.cmd`. Live output goes to `output`. With `open_stdin` the exec's stdin is
