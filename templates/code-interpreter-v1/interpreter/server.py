@@ -45,6 +45,9 @@ HOME = "/home/user"
 # Seconds between keepalive lines while a cell is silent (the official server's interval):
 # a write is also how a vanished client shows, should its close not.
 KEEPALIVE = 5.0
+# How long to wait after a JavaScript cell's idle status for a result published late.
+LATE = 0.05
+DEBUG = os.environ.get("CODE_INTERPRETER_DEBUG") == "1"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # language -> Jupyter kernel name (the official server's: the language itself, TypeScript on
@@ -246,8 +249,16 @@ class Context:
                 q = self.waiting.get(parent)
             if q is not None:
                 q.put(msg)
+            elif DEBUG:
+                log(f"context {self.id}: unclaimed {msg['msg_type']} of {parent}")
 
     def _send(self, code, silent):
+        # Nobody waits for execute replies (iopub says all); drop those that piled up.
+        try:
+            while True:
+                self.kc.get_shell_msg(timeout=0)
+        except Exception:
+            pass
         q = queue.Queue()
         msg = self.kc.session.msg(
             "execute_request",
@@ -323,11 +334,16 @@ class Context:
         msg_id, q = self._send(code, False)
         errored = False
         last_write = time.monotonic()
+        idle_at = None
         try:
             while True:
                 try:
-                    msg = q.get(timeout=0.5)
+                    # Deno's kernel may publish a cell's result just after its idle status:
+                    # after idle, wait a moment for what may still come.
+                    msg = q.get(timeout=0.5 if idle_at is None else LATE)
                 except queue.Empty:
+                    if idle_at is not None:
+                        return
                     if gone():
                         log(f"context {self.id}: the client went away, interrupting the kernel")
                         self._interrupt_and_settle(q)
@@ -345,6 +361,8 @@ class Context:
                     emit({"type": "error", "name": "ContextRestarting", "value": "Context was restarted", "traceback": ""})
                     return
                 kind, content = msg["msg_type"], msg["content"]
+                if DEBUG:
+                    log(f"context {self.id}: {kind} {content.get('execution_state', '')}")
                 line = None
                 if kind == "execute_input":
                     line = {"type": "number_of_executions", "execution_count": content.get("execution_count")}
@@ -364,7 +382,9 @@ class Context:
                         "traceback": ANSI.sub("", "\n".join(content.get("traceback") or [])),
                     }
                 elif kind == "status" and content.get("execution_state") == "idle":
-                    return
+                    if self.language not in ("javascript", "typescript"):
+                        return
+                    idle_at = time.monotonic()
                 if line is not None:
                     if not emit(line):
                         log(f"context {self.id}: the client went away, interrupting the kernel")
