@@ -5,6 +5,8 @@
 #     e2b-dev/code-interpreter), unmodified, with the SDK from PyPI; the tests that need what
 #     no registry here offers are deselected by name, each with its reason
 #     (code-interpreter-deselect.txt), and printed;
+#   * the official JS suite (js/tests of the same repository), with vitest, against npm's
+#     `@e2b/code-interpreter`, deselections likewise;
 #   * the product's client, `agent_sandbox.code_interpreter.Sandbox.run_code` (PyPI
 #     `agent-sandbox-client`): state across calls, an error as data, a context of its own.
 # serve builds code-interpreter-v1 from templates/ on the first create that names it (kept, so
@@ -17,6 +19,8 @@
 #                          check still runs)
 #   SKIP_BUILD=1           do not run `cargo build` first
 #   JOBS                   pytest-xdist workers (default 2, the suite's own pytest.ini)
+#   CODE_INTERPRETER_JS=0  leave out the JS suite (js/tests with vitest, against npm
+#                          @e2b/code-interpreter; it needs npm)
 # Venvs under target/e2b-venvs/, the suite extracted under target/code-interpreter/, logs in
 # target/e2b-sdk-logs/code-interpreter/. Exits non-zero if anything failed.
 set -uo pipefail
@@ -108,7 +112,7 @@ else
   deselect=()
   echo "== deselected from the official suite, by name:"
   while IFS='|' read -r id reason; do
-    case "$id" in "#"* | "") continue ;; esac
+    case "$id" in "#"* | "" | js:*) continue ;; esac
     id="${id%"${id##*[![:space:]]}"}"
     reason="${reason#"${reason%%[![:space:]]*}"}"
     deselect+=(--deselect "$id")
@@ -122,6 +126,56 @@ else
   tail -1 "$logs/pytest.log"
   [ "$rc" -eq 0 ] || failed=1
   summaries+=("e2b-code-interpreter $sdk_version suite: $(tail -1 "$logs/pytest.log" | sed 's/^=* *//; s/ *=*$//') (exit $rc)")
+fi
+
+# The JS suite (js/tests), with vitest, against the SDK published on npm (code-interpreter-js/:
+# its package.json and a vitest config that points the tests' `../src` at the package).
+if [ -n "$suite" ] && [ "${CODE_INTERPRETER_JS:-1}" = 1 ]; then
+  if ! command -v npm >/dev/null; then
+    echo "== SKIPPED the official JS suite: npm is not installed"
+    summaries+=("@e2b/code-interpreter JS suite: SKIPPED (no npm)")
+  else
+    js="$work/js-${commit:0:12}"
+    if [ ! -d "$js/tests" ]; then
+      rm -rf "$js.tmp" && mkdir -p "$js.tmp"
+      git --git-dir="$git_dir" archive "$commit" js/tests | tar -x -C "$js.tmp" && mv "$js.tmp/js" "$js" && rm -rf "$js.tmp" || exit 1
+    fi
+    cp "$here/code-interpreter-js/package.json" "$here/code-interpreter-js/vitest.config.mts" "$js/"
+    if [ ! -d "$js/node_modules/@e2b/code-interpreter" ] || ! cmp -s "$here/code-interpreter-js/package.json" "$js/.installed"; then
+      (cd "$js" && npm install --no-audit --no-fund --silent >"$logs/npm.log" 2>&1) \
+        || { echo "code-interpreter.sh: npm install failed (see $logs/npm.log)" >&2; exit 1; }
+      cp "$here/code-interpreter-js/package.json" "$js/.installed"
+    fi
+    excludes=()
+    names=()
+    echo "== deselected from the official JS suite, by name:"
+    while IFS='|' read -r id reason; do
+      case "$id" in js:*) ;; *) continue ;; esac
+      id="${id#js:}"
+      id="${id%"${id##*[![:space:]]}"}"
+      reason="${reason#"${reason%%[![:space:]]*}"}"
+      echo "  $id: $reason"
+      case "$id" in
+        *" > "*) names+=("${id#* > }") ;;
+        *) excludes+=(--exclude "$id") ;;
+      esac
+    done <"$here/code-interpreter-deselect.txt"
+    filter=()
+    if [ ${#names[@]} -gt 0 ]; then
+      alt="$(printf '%s|' "${names[@]}")"
+      filter=(-t "^(?!(${alt%|})$)")
+    fi
+    js_version="$(node -p 'require(process.argv[1] + "/node_modules/@e2b/code-interpreter/package.json").version' "$js")"
+    echo "== official JS suite ($commit) with npm @e2b/code-interpreter $js_version"
+    (cd "$js" && npx vitest run "${excludes[@]}" "${filter[@]}" --reporter=default --reporter=junit \
+      --outputFile.junit="$logs/vitest.xml") >"$logs/vitest.log" 2>&1
+    rc=$?
+    sed 's/\x1b\[[0-9;]*m//g' "$logs/vitest.log" | grep -E '^ *(FAIL|×) ' | sort -u | sed 's/^ */  /'
+    line="$(sed 's/\x1b\[[0-9;]*m//g' "$logs/vitest.log" | grep -E '^ +Tests ' | tail -1 | sed 's/^ *//')"
+    echo "  ${line:-no summary (see $logs/vitest.log)}"
+    [ "$rc" -eq 0 ] || failed=1
+    summaries+=("@e2b/code-interpreter $js_version JS suite: ${line:-no summary} (exit $rc)")
+  fi
 fi
 
 serve_stop
