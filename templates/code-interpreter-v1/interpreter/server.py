@@ -499,6 +499,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/health":
             return self._json(200, "OK")
         if path == "/contexts":
+            STARTED.wait(180)
             return self._json(200, CONTEXTS.list())
         return self._json(404, {"detail": "Not Found"})
 
@@ -513,6 +514,9 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/execute":
             return self.execute(body)
         if path == "/contexts":
+            # After the default contexts, as on the official server (a client takes the
+            # last listed context for the one it made).
+            STARTED.wait(180)
             language = normalize_language(body.get("language"))
             cwd = body.get("cwd") or HOME
             try:
@@ -616,14 +620,33 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
-def main():
-    # The official server has Python's and JavaScript's contexts ready before it answers.
-    for language in ("python", "javascript"):
+# Set once Python's and JavaScript's default contexts have been made (or failed to be).
+STARTED = threading.Event()
+
+
+def start_defaults():
+    """The official server makes Python's and JavaScript's contexts before it answers. Here
+    they start side by side while the server already answers, so the sandbox is ready sooner
+    on a busy machine: an execution in a language waits for its default context (the
+    language's lock), and listing contexts waits for both."""
+
+    def one(language):
         try:
             CONTEXTS.default(language)
         except ContextError as e:
             log(f"no default {language} context: {e}")
+
+    threads = [threading.Thread(target=one, args=(lang,), daemon=True) for lang in ("python", "javascript")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    STARTED.set()
+
+
+def main():
     server = Server(("0.0.0.0", PORT), Handler)
+    threading.Thread(target=start_defaults, daemon=True).start()
     log(f"code interpreter listening on {PORT}")
     server.serve_forever()
 
