@@ -850,7 +850,7 @@ pub static REGISTRY: &[StepKind] = &[
         uses_sandbox: true,
         eventual: false,
         sets_last: true,
-        example: "- run-code: \"total = 21\"\n  context: calc\n- run-code: \"total * 2\"\n  context: calc\n  id: answer\n- assert: { that: \"steps.answer.text == '42'\" }",
+        example: "- run-code: { code: \"total = 21\", context: calc }\n- run-code: { code: \"total * 2\", context: calc }\n  id: answer\n- assert: { that: \"steps.answer.text == '42'\" }",
         run: run_fn!(code::run_code),
     },
 ];
