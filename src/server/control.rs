@@ -403,6 +403,10 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
     let template = st.snapshots.resolve(&asked).unwrap_or_else(|| st.templates.resolve(&asked));
+    // The official templates serve builds from their folder, on the first create of each.
+    if let Err(e) = st.templates.ensure_official(&st.provider, &template).await {
+        return Err(json_error(StatusCode::INTERNAL_SERVER_ERROR, &e));
+    }
     // A place under --max-sandboxes; forget expired sandboxes first, they hold places too.
     st.prune().await;
     let Ok(slot) = st.slots.clone().try_acquire_owned() else {

@@ -46,8 +46,15 @@ use super::{json_error, rfc3339, AppState};
 use crate::templates::{BuildSpec, TemplateDir};
 
 /// Alibaba's ids of the official templates serve has (`create` of `base` on the alicloud preset
-/// sends `216g37mamkdfhzrauvxk`); serve has no official code-interpreter (scenarios build it).
-const OFFICIAL_IDS: &[(&str, &str)] = &[("216g37mamkdfhzrauvxk", "base")];
+/// sends `216g37mamkdfhzrauvxk`, of `code-interpreter-v1` `8d926meb1xzckz1a83ib`).
+const OFFICIAL_IDS: &[(&str, &str)] =
+    &[("216g37mamkdfhzrauvxk", "base"), ("8d926meb1xzckz1a83ib", "code-interpreter-v1")];
+
+/// Official templates serve builds from their folder (`templates/<name>`, or under
+/// `$SCENARIO_RUN_TEMPLATES_DIR`) on the first create that names them, as the platform has
+/// them: what the code-interpreter SDKs create by default. The build is kept, so a later
+/// serve on this machine reuses it in seconds.
+const BUILT_OFFICIAL: &[&str] = &["code-interpreter-v1"];
 
 type SharedState = State<Arc<AppState>>;
 
@@ -85,11 +92,54 @@ struct Inner {
 pub(crate) struct Store {
     root: PathBuf,
     inner: Mutex<Inner>,
+    /// The official templates deployed so far; held while one is built, so the creates that
+    /// wait for it wait for one build.
+    official: tokio::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Store {
     pub fn new(root: PathBuf) -> Self {
-        Self { root, inner: Mutex::new(Inner::default()) }
+        Self { root, inner: Mutex::new(Inner::default()), official: Default::default() }
+    }
+
+    /// Makes sure the official template `name` (a resolved name) is deployed on `provider`
+    /// when serve builds it (see [`BUILT_OFFICIAL`]) and its folder is here; anything else is
+    /// left to the provider. The error is what to answer the create with.
+    pub async fn ensure_official(
+        &self,
+        provider: &Arc<dyn crate::provider::Provider>,
+        name: &str,
+    ) -> Result<(), String> {
+        if !BUILT_OFFICIAL.contains(&name) {
+            return Ok(());
+        }
+        let mut done = self.official.lock().await;
+        if done.contains(name) {
+            return Ok(());
+        }
+        let root = std::env::var(crate::templates::TEMPLATES_DIR_ENV).ok();
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let dir = crate::templates::find_dir(name, &cwd, root.as_deref());
+        if !dir.join("Dockerfile").is_file() {
+            return Ok(());
+        }
+        let template = TemplateDir::load(&dir)?;
+        eprintln!("official template {name}: building it from {} (first create that names it)", dir.display());
+        let started = std::time::Instant::now();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let spec = BuildSpec { template, build_args: Default::default(), keep: true, from_auth: None };
+        let out = provider.deploy(spec, tx).await;
+        let _ = drain.await;
+        let out = out
+            .map_err(|e| format!("cannot build the official template {name} from {}: {}", dir.display(), e.message))?;
+        eprintln!(
+            "official template {name}: {} in {:.1}s",
+            if out.cached { "reused the kept build" } else { "built" },
+            started.elapsed().as_secs_f64()
+        );
+        done.insert(name.to_string());
+        Ok(())
     }
 
     /// The template ID for a name (or the ID itself).

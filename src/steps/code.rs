@@ -1,11 +1,20 @@
-//! `run-code`: code-interpreter semantics on any sandbox with Python.
+//! `run-code`: code through the platform's code interpreter, as its clients call it.
 //!
-//! The code and a small driver are written into the sandbox and run with `python3`. The driver
-//! executes every statement, evaluates a trailing expression as the result (like a notebook
-//! cell), and writes `{ results, error }` as JSON to a result file, so printed output and the
-//! result never mix.
+//! By default (`via: interpreter`) the step speaks E2B's code-interpreter protocol, as the
+//! `e2b-code-interpreter` SDKs and Alibaba's `agent_sandbox.code_interpreter` do: `POST
+//! {port URL of 49999}/execute` with `{code, language | context_id, env_vars}`, and reads the
+//! streamed JSON lines (`number_of_executions`, `stdout`, `stderr`, `result`, `error`,
+//! `keepalive`, `end_of_execution`) into outputs a scenario asserts. A named `context` is made
+//! with `POST /contexts` on first use and kept per sandbox, so state stays in it across steps.
+//! The step's `timeout` is the client's, as in the SDKs: when it passes the connection is
+//! dropped, which makes the interpreter interrupt the kernel, and the step fails.
+//!
+//! `via: exec` is the fallback for templates without the interpreter (`base`): the code and a
+//! small driver are written into the sandbox and run with `python3`. The driver executes every
+//! statement, evaluates a trailing expression as the result (like a notebook cell), and writes
+//! `{ results, error }` as JSON to a result file, so printed output and the result never mix.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as JsonValue};
 
@@ -37,7 +46,253 @@ with open(sys.argv[2], "w") as f:
     json.dump(out, f)
 "#;
 
+/// The code interpreter's port (the SDKs' `JUPYTER_PORT`).
+pub const INTERPRETER_PORT: u16 = 49999;
+
 pub async fn run_code(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    match a.opt_str("via").unwrap_or("interpreter") {
+        "exec" => run_with_driver(ctx, a).await,
+        _ => run_on_interpreter(ctx, a).await,
+    }
+}
+
+async fn run_on_interpreter(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let code = a.str("code");
+    let language = a.opt_str("language").filter(|l| !l.is_empty());
+    let context = a.opt_str("context").filter(|c| !c.is_empty());
+    if a.has("cwd") && context.is_none() {
+        return Err(StepError::error("`cwd` is where a new `context` starts: give `context` too"));
+    }
+    let id = ctx.sandbox_id()?;
+    let base = ctx.provider.port_url(&id, INTERPRETER_PORT).await?;
+    let base = base.trim_end_matches('/').to_string();
+    let limit = a.duration("timeout").unwrap_or(ctx.exec_timeout);
+    let context_id = match context {
+        Some(name) => Some(context_id(ctx, &base, name, language, a.opt_str("cwd")).await?),
+        None => None,
+    };
+    let mut body = json!({ "code": code, "env_vars": a.str_map("env") });
+    match &context_id {
+        Some(cid) => body["context_id"] = json!(cid),
+        None => body["language"] = json!(language.unwrap_or("python")),
+    }
+    let url = format!("{base}/execute");
+    let started = Instant::now();
+    let mut req = ctx.http.post(&url).timeout(limit).json(&body);
+    for (k, v) in sensitive_headers(ctx, &url)? {
+        req = req.header(k, v);
+    }
+    let mut resp = req.send().await.map_err(|e| unreachable(&url, &e, limit))?;
+    let status = resp.status();
+    if !status.is_success() {
+        let text = resp.text().await.unwrap_or_default();
+        return Err(StepError::fail(format!("the code interpreter answered {}: {}", status.as_u16(), text.trim())));
+    }
+    let mut exec = Execution::default();
+    let mut pending = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                pending.extend_from_slice(&chunk);
+                while let Some(n) = pending.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=n).collect();
+                    exec.line(&line);
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let mut outputs = exec.outputs(context_id.as_deref(), started.elapsed());
+                let timed_out = e.is_timeout() || started.elapsed() >= limit;
+                outputs["timed_out"] = json!(timed_out);
+                let msg = if timed_out {
+                    format!(
+                        "code timed out after {} (the interpreter interrupts the kernel)",
+                        crate::duration::human(limit)
+                    )
+                } else {
+                    format!("the code interpreter's answer broke off: {}", super::http::error_chain(&e))
+                };
+                return Err(StepError::fail(msg).with_outputs(outputs));
+            }
+        }
+    }
+    if !pending.is_empty() {
+        exec.line(&pending);
+    }
+    let outputs = exec.outputs(context_id.as_deref(), started.elapsed());
+    if !exec.ended {
+        return Err(
+            StepError::fail("the code interpreter's answer ended without `end_of_execution`").with_outputs(outputs)
+        );
+    }
+    Ok(outputs)
+}
+
+/// The provider's headers for a port URL (E2B's private ingress token), marked sensitive.
+fn sensitive_headers(ctx: &StepCtx, url: &str) -> Result<Vec<(String, reqwest::header::HeaderValue)>, StepError> {
+    let mut out = Vec::new();
+    for (k, v) in ctx.provider.port_headers(url) {
+        let mut v = reqwest::header::HeaderValue::from_str(&v)
+            .map_err(|_| StepError::error(format!("the provider's header {k} is not a valid header value")))?;
+        v.set_sensitive(true);
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+fn unreachable(url: &str, e: &reqwest::Error, limit: Duration) -> StepError {
+    if e.is_timeout() {
+        return StepError::fail(format!(
+            "code timed out after {} (no answer from the code interpreter)",
+            crate::duration::human(limit)
+        ));
+    }
+    StepError::fail(format!(
+        "cannot reach the code interpreter on port {INTERPRETER_PORT} of the sandbox ({}): {}; use a template that has it \
+         (code-interpreter-v1), or `via: exec` to run Python with the sandbox's python3",
+        reqwest::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_default(),
+        super::http::error_chain(e)
+    ))
+}
+
+/// The interpreter's id of the scenario's context `name` in the target sandbox, made on first
+/// use with `POST /contexts`.
+async fn context_id(
+    ctx: &mut StepCtx,
+    base: &str,
+    name: &str,
+    language: Option<&str>,
+    cwd: Option<&str>,
+) -> Result<String, StepError> {
+    let i = ctx.target.ok_or_else(|| StepError::error("no sandbox: add a `create` step first"))?;
+    if let Some(cid) = ctx.sandboxes[i].code_contexts.get(name) {
+        return Ok(cid.clone());
+    }
+    let mut body = json!({ "language": language.unwrap_or("python") });
+    if let Some(cwd) = cwd {
+        body["cwd"] = json!(cwd);
+    }
+    let url = format!("{base}/contexts");
+    let mut req = ctx.http.post(&url).timeout(CONTEXT_TIMEOUT).json(&body);
+    for (k, v) in sensitive_headers(ctx, &url)? {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.map_err(|e| unreachable(&url, &e, CONTEXT_TIMEOUT))?;
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(StepError::fail(format!(
+            "the code interpreter could not make context `{name}` ({}): {}",
+            status.as_u16(),
+            text.trim()
+        )));
+    }
+    let cid = serde_json::from_str::<JsonValue>(&text)
+        .ok()
+        .and_then(|v| v["id"].as_str().map(str::to_string))
+        .ok_or_else(|| StepError::error(format!("the code interpreter's new context has no id: {text}")))?;
+    ctx.sandboxes[i].code_contexts.insert(name.to_string(), cid.clone());
+    Ok(cid)
+}
+
+/// How long making a context (starting a kernel) may take.
+const CONTEXT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The formats of a result, in the order the SDKs list them.
+const FORMATS: &[&str] =
+    &["text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "json", "javascript", "data", "chart"];
+
+/// One execution as the SDKs collect it from the stream.
+#[derive(Default, Debug)]
+pub(crate) struct Execution {
+    stdout: Vec<String>,
+    stderr: Vec<String>,
+    results: Vec<JsonValue>,
+    error: Option<JsonValue>,
+    execution_count: Option<JsonValue>,
+    ended: bool,
+    /// Lines that were not JSON objects (shown, never silently dropped).
+    unparsed: Vec<String>,
+}
+
+impl Execution {
+    pub(crate) fn line(&mut self, raw: &[u8]) {
+        let text = String::from_utf8_lossy(raw);
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        let Ok(JsonValue::Object(mut m)) = serde_json::from_str::<JsonValue>(text) else {
+            self.unparsed.push(text.to_string());
+            return;
+        };
+        let kind = m.remove("type").and_then(|t| t.as_str().map(str::to_string)).unwrap_or_default();
+        let text_of = |m: &serde_json::Map<String, JsonValue>| m.get("text").map(super::text).unwrap_or_default();
+        match kind.as_str() {
+            "stdout" => self.stdout.push(text_of(&m)),
+            "stderr" => self.stderr.push(text_of(&m)),
+            "result" => {
+                let mut formats: Vec<JsonValue> =
+                    FORMATS.iter().filter(|f| m.get(**f).is_some_and(truthy)).map(|f| json!(f)).collect();
+                if let Some(JsonValue::Object(extra)) = m.get("extra") {
+                    formats.extend(extra.keys().map(|k| json!(k)));
+                }
+                m.insert("formats".into(), JsonValue::Array(formats));
+                m.entry("is_main_result").or_insert(json!(false));
+                self.results.push(JsonValue::Object(m));
+            }
+            "error" => {
+                self.error = Some(json!({
+                    "name": m.get("name").cloned().unwrap_or(JsonValue::Null),
+                    "value": m.get("value").cloned().unwrap_or(JsonValue::Null),
+                    "traceback": m.get("traceback").cloned().unwrap_or(JsonValue::Null),
+                }))
+            }
+            "number_of_executions" => self.execution_count = m.get("execution_count").cloned(),
+            "end_of_execution" => self.ended = true,
+            // keepalive, and whatever a newer interpreter adds: the SDKs skip them too.
+            _ => {}
+        }
+    }
+
+    pub(crate) fn outputs(&self, context: Option<&str>, took: Duration) -> JsonValue {
+        let text = self
+            .results
+            .iter()
+            .find(|r| r["is_main_result"] == json!(true))
+            .and_then(|r| r.get("text").cloned())
+            .unwrap_or(JsonValue::Null);
+        let mut out = json!({
+            "stdout": self.stdout.concat(),
+            "stderr": self.stderr.concat(),
+            "logs": { "stdout": self.stdout, "stderr": self.stderr },
+            "results": self.results,
+            "text": text,
+            "error": self.error,
+            "execution_count": self.execution_count,
+            "context": context,
+            "timed_out": false,
+            "duration_ms": took.as_millis() as u64,
+        });
+        if !self.unparsed.is_empty() {
+            out["unparsed"] = json!(self.unparsed);
+        }
+        out
+    }
+}
+
+/// A value the SDKs count as present (`if self.png:`): not null, empty or false.
+fn truthy(v: &JsonValue) -> bool {
+    match v {
+        JsonValue::Null | JsonValue::Bool(false) => false,
+        JsonValue::String(s) => !s.is_empty(),
+        JsonValue::Array(a) => !a.is_empty(),
+        JsonValue::Object(o) => !o.is_empty(),
+        _ => true,
+    }
+}
+
+async fn run_with_driver(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let code = a.str("code");
     let lang = a.opt_str("language").unwrap_or("python");
     if lang != "python" {
@@ -86,8 +341,50 @@ pub async fn run_code(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let text =
         results.as_array().and_then(|r| r.last()).and_then(|r| r.get("text")).cloned().unwrap_or(JsonValue::Null);
     let obj = outputs.as_object_mut().expect("exec outputs are an object");
+    let logs = json!({ "stdout": lines(&obj["stdout"]), "stderr": lines(&obj["stderr"]) });
+    obj.insert("logs".into(), logs);
     obj.insert("results".into(), results);
     obj.insert("text".into(), text);
     obj.insert("error".into(), parsed.get("error").cloned().unwrap_or(JsonValue::Null));
     Ok(outputs)
+}
+
+/// Output as lines, each with its newline, as the interpreter streams it.
+fn lines(v: &JsonValue) -> Vec<String> {
+    v.as_str().unwrap_or_default().split_inclusive('\n').map(str::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_becomes_the_sdks_execution() {
+        let mut e = Execution::default();
+        for l in [
+            r#"{"type": "number_of_executions", "execution_count": 3}"#,
+            r#"{"type": "stdout", "text": "a\n", "timestamp": "t"}"#,
+            r#"{"type": "keepalive"}"#,
+            r#"{"type": "stdout", "text": "b\n", "timestamp": "t"}"#,
+            r#"{"type": "stderr", "text": "w\n", "timestamp": "t"}"#,
+            r#"{"type": "result", "text": "<Figure>", "png": "iVBO", "chart": {"type": "bar"}, "is_main_result": false}"#,
+            r#"{"type": "result", "text": "2", "extra": {"application/x-thing": 1}, "is_main_result": true}"#,
+            r#"{"type": "error", "name": "E", "value": "v", "traceback": "tb"}"#,
+            "not json",
+            r#"{"type": "end_of_execution"}"#,
+        ] {
+            e.line(l.as_bytes());
+        }
+        assert!(e.ended);
+        let o = e.outputs(Some("c1"), Duration::from_millis(5));
+        assert_eq!(o["stdout"], "a\nb\n");
+        assert_eq!(o["logs"], json!({ "stdout": ["a\n", "b\n"], "stderr": ["w\n"] }));
+        assert_eq!(o["execution_count"], 3);
+        assert_eq!(o["text"], "2", "the main result's text");
+        assert_eq!(o["results"][0]["formats"], json!(["text", "png", "chart"]));
+        assert_eq!(o["results"][1]["formats"], json!(["text", "application/x-thing"]));
+        assert_eq!(o["error"], json!({ "name": "E", "value": "v", "traceback": "tb" }));
+        assert_eq!(o["context"], "c1");
+        assert_eq!(o["unparsed"], json!(["not json"]));
+    }
 }

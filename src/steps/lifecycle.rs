@@ -72,6 +72,7 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
             keep,
             killed: false,
             urls: HashMap::new(),
+            code_contexts: HashMap::new(),
         },
     );
     Ok(json!({ "id": info.id, "template": info.template, "template_id": template, "alias": alias }))
@@ -100,6 +101,7 @@ pub async fn connect(ctx: &mut StepCtx, a: &Args) -> StepResult {
                     keep,
                     killed: false,
                     urls: HashMap::new(),
+                    code_contexts: HashMap::new(),
                 },
             );
         }

@@ -124,6 +124,8 @@ pub struct SandboxRef {
     pub killed: bool,
     /// Port URLs resolved so far.
     pub urls: HashMap<u16, String>,
+    /// `run-code` contexts made in it: the scenario's name -> the interpreter's context id.
+    pub code_contexts: HashMap<String, String>,
 }
 
 /// A snapshot a `snapshot` step made: deleted when the scenario ends (after its sandboxes)

@@ -1345,12 +1345,13 @@ async fn run_code_returns_the_last_expression() {
         Some(r#"{"results":[{"text":"3","json":3}],"error":null}"#),
         done("hi\n", "", 0),
     );
-    let out = step(&mut c, "run-code", json!({ "code": "x = 1 + 2\nprint('hi')\nx" })).await.unwrap();
+    let out = step(&mut c, "run-code", json!({ "via": "exec", "code": "x = 1 + 2\nprint('hi')\nx" })).await.unwrap();
     assert_eq!(
         timeless(out),
         json!({
             "stdout": "hi\n", "stderr": "", "exit_code": 0, "signal": null, "timed_out": false, "pid": FIRST_PID,
             "results": [{ "text": "3", "json": 3 }], "text": "3", "error": null,
+            "logs": { "stdout": ["hi\n"], "stderr": [] },
             "stdout_dropped": 0, "stderr_dropped": 0,
         })
     );
@@ -1371,7 +1372,9 @@ async fn run_code_reports_a_python_exception() {
         Some(r#"{"results":[],"error":{"name":"ZeroDivisionError","value":"division by zero","traceback":"tb"}}"#),
         done("", "", 0),
     );
-    let out = step(&mut c, "run-code", json!({ "code": "1/0", "language": "python", "timeout": "7s" })).await.unwrap();
+    let out = step(&mut c, "run-code", json!({ "via": "exec", "code": "1/0", "language": "python", "timeout": "7s" }))
+        .await
+        .unwrap();
     assert_eq!(out["results"], json!([]));
     assert_eq!(out["text"], JsonValue::Null);
     assert_eq!(out["error"], json!({ "name": "ZeroDivisionError", "value": "division by zero", "traceback": "tb" }));
@@ -1383,33 +1386,34 @@ async fn run_code_failures() {
     let p = fake();
     let mut c = ctx_sb(&p).await;
     python(&p, "x", None, done("", "bash: python3: command not found\n", 127));
-    let e = errored(step(&mut c, "run-code", json!({ "code": "x" })).await);
+    let e = errored(step(&mut c, "run-code", json!({ "via": "exec", "code": "x" })).await);
     assert_eq!(e.message, "python3 did not run the code (exit 127): bash: python3: command not found");
     assert_eq!(outputs_of(&e)["exit_code"], 127);
 
     python(&p, "x", None, ExecResult { exit_code: None, signal: Some(9), ..Default::default() });
-    let e = errored(step(&mut c, "run-code", json!({ "code": "x" })).await);
+    let e = errored(step(&mut c, "run-code", json!({ "via": "exec", "code": "x" })).await);
     assert_eq!(e.message, "python3 did not run the code (killed by signal 9)");
 
     python(&p, "x", Some("not json"), done("", "", 0));
-    let e = errored(step(&mut c, "run-code", json!({ "code": "x" })).await);
+    let e = errored(step(&mut c, "run-code", json!({ "via": "exec", "code": "x" })).await);
     assert!(e.message.starts_with("driver wrote bad JSON: "), "{}", e.message);
 
     python(&p, "while True: pass", None, ExecResult { timed_out: true, signal: Some(9), ..Default::default() });
-    let e = failed(step(&mut c, "run-code", json!({ "code": "while True: pass", "timeout": "1s" })).await);
+    let e =
+        failed(step(&mut c, "run-code", json!({ "via": "exec", "code": "while True: pass", "timeout": "1s" })).await);
     assert_eq!(e.message, "code timed out");
     assert_eq!(outputs_of(&e)["timed_out"], true);
 
-    let e = errored(step(&mut c, "run-code", json!({ "code": "1", "language": "js" })).await);
-    assert_eq!(e.message, "invalid value `js` for `language` of `run-code`");
+    let e = errored(step(&mut c, "run-code", json!({ "via": "exec", "code": "1", "language": "js" })).await);
+    assert_eq!(e.message, "language `js` is not supported: use python");
     assert_eq!(
-        errored(step(&mut c, "run-code", json!({})).await).message,
+        errored(step(&mut c, "run-code", json!({ "via": "exec" })).await).message,
         "missing required field `code` for `run-code`"
     );
     p.fail("write_file", ProviderError::infra("disk full"));
-    assert_eq!(errored(step(&mut c, "run-code", json!({ "code": "1" })).await).message, "disk full");
+    assert_eq!(errored(step(&mut c, "run-code", json!({ "via": "exec", "code": "1" })).await).message, "disk full");
     let mut empty = ctx(&p);
-    let e = errored(step(&mut empty, "run-code", json!({ "code": "1" })).await);
+    let e = errored(step(&mut empty, "run-code", json!({ "via": "exec", "code": "1" })).await);
     assert_eq!(e.message, "no sandbox: add a `create` step first");
 }
 

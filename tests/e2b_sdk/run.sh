@@ -2,7 +2,9 @@
 # Conformance tests of `scenario-run serve`, judged by the unmodified E2B SDKs:
 #   * pytest in two venvs under target/e2b-venvs/: the newest `e2b` release and e2b==2.31.0
 #     (the version Alibaba FC pins; it uses the v1 /sandboxes routes);
-#   * a smoke test with the npm `e2b` SDK (tests/e2b_sdk/js).
+#   * a smoke test with the npm `e2b` SDK (tests/e2b_sdk/js);
+#   * the code interpreter of code-interpreter-v1: the official `e2b-code-interpreter` suite
+#     and the product client's run_code (code-interpreter.sh, with its own serve).
 # Starts target/debug/scenario-run serve on a free loopback port with a random key, runs
 # everything against it, stops it by PID. Exits non-zero if anything failed.
 #   SKIP_BUILD=1       do not run `cargo build` first
@@ -70,6 +72,14 @@ if ! serve_clean_exit; then
   echo "run.sh: the server did not shut down cleanly:" >&2
   tail -5 "$server_log" >&2
   failed=1
+fi
+
+echo "== the code interpreter (code-interpreter.sh)"
+if SKIP_BUILD=1 bash "$here/code-interpreter.sh" 2>&1 | tee "$logs/code-interpreter.log"; then
+  summaries+=("code interpreter: $(grep -E '^  e2b-code-interpreter' "$logs/code-interpreter.log" | tail -1 | sed 's/^ *//')")
+else
+  failed=1
+  summaries+=("code interpreter: FAILED (see $logs/code-interpreter.log)")
 fi
 
 echo "== summary"
