@@ -504,6 +504,7 @@ fn matrix(emit: &str, root: &str, providers: &[String]) -> u8 {
 }
 
 fn run(args: RunArgs) -> u8 {
+    runner::arm_early_signals();
     let env = match config::environment(Path::new(".env"), &args.env_files) {
         Ok(e) => e,
         Err(e) => {
@@ -559,6 +560,7 @@ fn run(args: RunArgs) -> u8 {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
+        let signals = runner::Signals::install();
         let provider = match factory::make(args.provider, &args.isolation, &env) {
             Ok(p) => p,
             Err(e) => {
@@ -612,7 +614,7 @@ fn run(args: RunArgs) -> u8 {
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let cancel = CancellationToken::new();
-        runner::spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
+        runner::spawn_signal_handler(signals, cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
         let printer = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 reporter.handle(&ev);

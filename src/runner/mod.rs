@@ -248,33 +248,116 @@ pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, w
     tokio::time::timeout(within, work).await.unwrap_or(0)
 }
 
+/// The signals a run answers, caught from the moment this is made (inside a runtime): made
+/// before the provider, an interrupt while it starts (probing, filling its pools) is kept for
+/// [`spawn_signal_handler`] instead of killing the process with its default action.
+pub struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    /// The one kept before these were installed (0: none).
+    early: i32,
+}
+
+/// A signal that came before [`Signals::install`] (0: none), kept by [`arm_early_signals`].
+static EARLY_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Whether [`keep_early_signal`] still keeps: tokio's handler calls it after its own (it
+/// chains to the previous action), which must not count a signal twice.
+static EARLY_ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn keep_early_signal(sig: libc::c_int) {
+    // Async-signal-safe: atomic loads and stores only.
+    if EARLY_ARMED.load(std::sync::atomic::Ordering::SeqCst) {
+        EARLY_SIGNAL.store(sig, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// From the first line of a run until the runtime's handlers are installed, SIGINT, SIGTERM,
+/// SIGHUP and SIGQUIT are kept rather than killing the process: a Ctrl-C while scenarios load
+/// or the provider starts ends the run as one during it does (exit 130, nothing left behind).
+pub fn arm_early_signals() {
+    EARLY_ARMED.store(true, std::sync::atomic::Ordering::SeqCst);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: a zeroed sigaction with a handler that only stores an integer atomically
+        // (async-signal-safe); the previous action is not needed (tokio's handler replaces
+        // this one and chains to it, disarmed by then).
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = keep_early_signal as *const () as libc::sighandler_t;
+            act.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(sig, &act, std::ptr::null_mut());
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "SIGQUIT",
+    }
+}
+
+impl Signals {
+    /// None if a handler cannot be installed.
+    pub fn install() -> Option<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let installed = (|| {
+            Some((
+                signal(SignalKind::interrupt()).ok()?,
+                signal(SignalKind::terminate()).ok()?,
+                signal(SignalKind::hangup()).ok()?,
+                signal(SignalKind::quit()).ok()?,
+            ))
+        })();
+        let Some((int, term, hup, quit)) = installed else {
+            // No handler: a signal must at least end the run, as it did before any was armed.
+            EARLY_ARMED.store(false, std::sync::atomic::Ordering::SeqCst);
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                // SAFETY: restoring a signal's default action.
+                unsafe { libc::signal(sig, libc::SIG_DFL) };
+            }
+            return None;
+        };
+        // From here tokio has them. (One arriving while the four were being installed may be
+        // seen by both: a second interrupt before anything was created.)
+        EARLY_ARMED.store(false, std::sync::atomic::Ordering::SeqCst);
+        let early = EARLY_SIGNAL.swap(0, std::sync::atomic::Ordering::SeqCst);
+        Some(Self { int, term, hup, quit, early })
+    }
+}
+
 /// First SIGINT, SIGTERM, SIGHUP (a closed terminal, an SSH drop) or SIGQUIT: stop
 /// scheduling, let cases run `finally` and destroy their sandboxes, write the reports. Second:
 /// destroy what is left without waiting and exit 130 at once.
 pub fn spawn_signal_handler(
+    signals: Option<Signals>,
     cancel: CancellationToken,
     provider: Arc<dyn Provider>,
     tx: tokio::sync::mpsc::UnboundedSender<Event>,
     run_id: String,
 ) {
-    use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut quit)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-            signal(SignalKind::quit()),
-        ) else {
+        let Some(Signals { mut int, mut term, mut hup, mut quit, mut early }) = signals else {
             crate::errln!("warning: cannot install signal handlers: an interrupt will not run finally or cleanup");
             return;
         };
         let mut count = 0;
+        // One that came while the run was starting counts as the first.
         loop {
-            let name = tokio::select! {
-                _ = int.recv() => "SIGINT",
-                _ = term.recv() => "SIGTERM",
-                _ = hup.recv() => "SIGHUP",
-                _ = quit.recv() => "SIGQUIT",
+            let name = if early != 0 {
+                signal_name(std::mem::take(&mut early))
+            } else {
+                tokio::select! {
+                    _ = int.recv() => "SIGINT",
+                    _ = term.recv() => "SIGTERM",
+                    _ = hup.recv() => "SIGHUP",
+                    _ = quit.recv() => "SIGQUIT",
+                }
             };
             count += 1;
             if count == 1 {
