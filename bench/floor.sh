@@ -44,7 +44,9 @@ netholder=$!
 until [ "$(readlink /proc/$netholder/ns/net)" != "$(readlink /proc/self/ns/net)" ]; do :; done
 mkfifo "$d/slirp-ready"
 exec 6<>"$d/slirp-ready"
-slirp4netns --configure --mtu=65520 --disable-host-loopback --enable-sandbox --enable-seccomp \
+# In a mount namespace of its own whose mounts follow the host's but never go back: its
+# --enable-sandbox pivots and unmounts, which with shared propagation unmounts the host's mounts.
+unshare -m --propagation slave slirp4netns --configure --mtu=65520 --disable-host-loopback --enable-sandbox --enable-seccomp \
   --netns-type=path --ready-fd=7 "/proc/$netholder/ns/net" eth0 7>"$d/slirp-ready" >/dev/null 2>&1 &
 slirp=$!
 trap 'kill "$slirp" "$netholder" 2>/dev/null; losetup -d "$loopdev" 2>/dev/null' EXIT
