@@ -153,8 +153,10 @@ struct RunArgs {
     /// Print the selected scenarios and exit.
     #[arg(long)]
     list: bool,
-    /// Stop starting new scenarios after the first failure or error.
-    #[arg(long)]
+    /// Stop at the first failure or error (pytest's -x): nothing new starts, and running
+    /// scenarios are stopped at once (their step interrupted, `finally` run within
+    /// --grace-period, sandboxes destroyed) and reported SKIPPED with why.
+    #[arg(short = 'x', long = "fail-fast", visible_alias = "exitfirst")]
     fail_fast: bool,
     /// Where sandboxes live.
     #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]

@@ -326,6 +326,12 @@ pub enum Event {
     Interrupted {
         signal: String,
     },
+    /// `-x` after a failure: no new scenarios start; running ones are stopped, run `finally`
+    /// and clean up, and end SKIPPED.
+    Stopping {
+        /// `-x: `name` failed`.
+        why: String,
+    },
     RunFinished {
         summary: RunSummary,
     },

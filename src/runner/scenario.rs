@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant as TInstant;
 use tokio_util::sync::CancellationToken;
 
-use super::{now_ms, RunConfig};
+use super::{now_ms, Halt, RunConfig};
 use crate::expr::{self, SandboxView};
 use crate::heavy;
 use crate::model::{Case, Step};
@@ -124,6 +124,8 @@ struct CaseRun<'a> {
     /// The last lines the running step streamed (a build's log), masked: a step that times out
     /// says what it was doing when it was stopped.
     progress_tail: ProgressTail,
+    /// Ctrl-C or `-x`: what stops the case's steps, and why.
+    halt: Halt,
 }
 
 /// The last [`TAIL_LINES`] progress lines of the step that is running.
@@ -147,7 +149,7 @@ pub async fn run_case(
     case: Case,
     index: usize,
     events: &mpsc::UnboundedSender<Event>,
-    cancel: &CancellationToken,
+    halt: &Halt,
 ) -> ScenarioResult {
     let sc = case.scenario.clone();
     // A pin past its `until` fails its scenario alone, at the date, without running it: the
@@ -235,11 +237,13 @@ pub async fn run_case(
         base,
         step_values: BTreeMap::new(),
         progress_tail,
+        halt: halt.clone(),
     };
     let limit = sc.timeout.unwrap_or(cfg.scenario_timeout);
     let deadline = TInstant::now() + limit;
 
     let timed_out = format!("scenario timed out after {}", crate::duration::human(limit));
+    let cancel = &halt.token;
     let mut stop = run.list(&sc.setup, Phase::Setup, deadline, &timed_out, cancel).await;
     if matches!(stop, Stop::Done) {
         stop = run.list(&sc.steps, Phase::Steps, deadline, &timed_out, cancel).await;
@@ -250,8 +254,9 @@ pub async fn run_case(
         };
         run.skip_all(&sc.steps, Phase::Steps, &why);
     }
-    // `finally` always runs; after an interrupt or timeout it gets the grace period.
-    let interrupted = matches!(stop, Stop::Interrupted) || cancel.is_cancelled();
+    // `finally` always runs; after an interrupt or timeout it gets the grace period. A case
+    // stopped by `-x` was not interrupted: it ends SKIPPED, saying why.
+    let interrupted = (matches!(stop, Stop::Interrupted) || cancel.is_cancelled()) && halt.by_x().is_none();
     let finally_deadline = if matches!(stop, Stop::TimedOut | Stop::Interrupted) {
         TInstant::now() + cfg.grace
     } else {
@@ -469,7 +474,14 @@ impl CaseRun<'_> {
     ) -> Stop {
         for (i, step) in steps.iter().enumerate() {
             if cancel.is_cancelled() {
-                self.skip_all(&steps[i..], phase, "interrupted");
+                let why = match self.halt.by_x() {
+                    Some(why) => {
+                        self.skipped.get_or_insert_with(|| why.clone());
+                        why
+                    }
+                    None => "interrupted".to_string(),
+                };
+                self.skip_all(&steps[i..], phase, &why);
                 return Stop::Interrupted;
             }
             let _ = self.events.send(Event::StepStarted {
@@ -508,6 +520,26 @@ impl CaseRun<'_> {
                 _ = cancel.cancelled() => None,
             };
             let Some(failed) = outcome else {
+                // `-x` stopped the run for another scenario's failure: this one is SKIPPED
+                // from here, with why (its `finally` and cleanup still run).
+                if let Some(why) = self.halt.by_x().filter(|_| cancel.is_cancelled()) {
+                    let rec = self.record(
+                        step,
+                        i,
+                        phase,
+                        StepStatus::Skipped,
+                        JsonValue::Null,
+                        JsonValue::Null,
+                        Some(why.clone()),
+                        1,
+                        self.elapsed_ms(),
+                        0,
+                    );
+                    self.push_record(rec);
+                    self.skip_all(&steps[i + 1..], phase, &why);
+                    self.skipped.get_or_insert(why);
+                    return Stop::Interrupted;
+                }
                 // The step was dropped mid-flight: it is where the scenario failed.
                 let interrupted = cancel.is_cancelled();
                 let (status, severity, why) = if interrupted {
