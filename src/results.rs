@@ -258,6 +258,11 @@ fn is_zero(n: &usize) -> bool {
 }
 
 impl Totals {
+    /// What `--fail-on-skip` fails a run for: skipped scenarios and steps skipped for their key.
+    pub fn skips(&self) -> usize {
+        self.skipped + self.skipped_steps
+    }
+
     pub fn from_results(results: &[ScenarioResult]) -> Self {
         let mut t = Totals { total: results.len(), ..Default::default() };
         for r in results {
@@ -286,6 +291,9 @@ pub struct RunSummary {
     pub interrupted: bool,
     pub totals: Totals,
     pub exit_code: i32,
+    /// `--fail-on-skip`: a SKIPPED scenario, or a step skipped for its key, fails the run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fail_on_skip: bool,
     pub provider_stats: ProviderStats,
     /// Ordered by plan index.
     pub results: Vec<ScenarioResult>,

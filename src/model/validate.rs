@@ -328,7 +328,10 @@ fn requires(cx: &mut Ctx<'_>, node: &Node) -> Requires {
     };
     for (k, v) in map {
         match k.key_text().as_str() {
-            "env" => r.env = cx.string_list(v, "requires.env"),
+            "env" => {
+                r.env = cx.string_list(v, "requires.env");
+                r.env_location = Some(Location { file: cx.src.path.clone(), line: v.line, col: v.col });
+            }
             "providers" => {
                 r.providers = cx.string_list(v, "requires.providers");
                 for (i, p) in r.providers.iter().enumerate() {

@@ -162,6 +162,7 @@ pub fn summary() -> RunSummary {
         interrupted: false,
         totals,
         exit_code: 1,
+        fail_on_skip: false,
         provider_stats: ProviderStats { created: 4, destroyed: 4, live: 0, peak_live: 2 },
         results,
     }

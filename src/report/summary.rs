@@ -72,10 +72,14 @@ pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
         out.push('\n');
     }
     let line = totals_line(&summary.totals, summary.duration_ms);
-    let bad = summary.totals.failed + summary.totals.error > 0 || summary.interrupted;
+    let strict = fail_on_skip_line(summary);
+    let bad = summary.totals.failed + summary.totals.error > 0 || summary.interrupted || strict.is_some();
     let _ = writeln!(out, "{}", paint(&line, if bad { Color::Red } else { Color::Green }, color));
     if let Some(line) = skipped_steps_line(&summary.totals) {
         let _ = writeln!(out, "{}", paint(&line, Color::Yellow, color));
+    }
+    if let Some(line) = strict {
+        let _ = writeln!(out, "{}", paint(&line, Color::Red, color));
     }
     if summary.interrupted {
         let _ = writeln!(out, "{}", paint(&format!("run {} interrupted", summary.run_id), Color::Yellow, color));
@@ -104,6 +108,24 @@ pub fn skipped_steps_line(t: &Totals) -> Option<String> {
     (n > 0).then(|| {
         format!("{n} step{} skipped: missing credentials (steps with requires.env)", if n == 1 { "" } else { "s" })
     })
+}
+
+/// `--fail-on-skip: 1 skipped scenario and 2 skipped steps fail this run`, when the flag was
+/// given and anything was skipped.
+pub fn fail_on_skip_line(summary: &RunSummary) -> Option<String> {
+    let t = &summary.totals;
+    if !summary.fail_on_skip || t.skips() == 0 {
+        return None;
+    }
+    let count = |n: usize, what: &str| format!("{n} skipped {what}{}", if n == 1 { "" } else { "s" });
+    let mut parts = Vec::new();
+    if t.skipped > 0 {
+        parts.push(count(t.skipped, "scenario"));
+    }
+    if t.skipped_steps > 0 {
+        parts.push(count(t.skipped_steps, "step"));
+    }
+    Some(format!("--fail-on-skip: {} fail{} this run", parts.join(" and "), if t.skips() == 1 { "s" } else { "" }))
 }
 
 /// The reason shown for a scenario that did not pass: the failure for FAILED and ERROR, the

@@ -38,6 +38,11 @@ pub struct RunConfig {
     /// `-x`/`--fail-fast`: the first FAILED or ERROR scenario stops the run, as pytest's `-x`:
     /// nothing new starts, and running scenarios are stopped (see [`Halt`]).
     pub fail_fast: bool,
+    /// `--require-credentials`: a scenario or step that would be SKIPPED for `missing
+    /// credentials [...]` is an ERROR instead.
+    pub require_credentials: bool,
+    /// `--fail-on-skip`: any skip fails the run (exit 1); outcomes stay as they are.
+    pub fail_on_skip: bool,
     pub run_id: String,
     /// Process environment plus `.env` files (the environment wins).
     pub env: BTreeMap<String, String>,
@@ -198,6 +203,12 @@ pub async fn run(
     cfg.provider.remove_builds().await;
     results.sort_by_key(|r| r.index);
     let interrupted = cancel.is_cancelled();
+    let totals = Totals::from_results(&results);
+    let mut code = exit_code(&results, interrupted);
+    // `--fail-on-skip` makes a skip a failure: over a pass or an error, under an interrupt.
+    if cfg.fail_on_skip && totals.skips() > 0 && matches!(code, 0 | 4) {
+        code = 1;
+    }
     let summary = RunSummary {
         run_id: cfg.run_id.clone(),
         provider: cfg.provider.name().to_string(),
@@ -205,8 +216,9 @@ pub async fn run(
         started_at_ms,
         duration_ms: started.elapsed().as_millis() as u64,
         interrupted,
-        totals: Totals::from_results(&results),
-        exit_code: exit_code(&results, interrupted),
+        totals,
+        exit_code: code,
+        fail_on_skip: cfg.fail_on_skip,
         provider_stats: cfg.provider.stats(),
         results,
     };
@@ -336,6 +348,8 @@ mod tests {
             provider,
             concurrency: j,
             fail_fast: false,
+            require_credentials: false,
+            fail_on_skip: false,
             run_id: "run-1".into(),
             env: BTreeMap::new(),
             cli_vars: serde_json::Map::new(),

@@ -21,6 +21,9 @@ use crate::provider::Capability;
 use crate::results::{Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus};
 use crate::steps::{Severity, StepCtx, StepError};
 
+/// What a missing credential says under `--require-credentials`.
+const STRICT_CREDENTIALS: &str = "(an error under --require-credentials)";
+
 /// The least time an attempt of a polled step gets, however little of the window is left.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 
@@ -71,19 +74,19 @@ pub fn panicked_result(case: &Case, index: usize, message: String) -> ScenarioRe
     ScenarioResult { outcome: Outcome::Error, failure: Some(failure), ..skipped_result(case, index, message) }
 }
 
-/// Why a case cannot run here, if it cannot.
-fn unmet_requirements(cfg: &RunConfig, case: &Case) -> Option<String> {
+/// Why a case cannot run here, if it cannot, and whether that is a missing credential.
+fn unmet_requirements(cfg: &RunConfig, case: &Case) -> Option<(String, bool)> {
     let req = &case.scenario.requires;
     let provider = cfg.provider.name();
     if !req.providers.is_empty() && !req.providers.iter().any(|p| p == provider) {
-        return Some(format!("requires provider {} (running on {provider})", req.providers.join(" or ")));
+        return Some((format!("requires provider {} (running on {provider})", req.providers.join(" or ")), false));
     }
     let mut missing: Vec<String> = cfg.provider.required_credentials();
     missing.extend(req.env.iter().cloned());
     missing.retain(|name| cfg.env.get(name).is_none_or(|v| v.is_empty()));
     missing.dedup();
     if !missing.is_empty() {
-        return Some(format!("missing credentials [{}]", missing.join(", ")));
+        return Some((format!("missing credentials [{}]", missing.join(", ")), true));
     }
     let caps = cfg.provider.capabilities();
     let lacking: Vec<&str> = req
@@ -93,7 +96,7 @@ fn unmet_requirements(cfg: &RunConfig, case: &Case) -> Option<String> {
         .map(String::as_str)
         .collect();
     if !lacking.is_empty() {
-        return Some(format!("provider {provider} lacks capability [{}]", lacking.join(", ")));
+        return Some((format!("provider {provider} lacks capability [{}]", lacking.join(", ")), false));
     }
     None
 }
@@ -168,7 +171,18 @@ pub async fn run_case(
             ..skipped_result(&case, index, message)
         };
     }
-    if let Some(reason) = unmet_requirements(cfg, &case) {
+    if let Some((reason, credentials)) = unmet_requirements(cfg, &case) {
+        if credentials && cfg.require_credentials {
+            let message = format!("{reason} {STRICT_CREDENTIALS}");
+            // At the `requires.env` it did not meet (the provider's own key: at the scenario).
+            let location = sc.requires.env_location.clone().unwrap_or_else(|| sc.location.clone());
+            let failure = Failure { step: "requires".into(), location, message: message.clone(), mismatch: None };
+            return ScenarioResult {
+                outcome: Outcome::Error,
+                failure: Some(failure),
+                ..skipped_result(&case, index, message)
+            };
+        }
         return skipped_result(&case, index, reason);
     }
     let _ = events.send(Event::ScenarioStarted { index, name: case.name.clone() });
@@ -612,6 +626,10 @@ impl CaseRun<'_> {
             .collect();
         if !missing.is_empty() {
             let why = format!("missing credentials [{}]", missing.join(", "));
+            if self.cfg.require_credentials {
+                let e = StepError::error(format!("{why} {STRICT_CREDENTIALS}"));
+                return self.finish(step, index, phase, JsonValue::Null, Err(e), 0, start_ms, t0);
+            }
             let mut rec = self.record(
                 step,
                 index,
