@@ -78,7 +78,8 @@ fn failed(
     later.message = Some("an earlier step failed".into());
     r.steps.push(later);
     r.sandboxes = vec!["sb-1".into()];
-    r.failure = Some(Failure { step: label.to_string(), location: at, message: message.to_string(), mismatch });
+    r.failure =
+        Some(Failure { step: label.to_string(), location: at, message: message.to_string(), mismatch, captured: None });
     r
 }
 

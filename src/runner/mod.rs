@@ -420,7 +420,7 @@ mod tests {
         let summary = run(config_j(provider, 1), cases, tx, CancellationToken::new()).await;
         let r0 = &summary.results[0];
         assert_eq!(r0.outcome, Outcome::Failed);
-        assert_eq!(r0.reason.as_deref(), Some("step timed out after 2.00s"), "{r0:?}");
+        assert_eq!(r0.reason.as_deref(), Some("step timed out after 2.00s (the step's `timeout:`)"), "{r0:?}");
         let r1 = &summary.results[1];
         assert_eq!(r1.reason.as_deref(), Some("scenario timed out after 3.00s"), "{r1:?}");
         let finally = r1.steps.iter().find(|s| s.phase == crate::results::Phase::Finally).unwrap();

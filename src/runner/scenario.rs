@@ -18,11 +18,17 @@ use crate::expr::{self, SandboxView};
 use crate::heavy;
 use crate::model::{Case, Step};
 use crate::provider::Capability;
-use crate::results::{Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus};
-use crate::steps::{Severity, StepCtx, StepError};
+use crate::results::{
+    Captured, Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus,
+};
+use crate::steps::{Severity, StepCtx, StepError, StepLimit, STEP_TIMEOUT, STEP_TIMEOUT_FLAG, WINDOW};
 
 /// What a missing credential says under `--require-credentials`.
 const STRICT_CREDENTIALS: &str = "(an error under --require-credentials)";
+
+/// How long past the step's limit a command step (`exec`, `host`) gets to stop its command
+/// itself and return what it printed, before the runner abandons it.
+const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// The least time an attempt of a polled step gets, however little of the window is left.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
@@ -70,6 +76,7 @@ pub fn panicked_result(case: &Case, index: usize, message: String) -> ScenarioRe
         location: case.scenario.location.clone(),
         message: message.clone(),
         mismatch: None,
+        captured: None,
     };
     ScenarioResult { outcome: Outcome::Error, failure: Some(failure), ..skipped_result(case, index, message) }
 }
@@ -135,9 +142,9 @@ struct CaseRun<'a> {
 type ProgressTail = Arc<Mutex<std::collections::VecDeque<String>>>;
 const TAIL_LINES: usize = 8;
 
-/// `step timed out after …`, with the last lines the step streamed, if it streamed any.
-fn timed_out_message(limit: Duration, tail: &ProgressTail) -> String {
-    let mut msg = format!("step timed out after {}", crate::duration::human(limit));
+/// `step timed out after … (the setting)`, with the last lines the step streamed, if any.
+fn timed_out_message(limit: Duration, setting: &str, tail: &ProgressTail) -> String {
+    let mut msg = format!("step timed out after {} ({setting})", crate::duration::human(limit));
     let tail = tail.lock().expect("progress tail");
     let lines: Vec<&str> = tail.iter().map(|l| l.trim_end()).filter(|l| !l.trim().is_empty()).collect();
     if !lines.is_empty() {
@@ -164,6 +171,7 @@ pub async fn run_case(
             location: d.location.clone(),
             message: message.clone(),
             mismatch: None,
+            captured: None,
         };
         return ScenarioResult {
             outcome: Outcome::Failed,
@@ -176,7 +184,8 @@ pub async fn run_case(
             let message = format!("{reason} {STRICT_CREDENTIALS}");
             // At the `requires.env` it did not meet (the provider's own key: at the scenario).
             let location = sc.requires.env_location.clone().unwrap_or_else(|| sc.location.clone());
-            let failure = Failure { step: "requires".into(), location, message: message.clone(), mismatch: None };
+            let failure =
+                Failure { step: "requires".into(), location, message: message.clone(), mismatch: None, captured: None };
             return ScenarioResult {
                 outcome: Outcome::Error,
                 failure: Some(failure),
@@ -223,6 +232,7 @@ pub async fn run_case(
         snapshots: Vec::new(),
         watches: Vec::new(),
         env: std::sync::Arc::new(cfg.env.clone()),
+        step_limit: None,
         progress: Some({
             let (events, masker, tail) = (events.clone(), cfg.masker.clone(), progress_tail.clone());
             std::sync::Arc::new(move |line: &str| {
@@ -394,7 +404,7 @@ impl CaseRun<'_> {
             let step = self.records.last().map(|r| r.label.clone()).unwrap_or_else(|| "scenario".into());
             let location =
                 self.records.last().map(|r| r.location.clone()).unwrap_or_else(|| self.case.scenario.location.clone());
-            self.failure = Some((sev, Failure { step, location, message, mismatch: None }));
+            self.failure = Some((sev, Failure { step, location, message, mismatch: None, captured: None }));
         }
     }
 
@@ -519,6 +529,7 @@ impl CaseRun<'_> {
                                 location: rec.location.clone(),
                                 message: rec.message.clone().unwrap_or_default(),
                                 mismatch: None,
+                                captured: None,
                             };
                             self.failure = Some((Severity::Error, failure));
                         }
@@ -579,6 +590,7 @@ impl CaseRun<'_> {
                         location: rec.location.clone(),
                         message: why.into(),
                         mismatch: None,
+                        captured: None,
                     };
                     self.failure = Some((severity, failure));
                 }
@@ -699,7 +711,10 @@ impl CaseRun<'_> {
                 attempts = 1;
                 Err(StepError::bad_args(e.message))
             }
-            Ok(typed) => self.attempts(step, &typed, limit, &mut attempts).await,
+            Ok(typed) => {
+                let setting = if step.timeout.is_some() { STEP_TIMEOUT } else { STEP_TIMEOUT_FLAG };
+                self.attempts(step, &typed, StepLimit { limit, setting }, &mut attempts).await
+            }
         };
         let result = match &step.expect_error {
             None => result,
@@ -715,7 +730,7 @@ impl CaseRun<'_> {
         &mut self,
         step: &Step,
         typed: &crate::steps::args::Args,
-        limit: Duration,
+        limit: StepLimit,
         attempts: &mut u32,
     ) -> Result<JsonValue, StepError> {
         if let Some(ev) = step.eventually {
@@ -726,7 +741,8 @@ impl CaseRun<'_> {
                 *attempts += 1;
                 // No attempt outlives the window (but each gets a moment, even the last).
                 let left = until.saturating_duration_since(TInstant::now()).max(MIN_ATTEMPT);
-                let r = this.attempt(step, typed, limit.min(left)).await;
+                let bound = if left < limit.limit { StepLimit { limit: left, setting: WINDOW } } else { limit };
+                let r = this.attempt(step, typed, bound).await;
                 if r.is_ok() || TInstant::now() + ev.every >= until {
                     break r.map_err(|mut e| {
                         e.message = format!(
@@ -800,13 +816,20 @@ impl CaseRun<'_> {
         &mut self,
         step: &Step,
         args: &crate::steps::args::Args,
-        limit: Duration,
+        bound: StepLimit,
     ) -> Result<JsonValue, StepError> {
         self.progress_tail.lock().expect("progress tail").clear();
-        match tokio::time::timeout(limit, (step.kind.run)(&mut self.ctx, args)).await {
+        self.ctx.step_limit = Some(bound);
+        // A command step stops its command at the limit itself (and keeps what it printed);
+        // it is abandoned only if it has not a moment later.
+        let outer =
+            if crate::steps::registry::stops_itself(step.kind) { bound.limit + STOP_MARGIN } else { bound.limit };
+        let r = match tokio::time::timeout(outer, (step.kind.run)(&mut self.ctx, args)).await {
             Ok(r) => r,
-            Err(_) => Err(StepError::fail(timed_out_message(limit, &self.progress_tail))),
-        }
+            Err(_) => Err(StepError::fail(timed_out_message(bound.limit, bound.setting, &self.progress_tail))),
+        };
+        self.ctx.step_limit = None;
+        r
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -906,6 +929,16 @@ impl CaseRun<'_> {
                 rec.continued = step.continue_on_error;
                 // `continue_on_error`: recorded, but it does not decide the outcome.
                 if self.failure.is_none() && !step.continue_on_error {
+                    // What the command printed: the failing step's own streams, or those of
+                    // the command an assertion checked; masked like everything recorded.
+                    let captured = match e.shown {
+                        Some(shown) => {
+                            let mut shown = *shown;
+                            self.cfg.masker.mask_json(&mut shown);
+                            Captured::from_outputs(&shown)
+                        }
+                        None => Captured::from_outputs(&rec.outputs),
+                    };
                     self.failure = Some((
                         e.severity,
                         Failure {
@@ -913,6 +946,7 @@ impl CaseRun<'_> {
                             location: rec.location.clone(),
                             message: rec.message.clone().unwrap_or_default(),
                             mismatch: rec.mismatch.clone(),
+                            captured,
                         },
                     ));
                 }
