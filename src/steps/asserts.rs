@@ -115,8 +115,20 @@ pub async fn assert(ctx: &mut StepCtx, a: &Args) -> StepResult {
     if holds {
         return Ok(JsonValue::Null);
     }
+    // As written (before rendering), on one line; then the value of each operand, as
+    // pytest's assertion rewriting shows them.
     let original = ctx.current_source.clone().unwrap_or_else(|| super::text(value));
-    Err(StepError::fail(
-        a.opt_str("message").map_or_else(|| format!("assertion failed: {original}"), |m| format!("{m} ({original})")),
-    ))
+    let expr = crate::expr::explain::one_line(&original);
+    let mut message =
+        a.opt_str("message").map_or_else(|| format!("assertion failed: {expr}"), |m| format!("{m} ({expr})"));
+    // A template that rendered to the expression (`{{ vars.n }} > 5`) is explained as rendered.
+    let explained = match value {
+        JsonValue::String(rendered) if !crate::expr::explain::is_single(&original) => rendered.as_str(),
+        _ => original.as_str(),
+    };
+    for line in crate::expr::explain::where_lines(explained, &ctx.expr_ctx) {
+        message.push_str("\n  ");
+        message.push_str(&line);
+    }
+    Err(StepError::fail(message))
 }

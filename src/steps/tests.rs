@@ -1002,12 +1002,23 @@ async fn assert_expressions_use_the_template_context() {
     step(&mut c, "assert", json!({ "that": "steps.a.exit_code == 0" })).await.unwrap();
     step(&mut c, "assert", json!({ "that": "steps.a.names | length > 1 and vars.n >= 3" })).await.unwrap();
     step(&mut c, "assert", json!({ "that": "{{ vars.n == 3 }}" })).await.unwrap();
+    // Issue 27 item 2: the value of each operand follows, as pytest's assertion rewriting.
     let e = failed(step(&mut c, "assert", json!({ "that": "vars.n > 5" })).await);
-    assert_eq!(e.message, "assertion failed: vars.n > 5");
-    // The message quotes the step as written when the runner provides it.
+    assert_eq!(e.message, "assertion failed: vars.n > 5\n  where vars.n = 3");
+    let e = failed(step(&mut c, "assert", json!({ "that": "steps.a.names | length > 2 and vars.n >= 3" })).await);
+    assert_eq!(
+        e.message,
+        "assertion failed: steps.a.names | length > 2 and vars.n >= 3\n  where steps.a.names = [\"x\",\"y\"]\n  \
+         where steps.a.names | length = 2\n  where vars.n = 3"
+    );
+    // The message quotes the step as written when the runner provides it; a template that
+    // rendered to the expression is explained as rendered.
     c.current_source = Some("{{ vars.n }} > 5".into());
-    let e = failed(step(&mut c, "assert", json!({ "that": "vars.n > 5", "message": "too few" })).await);
+    let e = failed(step(&mut c, "assert", json!({ "that": "3 > 5", "message": "too few" })).await);
     assert_eq!(e.message, "too few ({{ vars.n }} > 5)");
+    c.current_source = Some("{{ vars.n > 5 }}".into());
+    let e = failed(step(&mut c, "assert", json!({ "that": false })).await);
+    assert_eq!(e.message, "assertion failed: vars.n > 5\n  where vars.n = 3");
     let e = errored(step(&mut c, "assert", json!({ "that": "vars.n >" })).await);
     assert!(e.message.starts_with("cannot evaluate `vars.n >`: "), "{}", e.message);
 }
