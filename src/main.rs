@@ -153,9 +153,18 @@ struct RunArgs {
     /// Print the selected scenarios and exit.
     #[arg(long)]
     list: bool,
-    /// Stop starting new scenarios after the first failure or error.
-    #[arg(long)]
+    /// Stop at the first failure or error (pytest's -x): nothing new starts, and running
+    /// scenarios are stopped at once (their step interrupted, `finally` run within
+    /// --grace-period, sandboxes destroyed) and reported SKIPPED with why.
+    #[arg(short = 'x', long = "fail-fast", visible_alias = "exitfirst")]
     fail_fast: bool,
+    /// A scenario or step that would be SKIPPED for `missing credentials [...]` is an ERROR
+    /// instead (exit 4): for CI jobs whose secrets must be there. Other skips stay skips.
+    #[arg(long)]
+    require_credentials: bool,
+    /// Any SKIPPED scenario, or step skipped for its key, fails the run (exit 1).
+    #[arg(long)]
+    fail_on_skip: bool,
     /// Where sandboxes live.
     #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
     provider: ProviderKind,
@@ -586,6 +595,8 @@ fn run(args: RunArgs) -> u8 {
             provider: provider.clone(),
             concurrency: args.concurrency as usize,
             fail_fast: args.fail_fast,
+            require_credentials: args.require_credentials,
+            fail_on_skip: args.fail_on_skip,
             run_id: config::run_id(&env),
             env,
             cli_vars,
