@@ -155,10 +155,10 @@ fn is_word(text: &str, t: &(Tok, usize, usize), word: &str) -> bool {
 
 /// The pieces of `toks` between top-level (depth 0) separators that `is_sep` picks, with the
 /// separator's width in tokens (`not in`: 2).
-fn split<'t>(
-    toks: &'t [(Tok, usize, usize)],
+fn split(
+    toks: &[(Tok, usize, usize)],
     is_sep: impl Fn(&[(Tok, usize, usize)]) -> usize,
-) -> Vec<&'t [(Tok, usize, usize)]> {
+) -> Vec<&[(Tok, usize, usize)]> {
     let mut parts = Vec::new();
     let (mut depth, mut from, mut i) = (0i32, 0, 0);
     while i < toks.len() {
