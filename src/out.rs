@@ -53,3 +53,48 @@ pub fn terminal_width() -> Option<usize> {
     }
     std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse().ok()).filter(|&c: &usize| c > 0)
 }
+
+/// While alive, the terminal on standard input does not echo control characters: Ctrl-C no
+/// longer prints `^C`. The live view needs that: indicatif leaves the cursor at the right
+/// edge of its last line, so the echoed `^C` wrapped onto a new line, the view's count of
+/// its own lines was one short, and taking it down left its top line on screen. Dropped, it
+/// puts the terminal back as it found it. Nothing happens when stdin is not a terminal.
+pub struct NoEchoCtl(Option<rustix::termios::Termios>);
+
+impl NoEchoCtl {
+    pub fn new() -> Self {
+        use rustix::termios::{tcgetattr, tcsetattr, LocalModes, OptionalActions};
+        let stdin = rustix::stdio::stdin();
+        let Ok(before) = tcgetattr(stdin) else { return NoEchoCtl(None) };
+        if !before.local_modes.contains(LocalModes::ECHOCTL) {
+            return NoEchoCtl(None);
+        }
+        let mut quiet = before.clone();
+        quiet.local_modes.remove(LocalModes::ECHOCTL);
+        match tcsetattr(stdin, OptionalActions::Now, &quiet) {
+            Ok(()) => NoEchoCtl(Some(before)),
+            Err(_) => NoEchoCtl(None),
+        }
+    }
+}
+
+impl Default for NoEchoCtl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for NoEchoCtl {
+    fn drop(&mut self) {
+        if let Some(before) = self.0.take() {
+            // Only the flag we cleared: anything else changed meanwhile stays.
+            let stdin = rustix::stdio::stdin();
+            if let Ok(mut now) = rustix::termios::tcgetattr(stdin) {
+                now.local_modes.insert(rustix::termios::LocalModes::ECHOCTL);
+                let _ = rustix::termios::tcsetattr(stdin, rustix::termios::OptionalActions::Now, &now);
+            } else {
+                let _ = rustix::termios::tcsetattr(stdin, rustix::termios::OptionalActions::Now, &before);
+            }
+        }
+    }
+}
