@@ -219,3 +219,39 @@ fn help_lists_the_exit_codes() {
         assert!(codes.lines().all(|l| l.chars().count() <= 80), "{codes}");
     }
 }
+
+/// Issue 27 item 4: a sandbox file compared with a file beside the scenario (`equals_file`),
+/// text and binary: where they first differ, the sizes, and a diff for text.
+#[test]
+fn a_sandbox_file_compared_with_a_file_beside_the_scenario() {
+    let out = cmd(&["tests/fixtures/local-files", "--no-progress", "-j", "1"]).env("COLUMNS", "80").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = redact(&text(&out.stdout));
+    assert!(stdout.contains("PASSED  local file equal"), "{stdout}");
+    let summary = &stdout[stdout.find("\n\n").expect("a summary after the streamed lines") + 2..];
+    for line in summary.lines() {
+        assert!(line.chars().count() <= 80, "longer than 80 columns: {line:?}");
+    }
+    expect_file(&root().join("tests/fixtures/local-files.80.out"), &stdout);
+}
+
+/// Issue 27 item 4: a templated `equals_file` cannot be checked before the run; at run time a
+/// path outside the scenario's folder is the step's ERROR with the same words `check` uses.
+#[test]
+fn a_templated_equals_file_outside_the_scenario_folder_is_an_error_at_run_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("suite");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(tmp.path().join("elsewhere.txt"), "x").unwrap();
+    let file = dir.join("s.yaml");
+    std::fs::write(
+        &file,
+        "name: templated\nsteps:\n  - create: base\n  - exec: printf x > /tmp/x\n  - assert-file: { path: /tmp/x, equals_file: \"{{ vars.f }}\" }\n",
+    )
+    .unwrap();
+    let out = run(&[file.to_str().unwrap(), "--no-progress", "--var", "f=../elsewhere.txt"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{stdout}");
+    assert!(stdout.contains("ERROR   templated"), "{stdout}");
+    assert!(stdout.contains("../elsewhere.txt is outside the scenario's folder"), "{stdout}");
+}
