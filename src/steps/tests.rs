@@ -1627,7 +1627,7 @@ async fn host_runs_here_with_exec_outputs_env_cwd_stdin_and_a_group_kill() {
     let t0 = std::time::Instant::now();
     let e = failed(step(&mut c, "host", json!({ "cmd": "sleep 30 & echo $!; sleep 30", "timeout": "300ms" })).await);
     assert!(t0.elapsed() < Duration::from_secs(5), "the timeout stops it: {:?}", t0.elapsed());
-    assert_eq!(e.message, "command timed out after 0.30s");
+    assert_eq!(e.message, "command timed out after 0.30s (host's `timeout`)");
     let out = e.outputs.unwrap();
     assert_eq!(
         (out["timed_out"].as_bool(), out["exit_code"].is_null(), out["signal"].as_i64()),
