@@ -255,3 +255,34 @@ fn a_templated_equals_file_outside_the_scenario_folder_is_an_error_at_run_time()
     assert!(stdout.contains("ERROR   templated"), "{stdout}");
     assert!(stdout.contains("../elsewhere.txt is outside the scenario's folder"), "{stdout}");
 }
+
+/// Issue 27 item 7's Ctrl-C fix changes the terminal (no `^C` echo) while the live view is
+/// up: a run started in the background of an interactive shell (`scenario-run … &`) must not
+/// touch it, or the kernel stops the run with SIGTTOU and `wait` never returns.
+#[test]
+fn a_run_in_the_background_of_a_shell_is_not_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("quick.yaml");
+    std::fs::write(&file, "name: quick\nsteps:\n  - create: base\n  - exec: echo hi\n").unwrap();
+    let inner = format!("{} '{}' & wait $!; echo waited=$?", bin().display(), file.display());
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &format!("bash --norc --noprofile -ic \"{inner}\""), "/dev/null"])
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the backgrounded run never ended (stopped by SIGTTOU?)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let shown = text(&out.stdout);
+    assert!(shown.contains("waited=0"), "{shown}");
+    assert!(shown.contains("1 passed"), "{shown}");
+}
