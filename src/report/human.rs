@@ -157,7 +157,9 @@ impl HumanReporter {
     fn notice(&mut self, text: &str) {
         let width = if self.live.is_some() || self.after_live { self.opts.width } else { None };
         let text = summary::wrap(text, "", "  ", width);
-        self.line(&paint(text.trim_end(), Color::Yellow, self.opts.color));
+        // Each line painted on its own: the live view draws between them.
+        let painted: Vec<String> = text.lines().map(|l| paint(l, Color::Yellow, self.opts.color)).collect();
+        self.line(&painted.join("\n"));
     }
 
     fn counts_message(&self) -> String {
