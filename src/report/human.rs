@@ -6,7 +6,9 @@
 //! progress (a template build) shows its current build step and the last line of its log:
 //! `name › build: python-hello › #4 RUN pip install flask │ Successfully installed flask`.
 //! When a scenario ends its line goes away and a permanent `PASSED name (1.20s)` line is
-//! printed above the bars, cut to the terminal's width. The bars are drawn on stdout by
+//! printed above the bars, cut to the terminal's width. Nothing is drawn before the run starts
+//! (the provider's preparation prints on stderr), and the view goes when the last scenario
+//! ends, before the run's cleanup. The bars are drawn on stdout by
 //! indicatif; `out` receives the final summary. On Ctrl-C the live view is taken down at once
 //! and the rest of the run is reported in plain lines: the terminal has echoed `^C`, cleanup
 //! may print, and a spinner redrawn over that left a stale line behind.
@@ -299,6 +301,13 @@ impl HumanReporter {
             live.overall.inc(1);
             live.overall.set_message(msg);
         }
+        // The last scenario is done: the view goes now, not after the run's cleanup (sweeping
+        // sandboxes, removing builds), where a full bar idled and any line cleanup printed on
+        // stderr cut through it and left it behind.
+        if self.total > 0 && self.counts.total >= self.total && self.live.is_some() {
+            self.after_live = true;
+            self.finish_live();
+        }
     }
 
     fn finish_live(&mut self) {
@@ -541,7 +550,8 @@ XPASS   fixed bug  0.40s  known issue #7 passed
         let mut rep = HumanReporter::with_draw_target(opts, Box::new(buf.clone()), ProgressDrawTarget::hidden());
         let ev = events(false);
         let mut max_running = 0;
-        for e in &ev[..ev.len() - 1] {
+        // Up to the last scenario's end (then the view goes, see below).
+        for e in &ev[..ev.len() - 2] {
             rep.handle(e);
             let live = rep.live.as_ref().unwrap();
             max_running = max_running.max(live.running.len());
@@ -552,10 +562,13 @@ XPASS   fixed bug  0.40s  known issue #7 passed
         }
         assert_eq!(max_running, 1);
         let live = rep.live.as_ref().unwrap();
-        assert!(live.running.is_empty());
-        assert_eq!(live.overall.position(), 7);
+        assert_eq!(live.running.len(), 1);
+        assert_eq!(live.overall.position(), 6);
         assert_eq!(live.overall.length(), Some(7));
-        assert_eq!(live.overall.message(), "1 passed, 2 failed, 1 error, 1 skipped, 1 xfail, 1 xpass");
+        assert_eq!(live.overall.message(), "1 passed, 2 failed, 1 error, 1 skipped, 1 xfail");
+        // The last scenario's end takes the view down, before the run's cleanup.
+        rep.handle(&ev[ev.len() - 2]);
+        assert!(rep.live.is_none());
         // Permanent lines went to the (hidden) live view, not to `out`.
         assert_eq!(buf.text(), "");
         rep.handle(ev.last().unwrap());
@@ -688,6 +701,24 @@ XPASS   fixed bug  0.40s  known issue #7 passed
         rep.handle(&Event::RunStarted { run_id: "r".into(), provider: "local".into(), total: 2, concurrency: 2 });
         std::thread::sleep(Duration::from_millis(600));
         assert!(screen.visible().iter().any(|l| l.contains("0/2")), "{:?}", screen.visible());
+    }
+
+    /// Issue 27 item 7: the full bar stayed on screen while the run cleaned up after its last
+    /// scenario (sweeping sandboxes, removing builds), and a line cleanup printed on stderr left
+    /// it behind. The view goes with the last scenario's end; its line stays.
+    #[test]
+    fn no_bar_is_left_once_the_last_scenario_ends() {
+        let screen = Screen::default();
+        let (mut rep, _out) = live_on(&screen);
+        rep.handle(&Event::RunStarted { run_id: "r".into(), provider: "local".into(), total: 1, concurrency: 1 });
+        rep.handle(&Event::ScenarioStarted { index: 0, name: "only".into() });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(screen.visible().iter().any(|l| l.contains("0/1")), "{:?}", screen.visible());
+        rep.handle(&Event::ScenarioFinished { result: fixture::scenario(0, "only", "a.yaml", Outcome::Passed, 10) });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(rep.live.is_none());
+        let after = screen.visible();
+        assert!(!after.iter().any(|l| l.contains("1/1") || l.contains("passed, 0 failed")), "a bar is left: {after:?}");
     }
 
     /// Issue 27 item 7: after Ctrl-C the lines were plain and longer than the terminal, which
