@@ -10,8 +10,9 @@
 //! (the provider's preparation prints on stderr), and the view goes when the last scenario
 //! ends, before the run's cleanup. The bars are drawn on stdout by
 //! indicatif; `out` receives the final summary. On Ctrl-C the live view is taken down at once
-//! and the rest of the run is reported in plain lines: the terminal has echoed `^C`, cleanup
-//! may print, and a spinner redrawn over that left a stale line behind.
+//! and the rest of the run is reported in lines cut to the width as above it (the notice
+//! wrapped between words): cleanup may print, and a spinner redrawn over that left a stale line
+//! behind. While the view is up the terminal does not echo `^C` ([`out::NoEchoCtl`]).
 //!
 //! Plain mode: one line per finished scenario, written to `out` and flushed at once, so CI
 //! logs stream:
@@ -59,8 +60,8 @@ pub struct HumanReporter {
     doing: HashMap<usize, Doing>,
     total: usize,
     counts: Totals,
-    /// The live view was taken down by an interrupt: the lines that follow are still for a
-    /// terminal of `opts.width` columns, which would break them mid-word.
+    /// The live view was taken down (an interrupt, or the last scenario's end): the lines that
+    /// follow are still for a terminal of `opts.width` columns, which would break them mid-word.
     after_live: bool,
     /// The live view is drawn on the process's own terminal (not a test's).
     terminal: bool,
