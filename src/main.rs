@@ -38,11 +38,22 @@ enum NoScenarios {
     Pass,
 }
 
+/// Under `--help` of a run (README, "Outcomes and exit codes"; `exit_code` in the runner).
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    all good: passed, xfail, non-strict xpass, skipped (see --fail-on-skip)
+  1    a scenario failed, a strict xpass, or a skip under --fail-on-skip
+  2    command-line usage, or a selection that matches no scenario
+  3    invalid scenario files
+  4    infrastructure error and no failure, or a report not written
+  130  interrupted (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT)";
+
 #[derive(Parser)]
 #[command(
     name = "scenario-run",
     version,
-    about = "End-to-end scenarios for agent sandbox platforms, written as YAML data"
+    about = "End-to-end scenarios for agent sandbox platforms, written as YAML data",
+    after_help = EXIT_CODES_HELP
 )]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 struct Cli {
@@ -55,6 +66,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run scenarios (the default when no command is given).
+    #[command(after_help = EXIT_CODES_HELP)]
     Run(Box<RunArgs>),
     /// Validate scenario files without running anything (exit 3 if any is invalid).
     Check(CheckArgs),
@@ -187,7 +199,8 @@ struct RunArgs {
     /// Plain lines instead of the live progress view.
     #[arg(long)]
     no_progress: bool,
-    /// Print each scenario's start as well as its end.
+    /// Print each scenario's start as well as its end, every finished step, and that the
+    /// provider's images were cached.
     #[arg(short, long)]
     verbose: bool,
     /// Colour: auto, always, never.
@@ -635,7 +648,7 @@ fn run(args: RunArgs) -> u8 {
             }
         });
         if !cases.is_empty() {
-            match prepare(provider.as_ref(), &cancel).await {
+            match prepare(provider.as_ref(), &cancel, args.verbose).await {
                 Ok(()) => {}
                 Err(e) => {
                     errln!("error: {e}");
@@ -713,7 +726,7 @@ fn serve(args: &scenario_run::server::ServeArgs) -> u8 {
             errln!("warning: {w}");
         }
         // Build `base` before listening, so no client's first create waits a minute on it.
-        if let Err(e) = prepare(&provider, &CancellationToken::new()).await {
+        if let Err(e) = prepare(&provider, &CancellationToken::new(), true).await {
             errln!("error: {e}");
             return EXIT_INFRA;
         }

@@ -53,3 +53,61 @@ pub fn terminal_width() -> Option<usize> {
     }
     std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse().ok()).filter(|&c: &usize| c > 0)
 }
+
+/// While alive, the terminal on standard input does not echo control characters: Ctrl-C no
+/// longer prints `^C`. The live view needs that: indicatif leaves the cursor at the right
+/// edge of its last line, so the echoed `^C` wrapped onto a new line, the view's count of
+/// its own lines was one short, and taking it down left its top line on screen. Dropped, it
+/// puts the terminal back as it found it. Nothing happens when stdin is not a terminal, or
+/// when the run is not in the terminal's foreground (`scenario-run … &`): the terminal is not
+/// ours to change then.
+pub struct NoEchoCtl(Option<rustix::termios::Termios>);
+
+impl NoEchoCtl {
+    pub fn new() -> Self {
+        use rustix::termios::{tcgetattr, tcgetpgrp, LocalModes};
+        let stdin = rustix::stdio::stdin();
+        let Ok(before) = tcgetattr(stdin) else { return NoEchoCtl(None) };
+        let foreground = tcgetpgrp(stdin).is_ok_and(|p| p == rustix::process::getpgrp());
+        if !foreground || !before.local_modes.contains(LocalModes::ECHOCTL) {
+            return NoEchoCtl(None);
+        }
+        let mut quiet = before.clone();
+        quiet.local_modes.remove(LocalModes::ECHOCTL);
+        match set_attrs(&quiet) {
+            Ok(()) => NoEchoCtl(Some(before)),
+            Err(_) => NoEchoCtl(None),
+        }
+    }
+}
+
+/// `tcsetattr` on stdin with SIGTTOU ignored meanwhile: a run moved to the background after
+/// the view went up (Ctrl-Z, `bg`) would otherwise be stopped by the kernel when it puts the
+/// terminal back.
+fn set_attrs(t: &rustix::termios::Termios) -> rustix::io::Result<()> {
+    // SAFETY: swapping a signal's disposition to SIG_IGN and back; no handler runs.
+    let old = unsafe { libc::signal(libc::SIGTTOU, libc::SIG_IGN) };
+    let r = rustix::termios::tcsetattr(rustix::stdio::stdin(), rustix::termios::OptionalActions::Now, t);
+    // SAFETY: as above, restoring what was there.
+    unsafe { libc::signal(libc::SIGTTOU, old) };
+    r
+}
+
+impl Default for NoEchoCtl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for NoEchoCtl {
+    fn drop(&mut self) {
+        if let Some(before) = self.0.take() {
+            // Only the flag we cleared: anything else changed meanwhile stays.
+            let now = rustix::termios::tcgetattr(rustix::stdio::stdin()).map(|mut now| {
+                now.local_modes.insert(rustix::termios::LocalModes::ECHOCTL);
+                now
+            });
+            let _ = set_attrs(now.as_ref().unwrap_or(&before));
+        }
+    }
+}

@@ -134,5 +134,10 @@ fn html_report_renders_filters_and_is_screenshotted_in_chromium() {
     let log = text(&check.stdout);
     assert!(log.contains("ok: the \"failed\" button shows 2"), "{log}");
     assert!(log.contains("ok: a link with the fragment opens the same filtered view"), "{log}");
+    // Issue 27 item 6: a legend for the timeline's colours, and the timeline follows the filters.
+    assert!(log.contains("ok: the legend explains every step colour"), "{log}");
+    assert!(log.contains("ok: the timeline follows the text filter"), "{log}");
+    assert!(log.contains("ok: the timeline follows the \"failed\" button"), "{log}");
+    assert!(log.contains("ok: and the chart shrinks to fit"), "{log}");
     assert_eq!(png_size(&shot), (1280, 800), "the screenshot is 1280x800");
 }

@@ -114,3 +114,175 @@ fn a_failing_assert_shows_the_value_of_each_operand() {
     }
     expect_file(&root().join("tests/fixtures/asserts.80.out"), &stdout);
 }
+
+/// Runs `args` on a real terminal of `cols` columns (`script` gives it a pty); with
+/// `ctrl_c_after`, types Ctrl-C on that terminal after so long, as a person does. Returns the
+/// exit code and what the terminal was sent, escape codes removed, split into lines.
+fn on_terminal(cols: u16, args: &[&str], ctrl_c_after: Option<std::time::Duration>) -> (Option<i32>, Vec<String>) {
+    use std::io::{Read, Write};
+    let mut line = format!("stty cols {cols}; exec {}", bin().display());
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .env_remove("COLUMNS")
+        .env_remove("E2E_RUN_ID")
+        .env_remove("GITHUB_ACTIONS")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout.read_to_end(&mut bytes);
+        bytes
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(after) = ctrl_c_after {
+        std::thread::sleep(after);
+        stdin.write_all(b"\x03").unwrap();
+        stdin.flush().unwrap();
+    }
+    let bytes = reader.join().unwrap();
+    drop(stdin);
+    let code = child.wait().unwrap().code();
+    let shown = regex::Regex::new(r"\x1b\[[0-9;?]*[A-Za-z]").unwrap().replace_all(&text(&bytes), "").into_owned();
+    // A carriage return starts the line over: keep what was written after the last one.
+    let lines = shown.split('\n').map(|l| l.trim_end_matches('\r').rsplit('\r').next().unwrap_or("").to_string());
+    (code, lines.collect())
+}
+
+/// Issue 27 item 7: `image base: cached (…)` is printed only with -v (or when something
+/// was built), and no progress bar is drawn while the provider prepares.
+#[test]
+fn a_run_that_builds_nothing_starts_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("quick.yaml");
+    std::fs::write(&file, "name: quick\nsteps:\n  - create: base\n  - exec: echo hi\n").unwrap();
+    let file = file.to_str().unwrap();
+    // The first run builds `base` if this machine has never had it.
+    let (code, _) = on_terminal(80, &[file], None);
+    assert_eq!(code, Some(0));
+    let (code, shown) = on_terminal(80, &[file], None);
+    assert_eq!(code, Some(0), "{shown:#?}");
+    assert!(!shown.iter().any(|l| l.contains("image base")), "{shown:#?}");
+    assert!(!shown.iter().any(|l| l.contains("0/0")), "a bar drawn before the run started: {shown:#?}");
+    let (code, shown) = on_terminal(80, &[file, "-v"], None);
+    assert_eq!(code, Some(0), "{shown:#?}");
+    assert!(shown.iter().any(|l| l.starts_with("image base: cached (")), "{shown:#?}");
+}
+
+/// Issue 27 item 7: after Ctrl-C on an 80-column terminal no line was broken mid-word (the
+/// notice and the scenario lines were wider than the terminal), and the `^C` the terminal
+/// echoed pushed the live view down a line, so its top line stayed on screen.
+#[test]
+fn ctrl_c_on_an_80_column_terminal_breaks_no_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for n in 1..=2 {
+        let file = tmp.path().join(format!("sleeper{n}.yaml"));
+        std::fs::write(
+            &file,
+            format!("name: sleeper number {n} with a long name\nsteps:\n  - create: base\n  - exec: sleep 30\n"),
+        )
+        .unwrap();
+        files.push(file.to_str().unwrap().to_string());
+    }
+    let args: Vec<&str> = files.iter().map(String::as_str).collect();
+    let (code, shown) = on_terminal(80, &args, Some(std::time::Duration::from_secs(5)));
+    assert_eq!(code, Some(130), "{shown:#?}");
+    let from = shown.iter().position(|l| l.starts_with("interrupted by SIGINT")).expect("the notice");
+    let after = &shown[from..];
+    for line in after {
+        assert!(line.chars().count() <= 80, "wider than the terminal: {line:?}\n{after:#?}");
+    }
+    assert!(after[1].starts_with("  ") && after[1].ends_with("to exit at once"), "{after:#?}");
+    assert!(!shown.iter().any(|l| l.contains("^C")), "Ctrl-C was echoed under the live view: {after:#?}");
+}
+
+/// Issue 27 item 7: `--help` (and `run --help`) list the exit codes, each line within 80
+/// columns.
+#[test]
+fn help_lists_the_exit_codes() {
+    for args in [&["--help"][..], &["run", "--help"], &["-h"]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(0));
+        let help = text(&out.stdout);
+        let codes = &help[help.find("Exit codes:").unwrap_or_else(|| panic!("{args:?}: {help}"))..];
+        for code in ["  0 ", "  1 ", "  2 ", "  3 ", "  4 ", "  130 "] {
+            assert!(codes.lines().any(|l| l.starts_with(code)), "{args:?}: {code:?} missing\n{codes}");
+        }
+        assert!(codes.lines().all(|l| l.chars().count() <= 80), "{codes}");
+    }
+}
+
+/// Issue 27 item 4: a sandbox file compared with a file beside the scenario (`equals_file`),
+/// text and binary: where they first differ, the sizes, and a diff for text.
+#[test]
+fn a_sandbox_file_compared_with_a_file_beside_the_scenario() {
+    let out = cmd(&["tests/fixtures/local-files", "--no-progress", "-j", "1"]).env("COLUMNS", "80").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = redact(&text(&out.stdout));
+    assert!(stdout.contains("PASSED  local file equal"), "{stdout}");
+    let summary = &stdout[stdout.find("\n\n").expect("a summary after the streamed lines") + 2..];
+    for line in summary.lines() {
+        assert!(line.chars().count() <= 80, "longer than 80 columns: {line:?}");
+    }
+    expect_file(&root().join("tests/fixtures/local-files.80.out"), &stdout);
+}
+
+/// Issue 27 item 4: a templated `equals_file` cannot be checked before the run; at run time a
+/// path outside the scenario's folder is the step's ERROR with the same words `check` uses.
+#[test]
+fn a_templated_equals_file_outside_the_scenario_folder_is_an_error_at_run_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("suite");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(tmp.path().join("elsewhere.txt"), "x").unwrap();
+    let file = dir.join("s.yaml");
+    std::fs::write(
+        &file,
+        "name: templated\nsteps:\n  - create: base\n  - exec: printf x > /tmp/x\n  - assert-file: { path: /tmp/x, equals_file: \"{{ vars.f }}\" }\n",
+    )
+    .unwrap();
+    let out = run(&[file.to_str().unwrap(), "--no-progress", "--var", "f=../elsewhere.txt"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{stdout}");
+    assert!(stdout.contains("ERROR   templated"), "{stdout}");
+    assert!(stdout.contains("../elsewhere.txt is outside the scenario's folder"), "{stdout}");
+}
+
+/// Issue 27 item 7's Ctrl-C fix changes the terminal (no `^C` echo) while the live view is
+/// up: a run started in the background of an interactive shell (`scenario-run … &`) must not
+/// touch it, or the kernel stops the run with SIGTTOU and `wait` never returns.
+#[test]
+fn a_run_in_the_background_of_a_shell_is_not_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("quick.yaml");
+    std::fs::write(&file, "name: quick\nsteps:\n  - create: base\n  - exec: echo hi\n").unwrap();
+    let inner = format!("{} '{}' & wait $!; echo waited=$?", bin().display(), file.display());
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &format!("bash --norc --noprofile -ic \"{inner}\""), "/dev/null"])
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the backgrounded run never ended (stopped by SIGTTOU?)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let shown = text(&out.stdout);
+    assert!(shown.contains("waited=0"), "{shown}");
+    assert!(shown.contains("1 passed"), "{shown}");
+}

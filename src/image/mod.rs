@@ -122,6 +122,12 @@ fn say(log: &UnboundedSender<String>, line: String) {
     let _ = log.send(line);
 }
 
+/// A progress line that only says an image was already there (`image base: cached (…)`):
+/// news to nobody on a run that built nothing, so a run shows it only with `-v`.
+pub fn is_cache_hit(line: &str) -> bool {
+    line.starts_with("image ") && line.contains(": cached (")
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(|e| ImageError::infra(format!("finish an image task: {e}")))?
 }
@@ -618,4 +624,28 @@ impl ImageStore {
 /// `resolved, sha256:0123456789ab` for a log line.
 fn short(img: &Rootfs) -> String {
     format!("{}, {}", img.resolved, &img.digest[..img.digest.len().min(19)])
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every way `get` says an image was there already, and none of the lines that say
+    /// something happened (a build, a pull, a registry that did not answer).
+    #[test]
+    fn cache_hits() {
+        for yes in [
+            "image base: cached (offline:e2b-base, sha256:64ba65b49d4a)",
+            "image python:3.11-slim: cached (offline:python-3.11, sha256:0123456789ab)",
+            "image localhost:5000/x:tag: cached (localhost:5000/x@sha256:ab)",
+        ] {
+            assert!(super::is_cache_hit(yes), "{yes}");
+        }
+        for no in [
+            "image base: building offline recipe e2b-base with mmdebstrap (first use; about a minute)…",
+            "image base: built in 61.2s (312 MB)",
+            "image localhost:5000/x:tag: the registry did not answer (timeout); using the cached x@sha256:ab",
+            "images: removed 2 unfinished build(s) a stopped run left in /var/cache",
+        ] {
+            assert!(!super::is_cache_hit(no), "{no}");
+        }
+    }
 }

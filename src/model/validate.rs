@@ -455,6 +455,9 @@ fn step(
     if kind.name == "build" || kind.name == "deploy" {
         template_folder(cx, kind.name, &st.args, opts);
     }
+    if kind.name == "assert-file" {
+        local_file(cx, &st.args);
+    }
     record_in_scope(cx, &st, knode, scope, sandboxes);
     st.label = name.unwrap_or_else(|| label(kind.name, &st.args, kind.main));
     Some(st)
@@ -1079,6 +1082,25 @@ fn bare_expression_help(diags: &mut [Diagnostic], key: &str, example: &str) {
                 "`{key}:` takes a bare expression, without `{{{{ }}}}`, e.g. `{example}`; operators: == != < > and or not in"
             ));
         }
+    }
+}
+
+/// `assert-file: { equals_file: … }`: the local file is found now (beside the scenario, inside
+/// its folder), rather than by the run; a templated path is resolved the same way at run time.
+fn local_file(cx: &mut Ctx<'_>, args: &Node) {
+    let Some(node) = args.get("equals_file") else { return };
+    if let Some(exists) = args.get("exists").filter(|e| matches!(e.value, Value::Bool(false))) {
+        let d = exists
+            .diag(cx.src, crate::steps::asserts::EQUALS_FILE_AND_ABSENT)
+            .label("the file must not exist")
+            .help("keep `equals_file` to compare the file, or `exists: false` to check it is absent");
+        cx.push(d);
+    }
+    let Some(rel) = node.as_str().filter(|s| !expr::is_expression(s)) else { return };
+    let scenario_dir = std::path::Path::new(&cx.src.path).parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    if let Err(r) = crate::steps::local_file::resolve(&scenario_dir, rel, "equals_file") {
+        let d = node.diag(cx.src, r.message).label(r.label).help(r.help);
+        cx.push(d);
     }
 }
 

@@ -100,12 +100,15 @@ pub fn make(
 }
 
 /// The provider's one-time preparation (the local `base` image on first use), its progress
-/// printed as it comes; Ctrl-C stops it.
-pub async fn prepare(provider: &dyn Provider, cancel: &CancellationToken) -> Result<(), String> {
+/// printed as it comes; Ctrl-C stops it. Unless `verbose`, a line that only says an image was
+/// cached is left out: a run that builds nothing starts quietly.
+pub async fn prepare(provider: &dyn Provider, cancel: &CancellationToken, verbose: bool) -> Result<(), String> {
     let (log, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
     let printer = tokio::spawn(async move {
         while let Some(line) = lines.recv().await {
-            errln!("{line}");
+            if verbose || !crate::image::is_cache_hit(&line) {
+                errln!("{line}");
+            }
         }
     });
     let r = tokio::select! {

@@ -9,6 +9,8 @@
 //! * a timeline: one lane per scenario (waiting for a permit, then running, its steps as
 //!   segments), and the sandboxes packed into as few lanes as their lives allow, so the number
 //!   of sandbox lanes is the most that were alive at once, next to the concurrency limit;
+//!   a legend for every colour (step families, outcomes); the filters below hide the lanes
+//!   of the scenarios they hide, and move the rest up;
 //! * the scenarios, filterable by text (name, tag, file) and by outcome: each with its
 //!   outcome, duration and failing step (`file:line`), the failure with expected/found (a diff
 //!   for several lines) and its hint, and every step with its rendered arguments, outputs,
@@ -451,6 +453,21 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
         summary.concurrency,
         if over { " <b class=\"over\">(over the limit)</b>" } else { "" }
     );
+    // What the colours of the step segments and of the bars mean.
+    h.push_str("<p class=\"legend steps-legend\">steps:");
+    for (family, what) in KIND_FAMILIES {
+        let _ = write!(h, " <span class=\"key seg-key k-{family}\"></span> {what}");
+    }
+    h.push_str(" <span class=\"key seg-key k-failed\"></span> a step that failed or errored</p>\n");
+    h.push_str("<p class=\"legend outcomes-legend\">bars and sandboxes take their scenario's outcome:");
+    for o in Outcome::ALL {
+        let _ = write!(h, " <span class=\"key out-key {}\"></span> {}", o.name(), o.name());
+    }
+    let _ = writeln!(
+        h,
+        " · <span id=\"tl-shown\">{n} of {n} scenarios</span> (the filters below apply here too)</p>",
+        n = ran.len()
+    );
 
     let rows = ran.len() + packed.len() + 2;
     let height = 30.0 + rows as f64 * ROW + 10.0;
@@ -475,7 +492,11 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
     let mut y = 24.0;
     let _ = writeln!(h, "<text class=\"group\" x=\"4\" y=\"{:.1}\">scenarios</text>", y + 12.0);
     y += ROW;
-    for r in &ran {
+    // Each lane in a row of its own, which the filters hide and move up (the script);
+    // the sandboxes below move up with them.
+    let _ = writeln!(h, "<g class=\"rows\" data-row-height=\"{ROW}\" data-height=\"{height}\">");
+    for (row, r) in ran.iter().enumerate() {
+        let _ = write!(h, "<g class=\"row\" data-row=\"{row}\" data-scenario=\"s{}\">", r.index);
         let start = r.started_at_ms.saturating_sub(summary.started_at_ms);
         let c = r.outcome.name();
         let label = summary::fit(&r.name, 34);
@@ -521,9 +542,10 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
                 format::duration(s.duration_ms)
             );
         }
-        h.push_str("</a>\n");
+        h.push_str("</a></g>\n");
         y += ROW;
     }
+    h.push_str("</g>\n<g class=\"sandboxes\">\n");
     let _ = writeln!(
         h,
         "<text class=\"group\" x=\"4\" y=\"{:.1}\">sandboxes ({} lane{})</text>",
@@ -553,9 +575,19 @@ fn timeline(summary: &RunSummary, results: &[&ScenarioResult], lives: &[Life], p
         h.push('\n');
         y += ROW;
     }
-    h.push_str("</svg>\n</section>\n");
+    h.push_str("</g>\n</svg>\n</section>\n");
     h
 }
+
+/// The families of step kinds the timeline colours apart, as the legend names them.
+const KIND_FAMILIES: [(&str, &str); 6] = [
+    ("life", "sandbox lifecycle (create, kill, pause, …)"),
+    ("build", "build, deploy"),
+    ("cmd", "commands (exec, run-code, pty, …)"),
+    ("http", "HTTP"),
+    ("file", "files"),
+    ("check", "checks and the rest"),
+];
 
 /// A CSS class for a step kind's colour in the timeline.
 fn kind_class(kind: &str) -> String {
@@ -606,7 +638,9 @@ code.exp{color:var(--passed)}code.got{color:var(--failed)}
 .seg{fill:#57606a}.seg.k-life{fill:#0969da}.seg.k-build{fill:#bf8700}.seg.k-cmd{fill:#1f2328}.seg.k-http{fill:#8250df}.seg.k-file{fill:#1b7c83}.seg.k-check{fill:#6e7781}.seg.failed,.seg.error{fill:var(--failed)}
 a.lane:hover .runbar{opacity:.5}a.life:hover .sbx{opacity:1}
 .legend{color:var(--muted);font-size:12.5px}.key{display:inline-block;width:14px;height:10px;border-radius:2px;margin:0 3px 0 10px;vertical-align:middle}.key.wait{background:repeating-linear-gradient(45deg,#eaeef2,#eaeef2 3px,#c8d1da 3px,#c8d1da 5px)}.key.run{background:#1a7f3747}.key.sbx{background:#1a7f37cc}
-.ok{color:var(--passed)}.over{color:var(--failed)}footer{color:var(--muted);font-size:12px;border-top:1px solid var(--line)}
+.key.k-life{background:#0969da}.key.k-build{background:#bf8700}.key.k-cmd{background:#1f2328}.key.k-http{background:#8250df}.key.k-file{background:#1b7c83}.key.k-check{background:#6e7781}.key.k-failed{background:var(--failed)}
+.key.out-key{opacity:.8}.key.passed{background:var(--passed)}.key.failed{background:var(--failed)}.key.error{background:var(--error)}.key.skipped{background:var(--skipped)}.key.xfail{background:var(--xfail)}.key.xpass{background:var(--xpass)}
+.legend{margin:4px 0}.ok{color:var(--passed)}.over{color:var(--failed)}footer{color:var(--muted);font-size:12px;border-top:1px solid var(--line)}
 :target{outline:2px solid #0969da}
 "#;
 
@@ -624,6 +658,7 @@ const SCRIPT: &str = r#"
     });
     shown.textContent=n+' of '+items.length+' shown';
     none.hidden=n>0;
+    timeline();
     if(save){
       var picked=boxes.filter(function(b){return b.checked;}).map(function(b){return b.value;});
       var parts=[];
@@ -631,6 +666,25 @@ const SCRIPT: &str = r#"
       if(text) parts.push('q='+encodeURIComponent(text));
       history.replaceState(null,'',parts.length?'#'+parts.join('&'):location.pathname+location.search);
     }
+  }
+  // The timeline shows the scenarios the list shows: a hidden one's lane goes and the lanes
+  // below move up; its sandboxes go from their slots.
+  var svg=document.querySelector('#timeline svg.chart'), tlShown=document.getElementById('tl-shown');
+  function timeline(){
+    if(!svg) return;
+    var rowsG=svg.querySelector('g.rows'), rowH=parseFloat(rowsG.dataset.rowHeight), height=parseFloat(rowsG.dataset.height);
+    var rows=[].slice.call(svg.querySelectorAll('g.row')), k=0;
+    function visible(id){ var d=document.getElementById(id); return !d || !d.hidden; }
+    rows.forEach(function(g){
+      var ok=visible(g.dataset.scenario);
+      g.style.display=ok?'':'none';
+      if(ok){ g.setAttribute('transform','translate(0,'+((k-parseInt(g.dataset.row,10))*rowH)+')'); k++; }
+    });
+    var gone=(rows.length-k)*rowH;
+    svg.querySelector('g.sandboxes').setAttribute('transform','translate(0,'+(-gone)+')');
+    [].slice.call(svg.querySelectorAll('a.life')).forEach(function(a){ a.style.display=visible(a.dataset.scenario)?'':'none'; });
+    var vb=svg.viewBox.baseVal; svg.setAttribute('viewBox','0 0 '+vb.width+' '+(height-gone));
+    if(tlShown) tlShown.textContent=k+' of '+rows.length+' scenarios';
   }
   function load(){
     var h=location.hash.slice(1); if(!h || h.charAt(0)==='s' && /^s\d+$/.test(h)) return;
@@ -725,6 +779,24 @@ mod tests {
         assert!(html.contains("<th>cmd</th><td><code>&quot;cat /tmp/out.txt&quot;</code></td>"), "rendered arguments");
         assert!(html.contains("sandboxes (4 lanes)"), "{html}");
         assert!(html.contains("<b class=\"ok\">at most 4 sandboxes alive at once</b>, limit <b>-j 4</b>"), "{html}");
+        // Issue 27 item 6: a legend for every colour a step segment can take, and each
+        // scenario's lane in a row the filters can hide.
+        for (family, _) in KIND_FAMILIES {
+            assert!(html.contains(&format!("<span class=\"key seg-key k-{family}\"></span>")), "{family}");
+        }
+        for kind in ["create", "build", "exec", "http-get", "write-file", "assert", "set"] {
+            let class = kind_class(kind);
+            assert!(html.contains(&format!("key seg-key {class}\"")), "{kind}: no legend for {class}");
+            assert!(
+                STYLE.contains(&format!(".seg.{class}{{")) && STYLE.contains(&format!(".key.{class}{{")),
+                "{class}"
+            );
+        }
+        assert!(html.contains("key seg-key k-failed"));
+        assert_eq!(
+            html.matches("<g class=\"row\" data-row=").count(),
+            html.matches("<a href=\"#s").count() - html.matches("class=\"life\"").count()
+        );
         // Failures come first in the list.
         let first = html.find("<details class=\"scenario ").unwrap();
         assert!(html[first..].starts_with("<details class=\"scenario failed\""), "{}", &html[first..first + 80]);

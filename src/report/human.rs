@@ -6,10 +6,13 @@
 //! progress (a template build) shows its current build step and the last line of its log:
 //! `name › build: python-hello › #4 RUN pip install flask │ Successfully installed flask`.
 //! When a scenario ends its line goes away and a permanent `PASSED name (1.20s)` line is
-//! printed above the bars, cut to the terminal's width. The bars are drawn on stdout by
+//! printed above the bars, cut to the terminal's width. Nothing is drawn before the run starts
+//! (the provider's preparation prints on stderr), and the view goes when the last scenario
+//! ends, before the run's cleanup. The bars are drawn on stdout by
 //! indicatif; `out` receives the final summary. On Ctrl-C the live view is taken down at once
-//! and the rest of the run is reported in plain lines: the terminal has echoed `^C`, cleanup
-//! may print, and a spinner redrawn over that left a stale line behind.
+//! and the rest of the run is reported in lines cut to the width as above it (the notice
+//! wrapped between words): cleanup may print, and a spinner redrawn over that left a stale line
+//! behind. While the view is up the terminal does not echo `^C` ([`out::NoEchoCtl`]).
 //!
 //! Plain mode: one line per finished scenario, written to `out` and flushed at once, so CI
 //! logs stream:
@@ -33,6 +36,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::format::{self, paint, Color};
 use super::summary::{self, render_summary, SummaryOptions};
 use super::Reporter;
+use crate::out;
 use crate::results::{Event, Outcome, Phase, ScenarioResult, StepRecord, StepStatus, Totals};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -56,12 +60,23 @@ pub struct HumanReporter {
     doing: HashMap<usize, Doing>,
     total: usize,
     counts: Totals,
+    /// The live view was taken down (an interrupt, or the last scenario's end): the lines that
+    /// follow are still for a terminal of `opts.width` columns, which would break them mid-word.
+    after_live: bool,
+    /// The live view is drawn on the process's own terminal (not a test's).
+    terminal: bool,
 }
 
 struct Live {
     mp: MultiProgress,
     overall: ProgressBar,
     running: HashMap<usize, ProgressBar>,
+    /// Where the view is drawn once the run starts. Until then nothing is drawn: the
+    /// provider's preparation prints on stderr, and a bar drawn then (`0/0`) was cut by its
+    /// lines and left behind on screen.
+    target: Option<ProgressDrawTarget>,
+    /// Ctrl-C is not echoed while the view is on the real terminal (see [`out::NoEchoCtl`]).
+    _no_echo: Option<out::NoEchoCtl>,
 }
 
 /// The current step of a running scenario and, for a build, its current build step and the
@@ -102,16 +117,17 @@ pub fn is_build_stage(line: &str) -> bool {
 
 impl HumanReporter {
     pub fn new(opts: HumanOptions, out: Box<dyn Write + Send>) -> Self {
-        Self::with_draw_target(opts, out, ProgressDrawTarget::stdout())
+        let mut r = Self::with_draw_target(opts, out, ProgressDrawTarget::stdout());
+        r.terminal = true;
+        r
     }
 
     /// As [`new`](Self::new), drawing the live view on `target` instead of stdout.
     pub fn with_draw_target(opts: HumanOptions, out: Box<dyn Write + Send>, target: ProgressDrawTarget) -> Self {
         let live = opts.progress.then(|| {
-            let mp = MultiProgress::with_draw_target(target);
+            let mp = MultiProgress::with_draw_target(ProgressDrawTarget::hidden());
             let overall = mp.add(ProgressBar::new(0).with_style(overall_style(opts.color)));
-            overall.enable_steady_tick(Duration::from_millis(250));
-            Live { mp, overall, running: HashMap::new() }
+            Live { mp, overall, running: HashMap::new(), target: Some(target), _no_echo: None }
         });
         HumanReporter {
             opts,
@@ -121,6 +137,8 @@ impl HumanReporter {
             doing: HashMap::new(),
             total: 0,
             counts: Totals::default(),
+            after_live: false,
+            terminal: false,
         }
     }
 
@@ -135,6 +153,16 @@ impl HumanReporter {
                 let _ = self.out.flush();
             }
         }
+    }
+
+    /// A yellow line about the run itself; on a terminal wrapped between words (the terminal
+    /// would break it anywhere), the lines after the first indented.
+    fn notice(&mut self, text: &str) {
+        let width = if self.live.is_some() || self.after_live { self.opts.width } else { None };
+        let text = summary::wrap(text, "", "  ", width);
+        // Each line painted on its own: the live view draws between them.
+        let painted: Vec<String> = text.lines().map(|l| paint(l, Color::Yellow, self.opts.color)).collect();
+        self.line(&painted.join("\n"));
     }
 
     fn counts_message(&self) -> String {
@@ -244,7 +272,9 @@ impl HumanReporter {
         self.counts.total += 1;
         self.names.remove(&r.index);
         self.doing.remove(&r.index);
-        let live = self.live.is_some();
+        // After an interrupt took the live view down, lines stay as they were above it: cut
+        // to the terminal's width, not broken by it.
+        let live = self.live.is_some() || self.after_live;
         let mut text = finished_line(r, false, live);
         if live {
             if let Some(w) = self.opts.width {
@@ -272,6 +302,13 @@ impl HumanReporter {
             live.overall.inc(1);
             live.overall.set_message(msg);
         }
+        // The last scenario is done: the view goes now, not after the run's cleanup (sweeping
+        // sandboxes, removing builds), where a full bar idled and any line cleanup printed on
+        // stderr cut through it and left it behind.
+        if self.total > 0 && self.counts.total >= self.total && self.live.is_some() {
+            self.after_live = true;
+            self.finish_live();
+        }
     }
 
     fn finish_live(&mut self) {
@@ -292,9 +329,17 @@ impl Reporter for HumanReporter {
         match event {
             Event::RunStarted { run_id, provider, total, concurrency } => {
                 self.total = *total;
-                if let Some(live) = &self.live {
+                let counts = self.counts_message();
+                if let Some(live) = &mut self.live {
                     live.overall.set_length(*total as u64);
-                    live.overall.set_message(self.counts_message());
+                    live.overall.set_message(counts);
+                    if let Some(target) = live.target.take() {
+                        if self.terminal {
+                            live._no_echo = Some(out::NoEchoCtl::new());
+                        }
+                        live.mp.set_draw_target(target);
+                        live.overall.enable_steady_tick(Duration::from_millis(250));
+                    }
                 }
                 if self.opts.verbose {
                     self.line(&format!(
@@ -310,13 +355,14 @@ impl Reporter for HumanReporter {
             Event::ScenarioFinished { result } => self.scenario_finished(result),
             Event::Interrupted { signal } => {
                 // Plain lines from here on: nothing left on screen to go stale.
+                self.after_live |= self.live.is_some();
                 self.finish_live();
                 let running = self.names.len();
                 let text = format!(
                     "interrupted by {signal}: finishing cleanup of {running} running scenario{}, press Ctrl-C again to exit at once",
                     if running == 1 { "" } else { "s" }
                 );
-                self.line(&paint(&text, Color::Yellow, self.opts.color));
+                self.notice(&text);
             }
             Event::Stopping { why } => {
                 let running = self.names.len();
@@ -329,7 +375,7 @@ impl Reporter for HumanReporter {
                         "stopping after {why}; {n} running scenarios are stopped (their finally and cleanup still run)"
                     ),
                 };
-                self.line(&paint(&text, Color::Yellow, self.opts.color));
+                self.notice(&text);
             }
             Event::RunFinished { summary } => {
                 self.finish_live();
@@ -505,7 +551,8 @@ XPASS   fixed bug  0.40s  known issue #7 passed
         let mut rep = HumanReporter::with_draw_target(opts, Box::new(buf.clone()), ProgressDrawTarget::hidden());
         let ev = events(false);
         let mut max_running = 0;
-        for e in &ev[..ev.len() - 1] {
+        // Up to the last scenario's end (then the view goes, see below).
+        for e in &ev[..ev.len() - 2] {
             rep.handle(e);
             let live = rep.live.as_ref().unwrap();
             max_running = max_running.max(live.running.len());
@@ -516,10 +563,13 @@ XPASS   fixed bug  0.40s  known issue #7 passed
         }
         assert_eq!(max_running, 1);
         let live = rep.live.as_ref().unwrap();
-        assert!(live.running.is_empty());
-        assert_eq!(live.overall.position(), 7);
+        assert_eq!(live.running.len(), 1);
+        assert_eq!(live.overall.position(), 6);
         assert_eq!(live.overall.length(), Some(7));
-        assert_eq!(live.overall.message(), "1 passed, 2 failed, 1 error, 1 skipped, 1 xfail, 1 xpass");
+        assert_eq!(live.overall.message(), "1 passed, 2 failed, 1 error, 1 skipped, 1 xfail");
+        // The last scenario's end takes the view down, before the run's cleanup.
+        rep.handle(&ev[ev.len() - 2]);
+        assert!(rep.live.is_none());
         // Permanent lines went to the (hidden) live view, not to `out`.
         assert_eq!(buf.text(), "");
         rep.handle(ev.last().unwrap());
@@ -601,7 +651,11 @@ XPASS   fixed bug  0.40s  known issue #7 passed
     }
 
     fn live_on(screen: &Screen) -> (HumanReporter, Buf) {
-        let opts = HumanOptions { progress: true, color: false, verbose: false, width: Some(100) };
+        live_at(screen, 100)
+    }
+
+    fn live_at(screen: &Screen, width: usize) -> (HumanReporter, Buf) {
+        let opts = HumanOptions { progress: true, color: false, verbose: false, width: Some(width) };
         let target = ProgressDrawTarget::term_like_with_hz(Box::new(screen.clone()), 200);
         let out = Buf::default();
         (HumanReporter::with_draw_target(opts, Box::new(out.clone()), target), out)
@@ -631,9 +685,73 @@ XPASS   fixed bug  0.40s  known issue #7 passed
         assert_eq!(
             out.text(),
             "interrupted by SIGINT: finishing cleanup of 2 running scenarios, press Ctrl-C again to exit at once\n\
-             ERROR   first  0.01s\n"
+             ERROR   first (0.01s)\n"
         );
         assert!(screen.visible().is_empty());
+    }
+
+    /// Issue 27 item 7: the overall bar was drawn (`0/0`) while the provider prepared, and
+    /// the preparation's lines on stderr cut through it, leaving a stray bar on screen.
+    /// Nothing is drawn until the run starts.
+    #[test]
+    fn nothing_is_drawn_before_the_run_starts() {
+        let screen = Screen::default();
+        let (mut rep, _out) = live_on(&screen);
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(screen.visible().is_empty(), "drawn before the run started: {:?}", screen.visible());
+        rep.handle(&Event::RunStarted { run_id: "r".into(), provider: "local".into(), total: 2, concurrency: 2 });
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(screen.visible().iter().any(|l| l.contains("0/2")), "{:?}", screen.visible());
+    }
+
+    /// Issue 27 item 7: the full bar stayed on screen while the run cleaned up after its last
+    /// scenario (sweeping sandboxes, removing builds), and a line cleanup printed on stderr left
+    /// it behind. The view goes with the last scenario's end; its line stays.
+    #[test]
+    fn no_bar_is_left_once_the_last_scenario_ends() {
+        let screen = Screen::default();
+        let (mut rep, _out) = live_on(&screen);
+        rep.handle(&Event::RunStarted { run_id: "r".into(), provider: "local".into(), total: 1, concurrency: 1 });
+        rep.handle(&Event::ScenarioStarted { index: 0, name: "only".into() });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(screen.visible().iter().any(|l| l.contains("0/1")), "{:?}", screen.visible());
+        rep.handle(&Event::ScenarioFinished { result: fixture::scenario(0, "only", "a.yaml", Outcome::Passed, 10) });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(rep.live.is_none());
+        let after = screen.visible();
+        assert!(!after.iter().any(|l| l.contains("1/1") || l.contains("passed, 0 failed")), "a bar is left: {after:?}");
+    }
+
+    /// Issue 27 item 7: after Ctrl-C the lines were plain and longer than the terminal, which
+    /// broke them mid-word (`press Ctrl-C ag` / `ain to exit`). The notice is wrapped between
+    /// words and the scenario lines are cut to the width, as they were above the live view.
+    #[test]
+    fn after_ctrl_c_no_line_is_wider_than_the_terminal() {
+        let screen = Screen::default();
+        let (mut rep, out) = live_at(&screen, 60);
+        rep.handle(&Event::RunStarted { run_id: "r".into(), provider: "local".into(), total: 2, concurrency: 2 });
+        for i in 0..2 {
+            rep.handle(&Event::ScenarioStarted { index: i, name: format!("sleeper number {i} with a long name") });
+        }
+        rep.handle(&Event::Interrupted { signal: "SIGINT".into() });
+        let mut r =
+            fixture::scenario(0, "sleeper number 0 with a long name", "scenarios/sleepers.yaml", Outcome::Error, 3910);
+        r.failure = fixture::summary().results.iter().find(|r| r.outcome == Outcome::Error).unwrap().failure.clone();
+        rep.handle(&Event::ScenarioFinished { result: r });
+        let text = out.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "interrupted by SIGINT: finishing cleanup of 2 running",
+                "  scenarios, press Ctrl-C again to exit at once",
+                "ERROR   sleeper number 0 with a long name (3.91s)  scenario…",
+            ],
+            "{text}"
+        );
+        // Without a terminal (a CI log) nothing is cut or wrapped.
+        let plain = run(HumanOptions { progress: false, color: false, verbose: false, width: Some(60) }, true);
+        assert!(plain.contains("of 0 running scenarios, press Ctrl-C again to exit at once\n"), "{plain}");
     }
 
     /// Item 3 of issue 18: a build shows its current build step and the last line of its log.

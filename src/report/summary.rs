@@ -266,7 +266,7 @@ fn details(r: &ScenarioResult, opts: SummaryOptions) -> String {
 
 /// `text` after `first` (the first line's indent), wrapped at spaces to `width` with `rest`
 /// before every further line; a word longer than a line stays whole. Ends with `\n`.
-fn wrap(text: &str, first: &str, rest: &str, width: Option<usize>) -> String {
+pub(crate) fn wrap(text: &str, first: &str, rest: &str, width: Option<usize>) -> String {
     let Some(width) = width else { return format!("{first}{text}\n") };
     // Colour codes take no columns.
     let visible = |s: &str| {

@@ -72,10 +72,17 @@ pub async fn assert_exit(ctx: &mut StepCtx, a: &Args) -> StepResult {
     Ok(JsonValue::Null)
 }
 
+/// `exists: false` beside `equals_file`: said by `check` and, for a templated `exists`, here.
+pub const EQUALS_FILE_AND_ABSENT: &str =
+    "`equals_file` with `exists: false`: a file that must not exist has no content to compare";
+
 pub async fn assert_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let path = a.str("path");
     let id = ctx.sandbox_id()?;
     let must_exist = a.opt_bool("exists").unwrap_or(true);
+    if !must_exist && a.has("equals_file") {
+        return Err(StepError::bad_args(EQUALS_FILE_AND_ABSENT));
+    }
     let read = ctx.provider.read_file(&id, path).await;
     match (read, must_exist) {
         (Err(e), false) if e.kind == ErrorKind::NotFound => Ok(json!({ "content": null, "size": null })),
@@ -89,6 +96,18 @@ pub async fn assert_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
         (Ok(data), true) => {
             let text = String::from_utf8_lossy(&data).into_owned();
             let outputs = json!({ "content": text, "size": data.len() });
+            if let Some(local) = a.opt_str("equals_file") {
+                let real = super::local_file::resolve(&ctx.scenario_dir, local, "equals_file")
+                    .map_err(|r| StepError::bad_args(format!("{} ({})", r.message, r.help)))?;
+                let expected = tokio::fs::read(&real)
+                    .await
+                    .map_err(|e| StepError::bad_args(format!("cannot read the local file {}: {e}", real.display())))?;
+                if let Some((message, mismatch)) = super::local_file::compare(&expected, &data, local, path) {
+                    let mut e = StepError::fail(message).with_outputs(outputs.clone());
+                    e.mismatch = mismatch.map(Box::new);
+                    return Err(e);
+                }
+            }
             if let Some(m) = a.matcher() {
                 m.check_text(&text).map_err(|f| {
                     let mut e = StepError::from(f).with_outputs(outputs.clone());

@@ -724,16 +724,20 @@ pub static REGISTRY: &[StepKind] = &[
     },
     StepKind {
         name: "assert-file",
-        summary: "check a file in the sandbox with a matcher, or that it does not exist",
+        summary: "check a file in the sandbox with a matcher, against a file beside the scenario, or that it does not exist",
         main: Some("path"),
-        fields: &[req("path", FieldType::Str, "path"), f("exists", FieldType::Bool, "false: the file must not exist")],
+        fields: &[
+            req("path", FieldType::Str, "path"),
+            f("exists", FieldType::Bool, "false: the file must not exist"),
+            f("equals_file", FieldType::Str, "a local file, relative to the scenario file's folder (and inside it), that the sandbox file must equal byte for byte"),
+        ],
         matcher: true,
         free_keys: false,
         outputs: &[("content", "the file's text"), ("size", "bytes")],
         uses_sandbox: true,
         eventual: true,
         sets_last: false,
-        example: "- assert-file: { path: /tmp/hello.txt, contains: hi }",
+        example: "- assert-file: { path: /tmp/hello.txt, contains: hi }\n- assert-file: { path: /srv/report.json, equals_file: expected/report.json }",
         run: run_fn!(asserts::assert_file),
     },
     StepKind {

@@ -1,7 +1,8 @@
 // Drives an HTML report of scenario-run in a real headless browser (Debian's chromium through
 // playwright-core) and checks what a reviewer does with it: the page renders with no error and
 // no network request, the timeline is drawn, the text filter and the outcome filters work
-// (also from a link's #fragment), the timeline links open a scenario; then a 1280x800
+// (also from a link's #fragment) and the timeline follows them, the legend explains every
+// colour the timeline uses, the timeline links open a scenario; then a 1280x800
 // screenshot is written.
 //
 //   node tests/html/check.mjs REPORT.html SCREENSHOT.png EXPECT.json
@@ -71,12 +72,46 @@ try {
   const failedOpen = await page.$$eval("details.scenario.failed", (ds) => ds.every((d) => d.open));
   check(failedOpen, "failed scenarios are open");
 
+  // The legend explains every colour the timeline uses, as the browser draws them.
+  const colours = (sel, prop) => page.$$eval(sel, (es, p) => [...new Set(es.map((e) => getComputedStyle(e)[p]))], prop);
+  const segs = await colours("#timeline svg rect.seg", "fill");
+  const segKeys = await colours("#timeline .legend .seg-key", "backgroundColor");
+  check(segs.length > 0 && segs.every((c) => segKeys.includes(c)), `the legend explains every step colour (${segs.join(" ")})`);
+  const barFills = [...(await colours("#timeline svg rect.runbar", "fill")), ...(await colours("#timeline svg rect.sbx", "fill"))];
+  const outKeys = await colours("#timeline .legend .out-key", "backgroundColor");
+  check(barFills.every((c) => outKeys.includes(c)), `the legend explains every bar colour (${barFills.join(" ")})`);
+
+  // The timeline follows the filters: the lanes of the scenarios listed, moved up with no
+  // gap, and only their sandboxes.
+  const allLanes = await page.$$eval("#timeline g.row", (gs) => gs.map((g) => g.dataset.scenario));
+  const shownRows = () =>
+    page.$$eval("#timeline g.row", (gs) =>
+      gs.filter((g) => getComputedStyle(g).display !== "none").map((g) => [g.dataset.scenario, g.getBoundingClientRect().top]),
+    );
+  const firstTop = (await shownRows())[0][1];
+  const chartHeight = () => page.$eval("#timeline svg.chart", (s) => s.viewBox.baseVal.height);
+  const fullHeight = await chartHeight();
+  async function followsFilters(what) {
+    const list = await page.$$eval("details.scenario", (ds) => ds.filter((d) => !d.hidden).map((d) => d.id));
+    const rows = await shownRows();
+    const want = allLanes.filter((s) => list.includes(s));
+    check(JSON.stringify(rows.map((r) => r[0])) === JSON.stringify(want), `the timeline follows ${what} (${rows.length} lanes)`);
+    const gaps = rows.slice(1).map((r, i) => r[1] - rows[i][1]);
+    const packed = rows.length === 0 || (Math.abs(rows[0][1] - firstTop) < 1 && gaps.every((g) => Math.abs(g - gaps[0]) < 1));
+    check(packed, `its lanes move up with no gap (${rows.map((r) => Math.round(r[1]))})`);
+    const lives = await page.$$eval("#timeline a.life", (as) => as.map((a) => [a.dataset.scenario, getComputedStyle(a).display !== "none"]));
+    check(lives.every(([s, on]) => on === list.includes(s)), `and shows only their sandboxes (${lives.filter((l) => l[1]).length})`);
+    const h = await chartHeight();
+    check(want.length === allLanes.length ? h === fullHeight : h < fullHeight, `and the chart shrinks to fit (${h} of ${fullHeight})`);
+  }
+
   // Text filter.
   await page.fill("#q", expect.name.toLowerCase());
   const byName = await visible();
   check(byName >= 1 && byName < expect.total, `typing "${expect.name}" narrows the list (${byName})`);
   const names = await page.$$eval("details.scenario:not([hidden]) .name", (ns) => ns.map((n) => n.textContent));
   check(names.every((n) => n.toLowerCase().includes(expect.name.toLowerCase())), `only matching names remain (${names})`);
+  await followsFilters("the text filter");
   await page.fill("#q", "no such scenario anywhere");
   check((await visible()) === 0 && (await page.isVisible("#none")), "a filter that matches nothing says so");
   await page.fill("#q", "");
@@ -88,9 +123,11 @@ try {
     check((await visible()) === n, `the "${outcome}" button shows ${n}`);
     const outcomes = await page.$$eval("details.scenario:not([hidden])", (ds) => ds.map((d) => d.dataset.outcome));
     check(outcomes.every((o) => o === outcome), `only ${outcome} scenarios remain`);
+    await followsFilters(`the "${outcome}" button`);
   }
   await page.click("button.total.all");
   check((await visible()) === expect.total, "the total button shows all");
+  await followsFilters("the total button");
   await page.uncheck("input[name=outcome][value=passed]");
   const withoutPassed = expect.total - (expect.byOutcome.passed ?? 0);
   check((await visible()) === withoutPassed, `unticking PASSED leaves ${withoutPassed}`);
