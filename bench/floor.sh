@@ -87,7 +87,8 @@ nsenter --net="/proc/$netholder/ns/net" unshare -m /bin/sh -c 'mount --make-rpri
   sh "$d" "$rootfs" "$holder" "$loopdev" 3>"$d/info" >"$d/ready" 2>"$d/bwrap.log" </dev/null &
 bwrap_pid=$!
 info=$(cat "$d/info")
-read -r ready <&5
+# A sandbox that never starts (a failed mount) writes nothing: wait for it only so long.
+read -r -t 30 ready <&5 || ready=
 exec 5<&-
 kill "$holder"
 [ "$ready" = ready ] || { echo "floor: sandbox $id did not start: $(cat "$d/bwrap.log")" | tee -a "$state/errors.log" >&2; exit 1; }
@@ -107,5 +108,7 @@ wait "$bwrap_pid" 2>/dev/null
 kill "$slirp" "$netholder" 2>/dev/null
 wait "$slirp" "$netholder" 2>/dev/null
 losetup -d "$loopdev" 2>/dev/null
+# The exit trap must not detach it again: by then another sandbox may have that device.
+trap - EXIT
 for g in "${cg[@]}"; do echo $$ >"${g%/scenario-run-floor/*}/cgroup.procs"; rmdir "$g" 2>/dev/null; done
 rm -rf "$d"
