@@ -3,10 +3,12 @@
 //! Flow: load -> parse -> validate (all diagnostics at once) -> plan -> execute (events) ->
 //! report -> exit code. `check` stops after the plan.
 
+pub mod cli;
 pub mod config;
 pub mod connect;
 pub mod diag;
 pub mod duration;
+pub mod exit;
 pub mod expr;
 pub mod heavy;
 pub mod image;
