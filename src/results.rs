@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::diag::Location;
-use crate::provider::ProviderStats;
+use crate::stats::ProviderStats;
 
 /// How a scenario ended (§5 of the language).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -7,7 +7,7 @@ use super::{block_on, emit};
 use crate::exit::Exit;
 use crate::image::{ImageStore, RegistryAuth};
 use crate::mask::Masker;
-use crate::provider::factory::{self, ProviderKind};
+use crate::provider::factory::ProviderKind;
 use crate::{config, errln, janitor, model, outln, runner, schema};
 
 /// `steps [KIND]`: the reference of every step kind, or of one.
@@ -106,7 +106,7 @@ pub fn cleanup(
     }
     let masker = Masker::from_env(&env, &[]);
     block_on(async move {
-        let p = match factory::make(provider, "auto", &env) {
+        let p = match super::make_provider(provider, "auto", &env) {
             Ok(p) => p,
             Err(e) => {
                 errln!("error: {e}");

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::path::Path;
 
 use crate::exit::Exit;
+use crate::provider::factory::{self, ProviderKind};
 use crate::{config, errln, out};
 
 pub use commands::{cleanup, image, matrix, steps, write_schema};
@@ -25,6 +26,21 @@ pub use serve::serve;
 /// The one tokio runtime a command runs on, driven to `work`'s end.
 pub fn block_on<F: Future>(work: F) -> F::Output {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts").block_on(work)
+}
+
+/// The provider `kind` for a command ([`factory::make`]). A local one also sweeps what
+/// SIGKILLed `serve`s left of their uploads and builds, as the provider sweeps what SIGKILLed
+/// runs left of their sandboxes (here, not in the factory: providers know nothing of `serve`).
+fn make_provider(
+    kind: ProviderKind,
+    isolation: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<std::sync::Arc<dyn crate::provider::Provider>, String> {
+    let provider = factory::make(kind, isolation, env)?;
+    if kind == ProviderKind::Local {
+        crate::server::sweep_stale_work_dirs();
+    }
+    Ok(provider)
 }
 
 /// Parse the command line. Flags with an `env = …` default take it, in this order: the flag,

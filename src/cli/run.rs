@@ -14,7 +14,7 @@ use crate::diag::Diagnostic;
 use crate::exit::Exit;
 use crate::mask::Masker;
 use crate::model::{self, LoadOptions};
-use crate::provider::factory::{self, prepare, ProviderKind};
+use crate::provider::factory::{prepare, ProviderKind};
 use crate::report::github::{self, GithubOut};
 use crate::report::human::{HumanOptions, HumanReporter};
 use crate::report::{ReportFiles, Reporter};
@@ -203,7 +203,7 @@ pub fn run(req: RunRequest) -> Exit {
     }
     block_on(async move {
         let signals = runner::Signals::install();
-        let provider = match factory::make(req.provider, &req.isolation, &env) {
+        let provider = match super::make_provider(req.provider, &req.isolation, &env) {
             Ok(p) => p,
             Err(e) => {
                 errln!("error: {e}");
