@@ -824,10 +824,11 @@ impl CaseRun<'_> {
         // it is abandoned only if it has not a moment later.
         let outer =
             if crate::steps::registry::stops_itself(step.kind) { bound.limit + STOP_MARGIN } else { bound.limit };
-        let r = match tokio::time::timeout(outer, (step.kind.run)(&mut self.ctx, args)).await {
-            Ok(r) => r,
-            Err(_) => Err(StepError::fail(timed_out_message(bound.limit, bound.setting, &self.progress_tail))),
-        };
+        let r =
+            match tokio::time::timeout(outer, (crate::steps::registry::run_fn(step.kind))(&mut self.ctx, args)).await {
+                Ok(r) => r,
+                Err(_) => Err(StepError::fail(timed_out_message(bound.limit, bound.setting, &self.progress_tail))),
+            };
         self.ctx.step_limit = None;
         r
     }

@@ -5,7 +5,6 @@
 //! scenario's [`StepCtx`]; it returns its outputs, or a [`StepError`] that is data: a failed
 //! expectation or a broken provider, never a panic.
 
-pub mod args;
 pub mod asserts;
 pub mod build;
 pub mod code;
@@ -19,6 +18,9 @@ pub mod pty;
 pub mod registry;
 pub mod scripted;
 pub mod watch;
+
+/// The typed arguments of a step ([`crate::model::args`]), as the step functions read them.
+pub use crate::model::args;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -256,14 +258,7 @@ impl StepCtx {
     }
 }
 
-/// The text form of a value: strings as they are, everything else as JSON.
-pub fn text(v: &JsonValue) -> String {
-    match v {
-        JsonValue::String(s) => s.clone(),
-        JsonValue::Null => String::new(),
-        other => other.to_string(),
-    }
-}
+pub use crate::model::text;
 
 /// Bytes as a string for outputs: UTF-8 when valid, lossy otherwise.
 pub fn lossy(bytes: &[u8]) -> String {

@@ -63,7 +63,7 @@ async fn ctx_sb(p: &Arc<FakeProvider>) -> StepCtx {
 async fn step(c: &mut StepCtx, kind: &str, args: JsonValue) -> Result<JsonValue, StepError> {
     let k = registry::lookup(kind).unwrap_or_else(|| panic!("no step kind `{kind}` in the registry"));
     let typed = super::args::convert_step(k, &args).map_err(|e| StepError::error(e.message))?;
-    (k.run)(c, &typed).await
+    (crate::steps::registry::run_fn(k))(c, &typed).await
 }
 
 fn failed(r: Result<JsonValue, StepError>) -> StepError {
