@@ -266,7 +266,7 @@ pub fn digest(dir: &Path) -> std::io::Result<String> {
         }
         h.update([0]);
     }
-    Ok(format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()))
+    Ok(format!("sha256:{}", hex::encode(h.finalize())))
 }
 
 /// The variable naming a folder of template folders, over the search from the scenario.
