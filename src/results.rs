@@ -147,7 +147,7 @@ pub struct StepRecord {
     pub id: Option<String>,
     pub location: Location,
     pub status: StepStatus,
-    /// Arguments after template rendering.
+    /// Arguments after their `{{ }}` expressions were rendered.
     pub args: serde_json::Value,
     /// Outputs, as later steps see them under `steps.<id>`.
     pub outputs: serde_json::Value,

@@ -1,6 +1,6 @@
 //! Step arguments: the one checker from the registry's field types to typed values.
 //!
-//! `scenario-run check` runs [`convert`] on every literal (template-free) value of a step, and
+//! `scenario-run check` runs [`convert`] on every literal value (one without `{{ }}` expressions) of a step, and
 //! the runner runs [`convert_step`] on every step's rendered arguments before the step runs,
 //! so a value is accepted, converted and refused by the same rules and with the same message
 //! whether it was written or rendered. Steps read the typed [`Args`] and check no types.

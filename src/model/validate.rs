@@ -989,7 +989,7 @@ pub(crate) fn asserted_output(kind: &str) -> Option<&'static str> {
     }
 }
 
-/// Check every templated string under a node.
+/// Check every string under a node that holds `{{ }}` expressions.
 fn templates(cx: &mut Ctx<'_>, v: &Node, scope: &Scope) {
     match &v.value {
         Value::Str(s) => expr::check(v, s, scope, cx.src, &mut cx.diags),
@@ -1068,7 +1068,7 @@ fn common_key_inside(src: &Source, owner: &str, k: &Node, v: &Node, map: &[(Node
 }
 
 /// A syntax error in an expression field (`that:`, `if:`): say it takes a bare expression,
-/// since the general template help (`{{ vars.name }}`) suggests the braces it does not need.
+/// since the general expression help (`{{ vars.name }}`) suggests the braces it does not need.
 fn bare_expression_help(diags: &mut [Diagnostic], key: &str, example: &str) {
     for d in diags {
         if let Some(rest) = d.message.strip_prefix("template syntax error: ") {

@@ -1,6 +1,6 @@
 //! Step kinds: the registry table and one file per family of steps.
 //!
-//! A step function receives its arguments rendered (templates expanded) and converted by its
+//! A step function receives its arguments rendered (`{{ }}` expressions expanded) and converted by its
 //! registry fields ([`args::Args`]: a value of the wrong type never reaches it) and the
 //! scenario's [`StepCtx`]; it returns its outputs, or a [`StepError`] that is data: a failed
 //! expectation or a broken provider, never a panic.
@@ -17,6 +17,7 @@ pub mod misc;
 pub mod pty;
 pub mod registry;
 pub mod scripted;
+pub mod scripted_model;
 pub mod watch;
 
 /// The typed arguments of a step ([`crate::model::args`]), as the step functions read them.
@@ -211,7 +212,7 @@ pub struct StepCtx {
     /// one try, rather than spend the whole window on one stuck request.
     pub polling: bool,
     /// Services the scenario started (scripted model endpoints); they stop when it ends.
-    pub services: Vec<Arc<crate::scripted_model::ScriptedModel>>,
+    pub services: Vec<Arc<scripted_model::ScriptedModel>>,
     /// Snapshots the scenario made.
     pub snapshots: Vec<SnapshotRef>,
     /// Directory watches the scenario started, by name.

@@ -872,7 +872,7 @@ async fn assert_stdout_of_a_named_step() {
     assert_eq!(e.message, "unknown field `bogus` for `assert-stdout`");
 }
 
-/// Issue 26 item 4, at run time (an `of:` rendered from a template): a step without stdout
+/// Issue 26 item 4, at run time (an `of:` rendered from an expression): a step without stdout
 /// was checked as an empty text, and `not_contains`, `empty` passed vacuously.
 #[tokio::test]
 async fn an_assertion_of_a_step_without_that_output_is_an_error_not_a_vacuous_pass() {

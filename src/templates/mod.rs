@@ -1,4 +1,5 @@
 //! Template folders: `template.yaml`, the `Dockerfile` subset, and the folder's content hash.
+//! (Not the `{{ }}` expressions in a scenario's strings: those are [`crate::expr`].)
 //!
 //! A template folder holds a `Dockerfile` (parsed by [`dockerfile`]), a `template.yaml`
 //! (parsed here into [`TemplateDef`]) and whatever files the Dockerfile copies. The folder's
