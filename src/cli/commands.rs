@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{block_on, emit};
+use super::wiring::{block_on, emit, make_provider};
 use crate::exit::Exit;
 use crate::image::{ImageStore, RegistryAuth};
 use crate::mask::Masker;
@@ -106,7 +106,7 @@ pub fn cleanup(
     }
     let masker = Masker::from_env(&env, &[]);
     block_on(async move {
-        let p = match super::make_provider(provider, "auto", &env) {
+        let p = match make_provider(provider, "auto", &env) {
             Ok(p) => p,
             Err(e) => {
                 errln!("error: {e}");

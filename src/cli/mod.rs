@@ -1,7 +1,7 @@
 //! What each command of `scenario-run` does, as calls `main` makes once it has parsed the
 //! flags: the run (loading, selection, the provider, the terminal view, signals, reports), the
 //! checks, the janitor, the CI matrix, image preparation and `serve`. Each returns the
-//! [`Exit`] the process ends with; `main` only parses and exits.
+//! [`crate::exit::Exit`] the process ends with; `main` only parses and exits.
 //!
 //! Also the command line's two-pass parse: a flag that reads a variable takes it from the
 //! `--env-file`s and `./.env` as well as from the environment ([`parse_with_env_files`]).
@@ -9,39 +9,18 @@
 mod commands;
 mod run;
 mod serve;
+mod wiring;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::future::Future;
 use std::path::Path;
 
-use crate::exit::Exit;
-use crate::provider::factory::{self, ProviderKind};
-use crate::{config, errln, out};
+use crate::config;
 
 pub use commands::{cleanup, image, matrix, steps, write_schema};
 pub use run::{check, run, NoScenarios, RunRequest, View};
 pub use serve::serve;
-
-/// The one tokio runtime a command runs on, driven to `work`'s end.
-pub fn block_on<F: Future>(work: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts").block_on(work)
-}
-
-/// The provider `kind` for a command ([`factory::make`]). A local one also sweeps what
-/// SIGKILLed `serve`s left of their uploads and builds, as the provider sweeps what SIGKILLed
-/// runs left of their sandboxes (here, not in the factory: providers know nothing of `serve`).
-fn make_provider(
-    kind: ProviderKind,
-    isolation: &str,
-    env: &BTreeMap<String, String>,
-) -> Result<std::sync::Arc<dyn crate::provider::Provider>, String> {
-    let provider = factory::make(kind, isolation, env)?;
-    if kind == ProviderKind::Local {
-        crate::server::sweep_stale_work_dirs();
-    }
-    Ok(provider)
-}
+pub use wiring::block_on;
 
 /// Parse the command line. Flags with an `env = …` default take it, in this order: the flag,
 /// the process environment, the last `--env-file` that sets it, `./.env`, the built-in
@@ -78,20 +57,4 @@ fn with_file_defaults(cmd: clap::Command, files: &BTreeMap<String, String>) -> c
         cmd = cmd.mut_subcommand(name, |s| with_file_defaults(s, files));
     }
     cmd
-}
-
-/// Write a command's whole output to stdout: exit 0, also when the reader has gone.
-fn emit(text: &str) -> Exit {
-    match out::stdout(text) {
-        Ok(()) => Exit::Ok,
-        Err(e) => {
-            errln!("error: cannot write to standard output: {e}");
-            Exit::Failed
-        }
-    }
-}
-
-/// `1 scenario`, `2 scenarios`.
-fn count(n: usize, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{block_on, count, emit};
+use super::wiring::{block_on, count, emit, make_provider};
 use crate::diag::Diagnostic;
 use crate::exit::Exit;
 use crate::mask::Masker;
@@ -203,7 +203,7 @@ pub fn run(req: RunRequest) -> Exit {
     }
     block_on(async move {
         let signals = runner::Signals::install();
-        let provider = match super::make_provider(req.provider, &req.isolation, &env) {
+        let provider = match make_provider(req.provider, &req.isolation, &env) {
             Ok(p) => p,
             Err(e) => {
                 errln!("error: {e}");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-use super::block_on;
+use super::wiring::block_on;
 use crate::exit::Exit;
 use crate::provider::factory::{self, local_options, prepare};
 use crate::provider::local::LocalProvider;
