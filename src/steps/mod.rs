@@ -1,4 +1,5 @@
-//! Step kinds: the registry table and one file per family of steps.
+//! Step kinds: how each runs ([`registry`]: the model's table of kinds, each with its function)
+//! and one file per family of steps.
 //!
 //! A step function receives its arguments rendered (`{{ }}` expressions expanded) and converted by its
 //! registry fields ([`args::Args`]: a value of the wrong type never reaches it) and the
@@ -39,7 +40,7 @@ use crate::matcher::MatchFailure;
 use crate::provider::{ErrorKind, Provider, ProviderError};
 use crate::results::Mismatch;
 
-pub use registry::{FieldType, StepKind, REGISTRY};
+pub use crate::model::kinds::{FieldType, StepKind, REGISTRY};
 
 /// Failed (an expectation did not hold) or Error (the step could not be carried out); Skip
 /// is the `skip` step's: the scenario cannot run here, for the reason given.
