@@ -308,10 +308,40 @@ pub(crate) fn expire_at_end<H: Host>(host: &Arc<H>, sb: Arc<H::Sandbox>) {
 }
 
 /// A process as the table sees it.
-pub(crate) trait Process: Send + Sync {
+pub(crate) trait Process: Send + Sync + 'static {
     /// Its pid inside the sandbox.
     fn pid(&self) -> u32;
     fn info(&self) -> ProcessInfo;
+    /// Set when it has ended.
+    fn done(&self) -> &Done;
+    /// SIGKILLs it and what it started, without waiting (in a task of its own where that
+    /// takes awaiting).
+    fn kill_tree_now(self: Arc<Self>);
+}
+
+/// Kills the command if the `exec` future is dropped before it finished.
+pub(crate) struct KillOnDrop<P: Process>(pub Option<Arc<P>>);
+
+impl<P: Process> Drop for KillOnDrop<P> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            if !p.done().is_set() {
+                p.kill_tree_now();
+            }
+        }
+    }
+}
+
+/// A background command's `timeout`: past it, the command and what it started are killed.
+pub(crate) fn kill_after<P: Process>(p: &Arc<P>, timeout: Option<Duration>) {
+    if let Some(t) = timeout {
+        let p = p.clone();
+        tokio::spawn(async move {
+            if !p.done().wait(Some(t)).await {
+                p.kill_tree_now();
+            }
+        });
+    }
 }
 
 /// A sandbox's processes by pid inside it.

@@ -152,12 +152,6 @@ impl Proc {
         }
     }
 
-    pub(crate) fn info(&self) -> ProcessInfo {
-        let st = self.state.lock().expect("proc state");
-        let (exit_code, _) = self.status(&st);
-        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code }
-    }
-
     pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
         let st = self.state.lock().expect("proc state");
         let (exit_code, signal) = self.status(&st);
@@ -486,21 +480,16 @@ impl Process for Proc {
         self.pid
     }
     fn info(&self) -> ProcessInfo {
-        Proc::info(self)
+        let st = self.state.lock().expect("proc state");
+        let (exit_code, _) = self.status(&st);
+        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code }
     }
-}
-
-/// Kills the command if the `exec` future is dropped before it finished.
-pub(crate) struct KillOnDrop(pub Option<Arc<Proc>>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            if !p.finished() {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move { p.kill_tree().await });
-                }
-            }
+    fn done(&self) -> &Done {
+        &self.done
+    }
+    fn kill_tree_now(self: Arc<Self>) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { self.kill_tree().await });
         }
     }
 }

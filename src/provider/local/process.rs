@@ -167,11 +167,6 @@ impl Proc {
         self.stdin.close().await
     }
 
-    pub(crate) fn info(&self) -> ProcessInfo {
-        let st = self.state.lock().expect("proc state");
-        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code: st.exit_code }
-    }
-
     pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
         let st = self.state.lock().expect("proc state");
         ExecResult { exit_code: st.exit_code, signal: st.signal, timed_out, pid: self.pid, ..st.out.result() }
@@ -435,7 +430,14 @@ impl Process for Proc {
         self.pid
     }
     fn info(&self) -> ProcessInfo {
-        Proc::info(self)
+        let st = self.state.lock().expect("proc state");
+        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code: st.exit_code }
+    }
+    fn done(&self) -> &Done {
+        &self.done
+    }
+    fn kill_tree_now(self: Arc<Self>) {
+        self.kill_tree();
     }
 }
 
@@ -464,19 +466,6 @@ impl ProcTable {
     pub(crate) fn kill_groups(&self) {
         for g in self.groups.lock().expect("groups").iter() {
             sys::kill_group(*g, libc::SIGKILL);
-        }
-    }
-}
-
-/// Kills the command if the `exec` future is dropped before it finished.
-pub(crate) struct KillOnDrop(pub Option<Arc<Proc>>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            if !p.finished() {
-                p.kill_tree();
-            }
         }
     }
 }
