@@ -6,7 +6,7 @@
 //!
 //! An envelope is one flag byte, a 4-byte big-endian length and that many bytes of JSON.
 
-use crate::provider::ErrorKind;
+use crate::error::ErrorKind;
 
 /// Flag bit: the payload is compressed (we always ask for identity, so this is an error).
 pub const FLAG_COMPRESSED: u8 = 0x01;

@@ -1,4 +1,6 @@
 //! Expressions: minijinja with strict undefined, the variables scenarios see, and static checks.
+//! (Not template folders, the `templates/<name>` a sandbox is built from: those are
+//! [`crate::templates`].)
 //!
 //! Every string in a step's arguments may hold expressions (`{{ … }}`). At `check` time each one is compiled
 //! (syntax errors) and its variables are resolved against what is knowable statically (file

@@ -3,12 +3,15 @@
 //! Flow: load -> parse -> validate (all diagnostics at once) -> plan -> execute (events) ->
 //! report -> exit code. `check` stops after the plan.
 
+pub mod cli;
 pub mod config;
 pub mod connect;
+pub mod cpu_bound;
 pub mod diag;
 pub mod duration;
+pub mod error;
+pub mod exit;
 pub mod expr;
-pub mod heavy;
 pub mod image;
 pub mod janitor;
 pub mod mask;
@@ -22,10 +25,10 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod schema;
-pub mod scripted_model;
 pub mod select;
 pub mod server;
 pub mod size;
+pub mod stats;
 pub mod steps;
 pub mod templates;
 pub mod yaml;

@@ -491,7 +491,7 @@ fn derived_forms(s: &str) -> Vec<String> {
             }
         }
     }
-    let hex: String = s.bytes().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(s);
     forms.push(hex.to_ascii_uppercase());
     forms.push(hex);
     // base32 (RFC 4648): padded or not, upper or lower case, and inside a longer stream.

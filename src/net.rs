@@ -87,6 +87,12 @@ pub fn url_decode(s: &str) -> Option<String> {
     percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned())
 }
 
+/// A query value as forms send it: `+` is a space, `%XX` a byte; bytes that are not UTF-8
+/// are replaced, and a `%` without two hex digits stays as it is.
+pub fn form_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned()
+}
+
 #[cfg(test)]
 mod url_tests {
     use super::*;
@@ -98,5 +104,7 @@ mod url_tests {
         assert_eq!(e, "a%20b%2Fc%3Fd%3De%26f%2Bg~h-i_j.k%25%C3%A9");
         assert_eq!(url_decode(&e).as_deref(), Some(s));
         assert_eq!(url_decode("%FF"), None, "not UTF-8");
+        assert_eq!(form_decode("a+b%2B%C3%A9%zz%4"), "a b+é%zz%4");
+        assert_eq!(form_decode("%FF"), "\u{FFFD}", "not UTF-8: replaced");
     }
 }

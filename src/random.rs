@@ -39,14 +39,14 @@ fn unique(buf: &mut [u8]) {
 pub fn hex(n: usize) -> String {
     let mut buf = vec![0u8; n];
     fill_or_unique(&mut buf);
-    to_hex(&buf)
+    hex::encode(&buf)
 }
 
 /// A secret: `n` random bytes as lowercase hex, or an error.
 pub fn token(n: usize) -> std::io::Result<String> {
     let mut buf = vec![0u8; n];
     fill(&mut buf)?;
-    Ok(to_hex(&buf))
+    Ok(hex::encode(&buf))
 }
 
 /// A number in [0, 1) (retry jitter).
@@ -54,14 +54,6 @@ pub fn unit() -> f64 {
     let mut b = [0u8; 8];
     fill_or_unique(&mut b);
     (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 #[cfg(test)]

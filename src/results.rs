@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::diag::Location;
-use crate::provider::ProviderStats;
+use crate::stats::ProviderStats;
 
 /// How a scenario ended (§5 of the language).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -147,7 +147,7 @@ pub struct StepRecord {
     pub id: Option<String>,
     pub location: Location,
     pub status: StepStatus,
-    /// Arguments after template rendering.
+    /// Arguments after their `{{ }}` expressions were rendered.
     pub args: serde_json::Value,
     /// Outputs, as later steps see them under `steps.<id>`.
     pub outputs: serde_json::Value,

@@ -1,7 +1,7 @@
 //! YAML text to a spanned node tree.
 //!
 //! Later phases never see raw YAML: they see [`Node`]s that remember where they came from, so
-//! every semantic error (unknown step, wrong type, template error) can point at
+//! every semantic error (unknown step, wrong type, expression error) can point at
 //! `file:line:col`. We build the tree from `saphyr-parser` events ourselves rather than going
 //! through serde, because serde's flatten/untagged paths lose positions, and because the step
 //! registry, not a derive, decides which fields a step has.

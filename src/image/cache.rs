@@ -45,11 +45,7 @@ pub(crate) struct Ref {
 }
 
 pub(crate) fn sha256_hex(data: &[u8]) -> String {
-    hex(&Sha256::digest(data))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(Sha256::digest(data))
 }
 
 #[derive(Debug, Clone)]
@@ -213,7 +209,7 @@ impl<R> HashReader<R> {
 
     /// `sha256:<hex>` of everything read so far.
     pub fn digest(&self) -> String {
-        format!("sha256:{}", hex(&self.hasher.clone().finalize()))
+        format!("sha256:{}", hex::encode(self.hasher.clone().finalize()))
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::provider::{ErrorKind, ProviderError};
+use crate::error::{ErrorKind, ProviderError};
 
 /// Why an image could not be had: a kind (as the providers use it) and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]

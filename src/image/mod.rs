@@ -519,7 +519,7 @@ impl ImageStore {
         let client = registry::Client::new(http, r.clone(), auth.cloned());
         let manifest = match client.manifest().await {
             Ok(m) => m,
-            Err(e) if e.kind == crate::provider::ErrorKind::Infra => match self.cached(&key) {
+            Err(e) if e.kind == crate::error::ErrorKind::Infra => match self.cached(&key) {
                 Some((dir, meta)) => {
                     say(
                         log,

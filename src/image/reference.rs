@@ -236,7 +236,7 @@ mod tests {
     #[test]
     fn unmapped_hub_names_list_the_offline_ones() {
         let e = resolve("ubuntu:20.04").unwrap_err();
-        assert_eq!(e.kind, crate::provider::ErrorKind::NotFound);
+        assert_eq!(e.kind, crate::error::ErrorKind::NotFound);
         assert!(e.message.starts_with("resolve image `ubuntu:20.04`: it is a Docker Hub image"), "{e}");
         assert!(e.message.contains("ubuntu:22.04"), "the Ubuntu names are listed: {e}");
         assert!(e.message.contains("python:3.11-slim") && e.message.contains("node:22"), "{e}");
@@ -248,7 +248,7 @@ mod tests {
     fn malformed_references_are_invalid() {
         for bad in ["", "UPPER/x", "localhost:5000/Repo", "localhost:5000/x@sha256:abc", "localhost:5000/x:t@g", "x:"] {
             let e = resolve(bad).unwrap_err();
-            assert_eq!(e.kind, crate::provider::ErrorKind::Invalid, "{bad}: {e}");
+            assert_eq!(e.kind, crate::error::ErrorKind::Invalid, "{bad}: {e}");
         }
         assert!(resolve("offline:nope").unwrap_err().message.contains("e2b-base"));
     }

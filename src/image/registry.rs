@@ -104,7 +104,7 @@ pub(crate) fn parse_challenge(h: &str) -> (String, Vec<(String, String)>) {
 }
 
 fn sha256(data: &[u8]) -> String {
-    format!("sha256:{}", super::cache::hex(&Sha256::digest(data)))
+    format!("sha256:{}", hex::encode(Sha256::digest(data)))
 }
 
 impl Client {
@@ -347,7 +347,7 @@ impl Client {
                 self.r, d.digest, d.size
             )));
         }
-        let got = format!("sha256:{}", super::cache::hex(&hasher.finalize()));
+        let got = format!("sha256:{}", hex::encode(hasher.finalize()));
         if got != d.digest {
             return Err(ImageError::invalid(format!(
                 "pull {}: layer {} does not match its digest (got {got})",

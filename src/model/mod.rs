@@ -4,6 +4,8 @@
 //! scenarios or every diagnostic at once; nothing runs if anything is invalid.
 
 pub mod areas;
+pub mod args;
+pub mod kinds;
 mod load;
 mod validate;
 
@@ -16,8 +18,8 @@ use std::time::Duration;
 use serde_json::Value as JsonValue;
 
 use crate::diag::{Location, Source};
-use crate::steps::StepKind;
 use crate::yaml::Node;
+use kinds::StepKind;
 
 pub use load::{expand_paths, load, LoadOptions, Loaded};
 
@@ -128,11 +130,20 @@ impl Scenario {
                     self.name.clone()
                 } else {
                     let order: Vec<String> =
-                        self.matrix.iter().map(|(k, _)| format!("{k}={}", crate::steps::text(&cell[k]))).collect();
+                        self.matrix.iter().map(|(k, _)| format!("{k}={}", text(&cell[k]))).collect();
                     format!("{}[{}]", self.name, order.join(","))
                 };
                 Case { scenario: self.clone(), name, matrix: cell }
             })
             .collect()
+    }
+}
+
+/// The text form of a value: strings as they are, everything else as JSON.
+pub fn text(v: &JsonValue) -> String {
+    match v {
+        JsonValue::String(s) => s.clone(),
+        JsonValue::Null => String::new(),
+        other => other.to_string(),
     }
 }

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use serde_json::Value as JsonValue;
 
+use super::args::{self, ArgError, Slot};
+use super::kinds::{self as registry, Field, FieldType, COMMON_KEYS};
 use super::{Eventually, KnownIssue, Requires, Retry, Scenario, Step};
 use crate::diag::{did_you_mean, Diagnostic, Location, Source};
 use crate::expr::{self, Scope};
-use crate::steps::args::{self, ArgError, Slot};
-use crate::steps::registry::{self, Field, FieldType, COMMON_KEYS};
 use crate::yaml::{self, Node, Value};
 
 use super::load::LoadOptions;
@@ -701,9 +701,8 @@ fn label(kind: &str, args: &Node, main: Option<&str>) -> String {
     let main_val = main.and_then(|m| args.get(m)).map(|v| v.key_text());
     // An expression (`assert: { that: }`), on one line and cut between its tokens, never
     // inside a value: a block scalar's first line is not a label.
-    let expression = crate::steps::registry::lookup(kind)
-        .and_then(|k| main.and_then(|m| k.field(m)))
-        .is_some_and(|f| f.ty == crate::steps::FieldType::Expr);
+    let expression =
+        registry::lookup(kind).and_then(|k| main.and_then(|m| k.field(m))).is_some_and(|f| f.ty == FieldType::Expr);
     if let (true, Some(v)) = (expression, &main_val) {
         return format!("{kind}: {}", crate::expr::explain::shorten(v, 60));
     }
@@ -805,7 +804,7 @@ fn eventually(cx: &mut Ctx<'_>, v: &Node) -> Option<Eventually> {
 }
 
 /// Check the fields of a step (or of a nested object) against the registry: which keys go
-/// where, which are missing and the literal values, by the rules of [`crate::steps::args`],
+/// where, which are missing and the literal values, by the rules of [`super::args`],
 /// the ones the runner applies to rendered arguments.
 fn fields(
     cx: &mut Ctx<'_>,
@@ -993,7 +992,7 @@ pub(crate) fn asserted_output(kind: &str) -> Option<&'static str> {
     }
 }
 
-/// Check every templated string under a node.
+/// Check every string under a node that holds `{{ }}` expressions.
 fn templates(cx: &mut Ctx<'_>, v: &Node, scope: &Scope) {
     match &v.value {
         Value::Str(s) => expr::check(v, s, scope, cx.src, &mut cx.diags),
@@ -1072,7 +1071,7 @@ fn common_key_inside(src: &Source, owner: &str, k: &Node, v: &Node, map: &[(Node
 }
 
 /// A syntax error in an expression field (`that:`, `if:`): say it takes a bare expression,
-/// since the general template help (`{{ vars.name }}`) suggests the braces it does not need.
+/// since the general expression help (`{{ vars.name }}`) suggests the braces it does not need.
 fn bare_expression_help(diags: &mut [Diagnostic], key: &str, example: &str) {
     for d in diags {
         if let Some(rest) = d.message.strip_prefix("template syntax error: ") {

@@ -308,10 +308,40 @@ pub(crate) fn expire_at_end<H: Host>(host: &Arc<H>, sb: Arc<H::Sandbox>) {
 }
 
 /// A process as the table sees it.
-pub(crate) trait Process: Send + Sync {
+pub(crate) trait Process: Send + Sync + 'static {
     /// Its pid inside the sandbox.
     fn pid(&self) -> u32;
     fn info(&self) -> ProcessInfo;
+    /// Set when it has ended.
+    fn done(&self) -> &Done;
+    /// SIGKILLs it and what it started, without waiting (in a task of its own where that
+    /// takes awaiting).
+    fn kill_tree_now(self: Arc<Self>);
+}
+
+/// Kills the command if the `exec` future is dropped before it finished.
+pub(crate) struct KillOnDrop<P: Process>(pub Option<Arc<P>>);
+
+impl<P: Process> Drop for KillOnDrop<P> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            if !p.done().is_set() {
+                p.kill_tree_now();
+            }
+        }
+    }
+}
+
+/// A background command's `timeout`: past it, the command and what it started are killed.
+pub(crate) fn kill_after<P: Process>(p: &Arc<P>, timeout: Option<Duration>) {
+    if let Some(t) = timeout {
+        let p = p.clone();
+        tokio::spawn(async move {
+            if !p.done().wait(Some(t)).await {
+                p.kill_tree_now();
+            }
+        });
+    }
 }
 
 /// A sandbox's processes by pid inside it.
@@ -356,9 +386,104 @@ impl<P: Process> Procs<P> {
     }
 }
 
+/// An environment variable's name a process may be given: not empty, no `=`, no NUL.
+pub(crate) fn check_env_key(k: &str) -> Result<()> {
+    if k.is_empty() || k.contains('=') || k.contains('\0') {
+        return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
+    }
+    Ok(())
+}
+
+/// Whether a process has ended, for any number of waiters: set once, when it was reaped.
+#[derive(Debug)]
+pub(crate) struct Done(tokio::sync::watch::Sender<bool>);
+
+impl Done {
+    pub(crate) fn new() -> Self {
+        Self(tokio::sync::watch::channel(false).0)
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    pub(crate) fn set(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Waits until it is set, at most `timeout` (`None`: without a limit); false when the
+    /// time ran out first.
+    pub(crate) async fn wait(&self, timeout: Option<Duration>) -> bool {
+        let mut rx = self.0.subscribe();
+        match timeout {
+            Some(t) => matches!(tokio::time::timeout(t, rx.wait_for(|d| *d)).await, Ok(Ok(_))),
+            None => {
+                let _ = rx.wait_for(|d| *d).await;
+                true
+            }
+        }
+    }
+}
+
+/// How long a write to a process's stdin may block (the pipe is full and nobody reads).
+const STDIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A process's stdin kept open for `write_stdin` / `close_stdin` (a process launched with
+/// `open_stdin`), as local and docker keep it: a pipe, or the engine's attach connection.
+#[derive(Debug)]
+pub(crate) struct Stdin<W> {
+    w: tokio::sync::Mutex<Option<W>>,
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin + Send> Stdin<W> {
+    /// `None`: the process has no open stdin.
+    pub(crate) fn new(w: Option<W>) -> Self {
+        Self { w: tokio::sync::Mutex::new(w) }
+    }
+
+    /// Writes `data` to process `pid`'s stdin within [`STDIN_TIMEOUT`]. A write error is
+    /// `not_found` (the process is not running) when `gone` says so, else `infra`.
+    pub(crate) async fn write(&self, pid: u32, data: &[u8], gone: impl FnOnce(&std::io::Error) -> bool) -> Result<()> {
+        use tokio::io::AsyncWriteExt as _;
+        let mut stdin = self.w.lock().await;
+        let Some(w) = stdin.as_mut() else {
+            return Err(ProviderError::invalid(format!("process {pid} has no open stdin")));
+        };
+        match tokio::time::timeout(STDIN_TIMEOUT, async {
+            w.write_all(data).await?;
+            w.flush().await
+        })
+        .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) if gone(&e) => Err(ProviderError::not_found(format!("process {pid} is not running"))),
+            Ok(Err(e)) => Err(ProviderError::infra(format!("cannot write to stdin of process {pid}: {e}"))),
+            Err(_) => {
+                Err(ProviderError::new(super::ErrorKind::Timeout, format!("process {pid} does not read its stdin")))
+            }
+        }
+    }
+
+    /// Closes it (the process sees end of file); closing twice is fine.
+    pub(crate) async fn close(&self) -> Result<()> {
+        use tokio::io::AsyncWriteExt as _;
+        if let Some(mut w) = self.w.lock().await.take() {
+            let _ = w.shutdown().await;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_keys_are_checked() {
+        assert!(check_env_key("FOO").is_ok());
+        assert!(check_env_key("A=B").is_err());
+        assert!(check_env_key("").is_err());
+    }
 
     struct Sb {
         id: String,

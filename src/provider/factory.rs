@@ -78,9 +78,6 @@ pub fn make(
         ProviderKind::Local => {
             let p = LocalProvider::new(local_options(isolation(isolation_name), env))
                 .map_err(|e| format!("local provider: {e}"))?;
-            // As the provider sweeps what SIGKILLed runs left of their sandboxes: what
-            // SIGKILLed `serve`s left of their uploads and builds.
-            crate::server::sweep_stale_work_dirs();
             if let Some(w) = p.warning() {
                 errln!("warning: {w}");
             }

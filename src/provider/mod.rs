@@ -15,75 +15,14 @@ pub(crate) mod output;
 pub(crate) mod registered;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-/// What went wrong, as far as the runner needs to know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    /// The thing asked for does not exist (file, sandbox, process). A step failure.
-    NotFound,
-    /// The request was wrong (bad path, bad argument). A step failure.
-    Invalid,
-    /// The operation ran out of time.
-    Timeout,
-    /// Credentials were refused.
-    Auth,
-    /// The provider or its infrastructure broke. Makes the scenario ERROR.
-    Infra,
-    /// The provider does not support the operation.
-    Unsupported,
-}
-
-/// An error from a provider: a kind and a lowercase message that reads after "failed to …".
-#[derive(Debug, Clone)]
-pub struct ProviderError {
-    pub kind: ErrorKind,
-    pub message: String,
-}
-
-impl ProviderError {
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
-    }
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::NotFound, message)
-    }
-    pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Invalid, message)
-    }
-    pub fn infra(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Infra, message)
-    }
-    pub fn unsupported(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Unsupported, message)
-    }
-}
-
-impl fmt::Display for ProviderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ProviderError {}
-
-impl From<std::io::Error> for ProviderError {
-    fn from(e: std::io::Error) -> Self {
-        let kind = match e.kind() {
-            std::io::ErrorKind::NotFound => ErrorKind::NotFound,
-            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => ErrorKind::Invalid,
-            std::io::ErrorKind::TimedOut => ErrorKind::Timeout,
-            _ => ErrorKind::Infra,
-        };
-        Self::new(kind, e.to_string())
-    }
-}
+pub use crate::error::{ErrorKind, ProviderError};
+pub use crate::stats::ProviderStats;
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 
@@ -412,16 +351,6 @@ pub trait DirWatch: Send + Sync {
     fn drain(&self) -> Vec<FsEvent>;
     /// Notified when changes arrive (for a client that streams them).
     fn arrived(&self) -> std::sync::Arc<tokio::sync::Notify>;
-}
-
-/// Counters a provider keeps about itself, for reports and tests.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct ProviderStats {
-    pub created: u64,
-    pub destroyed: u64,
-    pub live: u64,
-    /// Highest number of sandboxes alive at one moment.
-    pub peak_live: u64,
 }
 
 /// Where sandboxes live. All methods are cancel-safe to drop: the runner wraps every call in a

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::exit::Exit;
 use crate::mask::Masker;
 use crate::model::Case;
 use crate::provider::Provider;
@@ -82,22 +83,22 @@ pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// Exit codes (§5): 0 all good; 1 a scenario failed or strict-xpassed; 4 an infrastructure
-/// error and no failure; 130 interrupted.
+/// A run's exit code (§5, [`Exit`]): interrupted; else a scenario failed or strict-xpassed;
+/// else an infrastructure error; else all good.
 pub fn exit_code(results: &[ScenarioResult], interrupted: bool) -> i32 {
     if interrupted {
-        return 130;
+        return Exit::Interrupted.into();
     }
     let failed = results.iter().any(|r| {
         r.outcome == Outcome::Failed
             || (r.outcome == Outcome::Xpass && r.known_issue.as_ref().is_some_and(|k| k.strict))
     });
     if failed {
-        1
+        Exit::Failed.into()
     } else if results.iter().any(|r| r.outcome == Outcome::Error) {
-        4
+        Exit::Infra.into()
     } else {
-        0
+        Exit::Ok.into()
     }
 }
 
@@ -206,8 +207,8 @@ pub async fn run(
     let totals = Totals::from_results(&results);
     let mut code = exit_code(&results, interrupted);
     // `--fail-on-skip` makes a skip a failure: over a pass or an error, under an interrupt.
-    if cfg.fail_on_skip && totals.skips() > 0 && matches!(code, 0 | 4) {
-        code = 1;
+    if cfg.fail_on_skip && totals.skips() > 0 && matches!(Exit::from_code(code), Exit::Ok | Exit::Infra) {
+        code = Exit::Failed.into();
     }
     let summary = RunSummary {
         run_id: cfg.run_id.clone(),
@@ -410,7 +411,7 @@ pub fn spawn_signal_handler(
                     sweep_run(provider.as_ref(), &run_id, Duration::from_secs(2)).await;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                std::process::exit(130);
+                std::process::exit(Exit::Interrupted.code().into());
             }
         }
     });

@@ -14,8 +14,8 @@ use tokio::time::Instant as TInstant;
 use tokio_util::sync::CancellationToken;
 
 use super::{now_ms, Halt, RunConfig};
+use crate::cpu_bound;
 use crate::expr::{self, SandboxView};
-use crate::heavy;
 use crate::model::{Case, Step};
 use crate::provider::Capability;
 use crate::results::{
@@ -824,10 +824,11 @@ impl CaseRun<'_> {
         // it is abandoned only if it has not a moment later.
         let outer =
             if crate::steps::registry::stops_itself(step.kind) { bound.limit + STOP_MARGIN } else { bound.limit };
-        let r = match tokio::time::timeout(outer, (step.kind.run)(&mut self.ctx, args)).await {
-            Ok(r) => r,
-            Err(_) => Err(StepError::fail(timed_out_message(bound.limit, bound.setting, &self.progress_tail))),
-        };
+        let r =
+            match tokio::time::timeout(outer, (crate::steps::registry::run_fn(step.kind))(&mut self.ctx, args)).await {
+                Ok(r) => r,
+                Err(_) => Err(StepError::fail(timed_out_message(bound.limit, bound.setting, &self.progress_tail))),
+            };
         self.ctx.step_limit = None;
         r
     }
@@ -849,9 +850,9 @@ impl CaseRun<'_> {
             Ok(outputs) => {
                 // Copying, converting and masking a big output (a 100 MiB file read back) takes
                 // seconds: done so that other scenarios' tasks do not wait for it.
-                let size = heavy::json_text_bytes(&outputs, heavy::HEAVY_BYTES)
-                    + heavy::json_text_bytes(&args, heavy::HEAVY_BYTES);
-                heavy::heavy(size, || {
+                let size = cpu_bound::json_text_bytes(&outputs, cpu_bound::OFF_RUNTIME_BYTES)
+                    + cpu_bound::json_text_bytes(&args, cpu_bound::OFF_RUNTIME_BYTES);
+                cpu_bound::off_runtime(size, || {
                     let background =
                         args.get("background").is_some_and(|b| b.as_bool() == Some(true) || b.as_str() == Some("true"));
                     if step.kind.sets_last && !background {

@@ -125,7 +125,7 @@ async fn list(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
     let mut offset = 0usize;
     for pair in q.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(v);
+        let v = crate::net::form_decode(v);
         match k {
             "sandboxID" => sandbox = Some(v),
             "name" => name = Some(v),
@@ -160,30 +160,6 @@ async fn list(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
         }
     }
     (headers, Json(Value::Array(page))).into_response()
-}
-
-/// `%XX` and `+` decoded (a lossy fallback keeps the raw value).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() + 1 && b.len() >= i + 3 => {
-                match std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `DELETE /templates/{id}` for a snapshot: `None` if `id` names none.

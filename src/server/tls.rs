@@ -97,10 +97,7 @@ fn ca_params(key: &KeyPair) -> CertificateParams {
     let fp = sha2::Sha256::digest(key.public_key_raw());
     let mut dn = DistinguishedName::new();
     dn.push(DnType::OrganizationName, "scenario-run");
-    dn.push(
-        DnType::CommonName,
-        format!("scenario-run serve local CA {:02x}{:02x}{:02x}{:02x}", fp[0], fp[1], fp[2], fp[3]),
-    );
+    dn.push(DnType::CommonName, format!("scenario-run serve local CA {}", hex::encode(&fp[..4])));
     let mut p = CertificateParams::default();
     p.distinguished_name = dn;
     p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));

@@ -81,31 +81,6 @@ pub async fn process_list(ctx: &mut StepCtx, _args: &Args) -> StepResult {
     Ok(json!({ "pids": running, "count": running.len(), "processes": procs }))
 }
 
-/// Signal names authors write (`TERM`, `SIGTERM`, `sigterm`), to numbers.
-pub fn signal_number(name: &str) -> Result<i32, String> {
-    let s = name.trim().to_ascii_uppercase();
-    let s = s.trim_start_matches("SIG");
-    if let Ok(n) = s.parse() {
-        return Ok(n);
-    }
-    Ok(match s {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "TERM" => libc::SIGTERM,
-        "STOP" => libc::SIGSTOP,
-        "CONT" => libc::SIGCONT,
-        other => {
-            return Err(format!(
-                "unknown signal `{other}`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number"
-            ))
-        }
-    })
-}
-
 pub async fn signal(ctx: &mut StepCtx, a: &Args) -> StepResult {
     // Both range-checked by the registry's fields (a pid is positive, a signal 1 to 64).
     let pid = a.int("pid").and_then(|n| u32::try_from(n).ok()).unwrap_or_default();

@@ -30,7 +30,7 @@ pub async fn write_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
         return Err(StepError::bad_args("give only one of `content`, `content_base64`, `from`"));
     }
     let data = if let Some(b) = a.opt_str("content_base64") {
-        crate::heavy::heavy(b.len(), || b64().decode(b.trim()))
+        crate::cpu_bound::off_runtime(b.len(), || b64().decode(b.trim()))
             .map_err(|e| StepError::bad_args(format!("`content_base64` is not valid base64: {e}")))?
     } else if let Some(from) = a.opt_str("from") {
         let p = ctx.scenario_dir.join(from);
@@ -52,7 +52,7 @@ pub async fn read_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let id = ctx.sandbox_id()?;
     let data = ctx.provider.read_file(&id, path).await?;
     let content = match a.opt_str("encoding") {
-        Some("base64") => crate::heavy::heavy(data.len(), || b64().encode(&data)),
+        Some("base64") => crate::cpu_bound::off_runtime(data.len(), || b64().encode(&data)),
         _ => String::from_utf8(data.clone())
             .map_err(|_| StepError::fail(format!("{path} is not UTF-8 text; read it with `encoding: base64`")))?,
     };

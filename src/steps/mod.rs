@@ -1,11 +1,11 @@
-//! Step kinds: the registry table and one file per family of steps.
+//! Step kinds: how each runs ([`registry`]: the model's table of kinds, each with its function)
+//! and one file per family of steps.
 //!
-//! A step function receives its arguments rendered (templates expanded) and converted by its
+//! A step function receives its arguments rendered (`{{ }}` expressions expanded) and converted by its
 //! registry fields ([`args::Args`]: a value of the wrong type never reaches it) and the
 //! scenario's [`StepCtx`]; it returns its outputs, or a [`StepError`] that is data: a failed
 //! expectation or a broken provider, never a panic.
 
-pub mod args;
 pub mod asserts;
 pub mod build;
 pub mod code;
@@ -19,7 +19,11 @@ pub mod misc;
 pub mod pty;
 pub mod registry;
 pub mod scripted;
+pub mod scripted_model;
 pub mod watch;
+
+/// The typed arguments of a step ([`crate::model::args`]), as the step functions read them.
+pub use crate::model::args;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -37,7 +41,7 @@ use crate::matcher::MatchFailure;
 use crate::provider::{ErrorKind, Provider, ProviderError};
 use crate::results::Mismatch;
 
-pub use registry::{FieldType, StepKind, REGISTRY};
+pub use crate::model::kinds::{FieldType, StepKind, REGISTRY};
 
 /// Failed (an expectation did not hold) or Error (the step could not be carried out); Skip
 /// is the `skip` step's: the scenario cannot run here, for the reason given.
@@ -210,7 +214,7 @@ pub struct StepCtx {
     /// one try, rather than spend the whole window on one stuck request.
     pub polling: bool,
     /// Services the scenario started (scripted model endpoints); they stop when it ends.
-    pub services: Vec<Arc<crate::scripted_model::ScriptedModel>>,
+    pub services: Vec<Arc<scripted_model::ScriptedModel>>,
     /// Snapshots the scenario made.
     pub snapshots: Vec<SnapshotRef>,
     /// Directory watches the scenario started, by name.
@@ -257,14 +261,7 @@ impl StepCtx {
     }
 }
 
-/// The text form of a value: strings as they are, everything else as JSON.
-pub fn text(v: &JsonValue) -> String {
-    match v {
-        JsonValue::String(s) => s.clone(),
-        JsonValue::Null => String::new(),
-        other => other.to_string(),
-    }
-}
+pub use crate::model::text;
 
 /// Bytes as a string for outputs: UTF-8 when valid, lossy otherwise.
 pub fn lossy(bytes: &[u8]) -> String {

@@ -1,5 +1,5 @@
 //! `scripted-model`: a scripted model endpoint for the agent CLIs in a sandbox (see
-//! [`crate::scripted_model`]), served by the run and made reachable inside the sandbox with
+//! [`super::scripted_model`]), served by the run and made reachable inside the sandbox with
 //! [`Provider::expose_host`](crate::provider::Provider::expose_host). It lives until the
 //! scenario ends.
 
@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::args::Args;
+use super::scripted_model::{Script, ScriptedModel};
 use super::{StepCtx, StepError, StepResult};
-use crate::scripted_model::{Script, ScriptedModel};
 
 /// The port inside the sandbox when the step names none.
 pub const DEFAULT_PORT: u16 = 8787;

@@ -63,7 +63,7 @@ async fn ctx_sb(p: &Arc<FakeProvider>) -> StepCtx {
 async fn step(c: &mut StepCtx, kind: &str, args: JsonValue) -> Result<JsonValue, StepError> {
     let k = registry::lookup(kind).unwrap_or_else(|| panic!("no step kind `{kind}` in the registry"));
     let typed = super::args::convert_step(k, &args).map_err(|e| StepError::error(e.message))?;
-    (k.run)(c, &typed).await
+    (crate::steps::registry::run_fn(k))(c, &typed).await
 }
 
 fn failed(r: Result<JsonValue, StepError>) -> StepError {
@@ -872,7 +872,7 @@ async fn assert_stdout_of_a_named_step() {
     assert_eq!(e.message, "unknown field `bogus` for `assert-stdout`");
 }
 
-/// Issue 26 item 4, at run time (an `of:` rendered from a template): a step without stdout
+/// Issue 26 item 4, at run time (an `of:` rendered from an expression): a step without stdout
 /// was checked as an empty text, and `not_contains`, `empty` passed vacuously.
 #[tokio::test]
 async fn an_assertion_of_a_step_without_that_output_is_an_error_not_a_vacuous_pass() {

@@ -1,4 +1,5 @@
 //! Template folders: `template.yaml`, the `Dockerfile` subset, and the folder's content hash.
+//! (Not the `{{ }}` expressions in a scenario's strings: those are [`crate::expr`].)
 //!
 //! A template folder holds a `Dockerfile` (parsed by [`dockerfile`]), a `template.yaml`
 //! (parsed here into [`TemplateDef`]) and whatever files the Dockerfile copies. The folder's
@@ -266,7 +267,7 @@ pub fn digest(dir: &Path) -> std::io::Result<String> {
         }
         h.update([0]);
     }
-    Ok(format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()))
+    Ok(format!("sha256:{}", hex::encode(h.finalize())))
 }
 
 /// The variable naming a folder of template folders, over the search from the scenario.

@@ -32,10 +32,9 @@ use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::Docker;
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
 
 use super::{api_err, is_status, HOME};
-use crate::provider::core::{Process, Procs};
+use crate::provider::core::{check_env_key, Done, Process, Procs, Stdin};
 use crate::provider::output::Captured;
 use crate::provider::{ErrorKind, ExecRequest, ExecResult, OutputChunk, OutputTx, ProcessInfo, ProviderError, Result};
 
@@ -59,8 +58,6 @@ export SCENARIO_RUN_PATH=\"$PATH\" BASH_ENV=/run/scenario-run/bash_env.sh; exec 
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
 /// How long to wait for a launched command to report its pid.
 const PID_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a write to a process's stdin may block.
-const STDIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for a killed command to be reaped.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// How long a helper exec (kill, file operations) may take.
@@ -87,23 +84,21 @@ pub(crate) struct Proc {
     docker: Docker,
     container: String,
     state: Mutex<Collected>,
-    done: watch::Sender<bool>,
+    done: Done,
     /// Signals the provider delivered to this process.
     sent: Mutex<Vec<i32>>,
     /// The exec's stdin when launched with `open_stdin` (until closed).
-    stdin: tokio::sync::Mutex<Option<InStream>>,
+    stdin: Stdin<InStream>,
 }
 
 impl Proc {
     pub(crate) fn finished(&self) -> bool {
-        *self.done.borrow()
+        self.done.is_set()
     }
 
     /// Waits until the command ended; returns false on timeout.
     pub(crate) async fn wait_done(&self, timeout: Duration) -> bool {
-        let mut rx = self.done.subscribe();
-        let ended = matches!(tokio::time::timeout(timeout, rx.wait_for(|d| *d)).await, Ok(Ok(_)));
-        ended
+        self.done.wait(Some(timeout)).await
     }
 
     /// SIGKILLs the command's process group and the command.
@@ -138,33 +133,12 @@ impl Proc {
 
     /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
     pub(crate) async fn write_stdin(&self, data: &[u8]) -> Result<()> {
-        let mut stdin = self.stdin.lock().await;
-        let Some(w) = stdin.as_mut() else {
-            return Err(ProviderError::invalid(format!("process {} has no open stdin", self.pid)));
-        };
-        match tokio::time::timeout(STDIN_TIMEOUT, async {
-            w.write_all(data).await?;
-            w.flush().await
-        })
-        .await
-        {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) if self.finished() => {
-                Err(ProviderError::not_found(format!("process {} is not running", self.pid)))
-            }
-            Ok(Err(e)) => Err(ProviderError::infra(format!("cannot write to stdin of process {}: {e}", self.pid))),
-            Err(_) => {
-                Err(ProviderError::new(ErrorKind::Timeout, format!("process {} does not read its stdin", self.pid)))
-            }
-        }
+        self.stdin.write(self.pid, data, |_| self.finished()).await
     }
 
     /// Closes that stdin (half-closes the attach connection); closing twice is fine.
     pub(crate) async fn close_stdin(&self) -> Result<()> {
-        if let Some(mut w) = self.stdin.lock().await.take() {
-            let _ = w.shutdown().await;
-        }
-        Ok(())
+        self.stdin.close().await
     }
 
     /// (exit code, signal) as the local provider reports them.
@@ -176,12 +150,6 @@ impl Proc {
             None if st.vanished => (None, Some(libc::SIGKILL)),
             None => (None, None),
         }
-    }
-
-    pub(crate) fn info(&self) -> ProcessInfo {
-        let st = self.state.lock().expect("proc state");
-        let (exit_code, _) = self.status(&st);
-        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code }
     }
 
     pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
@@ -205,27 +173,13 @@ impl Proc {
 
     /// Runs the command to the end (or its timeout) and returns its result.
     pub(crate) async fn finish(&self, timeout: Option<Duration>) -> ExecResult {
-        let ended = match timeout {
-            Some(t) => self.wait_done(t).await,
-            None => {
-                let mut rx = self.done.subscribe();
-                let _ = rx.wait_for(|d| *d).await;
-                true
-            }
-        };
+        let ended = self.done.wait(timeout).await;
         if !ended {
             self.kill_tree().await;
             self.wait_done(KILL_WAIT).await;
         }
         self.result(!ended)
     }
-}
-
-fn check_env_key(k: &str) -> Result<()> {
-    if k.is_empty() || k.contains('=') || k.contains('\0') {
-        return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
-    }
-    Ok(())
 }
 
 /// Starts an exec and returns its id and attached streams.
@@ -343,7 +297,7 @@ async fn drive(proc: Arc<Proc>, exec_id: String, mut stream: OutStream, output: 
         st.vanished = code.is_none();
         st.finished = true;
     }
-    proc.done.send_replace(true);
+    proc.done.set();
 }
 
 /// A sandbox's processes by in-container pid, and its engine handle.
@@ -469,7 +423,7 @@ impl ProcTable {
             }
         };
 
-        let (done, _) = watch::channel(false);
+        let done = Done::new();
         if let Some(data) = feed {
             tokio::spawn(async move {
                 let _ = input.write_all(&data).await;
@@ -485,7 +439,7 @@ impl ProcTable {
             state: Mutex::new(Collected { out: Captured::for_request(req), ..Collected::default() }),
             done,
             sent: Mutex::new(Vec::new()),
-            stdin: tokio::sync::Mutex::new(if open_stdin { Some(input) } else { None }),
+            stdin: Stdin::new(open_stdin.then_some(input)),
         });
         if !out.is_empty() {
             proc.push(OutputChunk::Stdout(out), &output).await;
@@ -526,33 +480,16 @@ impl Process for Proc {
         self.pid
     }
     fn info(&self) -> ProcessInfo {
-        Proc::info(self)
+        let st = self.state.lock().expect("proc state");
+        let (exit_code, _) = self.status(&st);
+        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code }
     }
-}
-
-/// Kills the command if the `exec` future is dropped before it finished.
-pub(crate) struct KillOnDrop(pub Option<Arc<Proc>>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            if !p.finished() {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move { p.kill_tree().await });
-                }
-            }
+    fn done(&self) -> &Done {
+        &self.done
+    }
+    fn kill_tree_now(self: Arc<Self>) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { self.kill_tree().await });
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_keys_are_checked() {
-        assert!(check_env_key("FOO").is_ok());
-        assert!(check_env_key("A=B").is_err());
-        assert!(check_env_key("").is_err());
     }
 }

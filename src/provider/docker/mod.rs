@@ -674,14 +674,7 @@ impl DockerProvider {
     ) -> Result<Arc<exec::Proc>> {
         let sb = self.get(id)?;
         let p = sb.procs.launch(&req, output, open_stdin).await?;
-        if let Some(t) = req.timeout {
-            let p = p.clone();
-            tokio::spawn(async move {
-                if !p.wait_done(t).await {
-                    p.kill_tree().await;
-                }
-            });
-        }
+        core::kill_after(&p, req.timeout);
         Ok(p)
     }
 }
@@ -885,7 +878,7 @@ impl Provider for DockerProvider {
     async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let sb = self.get(id)?;
         let p = sb.procs.launch(&req, output, false).await?;
-        let mut guard = exec::KillOnDrop(Some(p.clone()));
+        let mut guard = core::KillOnDrop(Some(p.clone()));
         let result = p.finish(req.timeout).await;
         guard.0 = None;
         sb.procs.remove(&p);

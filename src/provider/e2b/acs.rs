@@ -28,6 +28,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use crate::net::url_encode;
 use crate::provider::{ErrorKind, ProviderError, Result};
 
 pub const ALGORITHM: &str = "ACS3-HMAC-SHA256";
@@ -35,43 +36,16 @@ pub const ALGORITHM: &str = "ACS3-HMAC-SHA256";
 pub const CR_VERSION: &str = "2018-12-01";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// HMAC-SHA256 (RFC 2104) over `sha2`: the crate set has no `hmac`.
+/// HMAC-SHA256 (RFC 2104), RustCrypto's.
 pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut k = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let (mut ipad, mut opad) = ([0x36u8; BLOCK], [0x5cu8; BLOCK]);
-    for i in 0..BLOCK {
-        ipad[i] ^= k[i];
-        opad[i] ^= k[i];
-    }
-    let inner = Sha256::new().chain_update(ipad).chain_update(msg).finalize();
-    Sha256::new().chain_update(opad).chain_update(inner).finalize().into()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    use hmac::Mac as _;
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(msg);
+    mac.finalize().into_bytes().into()
 }
 
 pub fn sha256_hex(b: &[u8]) -> String {
-    hex(&Sha256::digest(b))
-}
-
-/// RFC 3986 percent-encoding: everything but unreserved characters, space as `%20`.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    hex::encode(Sha256::digest(b))
 }
 
 /// One request to sign. `headers` are the `x-acs-*` (and `content-type`) headers besides
@@ -97,7 +71,7 @@ pub struct Signed {
 }
 
 pub fn canonical_query(query: &[(&str, &str)]) -> String {
-    let mut q: Vec<(String, String)> = query.iter().map(|(k, v)| (percent_encode(k), percent_encode(v))).collect();
+    let mut q: Vec<(String, String)> = query.iter().map(|(k, v)| (url_encode(k), url_encode(v))).collect();
     q.sort();
     q.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
 }
@@ -117,7 +91,7 @@ pub fn sign(req: &Request<'_>, key_id: &str, key_secret: &str) -> Signed {
     let canonical_headers: String =
         headers.iter().filter(|(k, _)| signed_names.contains(&k.as_str())).map(|(k, v)| format!("{k}:{v}\n")).collect();
     let signed_headers = signed_names.join(";");
-    let canonical_uri = req.path.split('/').map(percent_encode).collect::<Vec<_>>().join("/");
+    let canonical_uri = req.path.split('/').map(url_encode).collect::<Vec<_>>().join("/");
     let canonical_request = format!(
         "{}\n{}\n{}\n{}\n{}\n{}",
         req.method,
@@ -128,7 +102,7 @@ pub fn sign(req: &Request<'_>, key_id: &str, key_secret: &str) -> Signed {
         payload_hash
     );
     let string_to_sign = format!("{ALGORITHM}\n{}", sha256_hex(canonical_request.as_bytes()));
-    let signature = hex(&hmac_sha256(key_secret.as_bytes(), string_to_sign.as_bytes()));
+    let signature = hex::encode(hmac_sha256(key_secret.as_bytes(), string_to_sign.as_bytes()));
     headers.push((
         "authorization".to_string(),
         format!("{ALGORITHM} Credential={key_id},SignedHeaders={signed_headers},Signature={signature}"),
@@ -164,12 +138,7 @@ struct TokenAnswer {
 
 /// 32 random hex digits for `x-acs-signature-nonce`.
 fn nonce() -> String {
-    let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        b = (t.as_nanos() ^ u128::from(std::process::id())).to_le_bytes();
-    }
-    hex(&b)
+    crate::random::hex(16)
 }
 
 /// Asks ACR (`endpoint`: `http(s)://host[:port]`) for a temporary login to `instance_id`.
@@ -246,11 +215,11 @@ mod tests {
     #[test]
     fn hmac_sha256_matches_rfc_4231() {
         assert_eq!(
-            hex(&hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            hex::encode(hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
         assert_eq!(
-            hex(&hmac_sha256(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First")),
+            hex::encode(hmac_sha256(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First")),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
         );
     }
@@ -326,7 +295,7 @@ mod tests {
     /// (not `+`), `*` is `%2A`, `~` stays, UTF-8 bytes each get `%XY`.
     #[test]
     fn percent_encoding_follows_rfc_3986() {
-        assert_eq!(percent_encode("a b*c~d-e_f.g/h:é"), "a%20b%2Ac~d-e_f.g%2Fh%3A%C3%A9");
+        assert_eq!(url_encode("a b*c~d-e_f.g/h:é"), "a%20b%2Ac~d-e_f.g%2Fh%3A%C3%A9");
         assert_eq!(canonical_query(&[("b", "2"), ("a", "x y"), ("A", "")]), "A=&a=x%20y&b=2");
     }
 }

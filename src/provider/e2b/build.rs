@@ -61,18 +61,9 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Upload timeout of one COPY context.
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(3600);
 
-/// Credentials for a private `fromImage` registry (`fromImageRegistry {"type":"registry"}`).
-#[derive(Clone)]
-pub struct RegistryAuth {
-    pub username: String,
-    pub password: String,
-}
-
-impl std::fmt::Debug for RegistryAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegistryAuth").field("username", &self.username).field("password", &"***").finish()
-    }
-}
+/// Credentials for a private `fromImage` registry (`fromImageRegistry {"type":"registry"}`):
+/// the image layer's, one type for every registry login.
+pub use crate::image::RegistryAuth;
 
 /// A COPY step's files: the hash the server keys them by and the paths to pack.
 #[derive(Debug, Clone, PartialEq)]

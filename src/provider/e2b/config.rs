@@ -117,7 +117,7 @@ pub struct Config {
     pub sandbox_url: Option<String>,
     pub create_api: CreateApi,
     pub auth: AuthStyle,
-    /// `SCENARIO_RUN_E2B_PORT_URL`: template for port URLs.
+    /// `SCENARIO_RUN_E2B_PORT_URL`: the pattern of port URLs (`{port}`, `{id}`, `{domain}`).
     pub port_url_template: Option<String>,
     /// Alibaba ACR settings for templates built from a pushed image (alicloud only).
     pub acr: Option<Acr>,

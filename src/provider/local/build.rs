@@ -493,7 +493,7 @@ async fn run(
     let req = ExecRequest { cmd: line.to_string(), timeout: Some(RUN_TIMEOUT), ..Default::default() };
     let (tx, mut rx) = crate::provider::output_channel();
     let p = process::launch(target, &full, cwd, &req, Some(tx), false).await?;
-    let guard = process::KillOnDrop(Some(p.clone()));
+    let guard = crate::provider::core::KillOnDrop(Some(p.clone()));
     let mut tail: Vec<String> = Vec::new();
     let mut partial = [String::new(), String::new()];
     let mut emit = |text: &str, log: &mut BuildLog| {

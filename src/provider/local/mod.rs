@@ -449,14 +449,7 @@ impl LocalProvider {
         let (target, env, cwd) = sb.plan(&req)?;
         let p = process::launch(&target, &env, &cwd, &req, output, open_stdin).await?;
         sb.procs.insert(p.clone());
-        if let Some(t) = req.timeout {
-            let p = p.clone();
-            tokio::spawn(async move {
-                if !p.wait_done(t).await {
-                    p.kill_tree();
-                }
-            });
-        }
+        core::kill_after(&p, req.timeout);
         Ok(p)
     }
 }
@@ -965,7 +958,7 @@ impl Provider for LocalProvider {
         let (target, env, cwd) = sb.plan(&req)?;
         let p = process::launch(&target, &env, &cwd, &req, output, false).await?;
         sb.procs.insert(p.clone());
-        let mut guard = process::KillOnDrop(Some(p.clone()));
+        let mut guard = core::KillOnDrop(Some(p.clone()));
         let result = process::finish(&p, req.timeout).await;
         guard.0 = None;
         sb.procs.remove(&p);

@@ -32,11 +32,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::watch;
 
 use super::enter::{self, Entry, Identity};
 use super::sys::{self, Pidfd};
-use crate::provider::core::{Process, Procs};
+use crate::provider::core::{check_env_key, Done, Process, Procs, Stdin};
 use crate::provider::output::Captured;
 use crate::provider::{ExecRequest, ExecResult, OutputChunk, OutputTx, ProcessInfo, ProviderError, Result};
 
@@ -87,23 +86,21 @@ pub(crate) struct Proc {
     /// The command's own process on the host, if still found after launch.
     target: Option<Pidfd>,
     state: Mutex<Collected>,
-    done: watch::Sender<bool>,
+    done: Done,
     /// The command's stdin when it was launched with `open_stdin` (until closed).
-    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    stdin: Stdin<tokio::process::ChildStdin>,
     /// The master of its terminal, when launched with one (`launch_io`).
     pty: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 impl Proc {
     pub(crate) fn finished(&self) -> bool {
-        *self.done.borrow()
+        self.done.is_set()
     }
 
     /// Waits until the command ended; returns false on timeout.
     pub(crate) async fn wait_done(&self, timeout: Duration) -> bool {
-        let mut rx = self.done.subscribe();
-        let ended = matches!(tokio::time::timeout(timeout, rx.wait_for(|d| *d)).await, Ok(Ok(_)));
-        ended
+        self.done.wait(Some(timeout)).await
     }
 
     /// SIGKILLs the command's process group (and the command, should it have left the group).
@@ -135,26 +132,7 @@ impl Proc {
 
     /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
     pub(crate) async fn write_stdin(&self, data: &[u8]) -> Result<()> {
-        let mut stdin = self.stdin.lock().await;
-        let Some(w) = stdin.as_mut() else {
-            return Err(ProviderError::invalid(format!("process {} has no open stdin", self.pid)));
-        };
-        match tokio::time::timeout(STDIN_TIMEOUT, async {
-            w.write_all(data).await?;
-            w.flush().await
-        })
-        .await
-        {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) if self.finished() || e.kind() == std::io::ErrorKind::BrokenPipe => {
-                Err(ProviderError::not_found(format!("process {} is not running", self.pid)))
-            }
-            Ok(Err(e)) => Err(ProviderError::infra(format!("cannot write to stdin of process {}: {e}", self.pid))),
-            Err(_) => Err(ProviderError::new(
-                crate::provider::ErrorKind::Timeout,
-                format!("process {} does not read its stdin", self.pid),
-            )),
-        }
+        self.stdin.write(self.pid, data, |e| self.finished() || e.kind() == std::io::ErrorKind::BrokenPipe).await
     }
 
     /// Types `data` into the command's terminal.
@@ -186,15 +164,7 @@ impl Proc {
 
     /// Closes that stdin; closing twice is fine.
     pub(crate) async fn close_stdin(&self) -> Result<()> {
-        if let Some(mut w) = self.stdin.lock().await.take() {
-            let _ = w.shutdown().await;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn info(&self) -> ProcessInfo {
-        let st = self.state.lock().expect("proc state");
-        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code: st.exit_code }
+        self.stdin.close().await
     }
 
     pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
@@ -236,13 +206,6 @@ pub(crate) fn base_env(home: &str) -> BTreeMap<String, String> {
         }
     }
     env
-}
-
-fn check_env_key(k: &str) -> Result<()> {
-    if k.is_empty() || k.contains('=') || k.contains('\0') {
-        return Err(ProviderError::invalid(format!("invalid environment variable name: {k:?}")));
-    }
-    Ok(())
 }
 
 /// Starts `req.cmd` in `target` with environment `env` (already merged) and working directory
@@ -385,7 +348,7 @@ pub(crate) async fn launch_io(
         }
     };
 
-    let (done, _) = watch::channel(false);
+    let done = Done::new();
     let kept_stdin = if open_stdin { child.stdin.take() } else { None };
     let proc = Arc::new(Proc {
         pid,
@@ -398,7 +361,7 @@ pub(crate) async fn launch_io(
         target: target_fd,
         state: Mutex::new(Collected { out: Captured::for_request(req), ..Collected::default() }),
         done,
-        stdin: tokio::sync::Mutex::new(kept_stdin),
+        stdin: Stdin::new(kept_stdin),
         pty: master,
     });
 
@@ -459,7 +422,7 @@ async fn drive(mut child: tokio::process::Child, proc: Arc<Proc>, output: Option
         }
         st.finished = true;
     }
-    proc.done.send_replace(true);
+    proc.done.set();
 }
 
 impl Process for Proc {
@@ -467,7 +430,14 @@ impl Process for Proc {
         self.pid
     }
     fn info(&self) -> ProcessInfo {
-        Proc::info(self)
+        let st = self.state.lock().expect("proc state");
+        ProcessInfo { pid: self.pid, cmd: self.cmd.clone(), running: !st.finished, exit_code: st.exit_code }
+    }
+    fn done(&self) -> &Done {
+        &self.done
+    }
+    fn kill_tree_now(self: Arc<Self>) {
+        self.kill_tree();
     }
 }
 
@@ -500,29 +470,9 @@ impl ProcTable {
     }
 }
 
-/// Kills the command if the `exec` future is dropped before it finished.
-pub(crate) struct KillOnDrop(pub Option<Arc<Proc>>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            if !p.finished() {
-                p.kill_tree();
-            }
-        }
-    }
-}
-
 /// Runs a launched command to the end (or its timeout) and returns its result.
 pub(crate) async fn finish(proc: &Arc<Proc>, timeout: Option<Duration>) -> ExecResult {
-    let ended = match timeout {
-        Some(t) => proc.wait_done(t).await,
-        None => {
-            let mut rx = proc.done.subscribe();
-            let _ = rx.wait_for(|d| *d).await;
-            true
-        }
-    };
+    let ended = proc.done.wait(timeout).await;
     if !ended {
         proc.kill_tree();
         proc.wait_done(KILL_WAIT).await;
@@ -533,13 +483,6 @@ pub(crate) async fn finish(proc: &Arc<Proc>, timeout: Option<Duration>) -> ExecR
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn env_keys_are_checked() {
-        assert!(check_env_key("FOO").is_ok());
-        assert!(check_env_key("A=B").is_err());
-        assert!(check_env_key("").is_err());
-    }
 
     #[test]
     fn base_env_has_home_and_path() {

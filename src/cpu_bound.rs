@@ -1,21 +1,22 @@
-//! Long synchronous work on an async worker thread, done without stalling the others.
+//! CPU-bound work (masking, encoding, converting a big output) done on an async worker
+//! thread without stalling the other tasks queued on it.
 //!
 //! A run is many scenarios on one multi-threaded tokio runtime with as many workers as cores
 //! (two here). Masking, converting or encoding a step's 100 MiB output takes seconds of CPU;
 //! done in place it holds its worker, and the tasks queued on that worker (another scenario's
 //! HTTP call, its timer) wait with it: a kill then went unanswered past its 30 s timeout.
-//! [`heavy`] hands the worker's queue to another thread first (`block_in_place`) when the job is
+//! [`off_runtime`] hands the worker's queue to another thread first (`block_in_place`) when the job is
 //! big enough to matter, so only the scenario that owns the big output waits for it.
 
 /// Bytes of data from which a job is worth moving off the async workers.
-pub const HEAVY_BYTES: usize = 1 << 20;
+pub const OFF_RUNTIME_BYTES: usize = 1 << 20;
 
-/// Runs `f`. When `bytes` (the size of what `f` works on) is at least [`HEAVY_BYTES`] and this is
+/// Runs `f`. When `bytes` (the size of what `f` works on) is at least [`OFF_RUNTIME_BYTES`] and this is
 /// a worker of a multi-threaded runtime, its other tasks are moved to another thread first.
-pub fn heavy<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
+pub fn off_runtime<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
     use tokio::runtime::{Handle, RuntimeFlavor};
     let multi = Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-    if bytes >= HEAVY_BYTES && multi {
+    if bytes >= OFF_RUNTIME_BYTES && multi {
         tokio::task::block_in_place(f)
     } else {
         f()
@@ -61,6 +62,6 @@ mod tests {
 
     #[test]
     fn outside_a_runtime_it_just_runs() {
-        assert_eq!(heavy(HEAVY_BYTES, || 7), 7);
+        assert_eq!(off_runtime(OFF_RUNTIME_BYTES, || 7), 7);
     }
 }

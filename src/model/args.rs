@@ -1,6 +1,6 @@
 //! Step arguments: the one checker from the registry's field types to typed values.
 //!
-//! `scenario-run check` runs [`convert`] on every literal (template-free) value of a step, and
+//! `scenario-run check` runs [`convert`] on every literal value (one without `{{ }}` expressions) of a step, and
 //! the runner runs [`convert_step`] on every step's rendered arguments before the step runs,
 //! so a value is accepted, converted and refused by the same rules and with the same message
 //! whether it was written or rendered. Steps read the typed [`Args`] and check no types.
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value as JsonValue;
 
-use super::registry::{Field, FieldType, StepKind};
+use super::kinds::{Field, FieldType, StepKind};
 use crate::diag::did_you_mean;
 use crate::matcher::Matcher;
 
@@ -207,7 +207,7 @@ pub fn convert(owner: &str, field: &Field, v: &JsonValue) -> Result<ArgValue, Ar
                 JsonValue::String(s) if s.trim().starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') => {
                     numbered(s.trim().parse().ok())
                 }
-                JsonValue::String(s) => match super::exec::signal_number(s) {
+                JsonValue::String(s) => match signal_number(s) {
                     Ok(n) => numbered(Some(i64::from(n))),
                     Err(e) => Err(ArgError::new(e).label("unknown signal")),
                 },
@@ -452,12 +452,37 @@ impl Args {
     }
 }
 
+/// Signal names authors write (`TERM`, `SIGTERM`, `sigterm`), to numbers.
+pub fn signal_number(name: &str) -> Result<i32, String> {
+    let s = name.trim().to_ascii_uppercase();
+    let s = s.trim_start_matches("SIG");
+    if let Ok(n) = s.parse() {
+        return Ok(n);
+    }
+    Ok(match s {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "STOP" => libc::SIGSTOP,
+        "CONT" => libc::SIGCONT,
+        other => {
+            return Err(format!(
+                "unknown signal `{other}`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number"
+            ))
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::steps::registry::lookup;
+    use crate::model::kinds::lookup;
 
     fn step(kind: &str, args: JsonValue) -> Result<Args, String> {
         convert_step(lookup(kind).expect("kind"), &args).map_err(|e| e.message)

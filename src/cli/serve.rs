@@ -1,0 +1,129 @@
+//! `serve`: the E2B-compatible server over the local provider until SIGINT, SIGTERM, SIGHUP
+//! or SIGQUIT, then every sandbox it made is destroyed. Here: the provider, the listener, the
+//! signals and serve's certificate authority; the server itself is [`crate::server`].
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+use super::wiring::block_on;
+use crate::exit::Exit;
+use crate::provider::factory::{self, local_options, prepare};
+use crate::provider::local::LocalProvider;
+use crate::server::tls::{self, Ca, Certs};
+use crate::server::ServeArgs;
+use crate::{config, errln, outln};
+
+/// `serve`, until a signal; then every sandbox it made is destroyed.
+pub fn serve(args: &ServeArgs) -> Exit {
+    let mut opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            errln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    let (listen, isolation) = (args.listen, args.isolation.as_str());
+    let ca_dir_given = args.ca_dir.is_some();
+    let ca_dir = args.ca_dir.clone().unwrap_or_else(tls::default_ca_dir);
+    block_on(async move {
+        let isolation = factory::isolation(isolation);
+        let env = config::environment(Path::new(".env"), &[]).unwrap_or_default();
+        let provider = match LocalProvider::new(local_options(isolation, &env)) {
+            Ok(p) => p,
+            Err(e) => {
+                errln!("error: local provider: {e}");
+                return Exit::Infra;
+            }
+        };
+        if let Some(w) = provider.warning() {
+            errln!("warning: {w}");
+        }
+        // Build `base` before listening, so no client's first create waits a minute on it.
+        if let Err(e) = prepare(&provider, &CancellationToken::new(), true).await {
+            errln!("error: {e}");
+            return Exit::Infra;
+        }
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                errln!("error: cannot listen on {listen}: {e}");
+                return Exit::Usage;
+            }
+        };
+        let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut quit)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::quit()),
+        ) else {
+            errln!("error: cannot install signal handlers");
+            return Exit::Infra;
+        };
+        let addr = listener.local_addr().unwrap_or(listen);
+        opts.tls = match certificates(&ca_dir, ca_dir_given, addr) {
+            Ok(certs) => certs,
+            Err(exit) => return exit,
+        };
+        let _ = std::io::stdout().flush();
+        let shutdown = async move {
+            // A closed terminal (SIGHUP) or SIGQUIT stops serve as SIGTERM does: every sandbox
+            // it made is destroyed.
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+                _ = quit.recv() => {}
+            }
+        };
+        match crate::server::serve(listener, Arc::new(provider), opts, shutdown).await {
+            Ok(n) => {
+                errln!("serve: stopped; destroyed {n} sandbox{}", if n == 1 { "" } else { "es" });
+                Exit::Ok
+            }
+            Err(e) => {
+                errln!("error: serve: {e}");
+                Exit::Infra
+            }
+        }
+    })
+}
+
+/// Serve's certificate authority in `ca_dir` (made on first use) and the certificates for
+/// https on `addr`, said on stdout. Without them serve speaks http only, with a warning;
+/// unless the directory was named (`--ca-dir`): then that directory or nothing.
+fn certificates(ca_dir: &Path, given: bool, addr: SocketAddr) -> Result<Option<Arc<Certs>>, Exit> {
+    let certs = Ca::load_or_create(ca_dir).and_then(|ca| Certs::new(ca, addr));
+    let certs = match certs {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) if given => {
+            errln!("error: serve's certificate authority in {}: {e}", ca_dir.display());
+            return Err(Exit::Infra);
+        }
+        Err(e) => {
+            errln!(
+                "warning: no https (serve's certificate authority in {}: {e}); name another with --ca-dir",
+                ca_dir.display()
+            );
+            None
+        }
+    };
+    outln!("listening on http://{addr}");
+    match &certs {
+        Some(c) => {
+            outln!(
+                "https on the same port; ca certificate: {} ({}; trust it with SSL_CERT_FILE or REQUESTS_CA_BUNDLE (Python), NODE_EXTRA_CA_CERTS (Node))",
+                c.ca_path().display(),
+                if c.ca_created() { "made now" } else { "kept from before" }
+            );
+        }
+        None => {
+            outln!("no https");
+        }
+    }
+    Ok(certs)
+}
