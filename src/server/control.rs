@@ -764,7 +764,7 @@ async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<ServedSandbox>) {
 
 /// Pauses the sandbox through the provider (frozen, or without `keep_memory` shut down to its
 /// filesystem, to boot again on resume) and marks it paused.
-async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory: bool) -> Result<(), ProviderError> {
+pub(crate) async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory: bool) -> Result<(), ProviderError> {
     st.provider.pause(&sb.provider_id, keep_memory).await?;
     sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
     sb.end_changed.notify_one();

@@ -75,6 +75,7 @@ mod connect;
 mod control;
 mod envd;
 mod files;
+mod opensandbox;
 mod procs;
 mod proxy;
 mod snapshots;
@@ -288,6 +289,8 @@ pub(crate) struct AppState {
     creates: Mutex<CreateLog>,
     /// Where `/files` uploads are spooled while they arrive.
     pub spool: files::Spool,
+    /// OpenSandbox's protocol beside E2B's (see `opensandbox`).
+    pub opensandbox: opensandbox::State,
 }
 
 impl AppState {
@@ -595,6 +598,10 @@ fn signed_files(req: &Request) -> bool {
 
 async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Response {
     let target = data_target(&req);
+    // OpenSandbox's lifecycle API (`/v1/…`) and its proxy route, beside E2B's.
+    if target.is_none() && opensandbox::claims(req.uri().path()) {
+        return opensandbox::route(st, req).await;
+    }
     let is_data = target.is_some() || signed_files(&req);
     // Health and serve's own accounting are never faulted: they observe the faults.
     let observer = req.uri().path() == "/health" || req.uri().path().starts_with("/_serve/");
@@ -723,6 +730,7 @@ pub async fn serve(
         spool: files::Spool::new(work.join("spool"), opts.limits.max_upload),
         limits: opts.limits,
         creates: Mutex::new(CreateLog::default()),
+        opensandbox: Default::default(),
     });
     let state = st.clone();
     let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });
@@ -759,7 +767,8 @@ pub async fn serve(
     }
     let destroyed = provider.destroy_all().await;
     // Templates made through the API go with the server.
-    for id in state.templates.ids().into_iter().chain(state.snapshots.all_ids()) {
+    for id in state.templates.ids().into_iter().chain(state.snapshots.all_ids()).chain(state.opensandbox.template_ids())
+    {
         provider.remove_template(&id).await;
     }
     provider.remove_builds().await;
