@@ -5,7 +5,9 @@
 //!   `opensandbox/code-interpreter[:tag]` is `code-interpreter-v1`, the code interpreter
 //!   (its Jupyter kernels behind execd's `/code`, see `code`). That image's documented
 //!   entrypoint (`/opt/code-interpreter/code-interpreter.sh`, which starts Jupyter) is the
-//!   template's own start command, so a create naming it does not run it again.
+//!   template's own start command, so a create naming it does not run it again; its
+//!   `JUPYTER_PORT`/`JUPYTER_HOST` say where the runtime listens (49999 here, 44771 in the
+//!   image), which the code-interpreter SDK probes before it is ready.
 //! * A name of serve's templates (`base`, `code-interpreter-v1`, a template built through the
 //!   E2B template API, by name or id) is that template.
 //! * Anything else is an image: a template `FROM` it is built once per image and registry
@@ -25,10 +27,22 @@ use super::error;
 use super::lifecycle::ImageAuth;
 use crate::server::AppState;
 
-/// OpenSandbox images and the template of serve's each stands for, with the image's own
-/// entrypoint.
-const ALIASES: &[(&str, &str, &str)] =
-    &[("opensandbox/code-interpreter", "code-interpreter-v1", "/opt/code-interpreter/code-interpreter.sh")];
+/// An OpenSandbox image and the template of serve's it stands for.
+struct Alias {
+    image: &'static str,
+    template: &'static str,
+    /// The image's own entrypoint, which the template's start command plays.
+    entrypoint: &'static str,
+    /// The image's environment that differs in the template.
+    env: &'static [(&'static str, &'static str)],
+}
+
+const ALIASES: &[Alias] = &[Alias {
+    image: "opensandbox/code-interpreter",
+    template: "code-interpreter-v1",
+    entrypoint: "/opt/code-interpreter/code-interpreter.sh",
+    env: &[("JUPYTER_PORT", "49999"), ("JUPYTER_HOST", "http://127.0.0.1:49999")],
+}];
 
 /// serve's templates that are always there (the provider's `base`, the official one serve
 /// builds on first use).
@@ -45,6 +59,8 @@ pub(super) struct Resolved {
     pub template: String,
     /// The image's own entrypoint, which the template's start command plays.
     pub entrypoint: Option<&'static str>,
+    /// The image's environment, under the create's.
+    pub env: &'static [(&'static str, &'static str)],
 }
 
 /// The repository of an image reference, without tag or digest, registry prefix `docker.io/`
@@ -79,25 +95,25 @@ impl Images {
                 format!("invalid image uri {uri:?}"),
             ));
         }
-        if let Some((_, template, entrypoint)) = ALIASES.iter().find(|(image, _, _)| repository(uri) == *image) {
-            return Ok(Resolved { template: template.to_string(), entrypoint: Some(entrypoint) });
+        if let Some(a) = ALIASES.iter().find(|a| repository(uri) == a.image) {
+            return Ok(Resolved { template: a.template.to_string(), entrypoint: Some(a.entrypoint), env: a.env });
         }
         let known = BUILT_IN.contains(&uri)
             || st.templates.resolve(uri) != uri
             || st.templates.ids().iter().any(|id| id == uri)
             || st.snapshots.resolve(uri).is_some();
         if known {
-            return Ok(Resolved { template: uri.to_string(), entrypoint: None });
+            return Ok(Resolved { template: uri.to_string(), entrypoint: None, env: &[] });
         }
         let user = auth.map(|a| a.username.as_str()).unwrap_or("");
         let key = format!("{uri}\0{user}");
         if let Some(t) = self.built.lock().expect("images").get(&key) {
-            return Ok(Resolved { template: t.clone(), entrypoint: None });
+            return Ok(Resolved { template: t.clone(), entrypoint: None, env: &[] });
         }
         let id = format!("osb-image-{}", &format!("{:x}", Sha256::digest(key.as_bytes()))[..16]);
         build(st, &id, uri, auth).await?;
         self.built.lock().expect("images").insert(key, id.clone());
-        Ok(Resolved { template: id, entrypoint: None })
+        Ok(Resolved { template: id, entrypoint: None, env: &[] })
     }
 }
 

@@ -359,7 +359,7 @@ async fn make(
             _ => {}
         }
     }
-    let envs: BTreeMap<String, String> =
+    let mut envs: BTreeMap<String, String> =
         req.env.unwrap_or_default().into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
     let policy = match req.network_policy.as_ref().filter(|p| !p.is_null()) {
         Some(p) => super::egress::Policy::parse(p)?,
@@ -376,6 +376,9 @@ async fn make(
                 return Err(invalid("image.uri is required"));
             }
             let resolved = st.opensandbox.images.resolve(st, &image.uri, image.auth.as_ref()).await?;
+            for (k, v) in resolved.env {
+                envs.entry(k.to_string()).or_insert_with(|| v.to_string());
+            }
             (resolved.template, Source::Image(image.uri), resolved.entrypoint)
         }
         (_, Some(snap), _) => {
