@@ -19,6 +19,8 @@ use serde_json::Value as JsonValue;
 use crate::diag::{did_you_mean, Diagnostic, Source};
 use crate::yaml::{Node, Value};
 
+pub mod explain;
+
 pub const ROOTS: &[&str] = &["vars", "env", "matrix", "steps", "sandbox", "sandboxes", "run", "scenario", "provider"];
 
 pub fn is_expression(s: &str) -> bool {

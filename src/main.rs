@@ -153,9 +153,18 @@ struct RunArgs {
     /// Print the selected scenarios and exit.
     #[arg(long)]
     list: bool,
-    /// Stop starting new scenarios after the first failure or error.
-    #[arg(long)]
+    /// Stop at the first failure or error (pytest's -x): nothing new starts, and running
+    /// scenarios are stopped at once (their step interrupted, `finally` run within
+    /// --grace-period, sandboxes destroyed) and reported SKIPPED with why.
+    #[arg(short = 'x', long = "fail-fast", visible_alias = "exitfirst")]
     fail_fast: bool,
+    /// A scenario or step that would be SKIPPED for `missing credentials [...]` is an ERROR
+    /// instead (exit 4): for CI jobs whose secrets must be there. Other skips stay skips.
+    #[arg(long)]
+    require_credentials: bool,
+    /// Any SKIPPED scenario, or step skipped for its key, fails the run (exit 1).
+    #[arg(long)]
+    fail_on_skip: bool,
     /// Where sandboxes live.
     #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
     provider: ProviderKind,
@@ -504,6 +513,7 @@ fn matrix(emit: &str, root: &str, providers: &[String]) -> u8 {
 }
 
 fn run(args: RunArgs) -> u8 {
+    runner::arm_early_signals();
     let env = match config::environment(Path::new(".env"), &args.env_files) {
         Ok(e) => e,
         Err(e) => {
@@ -559,6 +569,7 @@ fn run(args: RunArgs) -> u8 {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
     rt.block_on(async move {
+        let signals = runner::Signals::install();
         let provider = match factory::make(args.provider, &args.isolation, &env) {
             Ok(p) => p,
             Err(e) => {
@@ -584,6 +595,8 @@ fn run(args: RunArgs) -> u8 {
             provider: provider.clone(),
             concurrency: args.concurrency as usize,
             fail_fast: args.fail_fast,
+            require_credentials: args.require_credentials,
+            fail_on_skip: args.fail_on_skip,
             run_id: config::run_id(&env),
             env,
             cli_vars,
@@ -612,7 +625,7 @@ fn run(args: RunArgs) -> u8 {
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let cancel = CancellationToken::new();
-        runner::spawn_signal_handler(cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
+        runner::spawn_signal_handler(signals, cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
         let printer = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 reporter.handle(&ev);

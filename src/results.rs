@@ -205,6 +205,56 @@ pub struct Failure {
     pub location: Location,
     pub message: String,
     pub mismatch: Option<Mismatch>,
+    /// The end of what the failing command printed (or the command an assertion checked),
+    /// shown under the failure in the terminal. The reports have the whole outputs already.
+    #[serde(skip)]
+    pub captured: Option<Captured>,
+}
+
+/// The most lines of each stream [`Captured`] keeps: the last ones.
+pub const CAPTURED_LINES: usize = 20;
+/// The most characters of one captured line (the reports have it whole).
+pub const CAPTURED_LINE: usize = 400;
+
+/// The tail of a command's streams for the terminal, as pytest's "captured stdout": masked
+/// (it is made from masked outputs) and bounded ([`CAPTURED_LINES`], [`CAPTURED_LINE`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Captured {
+    pub streams: Vec<CapturedStream>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CapturedStream {
+    /// `stdout` or `stderr`.
+    pub name: String,
+    /// Its last lines, each at most [`CAPTURED_LINE`] characters.
+    pub lines: Vec<String>,
+    /// How many lines came before them.
+    pub earlier: usize,
+}
+
+impl Captured {
+    /// From a command's outputs (`stdout`, `stderr`), those of them it has; `None` when it
+    /// has neither (an HTTP step, a file step).
+    pub fn from_outputs(outputs: &serde_json::Value) -> Option<Captured> {
+        let streams: Vec<CapturedStream> = ["stdout", "stderr"]
+            .iter()
+            .filter_map(|name| {
+                let text = outputs.get(*name)?.as_str()?;
+                let all: Vec<&str> = text.lines().collect();
+                let earlier = all.len().saturating_sub(CAPTURED_LINES);
+                let lines = all[earlier..]
+                    .iter()
+                    .map(|l| match l.char_indices().nth(CAPTURED_LINE) {
+                        Some((at, _)) => format!("{}…", &l[..at]),
+                        None => l.to_string(),
+                    })
+                    .collect();
+                Some(CapturedStream { name: name.to_string(), lines, earlier })
+            })
+            .collect();
+        (!streams.is_empty()).then_some(Captured { streams })
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -258,6 +308,11 @@ fn is_zero(n: &usize) -> bool {
 }
 
 impl Totals {
+    /// What `--fail-on-skip` fails a run for: skipped scenarios and steps skipped for their key.
+    pub fn skips(&self) -> usize {
+        self.skipped + self.skipped_steps
+    }
+
     pub fn from_results(results: &[ScenarioResult]) -> Self {
         let mut t = Totals { total: results.len(), ..Default::default() };
         for r in results {
@@ -286,6 +341,9 @@ pub struct RunSummary {
     pub interrupted: bool,
     pub totals: Totals,
     pub exit_code: i32,
+    /// `--fail-on-skip`: a SKIPPED scenario, or a step skipped for its key, fails the run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fail_on_skip: bool,
     pub provider_stats: ProviderStats,
     /// Ordered by plan index.
     pub results: Vec<ScenarioResult>,
@@ -325,6 +383,12 @@ pub enum Event {
     /// First Ctrl-C/SIGTERM: no new scenarios start; running ones clean up.
     Interrupted {
         signal: String,
+    },
+    /// `-x` after a failure: no new scenarios start; running ones are stopped, run `finally`
+    /// and clean up, and end SKIPPED.
+    Stopping {
+        /// `-x: `name` failed`.
+        why: String,
     },
     RunFinished {
         summary: RunSummary,

@@ -1,7 +1,9 @@
 //! Selection: `-k` name expressions, `-t` tag expressions, and `--shard K/N`.
 //!
 //! Both expression kinds share one tiny grammar: `a and not (b or c)`. For `-t` a word is a
-//! tag; for `-k` a word matches when it is a substring of the scenario name (as in pytest).
+//! tag; for `-k` a word matches when it is a substring of the scenario name, ignoring letter
+//! case (as in pytest). Names have spaces, so a quoted phrase (`"exit codes"` or `'exit
+//! codes'`) is one word; `and`, `or` and `not` are operators in any case (`AND`), except quoted.
 
 use crate::model::Case;
 
@@ -17,14 +19,15 @@ impl Selection {
     /// From the flags' text; a bad expression is an error naming its flag.
     pub fn new(name: Option<&str>, tags: Option<&str>, shard: Option<Shard>) -> Result<Self, String> {
         let parse = |flag: &str, text: Option<&str>| {
-            text.map(|t| Expr::parse(t).map(|e| (t.to_string(), e)).map_err(|e| format!("{flag}: {e}"))).transpose()
+            text.map(|t| Expr::parse(t).map(|e| (t.to_string(), e)).map_err(|e| with_hint(flag, t, e))).transpose()
         };
         Ok(Selection { name: parse("-k", name)?, tags: parse("--tags", tags)?, shard })
     }
 
     /// Whether the case is selected: its name matches `-k`, its tags `-t`, and it is in the shard.
     pub fn selects(&self, case: &Case) -> bool {
-        self.name.as_ref().is_none_or(|(_, e)| e.eval(&|w| case.name.contains(w)))
+        let name = case.name.to_lowercase();
+        self.name.as_ref().is_none_or(|(_, e)| e.eval(&|w| name.contains(&w.to_lowercase())))
             && self.tags.as_ref().is_none_or(|(_, e)| e.eval(&|w| case.scenario.tags.iter().any(|t| t == w)))
             && self.shard.is_none_or(|s| s.contains(&case.name))
     }
@@ -60,7 +63,7 @@ pub enum Expr {
 
 impl Expr {
     pub fn parse(text: &str) -> Result<Expr, String> {
-        let tokens = tokenize(text);
+        let tokens = tokenize(text)?;
         if tokens.is_empty() {
             return Err("empty expression".into());
         }
@@ -72,7 +75,7 @@ impl Expr {
         let mut p = TagParser { tokens, pos: 0, depth: 0 };
         let e = p.or()?;
         if let Some(t) = p.tokens.get(p.pos) {
-            return Err(format!("unexpected `{t}` in `{text}`"));
+            return Err(format!("unexpected `{}` in `{text}`", t.text));
         }
         Ok(e)
     }
@@ -87,25 +90,101 @@ impl Expr {
     }
 }
 
-fn tokenize(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    for c in text.chars() {
-        if c == '(' || c == ')' || c.is_whitespace() {
-            if !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-            }
-            if !c.is_whitespace() {
-                out.push(c.to_string());
-            }
-        } else {
-            cur.push(c);
+/// `-k: …`, and when the expression is words with spaces but no operator (`exit codes`), what
+/// was probably meant: both words, or the phrase.
+fn with_hint(flag: &str, text: &str, error: String) -> String {
+    let short = if flag == "--tags" { "-t" } else { flag };
+    let tokens = tokenize(text).unwrap_or_default();
+    if tokens.len() < 2 || tokens.iter().any(|t| t.symbol().is_some()) {
+        return format!("{short}: {error}");
+    }
+    let quoted = tokens.iter().any(|t| t.quoted);
+    let words: Vec<String> =
+        tokens.iter().map(|t| if t.quoted { format!("\"{}\"", t.text) } else { t.text.clone() }).collect();
+    let count = match words.len() {
+        2 => "two words".to_string(),
+        n => format!("{n} words"),
+    };
+    let mut hint = format!(
+        "{short}: `{text}` is {count} with no `and` or `or` between them\n  = help: `{short} '{}'` selects {} with {} words",
+        words.join(" and "),
+        if short == "-t" { "scenarios tagged" } else { "names" },
+        if words.len() == 2 { "both" } else { "all the" }
+    );
+    if short == "-k" && !quoted {
+        hint.push_str(&format!("; `-k '\"{}\"'` selects names with the phrase", words.join(" ")));
+    }
+    hint
+}
+
+/// A word, an operator or a parenthesis of an expression.
+#[derive(Debug, Clone, PartialEq)]
+struct Token {
+    text: String,
+    /// Written in quotes: a word, whatever it says (`"not found"`, `'and'`).
+    quoted: bool,
+}
+
+impl Token {
+    /// `and`, `or` or `not`, in any letter case, unless quoted.
+    fn op(&self) -> Option<&'static str> {
+        if self.quoted {
+            return None;
+        }
+        ["and", "or", "not"].into_iter().find(|op| self.text.eq_ignore_ascii_case(op))
+    }
+
+    /// What the parser reads: `(`, `)`, an operator, or `None` for a word.
+    fn symbol(&self) -> Option<&str> {
+        if self.quoted {
+            return None;
+        }
+        match self.text.as_str() {
+            "(" | ")" => Some(self.text.as_str()),
+            _ => self.op(),
         }
     }
-    if !cur.is_empty() {
-        out.push(cur);
+}
+
+fn tokenize(text: &str) -> Result<Vec<Token>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = text.chars();
+    let flush = |cur: &mut String, out: &mut Vec<Token>| {
+        if !cur.is_empty() {
+            out.push(Token { text: std::mem::take(cur), quoted: false });
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '"' | '\'' if cur.is_empty() => {
+                let mut phrase = String::new();
+                let mut closed = false;
+                for q in chars.by_ref() {
+                    if q == c {
+                        closed = true;
+                        break;
+                    }
+                    phrase.push(q);
+                }
+                if !closed {
+                    return Err(format!("missing closing {c} in `{text}`"));
+                }
+                if phrase.is_empty() {
+                    return Err(format!("empty quotes in `{text}`"));
+                }
+                out.push(Token { text: phrase, quoted: true });
+            }
+            '(' | ')' => {
+                flush(&mut cur, &mut out);
+                out.push(Token { text: c.to_string(), quoted: false });
+            }
+            c if c.is_whitespace() => flush(&mut cur, &mut out),
+            c => cur.push(c),
+        }
     }
-    out
+    flush(&mut cur, &mut out);
+    Ok(out)
 }
 
 /// The most words, operators and parentheses in one expression; `a and b and …` nests one
@@ -116,15 +195,16 @@ const MAX_DEPTH: usize = 64;
 
 /// A recursive-descent parser over the tokens of a `-t` tag expression.
 struct TagParser {
-    tokens: Vec<String>,
+    tokens: Vec<Token>,
     pos: usize,
     /// Parentheses and `not`s open around the current token.
     depth: usize,
 }
 
 impl TagParser {
+    /// The next token's symbol: `Some("(")`, `Some("and")`, …, `Some("")` for a word.
     fn peek(&self) -> Option<&str> {
-        self.tokens.get(self.pos).map(String::as_str)
+        self.tokens.get(self.pos).map(|t| t.symbol().unwrap_or(""))
     }
     fn or(&mut self) -> Result<Expr, String> {
         let mut left = self.and()?;
@@ -174,9 +254,9 @@ impl TagParser {
                 self.depth -= 1;
                 Ok(e)
             }
-            Some(t @ (")" | "and" | "or")) => Err(format!("unexpected `{t}`")),
-            Some(w) => {
-                let w = w.to_string();
+            Some(")" | "and" | "or") => Err(format!("unexpected `{}`", self.tokens[self.pos].text)),
+            Some(_) => {
+                let w = self.tokens[self.pos].text.clone();
                 self.pos += 1;
                 Ok(Expr::Word(w))
             }
@@ -240,6 +320,19 @@ mod tests {
         assert!(Expr::parse("(a").is_err());
         assert!(Expr::parse("a b").is_err());
         assert!(Expr::parse("").is_err());
+    }
+
+    /// Issue 27 item 5: a quoted phrase is one word, operators are such in any case unless
+    /// quoted, and a quote left open is an error that says so.
+    #[test]
+    fn quoted_phrases_and_operators_in_any_case() {
+        let names = |expr: &str, name: &str| Expr::parse(expr).unwrap().eval(&|w| name.contains(w));
+        assert!(names("\"exit codes\"", "commands exit codes"));
+        assert!(!names("\"exit codes\"", "exit and codes"));
+        assert!(names("'and' AND codes", "exit and codes"), "a quoted operator is a word");
+        assert!(names("exit AND NOT stdin", "exit codes"));
+        assert_eq!(Expr::parse("\"exit codes").unwrap_err(), "missing closing \" in `\"exit codes`");
+        assert!(Expr::parse("''").unwrap_err().contains("empty quotes"));
     }
 
     /// Issue 26 item 15: `((((…` overflowed the stack.

@@ -70,8 +70,8 @@ fn the_whole_library_passes_over_the_e2b_protocol() {
     // E2B's default, public ports: the product client's sandbox.run sends no traffic token.
     let srv = serve_with(&["--allow-public-traffic"]);
     let out = e2b_cmd(&srv, &["-j", "5", "scenarios"])
-        // serve has no official templates: build code-interpreter-v1 from templates/.
-        .env("E2E_BUILD_OFFICIAL", "1")
+        // serve builds the official code-interpreter-v1 itself, on the first create of it.
+        .env_remove("E2E_BUILD_OFFICIAL")
         .env_remove("E2E_SERVER_TEMPLATE")
         .env_remove("SCENARIO_RUN_DEMO_API_KEY")
         .output()

@@ -337,3 +337,35 @@ fn interrupt_storm_through_serve_leaks_no_sandbox() {
     assert_eq!(l, Leaks::default(), "serve left {l:?} after it stopped");
     eprintln!("interrupt storm (serve): {n} runs, leaked sandboxes {leaked}, leaked after serve stopped {l:?}");
 }
+
+/// A Ctrl-C while the run is still starting (here: while the local provider probes its
+/// isolation, the moment its state directory appears) ends the run as one during it does:
+/// exit 130, nothing left. It used to kill the process with SIGINT's default action, which the
+/// storm saw as "exited None" on a loaded machine.
+#[test]
+fn an_interrupt_while_the_run_starts_ends_it_with_130() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let base = tempfile::tempdir().unwrap();
+        let state = base.path().join("state");
+        let mut args: Vec<&str> = SET.to_vec();
+        args.extend_from_slice(&["--no-progress", "--provider", "local"]);
+        let mut child = cmd(&args)
+            .env("SCENARIO_RUN_STATE_DIR", &state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !state.exists() {
+            assert!(child.try_wait().unwrap().is_none(), "the run ended before its provider started");
+            assert!(Instant::now() < deadline, "no state directory within 30 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        signal(&child, sig);
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "signal {sig}: {status:?}\n{err}");
+        assert_eq!(settle(child.id(), &state, Duration::from_secs(10)), Leaks::default(), "signal {sig}");
+    }
+}

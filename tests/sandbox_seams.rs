@@ -252,3 +252,63 @@ async fn a_sandbox_writes_no_more_than_its_disk() {
     p.kill(&sb.id).await.unwrap();
     p.kill(&big.id).await.unwrap();
 }
+
+/// Unmounts a host mount when dropped (lazily: the test may have failed with it busy).
+struct HostMount(std::path::PathBuf);
+
+impl Drop for HostMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn host_sh(cmd: &str) {
+    let out = std::process::Command::new("sh").args(["-c", cmd]).output().unwrap();
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The processes whose mount table still lists `path` as a mount point.
+fn holders_of(path: &std::path::Path) -> Vec<String> {
+    let needle = format!(" {} ", path.display());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| m.contains(&needle)))
+        .map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            format!("{pid} {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+        })
+        .collect()
+}
+
+/// Making a sandbox unmounts nothing on the host, and what the host unmounts while the
+/// sandbox lives is let go in the sandbox's mount namespaces too. Both broke a Docker engine
+/// on the same machine, whose data root is a shared mount: slirp4netns's sandbox (it makes `/`
+/// private, not what is below it, then detaches the old root) unmounted the engine's container
+/// roots on the host through their peer group, and the sandbox's private copy of the host's
+/// mounts held on to a container root the engine had mounted for a moment (`docker cp`, a
+/// build step), whose next mount then came up empty. Seen as docker tests failing with exit
+/// 127 ("no matching entries in passwd file") while local sandboxes were being made.
+#[tokio::test]
+async fn a_sandbox_unmounts_nothing_on_the_host_and_holds_no_mount_the_host_let_go() {
+    let base = tempfile::tempdir().unwrap();
+    let shared = base.path().join("shared");
+    let inner = shared.join("inner");
+    std::fs::create_dir(&shared).unwrap();
+    host_sh(&format!("mount -t tmpfs seam {0} && mount --make-shared {0}", shared.display()));
+    let _outer = HostMount(shared.clone());
+    host_sh(&format!("mkdir {0} && mount -t tmpfs seam-inner {0}", inner.display()));
+    let _inner = HostMount(inner.clone());
+    let mounted =
+        || std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&format!(" {} ", inner.display()));
+    let (p, _dir) = provider();
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    ok(&p, &sb.id, "root", "true").await;
+    assert!(mounted(), "making a sandbox unmounted {} on the host", inner.display());
+    assert!(holders_of(&inner).len() > 1, "the sandbox's namespaces copied the host's mounts");
+    host_sh(&format!("umount {}", inner.display()));
+    let held = holders_of(&inner);
+    assert!(held.is_empty(), "unmounted on the host, still mounted in: {held:?}");
+    p.destroy_all().await;
+}

@@ -60,7 +60,7 @@ fn fail_fast_stops_starting_new_scenarios() {
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
     assert_eq!(r["totals"]["failed"], 1);
     assert_eq!(r["totals"]["skipped"], 4, "{}", text(&out.stdout));
-    assert!(r["results"][1]["reason"].as_str().unwrap().contains("--fail-fast"));
+    assert!(r["results"][1]["reason"].as_str().unwrap().contains("-x stopped the run"), "{r}");
 }
 
 #[test]
@@ -142,4 +142,85 @@ fn expect_error_fails_when_the_step_succeeds_or_the_error_differs() {
     let s = text(&out.stdout);
     assert!(s.contains("expected this step to fail, but it succeeded"), "{s}");
     assert!(s.contains("failed as expected, but the error does not match"), "{s}");
+}
+
+/// Issue 27 item 5: `-k` matched names case-sensitively, so `-k TTL` found "lifecycle TTL
+/// expiry" but `-k ttl` found nothing (and failed the run). Like pytest's `-k`, case is ignored.
+#[test]
+fn k_ignores_letter_case() {
+    let lower = listed(&["--list", "-k", "ttl or json"]);
+    assert_eq!(lower, ["lifecycle TTL expiry", "network JSON API with POST"]);
+    assert_eq!(listed(&["--list", "-k", "TTL OR Json"]), lower, "and, or, not in any case too");
+    assert_eq!(listed(&["--list", "-k", "Files AND NOT Binary"]), listed(&["--list", "-k", "files and not binary"]));
+}
+
+/// Issue 27 item 5: `-k 'exit codes'` (words with a space, no `and`/`or`) was only "unexpected
+/// `codes`". It says how to write what was meant, and a quoted phrase matches as one piece.
+#[test]
+fn k_with_spaces_and_no_operator_gets_a_hint_and_phrases_can_be_quoted() {
+    let out = run(&["--list", "-k", "exit codes"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "error: -k: `exit codes` is two words with no `and` or `or` between them\n  \
+         = help: `-k 'exit and codes'` selects names with both words; `-k '\"exit codes\"'` selects names with the phrase\n"
+    );
+    assert_eq!(listed(&["--list", "-k", "\"exit codes\""]), ["commands exit codes and streams"]);
+    assert_eq!(
+        listed(&["--list", "-k", "'Exit Codes' or 'ttl expiry'"]),
+        ["commands exit codes and streams", "lifecycle TTL expiry"]
+    );
+    let tags = run(&["--list", "-t", "commands slow"]);
+    assert_eq!(tags.status.code(), Some(2));
+    assert!(text(&tags.stderr).contains("= help: `-t 'commands and slow'` selects"), "{}", text(&tags.stderr));
+}
+
+/// Issue 27 item 5: `-x` stops at the first failure as pytest's does: nothing new starts, and
+/// what is running is stopped at once (its current step interrupted, its `finally` run under
+/// the grace period, its sandboxes destroyed) and reported SKIPPED with why, not ERROR.
+#[test]
+fn x_stops_at_the_first_failure_and_stops_running_scenarios_with_cleanup() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "a.yaml",
+        "name: a fails soon\nsteps:\n  - create: base\n  - sleep: 1s\n  - exec: { cmd: 'false', exit_code: 0 }\n",
+    );
+    write(
+        tmp.path(),
+        "b.yaml",
+        "name: b runs long\nsteps:\n  - create: base\n  - exec: sleep 40\nfinally:\n  - exec: echo b cleaned up\n",
+    );
+    write(tmp.path(), "c.yaml", "name: c never starts\nsteps:\n  - create: base\n  - exec: 'true'\n");
+    let report = tmp.path().join("r.json");
+    let started = std::time::Instant::now();
+    let out =
+        run(&[tmp.path().to_str().unwrap(), "-j", "2", "-x", "--no-progress", "--json", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "b was stopped, not waited for");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let by_name = |n: &str| r["results"].as_array().unwrap().iter().find(|x| x["name"] == n).unwrap().clone();
+    assert_eq!(by_name("a fails soon")["outcome"], "failed");
+    let b = by_name("b runs long");
+    assert_eq!(b["outcome"], "skipped", "{b}");
+    assert_eq!(b["reason"], "stopped by -x: `a fails soon` failed", "{b}");
+    let steps = b["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["phase"] == "finally" && s["outputs"]["stdout"] == "b cleaned up\n"), "{b}");
+    assert!(steps.iter().any(|s| s["phase"] == "cleanup" && s["status"] == "passed"), "{b}");
+    let c = by_name("c never starts");
+    assert_eq!(c["outcome"], "skipped");
+    assert_eq!(c["reason"], "not run: -x stopped the run after `a fails soon` failed");
+    assert_eq!(r["interrupted"], false);
+    assert_eq!(r["provider_stats"]["live"], 0);
+    // The failure, then why the run stops, then the others.
+    let stdout = text(&out.stdout);
+    let want = [
+        "FAILED  a fails soon  ",
+        "stopping after -x: `a fails soon` failed; 1 running scenario is stopped (its finally and cleanup still run)",
+        "SKIPPED c never starts  ",
+        "SKIPPED b runs long  ",
+    ];
+    for (line, want) in stdout.lines().zip(want) {
+        assert!(line.starts_with(want), "{line:?} is not {want:?}:\n{stdout}");
+    }
 }

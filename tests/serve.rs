@@ -2717,3 +2717,70 @@ async fn issue_26_make_dir_move_and_remove_act_as_envd_does() {
     let (ok, stderr) = server.stop();
     assert!(ok, "{stderr}");
 }
+
+/// A server for inside the sandbox that never answers `/hang` (and answers anything else).
+const HANGING_SERVER: &str = r#"
+import http.server, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/hang":
+            time.sleep(600)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H).serve_forever()
+"#;
+
+/// A request in flight to a port when its sandbox is killed loses its connection, as on E2B
+/// where the proxy's upstream dies with the sandbox: the code-interpreter SDKs see the broken
+/// stream and say "the sandbox was killed while the request was in progress". serve answered a
+/// complete 502 "port is not open" instead, which the SDKs read as a timeout (the official
+/// suite's test_run_code_raises_when_sandbox_is_killed_during_execution failed under load).
+#[tokio::test]
+async fn a_request_in_flight_when_its_sandbox_is_killed_loses_its_connection() {
+    let server = Server::start(&["--allow-public-traffic"]);
+    let base = server.base.clone();
+    let http = client();
+    let sb = make(&http, &base).await;
+    let r = http
+        .post(format!("{base}/files?path=/tmp/hang.py"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .header("Content-Type", "application/octet-stream")
+        .body(HANGING_SERVER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    run_cmd(&http, &base, &sb, "python3 /tmp/hang.py >/dev/null 2>&1 &").await;
+    let url = |path: &str| format!("http://8080-{}.localhost:{}{path}", sb.id, server.port());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while http.get(url("/up")).send().await.map(|r| r.status()).ok() != Some(reqwest::StatusCode::OK) {
+        assert!(std::time::Instant::now() < deadline, "the server in the sandbox did not come up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let in_flight = tokio::spawn({
+        let (http, url) = (http.clone(), url("/hang"));
+        async move {
+            match http.get(url).send().await {
+                Err(e) => Err(e.to_string()),
+                Ok(r) => {
+                    let status = r.status();
+                    match r.bytes().await {
+                        Err(e) => Err(format!("{status}, then {e}")),
+                        Ok(body) => Ok(format!("{status} {}", String::from_utf8_lossy(&body))),
+                    }
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (status, _) = api(&http, reqwest::Method::DELETE, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(status, 204);
+    let outcome = tokio::time::timeout(Duration::from_secs(20), in_flight).await.expect("it ends").unwrap();
+    assert!(outcome.is_err(), "a complete answer for a request whose sandbox was killed: {outcome:?}");
+    server.stop();
+}

@@ -206,7 +206,10 @@ fn a_build_stopped_by_its_step_timeout_says_where_it_was() {
     let out = bench.cmd().output().unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("step timed out after 8.00s\n  the last lines it wrote:"), "{stdout}");
+    assert!(
+        stdout.contains("step timed out after 8.00s (the step's `timeout:`)\n  the last lines it wrote:"),
+        "{stdout}"
+    );
     assert!(stdout.contains(&format!("#2 RUN echo {marker}-started && sleep 600")), "the instruction: {stdout}");
     assert!(stdout.contains(&format!("  {marker}-started")), "its output: {stdout}");
     let ps = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();

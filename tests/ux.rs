@@ -77,3 +77,40 @@ fn counts_are_singular_for_one() {
     let out = run(&["tests/fixtures/passing/simple.yaml", "--list"]);
     assert_eq!(text(&out.stderr), "1 scenario selected\n");
 }
+
+/// Issue 27 item 1: a command that failed (a non-zero exit, a timeout) showed the expectation
+/// and nothing of what it printed, and its two timeouts said "timed out" naming no setting.
+/// Under the failure now: the tail of both streams (masked, at most 20 lines each, cut to the
+/// width), pytest's "captured stdout"; and the setting that bounded it.
+#[test]
+fn a_failing_command_shows_the_tail_of_what_it_printed_and_names_its_timeout() {
+    let secret = "captured-secret-value-27";
+    let out = cmd(&["tests/fixtures/captured", "--no-progress", "-j", "1", "--exec-timeout", "1s"])
+        .env("COLUMNS", "80")
+        .env("FIXTURE_CAPTURED_TOKEN", secret)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = redact(&text(&out.stdout));
+    assert!(!stdout.contains(secret), "the secret is masked:\n{stdout}");
+    let summary = &stdout[stdout.find("\n\n").expect("a summary after the streamed lines") + 2..];
+    for line in summary.lines() {
+        assert!(line.chars().count() <= 80, "longer than 80 columns: {line:?}");
+    }
+    expect_file(&root().join("tests/fixtures/captured.80.out"), &stdout);
+}
+
+/// Issue 27 item 2: a false `assert: { that: }` printed only its expression, and a multi-line
+/// one only its first line (cut mid-value in the summary). It shows the expression on one line
+/// and the value of each operand, as pytest's assertion rewriting does.
+#[test]
+fn a_failing_assert_shows_the_value_of_each_operand() {
+    let out = cmd(&["tests/fixtures/asserts", "--no-progress", "-j", "1"]).env("COLUMNS", "80").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = redact(&text(&out.stdout));
+    let summary = &stdout[stdout.find("\n\n").expect("a summary after the streamed lines") + 2..];
+    for line in summary.lines() {
+        assert!(line.chars().count() <= 80, "longer than 80 columns: {line:?}");
+    }
+    expect_file(&root().join("tests/fixtures/asserts.80.out"), &stdout);
+}

@@ -24,6 +24,9 @@ pub use load::{expand_paths, load, LoadOptions, Loaded};
 #[derive(Debug, Clone, Default)]
 pub struct Requires {
     pub env: Vec<String>,
+    /// Where `env` is written: what a missing credential points at under
+    /// `--require-credentials`.
+    pub env_location: Option<crate::diag::Location>,
     pub providers: Vec<String>,
     pub capabilities: Vec<String>,
 }

@@ -328,7 +328,10 @@ fn requires(cx: &mut Ctx<'_>, node: &Node) -> Requires {
     };
     for (k, v) in map {
         match k.key_text().as_str() {
-            "env" => r.env = cx.string_list(v, "requires.env"),
+            "env" => {
+                r.env = cx.string_list(v, "requires.env");
+                r.env_location = Some(Location { file: cx.src.path.clone(), line: v.line, col: v.col });
+            }
             "providers" => {
                 r.providers = cx.string_list(v, "requires.providers");
                 for (i, p) in r.providers.iter().enumerate() {
@@ -693,6 +696,14 @@ fn record_in_scope(cx: &mut Ctx<'_>, st: &Step, knode: &Node, scope: &mut Scope,
 /// `exec: echo hi`-style label, cut to a readable length.
 fn label(kind: &str, args: &Node, main: Option<&str>) -> String {
     let main_val = main.and_then(|m| args.get(m)).map(|v| v.key_text());
+    // An expression (`assert: { that: }`), on one line and cut between its tokens, never
+    // inside a value: a block scalar's first line is not a label.
+    let expression = crate::steps::registry::lookup(kind)
+        .and_then(|k| main.and_then(|m| k.field(m)))
+        .is_some_and(|f| f.ty == crate::steps::FieldType::Expr);
+    if let (true, Some(v)) = (expression, &main_val) {
+        return format!("{kind}: {}", crate::expr::explain::shorten(v, 60));
+    }
     let detail = match (kind, main_val) {
         (_, Some(v)) => v,
         ("files", _) => format!(

@@ -78,7 +78,8 @@ fn failed(
     later.message = Some("an earlier step failed".into());
     r.steps.push(later);
     r.sandboxes = vec!["sb-1".into()];
-    r.failure = Some(Failure { step: label.to_string(), location: at, message: message.to_string(), mismatch });
+    r.failure =
+        Some(Failure { step: label.to_string(), location: at, message: message.to_string(), mismatch, captured: None });
     r
 }
 
@@ -162,6 +163,7 @@ pub fn summary() -> RunSummary {
         interrupted: false,
         totals,
         exit_code: 1,
+        fail_on_skip: false,
         provider_stats: ProviderStats { created: 4, destroyed: 4, live: 0, peak_live: 2 },
         results,
     }

@@ -318,6 +318,19 @@ impl Reporter for HumanReporter {
                 );
                 self.line(&paint(&text, Color::Yellow, self.opts.color));
             }
+            Event::Stopping { why } => {
+                let running = self.names.len();
+                let text = match running {
+                    0 => format!("stopping after {why}"),
+                    1 => format!(
+                        "stopping after {why}; 1 running scenario is stopped (its finally and cleanup still run)"
+                    ),
+                    n => format!(
+                        "stopping after {why}; {n} running scenarios are stopped (their finally and cleanup still run)"
+                    ),
+                };
+                self.line(&paint(&text, Color::Yellow, self.opts.color));
+            }
             Event::RunFinished { summary } => {
                 self.finish_live();
                 let _ = writeln!(self.out);

@@ -39,7 +39,9 @@
 use std::fmt::Write as _;
 
 use super::format::{self, paint, Color};
-use crate::results::{Mismatch, Outcome, Phase, RunSummary, ScenarioResult, StepRecord, Totals};
+use crate::results::{
+    Captured, CapturedStream, Mismatch, Outcome, Phase, RunSummary, ScenarioResult, StepRecord, Totals,
+};
 
 /// Narrower than this, a row's reason goes on a line of its own.
 pub const MIN_REASON: usize = 40;
@@ -72,10 +74,14 @@ pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
         out.push('\n');
     }
     let line = totals_line(&summary.totals, summary.duration_ms);
-    let bad = summary.totals.failed + summary.totals.error > 0 || summary.interrupted;
+    let strict = fail_on_skip_line(summary);
+    let bad = summary.totals.failed + summary.totals.error > 0 || summary.interrupted || strict.is_some();
     let _ = writeln!(out, "{}", paint(&line, if bad { Color::Red } else { Color::Green }, color));
     if let Some(line) = skipped_steps_line(&summary.totals) {
         let _ = writeln!(out, "{}", paint(&line, Color::Yellow, color));
+    }
+    if let Some(line) = strict {
+        let _ = writeln!(out, "{}", paint(&line, Color::Red, color));
     }
     if summary.interrupted {
         let _ = writeln!(out, "{}", paint(&format!("run {} interrupted", summary.run_id), Color::Yellow, color));
@@ -104,6 +110,24 @@ pub fn skipped_steps_line(t: &Totals) -> Option<String> {
     (n > 0).then(|| {
         format!("{n} step{} skipped: missing credentials (steps with requires.env)", if n == 1 { "" } else { "s" })
     })
+}
+
+/// `--fail-on-skip: 1 skipped scenario and 2 skipped steps fail this run`, when the flag was
+/// given and anything was skipped.
+pub fn fail_on_skip_line(summary: &RunSummary) -> Option<String> {
+    let t = &summary.totals;
+    if !summary.fail_on_skip || t.skips() == 0 {
+        return None;
+    }
+    let count = |n: usize, what: &str| format!("{n} skipped {what}{}", if n == 1 { "" } else { "s" });
+    let mut parts = Vec::new();
+    if t.skipped > 0 {
+        parts.push(count(t.skipped, "scenario"));
+    }
+    if t.skipped_steps > 0 {
+        parts.push(count(t.skipped_steps, "step"));
+    }
+    Some(format!("--fail-on-skip: {} fail{} this run", parts.join(" and "), if t.skips() == 1 { "s" } else { "" }))
 }
 
 /// The reason shown for a scenario that did not pass: the failure for FAILED and ERROR, the
@@ -222,6 +246,9 @@ fn details(r: &ScenarioResult, opts: SummaryOptions) -> String {
                     out.push_str(&wrap(&hint, "  ", "        ", opts.width));
                 }
             }
+            if let Some(c) = &f.captured {
+                out.push_str(&captured_output(c, opts));
+            }
         }
         None => {
             let head = format!("{} {title} ({})", format::outcome_label(r.outcome, color), r.location);
@@ -275,6 +302,42 @@ fn wrap(text: &str, first: &str, rest: &str, width: Option<usize>) -> String {
     out
 }
 
+/// What the failing command printed (pytest's "captured stdout"): the tail of each stream
+/// that has anything, or one line saying both were empty.
+fn captured_output(c: &Captured, opts: SummaryOptions) -> String {
+    let mut out = String::new();
+    let printed: Vec<&CapturedStream> = c.streams.iter().filter(|s| !s.lines.is_empty()).collect();
+    if printed.is_empty() {
+        if c.streams.len() > 1 {
+            out.push_str("  captured stdout and stderr: empty\n");
+        }
+        return out;
+    }
+    for s in printed {
+        let _ = writeln!(out, "  {}", paint(&format!("captured {}:", s.name), Color::Cyan, opts.color));
+        out.push_str(&tail_lines(&s.lines, s.earlier, opts));
+    }
+    out
+}
+
+/// `    | line` for each line, cut to the width (all of it is in the reports), after a line
+/// saying how many came before.
+fn tail_lines<S: AsRef<str>>(lines: &[S], earlier: usize, opts: SummaryOptions) -> String {
+    let mut out = String::new();
+    if earlier > 0 {
+        let _ = writeln!(
+            out,
+            "    | … {earlier} earlier line{} (all of it in --json, --evidence and --html)",
+            if earlier == 1 { "" } else { "s" }
+        );
+    }
+    for line in lines {
+        let line = format!("    | {}", format::sanitize(line.as_ref()));
+        let _ = writeln!(out, "{}", opts.width.map_or_else(|| line.clone(), |w| fit(&line, w)));
+    }
+    out
+}
+
 /// The tail of what a `finally` step printed, or nothing when it printed nothing.
 fn finally_output(s: &StepRecord, opts: SummaryOptions) -> String {
     let color = opts.color;
@@ -297,18 +360,8 @@ fn finally_output(s: &StepRecord, opts: SummaryOptions) -> String {
         }
         let lines: Vec<&str> = text.lines().collect();
         let skip = lines.len().saturating_sub(FINALLY_TAIL);
-        if skip > 0 {
-            let _ = writeln!(
-                out,
-                "    | … {skip} earlier line{} (all of it in --json, --evidence and --html)",
-                if skip == 1 { "" } else { "s" }
-            );
-        }
         // A log line is cut to the width, not wrapped: all of it is in the reports.
-        for line in &lines[skip..] {
-            let line = format!("    | {}", format::sanitize(line));
-            let _ = writeln!(out, "{}", opts.width.map_or_else(|| line.clone(), |w| fit(&line, w)));
-        }
+        out.push_str(&tail_lines(&lines[skip..], skip, opts));
     }
     out
 }

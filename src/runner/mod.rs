@@ -16,8 +16,7 @@ mod scenario;
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::FutureExt as _;
@@ -36,7 +35,14 @@ pub use scenario::skipped_result;
 pub struct RunConfig {
     pub provider: Arc<dyn Provider>,
     pub concurrency: usize,
+    /// `-x`/`--fail-fast`: the first FAILED or ERROR scenario stops the run, as pytest's `-x`:
+    /// nothing new starts, and running scenarios are stopped (see [`Halt`]).
     pub fail_fast: bool,
+    /// `--require-credentials`: a scenario or step that would be SKIPPED for `missing
+    /// credentials [...]` is an ERROR instead.
+    pub require_credentials: bool,
+    /// `--fail-on-skip`: any skip fails the run (exit 1); outcomes stay as they are.
+    pub fail_on_skip: bool,
     pub run_id: String,
     /// Process environment plus `.env` files (the environment wins).
     pub env: BTreeMap<String, String>,
@@ -52,6 +58,24 @@ pub struct RunConfig {
     pub sandbox_ttl: Duration,
     /// Time allowed for `finally` and cleanup after an interrupt or a scenario timeout.
     pub grace: Duration,
+}
+
+/// What tells running cases to stop: the run's Ctrl-C, or `-x` after a failure. A case stopped
+/// by `-x` has its current step interrupted, runs `finally` within the grace period, destroys
+/// its sandboxes, and ends SKIPPED with why; one interrupted by Ctrl-C ends as before.
+#[derive(Clone)]
+pub(crate) struct Halt {
+    /// Cancelled by either: a child of the run's token.
+    pub token: CancellationToken,
+    /// Under `-x`, the name of the scenario whose failure stopped the run.
+    pub first_failure: Arc<OnceLock<String>>,
+}
+
+impl Halt {
+    /// `stopped by -x: `name` failed`, when `-x` stopped the run.
+    pub fn by_x(&self) -> Option<String> {
+        self.first_failure.get().map(|name| format!("stopped by -x: `{name}` failed"))
+    }
 }
 
 pub fn now_ms() -> u64 {
@@ -94,7 +118,12 @@ pub async fn run(
     });
     let limit = cfg.concurrency.max(1);
     let sem = Arc::new(Semaphore::new(limit));
-    let stop_scheduling = Arc::new(AtomicBool::new(false));
+    let halt = Halt { token: cancel.child_token(), first_failure: Arc::new(OnceLock::new()) };
+    // Why a case did not start: Ctrl-C, or `-x` after a failure.
+    let not_started = |halt: &Halt| match halt.first_failure.get() {
+        Some(name) if !cancel.is_cancelled() => (format!("not run: -x stopped the run after `{name}` failed"), false),
+        _ => ("interrupted before it started".to_string(), true),
+    };
     let mut set = JoinSet::new();
     // The case of every task still running, so a task that dies still gets its result.
     let mut running: HashMap<tokio::task::Id, (Case, usize)> = HashMap::new();
@@ -104,28 +133,25 @@ pub async fn run(
         let need = case.scenario.sandbox_need.clamp(1, limit) as u32;
         let permit = tokio::select! {
             p = sem.clone().acquire_many_owned(need) => p.expect("semaphore is never closed"),
-            _ = cancel.cancelled() => {
-                results.push(not_run(&case, index, "interrupted before it started", true, &events));
+            _ = halt.token.cancelled() => {
+                let (why, interrupted) = not_started(&halt);
+                results.push(not_run(&case, index, &why, interrupted, &events));
                 break;
             }
         };
-        if cancel.is_cancelled() {
-            results.push(not_run(&case, index, "interrupted before it started", true, &events));
+        if halt.token.is_cancelled() {
+            let (why, interrupted) = not_started(&halt);
+            results.push(not_run(&case, index, &why, interrupted, &events));
             break;
-        }
-        if stop_scheduling.load(Ordering::SeqCst) {
-            results.push(not_run(&case, index, "not run: --fail-fast stopped the run", false, &events));
-            continue;
         }
         let task_cfg = cfg.clone();
         let task_events = events.clone();
-        let cancel = cancel.clone();
-        let stop = stop_scheduling.clone();
+        let task_halt = halt.clone();
         let task_case = case.clone();
         let handle = set.spawn(async move {
-            let (cfg, events) = (task_cfg, task_events);
+            let (cfg, events, halt) = (task_cfg, task_events, task_halt);
             let this = case.clone();
-            let run = AssertUnwindSafe(scenario::run_case(&cfg, case, index, &events, &cancel)).catch_unwind();
+            let run = AssertUnwindSafe(scenario::run_case(&cfg, case, index, &events, &halt)).catch_unwind();
             let result = match run.await {
                 Ok(result) => result,
                 Err(panic) => {
@@ -133,11 +159,16 @@ pub async fn run(
                     scenario::panicked_result(&this, index, cfg.masker.mask(&why).into_owned())
                 }
             };
-            if cfg.fail_fast && matches!(result.outcome, Outcome::Failed | Outcome::Error) {
-                stop.store(true, Ordering::SeqCst);
-            }
             // Report before freeing the permit, so with -j 1 lines come in plan order.
             let _ = events.send(Event::ScenarioFinished { result: result.clone() });
+            if cfg.fail_fast && matches!(result.outcome, Outcome::Failed | Outcome::Error) {
+                // The first failure stops the run (a later one, or one that ended as the run
+                // stopped, changes nothing). Said after its own line, before the others'.
+                if halt.first_failure.set(result.name.clone()).is_ok() && !halt.token.is_cancelled() {
+                    let _ = events.send(Event::Stopping { why: format!("-x: `{}` failed", result.name) });
+                    halt.token.cancel();
+                }
+            }
             drop(permit);
             result
         });
@@ -147,11 +178,9 @@ pub async fn run(
             results.push(joined(done, &mut running, &events, &cfg.masker));
         }
     }
-    let interrupted_left = cancel.is_cancelled();
+    let (why, interrupted_left) = not_started(&halt);
     for (index, case) in pending {
-        let reason =
-            if interrupted_left { "interrupted before it started" } else { "not run: --fail-fast stopped the run" };
-        results.push(not_run(&case, index, reason, interrupted_left, &events));
+        results.push(not_run(&case, index, &why, interrupted_left, &events));
     }
     while let Some(done) = set.join_next_with_id().await {
         results.push(joined(done, &mut running, &events, &cfg.masker));
@@ -174,6 +203,12 @@ pub async fn run(
     cfg.provider.remove_builds().await;
     results.sort_by_key(|r| r.index);
     let interrupted = cancel.is_cancelled();
+    let totals = Totals::from_results(&results);
+    let mut code = exit_code(&results, interrupted);
+    // `--fail-on-skip` makes a skip a failure: over a pass or an error, under an interrupt.
+    if cfg.fail_on_skip && totals.skips() > 0 && matches!(code, 0 | 4) {
+        code = 1;
+    }
     let summary = RunSummary {
         run_id: cfg.run_id.clone(),
         provider: cfg.provider.name().to_string(),
@@ -181,8 +216,9 @@ pub async fn run(
         started_at_ms,
         duration_ms: started.elapsed().as_millis() as u64,
         interrupted,
-        totals: Totals::from_results(&results),
-        exit_code: exit_code(&results, interrupted),
+        totals,
+        exit_code: code,
+        fail_on_skip: cfg.fail_on_skip,
         provider_stats: cfg.provider.stats(),
         results,
     };
@@ -248,33 +284,116 @@ pub async fn sweep_run(provider: &dyn crate::provider::Provider, run_id: &str, w
     tokio::time::timeout(within, work).await.unwrap_or(0)
 }
 
+/// The signals a run answers, caught from the moment this is made (inside a runtime): made
+/// before the provider, an interrupt while it starts (probing, filling its pools) is kept for
+/// [`spawn_signal_handler`] instead of killing the process with its default action.
+pub struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    /// The one kept before these were installed (0: none).
+    early: i32,
+}
+
+/// A signal that came before [`Signals::install`] (0: none), kept by [`arm_early_signals`].
+static EARLY_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Whether [`keep_early_signal`] still keeps: tokio's handler calls it after its own (it
+/// chains to the previous action), which must not count a signal twice.
+static EARLY_ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn keep_early_signal(sig: libc::c_int) {
+    // Async-signal-safe: atomic loads and stores only.
+    if EARLY_ARMED.load(std::sync::atomic::Ordering::SeqCst) {
+        EARLY_SIGNAL.store(sig, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// From the first line of a run until the runtime's handlers are installed, SIGINT, SIGTERM,
+/// SIGHUP and SIGQUIT are kept rather than killing the process: a Ctrl-C while scenarios load
+/// or the provider starts ends the run as one during it does (exit 130, nothing left behind).
+pub fn arm_early_signals() {
+    EARLY_ARMED.store(true, std::sync::atomic::Ordering::SeqCst);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: a zeroed sigaction with a handler that only stores an integer atomically
+        // (async-signal-safe); the previous action is not needed (tokio's handler replaces
+        // this one and chains to it, disarmed by then).
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = keep_early_signal as *const () as libc::sighandler_t;
+            act.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(sig, &act, std::ptr::null_mut());
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "SIGQUIT",
+    }
+}
+
+impl Signals {
+    /// None if a handler cannot be installed.
+    pub fn install() -> Option<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let installed = (|| {
+            Some((
+                signal(SignalKind::interrupt()).ok()?,
+                signal(SignalKind::terminate()).ok()?,
+                signal(SignalKind::hangup()).ok()?,
+                signal(SignalKind::quit()).ok()?,
+            ))
+        })();
+        let Some((int, term, hup, quit)) = installed else {
+            // No handler: a signal must at least end the run, as it did before any was armed.
+            EARLY_ARMED.store(false, std::sync::atomic::Ordering::SeqCst);
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                // SAFETY: restoring a signal's default action.
+                unsafe { libc::signal(sig, libc::SIG_DFL) };
+            }
+            return None;
+        };
+        // From here tokio has them. (One arriving while the four were being installed may be
+        // seen by both: a second interrupt before anything was created.)
+        EARLY_ARMED.store(false, std::sync::atomic::Ordering::SeqCst);
+        let early = EARLY_SIGNAL.swap(0, std::sync::atomic::Ordering::SeqCst);
+        Some(Self { int, term, hup, quit, early })
+    }
+}
+
 /// First SIGINT, SIGTERM, SIGHUP (a closed terminal, an SSH drop) or SIGQUIT: stop
 /// scheduling, let cases run `finally` and destroy their sandboxes, write the reports. Second:
 /// destroy what is left without waiting and exit 130 at once.
 pub fn spawn_signal_handler(
+    signals: Option<Signals>,
     cancel: CancellationToken,
     provider: Arc<dyn Provider>,
     tx: tokio::sync::mpsc::UnboundedSender<Event>,
     run_id: String,
 ) {
-    use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut quit)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-            signal(SignalKind::quit()),
-        ) else {
+        let Some(Signals { mut int, mut term, mut hup, mut quit, mut early }) = signals else {
             crate::errln!("warning: cannot install signal handlers: an interrupt will not run finally or cleanup");
             return;
         };
         let mut count = 0;
+        // One that came while the run was starting counts as the first.
         loop {
-            let name = tokio::select! {
-                _ = int.recv() => "SIGINT",
-                _ = term.recv() => "SIGTERM",
-                _ = hup.recv() => "SIGHUP",
-                _ = quit.recv() => "SIGQUIT",
+            let name = if early != 0 {
+                signal_name(std::mem::take(&mut early))
+            } else {
+                tokio::select! {
+                    _ = int.recv() => "SIGINT",
+                    _ = term.recv() => "SIGTERM",
+                    _ = hup.recv() => "SIGHUP",
+                    _ = quit.recv() => "SIGQUIT",
+                }
             };
             count += 1;
             if count == 1 {
@@ -312,6 +431,8 @@ mod tests {
             provider,
             concurrency: j,
             fail_fast: false,
+            require_credentials: false,
+            fail_on_skip: false,
             run_id: "run-1".into(),
             env: BTreeMap::new(),
             cli_vars: serde_json::Map::new(),
@@ -382,7 +503,7 @@ mod tests {
         let summary = run(config_j(provider, 1), cases, tx, CancellationToken::new()).await;
         let r0 = &summary.results[0];
         assert_eq!(r0.outcome, Outcome::Failed);
-        assert_eq!(r0.reason.as_deref(), Some("step timed out after 2.00s"), "{r0:?}");
+        assert_eq!(r0.reason.as_deref(), Some("step timed out after 2.00s (the step's `timeout:`)"), "{r0:?}");
         let r1 = &summary.results[1];
         assert_eq!(r1.reason.as_deref(), Some("scenario timed out after 3.00s"), "{r1:?}");
         let finally = r1.steps.iter().find(|s| s.phase == crate::results::Phase::Finally).unwrap();

@@ -13,13 +13,22 @@ use tokio::sync::mpsc;
 use tokio::time::Instant as TInstant;
 use tokio_util::sync::CancellationToken;
 
-use super::{now_ms, RunConfig};
+use super::{now_ms, Halt, RunConfig};
 use crate::expr::{self, SandboxView};
 use crate::heavy;
 use crate::model::{Case, Step};
 use crate::provider::Capability;
-use crate::results::{Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus};
-use crate::steps::{Severity, StepCtx, StepError};
+use crate::results::{
+    Captured, Event, Failure, KnownIssueInfo, Outcome, Phase, ScenarioResult, StepRecord, StepStatus,
+};
+use crate::steps::{Severity, StepCtx, StepError, StepLimit, STEP_TIMEOUT, STEP_TIMEOUT_FLAG, WINDOW};
+
+/// What a missing credential says under `--require-credentials`.
+const STRICT_CREDENTIALS: &str = "(an error under --require-credentials)";
+
+/// How long past the step's limit a command step (`exec`, `host`) gets to stop its command
+/// itself and return what it printed, before the runner abandons it.
+const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// The least time an attempt of a polled step gets, however little of the window is left.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
@@ -67,23 +76,24 @@ pub fn panicked_result(case: &Case, index: usize, message: String) -> ScenarioRe
         location: case.scenario.location.clone(),
         message: message.clone(),
         mismatch: None,
+        captured: None,
     };
     ScenarioResult { outcome: Outcome::Error, failure: Some(failure), ..skipped_result(case, index, message) }
 }
 
-/// Why a case cannot run here, if it cannot.
-fn unmet_requirements(cfg: &RunConfig, case: &Case) -> Option<String> {
+/// Why a case cannot run here, if it cannot, and whether that is a missing credential.
+fn unmet_requirements(cfg: &RunConfig, case: &Case) -> Option<(String, bool)> {
     let req = &case.scenario.requires;
     let provider = cfg.provider.name();
     if !req.providers.is_empty() && !req.providers.iter().any(|p| p == provider) {
-        return Some(format!("requires provider {} (running on {provider})", req.providers.join(" or ")));
+        return Some((format!("requires provider {} (running on {provider})", req.providers.join(" or ")), false));
     }
     let mut missing: Vec<String> = cfg.provider.required_credentials();
     missing.extend(req.env.iter().cloned());
     missing.retain(|name| cfg.env.get(name).is_none_or(|v| v.is_empty()));
     missing.dedup();
     if !missing.is_empty() {
-        return Some(format!("missing credentials [{}]", missing.join(", ")));
+        return Some((format!("missing credentials [{}]", missing.join(", ")), true));
     }
     let caps = cfg.provider.capabilities();
     let lacking: Vec<&str> = req
@@ -93,7 +103,7 @@ fn unmet_requirements(cfg: &RunConfig, case: &Case) -> Option<String> {
         .map(String::as_str)
         .collect();
     if !lacking.is_empty() {
-        return Some(format!("provider {provider} lacks capability [{}]", lacking.join(", ")));
+        return Some((format!("provider {provider} lacks capability [{}]", lacking.join(", ")), false));
     }
     None
 }
@@ -124,15 +134,17 @@ struct CaseRun<'a> {
     /// The last lines the running step streamed (a build's log), masked: a step that times out
     /// says what it was doing when it was stopped.
     progress_tail: ProgressTail,
+    /// Ctrl-C or `-x`: what stops the case's steps, and why.
+    halt: Halt,
 }
 
 /// The last [`TAIL_LINES`] progress lines of the step that is running.
 type ProgressTail = Arc<Mutex<std::collections::VecDeque<String>>>;
 const TAIL_LINES: usize = 8;
 
-/// `step timed out after …`, with the last lines the step streamed, if it streamed any.
-fn timed_out_message(limit: Duration, tail: &ProgressTail) -> String {
-    let mut msg = format!("step timed out after {}", crate::duration::human(limit));
+/// `step timed out after … (the setting)`, with the last lines the step streamed, if any.
+fn timed_out_message(limit: Duration, setting: &str, tail: &ProgressTail) -> String {
+    let mut msg = format!("step timed out after {} ({setting})", crate::duration::human(limit));
     let tail = tail.lock().expect("progress tail");
     let lines: Vec<&str> = tail.iter().map(|l| l.trim_end()).filter(|l| !l.trim().is_empty()).collect();
     if !lines.is_empty() {
@@ -147,7 +159,7 @@ pub async fn run_case(
     case: Case,
     index: usize,
     events: &mpsc::UnboundedSender<Event>,
-    cancel: &CancellationToken,
+    halt: &Halt,
 ) -> ScenarioResult {
     let sc = case.scenario.clone();
     // A pin past its `until` fails its scenario alone, at the date, without running it: the
@@ -159,6 +171,7 @@ pub async fn run_case(
             location: d.location.clone(),
             message: message.clone(),
             mismatch: None,
+            captured: None,
         };
         return ScenarioResult {
             outcome: Outcome::Failed,
@@ -166,7 +179,19 @@ pub async fn run_case(
             ..skipped_result(&case, index, message)
         };
     }
-    if let Some(reason) = unmet_requirements(cfg, &case) {
+    if let Some((reason, credentials)) = unmet_requirements(cfg, &case) {
+        if credentials && cfg.require_credentials {
+            let message = format!("{reason} {STRICT_CREDENTIALS}");
+            // At the `requires.env` it did not meet (the provider's own key: at the scenario).
+            let location = sc.requires.env_location.clone().unwrap_or_else(|| sc.location.clone());
+            let failure =
+                Failure { step: "requires".into(), location, message: message.clone(), mismatch: None, captured: None };
+            return ScenarioResult {
+                outcome: Outcome::Error,
+                failure: Some(failure),
+                ..skipped_result(&case, index, message)
+            };
+        }
         return skipped_result(&case, index, reason);
     }
     let _ = events.send(Event::ScenarioStarted { index, name: case.name.clone() });
@@ -207,6 +232,7 @@ pub async fn run_case(
         snapshots: Vec::new(),
         watches: Vec::new(),
         env: std::sync::Arc::new(cfg.env.clone()),
+        step_limit: None,
         progress: Some({
             let (events, masker, tail) = (events.clone(), cfg.masker.clone(), progress_tail.clone());
             std::sync::Arc::new(move |line: &str| {
@@ -235,11 +261,13 @@ pub async fn run_case(
         base,
         step_values: BTreeMap::new(),
         progress_tail,
+        halt: halt.clone(),
     };
     let limit = sc.timeout.unwrap_or(cfg.scenario_timeout);
     let deadline = TInstant::now() + limit;
 
     let timed_out = format!("scenario timed out after {}", crate::duration::human(limit));
+    let cancel = &halt.token;
     let mut stop = run.list(&sc.setup, Phase::Setup, deadline, &timed_out, cancel).await;
     if matches!(stop, Stop::Done) {
         stop = run.list(&sc.steps, Phase::Steps, deadline, &timed_out, cancel).await;
@@ -250,8 +278,9 @@ pub async fn run_case(
         };
         run.skip_all(&sc.steps, Phase::Steps, &why);
     }
-    // `finally` always runs; after an interrupt or timeout it gets the grace period.
-    let interrupted = matches!(stop, Stop::Interrupted) || cancel.is_cancelled();
+    // `finally` always runs; after an interrupt or timeout it gets the grace period. A case
+    // stopped by `-x` was not interrupted: it ends SKIPPED, saying why.
+    let interrupted = (matches!(stop, Stop::Interrupted) || cancel.is_cancelled()) && halt.by_x().is_none();
     let finally_deadline = if matches!(stop, Stop::TimedOut | Stop::Interrupted) {
         TInstant::now() + cfg.grace
     } else {
@@ -375,7 +404,7 @@ impl CaseRun<'_> {
             let step = self.records.last().map(|r| r.label.clone()).unwrap_or_else(|| "scenario".into());
             let location =
                 self.records.last().map(|r| r.location.clone()).unwrap_or_else(|| self.case.scenario.location.clone());
-            self.failure = Some((sev, Failure { step, location, message, mismatch: None }));
+            self.failure = Some((sev, Failure { step, location, message, mismatch: None, captured: None }));
         }
     }
 
@@ -469,7 +498,14 @@ impl CaseRun<'_> {
     ) -> Stop {
         for (i, step) in steps.iter().enumerate() {
             if cancel.is_cancelled() {
-                self.skip_all(&steps[i..], phase, "interrupted");
+                let why = match self.halt.by_x() {
+                    Some(why) => {
+                        self.skipped.get_or_insert_with(|| why.clone());
+                        why
+                    }
+                    None => "interrupted".to_string(),
+                };
+                self.skip_all(&steps[i..], phase, &why);
                 return Stop::Interrupted;
             }
             let _ = self.events.send(Event::StepStarted {
@@ -493,6 +529,7 @@ impl CaseRun<'_> {
                                 location: rec.location.clone(),
                                 message: rec.message.clone().unwrap_or_default(),
                                 mismatch: None,
+                                captured: None,
                             };
                             self.failure = Some((Severity::Error, failure));
                         }
@@ -508,6 +545,26 @@ impl CaseRun<'_> {
                 _ = cancel.cancelled() => None,
             };
             let Some(failed) = outcome else {
+                // `-x` stopped the run for another scenario's failure: this one is SKIPPED
+                // from here, with why (its `finally` and cleanup still run).
+                if let Some(why) = self.halt.by_x().filter(|_| cancel.is_cancelled()) {
+                    let rec = self.record(
+                        step,
+                        i,
+                        phase,
+                        StepStatus::Skipped,
+                        JsonValue::Null,
+                        JsonValue::Null,
+                        Some(why.clone()),
+                        1,
+                        self.elapsed_ms(),
+                        0,
+                    );
+                    self.push_record(rec);
+                    self.skip_all(&steps[i + 1..], phase, &why);
+                    self.skipped.get_or_insert(why);
+                    return Stop::Interrupted;
+                }
                 // The step was dropped mid-flight: it is where the scenario failed.
                 let interrupted = cancel.is_cancelled();
                 let (status, severity, why) = if interrupted {
@@ -533,6 +590,7 @@ impl CaseRun<'_> {
                         location: rec.location.clone(),
                         message: why.into(),
                         mismatch: None,
+                        captured: None,
                     };
                     self.failure = Some((severity, failure));
                 }
@@ -580,6 +638,10 @@ impl CaseRun<'_> {
             .collect();
         if !missing.is_empty() {
             let why = format!("missing credentials [{}]", missing.join(", "));
+            if self.cfg.require_credentials {
+                let e = StepError::error(format!("{why} {STRICT_CREDENTIALS}"));
+                return self.finish(step, index, phase, JsonValue::Null, Err(e), 0, start_ms, t0);
+            }
             let mut rec = self.record(
                 step,
                 index,
@@ -649,7 +711,10 @@ impl CaseRun<'_> {
                 attempts = 1;
                 Err(StepError::bad_args(e.message))
             }
-            Ok(typed) => self.attempts(step, &typed, limit, &mut attempts).await,
+            Ok(typed) => {
+                let setting = if step.timeout.is_some() { STEP_TIMEOUT } else { STEP_TIMEOUT_FLAG };
+                self.attempts(step, &typed, StepLimit { limit, setting }, &mut attempts).await
+            }
         };
         let result = match &step.expect_error {
             None => result,
@@ -665,7 +730,7 @@ impl CaseRun<'_> {
         &mut self,
         step: &Step,
         typed: &crate::steps::args::Args,
-        limit: Duration,
+        limit: StepLimit,
         attempts: &mut u32,
     ) -> Result<JsonValue, StepError> {
         if let Some(ev) = step.eventually {
@@ -676,7 +741,8 @@ impl CaseRun<'_> {
                 *attempts += 1;
                 // No attempt outlives the window (but each gets a moment, even the last).
                 let left = until.saturating_duration_since(TInstant::now()).max(MIN_ATTEMPT);
-                let r = this.attempt(step, typed, limit.min(left)).await;
+                let bound = if left < limit.limit { StepLimit { limit: left, setting: WINDOW } } else { limit };
+                let r = this.attempt(step, typed, bound).await;
                 if r.is_ok() || TInstant::now() + ev.every >= until {
                     break r.map_err(|mut e| {
                         e.message = format!(
@@ -750,13 +816,20 @@ impl CaseRun<'_> {
         &mut self,
         step: &Step,
         args: &crate::steps::args::Args,
-        limit: Duration,
+        bound: StepLimit,
     ) -> Result<JsonValue, StepError> {
         self.progress_tail.lock().expect("progress tail").clear();
-        match tokio::time::timeout(limit, (step.kind.run)(&mut self.ctx, args)).await {
+        self.ctx.step_limit = Some(bound);
+        // A command step stops its command at the limit itself (and keeps what it printed);
+        // it is abandoned only if it has not a moment later.
+        let outer =
+            if crate::steps::registry::stops_itself(step.kind) { bound.limit + STOP_MARGIN } else { bound.limit };
+        let r = match tokio::time::timeout(outer, (step.kind.run)(&mut self.ctx, args)).await {
             Ok(r) => r,
-            Err(_) => Err(StepError::fail(timed_out_message(limit, &self.progress_tail))),
-        }
+            Err(_) => Err(StepError::fail(timed_out_message(bound.limit, bound.setting, &self.progress_tail))),
+        };
+        self.ctx.step_limit = None;
+        r
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -856,6 +929,16 @@ impl CaseRun<'_> {
                 rec.continued = step.continue_on_error;
                 // `continue_on_error`: recorded, but it does not decide the outcome.
                 if self.failure.is_none() && !step.continue_on_error {
+                    // What the command printed: the failing step's own streams, or those of
+                    // the command an assertion checked; masked like everything recorded.
+                    let captured = match e.shown {
+                        Some(shown) => {
+                            let mut shown = *shown;
+                            self.cfg.masker.mask_json(&mut shown);
+                            Captured::from_outputs(&shown)
+                        }
+                        None => Captured::from_outputs(&rec.outputs),
+                    };
                     self.failure = Some((
                         e.severity,
                         Failure {
@@ -863,6 +946,7 @@ impl CaseRun<'_> {
                             location: rec.location.clone(),
                             message: rec.message.clone().unwrap_or_default(),
                             mismatch: rec.mismatch.clone(),
+                            captured,
                         },
                     ));
                 }

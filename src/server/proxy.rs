@@ -78,8 +78,21 @@ pub(crate) async fn forward(st: &AppState, sb: &ServedSandbox, port: u16, mut re
             strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, Body::new(body))
         }
+        // The sandbox was killed while the request was in progress: its connection goes, as
+        // on E2B, whose proxy loses its upstream with the sandbox (the code-interpreter SDKs
+        // tell that broken stream from a closed port, and say the sandbox was killed).
+        Err(_) if st.lookup(&sb.id).await.is_none() => cut_off(),
         Err(_) => port_closed(&sb.id, port),
     }
+}
+
+/// A response that never completes: its body fails at once, so the client's connection is
+/// closed without a complete answer.
+fn cut_off() -> Response {
+    let failed = futures_util::stream::once(async {
+        Err::<bytes::Bytes, std::io::Error>(std::io::Error::other("the sandbox was killed"))
+    });
+    (StatusCode::BAD_GATEWAY, Body::from_stream(failed)).into_response()
 }
 
 fn strip_hop_by_hop(h: &mut axum::http::HeaderMap) {

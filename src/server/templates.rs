@@ -149,6 +149,13 @@ impl Store {
         if let Some((_, name)) = OFFICIAL_IDS.iter().find(|(id, _)| *id == name_or_id) {
             return name.to_string();
         }
+        // An official name is the official template's, as an alias is unique on E2B: a
+        // template built here under that name (`E2E_BUILD_OFFICIAL`) is reached by its ID.
+        // (It used to take the name over, and a create by the name while it was still being
+        // built was a 404.)
+        if BUILT_OFFICIAL.contains(&name_or_id) {
+            return name_or_id.to_string();
+        }
         let inner = self.inner.lock().expect("templates");
         inner.by_name.get(name_or_id).cloned().unwrap_or_else(|| name_or_id.to_string())
     }
@@ -389,7 +396,7 @@ async fn detail(State(st): SharedState, Path(id): Path<String>) -> Response {
 /// `GET /templates/aliases/{alias}` (`Template.exists`): 200 with the template's ID if the
 /// name is taken (`base`, a template built here, a named snapshot), else 404.
 async fn alias(State(st): SharedState, Path(alias): Path<String>) -> Response {
-    let id = if alias == "base" {
+    let id = if alias == "base" || BUILT_OFFICIAL.contains(&alias.as_str()) {
         Some(alias.clone())
     } else {
         let built = st.templates.inner.lock().expect("templates").by_name.get(&alias).cloned();
@@ -876,5 +883,23 @@ mod tests {
         let as_root = vec![json!({"type": "RUN", "args": ["whoami"]})];
         let (m, _) = step_error(&format!("build failed at Dockerfile:2: the command exited with 1\n{said}"), &as_root);
         assert!(m.starts_with("step 1 (RUN whoami) failed: the command exited with 1"), "{m}");
+    }
+}
+
+#[cfg(test)]
+mod official_names {
+    use super::*;
+
+    /// A template built here under an official name does not take the name over: creates by
+    /// the name go to the official template (built on the first), the built one by its ID.
+    #[test]
+    fn an_official_name_stays_the_official_templates() {
+        let store = Store::new(std::env::temp_dir());
+        store.inner.lock().unwrap().by_name.insert("code-interpreter-v1".into(), "tplbuilt123".into());
+        store.inner.lock().unwrap().by_name.insert("mine".into(), "tplmine456".into());
+        assert_eq!(store.resolve("code-interpreter-v1"), "code-interpreter-v1");
+        assert_eq!(store.resolve("8d926meb1xzckz1a83ib"), "code-interpreter-v1");
+        assert_eq!(store.resolve("tplbuilt123"), "tplbuilt123");
+        assert_eq!(store.resolve("mine"), "tplmine456");
     }
 }

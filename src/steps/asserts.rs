@@ -31,12 +31,16 @@ async fn assert_stream(ctx: &mut StepCtx, a: &Args, stream: &str) -> StepResult 
     let text = out.get(stream).and_then(JsonValue::as_str).unwrap_or_default().to_string();
     let dropped = out.get(format!("{stream}_dropped")).and_then(JsonValue::as_u64).unwrap_or(0);
     let m = a.matcher().ok_or_else(|| StepError::bad_args("no matcher given"))?;
+    // Under the failure: the other stream (this one is in expected/found already).
+    let other = if stream == "stdout" { "stderr" } else { "stdout" };
+    let shown = out.get(other).map(|t| json!({ other: t }));
     m.check_text(&text).map_err(|e| {
         let mut e = StepError::from(e);
         e.message = format!("{stream}: {}", e.message);
         if dropped > 0 {
             e.message.push_str(&super::cut_note(stream, text.len(), dropped));
         }
+        e.shown = shown.map(Box::new);
         e
     })?;
     Ok(JsonValue::Null)
@@ -60,7 +64,8 @@ pub async fn assert_exit(ctx: &mut StepCtx, a: &Args) -> StepResult {
             (None, Some(s)) => format!("none (killed by signal {s})"),
             (None, None) => "none (still running or unknown)".into(),
         };
-        let mut e = StepError::fail(format!("expected exit code {want}, found {got_text}"));
+        let mut e = StepError::fail(format!("expected exit code {want}, found {got_text}"))
+            .showing(json!({ "stdout": out.get("stdout"), "stderr": out.get("stderr") }));
         e.mismatch = Some(Box::new(crate::results::Mismatch::new(want.to_string(), got_text)));
         return Err(e);
     }
@@ -110,8 +115,20 @@ pub async fn assert(ctx: &mut StepCtx, a: &Args) -> StepResult {
     if holds {
         return Ok(JsonValue::Null);
     }
+    // As written (before rendering), on one line; then the value of each operand, as
+    // pytest's assertion rewriting shows them.
     let original = ctx.current_source.clone().unwrap_or_else(|| super::text(value));
-    Err(StepError::fail(
-        a.opt_str("message").map_or_else(|| format!("assertion failed: {original}"), |m| format!("{m} ({original})")),
-    ))
+    let expr = crate::expr::explain::one_line(&original);
+    let mut message =
+        a.opt_str("message").map_or_else(|| format!("assertion failed: {expr}"), |m| format!("{m} ({expr})"));
+    // A template that rendered to the expression (`{{ vars.n }} > 5`) is explained as rendered.
+    let explained = match value {
+        JsonValue::String(rendered) if !crate::expr::explain::is_single(&original) => rendered.as_str(),
+        _ => original.as_str(),
+    };
+    for line in crate::expr::explain::where_lines(explained, &ctx.expr_ctx) {
+        message.push_str("\n  ");
+        message.push_str(&line);
+    }
+    Err(StepError::fail(message))
 }

@@ -8,14 +8,34 @@ use super::args::Args;
 use super::{exec_outputs, StepCtx, StepError, StepResult};
 use crate::provider::ExecRequest;
 
+/// The limit of a foreground command (`exec`, `host`) and the setting it comes from, for its
+/// timeout message: the command's own `timeout`, else `--exec-timeout`; the step's bound (its
+/// `timeout:`, `--step-timeout`, an `eventually` window) when that is shorter.
+pub(crate) fn command_limit(ctx: &StepCtx, a: &Args, kind: &str) -> (Duration, String) {
+    let (limit, setting) = match a.duration("timeout") {
+        Some(d) => (d, format!("{kind}'s `timeout`")),
+        None => (ctx.exec_timeout, format!("--exec-timeout; give {kind} a `timeout` for longer")),
+    };
+    match ctx.step_limit {
+        Some(b) if b.limit < limit => (b.limit, b.setting.to_string()),
+        _ => (limit, setting),
+    }
+}
+
+/// `command timed out after 2.00s (exec's `timeout`)`.
+pub(crate) fn command_timed_out(limit: Duration, setting: &str) -> String {
+    format!("command timed out after {} ({setting})", crate::duration::human(limit))
+}
+
 pub async fn exec(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let (limit, setting) = command_limit(ctx, a, "exec");
     let req = ExecRequest {
         cmd: a.str("cmd").to_string(),
         cwd: a.opt_str("cwd").map(str::to_string),
         envs: a.str_map("env"),
         user: a.opt_str("user").map(str::to_string),
         stdin: a.opt_str("stdin").map(|s| s.as_bytes().to_vec()),
-        timeout: Some(a.duration("timeout").unwrap_or(ctx.exec_timeout)),
+        timeout: Some(limit),
         max_output: Some(ctx.max_output),
     };
     let id = ctx.sandbox_id()?;
@@ -25,13 +45,11 @@ pub async fn exec(ctx: &mut StepCtx, a: &Args) -> StepResult {
             json!({ "pid": pid, "stdout": "", "stderr": "", "exit_code": null, "signal": null, "timed_out": false, "duration_ms": 0 }),
         );
     }
-    let limit = req.timeout;
     let started = Instant::now();
     let result = ctx.provider.exec(&id, req, None).await?;
     let outputs = exec_outputs(&result, started.elapsed());
     if result.timed_out {
-        let limit = limit.map(crate::duration::human).unwrap_or_default();
-        return Err(StepError::fail(format!("command timed out after {limit}")).with_outputs(outputs));
+        return Err(StepError::fail(command_timed_out(limit, &setting)).with_outputs(outputs));
     }
     check_exit_code(a, &result, outputs)
 }

@@ -89,7 +89,7 @@ async fn pump(r: Option<impl AsyncRead + Unpin>, buf: &mut Vec<u8>, dropped: &mu
 pub async fn host(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let cmd_text = a.str("cmd").to_string();
     let env = a.str_map("env");
-    let limit = a.duration("timeout").unwrap_or(ctx.exec_timeout);
+    let (limit, setting) = super::exec::command_limit(ctx, a, "host");
     let stdin = a.opt_str("stdin").map(|s| s.as_bytes().to_vec());
     let base = if ctx.scenario_dir.as_os_str().is_empty() { PathBuf::from(".") } else { ctx.scenario_dir.clone() };
     let cwd = match a.opt_str("cwd") {
@@ -195,9 +195,7 @@ pub async fn host(ctx: &mut StepCtx, a: &Args) -> StepResult {
     result.signal = status.signal();
     let outputs = exec_outputs(&result, started.elapsed());
     if result.timed_out {
-        return Err(
-            StepError::fail(format!("command timed out after {}", crate::duration::human(limit))).with_outputs(outputs)
-        );
+        return Err(StepError::fail(super::exec::command_timed_out(limit, &setting)).with_outputs(outputs));
     }
     super::exec::check_exit_code(a, &result, outputs)
 }

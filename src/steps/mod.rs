@@ -57,14 +57,31 @@ pub struct StepError {
     /// The step refused its own arguments (or what the scenario gave it) before it did
     /// anything: the operation never ran, so `expect_error` cannot be met by this error.
     pub bad_args: bool,
+    /// The streams of the command an assertion checked (`stdout`, `stderr`: those worth
+    /// showing), so its failure shows what that command printed (see `results::Captured`).
+    pub shown: Option<Box<JsonValue>>,
 }
 
 impl StepError {
     pub fn fail(message: impl Into<String>) -> Self {
-        Self { severity: Severity::Fail, message: message.into(), mismatch: None, outputs: None, bad_args: false }
+        Self {
+            severity: Severity::Fail,
+            message: message.into(),
+            mismatch: None,
+            outputs: None,
+            bad_args: false,
+            shown: None,
+        }
     }
     pub fn error(message: impl Into<String>) -> Self {
-        Self { severity: Severity::Error, message: message.into(), mismatch: None, outputs: None, bad_args: false }
+        Self {
+            severity: Severity::Error,
+            message: message.into(),
+            mismatch: None,
+            outputs: None,
+            bad_args: false,
+            shown: None,
+        }
     }
     /// The step's arguments are wrong (a value of the wrong type, fields that contradict each
     /// other, nothing to act on): an ERROR that `expect_error` does not take for the
@@ -74,10 +91,22 @@ impl StepError {
     }
     /// The scenario is SKIPPED with this reason (the `skip` step).
     pub fn skip(reason: impl Into<String>) -> Self {
-        Self { severity: Severity::Skip, message: reason.into(), mismatch: None, outputs: None, bad_args: false }
+        Self {
+            severity: Severity::Skip,
+            message: reason.into(),
+            mismatch: None,
+            outputs: None,
+            bad_args: false,
+            shown: None,
+        }
     }
     pub fn with_outputs(mut self, outputs: JsonValue) -> Self {
         self.outputs = Some(Box::new(outputs));
+        self
+    }
+    /// Show these streams (`{ stdout, stderr }`, or one of them) under the failure.
+    pub fn showing(mut self, streams: JsonValue) -> Self {
+        self.shown = Some(Box::new(streams));
         self
     }
 }
@@ -90,6 +119,7 @@ impl From<MatchFailure> for StepError {
             mismatch: f.mismatch.map(Box::new),
             outputs: None,
             bad_args: false,
+            shown: None,
         }
     }
 }
@@ -105,7 +135,7 @@ impl From<ProviderError> for StepError {
         } else {
             e.message
         };
-        Self { severity, message, mismatch: None, outputs: None, bad_args: false }
+        Self { severity, message, mismatch: None, outputs: None, bad_args: false, shown: None }
     }
 }
 
@@ -190,7 +220,26 @@ pub struct StepCtx {
     /// Where a long step reports what it is doing (a build's log lines), for the live view;
     /// the runner masks them and turns them into `Event::StepProgress`.
     pub progress: Option<Progress>,
+    /// What bounds the running attempt (see [`StepLimit`]); `None` outside the runner.
+    pub step_limit: Option<StepLimit>,
 }
+
+/// What bounds the running attempt of a step, set by the runner: a command step gives its
+/// command no more than this, so the command is stopped by its own timeout (keeping what it
+/// printed) rather than abandoned, and the message names the setting that bounded it.
+#[derive(Debug, Clone, Copy)]
+pub struct StepLimit {
+    pub limit: Duration,
+    /// The setting it comes from: [`STEP_TIMEOUT`], [`STEP_TIMEOUT_FLAG`] or [`WINDOW`].
+    pub setting: &'static str,
+}
+
+/// The step's `timeout:` (beside its kind).
+pub const STEP_TIMEOUT: &str = "the step's `timeout:`";
+/// `--step-timeout`, the default of a step without `timeout:`.
+pub const STEP_TIMEOUT_FLAG: &str = "--step-timeout";
+/// What was left of an `eventually` window for its last attempt.
+pub const WINDOW: &str = "what was left of `eventually`'s window";
 
 /// A sink for a running step's progress lines.
 pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;

@@ -862,6 +862,12 @@ pub static REGISTRY: &[StepKind] = &[
     },
 ];
 
+/// Kinds whose command is given the step's limit and stopped by it, keeping what it printed
+/// (`exec`, `host`): the runner gives them a moment past the limit to do so.
+pub fn stops_itself(kind: &StepKind) -> bool {
+    matches!(kind.name, "exec" | "host")
+}
+
 pub fn lookup(name: &str) -> Option<&'static StepKind> {
     REGISTRY.iter().find(|k| k.name == name)
 }

@@ -47,6 +47,7 @@ fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
         snapshots: Vec::new(),
         watches: Vec::new(),
         env: Default::default(),
+        step_limit: None,
     }
 }
 
@@ -415,6 +416,36 @@ async fn exec_exit_code_expectation() {
     assert_eq!(outputs_of(&e)["signal"], 9);
 }
 
+/// Issue 27 item 1: a command is given no more than its step's bound, so the command is
+/// stopped by it (keeping what it printed) and the message names the setting: the step's
+/// `timeout:`, exec's own `timeout`, or `--exec-timeout`, whichever is shortest.
+#[tokio::test]
+async fn a_command_timeout_names_the_setting_that_bounded_it() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    p.script(|_, _| ExecResult { stdout: b"partial".to_vec(), timed_out: true, ..Default::default() });
+    let cases = [
+        (None, json!({ "cmd": "a" }), "1m00s (--exec-timeout; give exec a `timeout` for longer)", 60_000),
+        (None, json!({ "cmd": "b", "timeout": "2s" }), "2.00s (exec's `timeout`)", 2_000),
+        (
+            Some((500, super::STEP_TIMEOUT)),
+            json!({ "cmd": "c", "timeout": "2s" }),
+            "0.50s (the step's `timeout:`)",
+            500,
+        ),
+        (Some((5_000, super::STEP_TIMEOUT)), json!({ "cmd": "d", "timeout": "2s" }), "2.00s (exec's `timeout`)", 2_000),
+        (Some((700, super::WINDOW)), json!({ "cmd": "e" }), "0.70s (what was left of `eventually`'s window)", 700),
+    ];
+    for (bound, args, said, sent_ms) in cases {
+        c.step_limit = bound.map(|(ms, setting)| super::StepLimit { limit: Duration::from_millis(ms), setting });
+        let e = failed(step(&mut c, "exec", args.clone()).await);
+        assert_eq!(e.message, format!("command timed out after {said}"), "{args}");
+        assert_eq!(outputs_of(&e)["stdout"], "partial", "what it printed is kept");
+        let sent = p.state().execs.last().unwrap().1.timeout;
+        assert_eq!(sent, Some(Duration::from_millis(sent_ms)), "{args}");
+    }
+}
+
 #[tokio::test]
 async fn exec_timeout_fails_with_outputs() {
     let p = fake();
@@ -427,7 +458,7 @@ async fn exec_timeout_fails_with_outputs() {
         ..Default::default()
     });
     let e = failed(step(&mut c, "exec", json!({ "cmd": "sleep 100", "timeout": "2s", "exit_code": 0 })).await);
-    assert_eq!(e.message, "command timed out after 2.00s");
+    assert_eq!(e.message, "command timed out after 2.00s (exec's `timeout`)");
     assert_eq!(
         timeless(outputs_of(&e)),
         json!({ "stdout": "partial", "stderr": "", "exit_code": null, "signal": 9, "timed_out": true, "pid": FIRST_PID,
@@ -971,12 +1002,23 @@ async fn assert_expressions_use_the_template_context() {
     step(&mut c, "assert", json!({ "that": "steps.a.exit_code == 0" })).await.unwrap();
     step(&mut c, "assert", json!({ "that": "steps.a.names | length > 1 and vars.n >= 3" })).await.unwrap();
     step(&mut c, "assert", json!({ "that": "{{ vars.n == 3 }}" })).await.unwrap();
+    // Issue 27 item 2: the value of each operand follows, as pytest's assertion rewriting.
     let e = failed(step(&mut c, "assert", json!({ "that": "vars.n > 5" })).await);
-    assert_eq!(e.message, "assertion failed: vars.n > 5");
-    // The message quotes the step as written when the runner provides it.
+    assert_eq!(e.message, "assertion failed: vars.n > 5\n  where vars.n = 3");
+    let e = failed(step(&mut c, "assert", json!({ "that": "steps.a.names | length > 2 and vars.n >= 3" })).await);
+    assert_eq!(
+        e.message,
+        "assertion failed: steps.a.names | length > 2 and vars.n >= 3\n  where steps.a.names = [\"x\",\"y\"]\n  \
+         where steps.a.names | length = 2\n  where vars.n = 3"
+    );
+    // The message quotes the step as written when the runner provides it; a template that
+    // rendered to the expression is explained as rendered.
     c.current_source = Some("{{ vars.n }} > 5".into());
-    let e = failed(step(&mut c, "assert", json!({ "that": "vars.n > 5", "message": "too few" })).await);
+    let e = failed(step(&mut c, "assert", json!({ "that": "3 > 5", "message": "too few" })).await);
     assert_eq!(e.message, "too few ({{ vars.n }} > 5)");
+    c.current_source = Some("{{ vars.n > 5 }}".into());
+    let e = failed(step(&mut c, "assert", json!({ "that": false })).await);
+    assert_eq!(e.message, "assertion failed: vars.n > 5\n  where vars.n = 3");
     let e = errored(step(&mut c, "assert", json!({ "that": "vars.n >" })).await);
     assert!(e.message.starts_with("cannot evaluate `vars.n >`: "), "{}", e.message);
 }

@@ -3,6 +3,10 @@
 # e2b-dev/E2B), unmodified, against `scenario-run serve`; prints pass/fail/skip counts by test
 # file and every failing test. Not part of scripts/test: it needs a copy of the E2B repository
 # and takes minutes. The E2B code is extracted under target/, never into the source tree.
+# The tests that would make a sandbox contact a public host (now that sandboxes reach the
+# internet) are deselected by name, each with its reason, printed on every run
+# (official-deselect.txt); official_public_hosts.py refuses a checkout with such a test that
+# the list misses.
 #
 #   tests/e2b_sdk/official.sh [--sdk VERSION]… [--js] [-- PYTEST ARGS…]
 #
@@ -54,6 +58,28 @@ if [ ! -d "$src/packages/python-sdk/tests" ]; then
   git --git-dir="$git_dir" archive "$commit" packages/python-sdk/tests packages/python-sdk/pytest.ini \
     packages/python-sdk/package.json packages/js-sdk | tar -x -C "$src" || exit 1
 fi
+# The deselected tests (official-deselect.txt): `deselected LANG` prints those of
+# one suite (py, js) with their reasons and sets ${desel[@]} to their ids.
+deselect_file="$here/official-deselect.txt"
+deselected() {
+  local id reason
+  desel=()
+  echo "== deselected, by name ($(basename "$deselect_file")):"
+  while IFS='|' read -r id reason; do
+    case "$id" in "#"* | "") continue ;; esac
+    id="${id%"${id##*[![:space:]]}"}"
+    reason="${reason#"${reason%%[![:space:]]*}"}"
+    case "$1:$id" in
+      js:js:*) id="${id#js:}" ;;
+      js:* | py:js:*) continue ;;
+    esac
+    echo "  $id: $reason"
+    desel+=("$id")
+  done <"$deselect_file"
+}
+# A test that reaches a public host and is not deselected: refuse to run the checkout.
+python3 "$here/official_public_hosts.py" "$src/packages" "$deselect_file" || exit 2
+
 own="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$src/packages/python-sdk/package.json")"
 if [ ${#sdks[@]} -eq 0 ]; then
   newest="$(python3 -m pip index versions e2b 2>/dev/null | sed -n 's/^e2b (\(.*\))$/\1/p')"
@@ -94,14 +120,17 @@ for v in "${sdks[@]}"; do
   # https://49983-<id>.<the sandbox's domain> (serve's TLS port host), and its own tests of
   # how that address is derived see the SDK's default.
   unset E2B_SANDBOX_URL
+  deselected py
+  args=()
+  for id in "${desel[@]}"; do args+=(--deselect "$id"); done
   echo "== official Python suite ($commit, tests of SDK $own) with e2b $v, $jobs workers"
   (cd "$src/packages/python-sdk" && "$py" -m pytest -q -p no:cacheprovider -n "$jobs" \
-    --junitxml="$results/py-$v.xml" -o junit_family=xunit1 "$@" tests/sync tests/async) \
+    --junitxml="$results/py-$v.xml" -o junit_family=xunit1 "${args[@]}" "$@" tests/sync tests/async) \
     >"$work/logs-$v/pytest.log" 2>&1
   tail -1 "$work/logs-$v/pytest.log"
   serve_stop
   serve_clean_exit || { echo "official.sh: serve did not shut down cleanly (see $server_log)" >&2; status=1; }
-  python3 "$here/official_summary.py" "e2b $v" "$results/py-$v.xml" | tee "$results/py-$v.txt"
+  python3 "$here/official_summary.py" --deselected "$deselect_file" "e2b $v" "$results/py-$v.xml" | tee "$results/py-$v.txt"
 done
 
 if [ "$js" = 1 ]; then

@@ -1,11 +1,14 @@
 """Summarises a JUnit XML report of the official E2B SDK suites (official.sh).
 
-    python3 official_summary.py LABEL REPORT.xml [REPORT.xml…]
+    python3 official_summary.py [--deselected official-deselect.txt] LABEL REPORT.xml [REPORT.xml…]
 
 Prints one line per test file (passed, failed, skipped) and then every failing test with the
 first line of its error, so two runs can be compared with diff. A test found in several
 reports (the JS suite's files that mock the API run twice: with the SDK's default URLs and
-against serve) counts as passed if it passed in one of them.
+against serve) counts as passed if it passed in one of them. With --deselected, the tests of
+that list are counted apart: vitest reports a test its name filter left out as skipped (a file
+left out is in no report, and not counted), pytest leaves a deselected test out of its report
+(each of the list's tests missing from a pytest report is counted).
 """
 
 import collections
@@ -27,8 +30,38 @@ def file_of(case: ET.Element) -> str:
     return "/".join(parts) + ".py"
 
 
+def read_deselected(path: str) -> tuple[set, set]:
+    """(python (file, name) pairs, js (file, name) pairs; name None for a whole file)."""
+    py, js = set(), set()
+    for line in open(path):
+        ident = line.split("|", 1)[0].strip()
+        if not ident or ident.startswith("#"):
+            continue
+        if ident.startswith("js:"):
+            file, _, name = ident[3:].partition(" > ")
+            js.add((file, name or None))
+        else:
+            file, _, name = ident.partition("::")
+            py.add((file, name))
+    return py, js
+
+
+def is_deselected(js: set, file: str, name: str) -> bool:
+    """vitest's JUnit name is the test's describe blocks and name joined by ` > `, some
+    describe blocks left out: the list's name must end with it."""
+    return any(
+        f == file and (n is None or n == name or n.endswith(" > " + name)) for f, n in js
+    )
+
+
 def main() -> None:
-    label, reports = sys.argv[1], sys.argv[2:]
+    args = sys.argv[1:]
+    py_desel, js_desel = set(), set()
+    if args[:1] == ["--deselected"]:
+        py_desel, js_desel = read_deselected(args[1])
+        args = args[2:]
+    label, reports = args[0], args[1:]
+    deselected = 0
     counts = collections.defaultdict(lambda: [0, 0, 0])
     failing = []
     best = {}
@@ -44,8 +77,14 @@ def main() -> None:
             failed = c.find("failure") is not None or c.find("error") is not None
             if key not in best or not failed:
                 best[key] = c
+    present = {(file_of(c), c.get("name")) for c in best.values()}
+    if not any("/" in c.get("classname", "") for c in best.values()):  # a pytest report
+        deselected += sum(1 for key in py_desel if key not in present)
     for case in best.values():
         f = file_of(case)
+        if case.find("skipped") is not None and is_deselected(js_desel, f, case.get("name")):
+            deselected += 1
+            continue
         bad = case.find("failure")
         if bad is None:
             bad = case.find("error")
@@ -66,7 +105,8 @@ def main() -> None:
     print(f"== {label}: failing tests")
     for f, name, msg in sorted(failing):
         print(f"  {f}::{name}: {msg}")
-    print(f"{label}: {tp} passed, {tx} failed, {ts} skipped")
+    tail = f", {deselected} deselected" if py_desel or js_desel else ""
+    print(f"{label}: {tp} passed, {tx} failed, {ts} skipped{tail}")
 
 
 if __name__ == "__main__":

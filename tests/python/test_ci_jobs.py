@@ -53,3 +53,24 @@ def test_a_cloud_job_without_its_key_says_skipped_and_is_not_a_pass(tmp_path):
         assert f"SKIPPED: job cloud {provider} platform did not run: missing credentials [{key}]" in out.stderr
     lines = verdicts.read_text().splitlines()
     assert [line.split("\t")[1].split(" ")[0] for line in lines] == ["SKIPPED", "SKIPPED"], lines
+
+
+def test_a_cloud_job_with_its_key_fails_on_any_missing_credential(tmp_path):
+    """Issue 27 item 3: with the provider's key the cloud job ran, and a scenario or step whose
+    other secret was gone (a model's key) was SKIPPED in a green job. The job runs the suite
+    with --require-credentials, so a missing credential is an ERROR there."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "scenario-run"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{calls}"\n')
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
+    env.update(E2B_API_KEY="e2b-fake-key", SCENARIO_RUN_BIN=str(fake), CI_JOB_VERDICTS=str(tmp_path / "verdicts"))
+    out = subprocess.run(
+        [str(ROOT / ".ci/jobs/cloud.sh"), "e2b", "scenarios/platform", "platform"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    run, cleanup = calls.read_text().splitlines()
+    assert run.startswith("scenarios/platform --provider e2b "), run
+    assert "--require-credentials" in run.split(), run
+    assert cleanup.startswith("cleanup --provider e2b "), cleanup

@@ -193,7 +193,9 @@ pub(crate) fn with_mounted(disk: &Disk, mut cmd: std::process::Command) -> io::R
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)?;
+            // A slave copy, as the sandbox's own (see `sandbox::bwrap_command`): it lets go of what
+            // the host unmounts meanwhile.
+            rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::DOWNSTREAM)?;
             let flags = MountFlags::RDONLY | MountFlags::NODEV | MountFlags::NOSUID;
             rustix::mount::mount(source.as_c_str(), target.as_c_str(), c"ext4", flags, c"")?;
             Ok(())

@@ -353,14 +353,26 @@ async fn start_stack(ns: &OwnedFd) -> io::Result<(tokio::process::Child, OwnedFd
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
     let (ready, exit, netns) = (ready_w.as_raw_fd(), exit_r.as_raw_fd(), ns.as_raw_fd());
-    // SAFETY: `pre_exec` needs an async-signal-safe closure: dup2/fcntl and close_range on
-    // descriptors that stay open until the spawn returned (their owners live in this function).
+    // SAFETY: `pre_exec` needs an async-signal-safe closure: dup2/fcntl, close_range, unshare
+    // and one mount call on descriptors that stay open until the spawn returned (their owners
+    // live in this function) and a static C string.
     unsafe {
         cmd.pre_exec(move || {
             sys::dup_onto(ready, 3)?;
             sys::dup_onto(exit, 4)?;
             sys::dup_onto(netns, 5)?;
-            sys::cloexec_from(6)
+            sys::cloexec_from(6)?;
+            // slirp4netns's own sandbox makes `/` private but not what is mounted below it,
+            // then detaches the old root: every shared mount under it (a Docker engine's data
+            // root and its containers' roots, a systemd host's /run...) was unmounted on the
+            // host too, through its peer group. Started from a copy of the host's mounts made
+            // slaves, its detaching stays its own.
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            use rustix::mount::MountPropagationFlags;
+            rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::DOWNSTREAM)?;
+            Ok(())
         });
     }
     let mut cmd = tokio::process::Command::from(cmd);

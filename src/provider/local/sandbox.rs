@@ -394,9 +394,17 @@ fn bwrap_command(
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // Slave, not private: this namespace lives as long as the sandbox (bwrap's outer
+            // process stays in it) and starts as a copy of the host's mounts. A private copy
+            // kept every mount the host had at that instant, and went on holding it after the
+            // host unmounted it: a Docker engine's container root being written to at that
+            // moment (`docker cp`, a build step) stayed mounted here, and the engine's next
+            // mount of the same upper directory ("upperdir is in-use") gave the container an
+            // empty root (exit 127, "no matching entries in passwd file"). As a slave, the
+            // host's unmounts reach this copy; nothing mounted here reaches the host.
             rustix::mount::mount_change(
                 c_root.as_c_str(),
-                MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+                MountPropagationFlags::REC | MountPropagationFlags::DOWNSTREAM,
             )?;
             // The disk first: the overlay's upper and work directories are on it.
             if let Some((dev, at)) = &disk {
