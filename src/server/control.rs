@@ -176,6 +176,9 @@ pub(crate) struct NewSandbox {
     pub network: Option<Value>,
     #[serde(default)]
     pub allow_internet_access: Option<bool>,
+    /// Host directories to bind (OpenSandbox's volumes; E2B's create has none).
+    #[serde(skip)]
+    pub mounts: Vec<crate::provider::Mount>,
 }
 
 /// Create's or a network update's egress options as the provider takes them:
@@ -468,6 +471,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
             memory_mb: req.memory_mb,
             disk_mb: req.disk_size_mb,
             network: Some(network.clone()),
+            mounts: req.mounts,
         })
         .await
     {

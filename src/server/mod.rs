@@ -76,6 +76,7 @@ mod control;
 mod envd;
 mod files;
 mod opensandbox;
+pub use opensandbox::VolumeConfig;
 mod procs;
 mod proxy;
 mod snapshots;
@@ -167,6 +168,8 @@ pub struct ServeOptions {
     /// default, public ports (`--allow-public-traffic`); otherwise its ports need its traffic
     /// token, as with `allowPublicTraffic: false`.
     pub public_traffic: bool,
+    /// Where OpenSandbox's volumes may come from (`--host-volume-prefix`, `--volumes-dir`).
+    pub volumes: opensandbox::VolumeConfig,
 }
 
 /// What happened to a create, for double-create accounting.
@@ -730,7 +733,7 @@ pub async fn serve(
         spool: files::Spool::new(work.join("spool"), opts.limits.max_upload),
         limits: opts.limits,
         creates: Mutex::new(CreateLog::default()),
-        opensandbox: Default::default(),
+        opensandbox: opensandbox::State::new(opts.volumes.clone()),
     });
     let state = st.clone();
     let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });

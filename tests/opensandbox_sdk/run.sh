@@ -66,9 +66,23 @@ version() { "$1" -c "import importlib.metadata as m; print(m.version('$2'))"; }
 sdk_version="$(version "$py" opensandbox)"
 ci_version="$(version "$py" opensandbox-code-interpreter)"
 
+# The volumes the suite binds, prepared as its own scripts/python-e2e.sh does: a host
+# directory with a marker (0777 here: a sandbox's root is an unprivileged user of this host,
+# not the host's root as in Docker), the execd log directory, and the named volume
+# `opensandbox-e2e-pvc-test`, seeded below through the SDK itself (serve keeps named volumes
+# in --volumes-dir, fresh for every run).
+e2e=/tmp/opensandbox-e2e
+mkdir -p "$e2e/host-volume-test" "$e2e/logs"
+echo "opensandbox-e2e-marker" >"$e2e/host-volume-test/marker.txt"
+rm -f "$e2e/host-volume-test/sandbox-output.txt"
+chmod 0777 "$e2e/host-volume-test" "$e2e/logs"
+chmod 0644 "$e2e/host-volume-test/marker.txt"
+rm -rf "$work/volumes"
+
 . "$root/tests/e2b_sdk/serve-lib.sh"
 trap serve_stop EXIT
-serve_start "$bin" "$logs" || { echo "opensandbox_sdk/run.sh: cannot start serve" >&2; exit 1; }
+serve_start "$bin" "$logs" --host-volume-prefix "$e2e" --volumes-dir "$work/volumes" \
+  || { echo "opensandbox_sdk/run.sh: cannot start serve" >&2; exit 1; }
 # What the suite reads (tests/base_e2e_test.py): serve's address and key, plain HTTP.
 export OPENSANDBOX_TEST_DOMAIN="${E2B_API_URL#http://}"
 export OPENSANDBOX_TEST_API_KEY="$E2B_API_KEY"
@@ -78,21 +92,27 @@ unset OPENSANDBOX_SANDBOX_DEFAULT_IMAGE OPENSANDBOX_E2E_RUNTIME OPENSANDBOX_TEST
 failed=0
 summaries=()
 
-echo "== warm-up: the first create of opensandbox/code-interpreter (serve builds code-interpreter-v1, or reuses the kept build)"
+echo "== warm-up: the first create of opensandbox/code-interpreter (serve builds code-interpreter-v1, or reuses the kept build); seeds the named volume"
 if ! "$py" - <<'EOF' 2>&1 | tee "$logs/warmup.log"; then
 import asyncio, os, time
 from datetime import timedelta
 from opensandbox import Sandbox
 from opensandbox.config import ConnectionConfig
+from opensandbox.models.sandboxes import PVC, Volume
 async def main():
     cfg = ConnectionConfig(domain=os.environ["OPENSANDBOX_TEST_DOMAIN"], api_key=os.environ["OPENSANDBOX_TEST_API_KEY"],
                            request_timeout=timedelta(minutes=30))
     t = time.time()
     sb = await Sandbox.create("opensandbox/code-interpreter:latest", connection_config=cfg, timeout=timedelta(minutes=2),
-                              ready_timeout=timedelta(minutes=5))
+                              ready_timeout=timedelta(minutes=5),
+                              volumes=[Volume(name="seed", pvc=PVC(claimName="opensandbox-e2e-pvc-test"), mountPath="/data")])
     try:
         r = await sb.commands.run("echo warm")
         print(f"created in {time.time() - t:.1f}s;", r.logs.stdout[0].text)
+        r = await sb.commands.run("echo pvc-marker-data > /data/marker.txt && mkdir -p /data/datasets/train"
+                                  " && echo pvc-subpath-marker > /data/datasets/train/marker.txt && cat /data/marker.txt")
+        assert r.error is None and r.logs.stdout[0].text == "pvc-marker-data", r
+        print("seeded the named volume opensandbox-e2e-pvc-test")
     finally:
         await sb.kill()
         await sb.close()

@@ -166,7 +166,7 @@ struct CreateRequest {
     #[serde(default)]
     secure_access: Option<bool>,
     #[serde(default)]
-    volumes: Option<Vec<Value>>,
+    volumes: Option<Vec<super::volumes::Volume>>,
     #[serde(default)]
     extensions: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -321,9 +321,7 @@ async fn make(
             return Err(invalid(format!("Sandbox timeout {t}s exceeds configured maximum of {MAX_TIMEOUT_SECS}s.")));
         }
     }
-    if req.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
-        return Err(not_supported("volumes (host paths, named volumes, OSSFS)"));
-    }
+    let mounts = super::volumes::mounts(&st.opensandbox.volumes, req.volumes.unwrap_or_default())?;
     if req.credential_proxy.as_ref().is_some_and(|c| c["enabled"].as_bool() == Some(true)) {
         return Err(not_supported("the credential vault proxy (credentialProxy)"));
     }
@@ -405,6 +403,7 @@ async fn make(
         memory_mb,
         network: Some(network),
         allow_internet_access: allow_internet,
+        mounts,
         ..Default::default()
     };
     let sb = match crate::server::control::make_sandbox(st, new).await {

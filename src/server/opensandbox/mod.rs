@@ -46,6 +46,9 @@ mod execd;
 mod fs;
 mod images;
 mod lifecycle;
+mod volumes;
+
+pub use volumes::VolumeConfig;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -78,6 +81,7 @@ pub(crate) struct State {
     snapshots: lifecycle::Snapshots,
     images: images::Images,
     routers: OnceLock<Routers>,
+    volumes: VolumeConfig,
 }
 
 impl std::fmt::Debug for State {
@@ -93,6 +97,10 @@ struct Routers {
 }
 
 impl State {
+    pub(crate) fn new(volumes: VolumeConfig) -> Self {
+        Self { volumes, ..Default::default() }
+    }
+
     fn get(&self, id: &str) -> Option<Arc<OsSandbox>> {
         self.sandboxes.lock().expect("opensandbox").get(id).cloned()
     }
