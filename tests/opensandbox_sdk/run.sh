@@ -141,10 +141,10 @@ done <"$here/deselect.txt"
 pytest_run() {
   local log="$1" python="$2"
   shift 2
-  (cd "$suite" && "$python" -m pytest -q -p no:cacheprovider -o log_cli=false -rfE "${xdist[@]}" \
+  (cd "$suite" && "$python" -m pytest -q -p no:cacheprovider -o log_cli=false -rfEs "${xdist[@]}" \
     --junitxml="${log%.log}.xml" "$@") >"$log" 2>&1
   rc=$?
-  grep -E '^(FAILED|ERROR) ' "$log" | sed 's/^/  /'
+  grep -E "^(FAILED|ERROR|SKIPPED) " "$log" | sed 's/^/  /'
   tail -1 "$log"
 }
 
