@@ -363,7 +363,27 @@ async fn live(st: &Arc<AppState>, id: &str) -> Result<(Arc<ServedSandbox>, Arc<O
 async fn proxy(st: &Arc<AppState>, id: &str, port: u16, rest: &str, mut req: Request) -> Response {
     let (sb, os) = match live(st, id).await {
         Ok(v) => v,
+        // Without the API key an unknown sandbox answers as a known one refusing the
+        // credentials would: which ids exist is not for a client without the key to learn.
         Err(r) => {
+            let h = req.headers();
+            let r = if has_api_key(st, h) {
+                r
+            } else if header(h, ACCESS_HEADER).is_some() || header(h, EXECD_TOKEN_HEADER).is_some() {
+                error(
+                    StatusCode::FORBIDDEN,
+                    "SANDBOX::FORBIDDEN",
+                    format!("invalid access token for sandbox {id} port {port}"),
+                )
+            } else {
+                error(
+                    StatusCode::UNAUTHORIZED,
+                    "MISSING_ACCESS_TOKEN",
+                    format!(
+                        "sandbox {id} port {port} needs the {ACCESS_HEADER} header its endpoint names, or the API key"
+                    ),
+                )
+            };
             super::drain(req.into_body()).await;
             return r;
         }
