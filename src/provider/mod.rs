@@ -11,6 +11,7 @@ pub mod e2b;
 pub mod factory;
 pub(crate) mod forward;
 pub mod local;
+pub mod opensandbox;
 pub(crate) mod output;
 pub(crate) mod registered;
 

@@ -56,7 +56,7 @@
 
 mod acr;
 pub mod acs;
-mod api;
+pub(crate) mod api;
 pub mod build;
 pub mod config;
 mod connect;

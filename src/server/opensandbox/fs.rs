@@ -32,6 +32,9 @@ use crate::server::{AppState, ServedSandbox};
 type Sb = Extension<Arc<ServedSandbox>>;
 type St = State<Arc<AppState>>;
 
+/// The most one `/files/upload` request may carry (its files are held in memory).
+const UPLOAD_LIMIT: usize = 256 << 20;
+
 /// `find -printf` of one `FileInfo`: eight NUL-terminated fields.
 const FMT: &str = r"%y\0%s\0%T@\0%C@\0%u\0%g\0%m\0%p\0";
 
@@ -42,7 +45,9 @@ pub(super) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
         .route("/files/permissions", post(permissions))
         .route("/files/search", get(search))
         .route("/files/replace", post(replace))
-        .route("/files/upload", post(upload))
+        // Parts are read whole (execd's multipart form): past axum's default 2 MiB, up to
+        // this much per request.
+        .route("/files/upload", post(upload).layer(axum::extract::DefaultBodyLimit::max(UPLOAD_LIMIT)))
         .route("/files/download", get(download))
         .route("/directories/list", get(list))
         .route("/directories", post(make_dirs).delete(remove_dirs))
