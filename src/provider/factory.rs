@@ -100,7 +100,8 @@ pub fn make(
             Ok(Arc::new(p))
         }
         ProviderKind::Opensandbox => {
-            let p = super::opensandbox::OpenSandboxProvider::new(env).map_err(|e| format!("opensandbox provider: {e}"))?;
+            let p =
+                super::opensandbox::OpenSandboxProvider::new(env).map_err(|e| format!("opensandbox provider: {e}"))?;
             Ok(Arc::new(p))
         }
         ProviderKind::Docker => {

@@ -18,7 +18,9 @@
 //!
 //! What OpenSandbox's APIs have no counterpart for is left out of the capabilities (steps
 //! that need it are SKIPPED with its name): template builds, directory watches, terminals,
-//! snapshots as scenario-run uses them (a template for a later create). stdin is written to
+//! snapshots as scenario-run uses them (a template for a later create), and `pause` (its
+//! pause keeps the memory; there is no filesystem-only pause, which the library's pause
+//! scenario checks too). Files are written by the command user, as on every provider. stdin is written to
 //! a file the command reads.
 //!
 //! Settings (environment or `.env`): `OPEN_SANDBOX_DOMAIN` (as the SDKs: `host:port`, or a
@@ -332,21 +334,19 @@ impl OpenSandboxProvider {
         };
         let user = req.user.as_deref().unwrap_or(DEFAULT_USER);
         let redirect = format!("{stdin} >{WORK}/{n}.out 2>{WORK}/{n}.err");
-        let cmd = q(&req.cmd);
+        // A login shell, as every provider's commands run; its profile resets PATH, so the
+        // one the command was given (the image's, the request's) is put back first.
+        let cmd = q(&format!("PATH=$SR_PATH; export PATH; unset SR_PATH; {}", req.cmd));
         let cd = if req.cwd.is_none() { r#"cd "$H" 2>/dev/null; "# } else { "" };
-        let as_root = format!(r#"H=/root; {cd}exec bash -l -c {cmd}{redirect}"#);
+        let as_root = format!(r#"H=/root; {cd}SR_PATH="$PATH" exec /bin/bash -l -c {cmd}{redirect}"#);
         if user == "root" {
             return Ok(format!("echo $$; {as_root}"));
         }
         let u = q(user);
         let as_user = format!(
-            r#"H=$(getent passwd {u} | cut -d: -f6); {cd}exec setpriv --reuid={u} --regid="$(id -g {u})" --init-groups env HOME="$H" USER={u} LOGNAME={u} bash -l -c {cmd}{redirect}"#
+            r#"H=$(getent passwd {u} | cut -d: -f6); {cd}exec setpriv --reuid={u} --regid="$(id -g {u})" --init-groups env HOME="$H" USER={u} LOGNAME={u} SR_PATH="$PATH" /bin/bash -l -c {cmd}{redirect}"#
         );
-        let missing = if req.user.is_some() {
-            format!("echo 'no user account {user}' >&2; exit 126")
-        } else {
-            as_root
-        };
+        let missing = if req.user.is_some() { format!("echo 'no user account {user}' >&2; exit 126") } else { as_root };
         Ok(format!("echo $$; if id -u {u} >/dev/null 2>&1; then {as_user}; else {missing}; fi"))
     }
 
@@ -357,7 +357,12 @@ impl OpenSandboxProvider {
         let r = self.execd_req(
             &e,
             reqwest::Method::DELETE,
-            &format!("/files?path={}&path={}&path={}", enc(&format!("{WORK}/{n}.out")), enc(&format!("{WORK}/{n}.err")), enc(&format!("{WORK}/{n}.in"))),
+            &format!(
+                "/files?path={}&path={}&path={}",
+                enc(&format!("{WORK}/{n}.out")),
+                enc(&format!("{WORK}/{n}.err")),
+                enc(&format!("{WORK}/{n}.in"))
+            ),
         );
         let _ = self.send(r, "remove output files").await;
         let (od, ed) = (out.len().saturating_sub(max) as u64, err.len().saturating_sub(max) as u64);
@@ -437,8 +442,11 @@ impl Provider for OpenSandboxProvider {
     }
 
     fn capabilities(&self) -> &[Capability] {
+        // OpenSandbox's pause keeps the memory; the library's pause scenario also needs a
+        // filesystem-only one (`pause: { memory: false }`), which it has no call for, so
+        // `pause` is not claimed.
         use Capability::*;
-        &[Ports, IsolatedPorts, Files, Processes, Pause]
+        &[Ports, IsolatedPorts, Files, Processes]
     }
 
     fn required_credentials(&self) -> Vec<String> {
@@ -454,7 +462,11 @@ impl Provider for OpenSandboxProvider {
                 "network policies through the opensandbox provider (OpenSandbox's networkPolicy has no CIDR lists)",
             ));
         }
-        let image = if req.template.is_empty() || req.template == "base" { self.base_image.clone() } else { req.template.clone() };
+        let image = if req.template.is_empty() || req.template == "base" {
+            self.base_image.clone()
+        } else {
+            req.template.clone()
+        };
         let want = req.timeout_secs;
         let mut limits = serde_json::Map::new();
         if let Some(c) = req.cpu {
@@ -485,7 +497,7 @@ impl Provider for OpenSandboxProvider {
         }
         // The command directory, made once (root's, private).
         let e = self.execd(id).await?;
-        let r = self.execd_req(&e, reqwest::Method::POST, "/directories").json(&json!({ WORK: {"mode": 700} }));
+        let r = self.execd_req(&e, reqwest::Method::POST, "/directories").json(&json!({ WORK: {"mode": 711} }));
         self.execd_ok(id, r, "make the work directory").await?;
         self.info(id).await
     }
@@ -626,7 +638,12 @@ impl Provider for OpenSandboxProvider {
             .lines()
             .filter_map(|l| {
                 let (pid, cmd) = l.split_once('\t')?;
-                Some(ProcessInfo { pid: pid.parse().ok()?, cmd: cmd.trim_end().to_string(), running: true, exit_code: None })
+                Some(ProcessInfo {
+                    pid: pid.parse().ok()?,
+                    cmd: cmd.trim_end().to_string(),
+                    running: true,
+                    exit_code: None,
+                })
             })
             .collect())
     }
@@ -649,7 +666,8 @@ impl Provider for OpenSandboxProvider {
         let deadline = tokio::time::Instant::now() + timeout;
         let status = loop {
             let r = self.execd_req(&e, reqwest::Method::GET, &format!("/command/status/{}", bg.command_id));
-            let v: Value = serde_json::from_slice(&self.execd_ok(id, r, "command status").await?).unwrap_or(Value::Null);
+            let v: Value =
+                serde_json::from_slice(&self.execd_ok(id, r, "command status").await?).unwrap_or(Value::Null);
             if v["running"] == false {
                 break Some(v);
             }
@@ -684,7 +702,24 @@ impl Provider for OpenSandboxProvider {
 
     async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
         let path = super::normalize_path(path)?;
-        self.upload(id, &path, data, mode).await?;
+        // Uploaded as root (execd's user), then written by the command user, as every
+        // provider writes files: the file and the folders made for it are theirs, and what
+        // they may not write is refused.
+        let n = self.seq.fetch_add(1, Ordering::SeqCst);
+        let staged = format!("{WORK}/{n}.up");
+        self.upload(id, &staged, data, Some(0o644)).await?;
+        let chmod = mode.map(|m| format!(" && chmod {:o} {}", m & 0o7777, q(&path))).unwrap_or_default();
+        let cmd = format!(r#"mkdir -p -- "$(dirname {p})" && cat {staged} > {p}{chmod}"#, p = q(&path));
+        let r = self.exec(id, ExecRequest { cmd, ..Default::default() }, None).await;
+        let e = self.execd(id).await?;
+        let del = self.execd_req(&e, reqwest::Method::DELETE, &format!("/files?path={}", enc(&staged)));
+        let _ = self.send(del, "remove a staged upload").await;
+        let r = r?;
+        if r.exit_code != Some(0) {
+            let why = String::from_utf8_lossy(&r.stderr).trim().to_string();
+            let kind = if why.contains("ermission denied") { ErrorKind::Invalid } else { ErrorKind::Infra };
+            return Err(ProviderError::new(kind, format!("cannot write {path}: {why}")));
+        }
         self.stat(id, &path).await
     }
 
@@ -726,9 +761,13 @@ impl Provider for OpenSandboxProvider {
 
     async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry> {
         let path = super::normalize_path(path)?;
-        let e = self.execd(id).await?;
-        let r = self.execd_req(&e, reqwest::Method::POST, "/directories").json(&json!({ path.clone(): {"mode": 755} }));
-        self.execd_ok(id, r, "make a directory").await?;
+        // By the command user, as a write makes its folders.
+        let r =
+            self.exec(id, ExecRequest { cmd: format!("mkdir -p -- {}", q(&path)), ..Default::default() }, None).await?;
+        if r.exit_code != Some(0) {
+            let why = String::from_utf8_lossy(&r.stderr).trim().to_string();
+            return Err(ProviderError::invalid(format!("cannot make {path}: {why}")));
+        }
         self.stat(id, &path).await
     }
 
@@ -749,7 +788,10 @@ impl Provider for OpenSandboxProvider {
         self.execd_ok(id, r, "remove a file").await.map(|_| ())
     }
 
-    async fn pause(&self, id: &str, _keep_memory: bool) -> Result<()> {
+    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
+        if !keep_memory {
+            return Err(ProviderError::unsupported("a filesystem-only pause: OpenSandbox's pause keeps the memory"));
+        }
         self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/pause"), None).await.map(|_| ())
     }
 
