@@ -54,6 +54,9 @@ const WORK: &str = "/tmp/.scenario-run-os";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 const DESTROY_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Headers an endpoint answer names.
+type Headers = Vec<(String, String)>;
+
 /// An execd endpoint: its base URL and the headers its answer names.
 #[derive(Debug, Clone)]
 struct Endpoint {
@@ -81,7 +84,7 @@ pub struct OpenSandboxProvider {
     key: String,
     sandboxes: Mutex<HashMap<String, Sbx>>,
     /// Port URLs handed out, with their headers.
-    ports: Mutex<Vec<(String, Vec<(String, String)>)>>,
+    ports: Mutex<Vec<(String, Headers)>>,
     kept: Mutex<Vec<String>>,
     seq: AtomicU64,
     stats: Mutex<ProviderStats>,
