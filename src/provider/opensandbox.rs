@@ -29,7 +29,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -82,12 +82,15 @@ pub struct OpenSandboxProvider {
     /// `<scheme>://<domain>/v1`.
     api: String,
     key: String,
-    sandboxes: Mutex<HashMap<String, Sbx>>,
+    /// Sandboxes this run made (a create registers its sandbox even if its caller is gone).
+    sandboxes: Arc<Mutex<HashMap<String, Sbx>>>,
+    /// Creates under way, which `destroy_all` waits for.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// Port URLs handed out, with their headers.
     ports: Mutex<Vec<(String, Headers)>>,
     kept: Mutex<Vec<String>>,
     seq: AtomicU64,
-    stats: Mutex<ProviderStats>,
+    stats: Arc<Mutex<ProviderStats>>,
     base_image: String,
 }
 
@@ -143,31 +146,19 @@ impl OpenSandboxProvider {
             http,
             api: format!("{base}/v1"),
             key: get("OPEN_SANDBOX_API_KEY").unwrap_or_default(),
-            sandboxes: Mutex::new(HashMap::new()),
+            sandboxes: Arc::default(),
+            in_flight: Arc::default(),
             ports: Mutex::new(Vec::new()),
             kept: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
-            stats: Mutex::new(ProviderStats::default()),
+            stats: Arc::default(),
             base_image: get("OPENSANDBOX_BASE_IMAGE").unwrap_or_else(|| "base".into()),
         })
     }
 
     /// A lifecycle request: the JSON answer (Null for an empty one), or the error it means.
     async fn api(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let mut r = self.http.request(method.clone(), format!("{}{path}", self.api)).header(KEY_HEADER, &self.key);
-        if let Some(b) = &body {
-            r = r.json(b);
-        }
-        let resp = tokio::time::timeout(REQUEST_TIMEOUT, r.send())
-            .await
-            .map_err(|_| ProviderError::infra(format!("{method} {path}: no answer within {REQUEST_TIMEOUT:?}")))?
-            .map_err(|e| infra(&format!("{method} {path}"), super::e2b::api::error_chain(&e)))?;
-        let status = resp.status();
-        let text = resp.text().await.map_err(|e| infra("reading the answer", e))?;
-        if status.is_success() {
-            return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
-        }
-        Err(answer_error(status, &text, &format!("{method} {path}")))
+        api_call(&self.http, &self.api, &self.key, method, path, body).await
     }
 
     async fn execd(&self, id: &str) -> Result<Endpoint> {
@@ -422,6 +413,32 @@ impl OpenSandboxProvider {
     }
 }
 
+/// A lifecycle request to `api` with `key`: the JSON answer (Null for an empty one), or the
+/// error it means.
+async fn api_call(
+    http: &reqwest::Client,
+    api: &str,
+    key: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value> {
+    let mut r = http.request(method.clone(), format!("{api}{path}")).header(KEY_HEADER, key);
+    if let Some(b) = &body {
+        r = r.json(b);
+    }
+    let resp = tokio::time::timeout(REQUEST_TIMEOUT, r.send())
+        .await
+        .map_err(|_| ProviderError::infra(format!("{method} {path}: no answer within {REQUEST_TIMEOUT:?}")))?
+        .map_err(|e| infra(&format!("{method} {path}"), super::e2b::api::error_chain(&e)))?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| infra("reading the answer", e))?;
+    if status.is_success() {
+        return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
+    }
+    Err(answer_error(status, &text, &format!("{method} {path}")))
+}
+
 /// An error answer of either API as the provider's error.
 fn answer_error(status: reqwest::StatusCode, text: &str, what: &str) -> ProviderError {
     let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
@@ -486,15 +503,30 @@ impl Provider for OpenSandboxProvider {
             "env": req.envs,
             "resourceLimits": limits,
         });
-        let v = self.api(reqwest::Method::POST, "/sandboxes", Some(body)).await?;
-        let id = v["id"].as_str().ok_or_else(|| ProviderError::infra(format!("no id in the create answer {v}")))?;
-        self.sandboxes.lock().expect("sandboxes").insert(id.to_string(), Sbx::default());
-        {
-            let mut s = self.stats.lock().expect("stats");
-            s.created += 1;
-            s.live += 1;
-            s.peak_live = s.peak_live.max(s.live);
-        }
+        // In a task of its own: a caller that gives up (a step's timeout, Ctrl-C) drops this
+        // future, and the sandbox the server still makes must be registered for
+        // `destroy_all`, not leaked.
+        let (http, api, key) = (self.http.clone(), self.api.clone(), self.key.clone());
+        let (sandboxes, stats, in_flight) = (self.sandboxes.clone(), self.stats.clone(), self.in_flight.clone());
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let made = tokio::spawn(async move {
+            let r = api_call(&http, &api, &key, reqwest::Method::POST, "/sandboxes", Some(body)).await;
+            let r = r.and_then(|v| match v["id"].as_str() {
+                Some(id) => {
+                    sandboxes.lock().expect("sandboxes").insert(id.to_string(), Sbx::default());
+                    let mut s = stats.lock().expect("stats");
+                    s.created += 1;
+                    s.live += 1;
+                    s.peak_live = s.peak_live.max(s.live);
+                    Ok(id.to_string())
+                }
+                None => Err(ProviderError::infra(format!("no id in the create answer {v}"))),
+            });
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            r
+        });
+        let id = made.await.map_err(|e| ProviderError::infra(e.to_string()))??;
+        let id = id.as_str();
         if let Some(t) = want.filter(|t| *t < MIN_TIMEOUT_SECS) {
             self.renew(id, t).await?;
         }
@@ -829,6 +861,10 @@ impl Provider for OpenSandboxProvider {
     }
 
     async fn destroy_all(&self) -> usize {
+        let deadline = tokio::time::Instant::now() + DESTROY_DEADLINE;
+        while self.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let ids: Vec<String> = {
             let kept = self.kept.lock().expect("kept").clone();
             self.sandboxes.lock().expect("sandboxes").keys().filter(|id| !kept.contains(id)).cloned().collect()
@@ -840,5 +876,47 @@ impl Provider for OpenSandboxProvider {
 
     fn stats(&self) -> ProviderStats {
         self.stats.lock().expect("stats").clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_and_query_encoding() {
+        assert_eq!(q("it's"), r"'it'\''s'");
+        assert_eq!(enc("/tmp/a b&c=d"), "/tmp/a%20b%26c%3Dd");
+    }
+
+    #[test]
+    fn answers_map_to_error_kinds() {
+        let e = answer_error(reqwest::StatusCode::UNAUTHORIZED, r#"{"code":"INVALID_API_KEY","message":"no"}"#, "x");
+        assert!(e.message.starts_with("authentication failed"), "{}", e.message);
+        let e = answer_error(reqwest::StatusCode::NOT_FOUND, r#"{"code":"SANDBOX::NOT_FOUND","message":"gone"}"#, "x");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert!(e.message.contains("gone"));
+        assert_eq!(answer_error(reqwest::StatusCode::NOT_IMPLEMENTED, "", "x").kind, ErrorKind::Unsupported);
+    }
+
+    #[test]
+    fn a_sandbox_answer_is_its_info() {
+        let v = json!({"id": "abc", "image": {"uri": "base"}, "metadata": {"e2e": "r1"}, "status": {"state": "Paused"},
+            "createdAt": "2026-12-05T00:00:00Z", "expiresAt": "2026-12-05T00:05:00Z"});
+        let i = OpenSandboxProvider::info_of(&v);
+        assert_eq!((i.id.as_str(), i.template.as_str(), i.state.as_str()), ("abc", "base", "paused"));
+        assert_eq!(i.end_at - i.started_at, 300);
+        assert_eq!(i.metadata["e2e"], "r1");
+    }
+
+    #[test]
+    fn port_headers_only_for_urls_handed_out() {
+        let p = OpenSandboxProvider::new(&BTreeMap::new()).unwrap();
+        let base = "http://127.0.0.1:3000/sandboxes/abc/proxy/8000".to_string();
+        p.ports.lock().unwrap().push((base.clone(), vec![("OpenSandbox-Secure-Access".into(), "t".into())]));
+        assert_eq!(p.port_headers(&format!("{base}/index.html")).len(), 1);
+        assert_eq!(p.port_headers(&base).len(), 1);
+        assert!(p.port_headers(&format!("{base}0/")).is_empty(), "another port");
+        assert!(p.port_headers("http://127.0.0.1:3000/sandboxes/abd/proxy/8000/").is_empty());
     }
 }
