@@ -3,7 +3,7 @@
 # Python end-to-end suite: tests/python of alibaba/OpenSandbox, unmodified, run with the SDKs
 # from PyPI (`opensandbox`, `opensandbox-code-interpreter`). What needs something that cannot
 # run here is deselected by name, each with its reason (deselect.txt), printed on every run;
-# the tests written for the SDK of the suite's own commit that PyPI's no longer fits are run
+# the tests written for the SDK of the suite's own commit that PyPI's 1.1.1 does not fit are run
 # again against that SDK (built from the same commit), so they still judge the server.
 #
 #   tests/opensandbox_sdk/run.sh [PYTEST ARGS…]
