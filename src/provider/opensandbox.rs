@@ -3,7 +3,8 @@
 //!
 //! * The lifecycle API (`/v1`, key in `OPEN-SANDBOX-API-KEY`): create from an image (a
 //!   scenario's template is the image; `base` is `OPENSANDBOX_BASE_IMAGE`, default `base`,
-//!   serve's), get, list by metadata, delete, pause, resume, renew-expiration, endpoints.
+//!   serve's), get, list by metadata, delete, pause, resume, renew-expiration, endpoints,
+//!   snapshots (a snapshot this run took is a template: its create names `snapshotId`).
 //!   OpenSandbox's shortest timeout is 60 s: a shorter one is created at 60 s and renewed to
 //!   the asked expiry at once.
 //! * execd (port 44772 through the endpoint the lifecycle API names, with the headers it
@@ -18,7 +19,7 @@
 //!
 //! What OpenSandbox's APIs have no counterpart for is left out of the capabilities (steps
 //! that need it are SKIPPED with its name): template builds, directory watches, terminals,
-//! snapshots as scenario-run uses them (a template for a later create), and `pause` (its
+//! and `pause` (its
 //! pause keeps the memory; there is no filesystem-only pause, which the library's pause
 //! scenario checks too). Files are written by the command user, as on every provider. stdin is written to
 //! a file the command reads.
@@ -89,6 +90,8 @@ pub struct OpenSandboxProvider {
     /// Port URLs handed out, with their headers.
     ports: Mutex<Vec<(String, Headers)>>,
     kept: Mutex<Vec<String>>,
+    /// Snapshots this run took: a create naming one starts from it (`snapshotId`).
+    snapshots: Mutex<Vec<String>>,
     seq: AtomicU64,
     stats: Arc<Mutex<ProviderStats>>,
     base_image: String,
@@ -150,6 +153,7 @@ impl OpenSandboxProvider {
             in_flight: Arc::default(),
             ports: Mutex::new(Vec::new()),
             kept: Mutex::new(Vec::new()),
+            snapshots: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             stats: Arc::default(),
             base_image: get("OPENSANDBOX_BASE_IMAGE").unwrap_or_else(|| "base".into()),
@@ -466,7 +470,7 @@ impl Provider for OpenSandboxProvider {
         // filesystem-only one (`pause: { memory: false }`), which it has no call for, so
         // `pause` is not claimed.
         use Capability::*;
-        &[Ports, IsolatedPorts, Files, Processes]
+        &[Ports, IsolatedPorts, Files, Processes, Snapshot]
     }
 
     fn required_credentials(&self) -> Vec<String> {
@@ -495,7 +499,8 @@ impl Provider for OpenSandboxProvider {
         if let Some(m) = req.memory_mb {
             limits.insert("memory".into(), json!(format!("{m}Mi")));
         }
-        let body = json!({
+        let from_snapshot = self.snapshots.lock().expect("snapshots").contains(&req.template);
+        let mut body = json!({
             "image": {"uri": image},
             "entrypoint": ["tail", "-f", "/dev/null"],
             "timeout": want.unwrap_or(300).max(MIN_TIMEOUT_SECS),
@@ -503,6 +508,10 @@ impl Provider for OpenSandboxProvider {
             "env": req.envs,
             "resourceLimits": limits,
         });
+        if from_snapshot {
+            body.as_object_mut().expect("an object").remove("image");
+            body["snapshotId"] = json!(req.template);
+        }
         // In a task of its own: a caller that gives up (a step's timeout, Ctrl-C) drops this
         // future, and the sandbox the server still makes must be registered for
         // `destroy_all`, not leaked.
@@ -833,6 +842,33 @@ impl Provider for OpenSandboxProvider {
     async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
         self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/resume"), None).await?;
         self.renew(id, timeout_secs).await
+    }
+
+    async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
+        let v =
+            self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/snapshots"), Some(json!({"name": name}))).await?;
+        let snap = v["id"].as_str().ok_or_else(|| ProviderError::infra(format!("no id in the snapshot answer {v}")))?;
+        // Taken asynchronously: ready when its state says so.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        let mut state = v["status"]["state"].as_str().unwrap_or("").to_string();
+        while state != "Ready" {
+            if state == "Failed" || tokio::time::Instant::now() >= deadline {
+                return Err(ProviderError::infra(format!("snapshot {snap} of {id} did not become ready: {state}")));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let v = self.api(reqwest::Method::GET, &format!("/snapshots/{snap}"), None).await?;
+            state = v["status"]["state"].as_str().unwrap_or("").to_string();
+        }
+        self.snapshots.lock().expect("snapshots").push(snap.to_string());
+        Ok(snap.to_string())
+    }
+
+    async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
+        match self.api(reqwest::Method::DELETE, &format!("/snapshots/{snapshot}"), None).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {
