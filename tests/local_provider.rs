@@ -610,3 +610,45 @@ fn issue_23_a_run_that_reads_a_fifo_fails_the_step_and_exits() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("is a FIFO, not a regular file: /tmp/fifo"), "{text}");
 }
+
+#[tokio::test]
+async fn mounts_bind_host_directories_read_write_or_read_only_and_refuse_links() {
+    use std::os::unix::fs::PermissionsExt;
+    let (p, _d) = ns();
+    let host = tempfile::Builder::new().prefix("srmount-").tempdir().unwrap();
+    std::fs::write(host.path().join("marker.txt"), "from the host").unwrap();
+    // The sandbox's root is an unprivileged user of the host: the directory lets it write.
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mount = |path: &str, read_only| scenario_run::provider::Mount {
+        host: host.path().to_path_buf(),
+        path: path.to_string(),
+        read_only,
+    };
+    let sb = p
+        .create(CreateRequest {
+            mounts: vec![mount("/mnt/rw/deep", false), mount("/mnt/ro", true)],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(sh(&p, &sb.id, "cat /mnt/rw/deep/marker.txt /mnt/ro/marker.txt").await, "from the hostfrom the host");
+    sh(&p, &sb.id, "echo from-inside > /mnt/rw/deep/written.txt").await;
+    assert_eq!(std::fs::read_to_string(host.path().join("written.txt")).unwrap(), "from-inside\n");
+    let r = p.exec(&sb.id, cmd("touch /mnt/ro/nope"), None).await.unwrap();
+    assert_ne!(r.exit_code, Some(0), "a read-only mount was written");
+    assert!(!host.path().join("nope").exists());
+    // Nothing else of the host shows: the mount is that directory only.
+    assert_eq!(sh(&p, &sb.id, "ls /mnt/ro | sort").await, "marker.txt\nwritten.txt\n");
+    p.kill(&sb.id).await.unwrap();
+    // A mount point is never made through a link (an absolute one would resolve on the host):
+    // `/bin` is a link to `usr/bin` in the base image (merged /usr).
+    let e =
+        p.create(CreateRequest { mounts: vec![mount("/mnt/../etc", false)], ..Default::default() }).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid, "{}", e.message);
+    let sb = p.create(CreateRequest::default()).await.unwrap();
+    let bin_is_link = sh(&p, &sb.id, "test -L /bin && echo link || echo dir").await == "link\n";
+    p.kill(&sb.id).await.unwrap();
+    assert!(bin_is_link, "the base image's /bin is expected to be a link");
+    let e = p.create(CreateRequest { mounts: vec![mount("/bin/x", false)], ..Default::default() }).await;
+    assert!(e.is_err(), "a mount point through /bin (a link) was made");
+}

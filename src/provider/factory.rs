@@ -26,14 +26,21 @@ pub enum ProviderKind {
     E2b,
     /// Alibaba Cloud FC Agent Sandbox, over the E2B protocol.
     Alicloud,
+    /// An OpenSandbox server (or `scenario-run serve`), over its lifecycle API and execd.
+    Opensandbox,
 }
 
 /// Every provider's name, in the order the help lists them.
-pub const NAMES: &[&str] = &["local", "docker", "e2b", "alicloud"];
+pub const NAMES: &[&str] = &["local", "docker", "e2b", "alicloud", "opensandbox"];
 
 impl ProviderKind {
-    pub const ALL: [ProviderKind; 4] =
-        [ProviderKind::Local, ProviderKind::Docker, ProviderKind::E2b, ProviderKind::Alicloud];
+    pub const ALL: [ProviderKind; 5] = [
+        ProviderKind::Local,
+        ProviderKind::Docker,
+        ProviderKind::E2b,
+        ProviderKind::Alicloud,
+        ProviderKind::Opensandbox,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -41,6 +48,7 @@ impl ProviderKind {
             ProviderKind::Docker => "docker",
             ProviderKind::E2b => "e2b",
             ProviderKind::Alicloud => "alicloud",
+            ProviderKind::Opensandbox => "opensandbox",
         }
     }
 }
@@ -86,6 +94,11 @@ pub fn make(
         ProviderKind::E2b | ProviderKind::Alicloud => {
             let preset = if kind == ProviderKind::E2b { Preset::E2b } else { Preset::Alicloud };
             let p = E2bProvider::new(preset, env).map_err(|e| format!("{} provider: {e}", kind.name()))?;
+            Ok(Arc::new(p))
+        }
+        ProviderKind::Opensandbox => {
+            let p =
+                super::opensandbox::OpenSandboxProvider::new(env).map_err(|e| format!("opensandbox provider: {e}"))?;
             Ok(Arc::new(p))
         }
         ProviderKind::Docker => {

@@ -11,6 +11,7 @@ pub mod e2b;
 pub mod factory;
 pub(crate) mod forward;
 pub mod local;
+pub mod opensandbox;
 pub(crate) mod output;
 pub(crate) mod registered;
 
@@ -162,6 +163,20 @@ pub struct CreateRequest {
     /// Egress policy (E2B's `allow_internet_access` and `network.allowOut`/`denyOut`);
     /// `None` is the provider's default.
     pub network: Option<NetworkPolicy>,
+    /// Host directories bound into the sandbox (OpenSandbox's volumes, through serve); a
+    /// provider that cannot bind them refuses a create that asks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
+}
+
+/// A host directory bound at a path inside a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mount {
+    /// An existing directory on the provider's host.
+    pub host: std::path::PathBuf,
+    /// Absolute, without `.` or `..` components.
+    pub path: String,
+    pub read_only: bool,
 }
 
 /// What a sandbox may reach outside itself, as E2B's create options and network update say:

@@ -24,6 +24,15 @@ pub struct ServeArgs {
     /// on E2B (no traffic token needed); without it they need the token.
     #[arg(long)]
     pub allow_public_traffic: bool,
+    /// OpenSandbox's host volumes may bind directories under DIR (repeatable); without it
+    /// they are refused (400 VOLUME::HOST_PATH_NOT_ALLOWED).
+    #[arg(long = "host-volume-prefix", value_name = "DIR")]
+    pub host_volume_prefixes: Vec<std::path::PathBuf>,
+    /// Where OpenSandbox's named (pvc) volumes live, one directory each, kept across runs.
+    /// Default: $XDG_STATE_HOME/scenario-run/serve-volumes, else
+    /// ~/.local/state/scenario-run/serve-volumes.
+    #[arg(long, value_name = "DIR")]
+    pub volumes_dir: Option<std::path::PathBuf>,
     /// The API key clients must send (X-API-KEY or Authorization: Bearer); at least 32
     /// characters, e.g. `e2b_` and 40 hex digits.
     #[arg(long, env = "E2B_API_KEY", hide_env_values = true)]
@@ -104,6 +113,10 @@ impl ServeArgs {
             },
             tls: None,
             public_traffic: self.allow_public_traffic,
+            volumes: super::opensandbox::VolumeConfig {
+                host_prefixes: self.host_volume_prefixes.clone(),
+                dir: self.volumes_dir.clone().unwrap_or_else(super::opensandbox::VolumeConfig::default_dir),
+            },
         })
     }
 }

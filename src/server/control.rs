@@ -176,6 +176,9 @@ pub(crate) struct NewSandbox {
     pub network: Option<Value>,
     #[serde(default)]
     pub allow_internet_access: Option<bool>,
+    /// Host directories to bind (OpenSandbox's volumes; E2B's create has none).
+    #[serde(skip)]
+    pub mounts: Vec<crate::provider::Mount>,
 }
 
 /// Create's or a network update's egress options as the provider takes them:
@@ -468,6 +471,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
             memory_mb: req.memory_mb,
             disk_mb: req.disk_size_mb,
             network: Some(network.clone()),
+            mounts: req.mounts,
         })
         .await
     {
@@ -764,7 +768,7 @@ async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<ServedSandbox>) {
 
 /// Pauses the sandbox through the provider (frozen, or without `keep_memory` shut down to its
 /// filesystem, to boot again on resume) and marks it paused.
-async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory: bool) -> Result<(), ProviderError> {
+pub(crate) async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory: bool) -> Result<(), ProviderError> {
     st.provider.pause(&sb.provider_id, keep_memory).await?;
     sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
     sb.end_changed.notify_one();

@@ -75,6 +75,8 @@ mod connect;
 mod control;
 mod envd;
 mod files;
+mod opensandbox;
+pub use opensandbox::VolumeConfig;
 mod procs;
 mod proxy;
 mod snapshots;
@@ -166,6 +168,8 @@ pub struct ServeOptions {
     /// default, public ports (`--allow-public-traffic`); otherwise its ports need its traffic
     /// token, as with `allowPublicTraffic: false`.
     pub public_traffic: bool,
+    /// Where OpenSandbox's volumes may come from (`--host-volume-prefix`, `--volumes-dir`).
+    pub volumes: opensandbox::VolumeConfig,
 }
 
 /// What happened to a create, for double-create accounting.
@@ -288,6 +292,8 @@ pub(crate) struct AppState {
     creates: Mutex<CreateLog>,
     /// Where `/files` uploads are spooled while they arrive.
     pub spool: files::Spool,
+    /// OpenSandbox's protocol beside E2B's (see `opensandbox`).
+    pub opensandbox: opensandbox::State,
 }
 
 impl AppState {
@@ -595,6 +601,10 @@ fn signed_files(req: &Request) -> bool {
 
 async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Response {
     let target = data_target(&req);
+    // OpenSandbox's lifecycle API (`/v1/…`) and its proxy route, beside E2B's.
+    if target.is_none() && opensandbox::claims(req.uri().path()) {
+        return opensandbox::route(st, req).await;
+    }
     let is_data = target.is_some() || signed_files(&req);
     // Health and serve's own accounting are never faulted: they observe the faults.
     let observer = req.uri().path() == "/health" || req.uri().path().starts_with("/_serve/");
@@ -723,6 +733,7 @@ pub async fn serve(
         spool: files::Spool::new(work.join("spool"), opts.limits.max_upload),
         limits: opts.limits,
         creates: Mutex::new(CreateLog::default()),
+        opensandbox: opensandbox::State::new(opts.volumes.clone()),
     });
     let state = st.clone();
     let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });
@@ -759,7 +770,8 @@ pub async fn serve(
     }
     let destroyed = provider.destroy_all().await;
     // Templates made through the API go with the server.
-    for id in state.templates.ids().into_iter().chain(state.snapshots.all_ids()) {
+    for id in state.templates.ids().into_iter().chain(state.snapshots.all_ids()).chain(state.opensandbox.template_ids())
+    {
         provider.remove_template(&id).await;
     }
     provider.remove_builds().await;

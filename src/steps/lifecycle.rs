@@ -52,6 +52,7 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
         memory_mb: a.int("memory").and_then(|v| u64::try_from(v).ok()),
         disk_mb: a.int("disk").and_then(|v| u64::try_from(v).ok()),
         network: network_arg(a),
+        mounts: Vec::new(),
     };
     // Read before creating: an argument error after it would leak a sandbox the scenario
     // does not know about and so never destroys.

@@ -112,6 +112,23 @@ pub fn alicloud_cmd(srv: &Server, args: &[&str]) -> Command {
     c
 }
 
+/// The binary with `--provider opensandbox` pointed at `srv` (OpenSandbox's lifecycle API and
+/// execd, as the OpenSandbox SDKs reach them), and no E2B settings to fall back on.
+pub fn opensandbox_cmd(srv: &Server, args: &[&str]) -> Command {
+    let mut all = vec!["--provider", "opensandbox", "--no-progress"];
+    all.extend_from_slice(args);
+    let mut c = cmd(&all);
+    c.env("OPEN_SANDBOX_API_KEY", &srv.key)
+        .env("OPEN_SANDBOX_DOMAIN", format!("127.0.0.1:{}", srv.port))
+        .env("OPEN_SANDBOX_PROTOCOL", "http")
+        .env("SSL_CERT_FILE", srv.ca_bundle())
+        .env_remove("E2B_API_KEY")
+        .env_remove("E2B_API_URL")
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2E_RUN_TAG");
+    c
+}
+
 /// Live sandboxes on `srv` (its stats route).
 pub fn live(srv: &Server) -> u64 {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", srv.port)).unwrap();

@@ -745,6 +745,9 @@ impl Provider for DockerProvider {
     }
 
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+        if !req.mounts.is_empty() {
+            return Err(ProviderError::unsupported("host directory mounts: not supported by the docker provider"));
+        }
         // A container has only its loopback (`--network none`) or the host's whole network:
         // an allow list could be honoured by neither, so it is refused, not ignored.
         if req.network.as_ref().is_some_and(|n| !n.allow_out.is_empty()) {

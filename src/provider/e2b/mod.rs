@@ -56,7 +56,7 @@
 
 mod acr;
 pub mod acs;
-mod api;
+pub(crate) mod api;
 pub mod build;
 pub mod config;
 mod connect;
@@ -570,6 +570,9 @@ impl Provider for E2bProvider {
     }
 
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+        if !req.mounts.is_empty() {
+            return Err(ProviderError::unsupported("host directory mounts: E2B's create has none"));
+        }
         let inner = self.inner.clone();
         inner.in_flight.fetch_add(1, Ordering::SeqCst);
         let guard = InFlight(inner.clone());

@@ -623,6 +623,25 @@ impl Inner {
         if !policy.is_open() && !self.namespaces {
             return Err(no_policy_without_isolation());
         }
+        if !req.mounts.is_empty() && !self.namespaces {
+            return Err(ProviderError::unsupported(
+                "host directory mounts need the local provider's isolation (namespaces)",
+            ));
+        }
+        for m in &req.mounts {
+            let path_ok = m.path.starts_with('/')
+                && Path::new(&m.path).components().skip(1).all(|c| matches!(c, std::path::Component::Normal(_)))
+                && m.path != "/";
+            if !path_ok {
+                return Err(ProviderError::invalid(format!(
+                    "mount path {:?}: must be absolute, not `/`, without `.` or `..`",
+                    m.path
+                )));
+            }
+            if !m.host.is_dir() {
+                return Err(ProviderError::invalid(format!("mount source {}: not a directory", m.host.display())));
+            }
+        }
         let id = format!("sbx-{}", crate::random::hex(6));
         let dir = self.state_dir.join(&id);
         // Who owns it, so a later run can sweep it if this process dies without cleaning up.
@@ -644,6 +663,7 @@ impl Inner {
                 pids: DEFAULT_PIDS,
             };
             let mut layout = Layout::new(&dir, self.ids, limits);
+            layout.volumes.clone_from(&req.mounts);
             let disk_mb = req
                 .disk_mb
                 .or(tpl.as_ref().and_then(|t| t.disk_mb))

@@ -104,6 +104,12 @@ pub(crate) struct Layout {
     /// them must belong to the sandbox's ids to be usable inside. Their mount points are made in
     /// the upper directory (see [`Layout::create`]) and removed by [`Layout::remove_mount_points`].
     pub rw_binds: Vec<(PathBuf, String)>,
+    /// Host directories a create asked to bind (serve's OpenSandbox volumes), read-only or
+    /// not. Unlike the binds above their mount points are made in the mounted root just
+    /// before binding (the upper directory may be on a disk not mounted here), refusing a
+    /// path that goes through a symbolic link (which would resolve on the host); what the
+    /// sandbox writes there is the host directory's business (its owner and mode decide).
+    pub volumes: Vec<crate::provider::Mount>,
     pub ids: IdMap,
     pub limits: Limits,
     /// The disk the upper and work directories live on (see `disk`); None: on the host's
@@ -122,6 +128,7 @@ impl Layout {
             net: None,
             ro_binds: Vec::new(),
             rw_binds: Vec::new(),
+            volumes: Vec::new(),
             ids,
             limits,
             disk: None,
@@ -370,6 +377,24 @@ fn bwrap_command(
             read_only,
         ));
     }
+    // The volumes: each component of the mount point (made if missing, the sandbox root's),
+    // then the bind.
+    let mut volumes = Vec::new();
+    for m in &layout.volumes {
+        let mut parts = Vec::new();
+        let mut at = layout.merged.clone();
+        for part in Path::new(m.path.trim_start_matches('/')).components() {
+            let std::path::Component::Normal(part) = part else { return Err(bad("volume mount")) };
+            at.push(part);
+            parts.push(CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| bad("volume mount"))?);
+        }
+        if parts.is_empty() {
+            return Err(bad("volume mount (the root)"));
+        }
+        let src = CString::new(m.host.as_os_str().as_encoded_bytes()).map_err(|_| bad("volume"))?;
+        volumes.push((src, parts, m.read_only));
+    }
+    let root_id = userns::host_id(layout.ids, 0);
     // The hostname resolves in any image (`sudo` looks it up).
     cmd.args(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", "--hostname", HOSTNAME]);
     // The network namespace is joined (or, for the probe, made) by the child below, as host
@@ -420,6 +445,30 @@ fn bwrap_command(
                 rustix::mount::mount_bind_recursive(src.as_c_str(), dst.as_c_str())?;
                 let ro = if *read_only { MountFlags::RDONLY } else { MountFlags::empty() };
                 // A bind remount takes no options: the empty data string is as NULL was.
+                let flags = MountFlags::BIND | ro | MountFlags::NOSUID | MountFlags::NODEV;
+                rustix::mount::mount_remount(dst.as_c_str(), flags, c"")?;
+            }
+            for (src, parts, read_only) in &volumes {
+                for p in parts {
+                    // Nothing of the sandbox runs yet: what lstat sees is what mkdir and the
+                    // bind below find.
+                    let mut st: libc::stat = std::mem::zeroed();
+                    if libc::lstat(p.as_ptr(), &mut st) == 0 {
+                        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                            return Err(std::io::Error::from_raw_os_error(libc::ENOTDIR));
+                        }
+                    } else {
+                        if libc::mkdir(p.as_ptr(), 0o755) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        if libc::lchown(p.as_ptr(), root_id, root_id) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                }
+                let dst = parts.last().expect("a volume has a mount point");
+                rustix::mount::mount_bind_recursive(src.as_c_str(), dst.as_c_str())?;
+                let ro = if *read_only { MountFlags::RDONLY } else { MountFlags::empty() };
                 let flags = MountFlags::BIND | ro | MountFlags::NOSUID | MountFlags::NODEV;
                 rustix::mount::mount_remount(dst.as_c_str(), flags, c"")?;
             }

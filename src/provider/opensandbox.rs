@@ -1,0 +1,958 @@
+//! The `opensandbox` provider: a client of OpenSandbox's APIs (alibaba/OpenSandbox `specs/`),
+//! for an OpenSandbox server or `scenario-run serve`, which speaks them beside E2B's.
+//!
+//! * The lifecycle API (`/v1`, key in `OPEN-SANDBOX-API-KEY`): create from an image (a
+//!   scenario's template is the image; `base` is `OPENSANDBOX_BASE_IMAGE`, default `base`,
+//!   serve's), get, list by metadata, delete, pause, resume, renew-expiration, endpoints,
+//!   snapshots (a snapshot this run took is a template: its create names `snapshotId`).
+//!   OpenSandbox's shortest timeout is 60 s: a shorter one is created at 60 s and renewed to
+//!   the asked expiry at once.
+//! * execd (port 44772 through the endpoint the lifecycle API names, with the headers it
+//!   names): commands, files and directories. execd streams a command's output as lines, so
+//!   a command's exact bytes are not in its stream: `exec` sends the command's stdout and
+//!   stderr to files in the sandbox (`/tmp/.scenario-run-os/`) and downloads them, and the
+//!   exit code comes from the stream's end. Background commands are execd's background
+//!   commands, which know no pid: each writes its shell's pid to a file first (then `exec`s
+//!   the command, so the pid is the command's), `process-list` reads `/proc` through a
+//!   command, `signal` is `kill` through a command, and `wait` polls execd's command status.
+//! * Ports: the endpoint of the port, and the headers its answer names.
+//!
+//! What OpenSandbox's APIs have no counterpart for is left out of the capabilities (steps
+//! that need it are SKIPPED with its name): template builds, directory watches, terminals,
+//! and `pause` (its
+//! pause keeps the memory; there is no filesystem-only pause, which the library's pause
+//! scenario checks too). Files are written by the command user, as on every provider. stdin is written to
+//! a file the command reads.
+//!
+//! Settings (environment or `.env`): `OPEN_SANDBOX_DOMAIN` (as the SDKs: `host:port`, or a
+//! URL with its scheme), `OPEN_SANDBOX_PROTOCOL` (`http`, the SDKs' default, or `https`),
+//! `OPEN_SANDBOX_API_KEY`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::{
+    Capability, CreateRequest, ErrorKind, ExecRequest, ExecResult, FileEntry, OutputChunk, OutputTx, ProcessInfo,
+    Provider, ProviderError, ProviderStats, Result, SandboxInfo,
+};
+
+const EXECD_PORT: u16 = 44772;
+const KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
+/// OpenSandbox's shortest timeout.
+const MIN_TIMEOUT_SECS: u64 = 60;
+/// The user commands run as when the request names none (as on every provider), if the
+/// image has the account.
+const DEFAULT_USER: &str = "user";
+/// Where commands leave their output for `exec` and `wait` to download.
+const WORK: &str = "/tmp/.scenario-run-os";
+/// How long one lifecycle or execd request may take (a create builds nothing here, but a
+/// server may pull an image).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+const DESTROY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Headers an endpoint answer names.
+type Headers = Vec<(String, String)>;
+
+/// An execd endpoint: its base URL and the headers its answer names.
+#[derive(Debug, Clone)]
+struct Endpoint {
+    url: String,
+    headers: Vec<(String, String)>,
+}
+
+/// A background command: execd's id, the pid it wrote, where its output goes.
+#[derive(Debug, Clone)]
+struct Background {
+    command_id: String,
+    n: u64,
+}
+
+#[derive(Default)]
+struct Sbx {
+    execd: Option<Endpoint>,
+    background: HashMap<u32, Background>,
+}
+
+pub struct OpenSandboxProvider {
+    http: reqwest::Client,
+    /// `<scheme>://<domain>/v1`.
+    api: String,
+    key: String,
+    /// Sandboxes this run made (a create registers its sandbox even if its caller is gone).
+    sandboxes: Arc<Mutex<HashMap<String, Sbx>>>,
+    /// Creates under way, which `destroy_all` waits for.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// Port URLs handed out, with their headers.
+    ports: Mutex<Vec<(String, Headers)>>,
+    kept: Mutex<Vec<String>>,
+    /// Snapshots this run took: a create naming one starts from it (`snapshotId`).
+    snapshots: Mutex<Vec<String>>,
+    seq: AtomicU64,
+    stats: Arc<Mutex<ProviderStats>>,
+    base_image: String,
+}
+
+fn infra(what: &str, e: impl std::fmt::Display) -> ProviderError {
+    ProviderError::infra(format!("{what}: {e}"))
+}
+
+/// Single-quoted for bash.
+fn q(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A query value, percent-encoded.
+fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn rfc3339_secs(v: &Value) -> u64 {
+    v.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok()).map_or(0, |t| t.as_second().max(0) as u64)
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn rfc3339_at(secs: u64) -> String {
+    jiff::Timestamp::from_second(secs as i64).map(|t| t.to_string()).unwrap_or_default()
+}
+
+impl OpenSandboxProvider {
+    pub fn new(env: &BTreeMap<String, String>) -> std::result::Result<Self, String> {
+        let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned().or_else(|| std::env::var(k).ok());
+        let domain = get("OPEN_SANDBOX_DOMAIN").unwrap_or_else(|| "localhost:8080".into());
+        let protocol = get("OPEN_SANDBOX_PROTOCOL").unwrap_or_else(|| "http".into());
+        if protocol != "http" && protocol != "https" {
+            return Err(format!("OPEN_SANDBOX_PROTOCOL must be http or https, not {protocol:?}"));
+        }
+        let base = if domain.starts_with("http://") || domain.starts_with("https://") {
+            domain.trim_end_matches('/').to_string()
+        } else {
+            format!("{protocol}://{}", domain.trim_end_matches('/'))
+        };
+        let http = crate::net::client_builder().build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self {
+            http,
+            api: format!("{base}/v1"),
+            key: get("OPEN_SANDBOX_API_KEY").unwrap_or_default(),
+            sandboxes: Arc::default(),
+            in_flight: Arc::default(),
+            ports: Mutex::new(Vec::new()),
+            kept: Mutex::new(Vec::new()),
+            snapshots: Mutex::new(Vec::new()),
+            seq: AtomicU64::new(0),
+            stats: Arc::default(),
+            base_image: get("OPENSANDBOX_BASE_IMAGE").unwrap_or_else(|| "base".into()),
+        })
+    }
+
+    /// A lifecycle request: the JSON answer (Null for an empty one), or the error it means.
+    async fn api(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
+        api_call(&self.http, &self.api, &self.key, method, path, body).await
+    }
+
+    async fn execd(&self, id: &str) -> Result<Endpoint> {
+        if let Some(e) = self.sandboxes.lock().expect("sandboxes").get(id).and_then(|s| s.execd.clone()) {
+            return Ok(e);
+        }
+        let e = self.endpoint(id, EXECD_PORT).await?;
+        self.sandboxes.lock().expect("sandboxes").entry(id.to_string()).or_default().execd = Some(e.clone());
+        Ok(e)
+    }
+
+    async fn endpoint(&self, id: &str, port: u16) -> Result<Endpoint> {
+        let v = self.api(reqwest::Method::GET, &format!("/sandboxes/{id}/endpoints/{port}"), None).await?;
+        let ep = v["endpoint"].as_str().ok_or_else(|| ProviderError::infra(format!("no endpoint in {v}")))?;
+        let url = if ep.starts_with("http://") || ep.starts_with("https://") {
+            ep.to_string()
+        } else {
+            let scheme = self.api.split("://").next().unwrap_or("http");
+            format!("{scheme}://{ep}")
+        };
+        let headers = v["headers"]
+            .as_object()
+            .map(|h| h.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
+            .unwrap_or_default();
+        Ok(Endpoint { url: url.trim_end_matches('/').to_string(), headers })
+    }
+
+    /// An execd request.
+    fn execd_req(&self, e: &Endpoint, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{path}", e.url));
+        for (k, v) in &e.headers {
+            r = r.header(k, v);
+        }
+        r
+    }
+
+    async fn send(&self, r: reqwest::RequestBuilder, what: &str) -> Result<(reqwest::StatusCode, Vec<u8>)> {
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, r.send())
+            .await
+            .map_err(|_| ProviderError::infra(format!("{what}: no answer within {REQUEST_TIMEOUT:?}")))?
+            .map_err(|e| infra(what, super::e2b::api::error_chain(&e)))?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(|e| infra(what, e))?.to_vec();
+        Ok((status, body))
+    }
+
+    async fn execd_ok(&self, id: &str, r: reqwest::RequestBuilder, what: &str) -> Result<Vec<u8>> {
+        let _ = id;
+        let (status, body) = self.send(r, what).await?;
+        if status.is_success() {
+            return Ok(body);
+        }
+        Err(answer_error(status, &String::from_utf8_lossy(&body), what))
+    }
+
+    /// Runs `command` (bash) through execd's `/command` to its end: its exit code (None and
+    /// the signal's name for a signal) and the text of its stdout events.
+    async fn command(
+        &self,
+        id: &str,
+        command: &str,
+        cwd: Option<&str>,
+        envs: &BTreeMap<String, String>,
+        timeout: Option<Duration>,
+    ) -> Result<(Option<i32>, Option<String>, String)> {
+        let e = self.execd(id).await?;
+        let mut body = json!({"command": command, "background": false});
+        if let Some(c) = cwd {
+            body["cwd"] = json!(c);
+        }
+        if !envs.is_empty() {
+            body["envs"] = json!(envs);
+        }
+        if let Some(t) = timeout {
+            body["timeout"] = json!(t.as_millis().max(1) as u64);
+        }
+        let r = self.execd_req(&e, reqwest::Method::POST, "/command").json(&body);
+        let out = self.execd_ok(id, r, "run a command").await?;
+        let mut code = None;
+        let mut signal = None;
+        let mut done = false;
+        let mut stdout = String::new();
+        for frame in String::from_utf8_lossy(&out).split("\n\n") {
+            let frame = frame.trim().trim_start_matches("data:").trim();
+            let Ok(v) = serde_json::from_str::<Value>(frame) else { continue };
+            match v["type"].as_str() {
+                Some("stdout") => {
+                    stdout.push_str(v["text"].as_str().unwrap_or(""));
+                    stdout.push('\n');
+                }
+                Some("execution_complete") => {
+                    done = true;
+                    code = code.or(Some(0));
+                }
+                Some("error") => {
+                    done = true;
+                    let evalue = v["error"]["evalue"].as_str().unwrap_or("");
+                    match evalue.parse::<i32>() {
+                        Ok(c) if c >= 0 => code = Some(c),
+                        _ => {
+                            let tb = v["error"]["traceback"].to_string();
+                            signal = Some(tb);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !done {
+            return Err(ProviderError::infra("the command's stream ended before its end event"));
+        }
+        Ok((code, signal, stdout))
+    }
+
+    /// Downloads `path`; `None` if it is missing.
+    async fn download(&self, id: &str, path: &str) -> Result<Option<Vec<u8>>> {
+        let e = self.execd(id).await?;
+        let r = self.execd_req(&e, reqwest::Method::GET, &format!("/files/download?path={}", enc(path)));
+        let (status, body) = self.send(r, "download a file").await?;
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(answer_error(status, &String::from_utf8_lossy(&body), "download a file"));
+        }
+        Ok(Some(body))
+    }
+
+    async fn upload(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<()> {
+        let e = self.execd(id).await?;
+        let boundary = format!("scenario-run-{}", crate::random::hex(12));
+        let mut meta = json!({"path": path});
+        if let Some(m) = mode {
+            meta["mode"] = json!(format!("{:o}", m & 0o7777).parse::<u64>().unwrap_or(644));
+        }
+        let mut body = Vec::new();
+        body.extend(format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\nContent-Type: application/json\r\n\r\n{meta}\r\n"
+        ).bytes());
+        body.extend(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"file\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .bytes(),
+        );
+        body.extend(data);
+        body.extend(format!("\r\n--{boundary}--\r\n").bytes());
+        let r = self
+            .execd_req(&e, reqwest::Method::POST, "/files/upload")
+            .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+            .body(body);
+        self.execd_ok(id, r, "upload a file").await.map(|_| ())
+    }
+
+    /// A bash command line for `req` that prints its pid and then becomes the command: as
+    /// its user (default `user`, the account every provider's commands run as, when the
+    /// image has it; else root, OpenSandbox's own default), from that user's home unless
+    /// `cwd` says otherwise, stdin from a file, output to `<n>.out`/`.err`.
+    async fn wrap(&self, id: &str, req: &ExecRequest, n: u64) -> Result<String> {
+        let stdin = match &req.stdin {
+            Some(data) => {
+                let p = format!("{WORK}/{n}.in");
+                self.upload(id, &p, data.clone(), Some(0o600)).await?;
+                format!(" <{p}")
+            }
+            None => " </dev/null".to_string(),
+        };
+        let user = req.user.as_deref().unwrap_or(DEFAULT_USER);
+        let redirect = format!("{stdin} >{WORK}/{n}.out 2>{WORK}/{n}.err");
+        // A login shell, as every provider's commands run; its profile resets PATH, so the
+        // one the command was given (the image's, the request's) is put back first.
+        let cmd = q(&format!("PATH=$SR_PATH; export PATH; unset SR_PATH; {}", req.cmd));
+        let cd = if req.cwd.is_none() { r#"cd "$H" 2>/dev/null; "# } else { "" };
+        let as_root = format!(r#"H=/root; {cd}SR_PATH="$PATH" exec /bin/bash -l -c {cmd}{redirect}"#);
+        if user == "root" {
+            return Ok(format!("echo $$; {as_root}"));
+        }
+        let u = q(user);
+        let as_user = format!(
+            r#"H=$(getent passwd {u} | cut -d: -f6); {cd}exec setpriv --reuid={u} --regid="$(id -g {u})" --init-groups env HOME="$H" USER={u} LOGNAME={u} SR_PATH="$PATH" /bin/bash -l -c {cmd}{redirect}"#
+        );
+        let missing = if req.user.is_some() { format!("echo 'no user account {user}' >&2; exit 126") } else { as_root };
+        Ok(format!("echo $$; if id -u {u} >/dev/null 2>&1; then {as_user}; else {missing}; fi"))
+    }
+
+    async fn collect(&self, id: &str, n: u64, max: usize) -> Result<(Vec<u8>, Vec<u8>, u64, u64)> {
+        let mut out = self.download(id, &format!("{WORK}/{n}.out")).await?.unwrap_or_default();
+        let mut err = self.download(id, &format!("{WORK}/{n}.err")).await?.unwrap_or_default();
+        let e = self.execd(id).await?;
+        let r = self.execd_req(
+            &e,
+            reqwest::Method::DELETE,
+            &format!(
+                "/files?path={}&path={}&path={}",
+                enc(&format!("{WORK}/{n}.out")),
+                enc(&format!("{WORK}/{n}.err")),
+                enc(&format!("{WORK}/{n}.in"))
+            ),
+        );
+        let _ = self.send(r, "remove output files").await;
+        let (od, ed) = (out.len().saturating_sub(max) as u64, err.len().saturating_sub(max) as u64);
+        out.truncate(max);
+        err.truncate(max);
+        Ok((out, err, od, ed))
+    }
+
+    fn info_of(v: &Value) -> SandboxInfo {
+        let metadata: BTreeMap<String, String> = v["metadata"]
+            .as_object()
+            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+            .unwrap_or_default();
+        let template = v["image"]["uri"].as_str().unwrap_or_default().to_string();
+        let end_at = match &v["expiresAt"] {
+            Value::Null => u64::MAX / 2,
+            e => rfc3339_secs(e),
+        };
+        let state = match v["status"]["state"].as_str().unwrap_or("") {
+            "Paused" | "Pausing" => "paused",
+            _ => "running",
+        };
+        SandboxInfo {
+            id: v["id"].as_str().unwrap_or_default().to_string(),
+            template,
+            metadata,
+            started_at: rfc3339_secs(&v["createdAt"]),
+            end_at,
+            state: state.to_string(),
+        }
+    }
+
+    async fn renew(&self, id: &str, secs: u64) -> Result<()> {
+        let body = json!({"expiresAt": rfc3339_at(now_secs() + secs)});
+        self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/renew-expiration"), Some(body)).await.map(|_| ())
+    }
+
+    fn entry(&self, path: &str, v: &Value) -> FileEntry {
+        let p = v["path"].as_str().unwrap_or(path).to_string();
+        let kind = match v["type"].as_str().unwrap_or("") {
+            "directory" => "dir",
+            "symlink" => "symlink",
+            _ => "file",
+        };
+        let mode = v["mode"].as_u64().and_then(|m| u32::from_str_radix(&m.to_string(), 8).ok()).unwrap_or(0);
+        FileEntry {
+            name: p.rsplit('/').next().unwrap_or("").to_string(),
+            path: p,
+            kind: kind.to_string(),
+            size: v["size"].as_u64().unwrap_or(0),
+            mode,
+            modified: rfc3339_secs(&v["modified_at"]),
+        }
+    }
+}
+
+/// A lifecycle request to `api` with `key`: the JSON answer (Null for an empty one), or the
+/// error it means.
+async fn api_call(
+    http: &reqwest::Client,
+    api: &str,
+    key: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value> {
+    let mut r = http.request(method.clone(), format!("{api}{path}")).header(KEY_HEADER, key);
+    if let Some(b) = &body {
+        r = r.json(b);
+    }
+    let resp = tokio::time::timeout(REQUEST_TIMEOUT, r.send())
+        .await
+        .map_err(|_| ProviderError::infra(format!("{method} {path}: no answer within {REQUEST_TIMEOUT:?}")))?
+        .map_err(|e| infra(&format!("{method} {path}"), super::e2b::api::error_chain(&e)))?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| infra("reading the answer", e))?;
+    if status.is_success() {
+        return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
+    }
+    Err(answer_error(status, &text, &format!("{method} {path}")))
+}
+
+/// An error answer of either API as the provider's error.
+fn answer_error(status: reqwest::StatusCode, text: &str, what: &str) -> ProviderError {
+    let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    let code = v["code"].as_str().unwrap_or("");
+    let message = v["message"].as_str().map(str::to_string).unwrap_or_else(|| text.chars().take(500).collect());
+    let msg = format!("{what}: {status} {code}: {message}");
+    let kind = match status.as_u16() {
+        401 | 403 => return ProviderError::new(ErrorKind::Infra, format!("authentication failed ({msg})")),
+        404 => ErrorKind::NotFound,
+        400 | 409 | 413 | 422 => ErrorKind::Invalid,
+        501 => ErrorKind::Unsupported,
+        _ => ErrorKind::Infra,
+    };
+    ProviderError::new(kind, msg)
+}
+
+#[async_trait]
+impl Provider for OpenSandboxProvider {
+    fn name(&self) -> &str {
+        "opensandbox"
+    }
+
+    fn capabilities(&self) -> &[Capability] {
+        // OpenSandbox's pause keeps the memory; the library's pause scenario also needs a
+        // filesystem-only one (`pause: { memory: false }`), which it has no call for, so
+        // `pause` is not claimed.
+        use Capability::*;
+        &[Ports, IsolatedPorts, Files, Processes, Snapshot]
+    }
+
+    fn required_credentials(&self) -> Vec<String> {
+        vec!["OPEN_SANDBOX_API_KEY".into()]
+    }
+
+    async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+        if !req.mounts.is_empty() {
+            return Err(ProviderError::unsupported("host directory mounts through the opensandbox provider"));
+        }
+        if req.network.as_ref().is_some_and(|n| *n != super::NetworkPolicy::default()) {
+            return Err(ProviderError::unsupported(
+                "network policies through the opensandbox provider (OpenSandbox's networkPolicy has no CIDR lists)",
+            ));
+        }
+        let image = if req.template.is_empty() || req.template == "base" {
+            self.base_image.clone()
+        } else {
+            req.template.clone()
+        };
+        let want = req.timeout_secs;
+        let mut limits = serde_json::Map::new();
+        if let Some(c) = req.cpu {
+            limits.insert("cpu".into(), json!(c.to_string()));
+        }
+        if let Some(m) = req.memory_mb {
+            limits.insert("memory".into(), json!(format!("{m}Mi")));
+        }
+        let from_snapshot = self.snapshots.lock().expect("snapshots").contains(&req.template);
+        let mut body = json!({
+            "image": {"uri": image},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": want.unwrap_or(300).max(MIN_TIMEOUT_SECS),
+            "metadata": req.metadata,
+            "env": req.envs,
+            "resourceLimits": limits,
+        });
+        if from_snapshot {
+            body.as_object_mut().expect("an object").remove("image");
+            body["snapshotId"] = json!(req.template);
+        }
+        // In a task of its own: a caller that gives up (a step's timeout, Ctrl-C) drops this
+        // future, and the sandbox the server still makes must be registered for
+        // `destroy_all`, not leaked.
+        let (http, api, key) = (self.http.clone(), self.api.clone(), self.key.clone());
+        let (sandboxes, stats, in_flight) = (self.sandboxes.clone(), self.stats.clone(), self.in_flight.clone());
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let made = tokio::spawn(async move {
+            let r = api_call(&http, &api, &key, reqwest::Method::POST, "/sandboxes", Some(body)).await;
+            let r = r.and_then(|v| match v["id"].as_str() {
+                Some(id) => {
+                    sandboxes.lock().expect("sandboxes").insert(id.to_string(), Sbx::default());
+                    let mut s = stats.lock().expect("stats");
+                    s.created += 1;
+                    s.live += 1;
+                    s.peak_live = s.peak_live.max(s.live);
+                    Ok(id.to_string())
+                }
+                None => Err(ProviderError::infra(format!("no id in the create answer {v}"))),
+            });
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            r
+        });
+        let id = made.await.map_err(|e| ProviderError::infra(e.to_string()))??;
+        let id = id.as_str();
+        if let Some(t) = want.filter(|t| *t < MIN_TIMEOUT_SECS) {
+            self.renew(id, t).await?;
+        }
+        // The command directory, made once (root's, private).
+        let e = self.execd(id).await?;
+        let r = self.execd_req(&e, reqwest::Method::POST, "/directories").json(&json!({ WORK: {"mode": 711} }));
+        self.execd_ok(id, r, "make the work directory").await?;
+        self.info(id).await
+    }
+
+    async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo> {
+        let info = self.info(id).await?;
+        if info.state == "paused" {
+            self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/resume"), None).await?;
+        }
+        if let Some(t) = timeout_secs {
+            self.renew(id, t).await?;
+        }
+        self.info(id).await
+    }
+
+    async fn info(&self, id: &str) -> Result<SandboxInfo> {
+        let v = self.api(reqwest::Method::GET, &format!("/sandboxes/{id}"), None).await?;
+        Ok(Self::info_of(&v))
+    }
+
+    async fn list(&self, metadata: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>> {
+        let mut out = Vec::new();
+        let filter: Vec<String> = metadata.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut page = 1;
+        loop {
+            let mut path = format!("/sandboxes?page={page}&pageSize=100");
+            if !filter.is_empty() {
+                path += &format!("&metadata={}", enc(&filter.join("&")));
+            }
+            let v = self.api(reqwest::Method::GET, &path, None).await?;
+            let items = v["items"].as_array().cloned().unwrap_or_default();
+            out.extend(items.iter().map(Self::info_of));
+            if !v["pagination"]["hasNextPage"].as_bool().unwrap_or(false) || items.is_empty() {
+                break;
+            }
+            page += 1;
+        }
+        Ok(out)
+    }
+
+    async fn kill(&self, id: &str) -> Result<bool> {
+        let gone = match self.api(reqwest::Method::DELETE, &format!("/sandboxes/{id}"), None).await {
+            Ok(_) => true,
+            Err(e) if e.kind == ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        };
+        if self.sandboxes.lock().expect("sandboxes").remove(id).is_some() {
+            let mut s = self.stats.lock().expect("stats");
+            s.destroyed += 1;
+            s.live = s.live.saturating_sub(1);
+        }
+        Ok(gone)
+    }
+
+    async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        self.renew(id, timeout_secs).await
+    }
+
+    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
+        let n = self.seq.fetch_add(1, Ordering::SeqCst);
+        let line = self.wrap(id, &req, n).await?;
+        let started = std::time::Instant::now();
+        let (code, signal, printed) = self.command(id, &line, req.cwd.as_deref(), &req.envs, req.timeout).await?;
+        let pid = printed.lines().next().and_then(|l| l.trim().parse().ok()).unwrap_or(0);
+        let timed_out = req.timeout.is_some_and(|t| started.elapsed() >= t) && code.is_none();
+        let max = req.max_output.unwrap_or(super::MAX_OUTPUT);
+        let (stdout, stderr, stdout_dropped, stderr_dropped) = self.collect(id, n, max).await?;
+        if let Some(tx) = output {
+            if !stdout.is_empty() {
+                let _ = tx.send(OutputChunk::Stdout(stdout.clone())).await;
+            }
+            if !stderr.is_empty() {
+                let _ = tx.send(OutputChunk::Stderr(stderr.clone())).await;
+            }
+        }
+        // bash reports a command a signal ended as 128 + the signal.
+        let (exit_code, signal) = match (code, signal) {
+            (Some(c), _) if c > 128 && c < 160 => (None, Some(c - 128)),
+            (Some(c), _) => (Some(c), None),
+            (None, _) => (None, Some(libc::SIGKILL)),
+        };
+        Ok(ExecResult { stdout, stderr, exit_code, signal, timed_out, pid, stdout_dropped, stderr_dropped })
+    }
+
+    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32> {
+        let n = self.seq.fetch_add(1, Ordering::SeqCst);
+        let line = self.wrap(id, &req, n).await?;
+        let pidfile = format!("{WORK}/{n}.pid");
+        // The shell's pid to a file (a background command's output is not streamed), then the
+        // command in its place (same pid).
+        let command = format!("echo $$ >{pidfile}; {}", line.trim_start_matches("echo $$; "));
+        let e = self.execd(id).await?;
+        let mut body = json!({"command": command, "background": true});
+        if let Some(c) = &req.cwd {
+            body["cwd"] = json!(c);
+        }
+        if !req.envs.is_empty() {
+            body["envs"] = json!(req.envs);
+        }
+        let r = self.execd_req(&e, reqwest::Method::POST, "/command").json(&body);
+        let out = self.execd_ok(id, r, "start a background command").await?;
+        let command_id = String::from_utf8_lossy(&out)
+            .split("\n\n")
+            .filter_map(|f| serde_json::from_str::<Value>(f.trim()).ok())
+            .find(|v| v["type"] == "init")
+            .and_then(|v| v["text"].as_str().map(str::to_string))
+            .ok_or_else(|| ProviderError::infra("the background command's stream named no id"))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let pid = loop {
+            if let Some(b) = self.download(id, &pidfile).await? {
+                if let Ok(p) = String::from_utf8_lossy(&b).trim().parse::<u32>() {
+                    break p;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ProviderError::infra("the background command did not start within 30s"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        self.sandboxes
+            .lock()
+            .expect("sandboxes")
+            .entry(id.to_string())
+            .or_default()
+            .background
+            .insert(pid, Background { command_id, n });
+        Ok(pid)
+    }
+
+    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {
+        let script = r#"for d in /proc/[0-9]*; do c=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue; [ -n "$c" ] && printf '%s\t%s\n' "${d#/proc/}" "$c"; done; true"#;
+        let n = self.seq.fetch_add(1, Ordering::SeqCst);
+        let req = ExecRequest { cmd: script.into(), ..Default::default() };
+        let line = self.wrap(id, &req, n).await?;
+        self.command(id, &line, None, &BTreeMap::new(), None).await?;
+        let (out, _, _, _) = self.collect(id, n, super::MAX_OUTPUT).await?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| {
+                let (pid, cmd) = l.split_once('\t')?;
+                Some(ProcessInfo {
+                    pid: pid.parse().ok()?,
+                    cmd: cmd.trim_end().to_string(),
+                    running: true,
+                    exit_code: None,
+                })
+            })
+            .collect())
+    }
+
+    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
+        let (code, _, _) =
+            self.command(id, &format!("kill -s {signal} {pid} 2>/dev/null"), None, &BTreeMap::new(), None).await?;
+        match code {
+            Some(0) => Ok(()),
+            _ => Err(ProviderError::not_found(format!("no such process: {pid}"))),
+        }
+    }
+
+    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult> {
+        let bg = self.sandboxes.lock().expect("sandboxes").get(id).and_then(|s| s.background.get(&pid).cloned());
+        let Some(bg) = bg else {
+            return Err(ProviderError::not_found(format!("no such process: {pid} (not started by this run)")));
+        };
+        let e = self.execd(id).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let status = loop {
+            let r = self.execd_req(&e, reqwest::Method::GET, &format!("/command/status/{}", bg.command_id));
+            let v: Value =
+                serde_json::from_slice(&self.execd_ok(id, r, "command status").await?).unwrap_or(Value::Null);
+            if v["running"] == false {
+                break Some(v);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let Some(v) = status else {
+            return Ok(ExecResult { pid, ..Default::default() });
+        };
+        let (stdout, stderr, stdout_dropped, stderr_dropped) = self.collect(id, bg.n, super::MAX_OUTPUT).await?;
+        let error = v["error"].as_str().unwrap_or("");
+        let (exit_code, signal) = match v["exit_code"].as_i64() {
+            Some(c) if c >= 0 => (Some(c as i32), None),
+            _ => {
+                let sig = match error.trim_start_matches("signal: ") {
+                    "killed" => libc::SIGKILL,
+                    "terminated" => libc::SIGTERM,
+                    "interrupt" => libc::SIGINT,
+                    "hangup" => libc::SIGHUP,
+                    other => other.trim_start_matches("signal ").parse().unwrap_or(libc::SIGKILL),
+                };
+                (None, Some(sig))
+            }
+        };
+        if let Some(s) = self.sandboxes.lock().expect("sandboxes").get_mut(id) {
+            s.background.remove(&pid);
+        }
+        Ok(ExecResult { stdout, stderr, exit_code, signal, timed_out: false, pid, stdout_dropped, stderr_dropped })
+    }
+
+    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
+        let path = super::normalize_path(path)?;
+        // Uploaded as root (execd's user), then written by the command user, as every
+        // provider writes files: the file and the folders made for it are theirs, and what
+        // they may not write is refused.
+        let n = self.seq.fetch_add(1, Ordering::SeqCst);
+        let staged = format!("{WORK}/{n}.up");
+        self.upload(id, &staged, data, Some(0o644)).await?;
+        let chmod = mode.map(|m| format!(" && chmod {:o} {}", m & 0o7777, q(&path))).unwrap_or_default();
+        let cmd = format!(r#"mkdir -p -- "$(dirname {p})" && cat {staged} > {p}{chmod}"#, p = q(&path));
+        let r = self.exec(id, ExecRequest { cmd, ..Default::default() }, None).await;
+        let e = self.execd(id).await?;
+        let del = self.execd_req(&e, reqwest::Method::DELETE, &format!("/files?path={}", enc(&staged)));
+        let _ = self.send(del, "remove a staged upload").await;
+        let r = r?;
+        if r.exit_code != Some(0) {
+            let why = String::from_utf8_lossy(&r.stderr).trim().to_string();
+            let kind = if why.contains("ermission denied") { ErrorKind::Invalid } else { ErrorKind::Infra };
+            return Err(ProviderError::new(kind, format!("cannot write {path}: {why}")));
+        }
+        self.stat(id, &path).await
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
+        let path = super::normalize_path(path)?;
+        let st = self.stat(id, &path).await?;
+        if st.kind == "dir" {
+            return Err(ProviderError::invalid(format!("{path} is a directory")));
+        }
+        self.download(id, &path).await?.ok_or_else(|| ProviderError::not_found(format!("no such file: {path}")))
+    }
+
+    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileEntry>> {
+        let path = super::normalize_path(path)?;
+        let e = self.execd(id).await?;
+        let r = self.execd_req(&e, reqwest::Method::GET, &format!("/directories/list?path={}&depth=1", enc(&path)));
+        let body = self.execd_ok(id, r, "list a directory").await?;
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        Ok(v.as_array().map(|a| a.iter().map(|i| self.entry(&path, i)).collect()).unwrap_or_default())
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> Result<FileEntry> {
+        let path = super::normalize_path(path)?;
+        let e = self.execd(id).await?;
+        let r = self.execd_req(&e, reqwest::Method::GET, &format!("/files/info?path={}", enc(&path)));
+        let body = self.execd_ok(id, r, "stat a file").await?;
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let info = v.as_object().and_then(|m| m.values().next().cloned()).unwrap_or(Value::Null);
+        Ok(self.entry(&path, &info))
+    }
+
+    async fn exists(&self, id: &str, path: &str) -> Result<bool> {
+        match self.stat(id, path).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry> {
+        let path = super::normalize_path(path)?;
+        // By the command user, as a write makes its folders.
+        let r =
+            self.exec(id, ExecRequest { cmd: format!("mkdir -p -- {}", q(&path)), ..Default::default() }, None).await?;
+        if r.exit_code != Some(0) {
+            let why = String::from_utf8_lossy(&r.stderr).trim().to_string();
+            return Err(ProviderError::invalid(format!("cannot make {path}: {why}")));
+        }
+        self.stat(id, &path).await
+    }
+
+    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry> {
+        let (from, to) = (super::normalize_path(from)?, super::normalize_path(to)?);
+        let e = self.execd(id).await?;
+        let r = self.execd_req(&e, reqwest::Method::POST, "/files/mv").json(&json!([{"src": from, "dest": to}]));
+        self.execd_ok(id, r, "move a file").await?;
+        self.stat(id, &to).await
+    }
+
+    async fn remove(&self, id: &str, path: &str) -> Result<()> {
+        let path = super::normalize_path(path)?;
+        let st = self.stat(id, &path).await?;
+        let e = self.execd(id).await?;
+        let route = if st.kind == "dir" { "/directories" } else { "/files" };
+        let r = self.execd_req(&e, reqwest::Method::DELETE, &format!("{route}?path={}", enc(&path)));
+        self.execd_ok(id, r, "remove a file").await.map(|_| ())
+    }
+
+    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
+        if !keep_memory {
+            return Err(ProviderError::unsupported("a filesystem-only pause: OpenSandbox's pause keeps the memory"));
+        }
+        self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/pause"), None).await.map(|_| ())
+    }
+
+    async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
+        self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/resume"), None).await?;
+        self.renew(id, timeout_secs).await
+    }
+
+    async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
+        let v =
+            self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/snapshots"), Some(json!({"name": name}))).await?;
+        let snap = v["id"].as_str().ok_or_else(|| ProviderError::infra(format!("no id in the snapshot answer {v}")))?;
+        // Taken asynchronously: ready when its state says so.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        let mut state = v["status"]["state"].as_str().unwrap_or("").to_string();
+        while state != "Ready" {
+            if state == "Failed" || tokio::time::Instant::now() >= deadline {
+                return Err(ProviderError::infra(format!("snapshot {snap} of {id} did not become ready: {state}")));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let v = self.api(reqwest::Method::GET, &format!("/snapshots/{snap}"), None).await?;
+            state = v["status"]["state"].as_str().unwrap_or("").to_string();
+        }
+        self.snapshots.lock().expect("snapshots").push(snap.to_string());
+        Ok(snap.to_string())
+    }
+
+    async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
+        match self.api(reqwest::Method::DELETE, &format!("/snapshots/{snapshot}"), None).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn port_url(&self, id: &str, port: u16) -> Result<String> {
+        let e = self.endpoint(id, port).await?;
+        self.ports.lock().expect("ports").push((e.url.clone(), e.headers));
+        Ok(e.url)
+    }
+
+    fn port_headers(&self, url: &str) -> Vec<(String, String)> {
+        let ports = self.ports.lock().expect("ports");
+        ports
+            .iter()
+            .find(|(base, _)| {
+                url == base || url.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/') || r.starts_with('?'))
+            })
+            .map(|(_, h)| h.clone())
+            .unwrap_or_default()
+    }
+
+    fn keep(&self, id: &str) {
+        self.kept.lock().expect("kept").push(id.to_string());
+    }
+
+    fn is_kept(&self, id: &str) -> bool {
+        self.kept.lock().expect("kept").iter().any(|k| k == id)
+    }
+
+    async fn destroy_all(&self) -> usize {
+        let deadline = tokio::time::Instant::now() + DESTROY_DEADLINE;
+        while self.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let ids: Vec<String> = {
+            let kept = self.kept.lock().expect("kept").clone();
+            self.sandboxes.lock().expect("sandboxes").keys().filter(|id| !kept.contains(id)).cloned().collect()
+        };
+        let kills = ids.iter().map(|id| self.kill(id));
+        let done = tokio::time::timeout(DESTROY_DEADLINE, futures_util::future::join_all(kills)).await;
+        done.map(|r| r.into_iter().filter(|r| matches!(r, Ok(true))).count()).unwrap_or(0)
+    }
+
+    fn stats(&self) -> ProviderStats {
+        self.stats.lock().expect("stats").clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_and_query_encoding() {
+        assert_eq!(q("it's"), r"'it'\''s'");
+        assert_eq!(enc("/tmp/a b&c=d"), "/tmp/a%20b%26c%3Dd");
+    }
+
+    #[test]
+    fn answers_map_to_error_kinds() {
+        let e = answer_error(reqwest::StatusCode::UNAUTHORIZED, r#"{"code":"INVALID_API_KEY","message":"no"}"#, "x");
+        assert!(e.message.starts_with("authentication failed"), "{}", e.message);
+        let e = answer_error(reqwest::StatusCode::NOT_FOUND, r#"{"code":"SANDBOX::NOT_FOUND","message":"gone"}"#, "x");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert!(e.message.contains("gone"));
+        assert_eq!(answer_error(reqwest::StatusCode::NOT_IMPLEMENTED, "", "x").kind, ErrorKind::Unsupported);
+    }
+
+    #[test]
+    fn a_sandbox_answer_is_its_info() {
+        let v = json!({"id": "abc", "image": {"uri": "base"}, "metadata": {"e2e": "r1"}, "status": {"state": "Paused"},
+            "createdAt": "2026-12-05T00:00:00Z", "expiresAt": "2026-12-05T00:05:00Z"});
+        let i = OpenSandboxProvider::info_of(&v);
+        assert_eq!((i.id.as_str(), i.template.as_str(), i.state.as_str()), ("abc", "base", "paused"));
+        assert_eq!(i.end_at - i.started_at, 300);
+        assert_eq!(i.metadata["e2e"], "r1");
+    }
+
+    #[test]
+    fn port_headers_only_for_urls_handed_out() {
+        let p = OpenSandboxProvider::new(&BTreeMap::new()).unwrap();
+        let base = "http://127.0.0.1:3000/sandboxes/abc/proxy/8000".to_string();
+        p.ports.lock().unwrap().push((base.clone(), vec![("OpenSandbox-Secure-Access".into(), "t".into())]));
+        assert_eq!(p.port_headers(&format!("{base}/index.html")).len(), 1);
+        assert_eq!(p.port_headers(&base).len(), 1);
+        assert!(p.port_headers(&format!("{base}0/")).is_empty(), "another port");
+        assert!(p.port_headers("http://127.0.0.1:3000/sandboxes/abd/proxy/8000/").is_empty());
+    }
+}

@@ -1,0 +1,235 @@
+//! A hostile client against serve's OpenSandbox routes (issue 29): the lifecycle API without
+//! its key or with a wrong one, and each sandbox's proxy route (execd, the egress sidecar, a
+//! port of its own) without credentials, with a wrong token, with another sandbox's token,
+//! and for a sandbox that does not exist. Each refusal is checked beside the same request
+//! with the right credentials succeeding, so a server that refused everything would fail too.
+
+mod common;
+
+use common::serve::{serve, Server};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
+const ACCESS: &str = "OpenSandbox-Secure-Access";
+const EXECD: u16 = 44772;
+const EGRESS: u16 = 18080;
+
+fn client() -> reqwest::Client {
+    scenario_run::net::client_builder().build().unwrap()
+}
+
+fn base(srv: &Server) -> String {
+    format!("http://127.0.0.1:{}", srv.port)
+}
+
+/// The answer's status and its JSON body (Null if none).
+async fn answer(r: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let r = r.send().await.unwrap();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// A sandbox of `base`, kept until the run ends; its id.
+async fn create(http: &reqwest::Client, srv: &Server) -> String {
+    let (status, v) = answer(
+        http.post(format!("{}/v1/sandboxes", base(srv)))
+            .header(KEY_HEADER, &srv.key)
+            .json(&json!({"templateId": "base", "timeout": 300, "metadata": {"who": "hostile-test"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{v}");
+    v["id"].as_str().unwrap().to_string()
+}
+
+/// The endpoint of `port` of `id`: its URL (with the scheme) and the token its headers name.
+async fn endpoint(http: &reqwest::Client, srv: &Server, id: &str, port: u16) -> (String, Option<String>) {
+    let (status, v) =
+        answer(http.get(format!("{}/v1/sandboxes/{id}/endpoints/{port}", base(srv))).header(KEY_HEADER, &srv.key))
+            .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let url = format!("http://{}", v["endpoint"].as_str().unwrap());
+    (url, v["headers"][ACCESS].as_str().map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lifecycle_api_needs_its_key() {
+    let srv = serve();
+    let http = client();
+    let b = base(&srv);
+    let routes: Vec<(reqwest::Method, String, Option<Value>)> = vec![
+        (reqwest::Method::POST, format!("{b}/v1/sandboxes"), Some(json!({"templateId": "base", "timeout": 300}))),
+        (reqwest::Method::GET, format!("{b}/v1/sandboxes"), None),
+        (reqwest::Method::GET, format!("{b}/v1/sandboxes/nope"), None),
+        (reqwest::Method::DELETE, format!("{b}/v1/sandboxes/nope"), None),
+        (reqwest::Method::POST, format!("{b}/v1/sandboxes/nope/pause"), None),
+        (reqwest::Method::POST, format!("{b}/v1/sandboxes/nope/resume"), None),
+        (
+            reqwest::Method::POST,
+            format!("{b}/v1/sandboxes/nope/renew-expiration"),
+            Some(json!({"expiresAt": "2099-01-01T00:00:00Z"})),
+        ),
+        (reqwest::Method::GET, format!("{b}/v1/sandboxes/nope/endpoints/{EXECD}"), None),
+        (reqwest::Method::POST, format!("{b}/v1/sandboxes/nope/snapshots"), Some(json!({}))),
+        (reqwest::Method::GET, format!("{b}/v1/snapshots"), None),
+    ];
+    let wrong = format!("{}x", srv.key);
+    for (method, url, body) in &routes {
+        let req = |key: Option<&str>| {
+            let mut r = http.request(method.clone(), url);
+            if let Some(k) = key {
+                r = r.header(KEY_HEADER, k);
+            }
+            if let Some(b) = body {
+                r = r.json(b);
+            }
+            r
+        };
+        let (status, v) = answer(req(None)).await;
+        assert_eq!((status, v["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("MISSING_API_KEY")), "{method} {url}");
+        let (status, v) = answer(req(Some(&wrong))).await;
+        assert_eq!((status, v["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("INVALID_API_KEY")), "{method} {url}");
+        // E2B's key headers are not OpenSandbox's.
+        let (status, _) = answer({
+            let mut r = http.request(method.clone(), url).header("X-API-KEY", &srv.key);
+            if let Some(b) = body {
+                r = r.json(b);
+            }
+            r
+        })
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {url} with X-API-KEY");
+    }
+    // With the key, a host directory is refused unless serve was told where they may come
+    // from (--host-volume-prefix), and a named volume's name cannot climb out of its folder.
+    for (volume, code) in [
+        (json!({"name": "root", "host": {"path": "/"}, "mountPath": "/mnt/root"}), "VOLUME::INVALID_HOST_PATH"),
+        (json!({"name": "etc", "host": {"path": "/etc"}, "mountPath": "/mnt/etc"}), "VOLUME::HOST_PATH_NOT_ALLOWED"),
+        (json!({"name": "up", "pvc": {"claimName": ".."}, "mountPath": "/mnt/up"}), "VOLUME::INVALID_PVC_NAME"),
+        (
+            json!({"name": "sub", "pvc": {"claimName": "v"}, "mountPath": "/mnt/v", "subPath": "../.."}),
+            "VOLUME::INVALID_SUB_PATH",
+        ),
+    ] {
+        let (status, v) = answer(
+            http.post(format!("{b}/v1/sandboxes"))
+                .header(KEY_HEADER, &srv.key)
+                .json(&json!({"templateId": "base", "timeout": 300, "volumes": [volume]})),
+        )
+        .await;
+        assert_eq!((status, v["code"].as_str()), (StatusCode::BAD_REQUEST, Some(code)), "{volume}: {v}");
+    }
+    // Nothing was made by the refused creates; the key itself works.
+    let (status, v) = answer(http.get(format!("{b}/v1/sandboxes")).header(KEY_HEADER, &srv.key)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["items"].as_array().map(Vec::len), Some(0), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_endpoint_refuses_other_credentials() {
+    let srv = serve();
+    let http = client();
+    let a = create(&http, &srv).await;
+    let b = create(&http, &srv).await;
+    let (a_execd, a_token) = endpoint(&http, &srv, &a, EXECD).await;
+    let (b_execd, b_token) = endpoint(&http, &srv, &b, EXECD).await;
+    let (a_token, b_token) = (a_token.expect("execd is secured"), b_token.expect("execd is secured"));
+    assert_ne!(a_token, b_token);
+    let ping = |url: &str| http.get(format!("{url}/ping"));
+
+    // The right token opens execd, and runs a command there.
+    assert_eq!(answer(ping(&a_execd).header(ACCESS, &a_token)).await.0, StatusCode::OK);
+    let r = http
+        .post(format!("{a_execd}/command"))
+        .header(ACCESS, &a_token)
+        .json(&json!({"command": "echo inside-$((6*7))"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().contains("inside-42"));
+
+    // No credentials, a wrong token, the other sandbox's token, E2B's headers.
+    let (status, v) = answer(ping(&a_execd)).await;
+    assert_eq!((status, v["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("MISSING_ACCESS_TOKEN")), "{v}");
+    assert_eq!(answer(ping(&a_execd).header(ACCESS, "wrong")).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(answer(ping(&a_execd).header(ACCESS, &b_token)).await.0, StatusCode::FORBIDDEN, "B's token on A");
+    assert_eq!(answer(ping(&b_execd).header(ACCESS, &a_token)).await.0, StatusCode::FORBIDDEN, "A's token on B");
+    assert_eq!(answer(ping(&a_execd).header("X-Access-Token", &a_token)).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer(ping(&a_execd).header("X-API-KEY", &srv.key)).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer(ping(&a_execd).header(KEY_HEADER, format!("{}x", srv.key))).await.0, StatusCode::UNAUTHORIZED);
+    // A command with B's token never runs in A.
+    let r = http
+        .post(format!("{a_execd}/command"))
+        .header(ACCESS, &b_token)
+        .json(&json!({"command": "touch /tmp/pwned"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let (status, _) = answer(http.get(format!("{a_execd}/files/info?path=/tmp/pwned")).header(ACCESS, &a_token)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the refused command ran");
+
+    // The egress sidecar takes the same token as execd, and no other.
+    let (a_egress, a_egress_token) = endpoint(&http, &srv, &a, EGRESS).await;
+    assert_eq!(a_egress_token.as_deref(), Some(a_token.as_str()));
+    let policy = |t: Option<&str>| {
+        let r = http.get(format!("{a_egress}/policy"));
+        match t {
+            Some(t) => r.header(ACCESS, t),
+            None => r,
+        }
+    };
+    assert_eq!(answer(policy(Some(&a_token))).await.0, StatusCode::OK);
+    assert_eq!(answer(policy(None)).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer(policy(Some(&b_token))).await.0, StatusCode::FORBIDDEN);
+
+    // Another port of A: its own token (not execd's), B's refused.
+    let (a_web, a_web_token) = endpoint(&http, &srv, &a, 8000).await;
+    let a_web_token = a_web_token.expect("ports are private without --allow-public-traffic");
+    assert_ne!(a_web_token, a_token);
+    let r = http
+        .post(format!("{a_execd}/command"))
+        .header(ACCESS, &a_token)
+        .json(&json!({"command": "cd /tmp && nohup python3 -m http.server 8000 >/dev/null 2>&1 &", "background": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut served = StatusCode::BAD_GATEWAY;
+    for _ in 0..100 {
+        served = answer(http.get(format!("{a_web}/")).header(ACCESS, &a_web_token)).await.0;
+        if served == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(served, StatusCode::OK, "A's server through its port with its token");
+    assert_eq!(answer(http.get(format!("{a_web}/"))).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer(http.get(format!("{a_web}/")).header(ACCESS, &a_token)).await.0, StatusCode::FORBIDDEN);
+    let (_, b_web_token) = endpoint(&http, &srv, &b, 8000).await;
+    assert_eq!(
+        answer(http.get(format!("{a_web}/")).header(ACCESS, b_web_token.unwrap())).await.0,
+        StatusCode::FORBIDDEN
+    );
+
+    // A sandbox that does not exist: no key, no answer about it (refused as a known one).
+    let ghost = format!("http://127.0.0.1:{}/sandboxes/doesnotexist/proxy/{EXECD}", srv.port);
+    assert_eq!(answer(ping(&ghost)).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer(ping(&ghost).header(ACCESS, &a_token)).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(answer(ping(&ghost).header(KEY_HEADER, &srv.key)).await.0, StatusCode::NOT_FOUND);
+
+    // A path that climbs out of the proxy route is no proxy route (and needs the key).
+    let climb = format!("http://127.0.0.1:{}/sandboxes/{a}/proxy/{EXECD}/../../../v1/sandboxes", srv.port);
+    let (status, _) = answer(http.get(&climb).header(ACCESS, &a_token)).await;
+    assert!(status == StatusCode::UNAUTHORIZED || status == StatusCode::NOT_FOUND, "{status}");
+
+    // Deleting needs the key; with it both go.
+    for id in [&a, &b] {
+        let url = format!("{}/v1/sandboxes/{id}", base(&srv));
+        assert_eq!(answer(http.delete(&url).header(ACCESS, &a_token)).await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(answer(http.delete(&url).header(KEY_HEADER, &srv.key)).await.0, StatusCode::NO_CONTENT);
+    }
+    assert_eq!(answer(ping(&a_execd).header(ACCESS, &a_token)).await.0, StatusCode::FORBIDDEN, "a deleted sandbox");
+}
