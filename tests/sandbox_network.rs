@@ -192,6 +192,67 @@ async fn addresses_ranges_and_ports_decide_with_allow_winning_over_deny() {
     }
 }
 
+/// The sandbox directories in `state` (`sbx-…`) but those named in `skip`.
+fn sandbox_dirs(state: &std::path::Path, skip: &[&str]) -> Vec<String> {
+    std::fs::read_dir(state)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("sbx-") && !skip.contains(&n.as_str()))
+        .collect()
+}
+
+/// A create served by a sandbox booted ahead (issue 23: create latency) is the sandbox a fresh
+/// boot gives: the create's own policy and environment, nothing of an earlier sandbox, its own
+/// limits only when its shape matches; and every spare ends with the provider.
+#[tokio::test]
+async fn a_sandbox_booted_ahead_takes_its_creates_policy_and_environment() {
+    let net = TestNet::new(1);
+    let a = net.host(0).to_string();
+    let (p, d) = provider();
+    let first = create(&p, None).await;
+    sh(&p, &first, "user", "echo left > /home/user/mark").await;
+    p.kill(&first).await.unwrap();
+    // The second create of one shape makes it wanted: spares of it boot in the background.
+    let second = create(&p, None).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let spares = loop {
+        let s = sandbox_dirs(d.path(), &[&second]);
+        if s.len() >= 2 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no spares were booted: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let req = CreateRequest {
+        network: Some(policy(&[], &[], Some(false))),
+        envs: [("WHO".to_string(), "third".to_string())].into(),
+        ..Default::default()
+    };
+    let third = p.create(req).await.unwrap().id;
+    assert!(spares.contains(&third), "the create booted its own: {third} not one of {spares:?}");
+    assert!(refused(&reach(&p, &third, &a, 7000).await), "a spare kept the open network");
+    assert_eq!(reach(&p, &second, &a, 7000).await, format!("banner {a}"));
+    let (code, out) = sh(&p, &third, "user", "echo \"who=$WHO\"; ls -A /home/user; ls /home/user/mark").await;
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("who=third") && !out.contains("left"), "{out}");
+    // Another shape (more memory) never takes a spare of this one.
+    let before = sandbox_dirs(d.path(), &[]);
+    let other = p.create(CreateRequest { memory_mb: Some(700), ..Default::default() }).await.unwrap().id;
+    assert!(!before.contains(&other), "a create of another shape took a spare");
+    // Its cgroup (v1 here; named after the owner and the id) has the create's limit.
+    let group = std::fs::read_dir("/sys/fs/cgroup/memory/scenario-run")
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(&format!(".{other}")))
+        .expect("the sandbox's memory cgroup");
+    let limit = std::fs::read_to_string(group.path().join("memory.limit_in_bytes")).unwrap();
+    assert_eq!(limit.trim(), (700u64 << 20).to_string());
+    p.destroy_all().await;
+    let left = sandbox_dirs(d.path(), &[]);
+    assert!(left.is_empty(), "spares outlived the provider: {left:?}");
+}
+
 #[tokio::test]
 async fn an_update_replaces_the_policy_of_a_running_sandbox() {
     let net = TestNet::new(1);

@@ -32,7 +32,7 @@ use std::time::Duration;
 const PARENT: &str = "scenario-run";
 
 /// What a sandbox may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Limits {
     pub cpus: u32,
     pub memory_mb: u64,

@@ -74,6 +74,7 @@ mod sys;
 /// The process-lifetime thread that forks commands (their `PR_SET_PDEATHSIG` follows it).
 pub(crate) use sys::on_spawner;
 mod userns;
+mod warm;
 mod watch;
 
 use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
@@ -188,6 +189,9 @@ struct Inner {
     nets: Arc<netns::Pool>,
     /// Disk images made ahead for sandboxes (see `disk`).
     disks: Arc<disk::Pool>,
+    /// What boots a sandbox, and the sandboxes booted ahead (see `warm`).
+    booter: Arc<warm::Booter>,
+    warm: Arc<warm::Pool>,
 }
 
 /// A template `create` can stack.
@@ -384,6 +388,10 @@ impl LocalProvider {
             },
         };
         let ids = opts.images.ids();
+        let nets = netns::Pool::new();
+        let disks = disk::Pool::new(&opts.state_dir, Box::new(move |seed: &Path| sandbox::write_disk_seed(seed, ids)));
+        let booter =
+            Arc::new(warm::Booter { state_dir: opts.state_dir.clone(), ids, nets: nets.clone(), disks: disks.clone() });
         Ok(Self {
             inner: Arc::new(Inner {
                 state_dir: opts.state_dir.clone(),
@@ -392,13 +400,12 @@ impl LocalProvider {
                 builds: Mutex::new(HashMap::new()),
                 templates: Mutex::new(HashMap::new()),
                 building: Mutex::new(std::collections::HashSet::new()),
-                ids: opts.images.ids(),
+                ids,
                 images: opts.images,
-                nets: netns::Pool::new(),
-                disks: disk::Pool::new(
-                    &opts.state_dir,
-                    Box::new(move |seed: &Path| sandbox::write_disk_seed(seed, ids)),
-                ),
+                nets,
+                disks,
+                booter,
+                warm: warm::Pool::new(),
             }),
             isolation,
             warning,
@@ -642,17 +649,11 @@ impl Inner {
                 return Err(ProviderError::invalid(format!("mount source {}: not a directory", m.host.display())));
             }
         }
-        let id = format!("sbx-{}", crate::random::hex(6));
-        let dir = self.state_dir.join(&id);
-        // Who owns it, so a later run can sweep it if this process dies without cleaning up.
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(dir.join(OWNER_FILE), owner_token()))
-            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
         let mut envs;
         let mut workdir = None;
         let mut lowers = Vec::new();
         let mut net = None;
-        let iso = if self.namespaces {
+        let (id, dir, iso) = if self.namespaces {
             let limits = Limits {
                 cpus: req.cpu.or(tpl.as_ref().and_then(|t| t.cpu)).unwrap_or(DEFAULT_CPUS).clamp(1, 256),
                 memory_mb: req
@@ -662,22 +663,19 @@ impl Inner {
                     .max(16),
                 pids: DEFAULT_PIDS,
             };
-            let mut layout = Layout::new(&dir, self.ids, limits);
-            layout.volumes.clone_from(&req.mounts);
             let disk_mb = req
                 .disk_mb
                 .or(tpl.as_ref().and_then(|t| t.disk_mb))
                 .unwrap_or(disk::DEFAULT_MB)
                 .clamp(disk::MIN_MB, disk::MAX_MB);
-            layout.on_disk(disk::Disk::new(&dir, disk_mb));
             envs = BTreeMap::new();
             match &tpl {
                 Some(t) => {
-                    layout.lowers.push(t.built.layer.clone());
+                    lowers.push(t.built.layer.clone());
                     if t.built.below.is_empty() {
-                        layout.lowers.push(t.built.image.clone());
+                        lowers.push(t.built.image.clone());
                     } else {
-                        layout.lowers.extend(t.built.below.iter().cloned());
+                        lowers.extend(t.built.below.iter().cloned());
                     }
                     envs.extend(t.built.env.clone());
                     envs.extend(t.envs.clone());
@@ -686,56 +684,34 @@ impl Inner {
                 None => {
                     let (log, _) = mpsc::unbounded_channel();
                     let base = self.images.get(BASE_IMAGE, None, &log).await?;
-                    layout.lowers.push(base.dir.clone());
+                    lowers.push(base.dir.clone());
                     envs.extend(image_env(&base.config.env));
                     workdir.clone_from(&base.config.workdir);
                 }
             }
-            lowers.clone_from(&layout.lowers);
-            let n = match self.nets.take().await {
-                Ok(n) => n,
-                Err(e) => {
-                    let _ = std::fs::remove_dir(&layout.merged);
-                    let _ = tokio::fs::remove_dir_all(&dir).await;
-                    return Err(ProviderError::infra(format!("cannot make the sandbox's network: {e}")));
-                }
+            let shape = warm::Shape { lowers: lowers.clone(), limits, disk_mb };
+            // A create with host mounts boots its own: the mounts are part of the boot.
+            let spare = if req.mounts.is_empty() { self.warm.take(&shape, &self.booter) } else { None };
+            let booted = match spare {
+                Some(b) => b,
+                None => self.booter.boot(&shape, &req.mounts).await?,
             };
             if !policy.is_open() {
-                if let Err(e) = n.apply(policy).await {
-                    let _ = std::fs::remove_dir(&layout.merged);
-                    let _ = tokio::fs::remove_dir_all(&dir).await;
+                if let Err(e) = booted.net.apply(policy).await {
+                    booted.discard().await;
                     return Err(ProviderError::infra(format!("cannot set the sandbox's network policy: {e}")));
                 }
             }
-            layout.net = Some(n.clone());
-            net = Some(n);
-            let (l, disks) = (layout.clone(), self.disks.clone());
-            let prepared = tokio::task::spawn_blocking(move || {
-                let d = l.disk.as_ref().expect("a sandbox has a disk");
-                disks.take(&d.image, d.size_mb)?;
-                l.create()?;
-                disk::attach(&d.image, false)
-            })
-            .await
-            .map_err(|e| ProviderError::infra(e.to_string()))
-            .and_then(|r| r.map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}"))));
-            match prepared {
-                Ok(dev) => layout.disk.as_mut().expect("a sandbox has a disk").dev = Some(Arc::new(dev)),
-                Err(e) => {
-                    let _ = std::fs::remove_dir(&layout.merged);
-                    let _ = tokio::fs::remove_dir_all(&dir).await;
-                    return Err(e);
-                }
-            }
-            let ns = match NsSandbox::start(layout.clone(), &id).await {
-                Ok(ns) => ns,
-                Err(e) => {
-                    let _ = tokio::fs::remove_dir_all(&dir).await;
-                    return Err(e);
-                }
-            };
-            Iso::Ns { boot: std::sync::RwLock::new(Boot::new(ns)), layout: Box::new(layout) }
+            net = Some(booted.net);
+            let iso = Iso::Ns { boot: std::sync::RwLock::new(Boot::new(booted.ns)), layout: Box::new(booted.layout) };
+            (booted.id, booted.dir, iso)
         } else {
+            let id = format!("sbx-{}", crate::random::hex(6));
+            let dir = self.state_dir.join(&id);
+            // Who owns it, so a later run can sweep it if this process dies without cleaning up.
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(dir.join(OWNER_FILE), owner_token()))
+                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
             let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
             let (h, t, b) = (home.clone(), tmp.clone(), bash_env.clone());
             tokio::task::spawn_blocking(move || -> std::io::Result<()> {
@@ -748,7 +724,7 @@ impl Inner {
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
             envs = process::base_env(&home.display().to_string());
             envs.insert("TMPDIR".into(), tmp.display().to_string());
-            Iso::Plain { home, tmp, bash_env }
+            (id, dir, Iso::Plain { home, tmp, bash_env })
         };
         let template_envs = envs.clone();
         envs.extend(req.envs.clone());
@@ -840,6 +816,10 @@ impl Inner {
     }
 
     fn kill_all_now(&self) {
+        let spares = self.warm.close_now();
+        for b in &spares {
+            b.ns.stop_now();
+        }
         self.nets.close();
         self.disks.close();
         for dir in self.building.lock().expect("building").drain() {
@@ -858,6 +838,10 @@ impl Inner {
                 b.ns.remove_leftovers();
             }
             let _ = std::fs::remove_dir_all(&sb.dir);
+        }
+        for b in &spares {
+            b.ns.remove_leftovers();
+            let _ = std::fs::remove_dir_all(&b.dir);
         }
     }
 }
@@ -1339,6 +1323,8 @@ impl Provider for LocalProvider {
 
     async fn remove_builds(&self) -> usize {
         self.inner.templates.lock().expect("templates").clear();
+        // Spares stand on the layers about to go.
+        self.inner.warm.clear().await;
         // Builds cancelled before they finished (their sandboxes died with their futures).
         let unfinished: Vec<PathBuf> = self.inner.building.lock().expect("building").drain().collect();
         for dir in unfinished {
@@ -1371,6 +1357,9 @@ impl Provider for LocalProvider {
             digests.iter().filter_map(|d| builds.remove(d)).filter_map(|c| c.get().cloned()).collect()
         };
         let found = known || !layers.is_empty();
+        if found {
+            self.inner.warm.clear().await;
+        }
         for layer in layers.into_iter().filter(|l| !l.keep) {
             let dir = layer.dir.clone();
             let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
@@ -1380,6 +1369,7 @@ impl Provider for LocalProvider {
     }
 
     async fn destroy_all(&self) -> usize {
+        self.inner.warm.close().await;
         core::destroy_all(&self.inner).await
     }
 

@@ -1,0 +1,323 @@
+//! Sandboxes booted ahead: a warm pool, as the clouds keep one.
+//!
+//! Booting an isolated sandbox takes a user namespace, a loop device, a mount namespace with a
+//! disk and an overlay, and bubblewrap's start: 20–45 ms, most of a `create`. Two sandboxes of
+//! the same [`Shape`] (the same layers, limits and disk size) boot identically: nothing of a
+//! create's own (its id aside, which is drawn ahead too) goes into the boot. Its environment,
+//! metadata, working directory and timeout live in the provider's record and reach each
+//! command as it starts; its network policy is applied to the booted sandbox's network, as a
+//! live update is, before the create returns and before any command of the user's runs.
+//!
+//! So once a shape has been created twice in a run (a run that creates one sandbox pays for
+//! no spare), up to `SCENARIO_RUN_SANDBOX_POOL` (default 2; 0 turns the pool off) sandboxes of
+//! that shape are kept booted, and a create takes one and returns. A create with host mounts
+//! is never pooled (its mounts are part of its boot). At most twice that many are kept over
+//! all shapes: a shape asked for lately pushes out the oldest spare of another. Spares are
+//! sandboxes like any other on the host (a state directory with the owner file, a cgroup
+//! named by their id), so a run killed with SIGKILL leaves nothing the next run's sweep does
+//! not find; on every other way out the provider ends them with its own sandboxes.
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use super::cgroup::Limits;
+use super::sandbox::{Layout, NsSandbox};
+use super::userns::IdMap;
+use super::{disk, netns};
+use crate::provider::{Mount, ProviderError, Result};
+
+/// What a sandbox's boot is made of: two creates of the same shape boot the same sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Shape {
+    /// Its read-only layers, topmost first (paths named by content digest).
+    pub lowers: Vec<PathBuf>,
+    pub limits: Limits,
+    pub disk_mb: u64,
+}
+
+/// A booted sandbox no create owns yet (or a fresh one a create just made).
+pub(super) struct Booted {
+    pub id: String,
+    pub dir: PathBuf,
+    pub layout: Layout,
+    pub ns: NsSandbox,
+    pub net: Arc<netns::Net>,
+}
+
+impl Booted {
+    /// Ends it: every process, its cgroup and mount point, then its directory (its loop device
+    /// and network go with their last user).
+    pub(super) async fn discard(self) {
+        self.ns.stop().await;
+        let dir = self.dir;
+        let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
+        let _ = tokio::time::timeout(Duration::from_secs(10), rm).await;
+    }
+}
+
+/// What boots a sandbox: the pieces of the provider a boot needs, shared with the pool's
+/// refill task (which must not keep the provider itself alive).
+pub(super) struct Booter {
+    pub state_dir: PathBuf,
+    pub ids: IdMap,
+    pub nets: Arc<netns::Pool>,
+    pub disks: Arc<disk::Pool>,
+}
+
+impl Booter {
+    /// Boots a sandbox of `shape` with `volumes` bound in, under a new id.
+    pub(super) async fn boot(&self, shape: &Shape, volumes: &[Mount]) -> Result<Booted> {
+        let id = format!("sbx-{}", crate::random::hex(6));
+        let dir = self.state_dir.join(&id);
+        // Who owns it, so a later run can sweep it if this process dies without cleaning up.
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join(super::OWNER_FILE), super::owner_token()))
+            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+        let mut layout = Layout::new(&dir, self.ids, shape.limits);
+        layout.volumes = volumes.to_vec();
+        layout.on_disk(disk::Disk::new(&dir, shape.disk_mb));
+        layout.lowers.clone_from(&shape.lowers);
+        let abandon = |layout: &Layout| {
+            let _ = std::fs::remove_dir(&layout.merged);
+            let _ = std::fs::remove_dir_all(&dir);
+        };
+        let net = match self.nets.take().await {
+            Ok(n) => n,
+            Err(e) => {
+                abandon(&layout);
+                return Err(ProviderError::infra(format!("cannot make the sandbox's network: {e}")));
+            }
+        };
+        layout.net = Some(net.clone());
+        let (l, disks) = (layout.clone(), self.disks.clone());
+        let prepared = tokio::task::spawn_blocking(move || {
+            let d = l.disk.as_ref().expect("a sandbox has a disk");
+            disks.take(&d.image, d.size_mb)?;
+            l.create()?;
+            disk::attach(&d.image, false)
+        })
+        .await
+        .map_err(|e| ProviderError::infra(e.to_string()))
+        .and_then(|r| r.map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}"))));
+        match prepared {
+            Ok(dev) => layout.disk.as_mut().expect("a sandbox has a disk").dev = Some(Arc::new(dev)),
+            Err(e) => {
+                abandon(&layout);
+                return Err(e);
+            }
+        }
+        match NsSandbox::start(layout.clone(), &id).await {
+            Ok(ns) => Ok(Booted { id, dir, layout, ns, net }),
+            Err(e) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Spares kept per shape when `SCENARIO_RUN_SANDBOX_POOL` does not say.
+const DEFAULT_TARGET: usize = 2;
+
+/// The spares, by shape (see the module documentation).
+pub(super) struct Pool {
+    state: Mutex<State>,
+    /// Spares per shape asked for twice; 0: none.
+    target: usize,
+    filling: AtomicBool,
+    closed: AtomicBool,
+    /// Told whenever the refill task stops.
+    idle: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// Booted spares, oldest first.
+    ready: Vec<(Shape, Booted)>,
+    /// How often each shape was created.
+    asked: HashMap<Shape, u32>,
+    /// Shapes to keep spares of (asked for at least twice), most recently asked last.
+    wanted: Vec<Shape>,
+}
+
+impl Pool {
+    pub(super) fn new() -> Arc<Self> {
+        let target =
+            std::env::var("SCENARIO_RUN_SANDBOX_POOL").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_TARGET);
+        Arc::new(Self {
+            state: Mutex::new(State::default()),
+            target: target.min(16),
+            filling: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            idle: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn cap(&self) -> usize {
+        self.target * 2
+    }
+
+    /// A spare of `shape` if one is ready and alive; counts the create either way, and starts
+    /// the refill (with `booter`) once the shape is wanted.
+    pub(super) fn take(self: &Arc<Self>, shape: &Shape, booter: &Arc<Booter>) -> Option<Booted> {
+        if self.target == 0 || self.closed.load(SeqCst) {
+            return None;
+        }
+        let (found, dead) = {
+            let mut st = self.state.lock().expect("warm pool");
+            let n = st.asked.entry(shape.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            if *n >= 2 {
+                st.wanted.retain(|s| s != shape);
+                st.wanted.push(shape.clone());
+                let cap = self.cap();
+                if st.wanted.len() > cap {
+                    st.wanted.remove(0);
+                }
+            }
+            let mut dead = Vec::new();
+            let mut found = None;
+            while let Some(i) = st.ready.iter().rposition(|(s, _)| s == shape) {
+                let (_, b) = st.ready.remove(i);
+                if b.ns.alive() {
+                    found = Some(b);
+                    break;
+                }
+                dead.push(b);
+            }
+            (found, dead)
+        };
+        discard_later(dead);
+        self.refill(booter);
+        found
+    }
+
+    fn refill(self: &Arc<Self>, booter: &Arc<Booter>) {
+        if self.target == 0 || self.closed.load(SeqCst) || self.filling.swap(true, SeqCst) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.filling.store(false, SeqCst);
+            return;
+        };
+        let (pool, booter) = (Arc::downgrade(self), booter.clone());
+        rt.spawn(async move {
+            loop {
+                let Some(shape) = next_wanted(&pool) else { return };
+                let made = booter.boot(&shape, &[]).await;
+                let Some(p) = pool.upgrade() else {
+                    if let Ok(b) = made {
+                        b.discard().await;
+                    }
+                    return;
+                };
+                match made {
+                    Ok(b) if !p.closed.load(SeqCst) => p.state.lock().expect("warm pool").ready.push((shape, b)),
+                    Ok(b) => {
+                        b.discard().await;
+                        p.stop_filling();
+                        return;
+                    }
+                    // A failure shows on the next create, which boots its own and reports it.
+                    Err(_) => {
+                        p.stop_filling();
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    fn stop_filling(&self) {
+        self.filling.store(false, SeqCst);
+        self.idle.notify_waiters();
+    }
+
+    /// Ends the spares of every shape (their layers are going away); later creates make new
+    /// ones.
+    pub(super) async fn clear(&self) {
+        let spares: Vec<Booted> = self.state.lock().expect("warm pool").ready.drain(..).map(|(_, b)| b).collect();
+        discard_all(spares).await;
+    }
+
+    /// No more spares: waits (bounded) for a boot under way, then ends every spare.
+    pub(super) async fn close(&self) {
+        self.closed.store(true, SeqCst);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.filling.load(SeqCst) {
+            let idle = self.idle.notified();
+            if !self.filling.load(SeqCst) || tokio::time::timeout_at(deadline, idle).await.is_err() {
+                break;
+            }
+        }
+        self.clear().await;
+    }
+
+    /// No more spares; hands back those ready, for the caller to end at once (the synchronous
+    /// last resort). A boot under way ends its sandbox itself when it finds the pool closed.
+    pub(super) fn close_now(&self) -> Vec<Booted> {
+        self.closed.store(true, SeqCst);
+        self.state.lock().expect("warm pool").ready.drain(..).map(|(_, b)| b).collect()
+    }
+}
+
+/// The shape the refill should boot next, making room for it if the pool is full; None stops
+/// the refill.
+fn next_wanted(pool: &Weak<Pool>) -> Option<Shape> {
+    let p = pool.upgrade()?;
+    let mut evicted = None;
+    let next = {
+        let mut st = p.state.lock().expect("warm pool");
+        let next = if p.closed.load(SeqCst) {
+            None
+        } else {
+            // The most recently asked shape short of spares.
+            let short =
+                st.wanted.iter().rev().find(|s| st.ready.iter().filter(|(r, _)| r == *s).count() < p.target).cloned();
+            match short {
+                Some(s) if st.ready.len() >= p.cap() => {
+                    // Room from the oldest spare of another shape, or none to be had.
+                    match st.ready.iter().position(|(r, _)| *r != s) {
+                        Some(i) => {
+                            evicted = Some(st.ready.remove(i).1);
+                            Some(s)
+                        }
+                        None => None,
+                    }
+                }
+                other => other,
+            }
+        };
+        if next.is_none() {
+            p.stop_filling();
+        }
+        next
+    };
+    discard_later(evicted.into_iter().collect());
+    next
+}
+
+fn discard_later(spares: Vec<Booted>) {
+    if spares.is_empty() {
+        return;
+    }
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(discard_all(spares));
+    } else {
+        for b in spares {
+            b.ns.stop_now();
+            b.ns.remove_leftovers();
+            let _ = std::fs::remove_dir_all(&b.dir);
+        }
+    }
+}
+
+async fn discard_all(spares: Vec<Booted>) {
+    let mut set = tokio::task::JoinSet::new();
+    for b in spares {
+        set.spawn(b.discard());
+    }
+    while set.join_next().await.is_some() {}
+}
