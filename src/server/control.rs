@@ -406,11 +406,8 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
     let template = st.snapshots.resolve(&asked).unwrap_or_else(|| st.templates.resolve(&asked));
-    // The official templates serve builds from their folder, on the first create of each.
-    if let Err(e) = st.templates.ensure_official(&st.provider, &template).await {
-        return Err(json_error(StatusCode::INTERNAL_SERVER_ERROR, &e));
-    }
     // A place under --max-sandboxes; forget expired sandboxes first, they hold places too.
+    // Asked before any build, so a create past the limit is refused at once.
     st.prune().await;
     let Ok(slot) = st.slots.clone().try_acquire_owned() else {
         return Err(json_error(
@@ -421,6 +418,10 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
             ),
         ));
     };
+    // The official templates serve builds from their folder, on the first create of each.
+    if let Err(e) = st.templates.ensure_official(&st.provider, &template).await {
+        return Err(json_error(StatusCode::INTERNAL_SERVER_ERROR, &e));
+    }
     // And the memory it declares, against the host's.
     let declared =
         req.memory_mb.or_else(|| st.templates.memory_of(&template)).unwrap_or(super::admission::DEFAULT_MEMORY_MB);

@@ -69,6 +69,9 @@ stand_ins = {}
 async def _tagged_create(*args, metadata=None, **kwargs):
     if kwargs.get("template") in stand_ins:
         kwargs["template"] = stand_ins[kwargs["template"]]
+    # serve builds an official template on its first create (a minute or two on a new
+    # machine); the client's default request timeout would give up first.
+    kwargs.setdefault("request_timeout", 1800)
     sb = await _create(*args, metadata={**run_tag(), "client": CLIENT, **(metadata or {})}, **kwargs)
     created.append(sb.id)
     return sb
