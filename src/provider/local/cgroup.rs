@@ -263,6 +263,19 @@ impl Cgroup {
         }
     }
 
+    /// The groups named `name` that exist now (those of a sandbox still booting, found for
+    /// the synchronous last resort); None if there are none.
+    pub(crate) fn named(name: &str) -> Option<Cgroup> {
+        let dirs: Vec<PathBuf> = match Enforcement::get() {
+            Enforcement::Rlimits(_) => return None,
+            Enforcement::V1(ctrls) => {
+                ctrls.values().map(|m| m.join(PARENT).join(name)).filter(|d| d.is_dir()).collect()
+            }
+            Enforcement::V2(root) => Some(root.join(PARENT).join(name)).filter(|d| d.is_dir()).into_iter().collect(),
+        };
+        (!dirs.is_empty()).then(|| Cgroup::from_dirs(dirs))
+    }
+
     fn from_dirs(dirs: Vec<PathBuf>) -> Self {
         let file = join_file(Enforcement::get());
         let procs =

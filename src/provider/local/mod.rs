@@ -390,8 +390,7 @@ impl LocalProvider {
         let ids = opts.images.ids();
         let nets = netns::Pool::new();
         let disks = disk::Pool::new(&opts.state_dir, Box::new(move |seed: &Path| sandbox::write_disk_seed(seed, ids)));
-        let booter =
-            Arc::new(warm::Booter { state_dir: opts.state_dir.clone(), ids, nets: nets.clone(), disks: disks.clone() });
+        let booter = Arc::new(warm::Booter::new(opts.state_dir.clone(), ids, nets.clone(), disks.clone()));
         Ok(Self {
             inner: Arc::new(Inner {
                 state_dir: opts.state_dir.clone(),
@@ -820,6 +819,7 @@ impl Inner {
         for b in &spares {
             b.ns.stop_now();
         }
+        let abandoned = self.booter.stop_booting_now();
         self.nets.close();
         self.disks.close();
         for dir in self.building.lock().expect("building").drain() {
@@ -842,6 +842,9 @@ impl Inner {
         for b in &spares {
             b.ns.remove_leftovers();
             let _ = std::fs::remove_dir_all(&b.dir);
+        }
+        for a in &abandoned {
+            a.remove();
         }
     }
 }

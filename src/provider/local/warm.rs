@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::cgroup::Limits;
+use super::cgroup::{Cgroup, Limits};
 use super::sandbox::{Layout, NsSandbox};
 use super::userns::IdMap;
 use super::{disk, netns};
@@ -64,9 +64,63 @@ pub(super) struct Booter {
     pub ids: IdMap,
     pub nets: Arc<netns::Pool>,
     pub disks: Arc<disk::Pool>,
+    /// Boots under way: id and mount point (see [`Booter::stop_booting_now`]).
+    pub booting: Mutex<HashMap<String, PathBuf>>,
+}
+
+/// Takes a boot off the list of those under way when it ends, however it ends.
+struct Booting<'a>(&'a Booter, String);
+
+impl Drop for Booting<'_> {
+    fn drop(&mut self) {
+        self.0.booting.lock().expect("booting").remove(&self.1);
+    }
+}
+
+/// What a boot under way had made when the provider had to stop at once.
+pub(super) struct Abandoned {
+    dir: PathBuf,
+    mount_point: PathBuf,
+    cgroup: Option<Cgroup>,
+}
+
+impl Abandoned {
+    /// Removes what is left once its processes are gone.
+    pub(super) fn remove(&self) {
+        if let Some(c) = &self.cgroup {
+            c.remove();
+        }
+        let _ = std::fs::remove_dir(&self.mount_point);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Booter {
+    pub(super) fn new(state_dir: PathBuf, ids: IdMap, nets: Arc<netns::Pool>, disks: Arc<disk::Pool>) -> Self {
+        Self { state_dir, ids, nets, disks, booting: Mutex::new(HashMap::new()) }
+    }
+
+    /// The synchronous last resort for boots under way (a spare's refill, a create): kills
+    /// what each has started; the caller removes the rest once they are gone. (The boot's own
+    /// task may finish after this and ends what it made itself: a closed pool takes nothing.)
+    pub(super) fn stop_booting_now(&self) -> Vec<Abandoned> {
+        let booting: Vec<(String, PathBuf)> =
+            self.booting.lock().expect("booting").iter().map(|(i, m)| (i.clone(), m.clone())).collect();
+        booting
+            .into_iter()
+            .map(|(id, mount_point)| {
+                let cgroup = Cgroup::named(&super::cgroup::group_name(&id));
+                if let Some(c) = &cgroup {
+                    c.thaw_now();
+                    for p in c.pids() {
+                        super::cgroup::kill(p);
+                    }
+                }
+                Abandoned { dir: self.state_dir.join(&id), mount_point, cgroup }
+            })
+            .collect()
+    }
+
     /// Boots a sandbox of `shape` with `volumes` bound in, under a new id.
     pub(super) async fn boot(&self, shape: &Shape, volumes: &[Mount]) -> Result<Booted> {
         let id = format!("sbx-{}", crate::random::hex(6));
@@ -76,6 +130,8 @@ impl Booter {
             .and_then(|()| std::fs::write(dir.join(super::OWNER_FILE), super::owner_token()))
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
         let mut layout = Layout::new(&dir, self.ids, shape.limits);
+        self.booting.lock().expect("booting").insert(id.clone(), layout.merged.clone());
+        let _booting = Booting(self, id.clone());
         layout.volumes = volumes.to_vec();
         layout.on_disk(disk::Disk::new(&dir, shape.disk_mb));
         layout.lowers.clone_from(&shape.lowers);
@@ -214,8 +270,15 @@ impl Pool {
                     return;
                 };
                 match made {
-                    Ok(b) if !p.closed.load(SeqCst) => p.state.lock().expect("warm pool").ready.push((shape, b)),
                     Ok(b) => {
+                        // Under the lock `close_now` takes: a spare is either handed to it or
+                        // ended here.
+                        let mut st = p.state.lock().expect("warm pool");
+                        if !p.closed.load(SeqCst) {
+                            st.ready.push((shape, b));
+                            continue;
+                        }
+                        drop(st);
                         b.discard().await;
                         p.stop_filling();
                         return;
@@ -258,8 +321,9 @@ impl Pool {
     /// No more spares; hands back those ready, for the caller to end at once (the synchronous
     /// last resort). A boot under way ends its sandbox itself when it finds the pool closed.
     pub(super) fn close_now(&self) -> Vec<Booted> {
+        let mut st = self.state.lock().expect("warm pool");
         self.closed.store(true, SeqCst);
-        self.state.lock().expect("warm pool").ready.drain(..).map(|(_, b)| b).collect()
+        st.ready.drain(..).map(|(_, b)| b).collect()
     }
 }
 
