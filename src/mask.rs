@@ -185,27 +185,49 @@ impl Masker {
     }
 }
 
-/// The base64 alphabets' union: `+` and `-` are 62, `/` and `_` are 63, so one decoder reads
-/// the standard and the URL-safe alphabet alike, and a run mixing them still decodes.
-fn b64_value(c: u8) -> Option<u8> {
-    match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' | b'-' => Some(62),
-        b'/' | b'_' => Some(63),
-        _ => None,
+/// The base64 alphabets' union, by byte: `+` and `-` are 62, `/` and `_` are 63, so one
+/// decoder reads the standard and the URL-safe alphabet alike, and a run mixing them still
+/// decodes; [`NOT_B64`] for every other byte. A table: this runs over every byte of every
+/// output, megabytes of base64 included.
+const B64: [u8; 256] = {
+    let mut t = [NOT_B64; 256];
+    let mut i = 0;
+    while i < 26 {
+        t[b'A' as usize + i] = i as u8;
+        t[b'a' as usize + i] = 26 + i as u8;
+        i += 1;
     }
+    let mut d = 0;
+    while d < 10 {
+        t[b'0' as usize + d] = 52 + d as u8;
+        d += 1;
+    }
+    t[b'+' as usize] = 62;
+    t[b'-' as usize] = 62;
+    t[b'/' as usize] = 63;
+    t[b'_' as usize] = 63;
+    t
+};
+const NOT_B64: u8 = 0xff;
+
+fn is_b64(c: u8) -> bool {
+    B64[usize::from(c)] != NOT_B64
 }
 
 /// Decode base64 characters (all valid, no padding), dropping a partial last group's bits.
 fn b64_decode(chars: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(chars.len() / 4 * 3 + 2);
-    for quad in chars.chunks(4) {
-        let n = quad.iter().fold(0u32, |acc, c| acc << 6 | u32::from(b64_value(*c).unwrap_or(0)));
-        let n = n << (6 * (4 - quad.len()));
+    let v = |c: u8| u32::from(B64[usize::from(c)] & 0x3f);
+    let mut quads = chars.chunks_exact(4);
+    for q in &mut quads {
+        let n = v(q[0]) << 18 | v(q[1]) << 12 | v(q[2]) << 6 | v(q[3]);
+        out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8]);
+    }
+    let rest = quads.remainder();
+    if !rest.is_empty() {
+        let n = rest.iter().fold(0u32, |acc, c| acc << 6 | v(*c)) << (6 * (4 - rest.len()));
         let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..(quad.len() * 6 / 8)]);
+        out.extend_from_slice(&bytes[..(rest.len() * 6 / 8)]);
     }
     out
 }
@@ -226,12 +248,12 @@ fn base64_runs(text: &[u8]) -> Vec<Run> {
     let mut i = 0;
     while i < text.len() {
         let escaped = i > 0 && text[i - 1] == b'\\' && matches!(text[i], b'n' | b'r' | b't');
-        if escaped || b64_value(text[i]).is_none() {
+        if escaped || !is_b64(text[i]) {
             i += 1;
             continue;
         }
         let start = i;
-        while i < text.len() && b64_value(text[i]).is_some() {
+        while i < text.len() && is_b64(text[i]) {
             i += 1;
         }
         let data_end = i;
