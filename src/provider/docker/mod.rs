@@ -240,8 +240,9 @@ type Registered = super::registered::Registered<build::Image>;
 /// The engine's name for the offline `base` image.
 const OFFLINE_BASE: &str = "e2bdev/base:latest";
 
-/// How long `create` waits for a deployed template's ready command.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `create` waits for a deployed template's ready command (code-interpreter-v1's
+/// servers and kernels took over 60 s on a loaded 2-core CI machine).
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The docker provider's record of one sandbox, a container it made or connected to: its
 /// processes, life and port forwarder (what its `SandboxInfo` is made from).

@@ -197,8 +197,9 @@ struct Inner {
 /// A template `create` can stack.
 type Registered = super::registered::Registered<Layer>;
 
-/// How long a deployed template's start command may take to become ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a deployed template's start command may take to become ready: code-interpreter-v1's
+/// servers and kernels took over 60 s on a loaded 2-core CI machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
 enum Iso {
     /// Its current boot (replaced when a filesystem-only pause is resumed) and how to boot it.
