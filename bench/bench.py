@@ -533,17 +533,21 @@ def row_latency(q):
 
 
 def ns_children(pid, comm="bwrap"):
+    """The children of `pid` named `comm`. A child that exits while it is looked at (the
+    provider's helpers come and go: nft, mkfs, a spare sandbox's boot) is not counted: its
+    /proc entry vanishes (ENOENT) or is half gone (ESRCH)."""
     n = 0
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/children") as f:
                 for c in f.read().split():
                     try:
-                        if open(f"/proc/{c}/comm").read().strip() == comm:
-                            n += 1
-                    except FileNotFoundError:
+                        with open(f"/proc/{c}/comm") as cf:
+                            if cf.read().strip() == comm:
+                                n += 1
+                    except (FileNotFoundError, ProcessLookupError):
                         pass
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         pass
     return n
 
@@ -576,16 +580,24 @@ def row_interrupt(q):
         p = subprocess.Popen([str(BIN), str(d), "-j", str(n), "--no-progress", "--step-timeout", "20m",
                               "--junit", str(junit), "--json", str(js)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while ns_children(p.pid) < n and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if ns_children(p.pid) < n:
-            p.kill()
-            raise SystemExit(f"bench: only {ns_children(p.pid)} of {n} sandboxes came up")
-        time.sleep(1.0)  # every scenario is now in its sleep step
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        rc = p.wait(120)
+        try:
+            deadline = time.monotonic() + 120
+            while ns_children(p.pid) < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if ns_children(p.pid) < n:
+                raise SystemExit(f"bench: only {ns_children(p.pid)} of {n} sandboxes came up")
+            time.sleep(1.0)  # every scenario is now in its sleep step
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGINT)
+            rc = p.wait(120)
+        except BaseException:
+            # Not left running its 20-minute sleeps (a crash here once left a run behind).
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            raise
         dt = time.monotonic() - t0
         left = sandboxes_alive(state)
         dirs = [x for x in state.iterdir()] if state.exists() else []
