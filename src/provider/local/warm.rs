@@ -196,6 +196,9 @@ struct State {
     asked: HashMap<Shape, u32>,
     /// Shapes to keep spares of (asked for at least twice), most recently asked last.
     wanted: Vec<Shape>,
+    /// Bumped by [`Pool::clear`]: a spare whose boot began before it stands on layers that
+    /// may be gone, and is ended instead of kept.
+    generation: u64,
 }
 
 impl Pool {
@@ -261,7 +264,7 @@ impl Pool {
         let (pool, booter) = (Arc::downgrade(self), booter.clone());
         rt.spawn(async move {
             loop {
-                let Some(shape) = next_wanted(&pool) else { return };
+                let Some((shape, generation)) = next_wanted(&pool) else { return };
                 let made = booter.boot(&shape, &[]).await;
                 let Some(p) = pool.upgrade() else {
                     if let Ok(b) = made {
@@ -271,17 +274,24 @@ impl Pool {
                 };
                 match made {
                     Ok(b) => {
-                        // Under the lock `close_now` takes: a spare is either handed to it or
-                        // ended here.
-                        let mut st = p.state.lock().expect("warm pool");
-                        if !p.closed.load(SeqCst) {
-                            st.ready.push((shape, b));
-                            continue;
-                        }
-                        drop(st);
+                        // Under the lock `close_now` and `clear` take: a spare is either
+                        // handed to them or ended here.
+                        let (closed, unkept) = {
+                            let mut st = p.state.lock().expect("warm pool");
+                            let closed = p.closed.load(SeqCst);
+                            if !closed && st.generation == generation {
+                                st.ready.push((shape, b));
+                                (false, None)
+                            } else {
+                                (closed, Some(b))
+                            }
+                        };
+                        let Some(b) = unkept else { continue };
                         b.discard().await;
-                        p.stop_filling();
-                        return;
+                        if closed {
+                            p.stop_filling();
+                            return;
+                        }
                     }
                     // A failure shows on the next create, which boots its own and reports it.
                     Err(_) => {
@@ -298,10 +308,17 @@ impl Pool {
         self.idle.notify_waiters();
     }
 
-    /// Ends the spares of every shape (their layers are going away); later creates make new
-    /// ones.
+    /// Ends the spares of every shape and forgets what was asked (their layers are going
+    /// away): a spare booting now is ended when its boot returns, and no shape is wanted again
+    /// until it is created twice more.
     pub(super) async fn clear(&self) {
-        let spares: Vec<Booted> = self.state.lock().expect("warm pool").ready.drain(..).map(|(_, b)| b).collect();
+        let spares: Vec<Booted> = {
+            let mut st = self.state.lock().expect("warm pool");
+            st.generation += 1;
+            st.asked.clear();
+            st.wanted.clear();
+            st.ready.drain(..).map(|(_, b)| b).collect()
+        };
         discard_all(spares).await;
     }
 
@@ -327,9 +344,9 @@ impl Pool {
     }
 }
 
-/// The shape the refill should boot next, making room for it if the pool is full; None stops
-/// the refill.
-fn next_wanted(pool: &Weak<Pool>) -> Option<Shape> {
+/// The shape the refill should boot next, making room for it if the pool is full, and the
+/// pool's generation then; None stops the refill.
+fn next_wanted(pool: &Weak<Pool>) -> Option<(Shape, u64)> {
     let p = pool.upgrade()?;
     let mut evicted = None;
     let next = {
@@ -357,7 +374,7 @@ fn next_wanted(pool: &Weak<Pool>) -> Option<Shape> {
         if next.is_none() {
             p.stop_filling();
         }
-        next
+        next.map(|s| (s, st.generation))
     };
     discard_later(evicted.into_iter().collect());
     next
