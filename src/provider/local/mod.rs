@@ -703,8 +703,9 @@ impl Inner {
                 }
             }
             net = Some(booted.net);
+            let dir = booted.layout.dir.clone();
             let iso = Iso::Ns { boot: std::sync::RwLock::new(Boot::new(booted.ns)), layout: Box::new(booted.layout) };
-            (booted.id, booted.dir, iso)
+            (booted.id, dir, iso)
         } else {
             let id = format!("sbx-{}", crate::random::hex(6));
             let dir = self.state_dir.join(&id);
@@ -842,7 +843,7 @@ impl Inner {
         }
         for b in &spares {
             b.ns.remove_leftovers();
-            let _ = std::fs::remove_dir_all(&b.dir);
+            let _ = std::fs::remove_dir_all(&b.layout.dir);
         }
         for a in &abandoned {
             a.remove();

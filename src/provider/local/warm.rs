@@ -40,7 +40,7 @@ pub(super) struct Shape {
 /// A booted sandbox no create owns yet (or a fresh one a create just made).
 pub(super) struct Booted {
     pub id: String,
-    pub dir: PathBuf,
+    /// Its directory is `layout.dir`.
     pub layout: Layout,
     pub ns: NsSandbox,
     pub net: Arc<netns::Net>,
@@ -51,7 +51,7 @@ impl Booted {
     /// and network go with their last user).
     pub(super) async fn discard(self) {
         self.ns.stop().await;
-        let dir = self.dir;
+        let dir = self.layout.dir;
         let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
         let _ = tokio::time::timeout(Duration::from_secs(10), rm).await;
     }
@@ -165,7 +165,7 @@ impl Booter {
             }
         }
         match NsSandbox::start(layout.clone(), &id).await {
-            Ok(ns) => Ok(Booted { id, dir, layout, ns, net }),
+            Ok(ns) => Ok(Booted { id, layout, ns, net }),
             Err(e) => {
                 let _ = tokio::fs::remove_dir_all(&dir).await;
                 Err(e)
@@ -390,7 +390,7 @@ fn discard_later(spares: Vec<Booted>) {
         for b in spares {
             b.ns.stop_now();
             b.ns.remove_leftovers();
-            let _ = std::fs::remove_dir_all(&b.dir);
+            let _ = std::fs::remove_dir_all(&b.layout.dir);
         }
     }
 }
