@@ -170,7 +170,7 @@ pub fn schema() -> JsonValue {
             "requires": { "type": "object", "additionalProperties": false, "properties": {
                 "env": { "type": "array", "items": { "type": "string" } },
                 "providers": { "type": "array", "items": { "enum": crate::model::PROVIDERS } },
-                "capabilities": { "type": "array", "items": { "enum": crate::provider::Capability::ALL.iter().map(|c| c.name()).collect::<Vec<_>>() } } } },
+                "capabilities": { "type": "array", "items": { "enum": crate::model::capability::Capability::ALL.iter().map(|c| c.name()).collect::<Vec<_>>() } } } },
             "known_issue": { "type": "object", "additionalProperties": false, "required": ["reason"], "properties": {
                 "id": { "type": "string" }, "reason": { "type": "string" }, "strict": { "type": "boolean" },
                 "until": { "type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$" } } },

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptionsBuilder};
 use bollard::Docker;
+use scenario_run::provider::caps::*;
 use scenario_run::provider::docker::{DockerOptions, DockerProvider};
 use scenario_run::provider::{Capability, CreateRequest, ErrorKind, ExecRequest, OutputChunk, Provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use scenario_run::provider::caps::*;
 use scenario_run::provider::e2b::{E2bProvider, Preset};
 use scenario_run::provider::{CreateRequest, ErrorKind, ExecRequest, OutputChunk, Provider};
 use serde_json::{json, Value as JsonValue};

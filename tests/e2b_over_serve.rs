@@ -233,7 +233,7 @@ fn e2b_run_env(srv: &Server, args: &[&str], env: &[(&str, &str)]) -> std::proces
 async fn a_template_from_an_image_with_registry_credentials_never_shows_the_password() {
     use scenario_run::provider::e2b::build::RegistryAuth;
     use scenario_run::provider::e2b::{E2bProvider, Preset};
-    use scenario_run::provider::{CreateRequest, ExecRequest, Provider};
+    use scenario_run::provider::{Builds, CreateRequest, ExecRequest, Processes, Provider};
     if !can_build() {
         return;
     }

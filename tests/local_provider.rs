@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use scenario_run::provider::caps::*;
 use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
 use scenario_run::provider::{CreateRequest, ErrorKind, ExecRequest, OutputChunk, Provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

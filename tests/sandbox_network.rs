@@ -12,6 +12,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use common::testnet::TestNet;
+use scenario_run::provider::caps::*;
 use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
 use scenario_run::provider::{CreateRequest, ErrorKind, ExecRequest, NetworkPolicy, Provider};
 

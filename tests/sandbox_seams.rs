@@ -7,6 +7,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
+use scenario_run::provider::caps::*;
 use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
 use scenario_run::provider::{CreateRequest, ExecRequest, Provider};
 

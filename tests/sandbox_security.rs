@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use scenario_run::provider::caps::*;
 use scenario_run::provider::local::{Isolation, LocalOptions, LocalProvider};
 use scenario_run::provider::{CreateRequest, ExecRequest, Provider};
 

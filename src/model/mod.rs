@@ -5,11 +5,13 @@
 
 pub mod areas;
 pub mod args;
+pub mod capability;
 pub mod kinds;
 mod load;
 mod validate;
 
-pub use validate::{MAX_ATTEMPTS, MAX_BACKOFF, MAX_CASES, PROVIDERS};
+pub use capability::PROVIDERS;
+pub use validate::{MAX_ATTEMPTS, MAX_BACKOFF, MAX_CASES};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use serde_json::Value as JsonValue;
 
 use super::args::{self, ArgError, Slot};
 use super::kinds::{self as registry, Field, FieldType, COMMON_KEYS};
-use super::{Eventually, KnownIssue, Requires, Retry, Scenario, Step};
+use super::{Eventually, KnownIssue, Requires, Retry, Scenario, Step, PROVIDERS};
 use crate::diag::{did_you_mean, Diagnostic, Location, Source};
 use crate::expr::{self, Scope};
 use crate::yaml::{self, Node, Value};
@@ -33,7 +33,6 @@ const TOP_KEYS: &[&str] = &[
     "finally",
 ];
 /// The providers `requires.providers` may name.
-pub const PROVIDERS: &[&str] = crate::provider::factory::NAMES;
 /// The largest `retry.backoff`: each attempt waits at most ten times the one before.
 pub const MAX_BACKOFF: f64 = 10.0;
 /// The most cases one scenario's `matrix` may expand to.
@@ -348,7 +347,7 @@ fn requires(cx: &mut Ctx<'_>, node: &Node) -> Requires {
             }
             "capabilities" => {
                 r.capabilities = cx.string_list(v, "requires.capabilities");
-                let known: Vec<&str> = crate::provider::Capability::ALL.iter().map(|c| c.name()).collect();
+                let known: Vec<&str> = super::capability::Capability::ALL.iter().map(|c| c.name()).collect();
                 for (i, c) in r.capabilities.iter().enumerate() {
                     if !known.contains(&c.as_str()) {
                         let at = v.as_seq().and_then(|s| s.get(i)).unwrap_or(v);

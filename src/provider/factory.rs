@@ -31,7 +31,7 @@ pub enum ProviderKind {
 }
 
 /// Every provider's name, in the order the help lists them.
-pub const NAMES: &[&str] = &["local", "docker", "e2b", "alicloud", "opensandbox"];
+pub const NAMES: &[&str] = crate::model::PROVIDERS;
 
 impl ProviderKind {
     pub const ALL: [ProviderKind; 5] = [

@@ -1,10 +1,12 @@
 //! The provider seam: where sandboxes live.
 //!
-//! Everything the steps do to a sandbox goes through [`Provider`], addressed by sandbox id so
-//! that the same trait serves the local provider, the E2B-protocol client and the local
-//! E2B-compatible server. Providers report failures as [`ProviderError`], whose kind decides
+//! Everything the steps do to a sandbox goes through [`Provider`] and the capability traits it
+//! hands out ([`caps`]), addressed by sandbox id so that the same traits serve the local
+//! provider, the E2B-protocol client and the local E2B-compatible server. Providers report
+//! failures as [`ProviderError`], whose kind decides
 //! the scenario outcome (a missing file is a step failure; a broken provider is an ERROR).
 
+pub mod caps;
 pub(crate) mod core;
 pub mod docker;
 pub mod e2b;
@@ -23,7 +25,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 pub use crate::error::{ErrorKind, ProviderError};
+pub use crate::model::capability::Capability;
 pub use crate::stats::ProviderStats;
+pub use caps::{
+    Builds, EnvdFiles, ExposeHost, Files, LiveProcesses, Metrics, NetworkControl, Pausing, Ports, Processes, Pty,
+    SandboxRef, Snapshots, WatchDirs,
+};
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 
@@ -89,63 +96,6 @@ pub fn special_kind(mode: u32) -> Option<&'static str> {
     }
 }
 
-/// Optional features a provider may lack; scenarios list them under `requires.capabilities`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Capability {
-    /// `port_url` reaches a port inside the sandbox.
-    Ports,
-    /// Each sandbox has its own ports: two sandboxes can bind the same port (not on docker's
-    /// host networking, nor on local without namespaces).
-    IsolatedPorts,
-    Files,
-    Processes,
-    RunCode,
-    Build,
-    /// `pause`/`resume`: a paused sandbox's processes stop where they are.
-    Pause,
-    /// `snapshot`: a sandbox's filesystem captured as a template `create` starts.
-    Snapshot,
-    /// `watch_dir`: changes under a directory are reported.
-    Watch,
-    /// `spawn_pty`: commands in a pseudo-terminal.
-    Pty,
-}
-
-impl Capability {
-    pub const ALL: &'static [Capability] = &[
-        Capability::Ports,
-        Capability::IsolatedPorts,
-        Capability::Files,
-        Capability::Processes,
-        Capability::RunCode,
-        Capability::Build,
-        Capability::Pause,
-        Capability::Snapshot,
-        Capability::Watch,
-        Capability::Pty,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Capability::Ports => "ports",
-            Capability::IsolatedPorts => "isolated-ports",
-            Capability::Files => "files",
-            Capability::Processes => "processes",
-            Capability::RunCode => "run-code",
-            Capability::Build => "build",
-            Capability::Pause => "pause",
-            Capability::Snapshot => "snapshot",
-            Capability::Watch => "watch",
-            Capability::Pty => "pty",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|c| c.name() == s)
-    }
-}
-
 /// `create` arguments after rendering.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CreateRequest {
@@ -202,7 +152,7 @@ pub struct NetworkPolicy {
 
 pub use crate::templates::BuildSpec;
 
-/// What [`Provider::build`] made.
+/// What [`Builds::build`] made.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BuildOutput {
     /// Where the result lives: an image name, or (local) the layer's path.
@@ -213,7 +163,7 @@ pub struct BuildOutput {
     pub cached: bool,
 }
 
-/// What [`Provider::deploy`] registered.
+/// What [`Builds::deploy`] registered.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct DeployOutput {
     /// What `create { template: }` takes to start the deployed template.
@@ -291,13 +241,13 @@ pub struct ExecResult {
     pub stderr_dropped: u64,
 }
 
-/// A background process started by [`Provider::spawn_live`].
+/// A background process started by [`LiveProcesses::spawn_live`] or [`Pty::spawn_pty`].
 #[derive(Debug)]
 pub struct LiveProcess {
     /// Pid inside the sandbox.
     pub pid: u32,
     /// Output as it is produced. Closed once the process has ended and its output is drained;
-    /// [`Provider::wait`] then returns the final status at once.
+    /// [`Processes::wait`] then returns the final status at once.
     pub output: mpsc::Receiver<OutputChunk>,
 }
 
@@ -359,7 +309,7 @@ pub struct FsEvent {
     pub op: FsOp,
 }
 
-/// A watch on a directory of a sandbox ([`Provider::watch_dir`]); dropping it stops it.
+/// A watch on a directory of a sandbox ([`WatchDirs::watch_dir`]); dropping it stops it.
 pub trait DirWatch: Send + Sync {
     /// Every change seen since the last call, oldest first, including those the kernel has
     /// queued up to this call (a change made before the call is in its answer).
@@ -368,14 +318,17 @@ pub trait DirWatch: Send + Sync {
     fn arrived(&self) -> std::sync::Arc<tokio::sync::Notify>;
 }
 
-/// Where sandboxes live. All methods are cancel-safe to drop: the runner wraps every call in a
-/// timeout, and a dropped `create` must not leak a sandbox (the provider tracks what it made
-/// and [`Provider::destroy_all`] kills it).
+/// Where sandboxes live: their lifecycle, and what the provider has beyond it.
+///
+/// All methods are cancel-safe to drop: the runner wraps every call in a timeout, and a
+/// dropped `create` must not leak a sandbox (the provider tracks what it made and
+/// [`Provider::destroy_all`] kills it). Work inside a sandbox goes through the capability
+/// traits of [`caps`], handed out by the accessors below; `provider.sandbox(id)` is the
+/// handle callers use.
 #[async_trait]
 pub trait Provider: Send + Sync {
-    /// `local`, `docker`, `e2b`, `alicloud`.
+    /// `local`, `docker`, `e2b`, `alicloud`, `opensandbox`.
     fn name(&self) -> &str;
-    fn capabilities(&self) -> &[Capability];
     /// Names of environment variables that must be set for this provider to work.
     fn required_credentials(&self) -> Vec<String> {
         Vec::new()
@@ -385,6 +338,12 @@ pub trait Provider: Send + Sync {
     /// without such an endpoint (local, docker).
     fn client_env(&self) -> BTreeMap<String, String> {
         BTreeMap::new()
+    }
+    /// Before the first scenario: make ready what every sandbox needs (the local provider
+    /// builds its `base` image on first use). Progress lines go to `log`.
+    async fn prepare(&self, log: mpsc::UnboundedSender<String>) -> Result<()> {
+        let _ = log;
+        Ok(())
     }
 
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo>;
@@ -402,200 +361,6 @@ pub trait Provider: Send + Sync {
     /// Returns false if the sandbox did not exist.
     async fn kill(&self, id: &str) -> Result<bool>;
     async fn set_timeout(&self, id: &str, timeout_secs: u64) -> Result<()>;
-    /// Replaces a running sandbox's egress policy (E2B's `PUT /sandboxes/{id}/network`).
-    async fn update_network(&self, id: &str, policy: NetworkPolicy) -> Result<()> {
-        let _ = (id, policy);
-        Err(ProviderError::unsupported(format!("{} cannot change a sandbox's network policy", self.name())))
-    }
-
-    /// Run a command to completion through `/bin/bash -l -c`. Live output goes to `output` if
-    /// given (the result still holds all of it, to its cap); that channel is bounded, so the
-    /// caller reads it while the command runs (a command whose output is not read waits).
-    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult>;
-    /// Start a command in the background; returns its pid in the sandbox.
-    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32>;
-    /// Like [`Provider::spawn`], but the output is delivered live (the E2B `Process/Start`
-    /// stream needs it) and, with `open_stdin`, the process's stdin stays open for
-    /// [`Provider::write_stdin`] / [`Provider::close_stdin`] (`req.stdin` is then ignored).
-    /// Without `open_stdin` stdin is `req.stdin` or `/dev/null`, as for `spawn`.
-    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
-        let _ = (id, req, open_stdin);
-        Err(ProviderError::unsupported(format!("{} cannot stream background processes", self.name())))
-    }
-    /// Writes to the stdin of a process started with `spawn_live(.., open_stdin: true)`.
-    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
-        let _ = (id, pid, data);
-        Err(ProviderError::unsupported(format!("{} cannot write to process stdin", self.name())))
-    }
-    /// Closes that stdin (the process sees end of file).
-    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
-        let _ = (id, pid);
-        Err(ProviderError::unsupported(format!("{} cannot close process stdin", self.name())))
-    }
-    /// Like [`Provider::spawn_live`], in a pseudo-terminal of `cols` × `rows`: the command's
-    /// stdin, stdout and stderr are the terminal, and what it writes arrives as stdout chunks.
-    async fn spawn_pty(&self, id: &str, req: ExecRequest, cols: u16, rows: u16) -> Result<LiveProcess> {
-        let _ = (id, req, cols, rows);
-        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
-    }
-    /// Types into the terminal of a process started with [`Provider::spawn_pty`].
-    async fn write_pty(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
-        let _ = (id, pid, data);
-        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
-    }
-    /// Resizes that terminal.
-    async fn resize_pty(&self, id: &str, pid: u32, cols: u16, rows: u16) -> Result<()> {
-        let _ = (id, pid, cols, rows);
-        Err(ProviderError::unsupported(format!("{} cannot give commands a terminal", self.name())))
-    }
-    /// Processes started by `exec`/`spawn` that are still known to the provider.
-    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>>;
-    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()>;
-    /// Wait for a background process to end (up to `timeout`); returns its output so far.
-    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult>;
-
-    /// Relative paths are relative to the sandbox user's home (`/home/user`). Parent
-    /// directories are created.
-    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry>;
-    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>>;
-    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileEntry>>;
-    async fn stat(&self, id: &str, path: &str) -> Result<FileEntry>;
-    async fn exists(&self, id: &str, path: &str) -> Result<bool>;
-    async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry>;
-    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry>;
-    async fn remove(&self, id: &str, path: &str) -> Result<()>;
-
-    /// The target of the symbolic link at `path`, as stored in the link (maybe relative).
-    async fn read_link(&self, id: &str, path: &str) -> Result<String> {
-        let _ = (id, path);
-        Err(ProviderError::unsupported(format!("{} cannot read symbolic links", self.name())))
-    }
-    /// Writes `path` as envd does for an upload made as sandbox user `user`: as the sandbox's
-    /// root (so any path can be written), then the file and the parent directories it made
-    /// are given to `user`. Relative paths are relative to `/home/user`.
-    async fn write_file_as(&self, id: &str, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry> {
-        if user == "user" {
-            return self.write_file(id, path, data, None).await;
-        }
-        Err(ProviderError::unsupported(format!("{} writes files as `user` only", self.name())))
-    }
-    /// Reads `path` with the rights of sandbox user `user`.
-    async fn read_file_as(&self, id: &str, path: &str, user: &str) -> Result<Vec<u8>> {
-        if user == "user" {
-            return self.read_file(id, path).await;
-        }
-        Err(ProviderError::unsupported(format!("{} reads files as `user` only", self.name())))
-    }
-    /// The file metadata of `path` (envd's: its `user.e2b.*` extended attributes, without
-    /// the prefix).
-    async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>> {
-        let _ = (id, path);
-        Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))
-    }
-    /// Makes `metadata` the whole file metadata of `path` (an empty map clears it). Both are
-    /// done with the rights of the sandbox's root, as envd does them.
-    async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
-        let _ = (id, path, metadata);
-        Err(ProviderError::unsupported(format!("{} has no file metadata", self.name())))
-    }
-    /// Watches directory `path` (and, with `recursive`, every directory below it, also those
-    /// made later) for changes.
-    async fn watch_dir(&self, id: &str, path: &str, recursive: bool) -> Result<Box<dyn DirWatch>> {
-        let _ = (id, path, recursive);
-        Err(ProviderError::unsupported(format!("{} cannot watch directories", self.name())))
-    }
-    /// What the sandbox uses now.
-    async fn usage(&self, id: &str) -> Result<Usage> {
-        let _ = id;
-        Err(ProviderError::unsupported(format!("{} does not report resource usage", self.name())))
-    }
-    /// Pauses the sandbox: its processes stop where they are (they get no CPU and keep their
-    /// memory) and it no longer expires; its files stay. Without `keep_memory` only its files
-    /// stay: its processes end, and [`Provider::resume`] boots it again (a new boot id, as
-    /// E2B's filesystem-only pause cold-boots the VM). Idempotent.
-    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
-        let _ = (id, keep_memory);
-        Err(ProviderError::unsupported(format!("{} cannot pause sandboxes", self.name())))
-    }
-    /// Undoes [`Provider::pause`]: the processes run on, and the sandbox expires
-    /// `timeout_secs` from now. Idempotent.
-    async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {
-        let _ = (id, timeout_secs);
-        Err(ProviderError::unsupported(format!("{} cannot resume sandboxes", self.name())))
-    }
-
-    /// Captures the sandbox's filesystem as a template named `name` that `create` starts
-    /// (with the environment and working directory of the sandbox's own template, no start
-    /// command); [`Provider::delete_snapshot`] removes it. Processes are not captured.
-    /// Returns what `create { template: }` takes to start it (the name, or the id the
-    /// platform gave the snapshot).
-    async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
-        let _ = (id, name);
-        Err(ProviderError::unsupported(format!("{} cannot snapshot sandboxes", self.name())))
-    }
-    /// Removes a snapshot [`Provider::snapshot`] made, by what it returned. False if there
-    /// was none.
-    async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
-        Ok(self.remove_template(snapshot).await)
-    }
-    /// Marks a snapshot as wanted after the run: [`Provider::remove_builds`] leaves it.
-    fn keep_snapshot(&self, snapshot: &str) {
-        let _ = snapshot;
-    }
-
-    /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
-    async fn port_url(&self, id: &str, port: u16) -> Result<String>;
-    /// Headers a request to `url` must carry to get through, when `url` is under a base that
-    /// [`Provider::port_url`] handed out (E2B's private ingress: `e2b-traffic-access-token`).
-    /// Empty for every other URL, so a credential never goes where it was not issued for.
-    fn port_headers(&self, url: &str) -> Vec<(String, String)> {
-        let _ = url;
-        Vec::new()
-    }
-
-    /// The reverse of [`port_url`](Self::port_url): makes `host`, a service on this machine's
-    /// loopback (a scripted model endpoint the run serves), reachable from inside the sandbox,
-    /// at `127.0.0.1:port` when the sandbox has a network of its own, and returns the base URL
-    /// a program inside uses. Providers whose sandboxes run elsewhere cannot.
-    async fn expose_host(&self, id: &str, host: std::net::SocketAddr, port: u16) -> Result<String> {
-        let _ = (id, host, port);
-        Err(ProviderError::unsupported(format!(
-            "provider {} cannot make a service of this machine reachable from its sandboxes",
-            self.name()
-        )))
-    }
-
-    /// Build a template folder (Dockerfile + files) into something `create` can use, streaming
-    /// the build log line by line to `log`. The same digest is built once per provider
-    /// instance (that is, per run); later calls reuse it and report `cached`.
-    async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput> {
-        let _ = (spec, log);
-        Err(ProviderError::unsupported(format!("{} cannot build templates", self.name())))
-    }
-    /// Build if needed, then register the template so that `create { template: <template_id> }`
-    /// runs its start command and waits until it is ready.
-    async fn deploy(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<DeployOutput> {
-        let _ = (spec, log);
-        Err(ProviderError::unsupported(format!("{} cannot deploy templates", self.name())))
-    }
-    /// Before the first scenario: make ready what every sandbox needs (the local provider
-    /// builds its `base` image on first use). Progress lines go to `log`.
-    async fn prepare(&self, log: mpsc::UnboundedSender<String>) -> Result<()> {
-        let _ = log;
-        Ok(())
-    }
-
-    /// End of run: remove the builds and registrations made by `build`/`deploy` that were not
-    /// asked to be kept. Returns how many were removed.
-    async fn remove_builds(&self) -> usize {
-        0
-    }
-    /// Remove one template registered by `build`/`deploy` under `name`, and its builds that
-    /// are not kept. False if there was none.
-    async fn remove_template(&self, name: &str) -> bool {
-        let _ = name;
-        false
-    }
 
     /// `create { keep: true }`: the run leaves this sandbox alive when it ends, so it is no
     /// longer this provider's to destroy ([`Provider::destroy_all`] and the run's sweep by tag
@@ -609,7 +374,6 @@ pub trait Provider: Send + Sync {
         let _ = id;
         false
     }
-
     /// Kill every sandbox this provider created and has not destroyed yet, except those it
     /// was asked to keep. Used on shutdown.
     async fn destroy_all(&self) -> usize;
@@ -617,4 +381,64 @@ pub trait Provider: Send + Sync {
     /// without waiting.
     fn destroy_all_now(&self) {}
     fn stats(&self) -> ProviderStats;
+
+    // What the provider has beyond the lifecycle: `None` for what it lacks, in its present
+    // configuration.
+    fn processes(&self) -> Option<&dyn Processes> {
+        None
+    }
+    fn live_processes(&self) -> Option<&dyn LiveProcesses> {
+        None
+    }
+    fn pty(&self) -> Option<&dyn Pty> {
+        None
+    }
+    fn files(&self) -> Option<&dyn Files> {
+        None
+    }
+    fn envd_files(&self) -> Option<&dyn EnvdFiles> {
+        None
+    }
+    fn watch_dirs(&self) -> Option<&dyn WatchDirs> {
+        None
+    }
+    fn ports(&self) -> Option<&dyn Ports> {
+        None
+    }
+    fn exposes_host(&self) -> Option<&dyn ExposeHost> {
+        None
+    }
+    fn pausing(&self) -> Option<&dyn Pausing> {
+        None
+    }
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
+        None
+    }
+    fn builds(&self) -> Option<&dyn Builds> {
+        None
+    }
+    fn network_control(&self) -> Option<&dyn NetworkControl> {
+        None
+    }
+    fn metrics(&self) -> Option<&dyn Metrics> {
+        None
+    }
+
+    /// The capabilities scenarios may require, derived from the accessors above (`run-code`
+    /// needs a port inside the sandbox; `pause` means both kinds of pause).
+    fn capabilities(&self) -> Vec<Capability> {
+        let ports = self.ports();
+        let has = |c: Capability| match c {
+            Capability::Ports | Capability::RunCode => ports.is_some(),
+            Capability::IsolatedPorts => ports.is_some_and(|p| p.isolated()),
+            Capability::Files => self.files().is_some(),
+            Capability::Processes => self.processes().is_some(),
+            Capability::Build => self.builds().is_some(),
+            Capability::Pause => self.pausing().is_some_and(|p| !p.keeps_memory_only()),
+            Capability::Snapshot => self.snapshots().is_some(),
+            Capability::Watch => self.watch_dirs().is_some(),
+            Capability::Pty => self.pty().is_some(),
+        };
+        Capability::ALL.iter().copied().filter(|&c| has(c)).collect()
+    }
 }

@@ -28,6 +28,7 @@
 //! URL with its scheme), `OPEN_SANDBOX_PROTOCOL` (`http`, the SDKs' default, or `https`),
 //! `OPEN_SANDBOX_API_KEY`.
 
+use crate::provider::caps::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,8 +38,8 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::{
-    Capability, CreateRequest, ErrorKind, ExecRequest, ExecResult, FileEntry, OutputChunk, OutputTx, ProcessInfo,
-    Provider, ProviderError, ProviderStats, Result, SandboxInfo,
+    CreateRequest, ErrorKind, ExecRequest, ExecResult, FileEntry, OutputChunk, OutputTx, ProcessInfo, Provider,
+    ProviderError, ProviderStats, Result, SandboxInfo,
 };
 
 const EXECD_PORT: u16 = 44772;
@@ -465,14 +466,6 @@ impl Provider for OpenSandboxProvider {
         "opensandbox"
     }
 
-    fn capabilities(&self) -> &[Capability] {
-        // OpenSandbox's pause keeps the memory; the library's pause scenario also needs a
-        // filesystem-only one (`pause: { memory: false }`), which it has no call for, so
-        // `pause` is not claimed.
-        use Capability::*;
-        &[Ports, IsolatedPorts, Files, Processes, Snapshot]
-    }
-
     fn required_credentials(&self) -> Vec<String> {
         vec!["OPEN_SANDBOX_API_KEY".into()]
     }
@@ -600,6 +593,51 @@ impl Provider for OpenSandboxProvider {
         self.renew(id, timeout_secs).await
     }
 
+    fn keep(&self, id: &str) {
+        self.kept.lock().expect("kept").push(id.to_string());
+    }
+
+    fn is_kept(&self, id: &str) -> bool {
+        self.kept.lock().expect("kept").iter().any(|k| k == id)
+    }
+
+    async fn destroy_all(&self) -> usize {
+        let deadline = tokio::time::Instant::now() + DESTROY_DEADLINE;
+        while self.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let ids: Vec<String> = {
+            let kept = self.kept.lock().expect("kept").clone();
+            self.sandboxes.lock().expect("sandboxes").keys().filter(|id| !kept.contains(id)).cloned().collect()
+        };
+        let kills = ids.iter().map(|id| self.kill(id));
+        let done = tokio::time::timeout(DESTROY_DEADLINE, futures_util::future::join_all(kills)).await;
+        done.map(|r| r.into_iter().filter(|r| matches!(r, Ok(true))).count()).unwrap_or(0)
+    }
+
+    fn stats(&self) -> ProviderStats {
+        self.stats.lock().expect("stats").clone()
+    }
+
+    fn processes(&self) -> Option<&dyn crate::provider::Processes> {
+        Some(self)
+    }
+    fn files(&self) -> Option<&dyn crate::provider::Files> {
+        Some(self)
+    }
+    fn ports(&self) -> Option<&dyn crate::provider::Ports> {
+        Some(self)
+    }
+    fn pausing(&self) -> Option<&dyn crate::provider::Pausing> {
+        Some(self)
+    }
+    fn snapshots(&self) -> Option<&dyn crate::provider::Snapshots> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl crate::provider::Processes for OpenSandboxProvider {
     async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let n = self.seq.fetch_add(1, Ordering::SeqCst);
         let line = self.wrap(id, &req, n).await?;
@@ -743,7 +781,10 @@ impl Provider for OpenSandboxProvider {
         }
         Ok(ExecResult { stdout, stderr, exit_code, signal, timed_out: false, pid, stdout_dropped, stderr_dropped })
     }
+}
 
+#[async_trait]
+impl crate::provider::Files for OpenSandboxProvider {
     async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
         let path = super::normalize_path(path)?;
         // Uploaded as root (execd's user), then written by the command user, as every
@@ -831,6 +872,39 @@ impl Provider for OpenSandboxProvider {
         let r = self.execd_req(&e, reqwest::Method::DELETE, &format!("{route}?path={}", enc(&path)));
         self.execd_ok(id, r, "remove a file").await.map(|_| ())
     }
+}
+
+#[async_trait]
+impl crate::provider::Ports for OpenSandboxProvider {
+    fn isolated(&self) -> bool {
+        true
+    }
+
+    async fn port_url(&self, id: &str, port: u16) -> Result<String> {
+        let e = self.endpoint(id, port).await?;
+        self.ports.lock().expect("ports").push((e.url.clone(), e.headers));
+        Ok(e.url)
+    }
+
+    fn port_headers(&self, url: &str) -> Vec<(String, String)> {
+        let ports = self.ports.lock().expect("ports");
+        ports
+            .iter()
+            .find(|(base, _)| {
+                url == base || url.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/') || r.starts_with('?'))
+            })
+            .map(|(_, h)| h.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl crate::provider::Pausing for OpenSandboxProvider {
+    /// OpenSandbox's pause keeps the memory; the library's pause scenario also needs a
+    /// filesystem-only one (`pause: { memory: false }`), which it has no call for.
+    fn keeps_memory_only(&self) -> bool {
+        true
+    }
 
     async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
         if !keep_memory {
@@ -843,7 +917,10 @@ impl Provider for OpenSandboxProvider {
         self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/resume"), None).await?;
         self.renew(id, timeout_secs).await
     }
+}
 
+#[async_trait]
+impl crate::provider::Snapshots for OpenSandboxProvider {
     async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
         let v =
             self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/snapshots"), Some(json!({"name": name}))).await?;
@@ -869,49 +946,6 @@ impl Provider for OpenSandboxProvider {
             Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
         }
-    }
-
-    async fn port_url(&self, id: &str, port: u16) -> Result<String> {
-        let e = self.endpoint(id, port).await?;
-        self.ports.lock().expect("ports").push((e.url.clone(), e.headers));
-        Ok(e.url)
-    }
-
-    fn port_headers(&self, url: &str) -> Vec<(String, String)> {
-        let ports = self.ports.lock().expect("ports");
-        ports
-            .iter()
-            .find(|(base, _)| {
-                url == base || url.strip_prefix(base.as_str()).is_some_and(|r| r.starts_with('/') || r.starts_with('?'))
-            })
-            .map(|(_, h)| h.clone())
-            .unwrap_or_default()
-    }
-
-    fn keep(&self, id: &str) {
-        self.kept.lock().expect("kept").push(id.to_string());
-    }
-
-    fn is_kept(&self, id: &str) -> bool {
-        self.kept.lock().expect("kept").iter().any(|k| k == id)
-    }
-
-    async fn destroy_all(&self) -> usize {
-        let deadline = tokio::time::Instant::now() + DESTROY_DEADLINE;
-        while self.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let ids: Vec<String> = {
-            let kept = self.kept.lock().expect("kept").clone();
-            self.sandboxes.lock().expect("sandboxes").keys().filter(|id| !kept.contains(id)).cloned().collect()
-        };
-        let kills = ids.iter().map(|id| self.kill(id));
-        let done = tokio::time::timeout(DESTROY_DEADLINE, futures_util::future::join_all(kills)).await;
-        done.map(|r| r.into_iter().filter(|r| matches!(r, Ok(true))).count()).unwrap_or(0)
-    }
-
-    fn stats(&self) -> ProviderStats {
-        self.stats.lock().expect("stats").clone()
     }
 }
 

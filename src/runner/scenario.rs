@@ -969,7 +969,8 @@ impl CaseRun<'_> {
             for &p in &ports {
                 if let std::collections::hash_map::Entry::Vacant(e) = sb.urls.entry(p) {
                     if let Ok(Ok(url)) =
-                        tokio::time::timeout(Duration::from_secs(30), self.ctx.provider.port_url(&sb.id, p)).await
+                        tokio::time::timeout(Duration::from_secs(30), self.ctx.provider.sandbox(&sb.id).port_url(p))
+                            .await
                     {
                         e.insert(url);
                     }

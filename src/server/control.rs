@@ -603,7 +603,7 @@ async fn update_network(State(st): SharedState, Path(id): Path<String>, body: By
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };
-    match st.provider.update_network(&sb.provider_id, policy.clone()).await {
+    match st.provider.sandbox(&sb.provider_id).update_network(policy.clone()).await {
         Ok(()) => {
             *sb.network.lock().expect("network") = policy;
             StatusCode::NO_CONTENT.into_response()
@@ -686,7 +686,7 @@ async fn metrics(State(st): SharedState, Path(id): Path<String>, RawQuery(q): Ra
     let now = super::now_us();
     let fresh = sb.samples.lock().expect("samples").last().is_some_and(|s| now - s.at_us < 1_000_000);
     if !fresh {
-        let usage = match st.provider.usage(&sb.provider_id).await {
+        let usage = match st.provider.sandbox(&sb.provider_id).usage().await {
             Ok(u) => u,
             Err(e) => return provider_error(e),
         };
@@ -770,7 +770,7 @@ async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<ServedSandbox>) {
 /// Pauses the sandbox through the provider (frozen, or without `keep_memory` shut down to its
 /// filesystem, to boot again on resume) and marks it paused.
 pub(crate) async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory: bool) -> Result<(), ProviderError> {
-    st.provider.pause(&sb.provider_id, keep_memory).await?;
+    st.provider.sandbox(&sb.provider_id).pause(keep_memory).await?;
     sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
     sb.end_changed.notify_one();
     Ok(())
@@ -779,7 +779,7 @@ pub(crate) async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory
 /// Resumes a paused sandbox for `timeout_secs`.
 pub(crate) async fn resume(st: &AppState, sb: &ServedSandbox, timeout_secs: u64) -> Result<(), ProviderError> {
     let provider_timeout = if sb.lifecycle.pause_on_timeout { NEVER_SECS } else { timeout_secs };
-    st.provider.resume(&sb.provider_id, provider_timeout).await?;
+    st.provider.sandbox(&sb.provider_id).resume(provider_timeout).await?;
     sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
     if sb.lifecycle.pause_on_timeout {
         set_end(sb, timeout_secs);

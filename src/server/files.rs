@@ -330,7 +330,7 @@ pub(crate) async fn download(
         Ok(p) => p,
         Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
     };
-    match st.provider.read_file_as(&sb.provider_id, &path, &user).await {
+    match st.provider.sandbox(&sb.provider_id).read_file_as(&path, &user).await {
         Ok(data) => {
             let name = path.rsplit('/').next().unwrap_or("file").replace('"', "");
             let disposition = HeaderValue::from_str(&format!("inline; filename=\"{name}\""))
@@ -499,11 +499,11 @@ pub(crate) async fn upload(axum::extract::State(st): SharedState, Extension(sb):
         drop(f);
         // As envd: written as root, then given to the user it is made as (which a watcher
         // sees as a chmod).
-        let e = match st.provider.write_file_as(&sb.provider_id, &abs, data, &owner).await {
+        let e = match st.provider.sandbox(&sb.provider_id).write_file_as(&abs, data, &owner).await {
             Ok(e) => e,
             Err(e) => return files_error(e, &abs),
         };
-        match st.provider.set_file_metadata(&sb.provider_id, &abs, metadata.clone()).await {
+        match st.provider.sandbox(&sb.provider_id).set_file_metadata(&abs, metadata.clone()).await {
             Ok(()) => {}
             // A provider without file metadata has none to clear.
             Err(e) if e.kind == ErrorKind::Unsupported && metadata.is_empty() => {}

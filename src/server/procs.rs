@@ -237,11 +237,11 @@ async fn hub(
             },
             _ = &mut sleep, if deadline.is_some() && !timed_out => {
                 timed_out = true;
-                let _ = provider.signal(&sandbox, live.pid, libc::SIGKILL).await;
+                let _ = provider.sandbox(&sandbox).signal(live.pid, libc::SIGKILL).await;
             }
         }
     }
-    let result = provider.wait(&sandbox, live.pid, Duration::from_secs(10)).await;
+    let result = provider.sandbox(&sandbox).wait(live.pid, Duration::from_secs(10)).await;
     let ev = if gone.load(Ordering::SeqCst) {
         Event::Abort
     } else if timed_out {

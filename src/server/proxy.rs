@@ -51,7 +51,7 @@ fn port_closed(id: &str, port: u16) -> Response {
 
 /// Forwards `req` to `port` in `sb`.
 pub(crate) async fn forward(st: &AppState, sb: &ServedSandbox, port: u16, mut req: Request) -> Response {
-    let base = match st.provider.port_url(&sb.provider_id, port).await {
+    let base = match st.provider.sandbox(&sb.provider_id).port_url(port).await {
         Ok(u) => u,
         Err(_) => return port_closed(&sb.id, port),
     };

@@ -97,7 +97,7 @@ async fn take(st: &AppState, id: &str, name: Option<String>, hidden: bool) -> Re
         }
     }
     let snap_id = super::new_sandbox_id();
-    st.provider.snapshot(&sb.provider_id, &snap_id).await.map_err(provider_error)?;
+    st.provider.sandbox(&sb.provider_id).snapshot(&snap_id).await.map_err(provider_error)?;
     let snap = Snapshot { id: snap_id, names: name.into_iter().collect(), sandbox: sb.id.clone(), hidden };
     st.snapshots.live.lock().expect("snapshots").push(snap.clone());
     Ok(snap)

@@ -83,7 +83,7 @@ pub async fn assert_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
     if !must_exist && a.has("equals_file") {
         return Err(StepError::bad_args(EQUALS_FILE_AND_ABSENT));
     }
-    let read = ctx.provider.read_file(&id, path).await;
+    let read = ctx.provider.sandbox(&id).read_file(path).await;
     match (read, must_exist) {
         (Err(e), false) if e.kind == ErrorKind::NotFound => Ok(json!({ "content": null, "size": null })),
         (Ok(data), false) => {

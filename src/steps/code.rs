@@ -64,7 +64,7 @@ async fn run_on_interpreter(ctx: &mut StepCtx, a: &Args) -> StepResult {
         return Err(StepError::error("`cwd` is where a new `context` starts: give `context` too"));
     }
     let id = ctx.sandbox_id()?;
-    let base = ctx.provider.port_url(&id, INTERPRETER_PORT).await?;
+    let base = ctx.provider.sandbox(&id).port_url(INTERPRETER_PORT).await?;
     let base = base.trim_end_matches('/').to_string();
     let limit = a.duration("timeout").unwrap_or(ctx.exec_timeout);
     let context_id = match context {
@@ -303,8 +303,8 @@ async fn run_with_driver(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let dir = "/tmp/.scenario-run";
     let (driver, cell, result) =
         (format!("{dir}/driver.py"), format!("{dir}/cell-{n}.py"), format!("{dir}/result-{n}.json"));
-    ctx.provider.write_file(&id, &driver, DRIVER.as_bytes().to_vec(), None).await?;
-    ctx.provider.write_file(&id, &cell, code.as_bytes().to_vec(), None).await?;
+    ctx.provider.sandbox(&id).write_file(&driver, DRIVER.as_bytes().to_vec(), None).await?;
+    ctx.provider.sandbox(&id).write_file(&cell, code.as_bytes().to_vec(), None).await?;
     let req = ExecRequest {
         cmd: format!("python3 {driver} {cell} {result}"),
         timeout: Some(a.duration("timeout").unwrap_or(ctx.exec_timeout)),
@@ -312,12 +312,12 @@ async fn run_with_driver(ctx: &mut StepCtx, a: &Args) -> StepResult {
         ..Default::default()
     };
     let started = Instant::now();
-    let r = ctx.provider.exec(&id, req, None).await?;
+    let r = ctx.provider.sandbox(&id).exec(req, None).await?;
     let mut outputs = exec_outputs(&r, started.elapsed());
     if r.timed_out {
         return Err(StepError::fail("code timed out").with_outputs(outputs));
     }
-    let parsed: JsonValue = match ctx.provider.read_file(&id, &result).await {
+    let parsed: JsonValue = match ctx.provider.sandbox(&id).read_file(&result).await {
         Ok(bytes) => {
             serde_json::from_slice(&bytes).map_err(|e| StepError::error(format!("driver wrote bad JSON: {e}")))?
         }
@@ -335,8 +335,8 @@ async fn run_with_driver(ctx: &mut StepCtx, a: &Args) -> StepResult {
             return Err(StepError::error(msg).with_outputs(outputs));
         }
     };
-    let _ = ctx.provider.remove(&id, &cell).await;
-    let _ = ctx.provider.remove(&id, &result).await;
+    let _ = ctx.provider.sandbox(&id).remove(&cell).await;
+    let _ = ctx.provider.sandbox(&id).remove(&result).await;
     let results = parsed.get("results").cloned().unwrap_or(json!([]));
     let text =
         results.as_array().and_then(|r| r.last()).and_then(|r| r.get("text")).cloned().unwrap_or(JsonValue::Null);

@@ -40,13 +40,13 @@ pub async fn exec(ctx: &mut StepCtx, a: &Args) -> StepResult {
     };
     let id = ctx.sandbox_id()?;
     if a.flag("background") {
-        let pid = ctx.provider.spawn(&id, ExecRequest { timeout: None, ..req }).await?;
+        let pid = ctx.provider.sandbox(&id).spawn(ExecRequest { timeout: None, ..req }).await?;
         return Ok(
             json!({ "pid": pid, "stdout": "", "stderr": "", "exit_code": null, "signal": null, "timed_out": false, "duration_ms": 0 }),
         );
     }
     let started = Instant::now();
-    let result = ctx.provider.exec(&id, req, None).await?;
+    let result = ctx.provider.sandbox(&id).exec(req, None).await?;
     let outputs = exec_outputs(&result, started.elapsed());
     if result.timed_out {
         return Err(StepError::fail(command_timed_out(limit, &setting)).with_outputs(outputs));
@@ -76,7 +76,7 @@ pub(crate) fn check_exit_code(a: &Args, result: &crate::provider::ExecResult, ou
 
 pub async fn process_list(ctx: &mut StepCtx, _args: &Args) -> StepResult {
     let id = ctx.sandbox_id()?;
-    let procs = ctx.provider.process_list(&id).await?;
+    let procs = ctx.provider.sandbox(&id).process_list().await?;
     let running: Vec<u32> = procs.iter().filter(|p| p.running).map(|p| p.pid).collect();
     Ok(json!({ "pids": running, "count": running.len(), "processes": procs }))
 }
@@ -86,7 +86,7 @@ pub async fn signal(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let pid = a.int("pid").and_then(|n| u32::try_from(n).ok()).unwrap_or_default();
     let sig = a.int("signal").and_then(|n| i32::try_from(n).ok()).unwrap_or(libc::SIGTERM);
     let id = ctx.sandbox_id()?;
-    ctx.provider.signal(&id, pid, sig).await?;
+    ctx.provider.sandbox(&id).signal(pid, sig).await?;
     Ok(json!({ "pid": pid, "signal": sig }))
 }
 
@@ -95,7 +95,7 @@ pub async fn wait(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let limit = a.duration("timeout").unwrap_or(Duration::from_secs(30));
     let id = ctx.sandbox_id()?;
     let started = Instant::now();
-    let result = ctx.provider.wait(&id, pid, limit).await?;
+    let result = ctx.provider.sandbox(&id).wait(pid, limit).await?;
     let outputs = exec_outputs(&result, started.elapsed());
     if result.timed_out {
         return Err(StepError::fail(format!("process {pid} still running after {}", crate::duration::human(limit)))

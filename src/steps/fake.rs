@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::provider::{
-    Capability, CreateRequest, ExecRequest, ExecResult, FileEntry, ProcessInfo, Provider, ProviderError, ProviderStats,
-    Result, SandboxInfo,
+    CreateRequest, ExecRequest, ExecResult, FileEntry, ProcessInfo, Provider, ProviderError, ProviderStats, Result,
+    SandboxInfo,
 };
 
 /// The fake's clock: every sandbox starts at this unix time, and expiries count from it.
@@ -256,10 +256,6 @@ impl Provider for FakeProvider {
         "fake"
     }
 
-    fn capabilities(&self) -> &[Capability] {
-        Capability::ALL
-    }
-
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
         let mut s = self.enter("create")?;
         s.creates.push(req.clone());
@@ -320,6 +316,35 @@ impl Provider for FakeProvider {
         Ok(())
     }
 
+    async fn destroy_all(&self) -> usize {
+        let mut s = self.state();
+        let n = s.sandboxes.len();
+        s.sandboxes.clear();
+        s.stats.destroyed += n as u64;
+        s.stats.live = 0;
+        n
+    }
+
+    fn stats(&self) -> ProviderStats {
+        self.state().stats.clone()
+    }
+
+    fn processes(&self) -> Option<&dyn crate::provider::Processes> {
+        Some(self)
+    }
+    fn files(&self) -> Option<&dyn crate::provider::Files> {
+        Some(self)
+    }
+    fn ports(&self) -> Option<&dyn crate::provider::Ports> {
+        Some(self)
+    }
+    fn builds(&self) -> Option<&dyn crate::provider::Builds> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl crate::provider::Processes for FakeProvider {
     async fn exec(&self, id: &str, req: ExecRequest, _output: Option<crate::provider::OutputTx>) -> Result<ExecResult> {
         let mut s = self.enter("exec")?;
         let pid = s.next_pid;
@@ -375,7 +400,10 @@ impl Provider for FakeProvider {
         }
         Ok(p.result.clone())
     }
+}
 
+#[async_trait]
+impl crate::provider::Files for FakeProvider {
     async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
         let mut s = self.enter("write_file")?;
         let fs = &mut sandbox(&mut s, id)?.fs;
@@ -466,6 +494,13 @@ impl Provider for FakeProvider {
         }
         Ok(())
     }
+}
+
+#[async_trait]
+impl crate::provider::Ports for FakeProvider {
+    fn isolated(&self) -> bool {
+        true
+    }
 
     async fn port_url(&self, id: &str, port: u16) -> Result<String> {
         let mut s = self.enter("port_url")?;
@@ -473,7 +508,10 @@ impl Provider for FakeProvider {
         s.port_urls.push((id.into(), port));
         Ok(format!("http://127.0.0.1:{port}"))
     }
+}
 
+#[async_trait]
+impl crate::provider::Builds for FakeProvider {
     async fn build(
         &self,
         spec: crate::provider::BuildSpec,
@@ -498,18 +536,5 @@ impl Provider for FakeProvider {
             digest: spec.template.digest,
             cached: spec.keep,
         })
-    }
-
-    async fn destroy_all(&self) -> usize {
-        let mut s = self.state();
-        let n = s.sandboxes.len();
-        s.sandboxes.clear();
-        s.stats.destroyed += n as u64;
-        s.stats.live = 0;
-        n
-    }
-
-    fn stats(&self) -> ProviderStats {
-        self.state().stats.clone()
     }
 }

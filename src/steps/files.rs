@@ -43,14 +43,14 @@ pub async fn write_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let mode = a.opt_str("mode").map(parse_mode).transpose()?;
     let size = data.len();
     let id = ctx.sandbox_id()?;
-    let entry = ctx.provider.write_file(&id, path, data, mode).await?;
+    let entry = ctx.provider.sandbox(&id).write_file(path, data, mode).await?;
     Ok(json!({ "path": entry.path, "size": size }))
 }
 
 pub async fn read_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let path = a.str("path");
     let id = ctx.sandbox_id()?;
-    let data = ctx.provider.read_file(&id, path).await?;
+    let data = ctx.provider.sandbox(&id).read_file(path).await?;
     let content = match a.opt_str("encoding") {
         Some("base64") => crate::cpu_bound::off_runtime(data.len(), || b64().encode(&data)),
         _ => String::from_utf8(data.clone())
@@ -62,25 +62,25 @@ pub async fn read_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
 pub async fn files(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let (op, path) = (a.str("op"), a.str("path").to_string());
     let id = ctx.sandbox_id()?;
-    let p = &ctx.provider;
+    let p = ctx.provider.sandbox(&id);
     Ok(match op {
         "list" => {
-            let mut entries = p.list_dir(&id, &path).await?;
+            let mut entries = p.list_dir(&path).await?;
             entries.sort_by(|x, y| x.name.cmp(&y.name));
             let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
             json!({ "entries": entries.iter().map(entry_json).collect::<Vec<_>>(), "names": names, "count": entries.len() })
         }
-        "stat" => entry_json(&p.stat(&id, &path).await?),
-        "mkdir" => entry_json(&p.make_dir(&id, &path).await?),
+        "stat" => entry_json(&p.stat(&path).await?),
+        "mkdir" => entry_json(&p.make_dir(&path).await?),
         "move" => {
             let to = a.opt_str("to").ok_or_else(|| StepError::bad_args("`move` needs `to`"))?;
-            entry_json(&p.rename(&id, &path, to).await?)
+            entry_json(&p.rename(&path, to).await?)
         }
         "remove" => {
-            p.remove(&id, &path).await?;
+            p.remove(&path).await?;
             json!({ "path": path, "removed": true })
         }
-        "exists" => json!({ "path": path, "exists": p.exists(&id, &path).await? }),
+        "exists" => json!({ "path": path, "exists": p.exists(&path).await? }),
         other => return Err(StepError::bad_args(format!("unknown op `{other}`"))),
     })
 }

@@ -38,7 +38,7 @@ async fn url_of(ctx: &mut StepCtx, a: &Args) -> Result<(String, Option<u16>), St
     // 1 to 65535, by its field.
     let port = u16::try_from(port).unwrap_or_default();
     let id = ctx.sandbox_id()?;
-    let base = ctx.provider.port_url(&id, port).await?;
+    let base = ctx.provider.sandbox(&id).port_url(port).await?;
     let path = a.opt_str("path").unwrap_or("/");
     let sep = if path.starts_with('/') { "" } else { "/" };
     Ok((format!("{}{sep}{path}", base.trim_end_matches('/')), Some(port)))

@@ -157,7 +157,7 @@ pub async fn set_timeout(ctx: &mut StepCtx, a: &Args) -> StepResult {
 pub async fn pause(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let keep_memory = a.opt_bool("memory").unwrap_or(true);
     let id = ctx.sandbox_id()?;
-    ctx.provider.pause(&id, keep_memory).await?;
+    ctx.provider.sandbox(&id).pause(keep_memory).await?;
     let info = ctx.provider.info(&id).await?;
     Ok(json!({ "id": id, "state": info.state }))
 }
@@ -166,7 +166,7 @@ pub async fn pause(ctx: &mut StepCtx, a: &Args) -> StepResult {
 pub async fn resume(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let secs = a.duration("timeout").unwrap_or(ctx.sandbox_ttl).as_secs().max(1);
     let id = ctx.sandbox_id()?;
-    ctx.provider.resume(&id, secs).await?;
+    ctx.provider.sandbox(&id).resume(secs).await?;
     let info = ctx.provider.info(&id).await?;
     Ok(json!({ "id": id, "state": info.state, "end_at": info.end_at }))
 }
@@ -182,7 +182,7 @@ pub async fn snapshot(ctx: &mut StepCtx, a: &Args) -> StepResult {
         None => format!("scenario-run-{}-{}", ctx.run_tag.1, crate::random::hex(4)).to_ascii_lowercase(),
     };
     let id = ctx.sandbox_id()?;
-    let snap = ctx.provider.snapshot(&id, &name).await?;
+    let snap = ctx.provider.sandbox(&id).snapshot(&name).await?;
     if keep {
         ctx.provider.keep_snapshot(&snap);
     }

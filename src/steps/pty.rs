@@ -35,7 +35,7 @@ impl Drop for KillOnDrop {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (p, id) = (self.provider.clone(), self.sandbox.clone());
             rt.spawn(async move {
-                let _ = p.signal(&id, pid, libc::SIGKILL).await;
+                let _ = p.sandbox(&id).signal(pid, libc::SIGKILL).await;
             });
         }
     }
@@ -169,7 +169,7 @@ pub async fn pty(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let cap = ctx.max_output;
     let id = ctx.sandbox_id()?;
     let started = Instant::now();
-    let live = ctx.provider.spawn_pty(&id, req, cols, rows).await?;
+    let live = ctx.provider.sandbox(&id).spawn_pty(req, cols, rows).await?;
     let pid = live.pid;
     let mut guard = KillOnDrop { provider: ctx.provider.clone(), sandbox: id.clone(), pid: Some(pid) };
     let mut rx = live.output;
@@ -183,10 +183,10 @@ pub async fn pty(ctx: &mut StepCtx, a: &Args) -> StepResult {
     for (n, item) in items.iter().enumerate() {
         let from = all.len();
         if let Some((c, r)) = item.resize {
-            ctx.provider.resize_pty(&id, pid, c, r).await?;
+            ctx.provider.sandbox(&id).resize_pty(pid, c, r).await?;
         }
         if let Some(text) = &item.send {
-            ctx.provider.write_pty(&id, pid, text.clone().into_bytes()).await?;
+            ctx.provider.sandbox(&id).write_pty(pid, text.clone().into_bytes()).await?;
         }
         let Some(m) = &item.expect else { continue };
         let matched = |all: &[u8]| m.check_text(&String::from_utf8_lossy(&all[from..])).is_ok();
@@ -217,14 +217,14 @@ pub async fn pty(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let exit = match want_exit {
         None => {
             // Killed; its output up to then is the step's.
-            ctx.provider.signal(&id, pid, libc::SIGKILL).await.ok();
+            ctx.provider.sandbox(&id).signal(pid, libc::SIGKILL).await.ok();
             guard.pid = None;
             None
         }
         Some(want) => {
             // The command ends by itself (its output stream closes), then its code is read.
             let ended = read_until(&mut rx, &mut all, cap, Instant::now() + within, |_| false).await == Read::Closed;
-            let r = ctx.provider.wait(&id, pid, Duration::from_secs(5)).await;
+            let r = ctx.provider.sandbox(&id).wait(pid, Duration::from_secs(5)).await;
             let code = r.as_ref().ok().filter(|r| !r.timed_out).and_then(|r| r.exit_code);
             if code.is_some() {
                 guard.pid = None;

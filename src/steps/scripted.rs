@@ -37,7 +37,7 @@ pub async fn scripted_model(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let server = ScriptedModel::start(script)
         .await
         .map_err(|e| StepError::error(format!("cannot start the scripted model: {e}")))?;
-    let url = ctx.provider.expose_host(&id, server.addr(), port).await?;
+    let url = ctx.provider.sandbox(&id).expose_host(server.addr(), port).await?;
     let host_url = format!("http://{}", server.addr());
     ctx.services.push(Arc::new(server));
     Ok(json!({

@@ -28,7 +28,7 @@ pub async fn watch(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let recursive = a.flag("recursive");
     let id = ctx.sandbox_id()?;
     let name = format!("watch-{}", ctx.watches.len() + 1);
-    let watch = ctx.provider.watch_dir(&id, &path, recursive).await?;
+    let watch = ctx.provider.sandbox(&id).watch_dir(&path, recursive).await?;
     ctx.watches.push(WatchRef { name: name.clone(), sandbox: id, path: path.clone(), watch });
     Ok(json!({ "name": name, "path": path, "recursive": recursive }))
 }

@@ -112,6 +112,7 @@
 //! `create` fails with an infrastructure error that says to run `.ci/local-stack.sh up`.
 
 mod build;
+mod caps;
 pub(crate) use build::image_tag;
 mod exec;
 mod files;
@@ -134,8 +135,8 @@ use tokio::sync::{mpsc, OnceCell};
 use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward::Forwarder;
 use super::{
-    BuildOutput, BuildSpec, Capability, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess,
-    OutputTx, ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
+    BuildOutput, BuildSpec, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess, OutputTx,
+    ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
 };
 use exec::ProcTable;
 
@@ -686,65 +687,6 @@ impl Provider for DockerProvider {
         "docker"
     }
 
-    fn capabilities(&self) -> &[Capability] {
-        const HOST: &[Capability] = &[Capability::Ports, Capability::Files, Capability::Processes, Capability::Build];
-        const ISOLATED: &[Capability] = &[
-            Capability::Ports,
-            Capability::Files,
-            Capability::Processes,
-            Capability::Build,
-            Capability::IsolatedPorts,
-        ];
-        if self.inner.opts.host_network {
-            HOST
-        } else {
-            ISOLATED
-        }
-    }
-
-    async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput> {
-        let (image, cached) = self.inner.build(&spec, log).await?;
-        let def = &spec.template.def;
-        let mut templates = self.inner.templates.lock().expect("templates");
-        // A deploy of the same digest wins: building again must not drop its start command.
-        let deployed = templates.get(&def.name).is_some_and(|t| t.start.is_some() && t.built.digest == image.digest);
-        if !deployed {
-            templates.insert(def.name.clone(), registered(&image, def, false));
-        }
-        Ok(BuildOutput { image: image.tag.clone(), digest: image.digest.clone(), cached })
-    }
-
-    async fn deploy(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<DeployOutput> {
-        let (image, cached) = self.inner.build(&spec, log.clone()).await?;
-        let def = &spec.template.def;
-        let reg = registered(&image, def, true);
-        let _ = log.send(reg.note(&format!("{} ({})", def.name, image.tag)));
-        self.inner.templates.lock().expect("templates").insert(def.name.clone(), reg);
-        Ok(DeployOutput {
-            template_id: def.name.clone(),
-            image: image.tag.clone(),
-            digest: image.digest.clone(),
-            cached,
-        })
-    }
-
-    /// Removes the local tags of the builds not kept (the pushed copies stay in the registry:
-    /// see `build::remove`).
-    async fn remove_builds(&self) -> usize {
-        self.inner.templates.lock().expect("templates").clear();
-        let builds: Vec<_> = self.inner.builds.lock().expect("builds").drain().collect();
-        let Ok(docker) = self.inner.client().await else { return 0 };
-        let mut removed = 0;
-        for (_, cell) in builds {
-            if let Some(image) = cell.get().filter(|i| !i.keep) {
-                if build::remove(docker, &image.tag).await {
-                    removed += 1;
-                }
-            }
-        }
-        removed
-    }
-
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
         if !req.mounts.is_empty() {
             return Err(ProviderError::unsupported("host directory mounts: not supported by the docker provider"));
@@ -879,118 +821,6 @@ impl Provider for DockerProvider {
         Ok(())
     }
 
-    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
-        let sb = self.get(id)?;
-        let p = sb.procs.launch(&req, output, false).await?;
-        let mut guard = core::KillOnDrop(Some(p.clone()));
-        let result = p.finish(req.timeout).await;
-        guard.0 = None;
-        sb.procs.remove(&p);
-        Ok(result)
-    }
-
-    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32> {
-        Ok(self.start_background(id, req, None, false).await?.pid)
-    }
-
-    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
-        let (tx, rx) = super::output_channel();
-        let p = self.start_background(id, req, Some(tx), open_stdin).await?;
-        Ok(LiveProcess { pid: p.pid, output: rx })
-    }
-
-    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.write_stdin(&data).await
-    }
-
-    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.close_stdin().await
-    }
-
-    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {
-        Ok(self.get(id)?.procs.list())
-    }
-
-    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.signal(signal).await
-    }
-
-    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult> {
-        let p = self.get(id)?.procs.get(pid)?;
-        let done = p.wait_done(timeout).await;
-        Ok(p.result(!done))
-    }
-
-    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
-        let sb = self.get(id)?;
-        files::write(&sb.procs, &files::normalize(path)?, data, mode).await
-    }
-
-    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
-        let sb = self.get(id)?;
-        files::read(sb.procs.docker(), &sb.id, &files::normalize(path)?).await
-    }
-
-    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileEntry>> {
-        let sb = self.get(id)?;
-        files::list(&sb.procs, &files::normalize(path)?).await
-    }
-
-    async fn stat(&self, id: &str, path: &str) -> Result<FileEntry> {
-        let sb = self.get(id)?;
-        files::stat(sb.procs.docker(), &sb.id, &files::normalize(path)?).await
-    }
-
-    async fn exists(&self, id: &str, path: &str) -> Result<bool> {
-        let sb = self.get(id)?;
-        files::exists(sb.procs.docker(), &sb.id, &files::normalize(path)?).await
-    }
-
-    async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry> {
-        let sb = self.get(id)?;
-        files::make_dir(&sb.procs, &files::normalize(path)?).await
-    }
-
-    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry> {
-        let sb = self.get(id)?;
-        files::rename(&sb.procs, &files::normalize(from)?, &files::normalize(to)?).await
-    }
-
-    async fn remove(&self, id: &str, path: &str) -> Result<()> {
-        let sb = self.get(id)?;
-        files::remove(&sb.procs, &files::normalize(path)?).await
-    }
-
-    async fn port_url(&self, id: &str, port: u16) -> Result<String> {
-        let sb = self.forwarded(id).await?;
-        match sb.fwd.get().and_then(Option::as_ref) {
-            Some(f) => Ok(format!(
-                "http://127.0.0.1:{}",
-                f.host_port(port).await.map_err(|e| {
-                    ProviderError::infra(format!(
-                        "{} (the engine's containers must be visible in this machine's /proc; \
-                     else set SCENARIO_RUN_DOCKER_NETWORK=host)",
-                        e.message
-                    ))
-                })?
-            )),
-            // Host networking: the container's port is the host's.
-            None => Ok(format!("http://127.0.0.1:{port}")),
-        }
-    }
-
-    async fn expose_host(&self, id: &str, host: std::net::SocketAddr, port: u16) -> Result<String> {
-        let sb = self.forwarded(id).await?;
-        match sb.fwd.get().and_then(Option::as_ref) {
-            Some(f) => {
-                f.expose(port, host).await?;
-                Ok(format!("http://127.0.0.1:{port}"))
-            }
-            // Host networking: the host's service is reachable as it is.
-            None => Ok(format!("http://{host}")),
-        }
-    }
-
     fn keep(&self, id: &str) {
         self.inner.core.keep(id);
     }
@@ -1009,6 +839,25 @@ impl Provider for DockerProvider {
 
     fn stats(&self) -> ProviderStats {
         self.inner.core.stats()
+    }
+
+    fn processes(&self) -> Option<&dyn crate::provider::Processes> {
+        Some(self)
+    }
+    fn live_processes(&self) -> Option<&dyn crate::provider::LiveProcesses> {
+        Some(self)
+    }
+    fn files(&self) -> Option<&dyn crate::provider::Files> {
+        Some(self)
+    }
+    fn ports(&self) -> Option<&dyn crate::provider::Ports> {
+        Some(self)
+    }
+    fn exposes_host(&self) -> Option<&dyn crate::provider::ExposeHost> {
+        Some(self)
+    }
+    fn builds(&self) -> Option<&dyn crate::provider::Builds> {
+        Some(self)
     }
 }
 

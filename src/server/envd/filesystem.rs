@@ -79,10 +79,10 @@ const MAX_LINKS: usize = 40;
 async fn follow_link(st: &AppState, sb: &ServedSandbox, path: &str) -> Option<(String, FileEntry)> {
     let mut cur = path.to_string();
     for _ in 0..MAX_LINKS {
-        let target = st.provider.read_link(&sb.provider_id, &cur).await.ok()?;
+        let target = st.provider.sandbox(&sb.provider_id).read_link(&cur).await.ok()?;
         let base = cur.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         cur = resolve(&if target.starts_with('/') { target } else { format!("{base}/{target}") }).ok()?;
-        let e = st.provider.stat(&sb.provider_id, &cur).await.ok()?;
+        let e = st.provider.sandbox(&sb.provider_id).stat(&cur).await.ok()?;
         if e.kind != "symlink" {
             return Some((cur, e));
         }
@@ -96,7 +96,7 @@ async fn follow_link(st: &AppState, sb: &ServedSandbox, path: &str) -> Option<(S
 pub(super) async fn describe(st: &AppState, sb: &ServedSandbox, e: &FileEntry) -> Value {
     let mut v = describe_type(st, sb, e).await;
     // envd 0.6.2's file metadata: the `user.e2b.*` extended attributes, when there are any.
-    if let Ok(m) = st.provider.file_metadata(&sb.provider_id, &e.path).await {
+    if let Ok(m) = st.provider.sandbox(&sb.provider_id).file_metadata(&e.path).await {
         if !m.is_empty() {
             v["metadata"] = json!(m);
         }
@@ -131,7 +131,7 @@ fn file_not_found(path: &str) -> impl Fn(ProviderError) -> RpcError + '_ {
 
 unary_fn!(fs_stat, PathRequest, |st, sb, r| {
     let path = resolve(&r.path)?;
-    let e = st.provider.stat(&sb.provider_id, &path).await.map_err(file_not_found(&path))?;
+    let e = st.provider.sandbox(&sb.provider_id).stat(&path).await.map_err(file_not_found(&path))?;
     Ok(json!({"entry": describe(&st, &sb, &e).await}))
 });
 
@@ -144,7 +144,7 @@ unary_fn!(fs_list_dir, PathRequest, |st, sb, r| {
         Some((target, e)) if e.kind == "dir" => target,
         _ => path.clone(),
     };
-    let entries = match st.provider.list_dir(&sb.provider_id, &root).await {
+    let entries = match st.provider.sandbox(&sb.provider_id).list_dir(&root).await {
         Ok(v) => v,
         Err(e) if e.kind == ErrorKind::NotFound => {
             return Err(RpcError::not_found(format!("directory not found: {path}")))
@@ -163,7 +163,7 @@ unary_fn!(fs_list_dir, PathRequest, |st, sb, r| {
         out.push(describe(&st, &sb, &FileEntry { path: at.clone(), ..e.clone() }).await);
         if e.kind == "dir" && level < depth {
             // Vanished or unreadable below the root: skipped.
-            if let Ok(children) = st.provider.list_dir(&sb.provider_id, &e.path).await {
+            if let Ok(children) = st.provider.sandbox(&sb.provider_id).list_dir(&e.path).await {
                 stack.extend(children.into_iter().rev().map(|c| {
                     let p = shown(c.clone(), &at).path;
                     (c, p, level + 1)
@@ -258,7 +258,7 @@ async fn as_root(
         max_output: Some(64 << 10),
         ..Default::default()
     };
-    let r = st.provider.exec(&sb.provider_id, req, None).await?;
+    let r = st.provider.sandbox(&sb.provider_id).exec(req, None).await?;
     let stderr = String::from_utf8_lossy(&r.stderr);
     let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     match r.exit_code {
@@ -292,7 +292,7 @@ fn stat_entry(path: &str, line: &str) -> Result<FileEntry, RpcError> {
 unary_fn!(fs_make_dir, PathRequest, |st, sb, r, user| {
     let user = user.as_deref().unwrap_or(PROVIDER_USER);
     let path = resolve_for(&r.path, user)?;
-    match st.provider.stat(&sb.provider_id, &path).await {
+    match st.provider.sandbox(&sb.provider_id).stat(&path).await {
         Ok(e) if e.kind == "dir" => {
             return Err(RpcError::new("already_exists", format!("directory already exists: {path}")))
         }
@@ -302,7 +302,7 @@ unary_fn!(fs_make_dir, PathRequest, |st, sb, r, user| {
         Err(e) => return Err(e.into()),
     }
     if user == PROVIDER_USER {
-        match st.provider.make_dir(&sb.provider_id, &path).await {
+        match st.provider.sandbox(&sb.provider_id).make_dir(&path).await {
             Ok(e) => return Ok(json!({"entry": describe(&st, &sb, &e).await})),
             Err(e) if denied(&e) => {}
             Err(e) => return Err(e.into()),
@@ -317,13 +317,13 @@ unary_fn!(fs_move, MoveRequest, |st, sb, r, user| {
     let user = user.as_deref().unwrap_or(PROVIDER_USER);
     let (src, dst) = (resolve_for(&r.source, user)?, resolve_for(&r.destination, user)?);
     let quick = async {
-        st.provider.stat(&sb.provider_id, &src).await.map_err(|e| (e.kind == ErrorKind::NotFound, e))?;
+        st.provider.sandbox(&sb.provider_id).stat(&src).await.map_err(|e| (e.kind == ErrorKind::NotFound, e))?;
         if let Some((parent, _)) = dst.rsplit_once('/') {
             if !parent.is_empty() {
-                st.provider.make_dir(&sb.provider_id, parent).await.map_err(|e| (false, e))?;
+                st.provider.sandbox(&sb.provider_id).make_dir(parent).await.map_err(|e| (false, e))?;
             }
         }
-        st.provider.rename(&sb.provider_id, &src, &dst).await.map_err(|e| (false, e))
+        st.provider.sandbox(&sb.provider_id).rename(&src, &dst).await.map_err(|e| (false, e))
     };
     match quick.await {
         Ok(e) => return Ok(json!({"entry": describe(&st, &sb, &e).await})),
@@ -339,7 +339,7 @@ unary_fn!(fs_move, MoveRequest, |st, sb, r, user| {
 unary_fn!(fs_remove, PathRequest, |st, sb, r, user| {
     let user = user.as_deref().unwrap_or(PROVIDER_USER);
     let path = resolve_for(&r.path, user)?;
-    match st.provider.remove(&sb.provider_id, &path).await {
+    match st.provider.sandbox(&sb.provider_id).remove(&path).await {
         Ok(()) => Ok(json!({})),
         Err(e) if e.kind == ErrorKind::NotFound => Ok(json!({})),
         Err(e) if denied(&e) && path != "/" => {

@@ -200,7 +200,7 @@ async fn start(
         None | Some("") => None,
         Some(c) => {
             let abs = resolve(c)?;
-            match st.provider.stat(&sb.provider_id, &abs).await {
+            match st.provider.sandbox(&sb.provider_id).stat(&abs).await {
                 Ok(e) if e.kind == "dir" => {}
                 Ok(_) => return Err(RpcError::invalid(format!("cwd '{abs}' is not a directory"))),
                 Err(e) if e.kind == ErrorKind::NotFound => {
@@ -224,8 +224,8 @@ async fn start(
     // `stdin` absent means open (back-compat with old clients); the SDK sends false.
     let open_stdin = req.stdin.unwrap_or(true);
     let live = match size {
-        Some((cols, rows)) => st.provider.spawn_pty(&sb.provider_id, exec, cols, rows).await?,
-        None => st.provider.spawn_live(&sb.provider_id, exec, open_stdin).await?,
+        Some((cols, rows)) => st.provider.sandbox(&sb.provider_id).spawn_pty(exec, cols, rows).await?,
+        None => st.provider.sandbox(&sb.provider_id).spawn_live(exec, open_stdin).await?,
     };
     let pid = live.pid;
     let (_entry, events) = sb.procs.start(
@@ -291,7 +291,8 @@ unary_fn!(process_list, Value, |st, sb, _r| {
     // those too: it started them).
     let theirs: Vec<Value> = st
         .provider
-        .process_list(&sb.provider_id)
+        .sandbox(&sb.provider_id)
+        .process_list()
         .await
         .unwrap_or_default()
         .into_iter()
@@ -333,11 +334,11 @@ unary_fn!(send_signal, ProcessRequest, |st, sb, r| {
         Some(Value::Number(n)) if n.as_i64() == Some(15) => libc::SIGTERM,
         other => return Err(RpcError::unimplemented(format!("signal {other:?} is not supported"))),
     };
-    st.provider.signal(&sb.provider_id, pid, sig).await.map_err(process_err(pid))?;
+    st.provider.sandbox(&sb.provider_id).signal(pid, sig).await.map_err(process_err(pid))?;
     // envd answers once the process is gone (it reaps its children): a `kill -0` right
     // after a kill must not find it. Bounded; a process that ignores SIGTERM is left be.
     if sig == libc::SIGKILL {
-        let _ = st.provider.wait(&sb.provider_id, pid, Duration::from_secs(2)).await;
+        let _ = st.provider.sandbox(&sb.provider_id).wait(pid, Duration::from_secs(2)).await;
     }
     Ok(json!({}))
 });
@@ -348,13 +349,13 @@ unary_fn!(send_input, ProcessRequest, |st, sb, r| {
     let b64 = base64::engine::general_purpose::STANDARD;
     if let Some(typed) = input.pty {
         let data = b64.decode(typed).map_err(|e| RpcError::invalid(format!("pty input is not base64: {e}")))?;
-        st.provider.write_pty(&sb.provider_id, pid, data).await.map_err(process_err(pid))?;
+        st.provider.sandbox(&sb.provider_id).write_pty(pid, data).await.map_err(process_err(pid))?;
         return Ok(json!({}));
     }
     let data = base64::engine::general_purpose::STANDARD
         .decode(input.stdin.unwrap_or_default())
         .map_err(|e| RpcError::invalid(format!("stdin is not base64: {e}")))?;
-    st.provider.write_stdin(&sb.provider_id, pid, data).await.map_err(process_err(pid))?;
+    st.provider.sandbox(&sb.provider_id).write_stdin(pid, data).await.map_err(process_err(pid))?;
     Ok(json!({}))
 });
 
@@ -370,13 +371,13 @@ unary_fn!(update, UpdateRequest, |st, sb, r| {
     let pid = target_pid(&sb, &r.process)?;
     let Some(pty) = r.pty else { return Ok(json!({})) };
     let (cols, rows) = pty_size(&pty)?;
-    st.provider.resize_pty(&sb.provider_id, pid, cols, rows).await.map_err(process_err(pid))?;
+    st.provider.sandbox(&sb.provider_id).resize_pty(pid, cols, rows).await.map_err(process_err(pid))?;
     Ok(json!({}))
 });
 
 unary_fn!(close_stdin, ProcessRequest, |st, sb, r| {
     let pid = target_pid(&sb, &r.process)?;
-    st.provider.close_stdin(&sb.provider_id, pid).await.map_err(process_err(pid))?;
+    st.provider.sandbox(&sb.provider_id).close_stdin(pid).await.map_err(process_err(pid))?;
     Ok(json!({}))
 });
 

@@ -53,13 +53,13 @@ impl std::fmt::Debug for Watcher {
 /// `invalid_argument` if it is no directory.
 async fn start_watch(st: &AppState, sb: &ServedSandbox, r: &WatchRequest) -> Result<Watcher, RpcError> {
     let dir = resolve(&r.path)?;
-    match st.provider.stat(&sb.provider_id, &dir).await {
+    match st.provider.sandbox(&sb.provider_id).stat(&dir).await {
         Ok(e) if e.kind == "dir" || e.kind == "symlink" => {}
         Ok(_) => return Err(RpcError::invalid(format!("path {dir} is not a directory"))),
         Err(e) if e.kind == ErrorKind::NotFound => return Err(RpcError::not_found(format!("path {dir} not found"))),
         Err(e) => return Err(e.into()),
     }
-    let watch = st.provider.watch_dir(&sb.provider_id, &dir, r.recursive).await.map_err(|e| {
+    let watch = st.provider.sandbox(&sb.provider_id).watch_dir(&dir, r.recursive).await.map_err(|e| {
         if e.message.starts_with("not a directory") {
             RpcError::invalid(format!("path {dir} is not a directory"))
         } else {
@@ -89,7 +89,7 @@ async fn events_json(
         let mut v = json!({"name": e.name, "type": ty});
         if w.include_entry {
             let path = format!("{}/{}", w.dir.trim_end_matches('/'), e.name);
-            if let Ok(entry) = st.provider.stat(&sb.provider_id, &path).await {
+            if let Ok(entry) = st.provider.sandbox(&sb.provider_id).stat(&path).await {
                 v["entry"] = describe(st, sb, &entry).await;
             }
         }

@@ -125,7 +125,7 @@ async fn send(
     path: &str,
     body: Option<Value>,
 ) -> Result<Response, Response> {
-    let base = st.provider.port_url(&sb.provider_id, INTERPRETER_PORT).await.map_err(|_| not_configured())?;
+    let base = st.provider.sandbox(&sb.provider_id).port_url(INTERPRETER_PORT).await.map_err(|_| not_configured())?;
     let mut req = axum::http::Request::builder().method(method).uri(format!("{base}{path}"));
     let body = match body {
         Some(v) => {

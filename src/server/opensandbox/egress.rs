@@ -267,7 +267,7 @@ fn targets_body(body: &Bytes) -> Result<Vec<String>, Response> {
 async fn apply(st: &AppState, sb: &ServedSandbox, os: &OsSandbox, policy: Policy) -> Result<(), Response> {
     let (internet, network) = policy.to_e2b()?;
     let p = crate::server::control::network_policy(internet, Some(&network)).map_err(|_| bad("invalid policy"))?;
-    st.provider.update_network(&sb.provider_id, p.clone()).await.map_err(provider_error)?;
+    st.provider.sandbox(&sb.provider_id).update_network(p.clone()).await.map_err(provider_error)?;
     *sb.network.lock().expect("network") = p;
     *os.egress.lock().expect("egress") = policy;
     Ok(())

@@ -281,7 +281,8 @@ async fn user_of(st: &AppState, sb: &ServedSandbox, uid: Option<u32>, gid: Optio
     };
     let passwd = st
         .provider
-        .read_file_as(&sb.provider_id, "/etc/passwd", "root")
+        .sandbox(&sb.provider_id)
+        .read_file_as("/etc/passwd", "root")
         .await
         .map_err(|e| runtime_error(format!("cannot read the sandbox's users: {e}")))?;
     let text = String::from_utf8_lossy(&passwd);
@@ -357,7 +358,7 @@ async fn run_command(State(st): State<Arc<AppState>>, Extension(sb): Sb, Extensi
         pid: Mutex::new(None),
         state: Mutex::new(CommandState { running: true, ..Default::default() }),
     });
-    let live = match st.provider.spawn_live(&sb.provider_id, exec, false).await {
+    let live = match st.provider.sandbox(&sb.provider_id).spawn_live(exec, false).await {
         Ok(l) => l,
         Err(e) => {
             // Started nothing: init, then the error (execd's answer to a failed start).
@@ -384,21 +385,21 @@ async fn run_command(State(st): State<Arc<AppState>>, Extension(sb): Sb, Extensi
 
 /// Kills `pid`: SIGTERM, then SIGKILL if it has not ended after [`TERM_GRACE`].
 async fn terminate(st: &AppState, sb: &ServedSandbox, pid: u32) {
-    if st.provider.signal(&sb.provider_id, pid, libc::SIGTERM).await.is_err() {
+    if st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGTERM).await.is_err() {
         return;
     }
-    if let Ok(r) = st.provider.wait(&sb.provider_id, pid, TERM_GRACE).await {
+    if let Ok(r) = st.provider.sandbox(&sb.provider_id).wait(pid, TERM_GRACE).await {
         if r.exit_code.is_some() || r.signal.is_some() {
             return;
         }
     }
-    let _ = st.provider.signal(&sb.provider_id, pid, libc::SIGKILL).await;
+    let _ = st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGKILL).await;
 }
 
 /// The exit status of `pid` once its output ended: (code, error text) as execd reports it
 /// (Go's `ExitCode()`: -1 for a signal).
 async fn exit_status(st: &AppState, sb: &ServedSandbox, pid: u32) -> (i64, Option<String>) {
-    match st.provider.wait(&sb.provider_id, pid, Duration::from_secs(30)).await {
+    match st.provider.sandbox(&sb.provider_id).wait(pid, Duration::from_secs(30)).await {
         Ok(r) => match (r.exit_code, r.signal) {
             (Some(0), _) => (0, None),
             (Some(c), _) => (i64::from(c), Some(format!("exit status {c}"))),
@@ -441,7 +442,7 @@ async fn foreground(
                 continue;
             }
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
-                let _ = st.provider.signal(&sb.provider_id, pid, libc::SIGKILL).await;
+                let _ = st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGKILL).await;
                 continue;
             }
             _ = tx.closed() => { gone = true; break; }
@@ -497,7 +498,7 @@ async fn background(
         let chunk = tokio::select! {
             c = live.output.recv() => c,
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
-                let _ = st.provider.signal(&sb.provider_id, pid, libc::SIGKILL).await;
+                let _ = st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGKILL).await;
                 continue;
             }
         };
@@ -518,7 +519,7 @@ pub(super) async fn start_entrypoint(st: &Arc<AppState>, sb: &Arc<ServedSandbox>
         os.entrypoint.iter().map(|a| crate::templates::dockerfile::shell_quote(a)).collect::<Vec<_>>().join(" ")
     );
     let exec = ExecRequest { cmd, user: Some("root".into()), ..Default::default() };
-    let live = match st.provider.spawn_live(&sb.provider_id, exec, false).await {
+    let live = match st.provider.sandbox(&sb.provider_id).spawn_live(exec, false).await {
         Ok(l) => l,
         Err(e) => {
             *os.note.lock().expect("note") =
@@ -656,7 +657,7 @@ async fn create_session(
             user: Some("root".into()),
             ..Default::default()
         };
-        match st.provider.exec(&sb.provider_id, mk, None).await {
+        match st.provider.sandbox(&sb.provider_id).exec(mk, None).await {
             Ok(r) if r.exit_code == Some(0) => {}
             Ok(r) => {
                 return runtime_error(format!(
@@ -796,7 +797,7 @@ async fn run_in_session(
         user: Some("root".into()),
         ..Default::default()
     };
-    let mut live = match st.provider.spawn_live(&sb.provider_id, exec, false).await {
+    let mut live = match st.provider.sandbox(&sb.provider_id).spawn_live(exec, false).await {
         Ok(l) => l,
         Err(e) => return runtime_error(format!("error running in session. {e}")),
     };
@@ -836,7 +837,7 @@ async fn run_in_session(
                 c = live.output.recv() => c,
                 _ = tokio::time::sleep_until(deadline), if !timed_out => {
                     timed_out = true;
-                    let _ = st.provider.signal(&sb.provider_id, pid, libc::SIGKILL).await;
+                    let _ = st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGKILL).await;
                     continue;
                 }
                 _ = tx.closed() => { gone = true; break; }
@@ -887,7 +888,7 @@ async fn run_in_session(
 
 /// `/metrics`: the sandbox's CPU use since the last sample (or its start), its memory.
 async fn sample(st: &AppState, sb: &ServedSandbox, os: &OsSandbox) -> Result<Value, Response> {
-    let usage = st.provider.usage(&sb.provider_id).await.map_err(super::provider_error)?;
+    let usage = st.provider.sandbox(&sb.provider_id).usage().await.map_err(super::provider_error)?;
     let now = crate::server::now_us();
     let (prev_at, prev_cpu) = os.execd.cpu_sample.lock().expect("sample").unwrap_or((sb.started_us, 0));
     *os.execd.cpu_sample.lock().expect("sample") = Some((now, usage.cpu_usec));

@@ -69,7 +69,7 @@ fn abs(path: &str) -> Result<String, Response> {
 /// Runs `script` as the sandbox's root: (exit code, stdout, stderr).
 async fn sh(st: &AppState, sb: &ServedSandbox, script: String) -> Result<(i32, Vec<u8>, String), Response> {
     let req = ExecRequest { cmd: script, user: Some("root".into()), ..Default::default() };
-    let r = st.provider.exec(&sb.provider_id, req, None).await.map_err(|e| runtime_error(e.message))?;
+    let r = st.provider.sandbox(&sb.provider_id).exec(req, None).await.map_err(|e| runtime_error(e.message))?;
     Ok((r.exit_code.unwrap_or(-1), r.stdout, String::from_utf8_lossy(&r.stderr).trim().to_string()))
 }
 
@@ -444,7 +444,7 @@ async fn replace(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery, body:
         if item.old.is_empty() {
             return bad_request("old content must not be empty");
         }
-        let data = match st.provider.read_file_as(&sb.provider_id, &a, "root").await {
+        let data = match st.provider.sandbox(&sb.provider_id).read_file_as(&a, "root").await {
             Ok(d) => d,
             Err(e) if e.kind == ErrorKind::NotFound => return not_found(format!("file not found. {e}")),
             Err(e) => return runtime_error(format!("error accessing file: {e}")),
@@ -453,7 +453,7 @@ async fn replace(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery, body:
         let count = text.matches(item.old.as_str()).count();
         if count > 0 {
             let next = text.replace(item.old.as_str(), &item.new);
-            if let Err(e) = st.provider.write_file_as(&sb.provider_id, &a, next.into_bytes(), "root").await {
+            if let Err(e) = st.provider.sandbox(&sb.provider_id).write_file_as(&a, next.into_bytes(), "root").await {
                 return runtime_error(format!("error accessing file: {e}"));
             }
             let ids = String::from_utf8_lossy(&out);
@@ -546,7 +546,7 @@ async fn upload(State(st): St, Extension(sb): Sb, mut form: Multipart) -> Respon
             Ok(a) => a,
             Err(r) => return r,
         };
-        if let Err(e) = st.provider.write_file_as(&sb.provider_id, &a, data, "root").await {
+        if let Err(e) = st.provider.sandbox(&sb.provider_id).write_file_as(&a, data, "root").await {
             return runtime_error(format!("error opening destination file {a}. {e}"));
         }
         let perm = Permission { owner: meta.owner.clone(), group: meta.group.clone(), mode: meta.mode };
@@ -607,7 +607,7 @@ async fn download(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery, head
         Ok(a) => a,
         Err(r) => return r,
     };
-    let mut data = match st.provider.read_file_as(&sb.provider_id, &a, "root").await {
+    let mut data = match st.provider.sandbox(&sb.provider_id).read_file_as(&a, "root").await {
         Ok(d) => d,
         Err(e) if e.kind == ErrorKind::NotFound => {
             return not_found(format!("file not found. open {a}: no such file or directory"))

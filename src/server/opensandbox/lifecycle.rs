@@ -887,7 +887,7 @@ async fn snapshot(State(st): St, Path(id): Path<String>, body: Bytes) -> Respons
     }
     let hex = crate::random::hex(10);
     let template_name = format!("osb-snapshot-{hex}");
-    let template = match st.provider.snapshot(&sb.provider_id, &template_name).await {
+    let template = match st.provider.sandbox(&sb.provider_id).snapshot(&template_name).await {
         Ok(t) => t,
         Err(e) => return provider_error(e),
     };

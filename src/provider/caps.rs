@@ -1,0 +1,418 @@
+//! What a provider can do in a sandbox beyond its lifecycle, one trait a capability.
+//!
+//! A provider implements the traits for what it has, and hands each out through its accessor on
+//! [`Provider`] (`processes()`, `files()`, …), which says `None` for what it lacks (or lacks in
+//! its present configuration: local sandboxes without namespaces have no terminal). What
+//! [`Provider::capabilities`] reports is derived from those accessors, so a provider cannot claim
+//! what it does not implement, nor implement what it forgets to claim.
+//!
+//! Callers that hold a `dyn Provider` work in one sandbox through [`SandboxRef`]
+//! (`provider.sandbox(id)`), which asks the accessor and refuses what the provider lacks as
+//! `unsupported`, naming the provider and the feature.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::{
+    BuildOutput, BuildSpec, DeployOutput, DirWatch, ExecRequest, ExecResult, FileEntry, LiveProcess, NetworkPolicy,
+    OutputTx, ProcessInfo, Provider, ProviderError, Result, Usage,
+};
+
+/// Commands: to completion, in the background, and what is known of them.
+#[async_trait]
+pub trait Processes: Send + Sync {
+    /// Run a command to completion through `/bin/bash -l -c`. Live output goes to `output` if
+    /// given (the result still holds all of it, to its cap); that channel is bounded, so the
+    /// caller reads it while the command runs (a command whose output is not read waits).
+    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult>;
+    /// Start a command in the background; returns its pid in the sandbox.
+    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32>;
+    /// Processes started by `exec`/`spawn` that are still known to the provider.
+    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>>;
+    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()>;
+    /// Wait for a background process to end (up to `timeout`); returns its output so far.
+    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult>;
+}
+
+/// Background processes whose output streams as it comes and whose stdin stays open (the E2B
+/// `Process/Start` stream, OpenSandbox's execd).
+#[async_trait]
+pub trait LiveProcesses: Send + Sync {
+    /// Like [`Processes::spawn`], but the output is delivered live and, with `open_stdin`, the
+    /// process's stdin stays open for [`LiveProcesses::write_stdin`] /
+    /// [`LiveProcesses::close_stdin`] (`req.stdin` is then ignored). Without `open_stdin` stdin
+    /// is `req.stdin` or `/dev/null`, as for `spawn`. [`Processes::wait`] returns the final
+    /// status at once after the output closes.
+    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess>;
+    /// Writes to the stdin of a process started with `spawn_live(.., open_stdin: true)`.
+    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()>;
+    /// Closes that stdin (the process sees end of file).
+    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()>;
+}
+
+/// Commands in a pseudo-terminal.
+#[async_trait]
+pub trait Pty: Send + Sync {
+    /// Like [`LiveProcesses::spawn_live`], in a pseudo-terminal of `cols` × `rows`: the
+    /// command's stdin, stdout and stderr are the terminal, and what it writes arrives as
+    /// stdout chunks.
+    async fn spawn_pty(&self, id: &str, req: ExecRequest, cols: u16, rows: u16) -> Result<LiveProcess>;
+    /// Types into the terminal of a process started with [`Pty::spawn_pty`].
+    async fn write_pty(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()>;
+    /// Resizes that terminal.
+    async fn resize_pty(&self, id: &str, pid: u32, cols: u16, rows: u16) -> Result<()>;
+}
+
+/// The sandbox's files, with the sandbox user's rights. Relative paths are relative to the
+/// sandbox user's home (`/home/user`).
+#[async_trait]
+pub trait Files: Send + Sync {
+    /// Parent directories are created.
+    async fn write_file(&self, id: &str, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry>;
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>>;
+    async fn list_dir(&self, id: &str, path: &str) -> Result<Vec<FileEntry>>;
+    async fn stat(&self, id: &str, path: &str) -> Result<FileEntry>;
+    async fn exists(&self, id: &str, path: &str) -> Result<bool>;
+    async fn make_dir(&self, id: &str, path: &str) -> Result<FileEntry>;
+    async fn rename(&self, id: &str, from: &str, to: &str) -> Result<FileEntry>;
+    async fn remove(&self, id: &str, path: &str) -> Result<()>;
+}
+
+/// What envd's filesystem service adds to [`Files`]: links, other users' rights, and file
+/// metadata (what `serve` answers the E2B SDKs with).
+#[async_trait]
+pub trait EnvdFiles: Send + Sync {
+    /// The target of the symbolic link at `path`, as stored in the link (maybe relative).
+    async fn read_link(&self, id: &str, path: &str) -> Result<String>;
+    /// Writes `path` as envd does for an upload made as sandbox user `user`: as the sandbox's
+    /// root (so any path can be written), then the file and the parent directories it made
+    /// are given to `user`.
+    async fn write_file_as(&self, id: &str, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry>;
+    /// Reads `path` with the rights of sandbox user `user`.
+    async fn read_file_as(&self, id: &str, path: &str, user: &str) -> Result<Vec<u8>>;
+    /// The file metadata of `path` (envd's: its `user.e2b.*` extended attributes, without
+    /// the prefix).
+    async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>>;
+    /// Makes `metadata` the whole file metadata of `path` (an empty map clears it). Both are
+    /// done with the rights of the sandbox's root, as envd does them.
+    async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()>;
+}
+
+/// Changes under a directory, reported as they happen.
+#[async_trait]
+pub trait WatchDirs: Send + Sync {
+    /// Watches directory `path` (and, with `recursive`, every directory below it, also those
+    /// made later) for changes.
+    async fn watch_dir(&self, id: &str, path: &str, recursive: bool) -> Result<Box<dyn DirWatch>>;
+}
+
+/// Ports inside a sandbox, reached from the runner.
+#[async_trait]
+pub trait Ports: Send + Sync {
+    /// Each sandbox has its own ports: two sandboxes can bind the same port.
+    fn isolated(&self) -> bool;
+    /// Base URL (`http://host:port`) at which the client reaches `port` inside the sandbox.
+    async fn port_url(&self, id: &str, port: u16) -> Result<String>;
+    /// Headers a request to `url` must carry to get through, when `url` is under a base that
+    /// [`Ports::port_url`] handed out (E2B's private ingress: `e2b-traffic-access-token`).
+    /// Empty for every other URL, so a credential never goes where it was not issued for.
+    fn port_headers(&self, url: &str) -> Vec<(String, String)> {
+        let _ = url;
+        Vec::new()
+    }
+}
+
+/// The reverse of [`Ports`]: a service of this machine reached from inside a sandbox.
+#[async_trait]
+pub trait ExposeHost: Send + Sync {
+    /// Makes `host`, a service on this machine's loopback (a scripted model endpoint the run
+    /// serves), reachable from inside the sandbox, at `127.0.0.1:port` when the sandbox has a
+    /// network of its own, and returns the base URL a program inside uses.
+    async fn expose_host(&self, id: &str, host: std::net::SocketAddr, port: u16) -> Result<String>;
+}
+
+/// Pausing and resuming a sandbox.
+#[async_trait]
+pub trait Pausing: Send + Sync {
+    /// Whether only a pause that keeps the memory is offered (OpenSandbox's): the `pause`
+    /// capability, which scenarios ask for, means both kinds.
+    fn keeps_memory_only(&self) -> bool {
+        false
+    }
+    /// Pauses the sandbox: its processes stop where they are (they get no CPU and keep their
+    /// memory) and it no longer expires; its files stay. Without `keep_memory` only its files
+    /// stay: its processes end, and [`Pausing::resume`] boots it again (a new boot id, as
+    /// E2B's filesystem-only pause cold-boots the VM). Idempotent.
+    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()>;
+    /// Undoes [`Pausing::pause`]: the processes run on, and the sandbox expires
+    /// `timeout_secs` from now. Idempotent.
+    async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()>;
+}
+
+/// A sandbox's filesystem captured as a template that `create` starts.
+#[async_trait]
+pub trait Snapshots: Send + Sync {
+    /// Captures the sandbox's filesystem as a template named `name` that `create` starts
+    /// (with the environment and working directory of the sandbox's own template, no start
+    /// command); [`Snapshots::delete_snapshot`] removes it. Processes are not captured.
+    /// Returns what `create { template: }` takes to start it (the name, or the id the
+    /// platform gave the snapshot).
+    async fn snapshot(&self, id: &str, name: &str) -> Result<String>;
+    /// Removes a snapshot [`Snapshots::snapshot`] made, by what it returned. False if there
+    /// was none.
+    async fn delete_snapshot(&self, snapshot: &str) -> Result<bool>;
+    /// Marks a snapshot as wanted after the run: [`Builds::remove_builds`] leaves it.
+    fn keep_snapshot(&self, snapshot: &str) {
+        let _ = snapshot;
+    }
+}
+
+/// Template folders built into something `create` starts.
+#[async_trait]
+pub trait Builds: Send + Sync {
+    /// Build a template folder (Dockerfile + files) into something `create` can use, streaming
+    /// the build log line by line to `log`. The same digest is built once per provider
+    /// instance (that is, per run); later calls reuse it and report `cached`.
+    async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput>;
+    /// Build if needed, then register the template so that `create { template: <template_id> }`
+    /// runs its start command and waits until it is ready.
+    async fn deploy(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<DeployOutput>;
+    /// End of run: remove the builds and registrations made by `build`/`deploy` that were not
+    /// asked to be kept. Returns how many were removed.
+    async fn remove_builds(&self) -> usize {
+        0
+    }
+    /// Remove one template registered by `build`/`deploy` under `name`, and its builds that
+    /// are not kept. False if there was none.
+    async fn remove_template(&self, name: &str) -> bool {
+        let _ = name;
+        false
+    }
+}
+
+/// A running sandbox's egress policy, changed live.
+#[async_trait]
+pub trait NetworkControl: Send + Sync {
+    /// Replaces a running sandbox's egress policy (E2B's `PUT /sandboxes/{id}/network`).
+    async fn update_network(&self, id: &str, policy: NetworkPolicy) -> Result<()>;
+}
+
+/// What a sandbox uses now.
+#[async_trait]
+pub trait Metrics: Send + Sync {
+    async fn usage(&self, id: &str) -> Result<Usage>;
+}
+
+fn lacks(provider: &dyn Provider, what: &str) -> ProviderError {
+    ProviderError::unsupported(format!("{} {what}", provider.name()))
+}
+
+/// One sandbox of a provider, as the steps and `serve` work in it: each call goes to the
+/// capability that does it, and what the provider lacks is refused as `unsupported`.
+#[derive(Clone, Copy)]
+pub struct SandboxRef<'a> {
+    provider: &'a dyn Provider,
+    id: &'a str,
+}
+
+impl<'p> dyn Provider + 'p {
+    /// The sandbox `id` of this provider (nothing is looked up until a call).
+    pub fn sandbox<'a>(&'a self, id: &'a str) -> SandboxRef<'a> {
+        SandboxRef { provider: self, id }
+    }
+}
+
+impl<'a> SandboxRef<'a> {
+    fn processes(&self) -> Result<&'a dyn Processes> {
+        self.provider.processes().ok_or_else(|| lacks(self.provider, "cannot run commands"))
+    }
+    fn live(&self) -> Result<&'a dyn LiveProcesses> {
+        self.provider.live_processes().ok_or_else(|| lacks(self.provider, "cannot stream background processes"))
+    }
+    fn pty(&self) -> Result<&'a dyn Pty> {
+        self.provider.pty().ok_or_else(|| lacks(self.provider, "cannot give commands a terminal"))
+    }
+    fn files(&self) -> Result<&'a dyn Files> {
+        self.provider.files().ok_or_else(|| lacks(self.provider, "has no file access"))
+    }
+    fn envd_files(&self, what: &str) -> Result<&'a dyn EnvdFiles> {
+        self.provider.envd_files().ok_or_else(|| lacks(self.provider, what))
+    }
+
+    pub async fn exec(&self, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
+        self.processes()?.exec(self.id, req, output).await
+    }
+    pub async fn spawn(&self, req: ExecRequest) -> Result<u32> {
+        self.processes()?.spawn(self.id, req).await
+    }
+    pub async fn process_list(&self) -> Result<Vec<ProcessInfo>> {
+        self.processes()?.process_list(self.id).await
+    }
+    pub async fn signal(&self, pid: u32, signal: i32) -> Result<()> {
+        self.processes()?.signal(self.id, pid, signal).await
+    }
+    pub async fn wait(&self, pid: u32, timeout: Duration) -> Result<ExecResult> {
+        self.processes()?.wait(self.id, pid, timeout).await
+    }
+
+    pub async fn spawn_live(&self, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
+        self.live()?.spawn_live(self.id, req, open_stdin).await
+    }
+    pub async fn write_stdin(&self, pid: u32, data: Vec<u8>) -> Result<()> {
+        self.live()?.write_stdin(self.id, pid, data).await
+    }
+    pub async fn close_stdin(&self, pid: u32) -> Result<()> {
+        self.live()?.close_stdin(self.id, pid).await
+    }
+
+    pub async fn spawn_pty(&self, req: ExecRequest, cols: u16, rows: u16) -> Result<LiveProcess> {
+        self.pty()?.spawn_pty(self.id, req, cols, rows).await
+    }
+    pub async fn write_pty(&self, pid: u32, data: Vec<u8>) -> Result<()> {
+        self.pty()?.write_pty(self.id, pid, data).await
+    }
+    pub async fn resize_pty(&self, pid: u32, cols: u16, rows: u16) -> Result<()> {
+        self.pty()?.resize_pty(self.id, pid, cols, rows).await
+    }
+
+    pub async fn write_file(&self, path: &str, data: Vec<u8>, mode: Option<u32>) -> Result<FileEntry> {
+        self.files()?.write_file(self.id, path, data, mode).await
+    }
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        self.files()?.read_file(self.id, path).await
+    }
+    pub async fn list_dir(&self, path: &str) -> Result<Vec<FileEntry>> {
+        self.files()?.list_dir(self.id, path).await
+    }
+    pub async fn stat(&self, path: &str) -> Result<FileEntry> {
+        self.files()?.stat(self.id, path).await
+    }
+    pub async fn exists(&self, path: &str) -> Result<bool> {
+        self.files()?.exists(self.id, path).await
+    }
+    pub async fn make_dir(&self, path: &str) -> Result<FileEntry> {
+        self.files()?.make_dir(self.id, path).await
+    }
+    pub async fn rename(&self, from: &str, to: &str) -> Result<FileEntry> {
+        self.files()?.rename(self.id, from, to).await
+    }
+    pub async fn remove(&self, path: &str) -> Result<()> {
+        self.files()?.remove(self.id, path).await
+    }
+
+    pub async fn read_link(&self, path: &str) -> Result<String> {
+        self.envd_files("cannot read symbolic links")?.read_link(self.id, path).await
+    }
+    /// As [`EnvdFiles::write_file_as`]; a provider without it writes as `user` only.
+    pub async fn write_file_as(&self, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry> {
+        match self.provider.envd_files() {
+            Some(f) => f.write_file_as(self.id, path, data, user).await,
+            None if user == "user" => self.write_file(path, data, None).await,
+            None => Err(lacks(self.provider, "writes files as `user` only")),
+        }
+    }
+    /// As [`EnvdFiles::read_file_as`]; a provider without it reads as `user` only.
+    pub async fn read_file_as(&self, path: &str, user: &str) -> Result<Vec<u8>> {
+        match self.provider.envd_files() {
+            Some(f) => f.read_file_as(self.id, path, user).await,
+            None if user == "user" => self.read_file(path).await,
+            None => Err(lacks(self.provider, "reads files as `user` only")),
+        }
+    }
+    pub async fn file_metadata(&self, path: &str) -> Result<BTreeMap<String, String>> {
+        self.envd_files("has no file metadata")?.file_metadata(self.id, path).await
+    }
+    pub async fn set_file_metadata(&self, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
+        self.envd_files("has no file metadata")?.set_file_metadata(self.id, path, metadata).await
+    }
+
+    pub async fn watch_dir(&self, path: &str, recursive: bool) -> Result<Box<dyn DirWatch>> {
+        let w = self.provider.watch_dirs().ok_or_else(|| lacks(self.provider, "cannot watch directories"))?;
+        w.watch_dir(self.id, path, recursive).await
+    }
+
+    pub async fn port_url(&self, port: u16) -> Result<String> {
+        let p = self.provider.ports().ok_or_else(|| lacks(self.provider, "cannot reach ports inside its sandboxes"))?;
+        p.port_url(self.id, port).await
+    }
+    pub async fn expose_host(&self, host: std::net::SocketAddr, port: u16) -> Result<String> {
+        let e = self.provider.exposes_host().ok_or_else(|| {
+            ProviderError::unsupported(format!(
+                "provider {} cannot make a service of this machine reachable from its sandboxes",
+                self.provider.name()
+            ))
+        })?;
+        e.expose_host(self.id, host, port).await
+    }
+
+    pub async fn pause(&self, keep_memory: bool) -> Result<()> {
+        let p = self.provider.pausing().ok_or_else(|| lacks(self.provider, "cannot pause sandboxes"))?;
+        p.pause(self.id, keep_memory).await
+    }
+    pub async fn resume(&self, timeout_secs: u64) -> Result<()> {
+        let p = self.provider.pausing().ok_or_else(|| lacks(self.provider, "cannot resume sandboxes"))?;
+        p.resume(self.id, timeout_secs).await
+    }
+    pub async fn snapshot(&self, name: &str) -> Result<String> {
+        let s = self.provider.snapshots().ok_or_else(|| lacks(self.provider, "cannot snapshot sandboxes"))?;
+        s.snapshot(self.id, name).await
+    }
+    pub async fn update_network(&self, policy: NetworkPolicy) -> Result<()> {
+        let n = self
+            .provider
+            .network_control()
+            .ok_or_else(|| lacks(self.provider, "cannot change a sandbox's network policy"))?;
+        n.update_network(self.id, policy).await
+    }
+    pub async fn usage(&self) -> Result<Usage> {
+        let m = self.provider.metrics().ok_or_else(|| lacks(self.provider, "does not report resource usage"))?;
+        m.usage(self.id).await
+    }
+}
+
+impl<'p> dyn Provider + 'p {
+    /// [`Ports::port_headers`], or none for a provider without ports.
+    pub fn port_headers(&self, url: &str) -> Vec<(String, String)> {
+        self.ports().map(|p| p.port_headers(url)).unwrap_or_default()
+    }
+    /// [`Snapshots::delete_snapshot`]; false for a provider without snapshots.
+    pub async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
+        match self.snapshots() {
+            Some(s) => s.delete_snapshot(snapshot).await,
+            None => Ok(false),
+        }
+    }
+    /// [`Snapshots::keep_snapshot`].
+    pub fn keep_snapshot(&self, snapshot: &str) {
+        if let Some(s) = self.snapshots() {
+            s.keep_snapshot(snapshot);
+        }
+    }
+    /// [`Builds::build`], refused by a provider without builds.
+    pub async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput> {
+        let b = self.builds().ok_or_else(|| lacks(self, "cannot build templates"))?;
+        b.build(spec, log).await
+    }
+    /// [`Builds::deploy`], refused by a provider without builds.
+    pub async fn deploy(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<DeployOutput> {
+        let b = self.builds().ok_or_else(|| lacks(self, "cannot deploy templates"))?;
+        b.deploy(spec, log).await
+    }
+    /// [`Builds::remove_builds`]; 0 for a provider without builds.
+    pub async fn remove_builds(&self) -> usize {
+        match self.builds() {
+            Some(b) => b.remove_builds().await,
+            None => 0,
+        }
+    }
+    /// [`Builds::remove_template`]; false for a provider without builds.
+    pub async fn remove_template(&self, name: &str) -> bool {
+        match self.builds() {
+            Some(b) => b.remove_template(name).await,
+            None => false,
+        }
+    }
+}
