@@ -1,13 +1,13 @@
 //! What a provider can do in a sandbox beyond its lifecycle, one trait a capability.
 //!
 //! A provider implements the traits for what it has, and hands each out through its accessor on
-//! [`Provider`] (`processes()`, `files()`, …), which says `None` for what it lacks (or lacks in
+//! [`Provider::features`], which says `None` for what it lacks (or lacks in
 //! its present configuration: local sandboxes without namespaces have no terminal). What
-//! [`Provider::capabilities`] reports is derived from those accessors, so a provider cannot claim
+//! [`Provider::capabilities`] reports is derived from them, so a provider cannot claim
 //! what it does not implement, nor implement what it forgets to claim.
 //!
 //! Callers that hold a `dyn Provider` work in one sandbox through [`SandboxRef`]
-//! (`provider.sandbox(id)`), which asks the accessor and refuses what the provider lacks as
+//! (`provider.sandbox(id)`), which asks for the feature and refuses what the provider lacks as
 //! `unsupported`, naming the provider and the feature.
 
 use std::collections::BTreeMap;
@@ -206,6 +206,25 @@ pub trait Metrics: Send + Sync {
     async fn usage(&self, id: &str) -> Result<Usage>;
 }
 
+/// What a provider has beyond the lifecycle ([`Provider::features`]): each capability trait it
+/// implements, or `None` where it lacks it (in its present configuration).
+#[derive(Clone, Copy, Default)]
+pub struct Features<'a> {
+    pub processes: Option<&'a dyn Processes>,
+    pub live_processes: Option<&'a dyn LiveProcesses>,
+    pub pty: Option<&'a dyn Pty>,
+    pub files: Option<&'a dyn Files>,
+    pub envd_files: Option<&'a dyn EnvdFiles>,
+    pub watch_dirs: Option<&'a dyn WatchDirs>,
+    pub ports: Option<&'a dyn Ports>,
+    pub expose_host: Option<&'a dyn ExposeHost>,
+    pub pausing: Option<&'a dyn Pausing>,
+    pub snapshots: Option<&'a dyn Snapshots>,
+    pub builds: Option<&'a dyn Builds>,
+    pub network_control: Option<&'a dyn NetworkControl>,
+    pub metrics: Option<&'a dyn Metrics>,
+}
+
 fn lacks(provider: &dyn Provider, what: &str) -> ProviderError {
     ProviderError::unsupported(format!("{} {what}", provider.name()))
 }
@@ -227,19 +246,22 @@ impl<'p> dyn Provider + 'p {
 
 impl<'a> SandboxRef<'a> {
     fn processes(&self) -> Result<&'a dyn Processes> {
-        self.provider.processes().ok_or_else(|| lacks(self.provider, "cannot run commands"))
+        self.provider.features().processes.ok_or_else(|| lacks(self.provider, "cannot run commands"))
     }
     fn live(&self) -> Result<&'a dyn LiveProcesses> {
-        self.provider.live_processes().ok_or_else(|| lacks(self.provider, "cannot stream background processes"))
+        self.provider
+            .features()
+            .live_processes
+            .ok_or_else(|| lacks(self.provider, "cannot stream background processes"))
     }
     fn pty(&self) -> Result<&'a dyn Pty> {
-        self.provider.pty().ok_or_else(|| lacks(self.provider, "cannot give commands a terminal"))
+        self.provider.features().pty.ok_or_else(|| lacks(self.provider, "cannot give commands a terminal"))
     }
     fn files(&self) -> Result<&'a dyn Files> {
-        self.provider.files().ok_or_else(|| lacks(self.provider, "has no file access"))
+        self.provider.features().files.ok_or_else(|| lacks(self.provider, "has no file access"))
     }
     fn envd_files(&self, what: &str) -> Result<&'a dyn EnvdFiles> {
-        self.provider.envd_files().ok_or_else(|| lacks(self.provider, what))
+        self.provider.features().envd_files.ok_or_else(|| lacks(self.provider, what))
     }
 
     pub async fn exec(&self, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
@@ -308,7 +330,7 @@ impl<'a> SandboxRef<'a> {
     }
     /// As [`EnvdFiles::write_file_as`]; a provider without it writes as `user` only.
     pub async fn write_file_as(&self, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry> {
-        match self.provider.envd_files() {
+        match self.provider.features().envd_files {
             Some(f) => f.write_file_as(self.id, path, data, user).await,
             None if user == "user" => self.write_file(path, data, None).await,
             None => Err(lacks(self.provider, "writes files as `user` only")),
@@ -316,7 +338,7 @@ impl<'a> SandboxRef<'a> {
     }
     /// As [`EnvdFiles::read_file_as`]; a provider without it reads as `user` only.
     pub async fn read_file_as(&self, path: &str, user: &str) -> Result<Vec<u8>> {
-        match self.provider.envd_files() {
+        match self.provider.features().envd_files {
             Some(f) => f.read_file_as(self.id, path, user).await,
             None if user == "user" => self.read_file(path).await,
             None => Err(lacks(self.provider, "reads files as `user` only")),
@@ -330,16 +352,20 @@ impl<'a> SandboxRef<'a> {
     }
 
     pub async fn watch_dir(&self, path: &str, recursive: bool) -> Result<Box<dyn DirWatch>> {
-        let w = self.provider.watch_dirs().ok_or_else(|| lacks(self.provider, "cannot watch directories"))?;
+        let w = self.provider.features().watch_dirs.ok_or_else(|| lacks(self.provider, "cannot watch directories"))?;
         w.watch_dir(self.id, path, recursive).await
     }
 
     pub async fn port_url(&self, port: u16) -> Result<String> {
-        let p = self.provider.ports().ok_or_else(|| lacks(self.provider, "cannot reach ports inside its sandboxes"))?;
+        let p = self
+            .provider
+            .features()
+            .ports
+            .ok_or_else(|| lacks(self.provider, "cannot reach ports inside its sandboxes"))?;
         p.port_url(self.id, port).await
     }
     pub async fn expose_host(&self, host: std::net::SocketAddr, port: u16) -> Result<String> {
-        let e = self.provider.exposes_host().ok_or_else(|| {
+        let e = self.provider.features().expose_host.ok_or_else(|| {
             ProviderError::unsupported(format!(
                 "provider {} cannot make a service of this machine reachable from its sandboxes",
                 self.provider.name()
@@ -349,26 +375,28 @@ impl<'a> SandboxRef<'a> {
     }
 
     pub async fn pause(&self, keep_memory: bool) -> Result<()> {
-        let p = self.provider.pausing().ok_or_else(|| lacks(self.provider, "cannot pause sandboxes"))?;
+        let p = self.provider.features().pausing.ok_or_else(|| lacks(self.provider, "cannot pause sandboxes"))?;
         p.pause(self.id, keep_memory).await
     }
     pub async fn resume(&self, timeout_secs: u64) -> Result<()> {
-        let p = self.provider.pausing().ok_or_else(|| lacks(self.provider, "cannot resume sandboxes"))?;
+        let p = self.provider.features().pausing.ok_or_else(|| lacks(self.provider, "cannot resume sandboxes"))?;
         p.resume(self.id, timeout_secs).await
     }
     pub async fn snapshot(&self, name: &str) -> Result<String> {
-        let s = self.provider.snapshots().ok_or_else(|| lacks(self.provider, "cannot snapshot sandboxes"))?;
+        let s = self.provider.features().snapshots.ok_or_else(|| lacks(self.provider, "cannot snapshot sandboxes"))?;
         s.snapshot(self.id, name).await
     }
     pub async fn update_network(&self, policy: NetworkPolicy) -> Result<()> {
         let n = self
             .provider
-            .network_control()
+            .features()
+            .network_control
             .ok_or_else(|| lacks(self.provider, "cannot change a sandbox's network policy"))?;
         n.update_network(self.id, policy).await
     }
     pub async fn usage(&self) -> Result<Usage> {
-        let m = self.provider.metrics().ok_or_else(|| lacks(self.provider, "does not report resource usage"))?;
+        let m =
+            self.provider.features().metrics.ok_or_else(|| lacks(self.provider, "does not report resource usage"))?;
         m.usage(self.id).await
     }
 }
@@ -376,41 +404,41 @@ impl<'a> SandboxRef<'a> {
 impl<'p> dyn Provider + 'p {
     /// [`Ports::port_headers`], or none for a provider without ports.
     pub fn port_headers(&self, url: &str) -> Vec<(String, String)> {
-        self.ports().map(|p| p.port_headers(url)).unwrap_or_default()
+        self.features().ports.map(|p| p.port_headers(url)).unwrap_or_default()
     }
     /// [`Snapshots::delete_snapshot`]; false for a provider without snapshots.
     pub async fn delete_snapshot(&self, snapshot: &str) -> Result<bool> {
-        match self.snapshots() {
+        match self.features().snapshots {
             Some(s) => s.delete_snapshot(snapshot).await,
             None => Ok(false),
         }
     }
     /// [`Snapshots::keep_snapshot`].
     pub fn keep_snapshot(&self, snapshot: &str) {
-        if let Some(s) = self.snapshots() {
+        if let Some(s) = self.features().snapshots {
             s.keep_snapshot(snapshot);
         }
     }
     /// [`Builds::build`], refused by a provider without builds.
     pub async fn build(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<BuildOutput> {
-        let b = self.builds().ok_or_else(|| lacks(self, "cannot build templates"))?;
+        let b = self.features().builds.ok_or_else(|| lacks(self, "cannot build templates"))?;
         b.build(spec, log).await
     }
     /// [`Builds::deploy`], refused by a provider without builds.
     pub async fn deploy(&self, spec: BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<DeployOutput> {
-        let b = self.builds().ok_or_else(|| lacks(self, "cannot deploy templates"))?;
+        let b = self.features().builds.ok_or_else(|| lacks(self, "cannot deploy templates"))?;
         b.deploy(spec, log).await
     }
     /// [`Builds::remove_builds`]; 0 for a provider without builds.
     pub async fn remove_builds(&self) -> usize {
-        match self.builds() {
+        match self.features().builds {
             Some(b) => b.remove_builds().await,
             None => 0,
         }
     }
     /// [`Builds::remove_template`]; false for a provider without builds.
     pub async fn remove_template(&self, name: &str) -> bool {
-        match self.builds() {
+        match self.features().builds {
             Some(b) => b.remove_template(name).await,
             None => false,
         }

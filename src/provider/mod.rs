@@ -28,8 +28,8 @@ pub use crate::error::{ErrorKind, ProviderError};
 pub use crate::model::capability::Capability;
 pub use crate::stats::ProviderStats;
 pub use caps::{
-    Builds, EnvdFiles, ExposeHost, Files, LiveProcesses, Metrics, NetworkControl, Pausing, Ports, Processes, Pty,
-    SandboxRef, Snapshots, WatchDirs,
+    Builds, EnvdFiles, ExposeHost, Features, Files, LiveProcesses, Metrics, NetworkControl, Pausing, Ports, Processes,
+    Pty, SandboxRef, Snapshots, WatchDirs,
 };
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
@@ -323,7 +323,7 @@ pub trait DirWatch: Send + Sync {
 /// All methods are cancel-safe to drop: the runner wraps every call in a timeout, and a
 /// dropped `create` must not leak a sandbox (the provider tracks what it made and
 /// [`Provider::destroy_all`] kills it). Work inside a sandbox goes through the capability
-/// traits of [`caps`], handed out by the accessors below; `provider.sandbox(id)` is the
+/// traits of [`caps`], handed out by [`Provider::features`]; `provider.sandbox(id)` is the
 /// handle callers use.
 #[async_trait]
 pub trait Provider: Send + Sync {
@@ -382,62 +382,24 @@ pub trait Provider: Send + Sync {
     fn destroy_all_now(&self) {}
     fn stats(&self) -> ProviderStats;
 
-    // What the provider has beyond the lifecycle: `None` for what it lacks, in its present
-    // configuration.
-    fn processes(&self) -> Option<&dyn Processes> {
-        None
-    }
-    fn live_processes(&self) -> Option<&dyn LiveProcesses> {
-        None
-    }
-    fn pty(&self) -> Option<&dyn Pty> {
-        None
-    }
-    fn files(&self) -> Option<&dyn Files> {
-        None
-    }
-    fn envd_files(&self) -> Option<&dyn EnvdFiles> {
-        None
-    }
-    fn watch_dirs(&self) -> Option<&dyn WatchDirs> {
-        None
-    }
-    fn ports(&self) -> Option<&dyn Ports> {
-        None
-    }
-    fn exposes_host(&self) -> Option<&dyn ExposeHost> {
-        None
-    }
-    fn pausing(&self) -> Option<&dyn Pausing> {
-        None
-    }
-    fn snapshots(&self) -> Option<&dyn Snapshots> {
-        None
-    }
-    fn builds(&self) -> Option<&dyn Builds> {
-        None
-    }
-    fn network_control(&self) -> Option<&dyn NetworkControl> {
-        None
-    }
-    fn metrics(&self) -> Option<&dyn Metrics> {
-        None
-    }
+    /// What the provider has beyond the lifecycle, in its present configuration.
+    fn features(&self) -> Features<'_>;
 
-    /// The capabilities scenarios may require, derived from the accessors above (`run-code`
+    /// The capabilities scenarios may require, derived from [`Provider::features`] (`run-code`
     /// needs a port inside the sandbox; `pause` means both kinds of pause).
     fn capabilities(&self) -> Vec<Capability> {
-        let ports = self.ports();
+        let f = self.features();
+        let ports = f.ports;
         let has = |c: Capability| match c {
             Capability::Ports | Capability::RunCode => ports.is_some(),
             Capability::IsolatedPorts => ports.is_some_and(|p| p.isolated()),
-            Capability::Files => self.files().is_some(),
-            Capability::Processes => self.processes().is_some(),
-            Capability::Build => self.builds().is_some(),
-            Capability::Pause => self.pausing().is_some_and(|p| !p.keeps_memory_only()),
-            Capability::Snapshot => self.snapshots().is_some(),
-            Capability::Watch => self.watch_dirs().is_some(),
-            Capability::Pty => self.pty().is_some(),
+            Capability::Files => f.files.is_some(),
+            Capability::Processes => f.processes.is_some(),
+            Capability::Build => f.builds.is_some(),
+            Capability::Pause => f.pausing.is_some_and(|p| !p.keeps_memory_only()),
+            Capability::Snapshot => f.snapshots.is_some(),
+            Capability::Watch => f.watch_dirs.is_some(),
+            Capability::Pty => f.pty.is_some(),
         };
         Capability::ALL.iter().copied().filter(|&c| has(c)).collect()
     }

@@ -619,20 +619,15 @@ impl Provider for OpenSandboxProvider {
         self.stats.lock().expect("stats").clone()
     }
 
-    fn processes(&self) -> Option<&dyn crate::provider::Processes> {
-        Some(self)
-    }
-    fn files(&self) -> Option<&dyn crate::provider::Files> {
-        Some(self)
-    }
-    fn ports(&self) -> Option<&dyn crate::provider::Ports> {
-        Some(self)
-    }
-    fn pausing(&self) -> Option<&dyn crate::provider::Pausing> {
-        Some(self)
-    }
-    fn snapshots(&self) -> Option<&dyn crate::provider::Snapshots> {
-        Some(self)
+    fn features(&self) -> crate::provider::Features<'_> {
+        crate::provider::Features {
+            processes: Some(self),
+            files: Some(self),
+            ports: Some(self),
+            pausing: Some(self),
+            snapshots: Some(self),
+            ..Default::default()
+        }
     }
 }
 

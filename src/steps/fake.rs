@@ -329,17 +329,14 @@ impl Provider for FakeProvider {
         self.state().stats.clone()
     }
 
-    fn processes(&self) -> Option<&dyn crate::provider::Processes> {
-        Some(self)
-    }
-    fn files(&self) -> Option<&dyn crate::provider::Files> {
-        Some(self)
-    }
-    fn ports(&self) -> Option<&dyn crate::provider::Ports> {
-        Some(self)
-    }
-    fn builds(&self) -> Option<&dyn crate::provider::Builds> {
-        Some(self)
+    fn features(&self) -> crate::provider::Features<'_> {
+        crate::provider::Features {
+            processes: Some(self),
+            files: Some(self),
+            ports: Some(self),
+            builds: Some(self),
+            ..Default::default()
+        }
     }
 }
 

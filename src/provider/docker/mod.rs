@@ -841,23 +841,16 @@ impl Provider for DockerProvider {
         self.inner.core.stats()
     }
 
-    fn processes(&self) -> Option<&dyn crate::provider::Processes> {
-        Some(self)
-    }
-    fn live_processes(&self) -> Option<&dyn crate::provider::LiveProcesses> {
-        Some(self)
-    }
-    fn files(&self) -> Option<&dyn crate::provider::Files> {
-        Some(self)
-    }
-    fn ports(&self) -> Option<&dyn crate::provider::Ports> {
-        Some(self)
-    }
-    fn exposes_host(&self) -> Option<&dyn crate::provider::ExposeHost> {
-        Some(self)
-    }
-    fn builds(&self) -> Option<&dyn crate::provider::Builds> {
-        Some(self)
+    fn features(&self) -> crate::provider::Features<'_> {
+        crate::provider::Features {
+            processes: Some(self),
+            live_processes: Some(self),
+            files: Some(self),
+            ports: Some(self),
+            expose_host: Some(self),
+            builds: Some(self),
+            ..Default::default()
+        }
     }
 }
 

@@ -586,32 +586,19 @@ impl Provider for E2bProvider {
         self.inner.stats.lock().expect("stats").clone()
     }
 
-    fn processes(&self) -> Option<&dyn crate::provider::Processes> {
-        Some(self)
-    }
-    fn pty(&self) -> Option<&dyn crate::provider::Pty> {
-        Some(self)
-    }
-    fn files(&self) -> Option<&dyn crate::provider::Files> {
-        Some(self)
-    }
-    fn watch_dirs(&self) -> Option<&dyn crate::provider::WatchDirs> {
-        Some(self)
-    }
-    fn ports(&self) -> Option<&dyn crate::provider::Ports> {
-        Some(self)
-    }
-    fn pausing(&self) -> Option<&dyn crate::provider::Pausing> {
-        (self.inner.api.cfg.preset == Preset::E2b).then_some(self as &dyn crate::provider::Pausing)
-    }
-    fn snapshots(&self) -> Option<&dyn crate::provider::Snapshots> {
-        (self.inner.api.cfg.preset == Preset::E2b).then_some(self as &dyn crate::provider::Snapshots)
-    }
-    fn builds(&self) -> Option<&dyn crate::provider::Builds> {
-        Some(self)
-    }
-    fn network_control(&self) -> Option<&dyn crate::provider::NetworkControl> {
-        Some(self)
+    fn features(&self) -> crate::provider::Features<'_> {
+        crate::provider::Features {
+            processes: Some(self),
+            pty: Some(self),
+            files: Some(self),
+            watch_dirs: Some(self),
+            ports: Some(self),
+            pausing: (self.inner.api.cfg.preset == Preset::E2b).then_some(self),
+            snapshots: (self.inner.api.cfg.preset == Preset::E2b).then_some(self),
+            builds: Some(self),
+            network_control: Some(self),
+            ..Default::default()
+        }
     }
 }
 

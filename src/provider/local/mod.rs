@@ -952,44 +952,22 @@ impl Provider for LocalProvider {
         self.inner.core.stats()
     }
 
-    fn processes(&self) -> Option<&dyn crate::provider::Processes> {
-        Some(self)
-    }
-    fn live_processes(&self) -> Option<&dyn crate::provider::LiveProcesses> {
-        Some(self)
-    }
-    fn pty(&self) -> Option<&dyn crate::provider::Pty> {
-        self.inner.namespaces.then_some(self as &dyn crate::provider::Pty)
-    }
-    fn files(&self) -> Option<&dyn crate::provider::Files> {
-        Some(self)
-    }
-    fn envd_files(&self) -> Option<&dyn crate::provider::EnvdFiles> {
-        Some(self)
-    }
-    fn watch_dirs(&self) -> Option<&dyn crate::provider::WatchDirs> {
-        self.inner.namespaces.then_some(self as &dyn crate::provider::WatchDirs)
-    }
-    fn ports(&self) -> Option<&dyn crate::provider::Ports> {
-        Some(self)
-    }
-    fn exposes_host(&self) -> Option<&dyn crate::provider::ExposeHost> {
-        Some(self)
-    }
-    fn pausing(&self) -> Option<&dyn crate::provider::Pausing> {
-        self.inner.namespaces.then_some(self as &dyn crate::provider::Pausing)
-    }
-    fn snapshots(&self) -> Option<&dyn crate::provider::Snapshots> {
-        self.inner.namespaces.then_some(self as &dyn crate::provider::Snapshots)
-    }
-    fn builds(&self) -> Option<&dyn crate::provider::Builds> {
-        self.inner.namespaces.then_some(self as &dyn crate::provider::Builds)
-    }
-    fn network_control(&self) -> Option<&dyn crate::provider::NetworkControl> {
-        Some(self)
-    }
-    fn metrics(&self) -> Option<&dyn crate::provider::Metrics> {
-        Some(self)
+    fn features(&self) -> crate::provider::Features<'_> {
+        crate::provider::Features {
+            processes: Some(self),
+            live_processes: Some(self),
+            pty: self.inner.namespaces.then_some(self),
+            files: Some(self),
+            envd_files: Some(self),
+            watch_dirs: self.inner.namespaces.then_some(self),
+            ports: Some(self),
+            expose_host: Some(self),
+            pausing: self.inner.namespaces.then_some(self),
+            snapshots: self.inner.namespaces.then_some(self),
+            builds: self.inner.namespaces.then_some(self),
+            network_control: Some(self),
+            metrics: Some(self),
+        }
     }
 }
 
