@@ -1,6 +1,6 @@
 //! The processes one sandbox runs for E2B clients, and the fan-out of their output.
 //!
-//! `Process/Start` spawns through [`Provider::spawn_live`] and hands the live output to a hub
+//! `Process/Start` spawns through [`LiveProcesses::spawn_live`] and hands the live output to a hub
 //! task owned by the server, not by the HTTP request: the process keeps running (and keeps its
 //! `Connect-Timeout-Ms` lifetime) when the client goes away, as with envd. Each stream
 //! (`Start`, and every later `Connect`) is a subscriber that receives only output produced after

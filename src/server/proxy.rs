@@ -1,6 +1,6 @@
 //! Reaching ports inside a sandbox: `{port}-{id}.<domain>` host routing (the form
 //! `Sandbox.get_host(port)` returns) and the `E2b-Sandbox-Id` + `E2b-Sandbox-Port` header pair
-//! both forward the request to the provider's [`Provider::port_url`] for that port.
+//! both forward the request to the provider's [`Ports::port_url`] for that port.
 //!
 //! Plain HTTP/1.1 request/response forwarding with streamed bodies (hyper's client, header
 //! names in title case as E2B's Go proxy sends them); the `Host` header is passed through
@@ -8,7 +8,7 @@
 //! A port nobody listens on answers 502 "The sandbox is running but port is not open", which
 //! the SDKs map to `SandboxUnreachableException`.
 //!
-//! [`Provider::port_url`]: crate::provider::Provider::port_url
+//! [`Ports::port_url`]: crate::provider::Ports::port_url
 
 use axum::body::Body;
 use axum::extract::Request;

@@ -5,14 +5,14 @@
 //! takes its ID or name as the template.
 //!
 //! A snapshot is the sandbox's filesystem made into a template by the provider
-//! ([`Provider::snapshot`]: on the local provider, the overlay's upper layer copied and
+//! ([`Snapshots::snapshot`]: on the local provider, the overlay's upper layer copied and
 //! stacked on the sandbox's own lowers). Running processes are not captured: a sandbox
 //! started from a snapshot boots afresh on the saved files. A fork is a snapshot taken for
 //! the purpose and `count` sandboxes created from it. The layers under sandboxes still running
 //! are not removed when their snapshot is deleted (an overlay's lower layer must not change
 //! under it): the provider removes them when serve stops.
 //!
-//! [`Provider::snapshot`]: crate::provider::Provider::snapshot
+//! [`Snapshots::snapshot`]: crate::provider::Snapshots::snapshot
 
 use std::sync::{Arc, Mutex};
 

@@ -1,6 +1,6 @@
 //! `scripted-model`: a scripted model endpoint for the agent CLIs in a sandbox (see
 //! [`super::scripted_model`]), served by the run and made reachable inside the sandbox with
-//! [`Provider::expose_host`](crate::provider::Provider::expose_host). It lives until the
+//! [`ExposeHost::expose_host`](crate::provider::ExposeHost::expose_host). It lives until the
 //! scenario ends.
 
 use std::sync::Arc;

@@ -19,7 +19,7 @@
 //! the turn went through. `GET /_log` lists every request (API, model, whether it streamed,
 //! the tools offered, what was answered), for a scenario to check what the CLI sent.
 //!
-//! It listens on the host's loopback; `Provider::expose_host` makes it reachable inside a
+//! It listens on the host's loopback; `ExposeHost::expose_host` makes it reachable inside a
 //! sandbox. The server stops when the [`ScriptedModel`] is dropped (the scenario's end).
 
 use std::net::SocketAddr;

@@ -62,8 +62,8 @@
 //!
 //! Containers run with `--network none`: each has its own network namespace with only a
 //! loopback, as local sandboxes do, so two sandboxes can serve the same port and nothing in
-//! a sandbox can reach the host's services or the network. [`Provider::port_url`] is a host
-//! `127.0.0.1:<ephemeral>` listener whose connections are made inside the container's
+//! a sandbox can reach the host's services or the network.
+//! [`port_url`](crate::provider::Ports::port_url) is a host `127.0.0.1:<ephemeral>` listener whose connections are made inside the container's
 //! namespace (the local provider's forwarder, entered through `/proc/<container pid>/ns/net`;
 //! so the engine must run on this machine, which a unix socket implies unless it is in a VM).
 //! Builds still use the host's network, to reach the package registries.
@@ -72,7 +72,7 @@
 //! engine whose containers this machine cannot enter, or sandboxes that need the network):
 //! then a port bound in the container *is* the host's port, `port_url` is
 //! `http://127.0.0.1:<port>`, two sandboxes cannot bind the same port, and the provider lacks
-//! [`Capability::IsolatedPorts`], so scenarios that need it are SKIPPED. Filesystems and PID
+//! [`Capability::IsolatedPorts`](crate::provider::Capability::IsolatedPorts), so scenarios that need it are SKIPPED. Filesystems and PID
 //! spaces are per container either way.
 //!
 //! # Lifecycle

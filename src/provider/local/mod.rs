@@ -24,7 +24,7 @@
 //! the host's `/`, so templates are "the host, copy-on-write"), a private `/tmp`, its own
 //! `/home/user` (HOME and default cwd), its own PID namespace (killing the sandbox kills every
 //! process in it), its own network namespace (only `lo`, up; ports are reached through
-//! [`Provider::port_url`]), and its own IPC/UTS/cgroup namespaces. Two sandboxes can write
+//! [`Ports::port_url`]), and its own IPC/UTS/cgroup namespaces. Two sandboxes can write
 //! the same absolute path and bind the same port without noticing each other. This needs root
 //! (`CAP_SYS_ADMIN`), `bwrap` and `nsenter`.
 //!
