@@ -1,8 +1,9 @@
 //! What the providers that run sandboxes themselves (local, docker) share: the registry of
 //! live sandboxes with their deadlines, the counters behind [`Provider::stats`], the guard
 //! that lets `destroy_all` wait for creations still under way, and the table of a sandbox's
-//! processes. Each provider supplies only what differs: how a sandbox is torn down
-//! ([`Host::teardown`]) and what a process is.
+//! processes with the process capabilities over it. Each provider supplies only what differs:
+//! how a sandbox is torn down ([`Host::teardown`]), what a process is, and how a command is
+//! run and started ([`ProcessHost`]).
 //!
 //! Ordering rules, kept in one place:
 //! * a sandbox is registered and counted (`created`, `live`, `peak_live`) under one lock, and
@@ -25,7 +26,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{oneshot, Notify};
 
-use super::{ProcessInfo, ProviderError, ProviderStats, Result};
+use super::{
+    ExecRequest, ExecResult, LiveProcess, LiveProcesses, OutputTx, ProcessInfo, Processes, ProviderError,
+    ProviderStats, Result,
+};
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
@@ -317,6 +321,84 @@ pub(crate) trait Process: Send + Sync + 'static {
     /// SIGKILLs it and what it started, without waiting (in a task of its own where that
     /// takes awaiting).
     fn kill_tree_now(self: Arc<Self>);
+}
+
+/// What the shared process capabilities ask of a process in a [`Procs`] table, beyond
+/// [`Process`].
+#[async_trait]
+pub(crate) trait Controlled: Process {
+    /// Sends `sig` to it; a process that has ended is `not_found`.
+    async fn signal(&self, sig: i32) -> Result<()>;
+    /// Writes to the stdin kept open for it (`spawn_live(.., open_stdin: true)`).
+    async fn write_stdin(&self, data: &[u8]) -> Result<()>;
+    /// Closes that stdin; closing twice is fine.
+    async fn close_stdin(&self) -> Result<()>;
+    /// Its status and output so far.
+    fn result(&self, timed_out: bool) -> ExecResult;
+}
+
+/// A provider whose sandboxes keep their processes in a [`Procs`] table (local, docker). What
+/// differs between them is how a command is run and started; the rest of [`Processes`] and
+/// [`LiveProcesses`] is the same table work, done once below.
+#[async_trait]
+pub(crate) trait ProcessHost: Send + Sync {
+    type Proc: Controlled;
+    /// Process `pid` of sandbox `id`.
+    fn process(&self, id: &str, pid: u32) -> Result<Arc<Self::Proc>>;
+    /// The processes sandbox `id`'s table holds.
+    fn process_infos(&self, id: &str) -> Result<Vec<ProcessInfo>>;
+    /// Runs a command to completion ([`Processes::exec`]).
+    async fn run(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult>;
+    /// Starts a command in the background, in the table, killed after `req.timeout`.
+    async fn start(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputTx>,
+        open_stdin: bool,
+    ) -> Result<Arc<Self::Proc>>;
+}
+
+#[async_trait]
+impl<H: ProcessHost> Processes for H {
+    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
+        self.run(id, req, output).await
+    }
+
+    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32> {
+        Ok(self.start(id, req, None, false).await?.pid())
+    }
+
+    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {
+        self.process_infos(id)
+    }
+
+    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
+        self.process(id, pid)?.signal(signal).await
+    }
+
+    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult> {
+        let p = self.process(id, pid)?;
+        let done = p.done().wait(Some(timeout)).await;
+        Ok(p.result(!done))
+    }
+}
+
+#[async_trait]
+impl<H: ProcessHost> LiveProcesses for H {
+    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
+        let (tx, rx) = super::output_channel();
+        let p = self.start(id, req, Some(tx), open_stdin).await?;
+        Ok(LiveProcess { pid: p.pid(), output: rx })
+    }
+
+    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        self.process(id, pid)?.write_stdin(&data).await
+    }
+
+    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
+        self.process(id, pid)?.close_stdin().await
+    }
 }
 
 /// Kills the command if the `exec` future is dropped before it finished.

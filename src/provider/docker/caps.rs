@@ -4,8 +4,18 @@
 use super::*;
 
 #[async_trait]
-impl crate::provider::Processes for DockerProvider {
-    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
+impl core::ProcessHost for DockerProvider {
+    type Proc = exec::Proc;
+
+    fn process(&self, id: &str, pid: u32) -> Result<Arc<exec::Proc>> {
+        self.get(id)?.procs.get(pid)
+    }
+
+    fn process_infos(&self, id: &str) -> Result<Vec<ProcessInfo>> {
+        Ok(self.get(id)?.procs.list())
+    }
+
+    async fn run(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let sb = self.get(id)?;
         let p = sb.procs.launch(&req, output, false).await?;
         let mut guard = core::KillOnDrop(Some(p.clone()));
@@ -15,39 +25,17 @@ impl crate::provider::Processes for DockerProvider {
         Ok(result)
     }
 
-    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32> {
-        Ok(self.start_background(id, req, None, false).await?.pid)
-    }
-
-    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {
-        Ok(self.get(id)?.procs.list())
-    }
-
-    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.signal(signal).await
-    }
-
-    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult> {
-        let p = self.get(id)?.procs.get(pid)?;
-        let done = p.wait_done(timeout).await;
-        Ok(p.result(!done))
-    }
-}
-
-#[async_trait]
-impl crate::provider::LiveProcesses for DockerProvider {
-    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
-        let (tx, rx) = crate::provider::output_channel();
-        let p = self.start_background(id, req, Some(tx), open_stdin).await?;
-        Ok(LiveProcess { pid: p.pid, output: rx })
-    }
-
-    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.write_stdin(&data).await
-    }
-
-    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.close_stdin().await
+    async fn start(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputTx>,
+        open_stdin: bool,
+    ) -> Result<Arc<exec::Proc>> {
+        let sb = self.get(id)?;
+        let p = sb.procs.launch(&req, output, open_stdin).await?;
+        core::kill_after(&p, req.timeout);
+        Ok(p)
     }
 }
 

@@ -23,6 +23,7 @@
 //! 1 s) and, once the engine says it is no longer running, output is read for a short grace
 //! period more, like the local provider does.
 
+use crate::provider::core::Controlled as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -112,35 +113,6 @@ impl Proc {
             run_helper(&self.docker, &self.container, &["/bin/sh", "-c", script, "sh", &self.pid.to_string()]).await;
     }
 
-    pub(crate) async fn signal(&self, sig: i32) -> Result<()> {
-        let gone = || ProviderError::not_found(format!("process {} is not running", self.pid));
-        if self.finished() {
-            return Err(gone());
-        }
-        self.sent.lock().expect("sent").push(sig);
-        let argv = ["/bin/sh", "-c", "kill -\"$1\" \"$2\"", "sh", &sig.to_string(), &self.pid.to_string()];
-        let (code, _, err) = run_helper(&self.docker, &self.container, &argv).await?;
-        if code == 0 {
-            return Ok(());
-        }
-        let msg = String::from_utf8_lossy(&err).to_lowercase();
-        if msg.contains("no such process") || self.finished() {
-            Err(gone())
-        } else {
-            Err(ProviderError::invalid(format!("cannot signal process {}: {}", self.pid, msg.trim())))
-        }
-    }
-
-    /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
-    pub(crate) async fn write_stdin(&self, data: &[u8]) -> Result<()> {
-        self.stdin.write(self.pid, data, |_| self.finished()).await
-    }
-
-    /// Closes that stdin (half-closes the attach connection); closing twice is fine.
-    pub(crate) async fn close_stdin(&self) -> Result<()> {
-        self.stdin.close().await
-    }
-
     /// (exit code, signal) as the local provider reports them.
     fn status(&self, st: &Collected) -> (Option<i32>, Option<i32>) {
         let sent = self.sent.lock().expect("sent");
@@ -150,12 +122,6 @@ impl Proc {
             None if st.vanished => (None, Some(libc::SIGKILL)),
             None => (None, None),
         }
-    }
-
-    pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
-        let st = self.state.lock().expect("proc state");
-        let (exit_code, signal) = self.status(&st);
-        ExecResult { exit_code, signal, timed_out, pid: self.pid, ..st.out.result() }
     }
 
     async fn push(&self, chunk: OutputChunk, output: &Option<OutputTx>) {
@@ -179,6 +145,44 @@ impl Proc {
             self.wait_done(KILL_WAIT).await;
         }
         self.result(!ended)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::provider::core::Controlled for Proc {
+    async fn signal(&self, sig: i32) -> Result<()> {
+        let gone = || ProviderError::not_found(format!("process {} is not running", self.pid));
+        if self.finished() {
+            return Err(gone());
+        }
+        self.sent.lock().expect("sent").push(sig);
+        let argv = ["/bin/sh", "-c", "kill -\"$1\" \"$2\"", "sh", &sig.to_string(), &self.pid.to_string()];
+        let (code, _, err) = run_helper(&self.docker, &self.container, &argv).await?;
+        if code == 0 {
+            return Ok(());
+        }
+        let msg = String::from_utf8_lossy(&err).to_lowercase();
+        if msg.contains("no such process") || self.finished() {
+            Err(gone())
+        } else {
+            Err(ProviderError::invalid(format!("cannot signal process {}: {}", self.pid, msg.trim())))
+        }
+    }
+
+    /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
+    async fn write_stdin(&self, data: &[u8]) -> Result<()> {
+        self.stdin.write(self.pid, data, |_| self.finished()).await
+    }
+
+    /// Closes that stdin (half-closes the attach connection); closing twice is fine.
+    async fn close_stdin(&self) -> Result<()> {
+        self.stdin.close().await
+    }
+
+    fn result(&self, timed_out: bool) -> ExecResult {
+        let st = self.state.lock().expect("proc state");
+        let (exit_code, signal) = self.status(&st);
+        ExecResult { exit_code, signal, timed_out, pid: self.pid, ..st.out.result() }
     }
 }
 

@@ -117,6 +117,7 @@ pub(crate) use build::image_tag;
 mod exec;
 mod files;
 
+use crate::provider::core::Controlled as _;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -135,8 +136,8 @@ use tokio::sync::{mpsc, OnceCell};
 use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward::Forwarder;
 use super::{
-    BuildOutput, BuildSpec, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess, OutputTx,
-    ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo,
+    BuildOutput, BuildSpec, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, OutputTx, ProcessInfo,
+    Provider, ProviderError, ProviderStats, Result, SandboxInfo,
 };
 use exec::ProcTable;
 
@@ -665,19 +666,6 @@ impl DockerProvider {
         let sb = self.inner.get(id)?;
         sb.alive()?;
         Ok(sb)
-    }
-
-    async fn start_background(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputTx>,
-        open_stdin: bool,
-    ) -> Result<Arc<exec::Proc>> {
-        let sb = self.get(id)?;
-        let p = sb.procs.launch(&req, output, open_stdin).await?;
-        core::kill_after(&p, req.timeout);
-        Ok(p)
     }
 }
 

@@ -5,8 +5,18 @@
 use super::*;
 
 #[async_trait]
-impl crate::provider::Processes for LocalProvider {
-    async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
+impl core::ProcessHost for LocalProvider {
+    type Proc = process::Proc;
+
+    fn process(&self, id: &str, pid: u32) -> Result<Arc<process::Proc>> {
+        self.get(id)?.procs.get(pid)
+    }
+
+    fn process_infos(&self, id: &str) -> Result<Vec<ProcessInfo>> {
+        Ok(self.get(id)?.procs.list())
+    }
+
+    async fn run(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let sb = self.get(id)?;
         let (target, env, cwd) = sb.plan(&req)?;
         let p = process::launch(&target, &env, &cwd, &req, output, false).await?;
@@ -18,39 +28,19 @@ impl crate::provider::Processes for LocalProvider {
         Ok(result)
     }
 
-    async fn spawn(&self, id: &str, req: ExecRequest) -> Result<u32> {
-        Ok(self.start_background(id, req, None, false).await?.pid)
-    }
-
-    async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {
-        Ok(self.get(id)?.procs.list())
-    }
-
-    async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.signal(signal)
-    }
-
-    async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult> {
-        let p = self.get(id)?.procs.get(pid)?;
-        let done = p.wait_done(timeout).await;
-        Ok(p.result(!done))
-    }
-}
-
-#[async_trait]
-impl crate::provider::LiveProcesses for LocalProvider {
-    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
-        let (tx, rx) = crate::provider::output_channel();
-        let p = self.start_background(id, req, Some(tx), open_stdin).await?;
-        Ok(LiveProcess { pid: p.pid, output: rx })
-    }
-
-    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.write_stdin(&data).await
-    }
-
-    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
-        self.get(id)?.procs.get(pid)?.close_stdin().await
+    async fn start(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputTx>,
+        open_stdin: bool,
+    ) -> Result<Arc<process::Proc>> {
+        let sb = self.get(id)?;
+        let (target, env, cwd) = sb.plan(&req)?;
+        let p = process::launch(&target, &env, &cwd, &req, output, open_stdin).await?;
+        sb.procs.insert(p.clone());
+        core::kill_after(&p, req.timeout);
+        Ok(p)
     }
 }
 

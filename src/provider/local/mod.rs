@@ -81,6 +81,7 @@ mod watch;
 use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward;
 use crate::provider::caps::*;
+use crate::provider::core::Controlled as _;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -444,22 +445,6 @@ impl LocalProvider {
 
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
         self.inner.get(id)
-    }
-
-    /// `spawn` and `spawn_live`: launch, register, and arm the timeout.
-    async fn start_background(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputTx>,
-        open_stdin: bool,
-    ) -> Result<Arc<process::Proc>> {
-        let sb = self.get(id)?;
-        let (target, env, cwd) = sb.plan(&req)?;
-        let p = process::launch(&target, &env, &cwd, &req, output, open_stdin).await?;
-        sb.procs.insert(p.clone());
-        core::kill_after(&p, req.timeout);
-        Ok(p)
     }
 }
 

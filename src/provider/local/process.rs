@@ -23,6 +23,7 @@
 //! the command's pidfd. Output is read until the command exits, then for a short grace period
 //! so a background grandchild holding the pipe open cannot hang `exec`.
 
+use crate::provider::core::Controlled as _;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -111,30 +112,6 @@ impl Proc {
         }
     }
 
-    pub(crate) fn signal(&self, sig: i32) -> Result<()> {
-        if self.finished() {
-            return Err(ProviderError::not_found(format!("process {} is not running", self.pid)));
-        }
-        match &self.target {
-            Some(t) => t.signal(sig).map_err(|e| {
-                if e.raw_os_error() == Some(libc::ESRCH) {
-                    ProviderError::not_found(format!("process {} is not running", self.pid))
-                } else {
-                    ProviderError::invalid(format!("cannot signal process {}: {}", self.pid, sys::errno_text(&e)))
-                }
-            }),
-            None => {
-                sys::kill_group(self.pgid, sig);
-                Ok(())
-            }
-        }
-    }
-
-    /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
-    pub(crate) async fn write_stdin(&self, data: &[u8]) -> Result<()> {
-        self.stdin.write(self.pid, data, |e| self.finished() || e.kind() == std::io::ErrorKind::BrokenPipe).await
-    }
-
     /// Types `data` into the command's terminal.
     pub(crate) async fn write_pty(&self, data: Vec<u8>) -> Result<()> {
         let Some(m) = self.pty.clone() else {
@@ -161,13 +138,40 @@ impl Proc {
         super::pty::resize(m.as_fd(), cols, rows)
             .map_err(|e| ProviderError::infra(format!("cannot resize the terminal of process {}: {e}", self.pid)))
     }
+}
+
+#[async_trait::async_trait]
+impl crate::provider::core::Controlled for Proc {
+    async fn signal(&self, sig: i32) -> Result<()> {
+        if self.finished() {
+            return Err(ProviderError::not_found(format!("process {} is not running", self.pid)));
+        }
+        match &self.target {
+            Some(t) => t.signal(sig).map_err(|e| {
+                if e.raw_os_error() == Some(libc::ESRCH) {
+                    ProviderError::not_found(format!("process {} is not running", self.pid))
+                } else {
+                    ProviderError::invalid(format!("cannot signal process {}: {}", self.pid, sys::errno_text(&e)))
+                }
+            }),
+            None => {
+                sys::kill_group(self.pgid, sig);
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
+    async fn write_stdin(&self, data: &[u8]) -> Result<()> {
+        self.stdin.write(self.pid, data, |e| self.finished() || e.kind() == std::io::ErrorKind::BrokenPipe).await
+    }
 
     /// Closes that stdin; closing twice is fine.
-    pub(crate) async fn close_stdin(&self) -> Result<()> {
+    async fn close_stdin(&self) -> Result<()> {
         self.stdin.close().await
     }
 
-    pub(crate) fn result(&self, timed_out: bool) -> ExecResult {
+    fn result(&self, timed_out: bool) -> ExecResult {
         let st = self.state.lock().expect("proc state");
         ExecResult { exit_code: st.exit_code, signal: st.signal, timed_out, pid: self.pid, ..st.out.result() }
     }
