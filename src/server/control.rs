@@ -420,7 +420,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     };
     // The official templates serve builds from their folder, on the first create of each.
     if let Err(e) = st.templates.ensure_official(&st.provider, &template).await {
-        return Err(json_error(StatusCode::INTERNAL_SERVER_ERROR, &e));
+        return Err(json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()));
     }
     // And the memory it declares, against the host's.
     let declared =
