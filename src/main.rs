@@ -212,7 +212,7 @@ struct RunArgs {
     isolation: String,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, scenario_run::duration::ParseDurationError> {
     scenario_run::duration::parse(s)
 }
 

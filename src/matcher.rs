@@ -357,41 +357,41 @@ fn near_hint(want: &str, text: &str, holds: impl Fn(&str, &str) -> bool, verb: &
 impl Matcher {
     /// Build from a rendered value. A scalar is shorthand for `equals`. The rules and
     /// messages are those [`validate`] gives a written matcher (see [`leaf`]).
-    pub fn from_json(v: &JsonValue) -> Result<Matcher, String> {
+    pub fn from_json(v: &JsonValue) -> Result<Matcher, MatcherError> {
         let obj = match v {
-            JsonValue::Object(o) if o.is_empty() => return Err(EMPTY.into()),
+            JsonValue::Object(o) if o.is_empty() => return Err(MatcherError::Empty),
             JsonValue::Object(o) => o,
-            JsonValue::Array(_) => return Err(NOT_A_LIST.into()),
+            JsonValue::Array(_) => return Err(MatcherError::NotAMapping),
             other => return Ok(Matcher(vec![Clause::Equals(other.clone())])),
         };
         let mut clauses = Vec::new();
         for (k, v) in obj {
             if let Some(clause) = leaf(k, v) {
-                clauses.push(clause.map_err(|e| e.0)?);
+                clauses.push(clause?);
                 continue;
             }
-            let list = || -> Result<Vec<Matcher>, String> {
+            let list = || -> Result<Vec<Matcher>, MatcherError> {
                 v.as_array()
-                    .ok_or_else(|| expects(k, "a list of matchers", v).0)?
+                    .ok_or_else(|| expects(k, "a list of matchers", v))?
                     .iter()
                     .map(Matcher::from_json)
                     .collect()
             };
             clauses.push(match k.as_str() {
                 "json" => {
-                    let items = v.as_array().ok_or_else(|| expects(k, JSON_LIST, v).0)?;
+                    let items = v.as_array().ok_or_else(|| expects(k, JSON_LIST, v))?;
                     let mut checks = Vec::new();
                     for item in items {
-                        let o = item.as_object().ok_or(JSON_ENTRY)?;
+                        let o = item.as_object().ok_or(MatcherError::JsonEntry)?;
                         let path = match o.get("path") {
-                            None => return Err(JSON_NO_PATH.into()),
-                            Some(p) => p.as_str().ok_or_else(|| expects("path", "a string", p).0)?.to_string(),
+                            None => return Err(MatcherError::JsonNoPath),
+                            Some(p) => p.as_str().ok_or_else(|| expects("path", "a string", p))?.to_string(),
                         };
                         parse_path(&path)?;
                         let exists = match o.get("exists") {
                             None => None,
                             Some(JsonValue::Bool(b)) => Some(*b),
-                            Some(other) => return Err(expects("exists", "true or false", other).0),
+                            Some(other) => return Err(expects("exists", "true or false", other)),
                         };
                         let rest: serde_json::Map<String, JsonValue> = o
                             .iter()
@@ -407,7 +407,7 @@ impl Matcher {
                 "not" => Clause::Not(Box::new(Matcher::from_json(v)?)),
                 "all" => Clause::All(list()?),
                 "any" => Clause::Any(list()?),
-                other => return Err(format!("unknown matcher `{other}`")),
+                other => return Err(MatcherError::UnknownKey(other.to_string())),
             });
         }
         Ok(Matcher(clauses))
@@ -664,8 +664,8 @@ enum Seg {
 }
 
 /// `$.a.b[0]["c d"]`
-fn parse_path(path: &str) -> Result<Vec<Seg>, String> {
-    let bad = || format!("invalid JSON path `{path}`: write it like `$.items[0].name`");
+fn parse_path(path: &str) -> Result<Vec<Seg>, MatcherError> {
+    let bad = || MatcherError::InvalidPath(path.to_string());
     let rest = path.strip_prefix('$').ok_or_else(bad)?;
     let mut segs = Vec::new();
     let chars: Vec<char> = rest.chars().collect();
@@ -735,17 +735,58 @@ fn type_name(v: &JsonValue) -> &'static str {
     }
 }
 
-/// A refused clause value: the message and the label under the value.
-struct LeafError(String, String);
+/// A matcher that cannot be built: the same refusals for one written in a scenario
+/// ([`validate`]) and one rendered ([`Matcher::from_json`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MatcherError {
+    #[error("{}", EMPTY)]
+    Empty,
+    /// A list where a matcher belongs.
+    #[error("{}", NOT_A_LIST)]
+    NotAMapping,
+    /// A clause whose value has the wrong type (`contains: [a]`).
+    #[error("`{key}` expects {expected}, found {found}")]
+    WrongType { key: String, expected: String, found: &'static str },
+    /// The last line of the regex crate's message.
+    #[error("invalid regex in `matches`: {0}")]
+    InvalidRegex(String),
+    #[error("{}", JSON_ENTRY)]
+    JsonEntry,
+    #[error("{}", JSON_NO_PATH)]
+    JsonNoPath,
+    #[error("invalid JSON path `{0}`: write it like `$.items[0].name`")]
+    InvalidPath(String),
+    #[error("unknown matcher `{0}`")]
+    UnknownKey(String),
+}
 
-fn expects(key: &str, what: &str, v: &JsonValue) -> LeafError {
-    LeafError(format!("`{key}` expects {what}, found {}", type_name(v)), format!("expected {what}"))
+impl MatcherError {
+    /// What a diagnostic says under the value, for the kinds that have a label.
+    fn label(&self) -> Option<String> {
+        match self {
+            MatcherError::WrongType { expected, .. } => Some(format!("expected {expected}")),
+            MatcherError::InvalidRegex(_) => Some("not a valid regular expression".into()),
+            _ => None,
+        }
+    }
+}
+
+/// Until every step reports in typed errors: a matcher's refusal as the message the step
+/// layer (`StepError::error`, `ArgError`) carries.
+impl From<MatcherError> for String {
+    fn from(e: MatcherError) -> String {
+        e.to_string()
+    }
+}
+
+fn expects(key: &str, what: &str, v: &JsonValue) -> MatcherError {
+    MatcherError::WrongType { key: key.to_string(), expected: what.to_string(), found: type_name(v) }
 }
 
 /// One clause without structure (`contains: ok`, `length: 3`) from its value: what a written
 /// one ([`validate`]) and a rendered one ([`Matcher::from_json`]) are both held to. `None` for
 /// the keys with structure (`json`, `not`, `all`, `any`) and unknown keys.
-fn leaf(key: &str, v: &JsonValue) -> Option<Result<Clause, LeafError>> {
+fn leaf(key: &str, v: &JsonValue) -> Option<Result<Clause, MatcherError>> {
     let text = |make: fn(String) -> Clause| match v {
         JsonValue::String(_) | JsonValue::Number(_) | JsonValue::Bool(_) => Ok(make(text_of(v))),
         other => Err(expects(key, "a string", other)),
@@ -761,7 +802,7 @@ fn leaf(key: &str, v: &JsonValue) -> Option<Result<Clause, LeafError>> {
             Some(re) => Regex::new(re).map(Clause::Matches).map_err(|e| {
                 let msg = e.to_string();
                 let last = msg.lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
-                LeafError(format!("invalid regex in `matches`: {last}"), "not a valid regular expression".into())
+                MatcherError::InvalidRegex(last)
             }),
             None => Err(expects(key, "a regular expression string", v)),
         },
@@ -805,14 +846,19 @@ fn key_names() -> Vec<&'static str> {
 }
 
 fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<Diagnostic>) {
-    let want = |what: &str| {
-        let e = expects(key, what, &v.to_json());
-        v.diag(src, e.0).label(e.1)
+    // A refusal at a node, with its label when it has one.
+    let at = |node: &Node, e: MatcherError| {
+        let d = node.diag(src, e.to_string());
+        match e.label() {
+            Some(label) => d.label(label),
+            None => d,
+        }
     };
+    let want = |what: &str| at(v, expects(key, what, &v.to_json()));
     // A clause without structure: by `leaf`, as `from_json` will take it once rendered.
     if let Some(r) = leaf(key, &v.to_json()) {
-        if let (Err(LeafError(message, label)), false) = (r, crate::expr::has_template(v)) {
-            diags.push(v.diag(src, message).label(label));
+        if let (Err(e), false) = (r, crate::expr::has_template(v)) {
+            diags.push(at(v, e));
         }
         return;
     }
@@ -829,13 +875,12 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
                         Some(p) => match p.as_str() {
                             Some(ps) if !is_expression(ps) => {
                                 if let Err(e) = parse_path(ps) {
-                                    diags.push(p.diag(src, e));
+                                    diags.push(at(p, e));
                                 }
                             }
                             Some(_) => {}
                             None => {
-                                let e = expects("path", "a string", &p.to_json());
-                                diags.push(p.diag(src, e.0).label(e.1));
+                                diags.push(at(p, expects("path", "a string", &p.to_json())));
                             }
                         },
                     }
@@ -846,8 +891,7 @@ fn validate_clause(key: &str, k: &Node, v: &Node, src: &Source, diags: &mut Vec<
                         }
                         if ek_text == "exists" {
                             if !matches!(ev.value, Value::Bool(_)) && !crate::expr::has_template(ev) {
-                                let e = expects("exists", "true or false", &ev.to_json());
-                                diags.push(ev.diag(src, e.0).label(e.1));
+                                diags.push(at(ev, expects("exists", "true or false", &ev.to_json())));
                             }
                             continue;
                         }
@@ -1139,8 +1183,32 @@ mod tests {
             validate(&node, &src, &mut diags);
             assert_eq!(diags.len(), 1, "{case}: {diags:?}");
             let rendered = Matcher::from_json(&node.to_json()).expect_err(case);
-            assert_eq!(diags[0].message, rendered, "{case}");
+            assert_eq!(diags[0].message, rendered.to_string(), "{case}");
         }
+    }
+
+    /// Issue 28 item 4: a rendered matcher's refusal is a kind a caller can match; the text
+    /// is the one a written matcher gets.
+    #[test]
+    fn refusals_have_kinds() {
+        use serde_json::json;
+        let e = |v: JsonValue| Matcher::from_json(&v).unwrap_err();
+        assert_eq!(e(json!({})), MatcherError::Empty);
+        assert_eq!(e(json!([1])), MatcherError::NotAMapping);
+        assert_eq!(e(json!({ "bogus": 1 })), MatcherError::UnknownKey("bogus".into()));
+        assert_eq!(e(json!({ "json": [3] })), MatcherError::JsonEntry);
+        assert_eq!(e(json!({ "json": [{ "equals": 1 }] })), MatcherError::JsonNoPath);
+        assert_eq!(e(json!({ "json": [{ "path": "a" }] })), MatcherError::InvalidPath("a".into()));
+        assert_eq!(
+            e(json!({ "not": { "contains": [1] } })),
+            MatcherError::WrongType { key: "contains".into(), expected: "a string".into(), found: "a list" }
+        );
+        assert_eq!(e(json!({ "contains": [1] })).to_string(), "`contains` expects a string, found a list");
+        assert!(matches!(e(json!({ "matches": "(" })), MatcherError::InvalidRegex(_)));
+        assert_eq!(
+            e(json!({ "json": [{ "path": "a" }] })).to_string(),
+            "invalid JSON path `a`: write it like `$.items[0].name`"
+        );
     }
 
     #[test]

@@ -198,15 +198,21 @@ pub fn schema_text() -> String {
     s
 }
 
+/// `scenario-run steps KIND` for a kind there is not; `suggestion` is the closest kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown step kind `{name}`{}", suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
+pub struct UnknownStepKind {
+    pub name: String,
+    pub suggestion: Option<String>,
+}
+
 /// `scenario-run steps [KIND]`.
-pub fn steps_reference(only: Option<&str>) -> Result<String, String> {
+pub fn steps_reference(only: Option<&str>) -> Result<String, UnknownStepKind> {
     let mut out = String::new();
     let kinds: Vec<&StepKind> = match only {
-        Some(name) => vec![crate::steps::registry::lookup(name).ok_or_else(|| {
-            let hint = crate::diag::did_you_mean(name, crate::steps::registry::names())
-                .map(|s| format!("; did you mean `{s}`?"))
-                .unwrap_or_default();
-            format!("unknown step kind `{name}`{hint}")
+        Some(name) => vec![crate::steps::registry::lookup(name).ok_or_else(|| UnknownStepKind {
+            name: name.to_string(),
+            suggestion: crate::diag::did_you_mean(name, crate::steps::registry::names()).map(|s| s.to_string()),
         })?],
         None => REGISTRY.iter().collect(),
     };
@@ -255,4 +261,21 @@ pub fn steps_reference(only: Option<&str>) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 28 item 4: an unknown kind carries the kind and the suggestion, and reads as before.
+    #[test]
+    fn unknown_step_kinds_carry_the_suggestion() {
+        let e = steps_reference(Some("exce")).unwrap_err();
+        assert_eq!(e, UnknownStepKind { name: "exce".into(), suggestion: Some("exec".into()) });
+        assert_eq!(e.to_string(), "unknown step kind `exce`; did you mean `exec`?");
+        let e = steps_reference(Some("zzzzzzzzzz")).unwrap_err();
+        assert_eq!(e.suggestion, None);
+        assert_eq!(e.to_string(), "unknown step kind `zzzzzzzzzz`");
+        assert!(steps_reference(Some("exec")).unwrap().starts_with("exec\n"));
+    }
 }

@@ -17,11 +17,18 @@ pub struct Selection {
 
 impl Selection {
     /// From the flags' text; a bad expression is an error naming its flag.
-    pub fn new(name: Option<&str>, tags: Option<&str>, shard: Option<Shard>) -> Result<Self, String> {
-        let parse = |flag: &str, text: Option<&str>| {
-            text.map(|t| Expr::parse(t).map(|e| (t.to_string(), e)).map_err(|e| with_hint(flag, t, e))).transpose()
+    pub fn new(name: Option<&str>, tags: Option<&str>, shard: Option<Shard>) -> Result<Self, SelectError> {
+        let parse = |flag: Flag, text: Option<&str>| {
+            text.map(|t| {
+                Expr::parse(t).map(|e| (t.to_string(), e)).map_err(|error| SelectError {
+                    flag,
+                    text: t.to_string(),
+                    error,
+                })
+            })
+            .transpose()
         };
-        Ok(Selection { name: parse("-k", name)?, tags: parse("--tags", tags)?, shard })
+        Ok(Selection { name: parse(Flag::Name, name)?, tags: parse(Flag::Tags, tags)?, shard })
     }
 
     /// Whether the case is selected: its name matches `-k`, its tags `-t`, and it is in the shard.
@@ -53,6 +60,72 @@ impl Selection {
     }
 }
 
+/// The flag whose expression was bad.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flag {
+    /// `-k`: words of the scenario name.
+    Name,
+    /// `-t`/`--tags`: tags.
+    Tags,
+}
+
+impl Flag {
+    /// As the messages name it: `-k` or `-t`.
+    fn short(self) -> &'static str {
+        match self {
+            Flag::Name => "-k",
+            Flag::Tags => "-t",
+        }
+    }
+}
+
+/// A `-k` or `-t` expression that does not parse. Displays as `-k: …`, with a hint when the
+/// expression is words with spaces but no operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectError {
+    pub flag: Flag,
+    /// The expression as written.
+    pub text: String,
+    pub error: ExprError,
+}
+
+impl std::fmt::Display for SelectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&with_hint(self.flag, &self.text, &self.error))
+    }
+}
+
+impl std::error::Error for SelectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// Why an expression does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExprError {
+    #[error("empty expression")]
+    Empty,
+    #[error("expression too long: {tokens} words and parentheses, at most {max}", max = MAX_TOKENS)]
+    TooLong { tokens: usize },
+    #[error("expression nested too deep: more than {max} parentheses and `not`s inside each other", max = MAX_DEPTH)]
+    TooDeep,
+    #[error("missing closing {quote} in `{text}`")]
+    UnclosedQuote { quote: char, text: String },
+    #[error("empty quotes in `{text}`")]
+    EmptyQuotes { text: String },
+    #[error("missing `)`")]
+    MissingParen,
+    /// An operator or `)` where a word belongs.
+    #[error("unexpected `{token}`")]
+    Unexpected { token: String },
+    /// A token left over after a whole expression (`a b`).
+    #[error("unexpected `{token}` in `{text}`")]
+    Trailing { token: String, text: String },
+    #[error("expression ends too early")]
+    EndsEarly,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
     Word(String),
@@ -62,20 +135,20 @@ pub enum Expr {
 }
 
 impl Expr {
-    pub fn parse(text: &str) -> Result<Expr, String> {
+    pub fn parse(text: &str) -> Result<Expr, ExprError> {
         let tokens = tokenize(text)?;
         if tokens.is_empty() {
-            return Err("empty expression".into());
+            return Err(ExprError::Empty);
         }
         // The parser, `eval` and the drop of the tree all recurse: bounded, so no input can
         // overflow the stack.
         if tokens.len() > MAX_TOKENS {
-            return Err(format!("expression too long: {} words and parentheses, at most {MAX_TOKENS}", tokens.len()));
+            return Err(ExprError::TooLong { tokens: tokens.len() });
         }
         let mut p = TagParser { tokens, pos: 0, depth: 0 };
         let e = p.or()?;
         if let Some(t) = p.tokens.get(p.pos) {
-            return Err(format!("unexpected `{}` in `{text}`", t.text));
+            return Err(ExprError::Trailing { token: t.text.clone(), text: text.to_string() });
         }
         Ok(e)
     }
@@ -92,8 +165,8 @@ impl Expr {
 
 /// `-k: …`, and when the expression is words with spaces but no operator (`exit codes`), what
 /// was probably meant: both words, or the phrase.
-fn with_hint(flag: &str, text: &str, error: String) -> String {
-    let short = if flag == "--tags" { "-t" } else { flag };
+fn with_hint(flag: Flag, text: &str, error: &ExprError) -> String {
+    let short = flag.short();
     let tokens = tokenize(text).unwrap_or_default();
     if tokens.len() < 2 || tokens.iter().any(|t| t.symbol().is_some()) {
         return format!("{short}: {error}");
@@ -146,7 +219,7 @@ impl Token {
     }
 }
 
-fn tokenize(text: &str) -> Result<Vec<Token>, String> {
+fn tokenize(text: &str) -> Result<Vec<Token>, ExprError> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut chars = text.chars();
@@ -168,10 +241,10 @@ fn tokenize(text: &str) -> Result<Vec<Token>, String> {
                     phrase.push(q);
                 }
                 if !closed {
-                    return Err(format!("missing closing {c} in `{text}`"));
+                    return Err(ExprError::UnclosedQuote { quote: c, text: text.to_string() });
                 }
                 if phrase.is_empty() {
-                    return Err(format!("empty quotes in `{text}`"));
+                    return Err(ExprError::EmptyQuotes { text: text.to_string() });
                 }
                 out.push(Token { text: phrase, quoted: true });
             }
@@ -206,7 +279,7 @@ impl TagParser {
     fn peek(&self) -> Option<&str> {
         self.tokens.get(self.pos).map(|t| t.symbol().unwrap_or(""))
     }
-    fn or(&mut self) -> Result<Expr, String> {
+    fn or(&mut self) -> Result<Expr, ExprError> {
         let mut left = self.and()?;
         while self.peek() == Some("or") {
             self.pos += 1;
@@ -214,7 +287,7 @@ impl TagParser {
         }
         Ok(left)
     }
-    fn and(&mut self) -> Result<Expr, String> {
+    fn and(&mut self) -> Result<Expr, ExprError> {
         let mut left = self.not()?;
         while self.peek() == Some("and") {
             self.pos += 1;
@@ -222,16 +295,14 @@ impl TagParser {
         }
         Ok(left)
     }
-    fn deeper(&mut self) -> Result<(), String> {
+    fn deeper(&mut self) -> Result<(), ExprError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
-            return Err(format!(
-                "expression nested too deep: more than {MAX_DEPTH} parentheses and `not`s inside each other"
-            ));
+            return Err(ExprError::TooDeep);
         }
         Ok(())
     }
-    fn not(&mut self) -> Result<Expr, String> {
+    fn not(&mut self) -> Result<Expr, ExprError> {
         if self.peek() == Some("not") {
             self.pos += 1;
             self.deeper()?;
@@ -241,26 +312,26 @@ impl TagParser {
         }
         self.atom()
     }
-    fn atom(&mut self) -> Result<Expr, String> {
+    fn atom(&mut self) -> Result<Expr, ExprError> {
         match self.peek() {
             Some("(") => {
                 self.pos += 1;
                 self.deeper()?;
                 let e = self.or()?;
                 if self.peek() != Some(")") {
-                    return Err("missing `)`".into());
+                    return Err(ExprError::MissingParen);
                 }
                 self.pos += 1;
                 self.depth -= 1;
                 Ok(e)
             }
-            Some(")" | "and" | "or") => Err(format!("unexpected `{}`", self.tokens[self.pos].text)),
+            Some(")" | "and" | "or") => Err(ExprError::Unexpected { token: self.tokens[self.pos].text.clone() }),
             Some(_) => {
                 let w = self.tokens[self.pos].text.clone();
                 self.pos += 1;
                 Ok(Expr::Word(w))
             }
-            None => Err("expression ends too early".into()),
+            None => Err(ExprError::EndsEarly),
         }
     }
 }
@@ -272,14 +343,27 @@ pub struct Shard {
     pub count: u64,
 }
 
+/// A `--shard` that is not `K/N` with `1 <= K <= N`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("expected K/N, got `{0}`")]
+    NotKOverN(String),
+    #[error("bad shard index `{0}`")]
+    BadIndex(String),
+    #[error("bad shard count `{0}`")]
+    BadCount(String),
+    #[error("shard must satisfy 1 <= K <= N, got {index}/{count}")]
+    OutOfRange { index: u64, count: u64 },
+}
+
 impl std::str::FromStr for Shard {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (k, n) = s.split_once('/').ok_or_else(|| format!("expected K/N, got `{s}`"))?;
-        let index: u64 = k.trim().parse().map_err(|_| format!("bad shard index `{k}`"))?;
-        let count: u64 = n.trim().parse().map_err(|_| format!("bad shard count `{n}`"))?;
+    type Err = ShardError;
+    fn from_str(s: &str) -> Result<Self, ShardError> {
+        let (k, n) = s.split_once('/').ok_or_else(|| ShardError::NotKOverN(s.to_string()))?;
+        let index: u64 = k.trim().parse().map_err(|_| ShardError::BadIndex(k.to_string()))?;
+        let count: u64 = n.trim().parse().map_err(|_| ShardError::BadCount(n.to_string()))?;
         if count == 0 || index == 0 || index > count {
-            return Err(format!("shard must satisfy 1 <= K <= N, got {index}/{count}"));
+            return Err(ShardError::OutOfRange { index, count });
         }
         Ok(Shard { index, count })
     }
@@ -331,8 +415,8 @@ mod tests {
         assert!(!names("\"exit codes\"", "exit and codes"));
         assert!(names("'and' AND codes", "exit and codes"), "a quoted operator is a word");
         assert!(names("exit AND NOT stdin", "exit codes"));
-        assert_eq!(Expr::parse("\"exit codes").unwrap_err(), "missing closing \" in `\"exit codes`");
-        assert!(Expr::parse("''").unwrap_err().contains("empty quotes"));
+        assert_eq!(Expr::parse("\"exit codes").unwrap_err().to_string(), "missing closing \" in `\"exit codes`");
+        assert!(Expr::parse("''").unwrap_err().to_string().contains("empty quotes"));
     }
 
     /// Issue 26 item 15: `((((…` overflowed the stack.
@@ -341,14 +425,48 @@ mod tests {
         let ok = format!("{}a{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
         assert!(Expr::parse(&ok).is_ok());
         let deep = format!("{}a{}", "(".repeat(MAX_DEPTH + 1), ")".repeat(MAX_DEPTH + 1));
-        assert!(Expr::parse(&deep).unwrap_err().contains("nested too deep"));
+        assert!(Expr::parse(&deep).unwrap_err().to_string().contains("nested too deep"));
         let nots = "not ".repeat(MAX_DEPTH + 1) + "a";
-        assert!(Expr::parse(&nots).unwrap_err().contains("nested too deep"));
+        assert!(Expr::parse(&nots).unwrap_err().to_string().contains("nested too deep"));
         // Depth is what is open at once, not how many there are.
         let many = vec!["(a)"; 200].join(" or ");
         assert!(Expr::parse(&many).is_ok());
         let long = vec!["a"; MAX_TOKENS].join(" and ");
-        assert!(Expr::parse(&long).unwrap_err().contains("too long"));
+        assert!(Expr::parse(&long).unwrap_err().to_string().contains("too long"));
+    }
+
+    /// Issue 28 item 4: a caller matches the failure by kind, and the text stays as it was.
+    #[test]
+    fn errors_have_kinds_and_keep_their_text() {
+        assert_eq!(Expr::parse("  ").unwrap_err(), ExprError::Empty);
+        assert_eq!(Expr::parse("(a").unwrap_err(), ExprError::MissingParen);
+        assert_eq!(Expr::parse("a and").unwrap_err(), ExprError::EndsEarly);
+        assert_eq!(Expr::parse("a and or b").unwrap_err(), ExprError::Unexpected { token: "or".into() });
+        assert_eq!(Expr::parse("a b").unwrap_err(), ExprError::Trailing { token: "b".into(), text: "a b".into() });
+        assert_eq!(Expr::parse("a b").unwrap_err().to_string(), "unexpected `b` in `a b`");
+        assert_eq!(Expr::parse(&"not ".repeat(MAX_DEPTH + 1)).unwrap_err(), ExprError::TooDeep);
+        assert_eq!(
+            ExprError::TooLong { tokens: 1999 }.to_string(),
+            "expression too long: 1999 words and parentheses, at most 1000"
+        );
+
+        let e = Selection::new(None, Some("a and"), None).unwrap_err();
+        assert_eq!((e.flag, &e.error), (Flag::Tags, &ExprError::EndsEarly));
+        assert_eq!(e.to_string(), "-t: expression ends too early");
+        let e = Selection::new(Some("exit codes"), None, None).unwrap_err();
+        assert_eq!(e.flag, Flag::Name);
+        assert!(matches!(e.error, ExprError::Trailing { .. }));
+        assert_eq!(
+            e.to_string(),
+            "-k: `exit codes` is two words with no `and` or `or` between them\n  = help: `-k 'exit and codes'` \
+             selects names with both words; `-k '\"exit codes\"'` selects names with the phrase"
+        );
+
+        assert_eq!("3".parse::<Shard>().unwrap_err(), ShardError::NotKOverN("3".into()));
+        assert_eq!("x/3".parse::<Shard>().unwrap_err(), ShardError::BadIndex("x".into()));
+        assert_eq!("1/y".parse::<Shard>().unwrap_err(), ShardError::BadCount("y".into()));
+        assert_eq!("4/3".parse::<Shard>().unwrap_err(), ShardError::OutOfRange { index: 4, count: 3 });
+        assert_eq!("4/3".parse::<Shard>().unwrap_err().to_string(), "shard must satisfy 1 <= K <= N, got 4/3");
     }
 
     #[test]

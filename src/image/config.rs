@@ -45,10 +45,15 @@ struct OciImage {
     config: Option<OciConfig>,
 }
 
+/// An image config blob that is not the JSON of an image config.
+#[derive(Debug, thiserror::Error)]
+#[error("the image config is not valid: {0}")]
+pub struct InvalidImageConfig(#[source] pub serde_json::Error);
+
 impl ImageConfig {
     /// From the JSON of an image config blob (`application/vnd.oci.image.config.v1+json`).
-    pub fn from_oci_json(bytes: &[u8]) -> Result<Self, String> {
-        let img: OciImage = serde_json::from_slice(bytes).map_err(|e| format!("the image config is not valid: {e}"))?;
+    pub fn from_oci_json(bytes: &[u8]) -> Result<Self, InvalidImageConfig> {
+        let img: OciImage = serde_json::from_slice(bytes).map_err(InvalidImageConfig)?;
         let c = img.config.unwrap_or_default();
         let mut ports: Vec<u16> = c
             .exposed_ports
@@ -120,6 +125,15 @@ mod tests {
         assert_eq!(c.exposed_ports, vec![8000]);
         assert_eq!(c.env_var("A"), Some("b c"));
         assert_eq!(ImageConfig::from_oci_json(b"{}").unwrap(), ImageConfig::default());
+    }
+
+    /// Issue 28 item 4: a bad blob keeps serde's error, and reads as it did.
+    #[test]
+    fn a_bad_blob_keeps_the_parse_error() {
+        let e = ImageConfig::from_oci_json(b"{\"config\": 3}").unwrap_err();
+        assert!(e.0.is_data(), "{e:?}");
+        assert!(e.to_string().starts_with("the image config is not valid: invalid type: integer `3`"), "{e}");
+        assert!(ImageConfig::from_oci_json(b"{").unwrap_err().0.is_eof());
     }
 
     #[test]

@@ -24,9 +24,20 @@ impl Default for IdMap {
     }
 }
 
+/// A `SCENARIO_RUN_ID_MAP` that is no id map; each variant keeps the value as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdMapError {
+    /// Not two numbers around a colon.
+    #[error("read SCENARIO_RUN_ID_MAP: {0:?} is not `base:len` (e.g. 100000000:65536)")]
+    NotBaseLen(String),
+    /// An empty range, one at 0, or one past 2^32.
+    #[error("read SCENARIO_RUN_ID_MAP: {0:?}: the range must be non-empty, above 0 and below 2^32")]
+    BadRange(String),
+}
+
 impl IdMap {
     /// `SCENARIO_RUN_ID_MAP="base:len"`, else the default.
-    pub fn from_env() -> Result<Self, String> {
+    pub fn from_env() -> Result<Self, IdMapError> {
         match std::env::var("SCENARIO_RUN_ID_MAP") {
             Ok(v) if !v.trim().is_empty() => Self::parse(v.trim()),
             _ => Ok(Self::default()),
@@ -34,15 +45,13 @@ impl IdMap {
     }
 
     /// `base:len`, e.g. `100000000:65536`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let bad = || format!("read SCENARIO_RUN_ID_MAP: {s:?} is not `base:len` (e.g. 100000000:65536)");
+    pub fn parse(s: &str) -> Result<Self, IdMapError> {
+        let bad = || IdMapError::NotBaseLen(s.to_string());
         let (b, l) = s.split_once(':').ok_or_else(bad)?;
         let host_base: u32 = b.trim().parse().map_err(|_| bad())?;
         let len: u32 = l.trim().parse().map_err(|_| bad())?;
         if len == 0 || host_base == 0 || host_base.checked_add(len).is_none() {
-            return Err(format!(
-                "read SCENARIO_RUN_ID_MAP: {s:?}: the range must be non-empty, above 0 and below 2^32"
-            ));
+            return Err(IdMapError::BadRange(s.to_string()));
         }
         Ok(Self { host_base, len })
     }
@@ -90,8 +99,25 @@ mod tests {
     #[test]
     fn parses_the_env_form() {
         assert_eq!(IdMap::parse("200000:65536").unwrap(), IdMap { host_base: 200000, len: 65536 });
-        assert!(IdMap::parse("200000").unwrap_err().contains("base:len"));
+        assert!(IdMap::parse("200000").unwrap_err().to_string().contains("base:len"));
         assert!(IdMap::parse("0:10").is_err());
         assert!(IdMap::parse("4294967295:2").is_err());
+    }
+
+    /// Issue 28 item 4: a bad map says which way it is bad, in the words it used.
+    #[test]
+    fn bad_maps_have_kinds() {
+        assert_eq!(IdMap::parse("200000"), Err(IdMapError::NotBaseLen("200000".into())));
+        assert_eq!(IdMap::parse("a:1"), Err(IdMapError::NotBaseLen("a:1".into())));
+        assert_eq!(
+            IdMap::parse("200000").unwrap_err().to_string(),
+            "read SCENARIO_RUN_ID_MAP: \"200000\" is not `base:len` (e.g. 100000000:65536)"
+        );
+        assert_eq!(IdMap::parse("0:10"), Err(IdMapError::BadRange("0:10".into())));
+        assert_eq!(IdMap::parse("5:0"), Err(IdMapError::BadRange("5:0".into())));
+        assert_eq!(
+            IdMap::parse("4294967295:2").unwrap_err().to_string(),
+            "read SCENARIO_RUN_ID_MAP: \"4294967295:2\": the range must be non-empty, above 0 and below 2^32"
+        );
     }
 }

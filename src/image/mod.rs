@@ -41,9 +41,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc::UnboundedSender, OnceCell};
 
-pub use config::ImageConfig;
+pub use config::{ImageConfig, InvalidImageConfig};
 pub use error::ImageError;
-pub use idmap::IdMap;
+pub use idmap::{IdMap, IdMapError};
 pub use offline::{offline_table, OfflineName};
 
 use cache::{Cache, Meta};
@@ -95,13 +95,18 @@ impl std::fmt::Debug for ImageStore {
 struct Inner {
     cache: Cache,
     /// A bad `SCENARIO_RUN_ID_MAP`, reported by every `get`.
-    env_error: Option<String>,
+    env_error: Option<IdMapError>,
     cells: Mutex<HashMap<String, Arc<OnceCell<Arc<Rootfs>>>>>,
     swept: AtomicBool,
     /// Images built or pulled by this store (not loaded from the cache).
     made: AtomicUsize,
-    http: std::sync::OnceLock<std::result::Result<(reqwest::Client, reqwest::Client), String>>,
+    http: std::sync::OnceLock<std::result::Result<(reqwest::Client, reqwest::Client), HttpClientError>>,
 }
+
+/// The store's HTTP clients could not be made (no TLS roots, a bad proxy variable).
+#[derive(Debug, thiserror::Error)]
+#[error("make an HTTP client: {0}")]
+struct HttpClientError(#[source] reqwest::Error);
 
 /// Removes a build directory unless the build was committed.
 struct TempGuard(Option<PathBuf>);
@@ -163,7 +168,7 @@ impl ImageStore {
         Self::with(cache_dir, ids, None)
     }
 
-    fn with(cache_dir: PathBuf, ids: IdMap, env_error: Option<String>) -> Self {
+    fn with(cache_dir: PathBuf, ids: IdMap, env_error: Option<IdMapError>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 cache: Cache::new(cache_dir, ids),
@@ -241,12 +246,12 @@ impl ImageStore {
                     if direct {
                         b = b.no_proxy();
                     }
-                    b.build().map_err(|e| format!("make an HTTP client: {e}"))
+                    b.build().map_err(HttpClientError)
                 };
                 Ok((make(false)?, make(true)?))
             })
             .as_ref()
-            .map_err(|e| ImageError::infra(e.clone()))
+            .map_err(|e| ImageError::infra(e.to_string()))
     }
 
     /// Resolves an image reference (a Dockerfile FROM, a template build API fromImage, or
@@ -259,7 +264,7 @@ impl ImageStore {
         log: &UnboundedSender<String>,
     ) -> Result<Arc<Rootfs>, ImageError> {
         if let Some(e) = &self.inner.env_error {
-            return Err(ImageError::invalid(e.clone()));
+            return Err(ImageError::invalid(e.to_string()));
         }
         if !self.inner.swept.swap(true, Ordering::SeqCst) {
             let c = self.inner.cache.clone();

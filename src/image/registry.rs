@@ -365,7 +365,17 @@ pub(crate) enum Compression {
     Gzip,
 }
 
-pub(crate) fn layer_compression(media_type: &str) -> std::result::Result<Compression, String> {
+/// A layer whose media type the unpacker cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LayerTypeError {
+    /// zstd-compressed (`…+zstd`): a known type, refused.
+    #[error("zstd-compressed layers ({0}) are not supported; push it with gzip")]
+    Zstd(String),
+    #[error("unsupported layer type `{0}`")]
+    Unknown(String),
+}
+
+pub(crate) fn layer_compression(media_type: &str) -> std::result::Result<Compression, LayerTypeError> {
     match media_type {
         "application/vnd.oci.image.layer.v1.tar+gzip"
         | "application/vnd.docker.image.rootfs.diff.tar.gzip"
@@ -374,8 +384,8 @@ pub(crate) fn layer_compression(media_type: &str) -> std::result::Result<Compres
         "application/vnd.oci.image.layer.v1.tar" | "application/vnd.oci.image.layer.nondistributable.v1.tar" => {
             Ok(Compression::None)
         }
-        t if t.ends_with("+zstd") => Err(format!("zstd-compressed layers ({t}) are not supported; push it with gzip")),
-        t => Err(format!("unsupported layer type `{t}`")),
+        t if t.ends_with("+zstd") => Err(LayerTypeError::Zstd(t.to_string())),
+        t => Err(LayerTypeError::Unknown(t.to_string())),
     }
 }
 
@@ -407,6 +417,18 @@ mod tests {
     fn layer_types() {
         assert_eq!(layer_compression("application/vnd.docker.image.rootfs.diff.tar.gzip"), Ok(Compression::Gzip));
         assert_eq!(layer_compression("application/vnd.oci.image.layer.v1.tar"), Ok(Compression::None));
-        assert!(layer_compression("application/vnd.oci.image.layer.v1.tar+zstd").unwrap_err().contains("zstd"));
+        assert!(layer_compression("application/vnd.oci.image.layer.v1.tar+zstd")
+            .unwrap_err()
+            .to_string()
+            .contains("zstd"));
+        // Issue 28 item 4: the refusals are kinds, in the words they had.
+        let t = "application/vnd.oci.image.layer.v1.tar+zstd";
+        assert_eq!(layer_compression(t), Err(LayerTypeError::Zstd(t.into())));
+        assert_eq!(
+            layer_compression(t).unwrap_err().to_string(),
+            format!("zstd-compressed layers ({t}) are not supported; push it with gzip")
+        );
+        assert_eq!(layer_compression("text/plain"), Err(LayerTypeError::Unknown("text/plain".into())));
+        assert_eq!(layer_compression("text/plain").unwrap_err().to_string(), "unsupported layer type `text/plain`");
     }
 }

@@ -143,16 +143,18 @@ pub fn convert(owner: &str, field: &Field, v: &JsonValue) -> Result<ArgValue, Ar
             b.map(ArgValue::Bool).ok_or_else(|| wrong_type(key, "true or false", v))
         }
         FieldType::Duration => {
-            let parsed = match v {
-                JsonValue::Number(n) => crate::duration::from_secs_f64(n.as_f64().unwrap_or(f64::INFINITY)),
-                JsonValue::String(s) => crate::duration::parse(s),
-                other => Err(format!("found {}", found(other))),
-            };
-            parsed.map(ArgValue::Duration).map_err(|e| {
+            let bad = |e: &dyn std::fmt::Display| {
                 ArgError::new(format!("bad duration for `{key}`: {e}"))
                     .label("not a duration")
                     .help(crate::duration::HINT)
-            })
+            };
+            match v {
+                JsonValue::Number(n) => crate::duration::from_secs_f64(n.as_f64().unwrap_or(f64::INFINITY)),
+                JsonValue::String(s) => crate::duration::parse(s),
+                other => return Err(bad(&format_args!("found {}", found(other)))),
+            }
+            .map(ArgValue::Duration)
+            .map_err(|e| bad(&e))
         }
         FieldType::StrMap => {
             let JsonValue::Object(m) = v else { return Err(wrong_type(key, "a mapping of strings", v)) };
@@ -209,7 +211,7 @@ pub fn convert(owner: &str, field: &Field, v: &JsonValue) -> Result<ArgValue, Ar
                 }
                 JsonValue::String(s) => match signal_number(s) {
                     Ok(n) => numbered(Some(i64::from(n))),
-                    Err(e) => Err(ArgError::new(e).label("unknown signal")),
+                    Err(e) => Err(ArgError::new(e.to_string()).label("unknown signal")),
                 },
                 other => Err(wrong_type(key, "a signal name or number", other)),
             }
@@ -452,8 +454,13 @@ impl Args {
     }
 }
 
+/// A signal name [`signal_number`] does not know (upper case, without `SIG`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown signal `{0}`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number")]
+pub struct UnknownSignal(pub String);
+
 /// Signal names authors write (`TERM`, `SIGTERM`, `sigterm`), to numbers.
-pub fn signal_number(name: &str) -> Result<i32, String> {
+pub fn signal_number(name: &str) -> Result<i32, UnknownSignal> {
     let s = name.trim().to_ascii_uppercase();
     let s = s.trim_start_matches("SIG");
     if let Ok(n) = s.parse() {
@@ -469,11 +476,7 @@ pub fn signal_number(name: &str) -> Result<i32, String> {
         "TERM" => libc::SIGTERM,
         "STOP" => libc::SIGSTOP,
         "CONT" => libc::SIGCONT,
-        other => {
-            return Err(format!(
-                "unknown signal `{other}`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number"
-            ))
-        }
+        other => return Err(UnknownSignal(other.to_string())),
     })
 }
 
@@ -486,6 +489,16 @@ mod tests {
 
     fn step(kind: &str, args: JsonValue) -> Result<Args, String> {
         convert_step(lookup(kind).expect("kind"), &args).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn unknown_signals_name_what_was_written() {
+        assert_eq!(signal_number(" sigterm "), Ok(libc::SIGTERM));
+        assert_eq!(signal_number("sigfoo"), Err(UnknownSignal("FOO".into())));
+        assert_eq!(
+            signal_number("foo").unwrap_err().to_string(),
+            "unknown signal `FOO`: use TERM, KILL, INT, HUP, USR1, USR2, STOP, CONT or a number"
+        );
     }
 
     #[test]

@@ -212,7 +212,7 @@ pub struct GithubOut {
 impl GithubOut {
     /// Failures as workflow commands on stdout, the run as markdown in the job summary; both
     /// masked like every other output.
-    pub fn write(&self, summary: &RunSummary, masker: &Masker) -> Result<(), String> {
+    pub fn write(&self, summary: &RunSummary, masker: &Masker) -> Result<(), super::ReportError> {
         let _ = crate::out::stdout(&masker.mask(&annotations(summary, self.workspace.as_deref())));
         if let Some(path) = &self.step_summary {
             let md = step_summary(summary);
@@ -220,10 +220,10 @@ impl GithubOut {
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
+                .map_err(|source| super::ReportError::JobSummary { path: path.clone(), source })?;
             std::io::Write::write_all(&mut f, masker.mask(&md).as_bytes())
                 .and_then(|()| std::io::Write::flush(&mut f))
-                .map_err(|e| format!("cannot write the job summary {}: {e}", path.display()))?;
+                .map_err(|source| super::ReportError::JobSummary { path: path.clone(), source })?;
         }
         Ok(())
     }

@@ -72,29 +72,43 @@ pub struct ServeArgs {
     pub fault_control_plane_only: bool,
 }
 
-fn parse_ratio(s: &str) -> Result<f64, String> {
+/// A `--memory-overcommit` that is not a number of at least 0.1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected a ratio of at least 0.1 (2 promises twice the host's memory), got {0:?}")]
+pub struct RatioError(String);
+
+fn parse_ratio(s: &str) -> Result<f64, RatioError> {
     match s.trim().parse::<f64>() {
         Ok(r) if r.is_finite() && r >= 0.1 => Ok(r),
-        _ => Err(format!("expected a ratio of at least 0.1 (2 promises twice the host's memory), got {s:?}")),
+        _ => Err(RatioError(s.to_string())),
     }
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
+fn parse_size(s: &str) -> Result<u64, crate::size::ParseSizeError> {
     crate::size::parse(s).map(|n| n as u64)
+}
+
+/// Flags that parse one by one but make no server together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServeArgsError {
+    #[error("--api-key (or E2B_API_KEY) must not be empty")]
+    EmptyApiKey,
+    #[error(
+        "--api-key (or E2B_API_KEY) is {chars} characters; use at least {min}, e.g. `e2b_` and 40 hex digits",
+        min = MIN_API_KEY_LEN
+    )]
+    ShortApiKey { chars: usize },
 }
 
 impl ServeArgs {
     /// The server's options, or what is wrong with the flags.
-    pub fn options(&self) -> Result<ServeOptions, String> {
+    pub fn options(&self) -> Result<ServeOptions, ServeArgsError> {
         let key = self.api_key.trim();
         if key.is_empty() {
-            return Err("--api-key (or E2B_API_KEY) must not be empty".into());
+            return Err(ServeArgsError::EmptyApiKey);
         }
         if key.chars().count() < MIN_API_KEY_LEN {
-            return Err(format!(
-                "--api-key (or E2B_API_KEY) is {} characters; use at least {MIN_API_KEY_LEN}, e.g. `e2b_` and 40 hex digits",
-                key.chars().count()
-            ));
+            return Err(ServeArgsError::ShortApiKey { chars: key.chars().count() });
         }
         Ok(ServeOptions {
             api_key: key.to_string(),
@@ -132,10 +146,37 @@ mod tests {
         serve: ServeArgs,
     }
 
+    /// The options, or the message: a flag clap refuses or a key `options` refuses.
     fn parse(args: &[&str]) -> Result<ServeOptions, String> {
         let cli =
             Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).map_err(|e| e.to_string())?;
-        cli.serve.options()
+        cli.serve.options().map_err(|e| e.to_string())
+    }
+
+    fn cli(args: &[&str]) -> ServeArgs {
+        Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap().serve
+    }
+
+    /// Issue 28 item 4: the key's refusals are kinds, with the text they had; a bad ratio or
+    /// size still reaches the user through clap with its own message.
+    #[test]
+    fn refusals_have_kinds() {
+        assert_eq!(cli(&["--api-key", " "]).options().unwrap_err(), ServeArgsError::EmptyApiKey);
+        let e = cli(&["--api-key", "e2b_short"]).options().unwrap_err();
+        assert_eq!(e, ServeArgsError::ShortApiKey { chars: 9 });
+        assert_eq!(
+            e.to_string(),
+            "--api-key (or E2B_API_KEY) is 9 characters; use at least 32, e.g. `e2b_` and 40 hex digits"
+        );
+        assert_eq!(
+            parse_ratio("0.05").unwrap_err().to_string(),
+            "expected a ratio of at least 0.1 (2 promises twice the host's memory), got \"0.05\""
+        );
+        let key = "e2b_0123456789abcdef0123456789abcdef01234567";
+        let e = parse(&["--api-key", key, "--max-upload", "1 parsec"]).unwrap_err();
+        assert!(e.contains("invalid size `1 parsec`: unknown unit `parsec`"), "{e}");
+        let e = parse(&["--api-key", key, "--memory-overcommit", "0"]).unwrap_err();
+        assert!(e.contains("expected a ratio of at least 0.1"), "{e}");
     }
 
     #[test]

@@ -36,6 +36,92 @@ pub(crate) const MAX_BYTES: u64 = 4 << 30;
 /// Most entries one build's contexts may hold.
 pub(crate) const MAX_ENTRIES: u64 = 200_000;
 
+/// Why a context cannot be unpacked, or the build's own file written. The refusals that keep
+/// a context inside its folder are kinds of their own; failed calls keep the I/O error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BuildDirError {
+    #[error("`{}` is an absolute path: entries are relative to the context", .0.display())]
+    Absolute(PathBuf),
+    #[error("`{}` climbs out of the context with `..`", .0.display())]
+    Climbs(PathBuf),
+    /// An entry below a link of the context: nothing is written through one.
+    #[error("`{}` is below `{}`, a symbolic link: nothing is written through a link", entry.display(), link.display())]
+    BelowLink { entry: PathBuf, link: PathBuf },
+    /// An entry below a file, a FIFO, … of the context.
+    #[error("`{}` is below `{}`, {kind}", entry.display(), at.display())]
+    BelowNonDirectory { entry: PathBuf, at: PathBuf, kind: &'static str },
+    #[error("`{}` is a directory in the context already, and cannot be replaced", .0.display())]
+    DirectoryInTheWay(PathBuf),
+    #[error("`{}`: a symbolic link without a target", .0.display())]
+    LinkWithoutTarget(PathBuf),
+    #[error("`{}`: a hard link without a target", .0.display())]
+    HardLinkWithoutTarget(PathBuf),
+    #[error("`{}`: a hard link to the context itself", .0.display())]
+    HardLinkToContext(PathBuf),
+    #[error("`{}` is a hard link to `{}`, which is no file of the context", entry.display(), target.display())]
+    HardLinkOutside { entry: PathBuf, target: PathBuf },
+    /// A FIFO, a device, …
+    #[error("`{}` is {kind}: a COPY context holds files, directories and links only", entry.display())]
+    Unsupported { entry: PathBuf, kind: &'static str },
+    /// Something other than a file where the build writes its `Dockerfile` or `template.yaml`.
+    #[error(
+        "the context's `{name}` is {kind}, where the build writes its own {name}: leave it out of the files copied"
+    )]
+    OwnFileInTheWay { name: String, kind: &'static str },
+    #[error("more than {max} entries", max = MAX_ENTRIES)]
+    TooManyEntries,
+    #[error("the files unpack to more than {}", crate::size::human(MAX_BYTES))]
+    TooLarge,
+    #[error("cannot open the uploaded files: {0}")]
+    OpenArchive(io::Error),
+    #[error("not a valid tar archive: {0}")]
+    Archive(io::Error),
+    #[error("cannot open the build folder: {0}")]
+    OpenFolder(io::Error),
+    /// A call on an entry's path failed.
+    #[error("`{}`: {}{source}", entry.display(), op.prefix())]
+    Entry { entry: PathBuf, op: EntryOp, source: io::Error },
+    #[error("cannot replace the context's `{name}`: {source}")]
+    ReplaceOwn { name: String, source: io::Error },
+    #[error("cannot write `{name}`: {source}")]
+    WriteOwn { name: String, source: io::Error },
+}
+
+/// What was being done to an entry when a call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EntryOp {
+    MakeDir,
+    /// Opening the directory `.0` on the way to the entry.
+    Open(PathBuf),
+    Replace,
+    Create,
+    Write,
+    MakeLink,
+    MakeHardLink,
+    /// Looking at what is there, setting the mode, flushing.
+    Other,
+}
+
+impl EntryOp {
+    fn prefix(&self) -> String {
+        match self {
+            EntryOp::MakeDir => "cannot make its directory: ".into(),
+            EntryOp::Open(at) => format!("cannot open `{}`: ", at.display()),
+            EntryOp::Replace => "cannot replace what is there: ".into(),
+            EntryOp::Create => "cannot create it: ".into(),
+            EntryOp::Write => "cannot write it: ".into(),
+            EntryOp::MakeLink => "cannot make the link: ".into(),
+            EntryOp::MakeHardLink => "cannot make the hard link: ".into(),
+            EntryOp::Other => String::new(),
+        }
+    }
+}
+
+/// `map_err` for a failed call on `entry`.
+fn at_entry<E: Into<io::Error>>(entry: &Path, op: EntryOp) -> impl FnOnce(E) -> BuildDirError + '_ {
+    move |e| BuildDirError::Entry { entry: entry.to_path_buf(), op, source: e.into() }
+}
+
 /// A build folder, open; see the module documentation.
 pub(crate) struct BuildDir {
     dir: OwnedFd,
@@ -79,16 +165,14 @@ fn kind_name(t: FileType) -> &'static str {
 }
 
 /// The components of an entry's path; refused when absolute or climbing with `..`.
-fn components(p: &Path) -> Result<Vec<&OsStr>, String> {
+fn components(p: &Path) -> Result<Vec<&OsStr>, BuildDirError> {
     let mut out = Vec::new();
     for c in p.components() {
         match c {
             Component::Normal(n) => out.push(n),
             Component::CurDir => {}
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(format!("`{}` is an absolute path: entries are relative to the context", p.display()))
-            }
-            Component::ParentDir => return Err(format!("`{}` climbs out of the context with `..`", p.display())),
+            Component::RootDir | Component::Prefix(_) => return Err(BuildDirError::Absolute(p.to_path_buf())),
+            Component::ParentDir => return Err(BuildDirError::Climbs(p.to_path_buf())),
         }
     }
     Ok(out)
@@ -112,31 +196,28 @@ impl BuildDir {
 
     /// The directory `comps` below the folder, opened; made (0755) where missing when
     /// `make`. `entry` names the archive entry in errors.
-    fn dir(&self, comps: &[&OsStr], make: bool, entry: &Path) -> Result<OwnedFd, String> {
+    fn dir(&self, comps: &[&OsStr], make: bool, entry: &Path) -> Result<OwnedFd, BuildDirError> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY;
-        let mut fd = open_beneath(&self.dir, OsStr::new("."), flags, Mode::empty())
-            .map_err(|e| format!("cannot open the build folder: {e}"))?;
+        let mut fd =
+            open_beneath(&self.dir, OsStr::new("."), flags, Mode::empty()).map_err(BuildDirError::OpenFolder)?;
         for (i, c) in comps.iter().enumerate() {
             if make {
                 match rustix::fs::mkdirat(&fd, *c, Mode::from_raw_mode(0o755)) {
                     Ok(()) | Err(Errno::EXIST) => {}
-                    Err(e) => return Err(format!("`{}`: cannot make its directory: {e}", entry.display())),
+                    Err(e) => return Err(at_entry(entry, EntryOp::MakeDir)(e)),
                 }
             }
             fd = match open_beneath(&fd, c, flags, Mode::empty()) {
                 Ok(fd) => fd,
                 Err(e) => {
                     let at: PathBuf = comps[..=i].iter().collect();
+                    let entry = entry.to_path_buf();
                     return Err(match kind_at(&fd, c) {
-                        Ok(Some(FileType::Symlink)) => format!(
-                            "`{}` is below `{}`, a symbolic link: nothing is written through a link",
-                            entry.display(),
-                            at.display()
-                        ),
+                        Ok(Some(FileType::Symlink)) => BuildDirError::BelowLink { entry, link: at },
                         Ok(Some(t)) if t != FileType::Directory => {
-                            format!("`{}` is below `{}`, {}", entry.display(), at.display(), kind_name(t))
+                            BuildDirError::BelowNonDirectory { entry, at, kind: kind_name(t) }
                         }
-                        _ => format!("`{}`: cannot open `{}`: {e}", entry.display(), at.display()),
+                        _ => BuildDirError::Entry { entry, op: EntryOp::Open(at), source: e },
                     });
                 }
             };
@@ -146,24 +227,21 @@ impl BuildDir {
 
     /// Makes room for a new `name` in `dir`: what an earlier entry left there is removed,
     /// unless it is a directory.
-    fn clear(dir: &OwnedFd, name: &OsStr, entry: &Path) -> Result<(), String> {
+    fn clear(dir: &OwnedFd, name: &OsStr, entry: &Path) -> Result<(), BuildDirError> {
         match kind_at(dir, name) {
             Ok(None) => Ok(()),
-            Ok(Some(FileType::Directory)) => {
-                Err(format!("`{}` is a directory in the context already, and cannot be replaced", entry.display()))
-            }
-            Ok(Some(_)) => rustix::fs::unlinkat(dir, name, AtFlags::empty())
-                .map_err(|e| format!("`{}`: cannot replace what is there: {e}", entry.display())),
-            Err(e) => Err(format!("`{}`: {e}", entry.display())),
+            Ok(Some(FileType::Directory)) => Err(BuildDirError::DirectoryInTheWay(entry.to_path_buf())),
+            Ok(Some(_)) => rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(at_entry(entry, EntryOp::Replace)),
+            Err(e) => Err(at_entry(entry, EntryOp::Other)(e)),
         }
     }
 
     /// Unpacks the tar archive (gzipped or not) in file `archive` into the folder.
-    pub(crate) fn unpack(&self, archive: &Path) -> Result<(), String> {
-        let mut f = std::fs::File::open(archive).map_err(|e| format!("cannot open the uploaded files: {e}"))?;
+    pub(crate) fn unpack(&self, archive: &Path) -> Result<(), BuildDirError> {
+        let mut f = std::fs::File::open(archive).map_err(BuildDirError::OpenArchive)?;
         let mut magic = [0u8; 2];
         let gz = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
-        let f = std::fs::File::open(archive).map_err(|e| format!("cannot open the uploaded files: {e}"))?;
+        let f = std::fs::File::open(archive).map_err(BuildDirError::OpenArchive)?;
         if gz {
             self.unpack_from(flate2::read::GzDecoder::new(f))
         } else {
@@ -171,13 +249,13 @@ impl BuildDir {
         }
     }
 
-    fn unpack_from(&self, r: impl Read) -> Result<(), String> {
+    fn unpack_from(&self, r: impl Read) -> Result<(), BuildDirError> {
         let mut archive = tar::Archive::new(r);
-        let bad = |e: io::Error| format!("not a valid tar archive: {e}");
+        let bad = BuildDirError::Archive;
         for entry in archive.entries().map_err(bad)? {
             let mut entry = entry.map_err(bad)?;
             if self.entries.fetch_add(1, Ordering::Relaxed) >= MAX_ENTRIES {
-                return Err(format!("more than {MAX_ENTRIES} entries"));
+                return Err(BuildDirError::TooManyEntries);
             }
             let path = entry.path().map_err(bad)?.into_owned();
             let comps = components(&path)?;
@@ -191,7 +269,7 @@ impl BuildDir {
                 tar::EntryType::Directory => {
                     let fd = self.dir(&comps, true, &path)?;
                     rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
-                        .map_err(|e| format!("`{}`: {e}", path.display()))?;
+                        .map_err(at_entry(&path, EntryOp::Other))?;
                 }
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
                     let dir = self.dir(parents, true, &path)?;
@@ -202,17 +280,16 @@ impl BuildDir {
                         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
                         Mode::from_raw_mode(0o600),
                     )
-                    .map_err(|e| format!("`{}`: cannot create it: {e}", path.display()))?;
+                    .map_err(at_entry(&path, EntryOp::Create))?;
                     let mut file = std::fs::File::from(fd);
                     let left = MAX_BYTES.saturating_sub(self.bytes.load(Ordering::Relaxed));
                     let n = io::copy(&mut (&mut entry).take(left + 1), &mut file)
-                        .map_err(|e| format!("`{}`: cannot write it: {e}", path.display()))?;
+                        .map_err(at_entry(&path, EntryOp::Write))?;
                     if self.bytes.fetch_add(n, Ordering::Relaxed) + n > MAX_BYTES {
-                        return Err(format!("the files unpack to more than {}", crate::size::human(MAX_BYTES)));
+                        return Err(BuildDirError::TooLarge);
                     }
-                    file.flush().map_err(|e| format!("`{}`: {e}", path.display()))?;
-                    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
-                        .map_err(|e| format!("`{}`: {e}", path.display()))?;
+                    file.flush().map_err(at_entry(&path, EntryOp::Other))?;
+                    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(at_entry(&path, EntryOp::Other))?;
                     if let Ok(mtime) = entry.header().mtime() {
                         let t = rustix::fs::Timespec { tv_sec: mtime.min(i64::MAX as u64) as i64, tv_nsec: 0 };
                         let _ = rustix::fs::futimens(
@@ -224,38 +301,32 @@ impl BuildDir {
                 tar::EntryType::Symlink => {
                     let target = entry
                         .link_name_bytes()
-                        .ok_or_else(|| format!("`{}`: a symbolic link without a target", path.display()))?
+                        .ok_or_else(|| BuildDirError::LinkWithoutTarget(path.clone()))?
                         .into_owned();
                     let dir = self.dir(parents, true, &path)?;
                     Self::clear(&dir, name, &path)?;
                     rustix::fs::symlinkat(OsStr::from_bytes(&target), &dir, *name)
-                        .map_err(|e| format!("`{}`: cannot make the link: {e}", path.display()))?;
+                        .map_err(at_entry(&path, EntryOp::MakeLink))?;
                 }
                 tar::EntryType::Link => {
                     let target = entry
                         .link_name()
                         .map_err(bad)?
-                        .ok_or_else(|| format!("`{}`: a hard link without a target", path.display()))?
+                        .ok_or_else(|| BuildDirError::HardLinkWithoutTarget(path.clone()))?
                         .into_owned();
                     let tcomps = components(&target)?;
                     let Some((tname, tparents)) = tcomps.split_last() else {
-                        return Err(format!("`{}`: a hard link to the context itself", path.display()));
+                        return Err(BuildDirError::HardLinkToContext(path.clone()));
                     };
                     let from = self.dir(tparents, false, &target)?;
                     match kind_at(&from, tname) {
                         Ok(Some(FileType::RegularFile | FileType::Symlink)) => {}
-                        _ => {
-                            return Err(format!(
-                                "`{}` is a hard link to `{}`, which is no file of the context",
-                                path.display(),
-                                target.display()
-                            ))
-                        }
+                        _ => return Err(BuildDirError::HardLinkOutside { entry: path.clone(), target }),
                     }
                     let dir = self.dir(parents, true, &path)?;
                     Self::clear(&dir, name, &path)?;
                     rustix::fs::linkat(&from, *tname, &dir, *name, AtFlags::empty())
-                        .map_err(|e| format!("`{}`: cannot make the hard link: {e}", path.display()))?;
+                        .map_err(at_entry(&path, EntryOp::MakeHardLink))?;
                 }
                 // Extended headers are read by the archive itself; these carry nothing to write.
                 tar::EntryType::XGlobalHeader | tar::EntryType::XHeader => {}
@@ -266,10 +337,7 @@ impl BuildDir {
                         tar::EntryType::Block => "a block device",
                         _ => "an entry of an unknown kind",
                     };
-                    return Err(format!(
-                        "`{}` is {what}: a COPY context holds files, directories and links only",
-                        path.display()
-                    ));
+                    return Err(BuildDirError::Unsupported { entry: path.clone(), kind: what });
                 }
             }
         }
@@ -279,23 +347,19 @@ impl BuildDir {
     /// Writes the build's own file `name` (`Dockerfile`, `template.yaml`) at the top of the
     /// folder: a file the context left there is replaced (a project copied whole brings its
     /// own Dockerfile), anything else there refuses the context.
-    pub(crate) fn write_own(&self, name: &str, data: &[u8]) -> Result<(), String> {
+    pub(crate) fn write_own(&self, name: &str, data: &[u8]) -> Result<(), BuildDirError> {
         let n = OsStr::new(name);
+        let write = |source| BuildDirError::WriteOwn { name: name.to_string(), source };
         match kind_at(&self.dir, n) {
             Ok(None) => {}
             Ok(Some(FileType::RegularFile)) => rustix::fs::unlinkat(&self.dir, n, AtFlags::empty())
-                .map_err(|e| format!("cannot replace the context's `{name}`: {e}"))?,
-            Ok(Some(t)) => {
-                return Err(format!(
-                "the context's `{name}` is {}, where the build writes its own {name}: leave it out of the files copied",
-                kind_name(t)
-            ))
-            }
-            Err(e) => return Err(format!("cannot write `{name}`: {e}")),
+                .map_err(|e| BuildDirError::ReplaceOwn { name: name.to_string(), source: e.into() })?,
+            Ok(Some(t)) => return Err(BuildDirError::OwnFileInTheWay { name: name.to_string(), kind: kind_name(t) }),
+            Err(e) => return Err(write(e)),
         }
         let fd = open_beneath(&self.dir, n, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL, Mode::from_raw_mode(0o644))
-            .map_err(|e| format!("cannot write `{name}`: {e}"))?;
-        std::fs::File::from(fd).write_all(data).map_err(|e| format!("cannot write `{name}`: {e}"))
+            .map_err(write)?;
+        std::fs::File::from(fd).write_all(data).map_err(write)
     }
 }
 
@@ -358,7 +422,7 @@ mod tests {
         out
     }
 
-    fn unpack(entries: &[E]) -> (tempfile::TempDir, Result<(), String>) {
+    fn unpack(entries: &[E]) -> (tempfile::TempDir, Result<(), BuildDirError>) {
         let d = tempfile::tempdir().unwrap();
         let bd = BuildDir::create(&d.path().join("build")).unwrap();
         let r = bd.unpack_from(&tarball(entries)[..]);
@@ -389,7 +453,7 @@ mod tests {
         let host = tempfile::tempdir().unwrap();
         let outside = host.path().to_str().unwrap();
         let (_d, r) = unpack(&[E::Link("sub", outside), E::File("sub/planted", b"x")]);
-        assert!(r.unwrap_err().contains("`sub/planted` is below `sub`, a symbolic link"));
+        assert!(r.unwrap_err().to_string().contains("`sub/planted` is below `sub`, a symbolic link"));
         let (_d, r) = unpack(&[E::Link("sub", outside), E::Dir("sub/deeper")]);
         assert!(r.is_err());
         assert!(std::fs::read_dir(host.path()).unwrap().next().is_none(), "written into the host directory");
@@ -402,9 +466,9 @@ mod tests {
         assert_eq!(std::fs::read(d.path().join("build/x")).unwrap(), b"mine");
         // A hard link may name only an entry of the folder.
         let (_d, r) = unpack(&[E::Hard("h", victim.to_str().unwrap())]);
-        assert!(r.unwrap_err().contains("absolute path"));
+        assert!(r.unwrap_err().to_string().contains("absolute path"));
         let (_d, r) = unpack(&[E::Link("l", outside), E::Hard("h", "l/victim")]);
-        assert!(r.unwrap_err().contains("a symbolic link"));
+        assert!(r.unwrap_err().to_string().contains("a symbolic link"));
     }
 
     #[test]
@@ -412,14 +476,17 @@ mod tests {
         for name in ["../up.txt", "/abs.txt", "a/../../up.txt"] {
             let d = tempfile::tempdir().unwrap();
             let bd = BuildDir::create(&d.path().join("build")).unwrap();
-            let e = bd.unpack_from(&raw_entry(name)[..]).unwrap_err();
+            let e = bd.unpack_from(&raw_entry(name)[..]).unwrap_err().to_string();
             assert!(e.contains("absolute path") || e.contains("climbs out"), "{name}: {e}");
             assert!(!d.path().join("up.txt").exists() && !Path::new("/abs.txt").exists());
         }
         let (_d, r) = unpack(&[E::Fifo("pipe")]);
-        assert_eq!(r.unwrap_err(), "`pipe` is a FIFO: a COPY context holds files, directories and links only");
+        assert_eq!(
+            r.unwrap_err().to_string(),
+            "`pipe` is a FIFO: a COPY context holds files, directories and links only"
+        );
         let (_d, r) = unpack(&[E::Dir("d"), E::File("d", b"x")]);
-        assert!(r.unwrap_err().contains("is a directory in the context already"));
+        assert!(r.unwrap_err().to_string().contains("is a directory in the context already"));
     }
 
     #[test]
@@ -430,11 +497,59 @@ mod tests {
         let (d, r) = unpack(&[E::Link("Dockerfile", victim.to_str().unwrap()), E::File("template.yaml", b"x")]);
         r.unwrap();
         let bd = BuildDir::create(&d.path().join("build")).unwrap();
-        let e = bd.write_own("Dockerfile", b"FROM base\n").unwrap_err();
+        let e = bd.write_own("Dockerfile", b"FROM base\n").unwrap_err().to_string();
         assert!(e.contains("the context's `Dockerfile` is a symbolic link"), "{e}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
         bd.write_own("template.yaml", b"name: t\n").unwrap();
         assert_eq!(std::fs::read(bd.path().join("template.yaml")).unwrap(), b"name: t\n");
+    }
+
+    /// Issue 28 item 4: each refusal is a kind a caller can match, naming the entries.
+    #[test]
+    fn refusals_have_kinds() {
+        let host = tempfile::tempdir().unwrap();
+        let outside = host.path().to_str().unwrap();
+        let (_d, r) = unpack(&[E::Link("sub", outside), E::File("sub/planted", b"x")]);
+        assert!(
+            matches!(r, Err(BuildDirError::BelowLink { ref entry, ref link }) if entry == Path::new("sub/planted") && link == Path::new("sub")),
+            "{r:?}"
+        );
+        let (_d, r) = unpack(&[E::File("f", b"x"), E::File("f/g", b"y")]);
+        let e = r.unwrap_err();
+        assert!(matches!(e, BuildDirError::BelowNonDirectory { kind: "a file", .. }), "{e:?}");
+        assert_eq!(e.to_string(), "`f/g` is below `f`, a file");
+        let (_d, r) = unpack(&[E::Hard("h", "/etc/passwd")]);
+        assert!(matches!(r, Err(BuildDirError::Absolute(ref p)) if p == Path::new("/etc/passwd")), "{r:?}");
+        let (_d, r) = unpack(&[E::Hard("h", "missing")]);
+        assert!(matches!(r, Err(BuildDirError::HardLinkOutside { .. })), "{r:?}");
+        let (_d, r) = unpack(&[E::Fifo("pipe")]);
+        assert!(matches!(r, Err(BuildDirError::Unsupported { kind: "a FIFO", .. })), "{r:?}");
+        let (_d, r) = unpack(&[E::Dir("d"), E::File("d", b"x")]);
+        assert!(matches!(r, Err(BuildDirError::DirectoryInTheWay(_))), "{r:?}");
+        let d = tempfile::tempdir().unwrap();
+        let bd = BuildDir::create(&d.path().join("build")).unwrap();
+        let e = bd.unpack_from(&raw_entry("a/../../up.txt")[..]).unwrap_err();
+        assert!(matches!(e, BuildDirError::Climbs(_)), "{e:?}");
+        let e = bd.unpack_from(&b"not a tar archive, and long enough to be read as a header"[..]).unwrap_err();
+        assert!(matches!(e, BuildDirError::Archive(_)), "{e:?}");
+        assert!(e.to_string().starts_with("not a valid tar archive: "), "{e}");
+        let e = bd.unpack(&d.path().join("nope.tar")).unwrap_err();
+        assert!(matches!(&e, BuildDirError::OpenArchive(io) if io.kind() == io::ErrorKind::NotFound), "{e:?}");
+        std::fs::create_dir(bd.path().join("Dockerfile")).unwrap();
+        let e = bd.write_own("Dockerfile", b"FROM base\n").unwrap_err();
+        assert!(matches!(e, BuildDirError::OwnFileInTheWay { kind: "a directory", .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "the context's `Dockerfile` is a directory, where the build writes its own Dockerfile: leave it out of the files copied"
+        );
+        let e = BuildDirError::Entry {
+            entry: "a/b".into(),
+            op: EntryOp::Open("a".into()),
+            source: io::Error::from_raw_os_error(libc::EACCES),
+        };
+        assert_eq!(e.to_string(), "`a/b`: cannot open `a`: Permission denied (os error 13)");
+        let e = BuildDirError::Entry { entry: "a".into(), op: EntryOp::Other, source: io::Error::other("boom") };
+        assert_eq!(e.to_string(), "`a`: boom");
     }
 
     #[test]
@@ -442,10 +557,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let bd = BuildDir::create(&d.path().join("build")).unwrap();
         bd.bytes.store(MAX_BYTES - 1, Ordering::Relaxed);
-        let e = bd.unpack_from(&tarball(&[E::File("a", b"ab")])[..]).unwrap_err();
+        let e = bd.unpack_from(&tarball(&[E::File("a", b"ab")])[..]).unwrap_err().to_string();
         assert!(e.contains("unpack to more than 4 GiB"), "{e}");
         bd.entries.store(MAX_ENTRIES, Ordering::Relaxed);
-        let e = bd.unpack_from(&tarball(&[E::Dir("x")])[..]).unwrap_err();
+        let e = bd.unpack_from(&tarball(&[E::Dir("x")])[..]).unwrap_err().to_string();
         assert!(e.contains("more than 200000 entries"), "{e}");
     }
 }

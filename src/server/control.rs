@@ -420,7 +420,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     };
     // The official templates serve builds from their folder, on the first create of each.
     if let Err(e) = st.templates.ensure_official(&st.provider, &template).await {
-        return Err(json_error(StatusCode::INTERNAL_SERVER_ERROR, &e));
+        return Err(json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()));
     }
     // And the memory it declares, against the host's.
     let declared =
@@ -837,15 +837,29 @@ async fn resume_legacy(State(st): SharedState, Path(id): Path<String>, body: Byt
     }
 }
 
+/// A query string or `metadata` filter that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum QueryError {
+    /// A `%` not followed by two hex digits, in the text given.
+    #[error("invalid escape in {0:?}")]
+    InvalidEscape(String),
+    /// Bytes that decode to no UTF-8, in the text given.
+    #[error("invalid UTF-8 in {0:?}")]
+    InvalidUtf8(String),
+    /// A `metadata` pair that is not `key=value`.
+    #[error("invalid metadata filter pair {0:?}: expected key=value")]
+    MetadataPair(String),
+}
+
 /// The `metadata` list filter (protocol doc §2.7): the value (already query-decoded once) is
 /// unescaped again, split on `&` and `=`, and each key and value unescaped once more.
-pub(crate) fn parse_metadata_filter(raw: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn parse_metadata_filter(raw: &str) -> Result<BTreeMap<String, String>, QueryError> {
     let mut out = BTreeMap::new();
     let whole = query_unescape(raw)?;
     for pair in whole.split('&').filter(|p| !p.is_empty()) {
         let mut kv = pair.split('=');
         let (Some(k), Some(v), None) = (kv.next(), kv.next(), kv.next()) else {
-            return Err(format!("invalid metadata filter pair {pair:?}: expected key=value"));
+            return Err(QueryError::MetadataPair(pair.to_string()));
         };
         out.insert(query_unescape(k)?, query_unescape(v)?);
     }
@@ -853,7 +867,7 @@ pub(crate) fn parse_metadata_filter(raw: &str) -> Result<BTreeMap<String, String
 }
 
 /// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte.
-fn query_unescape(s: &str) -> Result<String, String> {
+fn query_unescape(s: &str) -> Result<String, QueryError> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -864,7 +878,7 @@ fn query_unescape(s: &str) -> Result<String, String> {
                 let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
                 let byte = hex
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| format!("invalid escape in {s:?}"))?;
+                    .ok_or_else(|| QueryError::InvalidEscape(s.to_string()))?;
                 out.push(byte);
                 i += 2;
             }
@@ -872,11 +886,11 @@ fn query_unescape(s: &str) -> Result<String, String> {
         }
         i += 1;
     }
-    String::from_utf8(out).map_err(|_| format!("invalid UTF-8 in {s:?}"))
+    String::from_utf8(out).map_err(|_| QueryError::InvalidUtf8(s.to_string()))
 }
 
 /// The query string as pairs, each decoded once (what an HTTP framework hands a handler).
-fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, String> {
+fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, QueryError> {
     raw.unwrap_or("")
         .split('&')
         .filter(|p| !p.is_empty())
@@ -900,7 +914,8 @@ async fn matching(
     let mut after = None;
     for (k, v) in params {
         match k.as_str() {
-            "metadata" => filter.extend(parse_metadata_filter(v).map_err(|e| json_error(StatusCode::BAD_REQUEST, &e))?),
+            "metadata" => filter
+                .extend(parse_metadata_filter(v).map_err(|e| json_error(StatusCode::BAD_REQUEST, &e.to_string()))?),
             "state" => {
                 running_wanted = v.split(',').any(|s| s.trim() == "running");
                 paused_wanted = v.split(',').any(|s| s.trim() == "paused");
@@ -933,7 +948,7 @@ async fn matching(
 async fn list_v2(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
     let params = match query_pairs(q.as_deref()) {
         Ok(p) => p,
-        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     let all = match matching(&st, &params).await {
         Ok(v) => v,
@@ -967,7 +982,7 @@ async fn list_v2(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
 async fn list_legacy(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
     let params = match query_pairs(q.as_deref()) {
         Ok(p) => p,
-        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     match matching(&st, &params).await {
         Ok(all) => Json(all.iter().map(|(sb, i)| detail_json(&st, sb, i, false)).collect::<Vec<_>>()).into_response(),
@@ -987,5 +1002,23 @@ mod tests {
         assert_eq!(f.get("owner").map(String::as_str), Some("me"));
         assert_eq!(f.get("k y").map(String::as_str), Some("v&1"));
         assert!(parse_metadata_filter("a").is_err());
+    }
+
+    /// Issue 28 item 4: each refusal is a kind, and answers the text it did.
+    #[test]
+    fn query_errors_have_kinds() {
+        assert_eq!(parse_metadata_filter("a"), Err(QueryError::MetadataPair("a".into())));
+        assert_eq!(
+            parse_metadata_filter("a=b%26c").unwrap_err().to_string(),
+            "invalid metadata filter pair \"c\": expected key=value"
+        );
+        assert_eq!(query_unescape("%zz"), Err(QueryError::InvalidEscape("%zz".into())));
+        assert_eq!(query_unescape("%2").unwrap_err().to_string(), "invalid escape in \"%2\"");
+        assert_eq!(query_unescape("%ff"), Err(QueryError::InvalidUtf8("%ff".into())));
+        assert_eq!(query_pairs(Some("a=1&b=%ff")), Err(QueryError::InvalidUtf8("%ff".into())));
+        assert_eq!(
+            query_pairs(Some("a=1&b+c=%20")).unwrap(),
+            vec![("a".into(), "1".into()), ("b c".into(), " ".into())]
+        );
     }
 }

@@ -43,7 +43,65 @@ use tokio::io::AsyncWriteExt;
 
 use super::build_dir::BuildDir;
 use super::{json_error, rfc3339, AppState};
-use crate::templates::{BuildSpec, TemplateDir};
+use crate::templates::{BuildSpec, TemplateDir, TemplateError};
+
+/// Why serve could not make an official template ready for a create.
+#[derive(Debug, thiserror::Error)]
+pub enum OfficialTemplateError {
+    /// Its folder is here but does not load.
+    #[error(transparent)]
+    Load(#[from] TemplateError),
+    /// The provider's build failed; `message` is the provider's.
+    #[error("cannot build the official template {name} from {}: {message}", dir.display())]
+    Build { name: String, dir: PathBuf, message: String },
+}
+
+/// A tag of `POST /templates/tags` that is not `tag` or `name:tag`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TagError {
+    /// An empty side of a colon, or more than one colon.
+    #[error("invalid tag {0:?}: expected `tag` or `name:tag`")]
+    Shape(String),
+    /// A tag with other characters than letters, digits, `-`, `_` and `.`.
+    #[error("invalid tag {0:?}")]
+    Characters(String),
+}
+
+/// A build request serve cannot turn into a Dockerfile, or whose registry login it cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildRequestError {
+    #[error("fromImage must be one line")]
+    MultilineFrom,
+    /// Step `step` (1-based) of type `kind`.
+    #[error("step {step} ({kind}): {problem}")]
+    Step { step: usize, kind: String, problem: StepProblem },
+    #[error("fromImageRegistry: a registry login needs a username and a password")]
+    RegistryLogin,
+    /// An `aws` or `gcp` login.
+    #[error(
+        "fromImageRegistry type `{0}`: not supported by scenario-run serve (only `registry`, a username and password)"
+    )]
+    RegistryUnsupported(String),
+    #[error("fromImageRegistry: unknown type (expected `registry`, `aws` or `gcp`)")]
+    RegistryUnknown,
+}
+
+/// What is wrong with one step of a build request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepProblem {
+    #[error("arguments must be one line")]
+    MultilineArguments,
+    #[error("no command")]
+    NoCommand,
+    #[error("needs a source and a destination")]
+    NoSourceOrDestination,
+    #[error("needs name/value pairs")]
+    NotPairs,
+    #[error("needs an argument")]
+    NoArgument,
+    #[error("unsupported step type `{0}`")]
+    Unsupported(String),
+}
 
 /// Alibaba's ids of the official templates serve has (`create` of `base` on the alicloud preset
 /// sends `216g37mamkdfhzrauvxk`, of `code-interpreter-v1` `8d926meb1xzckz1a83ib`).
@@ -109,7 +167,7 @@ impl Store {
         &self,
         provider: &Arc<dyn crate::provider::Provider>,
         name: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), OfficialTemplateError> {
         if !BUILT_OFFICIAL.contains(&name) {
             return Ok(());
         }
@@ -131,8 +189,11 @@ impl Store {
         let spec = BuildSpec { template, build_args: Default::default(), keep: true, from_auth: None };
         let out = provider.deploy(spec, tx).await;
         let _ = drain.await;
-        let out = out
-            .map_err(|e| format!("cannot build the official template {name} from {}: {}", dir.display(), e.message))?;
+        let out = out.map_err(|e| OfficialTemplateError::Build {
+            name: name.to_string(),
+            dir: dir.clone(),
+            message: e.message,
+        })?;
         eprintln!(
             "official template {name}: {} in {:.1}s",
             if out.cached { "reused the kept build" } else { "built" },
@@ -234,14 +295,14 @@ fn tagged(inner: &Inner, target: &str) -> Option<String> {
 }
 
 /// The tag part of `alias:tag` or `tag`; refused when either side of a colon is empty.
-fn tag_part(t: &str) -> Result<String, String> {
+fn tag_part(t: &str) -> Result<String, TagError> {
     let tag = match t.split_once(':') {
         Some((alias, tag)) if !alias.is_empty() && !tag.is_empty() && !tag.contains(':') => tag,
         None if !t.is_empty() => t,
-        _ => return Err(format!("invalid tag {t:?}: expected `tag` or `name:tag`")),
+        _ => return Err(TagError::Shape(t.to_string())),
     };
     if !tag.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
-        return Err(format!("invalid tag {t:?}"));
+        return Err(TagError::Characters(t.to_string()));
     }
     Ok(tag.to_string())
 }
@@ -262,11 +323,11 @@ async fn assign_tags(State(st): SharedState, body: Bytes) -> Response {
         Err(r) => return r,
     };
     let target = req["target"].as_str().unwrap_or_default().to_string();
-    let tags: Result<Vec<String>, String> = tags_of(&req["tags"]).iter().map(|t| tag_part(t)).collect();
+    let tags: Result<Vec<String>, TagError> = tags_of(&req["tags"]).iter().map(|t| tag_part(t)).collect();
     let tags = match tags {
         Ok(t) if !t.is_empty() => t,
         Ok(_) => return json_error(StatusCode::BAD_REQUEST, "tags are required"),
-        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     let mut inner = st.templates.inner.lock().expect("templates");
     let Some(id) = tagged(&inner, &target) else {
@@ -566,7 +627,7 @@ async fn start(State(st): SharedState, Path((id, build)): Path<(String, String)>
         Err(m) => {
             let mut b = b.lock().expect("build");
             b.status = "waiting";
-            return json_error(StatusCode::BAD_REQUEST, &m);
+            return json_error(StatusCode::BAD_REQUEST, &m.to_string());
         }
     };
     tokio::spawn(run(st.clone(), id, build, b, req, folder, cpu, memory));
@@ -591,23 +652,23 @@ fn strs(step: &JsonValue) -> Vec<String> {
 }
 
 /// One line per step after `FROM` (so line `n` is step `n - 1`).
-fn dockerfile(req: &JsonValue) -> Result<String, String> {
+fn dockerfile(req: &JsonValue) -> Result<String, BuildRequestError> {
     let from = req["fromImage"].as_str().or(req["fromTemplate"].as_str()).unwrap_or("e2bdev/base");
     if from.contains('\n') {
-        return Err("fromImage must be one line".into());
+        return Err(BuildRequestError::MultilineFrom);
     }
     let mut out = format!("FROM {}\n", q(from));
     let empty = Vec::new();
     for (i, step) in req["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
         let args = strs(step);
         let kind = step["type"].as_str().unwrap_or("");
-        let bad = |m: &str| format!("step {} ({kind}): {m}", i + 1);
+        let bad = |problem| BuildRequestError::Step { step: i + 1, kind: kind.to_string(), problem };
         if kind != "RUN" && args.iter().any(|a| a.contains('\n')) {
-            return Err(bad("arguments must be one line"));
+            return Err(bad(StepProblem::MultilineArguments));
         }
         let line = match kind {
             "RUN" => {
-                let mut cmd = args.first().cloned().ok_or_else(|| bad("no command"))?;
+                let mut cmd = args.first().cloned().ok_or_else(|| bad(StepProblem::NoCommand))?;
                 if let Some(u) = args.get(1).filter(|u| !u.is_empty()) {
                     cmd = format!(
                         "exec runuser -u {} -- /bin/sh -c {}",
@@ -624,7 +685,7 @@ fn dockerfile(req: &JsonValue) -> Result<String, String> {
             "COPY" => {
                 let (src, dest) = match (args.first(), args.get(1)) {
                     (Some(s), Some(d)) => (s, d),
-                    _ => return Err(bad("needs a source and a destination")),
+                    _ => return Err(bad(StepProblem::NoSourceOrDestination)),
                 };
                 let mut flags = String::new();
                 if let Some(u) = args.get(2).filter(|u| !u.is_empty()) {
@@ -637,13 +698,13 @@ fn dockerfile(req: &JsonValue) -> Result<String, String> {
             }
             "ENV" => {
                 if args.is_empty() || !args.len().is_multiple_of(2) {
-                    return Err(bad("needs name/value pairs"));
+                    return Err(bad(StepProblem::NotPairs));
                 }
                 let pairs: Vec<String> = args.chunks(2).map(|p| format!("{}={}", p[0], q(&p[1]))).collect();
                 format!("ENV {}", pairs.join(" "))
             }
-            "WORKDIR" | "USER" => format!("{kind} {}", q(args.first().ok_or_else(|| bad("needs an argument"))?)),
-            other => return Err(bad(&format!("unsupported step type `{other}`"))),
+            "WORKDIR" | "USER" => format!("{kind} {}", q(args.first().ok_or_else(|| bad(StepProblem::NoArgument))?)),
+            other => return Err(bad(StepProblem::Unsupported(other.to_string()))),
         };
         out += &line;
         out.push('\n');
@@ -736,14 +797,14 @@ async fn build(
     if let Some(v) = s("readyCmd") {
         yaml += &format!("ready_command: {v}\n");
     }
-    folder.write_own("Dockerfile", dockerfile.as_bytes()).map_err(fail)?;
-    folder.write_own("template.yaml", yaml.as_bytes()).map_err(fail)?;
+    folder.write_own("Dockerfile", dockerfile.as_bytes()).map_err(|e| fail(e.to_string()))?;
+    folder.write_own("template.yaml", yaml.as_bytes()).map_err(|e| fail(e.to_string()))?;
     // Reads and hashes every file of the folder: off the async workers.
     let at = folder.path().to_path_buf();
     let mut template = tokio::task::spawn_blocking(move || TemplateDir::load(&at))
         .await
         .map_err(|e| fail(e.to_string()))?
-        .map_err(fail)?;
+        .map_err(|e| fail(e.to_string()))?;
     // The layer is keyed by what the builder runs, not by the start command.
     let mut h = Sha256::new();
     h.update(id);
@@ -778,17 +839,15 @@ fn from_auth(req: &JsonValue) -> Option<crate::image::RegistryAuth> {
 
 /// Why `fromImageRegistry` cannot be used, if it cannot: only a username/password login
 /// (`"type": "registry"`) is; AWS and GCP logins need those clouds' token exchanges.
-fn check_registry(req: &JsonValue) -> Result<(), String> {
+fn check_registry(req: &JsonValue) -> Result<(), BuildRequestError> {
     let Some(r) = req.get("fromImageRegistry").filter(|r| !r.is_null()) else { return Ok(()) };
     match r["type"].as_str() {
         Some("registry") => match (r["username"].as_str(), r["password"].as_str()) {
             (Some(u), Some(p)) if !u.is_empty() && !p.is_empty() => Ok(()),
-            _ => Err("fromImageRegistry: a registry login needs a username and a password".into()),
+            _ => Err(BuildRequestError::RegistryLogin),
         },
-        Some(t @ ("aws" | "gcp")) => Err(format!(
-            "fromImageRegistry type `{t}`: not supported by scenario-run serve (only `registry`, a username and password)"
-        )),
-        _ => Err("fromImageRegistry: unknown type (expected `registry`, `aws` or `gcp`)".into()),
+        Some(t @ ("aws" | "gcp")) => Err(BuildRequestError::RegistryUnsupported(t.to_string())),
+        _ => Err(BuildRequestError::RegistryUnknown),
     }
 }
 
@@ -848,6 +907,43 @@ mod tests {
         assert_eq!(lines[3], "COPY a.py /app/");
         assert_eq!(lines.len(), 5);
         crate::templates::dockerfile::parse(&d).unwrap();
+    }
+
+    /// Issue 28 item 4: a request serve refuses says why by kind; the answer's text is as it was.
+    #[test]
+    fn refused_requests_have_kinds() {
+        let step = |s: JsonValue| dockerfile(&json!({"steps": [{"type": "ENV", "args": ["A", "1"]}, s]})).unwrap_err();
+        let e = step(json!({"type": "ENV", "args": ["A"]}));
+        assert_eq!(e, BuildRequestError::Step { step: 2, kind: "ENV".into(), problem: StepProblem::NotPairs });
+        assert_eq!(e.to_string(), "step 2 (ENV): needs name/value pairs");
+        assert!(matches!(
+            step(json!({"type": "RUN"})),
+            BuildRequestError::Step { problem: StepProblem::NoCommand, .. }
+        ));
+        let e = step(json!({"type": "ADD", "args": ["a", "b"]}));
+        assert_eq!(e.to_string(), "step 2 (ADD): unsupported step type `ADD`");
+        let e = step(json!({"type": "COPY", "args": ["a\nb", "/x"]}));
+        assert!(matches!(e, BuildRequestError::Step { problem: StepProblem::MultilineArguments, .. }), "{e:?}");
+        assert_eq!(dockerfile(&json!({"fromImage": "a\nb"})), Err(BuildRequestError::MultilineFrom));
+
+        let login = |r: JsonValue| check_registry(&json!({ "fromImageRegistry": r }));
+        assert_eq!(login(json!(null)), Ok(()));
+        assert_eq!(login(json!({"type": "registry", "username": "u", "password": "p"})), Ok(()));
+        assert_eq!(login(json!({"type": "registry", "username": "u"})), Err(BuildRequestError::RegistryLogin));
+        let e = login(json!({"type": "aws"})).unwrap_err();
+        assert_eq!(e, BuildRequestError::RegistryUnsupported("aws".into()));
+        assert_eq!(
+            e.to_string(),
+            "fromImageRegistry type `aws`: not supported by scenario-run serve (only `registry`, a username and password)"
+        );
+        assert_eq!(login(json!({"type": "x"})), Err(BuildRequestError::RegistryUnknown));
+
+        assert_eq!(tag_part("name:v1"), Ok("v1".into()));
+        assert_eq!(tag_part("v1"), Ok("v1".into()));
+        assert_eq!(tag_part(":v1"), Err(TagError::Shape(":v1".into())));
+        assert_eq!(tag_part("a:b:c").unwrap_err().to_string(), "invalid tag \"a:b:c\": expected `tag` or `name:tag`");
+        assert_eq!(tag_part("a:b c"), Err(TagError::Characters("a:b c".into())));
+        assert_eq!(tag_part("a:b c").unwrap_err().to_string(), "invalid tag \"a:b c\"");
     }
 
     #[test]

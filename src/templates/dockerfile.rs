@@ -314,7 +314,7 @@ fn parse_instruction(l: &Logical) -> Result<Inst, ParseError> {
                 Some((n, v)) => (n, Some(v)),
                 None => (words[0].expand(&BTreeMap::new()), None),
             };
-            check_name(&name).map_err(|m| at(0, m))?;
+            check_name(&name).map_err(|e| at(0, e.to_string()))?;
             Ok(Inst::Arg { name, default })
         }
         "RUN" => {
@@ -364,7 +364,7 @@ fn parse_instruction(l: &Logical) -> Result<Inst, ParseError> {
             if words[0].split_eq().is_none() {
                 // Legacy `ENV name value with spaces`.
                 let name = words[0].expand(&BTreeMap::new());
-                check_name(&name).map_err(|m| at(0, m))?;
+                check_name(&name).map_err(|e| at(0, e.to_string()))?;
                 let value_start = rest.find(char::is_whitespace).map(|p| p + 1).unwrap_or(rest.len());
                 let value = rest[value_start..].trim_start();
                 if value.is_empty() {
@@ -376,7 +376,7 @@ fn parse_instruction(l: &Logical) -> Result<Inst, ParseError> {
                     let Some((name, value)) = w.split_eq() else {
                         return Err(at(0, "ENV mixes `name=value` with a bare word".into()));
                     };
-                    check_name(&name).map_err(|m| at(0, m))?;
+                    check_name(&name).map_err(|e| at(0, e.to_string()))?;
                     pairs.push((name, value));
                 }
             }
@@ -403,14 +403,19 @@ fn parse_instruction(l: &Logical) -> Result<Inst, ParseError> {
     }
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+/// An ARG or ENV name that is not letters, digits and `_` (not starting with a digit).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid variable name `{0}`")]
+struct InvalidName(String);
+
+fn check_name(name: &str) -> Result<(), InvalidName> {
     let ok = !name.is_empty()
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !name.starts_with(|c: char| c.is_ascii_digit());
     if ok {
         Ok(())
     } else {
-        Err(format!("invalid variable name `{name}`"))
+        Err(InvalidName(name.to_string()))
     }
 }
 

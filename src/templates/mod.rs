@@ -179,6 +179,37 @@ fn opt_str(v: &Node, slot: &mut Option<String>, bad: &mut impl FnMut(&Node, &str
     }
 }
 
+/// A template folder that cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("template folder {} does not exist", .0.display())]
+    NoFolder(PathBuf),
+    /// `template.yaml` or the Dockerfile exists but cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    /// `template.yaml` does not parse or check: rendered with `file:line:col`.
+    #[error("{}", render(.0))]
+    Definition(Vec<Diagnostic>),
+    /// The Dockerfile does not parse: rendered with `file:line:col`.
+    #[error("{}", render(.0))]
+    Dockerfile(Vec<Diagnostic>),
+    /// The folder's digest could not be made.
+    #[error("cannot hash {}: {source}", dir.display())]
+    Hash { dir: PathBuf, source: std::io::Error },
+}
+
+fn render(diags: &[Diagnostic]) -> String {
+    diags.iter().map(Diagnostic::render).collect::<Vec<_>>().join("")
+}
+
+/// Until every step reports in typed errors: a template's refusal as the message the step
+/// layer (`StepError::error`) carries.
+impl From<TemplateError> for String {
+    fn from(e: TemplateError) -> String {
+        e.to_string()
+    }
+}
+
 /// A template folder, loaded and checked.
 #[derive(Debug, Clone)]
 pub struct TemplateDir {
@@ -192,33 +223,35 @@ pub struct TemplateDir {
 impl TemplateDir {
     /// Loads `dir`: its `template.yaml` (optional: the folder name is then the name) and its
     /// Dockerfile (required). Errors are rendered with `file:line:col`.
-    pub fn load(dir: &Path) -> Result<Self, String> {
+    pub fn load(dir: &Path) -> Result<Self, TemplateError> {
         if !dir.is_dir() {
-            return Err(format!("template folder {} does not exist", dir.display()));
+            return Err(TemplateError::NoFolder(dir.to_path_buf()));
         }
         let yaml_path = dir.join("template.yaml");
         let def = match std::fs::read_to_string(&yaml_path) {
             Ok(text) => {
                 let src = Source::new(yaml_path.display().to_string(), text);
-                parse_def(&src).map_err(|ds| ds.iter().map(Diagnostic::render).collect::<Vec<_>>().join(""))?
+                parse_def(&src).map_err(TemplateError::Definition)?
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => TemplateDef {
                 name: dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
                 dockerfile: "Dockerfile".into(),
                 ..Default::default()
             },
-            Err(e) => return Err(format!("cannot read {}: {e}", yaml_path.display())),
+            Err(source) => return Err(TemplateError::Read { path: yaml_path, source }),
         };
         let df_path = dir.join(&def.dockerfile);
-        let text = std::fs::read_to_string(&df_path).map_err(|e| format!("cannot read {}: {e}", df_path.display()))?;
+        let text = match std::fs::read_to_string(&df_path) {
+            Ok(text) => text,
+            Err(source) => return Err(TemplateError::Read { path: df_path, source }),
+        };
         let dockerfile = dockerfile::parse(&text).map_err(|errs| {
             let src = Source::new(df_path.display().to_string(), text.clone());
-            errs.iter()
-                .map(|e| Diagnostic::new(&src, e.line, e.col, 1, e.message.clone()).render())
-                .collect::<Vec<_>>()
-                .join("")
+            TemplateError::Dockerfile(
+                errs.iter().map(|e| Diagnostic::new(&src, e.line, e.col, 1, e.message.clone())).collect(),
+            )
         })?;
-        let digest = digest(dir).map_err(|e| format!("cannot hash {}: {e}", dir.display()))?;
+        let digest = digest(dir).map_err(|source| TemplateError::Hash { dir: dir.to_path_buf(), source })?;
         Ok(Self { dir: dir.to_path_buf(), def, dockerfile, digest })
     }
 }
@@ -299,7 +332,12 @@ pub fn find_dir(name: &str, scenario_dir: &Path, root: Option<&str>) -> PathBuf 
 /// template a run deployed, an id, a name the folder does not map). A folder whose
 /// `template.yaml` is broken is an error, with `file:line:col`.
 /// `root` is [`TEMPLATES_DIR_ENV`] as for [`find_dir`].
-pub fn provider_id(name: &str, provider: &str, scenario_dir: &Path, root: Option<&str>) -> Result<String, String> {
+pub fn provider_id(
+    name: &str,
+    provider: &str,
+    scenario_dir: &Path,
+    root: Option<&str>,
+) -> Result<String, TemplateError> {
     let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if !plain {
         return Ok(name.to_string());
@@ -310,7 +348,7 @@ pub fn provider_id(name: &str, provider: &str, scenario_dir: &Path, root: Option
         Err(_) => return Ok(name.to_string()),
     };
     let src = Source::new(yaml_path.display().to_string(), text);
-    let def = parse_def(&src).map_err(|ds| ds.iter().map(Diagnostic::render).collect::<Vec<_>>().join(""))?;
+    let def = parse_def(&src).map_err(TemplateError::Definition)?;
     // Only the folder of that very template (its `name:`) speaks for it.
     if def.name != name {
         return Ok(name.to_string());
@@ -396,11 +434,39 @@ mod tests {
         assert_ne!(digest(dir.path()).unwrap(), a);
     }
 
+    /// Issue 28 item 4: a folder that cannot be loaded says why by its kind.
+    #[test]
+    fn load_errors_have_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope");
+        let e = TemplateDir::load(&missing).unwrap_err();
+        assert!(matches!(&e, TemplateError::NoFolder(p) if *p == missing));
+        assert_eq!(e.to_string(), format!("template folder {} does not exist", missing.display()));
+
+        let e = TemplateDir::load(dir.path()).unwrap_err();
+        assert!(
+            matches!(&e, TemplateError::Read { path, source } if path.ends_with("Dockerfile") && source.kind() == std::io::ErrorKind::NotFound),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with(&format!("cannot read {}: ", dir.path().join("Dockerfile").display())));
+
+        let t = dir.path().join("t");
+        std::fs::create_dir(&t).unwrap();
+        std::fs::write(t.join("template.yaml"), "name: t\nbogus: 1\n").unwrap();
+        let e = TemplateDir::load(&t).unwrap_err();
+        assert!(matches!(&e, TemplateError::Definition(ds) if !ds.is_empty()), "{e:?}");
+        assert!(e.to_string().contains("template.yaml:2:1"), "{e}");
+        let e = provider_id("t", "e2b", dir.path(), dir.path().to_str()).unwrap_err();
+        assert!(matches!(e, TemplateError::Definition(_)), "{e:?}");
+    }
+
     #[test]
     fn dockerfile_errors_name_the_file_and_line() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("Dockerfile"), "FROM x\nRUN ok\nADD a b\n").unwrap();
         let e = TemplateDir::load(dir.path()).unwrap_err();
+        assert!(matches!(&e, TemplateError::Dockerfile(ds) if ds.len() == 1), "{e}");
+        let e = e.to_string();
         assert!(e.contains("Dockerfile:3:1"), "{e}");
         assert!(e.contains("unsupported instruction ADD"), "{e}");
     }
