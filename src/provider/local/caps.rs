@@ -424,7 +424,7 @@ impl crate::provider::Builds for LocalProvider {
 impl crate::provider::NetworkControl for LocalProvider {
     async fn update_network(&self, id: &str, policy: crate::provider::NetworkPolicy) -> Result<()> {
         let sb = self.get(id)?;
-        let policy = egress::Policy::from_request(&policy).map_err(egress::policy_error)?;
+        let policy = egress::Policy::from_request(&policy)?;
         sb.apply_network(policy).await
     }
 }

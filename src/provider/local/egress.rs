@@ -142,19 +142,68 @@ pub(crate) fn domain_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
+/// Why an entry of `allowOut` or `denyOut` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RuleError {
+    #[error("an empty entry")]
+    Empty,
+    #[error("`{0}`: missing `]`")]
+    MissingBracket(String),
+    #[error("`{0}`: expected `:` after `]`")]
+    NoColonAfterBracket(String),
+    #[error("`{entry}`: {problem}")]
+    Ports { entry: String, problem: PortsError },
+    #[error("`{entry}`: the prefix length must be 0 to {max}")]
+    Prefix { entry: String, max: u8 },
+    #[error("`{0}`: not an address range")]
+    NotARange(String),
+    #[error("`{0}`: neither an address, a range nor a domain name")]
+    NotAName(String),
+}
+
+/// Why the ports of an entry are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PortsError {
+    #[error("`{0}` is not a port (1 to 65535)")]
+    NotAPort(String),
+    #[error("the port range {0}-{1} ends before it starts")]
+    Backwards(u16, u16),
+}
+
+/// Why a create's or an update's network options are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PolicyError {
+    #[error("{list} has {count} entries; at most {MAX_ENTRIES} are taken")]
+    TooMany { list: &'static str, count: usize },
+    #[error("{list} {rule}")]
+    Rule { list: &'static str, rule: RuleError },
+    #[error(
+        "denyOut `{0}`: domain names are taken in allowOut only (as on E2B): deny everything with `0.0.0.0/0` and allow the names"
+    )]
+    DeniedName(String),
+    #[error("dnsServers `{0}`: not an IPv4 address")]
+    Nameserver(String),
+}
+
+impl From<PolicyError> for crate::provider::ProviderError {
+    fn from(e: PolicyError) -> Self {
+        crate::provider::ProviderError::invalid(e.to_string())
+    }
+}
+
 /// Parses one entry (see the module documentation). IPv4 host bits are cleared
 /// (`10.0.0.5/24` is `10.0.0.0/24`).
-pub(crate) fn parse_rule(entry: &str) -> Result<Rule, String> {
+pub(crate) fn parse_rule(entry: &str) -> Result<Rule, RuleError> {
     let e = entry.trim();
     if e.is_empty() {
-        return Err("an empty entry".into());
+        return Err(RuleError::Empty);
     }
     // `[v6]:port`, `v6` (more than one colon: no port), `host:port`, `host:` (every port).
     let (host, ports) = if let Some(rest) = e.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or_else(|| format!("`{entry}`: missing `]`"))?;
+        let (h, after) = rest.split_once(']').ok_or_else(|| RuleError::MissingBracket(entry.into()))?;
         match after {
             "" => (h, None),
-            a => (h, Some(a.strip_prefix(':').ok_or_else(|| format!("`{entry}`: expected `:` after `]`"))?)),
+            a => (h, Some(a.strip_prefix(':').ok_or_else(|| RuleError::NoColonAfterBracket(entry.into()))?)),
         }
     } else if e.matches(':').count() > 1 {
         (e, None)
@@ -166,7 +215,7 @@ pub(crate) fn parse_rule(entry: &str) -> Result<Rule, String> {
     };
     let ports = match ports {
         None | Some("") => None,
-        Some(p) => Some(parse_ports(p).map_err(|m| format!("`{entry}`: {m}"))?),
+        Some(p) => Some(parse_ports(p).map_err(|problem| RuleError::Ports { entry: entry.into(), problem })?),
     };
     let (addr, prefix) = match host.split_once('/') {
         Some((a, p)) => (a, Some(p)),
@@ -178,7 +227,7 @@ pub(crate) fn parse_rule(entry: &str) -> Result<Rule, String> {
             None => max,
             Some(p) => match p.parse::<u8>() {
                 Ok(n) if n <= max => n,
-                _ => return Err(format!("`{entry}`: the prefix length must be 0 to {max}")),
+                _ => return Err(RuleError::Prefix { entry: entry.into(), max }),
             },
         };
         Target::Net(match ip {
@@ -186,23 +235,23 @@ pub(crate) fn parse_rule(entry: &str) -> Result<Rule, String> {
             IpAddr::V6(a) => Net::V6(std::net::Ipv6Addr::from(u128::from(a) & mask6(prefix)), prefix),
         })
     } else if prefix.is_some() {
-        return Err(format!("`{entry}`: not an address range"));
+        return Err(RuleError::NotARange(entry.into()));
     } else {
-        Target::Domain(parse_domain(host).map_err(|m| format!("`{entry}`: {m}"))?)
+        Target::Domain(parse_domain(host).ok_or_else(|| RuleError::NotAName(entry.into()))?)
     };
     Ok(Rule { target, ports })
 }
 
-fn parse_ports(p: &str) -> Result<(u16, u16), String> {
+fn parse_ports(p: &str) -> Result<(u16, u16), PortsError> {
     let port = |s: &str| match s.trim().parse::<u16>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("`{s}` is not a port (1 to 65535)")),
+        _ => Err(PortsError::NotAPort(s.into())),
     };
     match p.split_once('-') {
         Some((a, b)) => {
             let (a, b) = (port(a)?, port(b)?);
             if a > b {
-                return Err(format!("the port range {a}-{b} ends before it starts"));
+                return Err(PortsError::Backwards(a, b));
             }
             Ok((a, b))
         }
@@ -213,11 +262,12 @@ fn parse_ports(p: &str) -> Result<(u16, u16), String> {
     }
 }
 
-/// A domain pattern: `*`, `*.name` or a name, made of labels of letters, digits, `-` and `_`.
-fn parse_domain(d: &str) -> Result<String, String> {
+/// A domain pattern: `*`, `*.name` or a name, made of labels of letters, digits, `-` and `_`;
+/// `None` if `d` is none of these.
+fn parse_domain(d: &str) -> Option<String> {
     let d = d.trim_end_matches('.').to_ascii_lowercase();
     if d == "*" {
-        return Ok(d);
+        return Some(d);
     }
     let name = d.strip_prefix("*.").unwrap_or(&d);
     let ok = !name.is_empty()
@@ -229,11 +279,7 @@ fn parse_domain(d: &str) -> Result<String, String> {
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         });
-    if ok {
-        Ok(d)
-    } else {
-        Err("neither an address, a range nor a domain name".into())
-    }
+    ok.then_some(d)
 }
 
 /// How a connection is decided.
@@ -264,22 +310,20 @@ impl Default for Policy {
 impl Policy {
     /// Checks `p` (a create's or an update's options) and returns what to enforce; `Err`
     /// names the first entry that cannot be.
-    pub(crate) fn from_request(p: &crate::provider::NetworkPolicy) -> Result<Self, String> {
-        for (name, list) in [("allowOut", &p.allow_out), ("denyOut", &p.deny_out)] {
-            if list.len() > MAX_ENTRIES {
-                return Err(format!("{name} has {} entries; at most {MAX_ENTRIES} are taken", list.len()));
+    pub(crate) fn from_request(p: &crate::provider::NetworkPolicy) -> Result<Self, PolicyError> {
+        for (list, entries) in [("allowOut", &p.allow_out), ("denyOut", &p.deny_out)] {
+            if entries.len() > MAX_ENTRIES {
+                return Err(PolicyError::TooMany { list, count: entries.len() });
             }
         }
         let mut policy = Self::default();
         for e in &p.allow_out {
-            policy.allow.push(parse_rule(e).map_err(|m| format!("allowOut {m}"))?);
+            policy.allow.push(parse_rule(e).map_err(|rule| PolicyError::Rule { list: "allowOut", rule })?);
         }
         for e in &p.deny_out {
-            let rule = parse_rule(e).map_err(|m| format!("denyOut {m}"))?;
+            let rule = parse_rule(e).map_err(|rule| PolicyError::Rule { list: "denyOut", rule })?;
             if matches!(rule.target, Target::Domain(_)) {
-                return Err(format!(
-                    "denyOut `{e}`: domain names are taken in allowOut only (as on E2B): deny everything with `0.0.0.0/0` and allow the names"
-                ));
+                return Err(PolicyError::DeniedName(e.clone()));
             }
             policy.deny.push(rule);
         }
@@ -289,7 +333,7 @@ impl Policy {
         if let Some(list) = &p.dns_servers {
             policy.dns = list
                 .iter()
-                .map(|e| e.trim().parse::<Ipv4Addr>().map_err(|_| format!("dnsServers `{e}`: not an IPv4 address")))
+                .map(|e| e.trim().parse::<Ipv4Addr>().map_err(|_| PolicyError::Nameserver(e.clone())))
                 .collect::<Result<_, _>>()?;
         }
         // While a domain is allowed, so are the nameservers (all traffic, as on E2B).
@@ -415,10 +459,6 @@ pub(crate) fn always_denied(ip: IpAddr, host: &[Ipv4Addr]) -> bool {
 }
 
 /// A policy error as the provider reports it: what E2B refuses is an invalid request.
-pub(crate) fn policy_error(message: String) -> crate::provider::ProviderError {
-    crate::provider::ProviderError::invalid(message)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,6 +507,16 @@ mod tests {
         ] {
             assert!(parse_rule(bad).is_err(), "{bad:?} parsed");
         }
+        // The kinds a caller can tell apart, and the text each says.
+        let backwards = RuleError::Ports { entry: "a.com:9-3".into(), problem: PortsError::Backwards(9, 3) };
+        assert_eq!(parse_rule("a.com:9-3"), Err(backwards));
+        assert_eq!(parse_rule("10.0.0.0/33"), Err(RuleError::Prefix { entry: "10.0.0.0/33".into(), max: 32 }));
+        assert_eq!(parse_rule("[::1"), Err(RuleError::MissingBracket("[::1".into())));
+        assert_eq!(parse_rule("a b").unwrap_err().to_string(), "`a b`: neither an address, a range nor a domain name");
+        assert_eq!(
+            parse_rule("x.com:70000").unwrap_err().to_string(),
+            "`x.com:70000`: `70000` is not a port (1 to 65535)"
+        );
     }
 
     #[test]
@@ -504,7 +554,9 @@ mod tests {
         assert_eq!(p.decide(Some("other.test"), ip("198.51.100.10"), 443), Verdict::Deny);
         assert_eq!(p.decide(None, ip("198.51.100.10"), 443), Verdict::Deny);
         let e = Policy::from_request(&NetworkPolicy { deny_out: vec!["example.com".into()], ..Default::default() });
-        assert!(e.unwrap_err().contains("allowOut only"));
+        let e = e.unwrap_err();
+        assert_eq!(e, PolicyError::DeniedName("example.com".into()));
+        assert!(e.to_string().contains("allowOut only"), "{e}");
     }
 
     #[test]

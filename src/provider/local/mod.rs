@@ -611,7 +611,7 @@ impl Inner {
             )));
         }
         let policy = match &req.network {
-            Some(p) => egress::Policy::from_request(p).map_err(egress::policy_error)?,
+            Some(p) => egress::Policy::from_request(p)?,
             None => egress::Policy::default(),
         };
         if !policy.is_open() && !self.namespaces {
