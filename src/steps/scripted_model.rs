@@ -545,21 +545,19 @@ fn responses_events(state: &Shared, model: &str, a: &Answer, input_tokens: u64) 
             events.push(json!({ "type": "response.content_part.done", "item_id": item_id, "output_index": 0,
                 "content_index": 0, "part": item["content"][0] }));
         }
-        Some("function_call") => {
-            pending["arguments"] = json!("");
+        Some(kind @ ("function_call" | "custom_tool_call")) => {
+            // A call's text (a function's `arguments`, a custom tool's `input`) in one delta.
+            let (field, stream) = match kind {
+                "function_call" => ("arguments", "response.function_call_arguments"),
+                _ => ("input", "response.custom_tool_call_input"),
+            };
+            pending[field] = json!("");
             events.push(json!({ "type": "response.output_item.added", "output_index": 0, "item": pending }));
-            events.push(json!({ "type": "response.function_call_arguments.delta", "item_id": item_id,
-                "output_index": 0, "delta": item["arguments"] }));
-            events.push(json!({ "type": "response.function_call_arguments.done", "item_id": item_id,
-                "output_index": 0, "arguments": item["arguments"] }));
-        }
-        Some("custom_tool_call") => {
-            pending["input"] = json!("");
-            events.push(json!({ "type": "response.output_item.added", "output_index": 0, "item": pending }));
-            events.push(json!({ "type": "response.custom_tool_call_input.delta", "item_id": item_id,
-                "output_index": 0, "delta": item["input"] }));
-            events.push(json!({ "type": "response.custom_tool_call_input.done", "item_id": item_id,
-                "output_index": 0, "input": item["input"] }));
+            events.push(json!({ "type": format!("{stream}.delta"), "item_id": item_id,
+                "output_index": 0, "delta": item[field] }));
+            let mut finished = json!({ "type": format!("{stream}.done"), "item_id": item_id, "output_index": 0 });
+            finished[field] = item[field].clone();
+            events.push(finished);
         }
         _ => events.push(json!({ "type": "response.output_item.added", "output_index": 0, "item": pending })),
     }
