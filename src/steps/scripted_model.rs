@@ -715,54 +715,30 @@ mod tests {
         let m = ScriptedModel::start(script()).await.unwrap();
         let http = crate::net::client_builder().no_proxy().build().unwrap();
         let url = |p: &str| format!("http://{}{p}", m.addr());
+        let post = |p: &str, body: JsonValue| {
+            let req = http.post(url(p)).json(&body);
+            async move { req.send().await.unwrap() }
+        };
         let write = json!({ "type": "function", "function": { "name": "write_file", "parameters": {
             "properties": { "path": {"type": "string"}, "content": {"type": "string"} } } } });
-        let r: JsonValue = http
-            .post(url("/v1/chat/completions"))
-            .json(&json!({ "model": "x", "messages": [{ "role": "user", "content": "go" }], "tools": [write] }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = json!({ "model": "x", "messages": [{ "role": "user", "content": "go" }], "tools": [write] });
+        let r: JsonValue = post("/v1/chat/completions", body).await.json().await.unwrap();
         assert_eq!(r["choices"][0]["finish_reason"], "tool_calls");
         let args: JsonValue = serde_json::from_str(
             r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap(),
         )
         .unwrap();
         assert_eq!(args["path"], "/home/user/workspace/hello.txt");
-        let text = http
-            .post(url("/v1/chat/completions"))
-            .json(&json!({ "model": "x", "stream": true, "messages": [{ "role": "tool", "content": "ok" }], "tools": [write] }))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = json!({ "model": "x", "stream": true, "messages": [{ "role": "tool", "content": "ok" }], "tools": [write] });
+        let text = post("/v1/chat/completions", body).await.text().await.unwrap();
         assert!(text.contains(r#""content":"done""#) && text.ends_with("data: [DONE]\n\n"), "{text}");
-        let text = http
-            .post(url("/v1/messages"))
-            .json(&json!({ "model": "claude", "stream": true, "messages": [{ "role": "user", "content": "go" }],
-                "tools": [{ "name": "Write", "input_schema": { "properties": { "file_path": {}, "content": {} } } }] }))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = json!({ "model": "claude", "stream": true, "messages": [{ "role": "user", "content": "go" }],
+            "tools": [{ "name": "Write", "input_schema": { "properties": { "file_path": {}, "content": {} } } }] });
+        let text = post("/v1/messages", body).await.text().await.unwrap();
         assert!(text.starts_with("event: message_start\n") && text.contains("input_json_delta"), "{text}");
-        let text = http
-            .post(url("/v1/responses"))
-            .json(&json!({ "model": "gpt", "stream": true, "input": [{ "type": "message", "role": "user", "content": "go" }],
-                "tools": [{ "type": "function", "name": "shell", "parameters": { "properties": { "command": { "type": "array" } } } }] }))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = json!({ "model": "gpt", "stream": true, "input": [{ "type": "message", "role": "user", "content": "go" }],
+            "tools": [{ "type": "function", "name": "shell", "parameters": { "properties": { "command": { "type": "array" } } } }] });
+        let text = post("/v1/responses", body).await.text().await.unwrap();
         assert!(
             text.contains("event: response.output_item.done") && text.contains("event: response.completed"),
             "{text}"
