@@ -823,3 +823,16 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Str
     let _ = std::fs::remove_dir(&layout.merged);
     result
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn owner_gone_reads_the_names_this_program_gives() {
+        let mine = format!("{}.x", super::super::owner_token().replace(':', "."));
+        assert_eq!(super::owner_gone(&mine), Some(false));
+        assert_eq!(super::owner_gone(&format!("{}.1.x", std::process::id())), Some(true), "a reused pid");
+        assert_eq!(super::owner_gone("4294967295.1.x"), Some(true));
+        assert_eq!(super::owner_gone("lost+found"), None);
+        assert_eq!(super::owner_gone("1.2"), None);
+    }
+}
