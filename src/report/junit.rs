@@ -237,40 +237,39 @@ fn legal_xml_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
-/// Escape element text.
-fn text_escape(s: &str) -> String {
+/// `s` without the characters XML does not allow, each character of `refs` written as its
+/// reference.
+fn escape(s: &str, refs: &[(char, &str)]) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars().filter(|&c| legal_xml_char(c)) {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            // A bare CR would be normalised away by parsers.
-            '\r' => out.push_str("&#13;"),
-            c => out.push(c),
+        match refs.iter().find(|(r, _)| *r == c) {
+            Some((_, reference)) => out.push_str(reference),
+            None => out.push(c),
         }
     }
     out
 }
 
+/// Escape element text.
+fn text_escape(s: &str) -> String {
+    // A bare CR would be normalised away by parsers.
+    escape(s, &[('&', "&amp;"), ('<', "&lt;"), ('>', "&gt;"), ('\r', "&#13;")])
+}
+
 /// Escape an attribute value (double-quoted); whitespace controls kept as character
 /// references so attribute normalisation does not turn them into spaces.
 fn attr(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars().filter(|&c| legal_xml_char(c)) {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            '\t' => out.push_str("&#9;"),
-            c => out.push(c),
-        }
-    }
-    out
+    let refs = [
+        ('&', "&amp;"),
+        ('<', "&lt;"),
+        ('>', "&gt;"),
+        ('"', "&quot;"),
+        ('\'', "&apos;"),
+        ('\n', "&#10;"),
+        ('\r', "&#13;"),
+        ('\t', "&#9;"),
+    ];
+    escape(s, &refs)
 }
 
 #[cfg(test)]

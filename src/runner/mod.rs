@@ -447,6 +447,21 @@ mod tests {
         })
     }
 
+    /// The run of `cases`, its events unread.
+    async fn run_unwatched(cfg: Arc<RunConfig>, cases: Vec<Case>) -> RunSummary {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        run(cfg, cases, tx, CancellationToken::new()).await
+    }
+
+    /// The run of `yaml`'s scenarios one at a time (`-j 1`), and how long it took on tokio's
+    /// clock.
+    async fn run_in_turn(provider: Arc<FakeProvider>, yaml: &str) -> (RunSummary, Duration) {
+        let cases = cases(yaml);
+        let started = tokio::time::Instant::now();
+        let summary = run_unwatched(config_j(provider, 1), cases).await;
+        (summary, started.elapsed())
+    }
+
     fn cases(yaml: &str) -> Vec<Case> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.yaml");
@@ -471,9 +486,8 @@ mod tests {
         let cases = cases(&format!(
             "name: cut off\ntimeout: 3s\nsteps:\n  - create: base\n  - exec: {{ cmd: 'false', exit_code: 0 }}\n    eventually: {{ within: 1h, every: 1s }}\nfinally:\n  - http-get: {{ port: {port}, path: / }}\n"
         ));
-        let (tx, _rx) = mpsc::unbounded_channel();
         let started = tokio::time::Instant::now();
-        let summary = run(config(provider.clone()), cases, tx, CancellationToken::new()).await;
+        let summary = run_unwatched(config(provider.clone()), cases).await;
         let r = &summary.results[0];
         assert!(
             started.elapsed() < Duration::from_secs(60),
@@ -495,13 +509,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn step_timeout_scenario_timeout_and_grace_on_a_paused_clock() {
         let provider = Arc::new(FakeProvider::new());
-        let cases = cases(concat!(
+        let yaml = concat!(
             "name: step limit\nsteps:\n  - sleep: 1h\n    timeout: 2s\n",
             "---\nname: scenario limit\ntimeout: 3s\nsteps:\n  - sleep: 1h\nfinally:\n  - sleep: 1h\n",
-        ));
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let started = tokio::time::Instant::now();
-        let summary = run(config_j(provider, 1), cases, tx, CancellationToken::new()).await;
+        );
+        let (summary, took) = run_in_turn(provider, yaml).await;
         let r0 = &summary.results[0];
         assert_eq!(r0.outcome, Outcome::Failed);
         assert_eq!(r0.reason.as_deref(), Some("step timed out after 2.00s (the step's `timeout:`)"), "{r0:?}");
@@ -510,7 +522,6 @@ mod tests {
         let finally = r1.steps.iter().find(|s| s.phase == crate::results::Phase::Finally).unwrap();
         assert_eq!(finally.message.as_deref(), Some("finally did not finish within 5.00s"), "{finally:?}");
         // 2 s, then 3 s and the 5 s grace, one after the other; nothing waited an hour.
-        let took = started.elapsed();
         assert!(took >= Duration::from_secs(10) && took < Duration::from_secs(11), "{took:?}");
     }
 
@@ -527,13 +538,11 @@ mod tests {
             }
             crate::steps::fake::done("", "", i32::from(req.cmd.contains("never")))
         });
-        let cases = cases(concat!(
+        let yaml = concat!(
             "name: third time\nsteps:\n  - create: base\n  - exec: { cmd: third, exit_code: 0 }\n    eventually: { within: 10s, every: 1s }\n",
             "---\nname: never\nsteps:\n  - create: base\n  - exec: { cmd: never, exit_code: 0 }\n    eventually: { within: 5s, every: 1s }\n",
-        ));
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let started = tokio::time::Instant::now();
-        let summary = run(config_j(provider, 1), cases, tx, CancellationToken::new()).await;
+        );
+        let (summary, took) = run_in_turn(provider, yaml).await;
         let third = &summary.results[0];
         assert_eq!(third.outcome, Outcome::Passed, "{third:?}");
         assert_eq!(third.steps[1].attempts, 3);
@@ -544,7 +553,6 @@ mod tests {
             reason.starts_with("did not pass within 5.00s (5 attempts): expected exit code 0, found 1"),
             "{reason}"
         );
-        let took = started.elapsed();
         assert!(took >= Duration::from_secs(6) && took < Duration::from_secs(7), "2 s, then 4 s: {took:?}");
     }
 
@@ -562,8 +570,7 @@ mod tests {
             "---\nname: the operation fails\nsteps:\n  - create: base\n",
             "  - read-file: /no/such/file\n    expect_error: { contains: /no/such/file }\n",
         ));
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let summary = run(config(provider.clone()), cases, tx, CancellationToken::new()).await;
+        let summary = run_unwatched(config(provider.clone()), cases).await;
         let got: Vec<(&str, Outcome, String)> = summary
             .results
             .iter()

@@ -410,20 +410,23 @@ impl CaseRun<'_> {
 
     fn skip_all(&mut self, steps: &[Step], phase: Phase, why: &str) {
         for (i, step) in steps.iter().enumerate() {
-            let rec = self.record(
-                step,
-                i,
-                phase,
-                StepStatus::Skipped,
-                JsonValue::Null,
-                JsonValue::Null,
-                Some(why.to_string()),
-                0,
-                0,
-                0,
-            );
+            let rec = self.skipped(step, i, phase, why.to_string(), 0, 0);
             self.push_record(rec);
         }
+    }
+
+    /// The record of `step` skipped for `why` with no arguments or outputs, taking no time.
+    fn skipped(
+        &self,
+        step: &Step,
+        index: usize,
+        phase: Phase,
+        why: String,
+        attempts: u32,
+        start_ms: u64,
+    ) -> StepRecord {
+        let (args, outputs) = (JsonValue::Null, JsonValue::Null);
+        self.record(step, index, phase, StepStatus::Skipped, args, outputs, Some(why), attempts, start_ms, 0)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -548,18 +551,7 @@ impl CaseRun<'_> {
                 // `-x` stopped the run for another scenario's failure: this one is SKIPPED
                 // from here, with why (its `finally` and cleanup still run).
                 if let Some(why) = self.halt.by_x().filter(|_| cancel.is_cancelled()) {
-                    let rec = self.record(
-                        step,
-                        i,
-                        phase,
-                        StepStatus::Skipped,
-                        JsonValue::Null,
-                        JsonValue::Null,
-                        Some(why.clone()),
-                        1,
-                        self.elapsed_ms(),
-                        0,
-                    );
+                    let rec = self.skipped(step, i, phase, why.clone(), 1, self.elapsed_ms());
                     self.push_record(rec);
                     self.skip_all(&steps[i + 1..], phase, &why);
                     self.skipped.get_or_insert(why);
@@ -642,18 +634,7 @@ impl CaseRun<'_> {
                 let e = StepError::error(format!("{why} {STRICT_CREDENTIALS}"));
                 return self.finish(step, index, phase, JsonValue::Null, Err(e), 0, start_ms, t0);
             }
-            let mut rec = self.record(
-                step,
-                index,
-                phase,
-                StepStatus::Skipped,
-                JsonValue::Null,
-                JsonValue::Null,
-                Some(why),
-                0,
-                start_ms,
-                0,
-            );
+            let mut rec = self.skipped(step, index, phase, why, 0, start_ms);
             rec.missing_env = missing;
             self.push_record(rec);
             return false;
@@ -664,18 +645,7 @@ impl CaseRun<'_> {
             match expr::eval_bool(expr, &tctx) {
                 Ok(true) => {}
                 Ok(false) => {
-                    let rec = self.record(
-                        step,
-                        index,
-                        phase,
-                        StepStatus::Skipped,
-                        JsonValue::Null,
-                        JsonValue::Null,
-                        Some(format!("if: {expr} is false")),
-                        0,
-                        start_ms,
-                        0,
-                    );
+                    let rec = self.skipped(step, index, phase, format!("if: {expr} is false"), 0, start_ms);
                     self.push_record(rec);
                     return false;
                 }

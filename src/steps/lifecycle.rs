@@ -27,7 +27,17 @@ fn info_json(i: &SandboxInfo) -> JsonValue {
     })
 }
 
-fn push_sandbox(ctx: &mut StepCtx, sb: SandboxRef) {
+/// Adds sandbox `info` (not killed, nothing opened in it yet) as the one steps use from now on.
+fn push_sandbox(ctx: &mut StepCtx, alias: Option<String>, info: &SandboxInfo, keep: bool) {
+    let sb = SandboxRef {
+        alias,
+        id: info.id.clone(),
+        template: info.template.clone(),
+        keep,
+        killed: false,
+        urls: HashMap::new(),
+        code_contexts: HashMap::new(),
+    };
     ctx.sandboxes.push(sb);
     ctx.current = Some(ctx.sandboxes.len() - 1);
     ctx.target = ctx.current;
@@ -64,18 +74,7 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
         ctx.provider.keep(&info.id);
     }
     let alias = a.opt_str("as").map(str::to_string);
-    push_sandbox(
-        ctx,
-        SandboxRef {
-            alias: alias.clone(),
-            id: info.id.clone(),
-            template: info.template.clone(),
-            keep,
-            killed: false,
-            urls: HashMap::new(),
-            code_contexts: HashMap::new(),
-        },
-    );
+    push_sandbox(ctx, alias.clone(), &info, keep);
     Ok(json!({ "id": info.id, "template": info.template, "template_id": template, "alias": alias }))
 }
 
@@ -93,18 +92,7 @@ pub async fn connect(ctx: &mut StepCtx, a: &Args) -> StepResult {
             // Connected sandboxes belong to someone else unless `owned: true`; one of ours
             // seen under a new alias stays as it was created (kept or not).
             let keep = !a.flag("owned") && existing.is_none_or(|i| ctx.sandboxes[i].keep);
-            push_sandbox(
-                ctx,
-                SandboxRef {
-                    alias,
-                    id: info.id.clone(),
-                    template: info.template.clone(),
-                    keep,
-                    killed: false,
-                    urls: HashMap::new(),
-                    code_contexts: HashMap::new(),
-                },
-            );
+            push_sandbox(ctx, alias, &info, keep);
         }
     }
     Ok(info_json(&info))

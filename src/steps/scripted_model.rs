@@ -545,21 +545,19 @@ fn responses_events(state: &Shared, model: &str, a: &Answer, input_tokens: u64) 
             events.push(json!({ "type": "response.content_part.done", "item_id": item_id, "output_index": 0,
                 "content_index": 0, "part": item["content"][0] }));
         }
-        Some("function_call") => {
-            pending["arguments"] = json!("");
+        Some(kind @ ("function_call" | "custom_tool_call")) => {
+            // A call's text (a function's `arguments`, a custom tool's `input`) in one delta.
+            let (field, stream) = match kind {
+                "function_call" => ("arguments", "response.function_call_arguments"),
+                _ => ("input", "response.custom_tool_call_input"),
+            };
+            pending[field] = json!("");
             events.push(json!({ "type": "response.output_item.added", "output_index": 0, "item": pending }));
-            events.push(json!({ "type": "response.function_call_arguments.delta", "item_id": item_id,
-                "output_index": 0, "delta": item["arguments"] }));
-            events.push(json!({ "type": "response.function_call_arguments.done", "item_id": item_id,
-                "output_index": 0, "arguments": item["arguments"] }));
-        }
-        Some("custom_tool_call") => {
-            pending["input"] = json!("");
-            events.push(json!({ "type": "response.output_item.added", "output_index": 0, "item": pending }));
-            events.push(json!({ "type": "response.custom_tool_call_input.delta", "item_id": item_id,
-                "output_index": 0, "delta": item["input"] }));
-            events.push(json!({ "type": "response.custom_tool_call_input.done", "item_id": item_id,
-                "output_index": 0, "input": item["input"] }));
+            events.push(json!({ "type": format!("{stream}.delta"), "item_id": item_id,
+                "output_index": 0, "delta": item[field] }));
+            let mut finished = json!({ "type": format!("{stream}.done"), "item_id": item_id, "output_index": 0 });
+            finished[field] = item[field].clone();
+            events.push(finished);
         }
         _ => events.push(json!({ "type": "response.output_item.added", "output_index": 0, "item": pending })),
     }
@@ -717,54 +715,30 @@ mod tests {
         let m = ScriptedModel::start(script()).await.unwrap();
         let http = crate::net::client_builder().no_proxy().build().unwrap();
         let url = |p: &str| format!("http://{}{p}", m.addr());
+        let post = |p: &str, body: JsonValue| {
+            let req = http.post(url(p)).json(&body);
+            async move { req.send().await.unwrap() }
+        };
         let write = json!({ "type": "function", "function": { "name": "write_file", "parameters": {
             "properties": { "path": {"type": "string"}, "content": {"type": "string"} } } } });
-        let r: JsonValue = http
-            .post(url("/v1/chat/completions"))
-            .json(&json!({ "model": "x", "messages": [{ "role": "user", "content": "go" }], "tools": [write] }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = json!({ "model": "x", "messages": [{ "role": "user", "content": "go" }], "tools": [write] });
+        let r: JsonValue = post("/v1/chat/completions", body).await.json().await.unwrap();
         assert_eq!(r["choices"][0]["finish_reason"], "tool_calls");
         let args: JsonValue = serde_json::from_str(
             r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap(),
         )
         .unwrap();
         assert_eq!(args["path"], "/home/user/workspace/hello.txt");
-        let text = http
-            .post(url("/v1/chat/completions"))
-            .json(&json!({ "model": "x", "stream": true, "messages": [{ "role": "tool", "content": "ok" }], "tools": [write] }))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = json!({ "model": "x", "stream": true, "messages": [{ "role": "tool", "content": "ok" }], "tools": [write] });
+        let text = post("/v1/chat/completions", body).await.text().await.unwrap();
         assert!(text.contains(r#""content":"done""#) && text.ends_with("data: [DONE]\n\n"), "{text}");
-        let text = http
-            .post(url("/v1/messages"))
-            .json(&json!({ "model": "claude", "stream": true, "messages": [{ "role": "user", "content": "go" }],
-                "tools": [{ "name": "Write", "input_schema": { "properties": { "file_path": {}, "content": {} } } }] }))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = json!({ "model": "claude", "stream": true, "messages": [{ "role": "user", "content": "go" }],
+            "tools": [{ "name": "Write", "input_schema": { "properties": { "file_path": {}, "content": {} } } }] });
+        let text = post("/v1/messages", body).await.text().await.unwrap();
         assert!(text.starts_with("event: message_start\n") && text.contains("input_json_delta"), "{text}");
-        let text = http
-            .post(url("/v1/responses"))
-            .json(&json!({ "model": "gpt", "stream": true, "input": [{ "type": "message", "role": "user", "content": "go" }],
-                "tools": [{ "type": "function", "name": "shell", "parameters": { "properties": { "command": { "type": "array" } } } }] }))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = json!({ "model": "gpt", "stream": true, "input": [{ "type": "message", "role": "user", "content": "go" }],
+            "tools": [{ "type": "function", "name": "shell", "parameters": { "properties": { "command": { "type": "array" } } } }] });
+        let text = post("/v1/responses", body).await.text().await.unwrap();
         assert!(
             text.contains("event: response.output_item.done") && text.contains("event: response.completed"),
             "{text}"

@@ -277,17 +277,8 @@ impl Api {
     /// `GET /sandboxes/{id}` → `SandboxDetail`.
     pub async fn get(&self, id: &str) -> Result<SandboxJson> {
         let what = format!("get sandbox {id}");
-        let (_, bytes, _) = self
-            .call(
-                Method::GET,
-                &format!("/sandboxes/{}", enc(id)),
-                None,
-                Idempotency::Idempotent,
-                REQUEST_TIMEOUT,
-                &what,
-            )
-            .await
-            .map_err(|e| self.sandbox_call_error(&what, id, e))?;
+        let (_, bytes, _) =
+            self.on_sandbox(Method::GET, id, &what).await.map_err(|e| self.sandbox_call_error(&what, id, e))?;
         self.parse(&what, &bytes)
     }
 
@@ -328,21 +319,22 @@ impl Api {
     /// `DELETE /sandboxes/{id}`: false if it did not exist.
     pub async fn kill(&self, id: &str) -> Result<bool> {
         let what = format!("kill sandbox {id}");
-        match self
-            .call(
-                Method::DELETE,
-                &format!("/sandboxes/{}", enc(id)),
-                None,
-                Idempotency::Idempotent,
-                REQUEST_TIMEOUT,
-                &what,
-            )
-            .await
-        {
+        match self.on_sandbox(Method::DELETE, id, &what).await {
             Ok(_) => Ok(true),
             Err(CallError::Status(f)) if f.status == 404 => Ok(false),
             Err(e) => Err(self.general(&what, e)),
         }
+    }
+
+    /// An idempotent call without a body on sandbox `id` itself (`/sandboxes/{id}`).
+    async fn on_sandbox(
+        &self,
+        method: Method,
+        id: &str,
+        what: &str,
+    ) -> Result<(StatusCode, Vec<u8>, reqwest::header::HeaderMap), CallError> {
+        self.call(method, &format!("/sandboxes/{}", enc(id)), None, Idempotency::Idempotent, REQUEST_TIMEOUT, what)
+            .await
     }
 
     /// `PUT /sandboxes/{id}/network`: replaces the sandbox's egress lists.
@@ -374,17 +366,8 @@ impl Api {
     pub async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
         let what = format!("pause sandbox {id}");
         let body = json!({ "memory": keep_memory });
-        match self
-            .call(
-                Method::POST,
-                &format!("/sandboxes/{}/pause", enc(id)),
-                Some(&body),
-                Idempotency::Idempotent,
-                CREATE_TIMEOUT,
-                &what,
-            )
-            .await
-        {
+        let path = format!("/sandboxes/{}/pause", enc(id));
+        match self.call(Method::POST, &path, Some(&body), Idempotency::Idempotent, CREATE_TIMEOUT, &what).await {
             Ok(_) => Ok(()),
             Err(CallError::Status(f)) if f.status == 409 => Ok(()),
             Err(e) => Err(self.sandbox_call_error(&what, id, e)),
@@ -396,15 +379,9 @@ impl Api {
     pub async fn snapshot(&self, id: &str, name: &str) -> Result<String> {
         let what = format!("snapshot sandbox {id}");
         let body = if name.is_empty() { json!({}) } else { json!({ "name": name }) };
+        let path = format!("/sandboxes/{}/snapshots", enc(id));
         let (_, bytes, _) = self
-            .call(
-                Method::POST,
-                &format!("/sandboxes/{}/snapshots", enc(id)),
-                Some(&body),
-                Idempotency::Refused,
-                CREATE_TIMEOUT,
-                &what,
-            )
+            .call(Method::POST, &path, Some(&body), Idempotency::Refused, CREATE_TIMEOUT, &what)
             .await
             .map_err(|e| self.sandbox_call_error(&what, id, e))?;
         let made: SnapshotJson = self.parse(&what, &bytes)?;

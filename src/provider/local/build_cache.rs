@@ -184,16 +184,29 @@ fn apt_dir(build_dir: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
+    /// The caller's own ids, so prepare's chown is a no-op in these tests.
+    fn own_ids() -> IdMap {
+        IdMap { host_base: rustix::process::getuid().as_raw(), len: 65536 }
+    }
+
+    /// A cache under `dir` whose apt downloads are `debs` (name, contents), and an image there
+    /// that has apt's archives directory.
+    fn cache_and_apt_image(dir: &Path, debs: &[(&str, &str)]) -> (BuildCache, PathBuf) {
+        let cache = BuildCache { dir: dir.join("cache") };
+        std::fs::create_dir_all(cache.dir.join("apt")).unwrap();
+        for (name, contents) in debs {
+            std::fs::write(cache.dir.join("apt").join(name), contents).unwrap();
+        }
+        let image = dir.join("image");
+        std::fs::create_dir_all(image.join("var/cache/apt/archives")).unwrap();
+        (cache, image)
+    }
+
     #[test]
     fn apt_downloads_are_shared_through_the_cache() {
         let t = tempfile::tempdir().unwrap();
-        let ids = IdMap { host_base: rustix::process::getuid().as_raw(), len: 65536 };
-        let cache = BuildCache { dir: t.path().join("cache") };
-        // (ownership is the caller's id here, so prepare's chown is a no-op for this test)
-        std::fs::create_dir_all(cache.dir.join("apt")).unwrap();
-        std::fs::write(cache.dir.join("apt/old_1.0_all.deb"), "old").unwrap();
-        let image = t.path().join("image");
-        std::fs::create_dir_all(image.join("var/cache/apt/archives")).unwrap();
+        let ids = own_ids();
+        let (cache, image) = cache_and_apt_image(t.path(), &[("old_1.0_all.deb", "old")]);
         let build = t.path().join("build");
         let binds = cache.binds(&build, &image, ids).unwrap();
         assert_eq!(binds.last().unwrap().1, "/var/cache/apt/archives");
@@ -217,13 +230,9 @@ mod tests {
     #[test]
     fn seeding_or_keeping_twice_never_empties_the_cache() {
         let t = tempfile::tempdir().unwrap();
-        let ids = IdMap { host_base: rustix::process::getuid().as_raw(), len: 65536 };
-        let cache = BuildCache { dir: t.path().join("cache") };
-        std::fs::create_dir_all(cache.dir.join("apt")).unwrap();
-        std::fs::write(cache.dir.join("apt/pkg_1.0_all.deb"), "package bytes").unwrap();
-        std::fs::write(cache.dir.join("apt/cut_1.0_all.deb"), "").unwrap();
-        let image = t.path().join("image");
-        std::fs::create_dir_all(image.join("var/cache/apt/archives")).unwrap();
+        let ids = own_ids();
+        let debs = [("pkg_1.0_all.deb", "package bytes"), ("cut_1.0_all.deb", "")];
+        let (cache, image) = cache_and_apt_image(t.path(), &debs);
         let build = t.path().join("build");
         cache.binds(&build, &image, ids).unwrap();
         cache.binds(&build, &image, ids).unwrap();

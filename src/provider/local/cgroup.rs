@@ -449,14 +449,8 @@ pub(crate) fn sweep() {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             // Only groups named the way this program names them: `<pid>.<start time>.<id>`.
-            let mut parts = name.splitn(3, '.');
-            let (Some(pid), Some(start), Some(_)) =
-                (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            let alive = super::start_time(pid).is_some_and(|s| s == start);
-            if e.path().is_dir() && !alive {
+            let Some(gone) = super::sandbox::owner_gone(&name) else { continue };
+            if e.path().is_dir() && gone {
                 stale.entry(name).or_default().push(e.path());
             }
         }

@@ -65,19 +65,24 @@ fn mount_point() -> PathBuf {
     Path::new(ROOTS).join(format!("{}.{}", super::owner_token().replace(':', "."), crate::random::hex(6)))
 }
 
+/// Whether the process that made `name` (a mount point's or a cgroup's, named
+/// `<owner pid>.<start time>.<id>`) is gone; `None` for a name this program does not give.
+pub(crate) fn owner_gone(name: &str) -> Option<bool> {
+    let mut parts = name.splitn(3, '.');
+    let (Some(pid), Some(start), Some(_)) =
+        (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some(super::start_time(pid).is_none_or(|s| s != start))
+}
+
 /// Removes mount points whose owner process is gone (empty directories a SIGKILLed run left).
 pub(crate) fn sweep_mount_points() {
     let Ok(entries) = std::fs::read_dir(ROOTS) else { return };
     for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
         // Only mount points named the way this program names them.
-        let mut parts = name.splitn(3, '.');
-        let (Some(pid), Some(start), Some(_)) =
-            (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        if super::start_time(pid).is_none_or(|s| s != start) {
+        if owner_gone(&e.file_name().to_string_lossy()) == Some(true) {
             let _ = std::fs::remove_dir(e.path());
         }
     }
@@ -817,4 +822,17 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Str
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir(&layout.merged);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn owner_gone_reads_the_names_this_program_gives() {
+        let mine = format!("{}.x", super::super::owner_token().replace(':', "."));
+        assert_eq!(super::owner_gone(&mine), Some(false));
+        assert_eq!(super::owner_gone(&format!("{}.1.x", std::process::id())), Some(true), "a reused pid");
+        assert_eq!(super::owner_gone("4294967295.1.x"), Some(true));
+        assert_eq!(super::owner_gone("lost+found"), None);
+        assert_eq!(super::owner_gone("1.2"), None);
+    }
 }

@@ -36,7 +36,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::execd::{bad_request, complete_event, error, error_event, frame, parse, runtime_error, stream_response};
+use super::execd::{
+    bad_request, complete_event, error, error_event, frame, parse, parse_or_default, runtime_error, stream_response,
+};
 use super::OsSandbox;
 use crate::server::{AppState, ServedSandbox};
 
@@ -149,13 +151,9 @@ struct ContextRequest {
 }
 
 async fn create(State(st): St, Extension(sb): Sb, Extension(os): Os, body: Bytes) -> Response {
-    let req: ContextRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        ContextRequest::default()
-    } else {
-        match parse(&body) {
-            Ok(r) => r,
-            Err(r) => return r,
-        }
+    let req: ContextRequest = match parse_or_default(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
     let language = normalize(req.language.as_deref());
     let mut payload = json!({"language": language});

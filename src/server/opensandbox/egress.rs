@@ -263,14 +263,22 @@ fn targets_body(body: &Bytes) -> Result<Vec<String>, Response> {
     }
 }
 
-/// Enforces `policy` on the running sandbox and keeps it.
-async fn apply(st: &AppState, sb: &ServedSandbox, os: &OsSandbox, policy: Policy) -> Result<(), Response> {
+/// Enforces `policy` on the running sandbox and keeps it; the answer is the policy as `view`
+/// shows it.
+async fn apply(
+    st: &AppState,
+    sb: &ServedSandbox,
+    os: &OsSandbox,
+    policy: Policy,
+    view: fn(&Policy) -> Value,
+) -> Answer {
     let (internet, network) = policy.to_e2b()?;
     let p = crate::server::control::network_policy(internet, Some(&network)).map_err(|_| bad("invalid policy"))?;
     st.provider.sandbox(&sb.provider_id).update_network(p.clone()).await.map_err(provider_error)?;
     *sb.network.lock().expect("network") = p;
+    let answer = Json(view(&policy)).into_response();
     *os.egress.lock().expect("egress") = policy;
-    Ok(())
+    Ok(answer)
 }
 
 pub(super) fn router(st: Arc<AppState>) -> Router {
@@ -285,99 +293,55 @@ pub(super) fn router(st: Arc<AppState>) -> Router {
         .with_state(st)
 }
 
+type St = State<Arc<AppState>>;
 type Sb = Extension<Arc<ServedSandbox>>;
 type Os = Extension<Arc<OsSandbox>>;
+/// A handler's answer; its error is the early answer (a refusal, a missing sandbox).
+type Answer = Result<Response, Response>;
 
 async fn sidecar_get(Extension(os): Os) -> Response {
     Json(os.egress.lock().expect("egress").status()).into_response()
 }
 
-async fn sidecar_patch(State(st): State<Arc<AppState>>, Extension(sb): Sb, Extension(os): Os, body: Bytes) -> Response {
-    let incoming = match rules_body(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+async fn sidecar_patch(State(st): St, Extension(sb): Sb, Extension(os): Os, body: Bytes) -> Answer {
+    let incoming = rules_body(&body)?;
     let next = os.egress.lock().expect("egress").patched(incoming);
-    match apply(&st, &sb, &os, next.clone()).await {
-        Ok(()) => Json(next.status()).into_response(),
-        Err(r) => r,
-    }
+    apply(&st, &sb, &os, next, Policy::status).await
 }
 
-async fn sidecar_delete(
-    State(st): State<Arc<AppState>>,
-    Extension(sb): Sb,
-    Extension(os): Os,
-    body: Bytes,
-) -> Response {
-    let targets = match targets_body(&body) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
+async fn sidecar_delete(State(st): St, Extension(sb): Sb, Extension(os): Os, body: Bytes) -> Answer {
+    let targets = targets_body(&body)?;
     let next = os.egress.lock().expect("egress").without(&targets);
-    match apply(&st, &sb, &os, next.clone()).await {
-        Ok(()) => Json(next.status()).into_response(),
-        Err(r) => r,
-    }
+    apply(&st, &sb, &os, next, Policy::status).await
 }
 
 /// The lifecycle's `networkpolicy` routes: the same policy, reached with the API key.
-pub(super) async fn control_get(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+pub(super) async fn control_get(State(st): St, Path(id): Path<String>) -> Response {
     match super::lifecycle::find(&st, &id).await {
         Ok((_, os, _)) => Json(os.egress.lock().expect("egress").to_json()).into_response(),
         Err(r) => r,
     }
 }
 
-pub(super) async fn control_patch(State(st): State<Arc<AppState>>, Path(id): Path<String>, body: Bytes) -> Response {
-    let incoming = match rules_body(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    let (sb, os, _) = match super::lifecycle::find(&st, &id).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+pub(super) async fn control_patch(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
+    let incoming = rules_body(&body)?;
+    let (sb, os, _) = super::lifecycle::find(&st, &id).await?;
     let next = os.egress.lock().expect("egress").patched(incoming);
-    match apply(&st, &sb, &os, next.clone()).await {
-        Ok(()) => Json(next.to_json()).into_response(),
-        Err(r) => r,
-    }
+    apply(&st, &sb, &os, next, Policy::to_json).await
 }
 
-pub(super) async fn control_put(State(st): State<Arc<AppState>>, Path(id): Path<String>, body: Bytes) -> Response {
-    let v: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return bad(format!("invalid body: {e}")),
-    };
-    let next = match Policy::parse(&v) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let (sb, os, _) = match super::lifecycle::find(&st, &id).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    match apply(&st, &sb, &os, next.clone()).await {
-        Ok(()) => Json(next.to_json()).into_response(),
-        Err(r) => r,
-    }
+pub(super) async fn control_put(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
+    let v: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("invalid body: {e}")))?;
+    let next = Policy::parse(&v)?;
+    let (sb, os, _) = super::lifecycle::find(&st, &id).await?;
+    apply(&st, &sb, &os, next, Policy::to_json).await
 }
 
-pub(super) async fn control_delete(State(st): State<Arc<AppState>>, Path(id): Path<String>, body: Bytes) -> Response {
-    let targets = match targets_body(&body) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let (sb, os, _) = match super::lifecycle::find(&st, &id).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+pub(super) async fn control_delete(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
+    let targets = targets_body(&body)?;
+    let (sb, os, _) = super::lifecycle::find(&st, &id).await?;
     let next = os.egress.lock().expect("egress").without(&targets);
-    match apply(&st, &sb, &os, next.clone()).await {
-        Ok(()) => Json(next.to_json()).into_response(),
-        Err(r) => r,
-    }
+    apply(&st, &sb, &os, next, Policy::to_json).await
 }
 
 #[cfg(test)]

@@ -143,6 +143,15 @@ pub(super) fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Res
         .map_err(|e| bad_request(format!("error parsing request, MAYBE invalid body format. {e}")))
 }
 
+/// [`parse`], or `T`'s default for a body of nothing but white space.
+pub(super) fn parse_or_default<T: Default + for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        parse(body)
+    }
+}
+
 pub(super) fn router(st: Arc<AppState>) -> Router {
     let r = Router::new()
         .route("/ping", get(|| async { StatusCode::OK }))
@@ -641,13 +650,9 @@ async fn create_session(
     Extension(os): Os,
     body: Bytes,
 ) -> Response {
-    let req: CreateSession = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateSession::default()
-    } else {
-        match parse(&body) {
-            Ok(r) => r,
-            Err(r) => return r,
-        }
+    let req: CreateSession = match parse_or_default(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
     let cwd = req.cwd.filter(|c| !c.is_empty());
     if let Some(dir) = &cwd {

@@ -119,6 +119,13 @@ fn param(q: Option<&str>, name: &str) -> Option<String> {
     super::lifecycle::query_pairs(q).into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
+/// The query's `path=`, which must be there and not empty.
+fn path_param(q: Option<&str>) -> Result<String, Response> {
+    param(q, "path")
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "MISSING_QUERY", "missing query parameter 'path'"))
+}
+
 /// The `FileInfo` of each path (not following a final symlink); the 404 of the first missing.
 async fn stat_all(st: &AppState, sb: &ServedSandbox, list: &[String]) -> Result<Vec<Value>, Response> {
     let mut script = String::new();
@@ -163,24 +170,43 @@ async fn info(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Respo
     Json(Value::Object(out)).into_response()
 }
 
-async fn remove_files(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Response {
-    let mut script = String::new();
-    for p in paths(qs.as_deref()) {
-        let a = match abs(&p) {
-            Ok(a) => a,
-            Err(r) => return r,
-        };
-        let (qa, qp) = (q(&a), q(&p));
-        script += &format!(
-            "if [ -d {qa} ]; then echo \"error removing file \"{qp}\". path is a directory: \"{qp} >&2; exit 3; fi\nrm -f -- {qa} || exit 4\n"
-        );
-    }
+/// Runs `script`, the lines for every path of a request, as root: 200 when it succeeds or
+/// there is nothing to run; `failed` answers its exit code and stderr otherwise.
+async fn run_all(
+    st: &AppState,
+    sb: &ServedSandbox,
+    script: String,
+    failed: impl FnOnce(i32, String) -> Response,
+) -> Response {
     if script.is_empty() {
         return StatusCode::OK.into_response();
     }
-    match sh(&st, &sb, script).await {
+    match sh(st, sb, script).await {
         Ok((0, _, _)) => StatusCode::OK.into_response(),
-        Ok((_, _, err)) => runtime_error(err),
+        Ok((code, _, err)) => failed(code, err),
+        Err(r) => r,
+    }
+}
+
+/// The lines `line` writes for each `path=` of the query, given the path as asked and its
+/// absolute form.
+fn path_script(qs: Option<&str>, line: impl Fn(&str, &str) -> Result<String, Response>) -> Result<String, Response> {
+    let mut script = String::new();
+    for p in paths(qs) {
+        script += &line(&p, &abs(&p)?)?;
+    }
+    Ok(script)
+}
+
+async fn remove_files(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Response {
+    let script = path_script(qs.as_deref(), |p, a| {
+        let (qa, qp) = (q(a), q(p));
+        Ok(format!(
+            "if [ -d {qa} ]; then echo \"error removing file \"{qp}\". path is a directory: \"{qp} >&2; exit 3; fi\nrm -f -- {qa} || exit 4\n"
+        ))
+    });
+    match script {
+        Ok(script) => run_all(&st, &sb, script, |_, err| runtime_error(err)).await,
         Err(r) => r,
     }
 }
@@ -217,30 +243,25 @@ fn chmod_script(qa: &str, p: &Permission) -> Result<String, Response> {
     Ok(s)
 }
 
-async fn permissions(State(st): St, Extension(sb): Sb, body: Bytes) -> Response {
-    let req: BTreeMap<String, Permission> = match parse(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+/// The script of a `{path: Permission}` body: for each path, the lines `before` writes (given
+/// the path as asked and its absolute form quoted), then its [`chmod_script`].
+fn chmod_each(body: &Bytes, before: impl Fn(&str, &str) -> String) -> Result<String, Response> {
+    let req: BTreeMap<String, Permission> = parse(body)?;
     let mut script = String::new();
     for (p, perm) in &req {
-        let a = match abs(p) {
-            Ok(a) => a,
-            Err(r) => return r,
-        };
-        let qa = q(&a);
-        script += &format!("[ -e {qa} ] || {{ echo 'error changing permissions for '{}'. chmod '{}': no such file or directory' >&2; exit 4; }}\n", q(p), q(&a));
-        match chmod_script(&qa, perm) {
-            Ok(s) => script += &s,
-            Err(r) => return r,
-        }
+        let qa = q(&abs(p)?);
+        script += &before(p, &qa);
+        script += &chmod_script(&qa, perm)?;
     }
-    if script.is_empty() {
-        return StatusCode::OK.into_response();
-    }
-    match sh(&st, &sb, script).await {
-        Ok((0, _, _)) => StatusCode::OK.into_response(),
-        Ok((_, _, err)) => runtime_error(err),
+    Ok(script)
+}
+
+async fn permissions(State(st): St, Extension(sb): Sb, body: Bytes) -> Response {
+    let script = chmod_each(&body, |p, qa| {
+        format!("[ -e {qa} ] || {{ echo 'error changing permissions for '{}'. chmod '{qa}': no such file or directory' >&2; exit 4; }}\n", q(p))
+    });
+    match script {
+        Ok(script) => run_all(&st, &sb, script, |_, err| runtime_error(err)).await,
         Err(r) => r,
     }
 }
@@ -273,131 +294,78 @@ async fn rename(State(st): St, Extension(sb): Sb, body: Bytes) -> Response {
             q(&it.dest)
         );
     }
-    if script.is_empty() {
-        return StatusCode::OK.into_response();
-    }
-    match sh(&st, &sb, script).await {
-        Ok((0, _, _)) => StatusCode::OK.into_response(),
-        Ok((3, _, err)) => not_found(format!("file not found. {err}")),
-        Ok((_, _, err)) => runtime_error(format!("error accessing file: {err}")),
-        Err(r) => r,
-    }
+    run_all(&st, &sb, script, |code, err| match code {
+        3 => not_found(format!("file not found. {err}")),
+        _ => runtime_error(format!("error accessing file: {err}")),
+    })
+    .await
 }
 
 async fn make_dirs(State(st): St, Extension(sb): Sb, body: Bytes) -> Response {
-    let req: BTreeMap<String, Permission> = match parse(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    let mut script = String::new();
-    for (p, perm) in &req {
-        let a = match abs(p) {
-            Ok(a) => a,
-            Err(r) => return r,
-        };
-        let qa = q(&a);
-        script += &format!("mkdir -p -- {qa} || exit 4\n");
-        match chmod_script(&qa, perm) {
-            Ok(s) => script += &s,
-            Err(r) => return r,
-        }
-    }
-    if script.is_empty() {
-        return StatusCode::OK.into_response();
-    }
-    match sh(&st, &sb, script).await {
-        Ok((0, _, _)) => StatusCode::OK.into_response(),
-        Ok((_, _, err)) => runtime_error(format!("error accessing file: {err}")),
+    match chmod_each(&body, |_, qa| format!("mkdir -p -- {qa} || exit 4\n")) {
+        Ok(script) => run_all(&st, &sb, script, |_, err| runtime_error(format!("error accessing file: {err}"))).await,
         Err(r) => r,
     }
 }
 
 async fn remove_dirs(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Response {
-    let mut script = String::new();
-    for p in paths(qs.as_deref()) {
-        let a = match abs(&p) {
-            Ok(a) => a,
-            Err(r) => return r,
-        };
+    let script = path_script(qs.as_deref(), |p, a| {
         if a == "/" {
-            return runtime_error(format!("error removing directory {p}. refusing to remove /"));
+            return Err(runtime_error(format!("error removing directory {p}. refusing to remove /")));
         }
-        script += &format!("rm -rf -- {} || exit 4\n", q(&a));
-    }
-    if script.is_empty() {
-        return StatusCode::OK.into_response();
-    }
-    match sh(&st, &sb, script).await {
-        Ok((0, _, _)) => StatusCode::OK.into_response(),
-        Ok((_, _, err)) => runtime_error(format!("error removing directory. {err}")),
+        Ok(format!("rm -rf -- {} || exit 4\n", q(a)))
+    });
+    match script {
+        Ok(script) => {
+            run_all(&st, &sb, script, |_, err| runtime_error(format!("error removing directory. {err}"))).await
+        }
         Err(r) => r,
     }
 }
 
 /// Entries of `path` down to `depth` (1: its children), lexical by name in each directory,
 /// every directory followed by what is in it; symbolic links are listed, never followed.
-async fn list(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Response {
-    let Some(path) = param(qs.as_deref(), "path").filter(|p| !p.is_empty()) else {
-        return error(StatusCode::BAD_REQUEST, "MISSING_QUERY", "missing query parameter 'path'");
-    };
+async fn list(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Result<Response, Response> {
+    let path = path_param(qs.as_deref())?;
     let depth = match param(qs.as_deref(), "depth") {
         None => 1,
-        Some(d) => match d.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => return bad_request(format!("invalid query parameter 'depth': {d}")),
-        },
+        Some(d) => d.parse::<u32>().map_err(|_| bad_request(format!("invalid query parameter 'depth': {d}")))?,
     };
-    let a = match abs(&path) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+    let a = abs(&path)?;
     let qa = q(&a);
     let script = format!(
         "if [ -L {qa} ]; then exit 5; fi\nif [ ! -e {qa} ]; then exit 3; fi\nif [ ! -d {qa} ]; then exit 6; fi\n{}",
         if depth == 0 { String::new() } else { format!("find {qa} -mindepth 1 -maxdepth {depth} -printf '{FMT}'\n") }
     );
-    let (code, out, err) = match sh(&st, &sb, script).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+    let (code, out, err) = sh(&st, &sb, script).await?;
     match code {
         0 => {}
-        3 => return not_found(format!("file not found. lstat {a}: no such file or directory")),
-        5 => return bad_request(format!("path is a symbolic link, refusing to traverse: {a}")),
-        6 => return bad_request(format!("path is not a directory: {a}")),
-        _ => return runtime_error(format!("error listing directory {a}. {err}")),
+        3 => return Err(not_found(format!("file not found. lstat {a}: no such file or directory"))),
+        5 => return Err(bad_request(format!("path is a symbolic link, refusing to traverse: {a}"))),
+        6 => return Err(bad_request(format!("path is not a directory: {a}"))),
+        _ => return Err(runtime_error(format!("error listing directory {a}. {err}"))),
     }
     let mut entries = infos(&out);
     let key = |v: &Value| v["path"].as_str().unwrap_or("").split('/').map(str::to_string).collect::<Vec<_>>();
     entries.sort_by_key(key);
-    Json(Value::Array(entries)).into_response()
+    Ok(Json(Value::Array(entries)).into_response())
 }
 
 /// Files (anything but directories) under `path` whose name matches `pattern` (a glob; `**`,
 /// the default, matches every name).
-async fn search(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Response {
-    let Some(path) = param(qs.as_deref(), "path").filter(|p| !p.is_empty()) else {
-        return error(StatusCode::BAD_REQUEST, "MISSING_QUERY", "missing query parameter 'path'");
-    };
+async fn search(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Result<Response, Response> {
+    let path = path_param(qs.as_deref())?;
     let pattern = param(qs.as_deref(), "pattern").filter(|p| !p.is_empty()).unwrap_or_else(|| "**".into());
-    let glob = match glob::Pattern::new(&pattern) {
-        Ok(g) => g,
-        Err(e) => return runtime_error(format!("error searching files. invalid pattern {pattern}: {e}")),
-    };
-    let a = match abs(&path) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+    let glob = glob::Pattern::new(&pattern)
+        .map_err(|e| runtime_error(format!("error searching files. invalid pattern {pattern}: {e}")))?;
+    let a = abs(&path)?;
     let qa = q(&a);
     let script = format!("[ -e {qa} ] || exit 3\nfind {qa} ! -type d -printf '{FMT}' 2>/dev/null\ntrue\n");
-    let (code, out, err) = match sh(&st, &sb, script).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+    let (code, out, err) = sh(&st, &sb, script).await?;
     match code {
         0 => {}
-        3 => return not_found(format!("file not found. stat {a}: no such file or directory")),
-        _ => return runtime_error(format!("error searching files. {err}")),
+        3 => return Err(not_found(format!("file not found. stat {a}: no such file or directory"))),
+        _ => return Err(runtime_error(format!("error searching files. {err}"))),
     }
     let found: Vec<Value> = infos(&out)
         .into_iter()
@@ -406,7 +374,7 @@ async fn search(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) -> Res
             pattern == "**" || glob.matches(name)
         })
         .collect();
-    Json(Value::Array(found)).into_response()
+    Ok(Json(Value::Array(found)).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -555,11 +523,8 @@ async fn upload(State(st): St, Extension(sb): Sb, mut form: Multipart) -> Respon
             Err(r) => return r,
         }
     }
-    match sh(&st, &sb, script).await {
-        Ok((0, _, _)) => StatusCode::OK.into_response(),
-        Ok((_, _, err)) => runtime_error(format!("error chmoding file. {err}")),
-        Err(r) => r,
-    }
+    // Never empty: every file's chmod_script sets at least its owner.
+    run_all(&st, &sb, script, |_, err| runtime_error(format!("error chmoding file. {err}"))).await
 }
 
 /// The one byte range of a `Range: bytes=…` header over `size` bytes; `Err` when it cannot
@@ -600,10 +565,7 @@ fn disposition(name: &str) -> String {
 }
 
 async fn download(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery, headers: HeaderMap) -> Response {
-    let Some(path) = param(qs.as_deref(), "path").filter(|p| !p.is_empty()) else {
-        return error(StatusCode::BAD_REQUEST, "MISSING_QUERY", "missing query parameter 'path'");
-    };
-    let a = match abs(&path) {
+    let a = match path_param(qs.as_deref()).and_then(|p| abs(&p)) {
         Ok(a) => a,
         Err(r) => return r,
     };

@@ -113,6 +113,11 @@ fn invalid(message: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER", message)
 }
 
+/// 409: the sandbox is not in the state the request needs.
+fn conflict(code: &str, message: String) -> Response {
+    error(StatusCode::CONFLICT, code, message)
+}
+
 fn not_supported(what: &str) -> Response {
     error(
         StatusCode::NOT_IMPLEMENTED,
@@ -652,11 +657,7 @@ async fn pause(State(st): St, Path(id): Path<String>) -> Response {
         Err(r) => return r,
     };
     if sb.is_paused() {
-        return error(
-            StatusCode::CONFLICT,
-            "DOCKER::SANDBOX_NOT_RUNNING",
-            format!("Sandbox {id} is not running (it is paused)."),
-        );
+        return conflict("DOCKER::SANDBOX_NOT_RUNNING", format!("Sandbox {id} is not running (it is paused)."));
     }
     *os.paused_expiry.lock().expect("expiry") = Some(info.end_at);
     match crate::server::control::pause_sandbox(&st, &sb, true).await {
@@ -677,7 +678,7 @@ async fn resume(State(st): St, Path(id): Path<String>) -> Response {
         Err(r) => return r,
     };
     if !sb.is_paused() {
-        return error(StatusCode::CONFLICT, "DOCKER::SANDBOX_NOT_PAUSED", format!("Sandbox {id} is not paused."));
+        return conflict("DOCKER::SANDBOX_NOT_PAUSED", format!("Sandbox {id} is not paused."));
     }
     let secs = if os.manual_cleanup.load(Ordering::SeqCst) {
         NEVER_SECS
@@ -741,8 +742,7 @@ async fn renew(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
         Err(r) => return r,
     };
     if os.manual_cleanup.load(Ordering::SeqCst) {
-        return error(
-            StatusCode::CONFLICT,
+        return conflict(
             "DOCKER::INVALID_EXPIRATION",
             format!("Sandbox {id} does not have automatic expiration enabled."),
         );
@@ -879,8 +879,7 @@ async fn snapshot(State(st): St, Path(id): Path<String>, body: Bytes) -> Respons
         Err(r) => return r,
     };
     if sb.is_paused() {
-        return error(
-            StatusCode::CONFLICT,
+        return conflict(
             "SNAPSHOT::INVALID_SOURCE_STATE",
             format!("Sandbox {id} must be Running to be snapshotted (it is paused)."),
         );

@@ -88,23 +88,24 @@ fn bad(code: &str, message: impl Into<String>) -> Response {
 
 /// A DNS label (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63), as Kubernetes names volumes.
 fn dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    k8s_name(s, 63, b"-")
 }
 
 /// A Kubernetes resource name (DNS subdomain: lowercase, digits, `-` and `.`, at most 253):
 /// also a safe directory name (no `/`, never `.` or `..`).
 fn resource_name(s: &str) -> bool {
+    k8s_name(s, 253, b"-.")
+}
+
+/// 1 to `max` lowercase letters, digits and `inner` characters, beginning and ending with a
+/// letter or digit.
+fn k8s_name(s: &str, max: usize, inner: &[u8]) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 253
+        && b.len() <= max
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'.'))
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || inner.contains(c))
 }
 
 /// An absolute path of plain components (no `.`, `..`, `//` or trailing `/`).
