@@ -225,6 +225,15 @@ pub struct Features<'a> {
     pub metrics: Option<&'a dyn Metrics>,
 }
 
+/// A [`Features`] of `provider` with each named capability and none of the others:
+/// `features!(self; processes, files, ports)`.
+macro_rules! features {
+    ($provider:expr; $($feature:ident),+ $(,)?) => {
+        $crate::provider::Features { $($feature: Some($provider),)+ ..$crate::provider::Features::default() }
+    };
+}
+pub(crate) use features;
+
 fn lacks(provider: &dyn Provider, what: &str) -> ProviderError {
     ProviderError::unsupported(format!("{} {what}", provider.name()))
 }

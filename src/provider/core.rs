@@ -343,20 +343,18 @@ pub(crate) trait Controlled: Process {
 #[async_trait]
 pub(crate) trait ProcessHost: Send + Sync {
     type Proc: Controlled;
-    /// Process `pid` of sandbox `id`.
-    fn process(&self, id: &str, pid: u32) -> Result<Arc<Self::Proc>>;
-    /// The processes sandbox `id`'s table holds.
-    fn process_infos(&self, id: &str) -> Result<Vec<ProcessInfo>>;
+    /// `f` of sandbox `id`'s process table.
+    fn with_table<R>(&self, id: &str, f: impl FnOnce(&Procs<Self::Proc>) -> R) -> Result<R>;
     /// Runs a command to completion ([`Processes::exec`]).
     async fn run(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult>;
-    /// Starts a command in the background, in the table, killed after `req.timeout`.
-    async fn start(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputTx>,
-        open_stdin: bool,
-    ) -> Result<Arc<Self::Proc>>;
+    /// Starts a command in the background, in the table, killed after `req.timeout`; with
+    /// `stdin`, its stdin stays open.
+    async fn start(&self, id: &str, req: ExecRequest, out: Option<OutputTx>, stdin: bool) -> Result<Arc<Self::Proc>>;
+
+    /// Process `pid` of sandbox `id`.
+    fn process(&self, id: &str, pid: u32) -> Result<Arc<Self::Proc>> {
+        self.with_table(id, |t| t.get(pid))?
+    }
 }
 
 #[async_trait]
@@ -370,7 +368,7 @@ impl<H: ProcessHost> Processes for H {
     }
 
     async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>> {
-        self.process_infos(id)
+        self.with_table(id, |t| t.list())
     }
 
     async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {

@@ -620,14 +620,7 @@ impl Provider for OpenSandboxProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
-        crate::provider::Features {
-            processes: Some(self),
-            files: Some(self),
-            ports: Some(self),
-            pausing: Some(self),
-            snapshots: Some(self),
-            ..Default::default()
-        }
+        crate::provider::caps::features!(self; processes, files, ports, pausing, snapshots)
     }
 }
 

@@ -330,13 +330,7 @@ impl Provider for FakeProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
-        crate::provider::Features {
-            processes: Some(self),
-            files: Some(self),
-            ports: Some(self),
-            builds: Some(self),
-            ..Default::default()
-        }
+        crate::provider::caps::features!(self; processes, files, ports, builds)
     }
 }
 

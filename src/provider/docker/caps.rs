@@ -7,12 +7,9 @@ use super::*;
 impl core::ProcessHost for DockerProvider {
     type Proc = exec::Proc;
 
-    fn process(&self, id: &str, pid: u32) -> Result<Arc<exec::Proc>> {
-        self.get(id)?.procs.get(pid)
-    }
-
-    fn process_infos(&self, id: &str) -> Result<Vec<ProcessInfo>> {
-        Ok(self.get(id)?.procs.list())
+    fn with_table<R>(&self, id: &str, f: impl FnOnce(&core::Procs<exec::Proc>) -> R) -> Result<R> {
+        let sb = self.get(id)?;
+        Ok(f(&sb.procs))
     }
 
     async fn run(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
@@ -25,15 +22,9 @@ impl core::ProcessHost for DockerProvider {
         Ok(result)
     }
 
-    async fn start(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputTx>,
-        open_stdin: bool,
-    ) -> Result<Arc<exec::Proc>> {
+    async fn start(&self, id: &str, req: ExecRequest, out: Option<OutputTx>, stdin: bool) -> Result<Arc<Self::Proc>> {
         let sb = self.get(id)?;
-        let p = sb.procs.launch(&req, output, open_stdin).await?;
+        let p = sb.procs.launch(&req, out, stdin).await?;
         core::kill_after(&p, req.timeout);
         Ok(p)
     }

@@ -318,6 +318,14 @@ pub(crate) struct ProcTable {
     default_cwd: String,
 }
 
+/// The table's processes by pid ([`Procs`]'s insert, get, list and remove).
+impl std::ops::Deref for ProcTable {
+    type Target = Procs<Proc>;
+    fn deref(&self) -> &Procs<Proc> {
+        &self.procs
+    }
+}
+
 impl ProcTable {
     pub(crate) fn new(docker: Docker, container: String) -> Self {
         Self {
@@ -454,19 +462,6 @@ impl ProcTable {
         self.procs.insert(proc.clone());
         tokio::spawn(drive(proc.clone(), exec_id, stream, output));
         Ok(proc)
-    }
-
-    /// Removes `p` if it is still the entry for its pid.
-    pub(crate) fn remove(&self, p: &Arc<Proc>) {
-        self.procs.remove(p);
-    }
-
-    pub(crate) fn get(&self, pid: u32) -> Result<Arc<Proc>> {
-        self.procs.get(pid)
-    }
-
-    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
-        self.procs.list()
     }
 
     /// The container is being removed: whatever still runs dies of SIGKILL.

@@ -136,8 +136,8 @@ use tokio::sync::{mpsc, OnceCell};
 use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
 use super::forward::Forwarder;
 use super::{
-    BuildOutput, BuildSpec, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, OutputTx, ProcessInfo,
-    Provider, ProviderError, ProviderStats, Result, SandboxInfo,
+    BuildOutput, BuildSpec, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, OutputTx, Provider,
+    ProviderError, ProviderStats, Result, SandboxInfo,
 };
 use exec::ProcTable;
 
@@ -830,15 +830,7 @@ impl Provider for DockerProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
-        crate::provider::Features {
-            processes: Some(self),
-            live_processes: Some(self),
-            files: Some(self),
-            ports: Some(self),
-            expose_host: Some(self),
-            builds: Some(self),
-            ..Default::default()
-        }
+        crate::provider::caps::features!(self; processes, live_processes, files, ports, expose_host, builds)
     }
 }
 

@@ -587,17 +587,12 @@ impl Provider for E2bProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
+        // FC allowlists pause, and has no snapshots.
+        let e2b = self.inner.api.cfg.preset == Preset::E2b;
         crate::provider::Features {
-            processes: Some(self),
-            pty: Some(self),
-            files: Some(self),
-            watch_dirs: Some(self),
-            ports: Some(self),
-            pausing: (self.inner.api.cfg.preset == Preset::E2b).then_some(self),
-            snapshots: (self.inner.api.cfg.preset == Preset::E2b).then_some(self),
-            builds: Some(self),
-            network_control: Some(self),
-            ..Default::default()
+            pausing: e2b.then_some(self),
+            snapshots: e2b.then_some(self),
+            ..crate::provider::caps::features!(self; processes, pty, files, watch_dirs, ports, builds, network_control)
         }
     }
 }

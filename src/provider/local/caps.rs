@@ -8,12 +8,9 @@ use super::*;
 impl core::ProcessHost for LocalProvider {
     type Proc = process::Proc;
 
-    fn process(&self, id: &str, pid: u32) -> Result<Arc<process::Proc>> {
-        self.get(id)?.procs.get(pid)
-    }
-
-    fn process_infos(&self, id: &str) -> Result<Vec<ProcessInfo>> {
-        Ok(self.get(id)?.procs.list())
+    fn with_table<R>(&self, id: &str, f: impl FnOnce(&core::Procs<process::Proc>) -> R) -> Result<R> {
+        let sb = self.get(id)?;
+        Ok(f(&sb.procs))
     }
 
     async fn run(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
@@ -28,16 +25,10 @@ impl core::ProcessHost for LocalProvider {
         Ok(result)
     }
 
-    async fn start(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputTx>,
-        open_stdin: bool,
-    ) -> Result<Arc<process::Proc>> {
+    async fn start(&self, id: &str, req: ExecRequest, out: Option<OutputTx>, stdin: bool) -> Result<Arc<Self::Proc>> {
         let sb = self.get(id)?;
         let (target, env, cwd) = sb.plan(&req)?;
-        let p = process::launch(&target, &env, &cwd, &req, output, open_stdin).await?;
+        let p = process::launch(&target, &env, &cwd, &req, out, stdin).await?;
         sb.procs.insert(p.clone());
         core::kill_after(&p, req.timeout);
         Ok(p)

@@ -92,7 +92,7 @@ use tokio::sync::mpsc;
 
 use super::{
     BuildOutput, BuildSpec, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, LiveProcess, OutputTx,
-    ProcessInfo, Provider, ProviderError, ProviderStats, Result, SandboxInfo, Usage,
+    Provider, ProviderError, ProviderStats, Result, SandboxInfo, Usage,
 };
 use crate::image::{IdMap, ImageStore};
 use build::Layer;
@@ -938,20 +938,19 @@ impl Provider for LocalProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
+        // Without namespaces a sandbox is a directory of the host's (no overlay, cgroup or
+        // devpts of its own): no terminals, watches, pauses, snapshots or builds, as before
+        // the capabilities were derived.
+        let ns = self.inner.namespaces;
         crate::provider::Features {
-            processes: Some(self),
-            live_processes: Some(self),
-            pty: self.inner.namespaces.then_some(self),
-            files: Some(self),
-            envd_files: Some(self),
-            watch_dirs: self.inner.namespaces.then_some(self),
-            ports: Some(self),
-            expose_host: Some(self),
-            pausing: self.inner.namespaces.then_some(self),
-            snapshots: self.inner.namespaces.then_some(self),
-            builds: self.inner.namespaces.then_some(self),
-            network_control: Some(self),
-            metrics: Some(self),
+            pty: ns.then_some(self),
+            watch_dirs: ns.then_some(self),
+            pausing: ns.then_some(self),
+            snapshots: ns.then_some(self),
+            builds: ns.then_some(self),
+            ..crate::provider::caps::features!(
+                self; processes, live_processes, files, envd_files, ports, expose_host, network_control, metrics
+            )
         }
     }
 }
