@@ -492,7 +492,7 @@ async fn run(
     full.extend(env.clone());
     let req = ExecRequest { cmd: line.to_string(), timeout: Some(RUN_TIMEOUT), ..Default::default() };
     let (tx, mut rx) = crate::provider::output_channel();
-    let p = process::launch(target, &full, cwd, &req, Some(tx), false).await?;
+    let p = process::launch(target, &full, cwd, &req, Some(tx), false, None).await?;
     let guard = crate::provider::core::KillOnDrop(Some(p.clone()));
     let mut tail: Vec<String> = Vec::new();
     let mut partial = [String::new(), String::new()];

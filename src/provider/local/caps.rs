@@ -16,7 +16,7 @@ impl core::ProcessHost for LocalProvider {
     async fn run(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let sb = self.get(id)?;
         let (target, env, cwd) = sb.plan(&req)?;
-        let p = process::launch(&target, &env, &cwd, &req, output, false).await?;
+        let p = process::launch(&target, &env, &cwd, &req, output, false, None).await?;
         sb.procs.insert(p.clone());
         let mut guard = core::KillOnDrop(Some(p.clone()));
         let result = process::finish(&p, req.timeout).await;
@@ -28,7 +28,7 @@ impl core::ProcessHost for LocalProvider {
     async fn start(&self, id: &str, req: ExecRequest, out: Option<OutputTx>, stdin: bool) -> Result<Arc<Self::Proc>> {
         let sb = self.get(id)?;
         let (target, env, cwd) = sb.plan(&req)?;
-        let p = process::launch(&target, &env, &cwd, &req, out, stdin).await?;
+        let p = process::launch(&target, &env, &cwd, &req, out, stdin, None).await?;
         sb.procs.insert(p.clone());
         core::kill_after(&p, req.timeout);
         Ok(p)
@@ -43,7 +43,7 @@ impl crate::provider::Pty for LocalProvider {
         let root = sb.root()?;
         let term = blocking(move || pty::open(&root, cols, rows)).await?;
         let (tx, rx) = crate::provider::output_channel();
-        let p = process::launch_io(&target, &env, &cwd, &req, Some(tx), false, Some(term)).await?;
+        let p = process::launch(&target, &env, &cwd, &req, Some(tx), false, Some(term)).await?;
         sb.procs.insert(p.clone());
         Ok(LiveProcess { pid: p.pid, output: rx })
     }

@@ -1006,7 +1006,7 @@ async fn start_template(
     let user = Some(user.unwrap_or("root").to_string());
     let req = ExecRequest { cmd: start.to_string(), user: user.clone(), ..Default::default() };
     let (target, env, cwd) = sb.plan(&req)?;
-    let p = process::launch(&target, &env, &cwd, &req, None, false).await?;
+    let p = process::launch(&target, &env, &cwd, &req, None, false, None).await?;
     sb.procs.insert(p.clone());
     let probe = match ready {
         Some(r) => r.to_string(),
@@ -1035,7 +1035,7 @@ async fn start_template(
             user: user.clone(),
             ..Default::default()
         };
-        let q = process::launch(&target, &env, &cwd, &check, None, false).await?;
+        let q = process::launch(&target, &env, &cwd, &check, None, false, None).await?;
         if process::finish(&q, check.timeout).await.exit_code == Some(0) {
             return Ok(());
         }

@@ -90,7 +90,7 @@ pub(crate) struct Proc {
     done: Done,
     /// The command's stdin when it was launched with `open_stdin` (until closed).
     stdin: Stdin<tokio::process::ChildStdin>,
-    /// The master of its terminal, when launched with one (`launch_io`).
+    /// The master of its terminal, when launched with one (`launch`).
     pty: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
@@ -215,22 +215,10 @@ pub(crate) fn base_env(home: &str) -> BTreeMap<String, String> {
 /// Starts `req.cmd` in `target` with environment `env` (already merged) and working directory
 /// `cwd` (already mapped to what the launcher sees). Live output goes to `output`. With
 /// `open_stdin` the command's stdin is a pipe kept in the [`Proc`] (and `req.stdin` is
-/// ignored); otherwise it is `req.stdin` or `/dev/null`.
+/// ignored); otherwise it is `req.stdin` or `/dev/null`. With `pty` the command's stdin,
+/// stdout and stderr are that terminal, whose output goes to `output` as stdout (and
+/// `open_stdin` is ignored: input is typed into the terminal, [`Proc::write_pty`]).
 pub(crate) async fn launch(
-    target: &Target,
-    env: &BTreeMap<String, String>,
-    cwd: &str,
-    req: &ExecRequest,
-    output: Option<OutputTx>,
-    open_stdin: bool,
-) -> Result<Arc<Proc>> {
-    launch_io(target, env, cwd, req, output, open_stdin, None).await
-}
-
-/// [`launch`], or with `pty` the command's stdin, stdout and stderr are that terminal, whose
-/// output goes to `output` as stdout (and `open_stdin` is ignored: input is typed into the
-/// terminal, [`Proc::write_pty`]).
-pub(crate) async fn launch_io(
     target: &Target,
     env: &BTreeMap<String, String>,
     cwd: &str,
