@@ -528,23 +528,10 @@ async fn kill(State(st): SharedState, Path(id): Path<String>) -> Response {
     let Some(sb) = st.sandbox(&id) else {
         return not_found(&id);
     };
-    // Gone for clients before its processes die: a client whose stream is cut by the kill
-    // asks `/health`, and must hear that the sandbox is gone.
-    sb.procs.mark_gone();
-    st.unregister(&id);
-    sb.end_changed.notify_one();
-    // The teardown runs in a task of its own: a client that gives up waiting (the SDKs allow
-    // some seconds) must not cut it short, and an answer is owed once the sandbox is gone for
-    // clients and its processes are being killed. A teardown slower than KILL_ANSWER (a machine
-    // busy with I/O) finishes in the background; shutdown waits for it (`destroy_all`).
-    let provider = st.provider.clone();
-    let provider_id = sb.provider_id.clone();
-    let teardown = tokio::spawn(async move { provider.kill(&provider_id).await });
-    match tokio::time::timeout(KILL_ANSWER, teardown).await {
-        Ok(Ok(Ok(true))) | Err(_) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Ok(Ok(false))) => not_found(&id),
-        Ok(Ok(Err(e))) => provider_error(e),
-        Ok(Err(join)) => provider_error(crate::provider::ProviderError::infra(format!("kill failed: {join}"))),
+    match st.end(&sb, KILL_ANSWER).await {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => not_found(&id),
+        Err(e) => provider_error(e),
     }
 }
 

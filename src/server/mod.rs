@@ -308,6 +308,26 @@ impl AppState {
         }
     }
 
+    /// Ends `sb` for the API that asked (E2B's kill, OpenSandbox's delete): gone for clients at
+    /// once (a client whose stream the kill cuts asks `/health`, and must hear that it is
+    /// gone), then torn down in a task of its own, so a client that gives up waiting cannot
+    /// cut the teardown short. Waits for it up to `answer`: one slower than that (a machine
+    /// busy with I/O) finishes in the background, and shutdown waits for it (`destroy_all`).
+    /// `Ok(false)`: the provider no longer had it.
+    async fn end(&self, sb: &ServedSandbox, answer: std::time::Duration) -> crate::provider::Result<bool> {
+        sb.procs.mark_gone();
+        self.unregister(&sb.id);
+        sb.end_changed.notify_one();
+        let provider = self.provider.clone();
+        let provider_id = sb.provider_id.clone();
+        let teardown = tokio::spawn(async move { provider.kill(&provider_id).await });
+        match tokio::time::timeout(answer, teardown).await {
+            Ok(Ok(r)) => r,
+            Err(_) => Ok(true),
+            Ok(Err(join)) => Err(crate::provider::ProviderError::infra(format!("teardown failed: {join}"))),
+        }
+    }
+
     /// The record of `id`, without asking the provider whether it is still alive.
     fn sandbox(&self, id: &str) -> Option<Arc<ServedSandbox>> {
         self.sandboxes.lock().expect("sandboxes").get(id).cloned()

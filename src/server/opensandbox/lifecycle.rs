@@ -613,17 +613,10 @@ async fn delete(State(st): St, Path(id): Path<String>) -> Response {
     };
     st.opensandbox.remove(&id);
     os.execd.end_all();
-    sb.procs.mark_gone();
-    st.unregister(&id);
-    sb.end_changed.notify_one();
-    let provider = st.provider.clone();
-    let provider_id = sb.provider_id.clone();
-    let teardown = tokio::spawn(async move { provider.kill(&provider_id).await });
-    match tokio::time::timeout(DELETE_ANSWER, teardown).await {
-        Ok(Ok(Ok(true))) | Err(_) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Ok(Ok(false))) => not_found(&id),
-        Ok(Ok(Err(e))) => provider_error(e),
-        Ok(Err(join)) => provider_error(crate::provider::ProviderError::infra(format!("delete failed: {join}"))),
+    match st.end(&sb, DELETE_ANSWER).await {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => not_found(&id),
+        Err(e) => provider_error(e),
     }
 }
 
