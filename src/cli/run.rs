@@ -14,7 +14,7 @@ use crate::diag::Diagnostic;
 use crate::exit::Exit;
 use crate::mask::Masker;
 use crate::model::{self, LoadOptions};
-use crate::provider::factory::{prepare, ProviderKind};
+use crate::provider::factory::{prepare, ProviderKind, SetupError};
 use crate::report::github::{self, GithubOut};
 use crate::report::human::{HumanOptions, HumanReporter};
 use crate::report::{ReportFiles, Reporter};
@@ -272,7 +272,12 @@ pub fn run(req: RunRequest) -> Exit {
                 Ok(()) => {}
                 Err(e) => {
                     errln!("error: {e}");
-                    return if cancel.is_cancelled() { Exit::Interrupted } else { Exit::Infra };
+                    // A preparation cut short by the Ctrl-C may fail before it sees the token.
+                    return match e {
+                        SetupError::Interrupted => Exit::Interrupted,
+                        _ if cancel.is_cancelled() => Exit::Interrupted,
+                        _ => Exit::Infra,
+                    };
                 }
             }
         }

@@ -19,7 +19,7 @@ pub(super) fn make_provider(
     kind: ProviderKind,
     isolation: &str,
     env: &BTreeMap<String, String>,
-) -> Result<std::sync::Arc<dyn crate::provider::Provider>, String> {
+) -> Result<std::sync::Arc<dyn crate::provider::Provider>, factory::SetupError> {
     let provider = factory::make(kind, isolation, env)?;
     if kind == ProviderKind::Local {
         crate::server::sweep_stale_work_dirs();

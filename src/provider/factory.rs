@@ -75,17 +75,37 @@ pub fn local_options(isolation: Isolation, env: &BTreeMap<String, String>) -> Lo
     LocalOptions { state_dir, isolation, images }
 }
 
+/// Why the run's provider could not be made or made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The run's environment or this machine does not allow it (a bad setting, no isolation).
+    #[error("{provider} provider: {error}")]
+    Make { provider: &'static str, error: String },
+    /// Its one-time preparation ([`Provider::prepare`]) failed.
+    #[error("{provider} provider: {error}")]
+    Prepare { provider: String, error: super::ProviderError },
+    /// Ctrl-C came while it was being prepared.
+    #[error("interrupted while preparing the provider")]
+    Interrupted,
+}
+
+impl SetupError {
+    fn make(kind: ProviderKind, error: impl std::fmt::Display) -> Self {
+        SetupError::Make { provider: kind.name(), error: error.to_string() }
+    }
+}
+
 /// The provider `kind`, configured from the run's environment. A local provider that had to
 /// fall back to weaker isolation says so once, here.
 pub fn make(
     kind: ProviderKind,
     isolation_name: &str,
     env: &BTreeMap<String, String>,
-) -> Result<Arc<dyn Provider>, String> {
+) -> Result<Arc<dyn Provider>, SetupError> {
     match kind {
         ProviderKind::Local => {
             let p = LocalProvider::new(local_options(isolation(isolation_name), env))
-                .map_err(|e| format!("local provider: {e}"))?;
+                .map_err(|e| SetupError::make(kind, e))?;
             if let Some(w) = p.warning() {
                 errln!("warning: {w}");
             }
@@ -93,12 +113,11 @@ pub fn make(
         }
         ProviderKind::E2b | ProviderKind::Alicloud => {
             let preset = if kind == ProviderKind::E2b { Preset::E2b } else { Preset::Alicloud };
-            let p = E2bProvider::new(preset, env).map_err(|e| format!("{} provider: {e}", kind.name()))?;
+            let p = E2bProvider::new(preset, env).map_err(|e| SetupError::make(kind, e))?;
             Ok(Arc::new(p))
         }
         ProviderKind::Opensandbox => {
-            let p =
-                super::opensandbox::OpenSandboxProvider::new(env).map_err(|e| format!("opensandbox provider: {e}"))?;
+            let p = super::opensandbox::OpenSandboxProvider::new(env).map_err(|e| SetupError::make(kind, e))?;
             Ok(Arc::new(p))
         }
         ProviderKind::Docker => {
@@ -112,7 +131,7 @@ pub fn make(
 /// The provider's one-time preparation (the local `base` image on first use), its progress
 /// printed as it comes; Ctrl-C stops it. Unless `verbose`, a line that only says an image was
 /// cached is left out: a run that builds nothing starts quietly.
-pub async fn prepare(provider: &dyn Provider, cancel: &CancellationToken, verbose: bool) -> Result<(), String> {
+pub async fn prepare(provider: &dyn Provider, cancel: &CancellationToken, verbose: bool) -> Result<(), SetupError> {
     let (log, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
     let printer = tokio::spawn(async move {
         while let Some(line) = lines.recv().await {
@@ -122,8 +141,8 @@ pub async fn prepare(provider: &dyn Provider, cancel: &CancellationToken, verbos
         }
     });
     let r = tokio::select! {
-        r = provider.prepare(log) => r.map_err(|e| format!("{} provider: {e}", provider.name())),
-        _ = cancel.cancelled() => Err("interrupted while preparing the provider".to_string()),
+        r = provider.prepare(log) => r.map_err(|error| SetupError::Prepare { provider: provider.name().into(), error }),
+        _ = cancel.cancelled() => Err(SetupError::Interrupted),
     };
     let _ = printer.await;
     r
@@ -132,6 +151,15 @@ pub async fn prepare(provider: &dyn Provider, cancel: &CancellationToken, verbos
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A provider the run's environment does not allow is refused by kind, naming it and why.
+    #[test]
+    fn a_provider_that_cannot_be_made_says_which_and_why() {
+        let env = BTreeMap::from([("OPEN_SANDBOX_PROTOCOL".to_string(), "ftp".to_string())]);
+        let Err(e) = make(ProviderKind::Opensandbox, "auto", &env) else { panic!("made with protocol ftp") };
+        assert!(matches!(e, SetupError::Make { provider: "opensandbox", .. }), "{e:?}");
+        assert_eq!(e.to_string(), "opensandbox provider: OPEN_SANDBOX_PROTOCOL must be http or https, not \"ftp\"");
+    }
 
     /// The names list and the enum say the same (flags parse the enum; validation and the
     /// schema read the list).

@@ -132,20 +132,29 @@ fn rfc3339_at(secs: u64) -> String {
     jiff::Timestamp::from_second(secs as i64).map(|t| t.to_string()).unwrap_or_default()
 }
 
+/// Why the `opensandbox` provider cannot be made from the run's environment.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("OPEN_SANDBOX_PROTOCOL must be http or https, not {0:?}")]
+    Protocol(String),
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(#[source] reqwest::Error),
+}
+
 impl OpenSandboxProvider {
-    pub fn new(env: &BTreeMap<String, String>) -> std::result::Result<Self, String> {
+    pub fn new(env: &BTreeMap<String, String>) -> std::result::Result<Self, ConfigError> {
         let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned().or_else(|| std::env::var(k).ok());
         let domain = get("OPEN_SANDBOX_DOMAIN").unwrap_or_else(|| "localhost:8080".into());
         let protocol = get("OPEN_SANDBOX_PROTOCOL").unwrap_or_else(|| "http".into());
         if protocol != "http" && protocol != "https" {
-            return Err(format!("OPEN_SANDBOX_PROTOCOL must be http or https, not {protocol:?}"));
+            return Err(ConfigError::Protocol(protocol));
         }
         let base = if domain.starts_with("http://") || domain.starts_with("https://") {
             domain.trim_end_matches('/').to_string()
         } else {
             format!("{protocol}://{}", domain.trim_end_matches('/'))
         };
-        let http = crate::net::client_builder().build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let http = crate::net::client_builder().build().map_err(ConfigError::HttpClient)?;
         Ok(Self {
             http,
             api: format!("{base}/v1"),
