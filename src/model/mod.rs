@@ -8,6 +8,7 @@ pub mod args;
 pub mod capability;
 pub mod kinds;
 mod load;
+pub mod local_file;
 mod validate;
 
 pub use capability::PROVIDERS;

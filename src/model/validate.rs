@@ -1089,14 +1089,14 @@ fn local_file(cx: &mut Ctx<'_>, args: &Node) {
     let Some(node) = args.get("equals_file") else { return };
     if let Some(exists) = args.get("exists").filter(|e| matches!(e.value, Value::Bool(false))) {
         let d = exists
-            .diag(cx.src, crate::steps::asserts::EQUALS_FILE_AND_ABSENT)
+            .diag(cx.src, super::local_file::EQUALS_FILE_AND_ABSENT)
             .label("the file must not exist")
             .help("keep `equals_file` to compare the file, or `exists: false` to check it is absent");
         cx.push(d);
     }
     let Some(rel) = node.as_str().filter(|s| !expr::is_expression(s)) else { return };
     let scenario_dir = std::path::Path::new(&cx.src.path).parent().map(|p| p.to_path_buf()).unwrap_or_default();
-    if let Err(r) = crate::steps::local_file::resolve(&scenario_dir, rel, "equals_file") {
+    if let Err(r) = super::local_file::resolve(&scenario_dir, rel, "equals_file") {
         let d = node.diag(cx.src, r.message).label(r.label).help(r.help);
         cx.push(d);
     }

@@ -4,6 +4,7 @@ use serde_json::{json, Value as JsonValue};
 
 use super::args::Args;
 use super::{StepCtx, StepError, StepResult};
+use crate::model::local_file::{self, EQUALS_FILE_AND_ABSENT};
 use crate::provider::ErrorKind;
 
 /// The exec outputs an assertion checks: `of: <id>`, else the most recent command. A step
@@ -72,10 +73,6 @@ pub async fn assert_exit(ctx: &mut StepCtx, a: &Args) -> StepResult {
     Ok(JsonValue::Null)
 }
 
-/// `exists: false` beside `equals_file`: said by `check` and, for a templated `exists`, here.
-pub const EQUALS_FILE_AND_ABSENT: &str =
-    "`equals_file` with `exists: false`: a file that must not exist has no content to compare";
-
 pub async fn assert_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let path = a.str("path");
     let id = ctx.sandbox_id()?;
@@ -97,12 +94,12 @@ pub async fn assert_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
             let text = String::from_utf8_lossy(&data).into_owned();
             let outputs = json!({ "content": text, "size": data.len() });
             if let Some(local) = a.opt_str("equals_file") {
-                let real = super::local_file::resolve(&ctx.scenario_dir, local, "equals_file")
+                let real = local_file::resolve(&ctx.scenario_dir, local, "equals_file")
                     .map_err(|r| StepError::bad_args(format!("{} ({})", r.message, r.help)))?;
                 let expected = tokio::fs::read(&real)
                     .await
                     .map_err(|e| StepError::bad_args(format!("cannot read the local file {}: {e}", real.display())))?;
-                if let Some((message, mismatch)) = super::local_file::compare(&expected, &data, local, path) {
+                if let Some((message, mismatch)) = local_file::compare(&expected, &data, local, path) {
                     let mut e = StepError::fail(message).with_outputs(outputs.clone());
                     e.mismatch = mismatch.map(Box::new);
                     return Err(e);

@@ -14,7 +14,6 @@ pub mod files;
 pub mod host;
 pub mod http;
 pub mod lifecycle;
-pub mod local_file;
 pub mod misc;
 pub mod pty;
 pub mod registry;

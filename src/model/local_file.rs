@@ -15,6 +15,11 @@ use std::path::{Path, PathBuf};
 
 use crate::results::Mismatch;
 
+/// `exists: false` beside `equals_file`: said by `check` and, for a templated `exists`, by the
+/// step.
+pub const EQUALS_FILE_AND_ABSENT: &str =
+    "`equals_file` with `exists: false`: a file that must not exist has no content to compare";
+
 /// Why a local path is refused: the message, the label under it, the help.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refused {
