@@ -449,7 +449,7 @@ pub(crate) fn sweep() {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             // Only groups named the way this program names them: `<pid>.<start time>.<id>`.
-            let Some(gone) = super::sandbox::owner_gone(&name) else { continue };
+            let Some(gone) = super::owner_gone(&name) else { continue };
             if e.path().is_dir() && gone {
                 stale.entry(name).or_default().push(e.path());
             }

@@ -308,6 +308,18 @@ fn owner_token() -> String {
     format!("{pid}:{}", start_time(pid).unwrap_or_default())
 }
 
+/// Whether the process that made `name` (a mount point's or a cgroup's, named
+/// `<owner pid>.<start time>.<id>`) is gone; `None` for a name this program does not give.
+pub(crate) fn owner_gone(name: &str) -> Option<bool> {
+    let mut parts = name.splitn(3, '.');
+    let (Some(pid), Some(start), Some(_)) =
+        (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some(start_time(pid).is_none_or(|s| s != start))
+}
+
 fn start_time(pid: u32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Field 22, counted after the parenthesised command name (which may contain spaces).

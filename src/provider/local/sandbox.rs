@@ -43,6 +43,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::cgroup::{Cgroup, Limits};
 use super::enter::Entry;
+use super::owner_gone;
 use super::sys::{self, Pidfd};
 use super::userns::{self, IdMap};
 use crate::provider::{ProviderError, Result};
@@ -63,18 +64,6 @@ pub(crate) const ROOTS: &str = "/run/scenario-run/roots";
 /// run can sweep what a killed one left.
 fn mount_point() -> PathBuf {
     Path::new(ROOTS).join(format!("{}.{}", super::owner_token().replace(':', "."), crate::random::hex(6)))
-}
-
-/// Whether the process that made `name` (a mount point's or a cgroup's, named
-/// `<owner pid>.<start time>.<id>`) is gone; `None` for a name this program does not give.
-pub(crate) fn owner_gone(name: &str) -> Option<bool> {
-    let mut parts = name.splitn(3, '.');
-    let (Some(pid), Some(start), Some(_)) =
-        (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next(), parts.next())
-    else {
-        return None;
-    };
-    Some(super::start_time(pid).is_none_or(|s| s != start))
 }
 
 /// Removes mount points whose owner process is gone (empty directories a SIGKILLed run left).
