@@ -771,14 +771,6 @@ impl MatcherError {
     }
 }
 
-/// Until every step reports in typed errors: a matcher's refusal as the message the step
-/// layer (`StepError::error`, `ArgError`) carries.
-impl From<MatcherError> for String {
-    fn from(e: MatcherError) -> String {
-        e.to_string()
-    }
-}
-
 fn expects(key: &str, what: &str, v: &JsonValue) -> MatcherError {
     MatcherError::WrongType { key: key.to_string(), expected: what.to_string(), found: type_name(v) }
 }

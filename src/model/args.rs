@@ -301,7 +301,7 @@ fn convert_map(
                 return Err(e);
             }
         } else {
-            let m = Matcher::from_json(&JsonValue::Object(rest)).map_err(ArgError::new)?;
+            let m = Matcher::from_json(&JsonValue::Object(rest)).map_err(|e| ArgError::new(e.to_string()))?;
             args.matcher = Some(Box::new(m));
         }
     }

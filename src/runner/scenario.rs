@@ -770,7 +770,7 @@ impl CaseRun<'_> {
                     self.case.scenario.source.path, e.message
                 ))
             })?;
-            let m = crate::matcher::Matcher::from_json(&rendered).map_err(StepError::error)?;
+            let m = crate::matcher::Matcher::from_json(&rendered).map_err(|e| StepError::error(e.to_string()))?;
             if let Err(f) = m.check_text(&e.message) {
                 return Err(StepError::fail(format!(
                     "failed as expected, but the error does not match: {}",

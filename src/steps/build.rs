@@ -33,7 +33,7 @@ fn spec(ctx: &StepCtx, a: &Args) -> Result<BuildSpec, StepError> {
         };
         return Err(StepError::bad_args(format!("no template folder {} ({hint})", dir.display())));
     }
-    let template = TemplateDir::load(&dir).map_err(StepError::error)?;
+    let template = TemplateDir::load(&dir).map_err(|e| StepError::error(e.to_string()))?;
     if template.def.name != name {
         return Err(StepError::bad_args(format!(
             "{} names the template `{}`, not `{name}`",

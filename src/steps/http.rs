@@ -168,7 +168,10 @@ fn check_expect(
         })?;
     }
     if let Some(checks) = e.json("json") {
-        Matcher::from_json(&json!({ "json": checks })).map_err(StepError::error)?.check_text(body).map_err(|f| {
+        Matcher::from_json(&json!({ "json": checks }))
+            .map_err(|e| StepError::error(e.to_string()))?
+            .check_text(body)
+            .map_err(|f| {
             let mut e = StepError::from(f);
             e.message = format!("body: {}", e.message);
             e

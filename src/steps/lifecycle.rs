@@ -49,7 +49,7 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
     // ids of its own: the template folder's `ids` say which (template.yaml).
     let root = ctx.env.get(crate::templates::TEMPLATES_DIR_ENV).map(String::as_str);
     let template = crate::templates::provider_id(template, ctx.provider.name(), &ctx.scenario_dir, root)
-        .map_err(StepError::error)?;
+        .map_err(|e| StepError::error(e.to_string()))?;
     let mut metadata = a.str_map("metadata");
     metadata.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
     let req = CreateRequest {

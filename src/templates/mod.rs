@@ -202,14 +202,6 @@ fn render(diags: &[Diagnostic]) -> String {
     diags.iter().map(Diagnostic::render).collect::<Vec<_>>().join("")
 }
 
-/// Until every step reports in typed errors: a template's refusal as the message the step
-/// layer (`StepError::error`) carries.
-impl From<TemplateError> for String {
-    fn from(e: TemplateError) -> String {
-        e.to_string()
-    }
-}
-
 /// A template folder, loaded and checked.
 #[derive(Debug, Clone)]
 pub struct TemplateDir {
