@@ -5,8 +5,9 @@
 //!   scenario's template is the image; `base` is `OPENSANDBOX_BASE_IMAGE`, default `base`,
 //!   serve's), get, list by metadata, delete, pause, resume, renew-expiration, endpoints,
 //!   snapshots (a snapshot this run took is a template: its create names `snapshotId`).
-//!   OpenSandbox's shortest timeout is 60 s: a shorter one is created at 60 s and renewed to
-//!   the asked expiry at once.
+//!   OpenSandbox's shortest timeout is 60 s: a shorter one is created at 60 s and renewed at
+//!   once to expire that long after the sandbox's `createdAt` (as a timeout counts from the
+//!   create on E2B), or a second from now if the create took longer than that.
 //! * execd (port 44772 through the endpoint the lifecycle API names, with the headers it
 //!   names): commands, files and directories. execd streams a command's output as lines, so
 //!   a command's exact bytes are not in its stream: `exec` sends the command's stdout and
@@ -406,7 +407,12 @@ impl OpenSandboxProvider {
     }
 
     async fn renew(&self, id: &str, secs: u64) -> Result<()> {
-        let body = json!({"expiresAt": rfc3339_at(now_secs() + secs)});
+        self.renew_until(id, now_secs() + secs).await
+    }
+
+    /// Moves the sandbox's expiry to Unix second `end`.
+    async fn renew_until(&self, id: &str, end: u64) -> Result<()> {
+        let body = json!({"expiresAt": rfc3339_at(end)});
         self.api(reqwest::Method::POST, &format!("/sandboxes/{id}/renew-expiration"), Some(body)).await.map(|_| ())
     }
 
@@ -526,22 +532,25 @@ impl Provider for OpenSandboxProvider {
             let r = api_call(&http, &api, &key, reqwest::Method::POST, "/sandboxes", Some(body)).await;
             let r = r.and_then(|v| match v["id"].as_str() {
                 Some(id) => {
+                    let created = rfc3339_secs(&v["createdAt"]);
                     sandboxes.lock().expect("sandboxes").insert(id.to_string(), Sbx::default());
                     let mut s = stats.lock().expect("stats");
                     s.created += 1;
                     s.live += 1;
                     s.peak_live = s.peak_live.max(s.live);
-                    Ok(id.to_string())
+                    Ok((id.to_string(), created))
                 }
                 None => Err(ProviderError::infra(format!("no id in the create answer {v}"))),
             });
             in_flight.fetch_sub(1, Ordering::SeqCst);
             r
         });
-        let id = made.await.map_err(|e| ProviderError::infra(e.to_string()))??;
+        let (id, created) = made.await.map_err(|e| ProviderError::infra(e.to_string()))??;
         let id = id.as_str();
         if let Some(t) = want.filter(|t| *t < MIN_TIMEOUT_SECS) {
-            self.renew(id, t).await?;
+            // From the creation, as the timeout was asked; never in the past.
+            let from = if created > 0 { created } else { now_secs() };
+            self.renew_until(id, (from + t).max(now_secs() + 1)).await?;
         }
         // The command directory, made once (root's, private).
         let e = self.execd(id).await?;
