@@ -1,10 +1,10 @@
 //! What a provider can do in a sandbox beyond its lifecycle, one trait a capability.
 //!
-//! A provider implements the traits for what it has, and hands each out through its accessor on
-//! [`Provider::features`], which says `None` for what it lacks (or lacks in
-//! its present configuration: local sandboxes without namespaces have no terminal). What
-//! [`Provider::capabilities`] reports is derived from them, so a provider cannot claim
-//! what it does not implement, nor implement what it forgets to claim.
+//! A provider implements the traits for what it has and hands them out in
+//! [`Provider::features`] (`features!(self; processes, files, …)`), `None` for what it lacks,
+//! or lacks in its present configuration (local sandboxes without namespaces have no
+//! terminal). [`Provider::capabilities`] is derived from that, so what a provider claims is
+//! what it hands out, and a trait it hands out is implemented.
 //!
 //! Callers that hold a `dyn Provider` work in one sandbox through [`SandboxRef`]
 //! (`provider.sandbox(id)`), which asks for the feature and refuses what the provider lacks as
