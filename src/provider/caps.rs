@@ -246,31 +246,23 @@ pub struct SandboxRef<'a> {
     id: &'a str,
 }
 
-impl<'p> dyn Provider + 'p {
-    /// The sandbox `id` of this provider (nothing is looked up until a call).
-    pub fn sandbox<'a>(&'a self, id: &'a str) -> SandboxRef<'a> {
-        SandboxRef { provider: self, id }
-    }
-}
-
 impl<'a> SandboxRef<'a> {
+    /// The capability `pick` takes from the provider's features, or the refusal that names the
+    /// provider and what it lacks (`what`).
+    fn need<T: ?Sized>(&self, pick: impl FnOnce(Features<'a>) -> Option<&'a T>, what: &str) -> Result<&'a T> {
+        pick(self.provider.features()).ok_or_else(|| lacks(self.provider, what))
+    }
     fn processes(&self) -> Result<&'a dyn Processes> {
-        self.provider.features().processes.ok_or_else(|| lacks(self.provider, "cannot run commands"))
+        self.need(|f| f.processes, "cannot run commands")
     }
     fn live(&self) -> Result<&'a dyn LiveProcesses> {
-        self.provider
-            .features()
-            .live_processes
-            .ok_or_else(|| lacks(self.provider, "cannot stream background processes"))
+        self.need(|f| f.live_processes, "cannot stream background processes")
     }
     fn pty(&self) -> Result<&'a dyn Pty> {
-        self.provider.features().pty.ok_or_else(|| lacks(self.provider, "cannot give commands a terminal"))
+        self.need(|f| f.pty, "cannot give commands a terminal")
     }
     fn files(&self) -> Result<&'a dyn Files> {
-        self.provider.features().files.ok_or_else(|| lacks(self.provider, "has no file access"))
-    }
-    fn envd_files(&self, what: &str) -> Result<&'a dyn EnvdFiles> {
-        self.provider.features().envd_files.ok_or_else(|| lacks(self.provider, what))
+        self.need(|f| f.files, "has no file access")
     }
 
     pub async fn exec(&self, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
@@ -335,7 +327,7 @@ impl<'a> SandboxRef<'a> {
     }
 
     pub async fn read_link(&self, path: &str) -> Result<String> {
-        self.envd_files("cannot read symbolic links")?.read_link(self.id, path).await
+        self.need(|f| f.envd_files, "cannot read symbolic links")?.read_link(self.id, path).await
     }
     /// As [`EnvdFiles::write_file_as`]; a provider without it writes as `user` only.
     pub async fn write_file_as(&self, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry> {
@@ -354,24 +346,18 @@ impl<'a> SandboxRef<'a> {
         }
     }
     pub async fn file_metadata(&self, path: &str) -> Result<BTreeMap<String, String>> {
-        self.envd_files("has no file metadata")?.file_metadata(self.id, path).await
+        self.need(|f| f.envd_files, "has no file metadata")?.file_metadata(self.id, path).await
     }
     pub async fn set_file_metadata(&self, path: &str, metadata: BTreeMap<String, String>) -> Result<()> {
-        self.envd_files("has no file metadata")?.set_file_metadata(self.id, path, metadata).await
+        self.need(|f| f.envd_files, "has no file metadata")?.set_file_metadata(self.id, path, metadata).await
     }
 
     pub async fn watch_dir(&self, path: &str, recursive: bool) -> Result<Box<dyn DirWatch>> {
-        let w = self.provider.features().watch_dirs.ok_or_else(|| lacks(self.provider, "cannot watch directories"))?;
-        w.watch_dir(self.id, path, recursive).await
+        self.need(|f| f.watch_dirs, "cannot watch directories")?.watch_dir(self.id, path, recursive).await
     }
 
     pub async fn port_url(&self, port: u16) -> Result<String> {
-        let p = self
-            .provider
-            .features()
-            .ports
-            .ok_or_else(|| lacks(self.provider, "cannot reach ports inside its sandboxes"))?;
-        p.port_url(self.id, port).await
+        self.need(|f| f.ports, "cannot reach ports inside its sandboxes")?.port_url(self.id, port).await
     }
     pub async fn expose_host(&self, host: std::net::SocketAddr, port: u16) -> Result<String> {
         let e = self.provider.features().expose_host.ok_or_else(|| {
@@ -384,33 +370,28 @@ impl<'a> SandboxRef<'a> {
     }
 
     pub async fn pause(&self, keep_memory: bool) -> Result<()> {
-        let p = self.provider.features().pausing.ok_or_else(|| lacks(self.provider, "cannot pause sandboxes"))?;
-        p.pause(self.id, keep_memory).await
+        self.need(|f| f.pausing, "cannot pause sandboxes")?.pause(self.id, keep_memory).await
     }
     pub async fn resume(&self, timeout_secs: u64) -> Result<()> {
-        let p = self.provider.features().pausing.ok_or_else(|| lacks(self.provider, "cannot resume sandboxes"))?;
-        p.resume(self.id, timeout_secs).await
+        self.need(|f| f.pausing, "cannot resume sandboxes")?.resume(self.id, timeout_secs).await
     }
     pub async fn snapshot(&self, name: &str) -> Result<String> {
-        let s = self.provider.features().snapshots.ok_or_else(|| lacks(self.provider, "cannot snapshot sandboxes"))?;
-        s.snapshot(self.id, name).await
+        self.need(|f| f.snapshots, "cannot snapshot sandboxes")?.snapshot(self.id, name).await
     }
     pub async fn update_network(&self, policy: NetworkPolicy) -> Result<()> {
-        let n = self
-            .provider
-            .features()
-            .network_control
-            .ok_or_else(|| lacks(self.provider, "cannot change a sandbox's network policy"))?;
+        let n = self.need(|f| f.network_control, "cannot change a sandbox's network policy")?;
         n.update_network(self.id, policy).await
     }
     pub async fn usage(&self) -> Result<Usage> {
-        let m =
-            self.provider.features().metrics.ok_or_else(|| lacks(self.provider, "does not report resource usage"))?;
-        m.usage(self.id).await
+        self.need(|f| f.metrics, "does not report resource usage")?.usage(self.id).await
     }
 }
 
 impl<'p> dyn Provider + 'p {
+    /// The sandbox `id` of this provider (nothing is looked up until a call).
+    pub fn sandbox<'a>(&'a self, id: &'a str) -> SandboxRef<'a> {
+        SandboxRef { provider: self, id }
+    }
     /// [`Ports::port_headers`], or none for a provider without ports.
     pub fn port_headers(&self, url: &str) -> Vec<(String, String)> {
         self.features().ports.map(|p| p.port_headers(url)).unwrap_or_default()
