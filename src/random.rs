@@ -49,6 +49,17 @@ pub fn token(n: usize) -> std::io::Result<String> {
     Ok(hex::encode(&buf))
 }
 
+/// A random (version 4) UUID, `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx` in lowercase: build ids (the
+/// SDKs parse E2B's as UUIDs) and the boot id each sandbox gets.
+pub fn uuid_v4() -> String {
+    let mut b = [0u8; 16];
+    fill_or_unique(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
 /// A number in [0, 1) (retry jitter).
 pub fn unit() -> f64 {
     let mut b = [0u8; 8];
@@ -69,6 +80,17 @@ mod tests {
         let t = token(32).unwrap();
         assert_eq!(t.len(), 64);
         assert_ne!(t, token(32).unwrap());
+    }
+
+    #[test]
+    fn uuids_are_version_4_in_canonical_form() {
+        let u = uuid_v4();
+        let groups: Vec<&str> = u.split('-').collect();
+        assert_eq!(groups.iter().map(|g| g.len()).collect::<Vec<_>>(), [8, 4, 4, 4, 12], "{u}");
+        assert!(u.bytes().all(|c| c == b'-' || (c.is_ascii_hexdigit() && !c.is_ascii_uppercase())), "{u}");
+        assert!(groups[2].starts_with('4'), "{u}");
+        assert!(matches!(groups[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'), "{u}");
+        assert_ne!(u, uuid_v4());
     }
 
     #[test]

@@ -313,6 +313,18 @@ impl Totals {
         self.skipped + self.skipped_steps
     }
 
+    /// Each outcome with its count, in the order every report prints them.
+    pub fn by_outcome(&self) -> [(Outcome, usize); 6] {
+        [
+            (Outcome::Passed, self.passed),
+            (Outcome::Failed, self.failed),
+            (Outcome::Error, self.error),
+            (Outcome::Skipped, self.skipped),
+            (Outcome::Xfail, self.xfail),
+            (Outcome::Xpass, self.xpass),
+        ]
+    }
+
     pub fn from_results(results: &[ScenarioResult]) -> Self {
         let mut t = Totals { total: results.len(), ..Default::default() };
         for r in results {

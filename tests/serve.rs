@@ -825,6 +825,34 @@ async fn create_refuses_what_e2b_refuses() {
     assert_eq!(r.json::<Value>().await.unwrap(), json!([]));
     // NUL in a command's envs is refused too.
     let sb = make(&http, &base).await;
+    // Every route with a JSON body takes an object of its shape, or answers 400 in its API's
+    // words, before it looks at the sandbox.
+    for (method, route, body) in [
+        (reqwest::Method::POST, format!("/sandboxes/{}/timeout", sb.id), "[]"),
+        (reqwest::Method::POST, format!("/sandboxes/{}/connect", sb.id), "{\"timeout\": \"x\"}"),
+        (reqwest::Method::PUT, format!("/sandboxes/{}/network", sb.id), "{\"allow_internet_access\": \"yes\"}"),
+        (reqwest::Method::POST, format!("/sandboxes/{}/pause", sb.id), "[1]"),
+        (reqwest::Method::POST, format!("/sandboxes/{}/snapshots", sb.id), "{"),
+        (reqwest::Method::POST, "/sandboxes/no-such-sandbox/fork".to_string(), "{\"count\": -1}"),
+    ] {
+        let r =
+            http.request(method, format!("{base}{route}")).header("X-API-KEY", KEY).body(body).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{route} {body}");
+        let b: Value = r.json().await.unwrap();
+        assert!(b["message"].as_str().unwrap().starts_with("Error when parsing request: "), "{route}: {b}");
+    }
+    let r = http
+        .post(format!("{base}/v1/sandboxes"))
+        .header("OPEN-SANDBOX-API-KEY", KEY)
+        .header("Content-Type", "application/json")
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["code"], "SANDBOX::INVALID_PARAMETER", "{b}");
+    assert_eq!(b["message"], "invalid request body: the body must be a JSON object", "{b}");
     let start = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "env"], "envs": {"A": "x\u{0}y"}}});
     let r = http
         .post(format!("{base}/process.Process/Start"))

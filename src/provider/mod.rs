@@ -404,3 +404,26 @@ pub trait Provider: Send + Sync {
         Capability::ALL.iter().copied().filter(|&c| has(c)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_path;
+
+    /// One rule for every provider's paths (local, docker and the file steps share it).
+    #[test]
+    fn paths_normalize_under_home_and_never_climb_above_root() {
+        let cases = [
+            ("x", Some("/home/user/x")),
+            ("./a//b/", Some("/home/user/a/b")),
+            ("/tmp/../opt/x", Some("/opt/x")),
+            ("../../x", Some("/x")),
+            ("/", Some("/")),
+            ("/../etc", None),
+            ("../../../x", None),
+            ("a\0b", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(normalize_path(path).ok().as_deref(), want, "{path:?}");
+        }
+    }
+}

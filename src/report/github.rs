@@ -136,17 +136,10 @@ pub fn step_summary(summary: &RunSummary) -> String {
         if summary.interrupted { " (interrupted)" } else { "" }
     );
     md.push_str("| passed | failed | error | skipped | xfail | xpass | time |\n|---:|---:|---:|---:|---:|---:|---:|\n");
-    let _ = writeln!(
-        md,
-        "| {} | {} | {} | {} | {} | {} | {} |\n",
-        t.passed,
-        t.failed,
-        t.error,
-        t.skipped,
-        t.xfail,
-        t.xpass,
-        format::duration(summary.duration_ms)
-    );
+    for (_, n) in t.by_outcome() {
+        let _ = write!(md, "| {n} ");
+    }
+    let _ = writeln!(md, "| {} |\n", format::duration(summary.duration_ms));
     let mut rows: Vec<&ScenarioResult> = summary.results.iter().filter(|r| r.outcome != Outcome::Passed).collect();
     rows.sort_by_key(|r| (r.outcome.attention_rank(), r.name.clone()));
     if !rows.is_empty() {

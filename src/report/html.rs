@@ -97,14 +97,7 @@ pub fn render_html(summary: &RunSummary) -> String {
     );
     h.push_str("<nav class=\"totals\" aria-label=\"totals\">\n");
     let _ = writeln!(h, "<button type=\"button\" class=\"total all\" data-only=\"\">{} total</button>", t.total);
-    for (o, n) in [
-        (Outcome::Passed, t.passed),
-        (Outcome::Failed, t.failed),
-        (Outcome::Error, t.error),
-        (Outcome::Skipped, t.skipped),
-        (Outcome::Xfail, t.xfail),
-        (Outcome::Xpass, t.xpass),
-    ] {
+    for (o, n) in t.by_outcome() {
         let _ = writeln!(
             h,
             "<button type=\"button\" class=\"total {c}{zero}\" data-only=\"{c}\">{n} {c}</button>",

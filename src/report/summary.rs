@@ -91,16 +91,8 @@ pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
 
 /// `N passed, N failed, N error, N skipped, N xfail, N xpass in 1.23s`, without newline.
 pub fn totals_line(t: &Totals, duration_ms: u64) -> String {
-    format!(
-        "{} passed, {} failed, {} error, {} skipped, {} xfail, {} xpass in {}",
-        t.passed,
-        t.failed,
-        t.error,
-        t.skipped,
-        t.xfail,
-        t.xpass,
-        format::duration(duration_ms)
-    )
+    let counts: Vec<String> = t.by_outcome().iter().map(|(o, n)| format!("{n} {}", o.name())).collect();
+    format!("{} in {}", counts.join(", "), format::duration(duration_ms))
 }
 
 /// `3 steps skipped: missing credentials (steps with requires.env)`, when any were: the

@@ -212,27 +212,12 @@ pub async fn run_case(
     );
     let progress_tail = ProgressTail::default();
     let ctx = StepCtx {
-        provider: cfg.provider.clone(),
-        http: http_client(),
-        sandboxes: Vec::new(),
-        current: None,
-        target: None,
-        last_exec: None,
-        outputs: BTreeMap::new(),
         vars,
-        run_tag: ("e2e".into(), cfg.run_id.clone()),
         scenario_dir,
         exec_timeout: cfg.exec_timeout,
         max_output: cfg.max_output,
         sandbox_ttl: cfg.sandbox_ttl,
-        expr_ctx: MValue::UNDEFINED,
-        current_source: None,
-        polling: false,
-        services: Vec::new(),
-        snapshots: Vec::new(),
-        watches: Vec::new(),
         env: std::sync::Arc::new(cfg.env.clone()),
-        step_limit: None,
         progress: Some({
             let (events, masker, tail) = (events.clone(), cfg.masker.clone(), progress_tail.clone());
             std::sync::Arc::new(move |line: &str| {
@@ -247,6 +232,7 @@ pub async fn run_case(
                 let _ = events.send(Event::StepProgress { index, line });
             })
         }),
+        ..StepCtx::new(cfg.provider.clone(), http_client(), cfg.run_id.clone())
     };
     let mut run = CaseRun {
         cfg,

@@ -8,10 +8,10 @@
 // Helpers return the early response as their error; it is built once per request.
 #![allow(clippy::result_large_err)]
 
+use super::body::JsonBody;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -121,18 +121,6 @@ pub(crate) fn not_found(id: &str) -> Response {
     json_error(StatusCode::NOT_FOUND, &format!("sandbox \"{id}\" not found"))
 }
 
-/// A JSON object body (an empty one is `{}`). serde would also build a struct from an array
-/// (`[]` made a sandbox of every default), which E2B's API refuses.
-pub(crate) fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
-    let bad = |e: String| json_error(StatusCode::BAD_REQUEST, &format!("Error when parsing request: {e}"));
-    let v: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
-    if !v.is_object() {
-        return Err(bad("the body must be a JSON object".into()));
-    }
-    serde_json::from_value(v).map_err(|e| bad(e.to_string()))
-}
-
 /// What is wrong with an environment variable, if anything: a process cannot be given a
 /// name that is empty or holds `=` or NUL, nor a value with NUL (`execve` takes C strings).
 pub(crate) fn env_problem(name: &str, value: &str) -> Option<String> {
@@ -150,31 +138,25 @@ pub(crate) fn env_problem(name: &str, value: &str) -> Option<String> {
 /// What a create asks for: the body of `POST /sandboxes` (the API's `NewSandbox`); a fork
 /// of a snapshot makes one too.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub(crate) struct NewSandbox {
-    #[serde(rename = "templateID", default)]
+    #[serde(rename = "templateID")]
     pub template_id: Option<String>,
-    #[serde(default)]
     pub timeout: Option<u64>,
-    #[serde(default)]
     pub metadata: Option<BTreeMap<String, String>>,
-    #[serde(rename = "envVars", default)]
     pub env_vars: Option<BTreeMap<String, String>>,
-    #[serde(rename = "cpuCount", default)]
     pub cpu_count: Option<u32>,
-    #[serde(rename = "memoryMB", default)]
+    #[serde(rename = "memoryMB")]
     pub memory_mb: Option<u64>,
     /// Alibaba's create takes it; E2B's sizes the disk by the team's tier.
-    #[serde(rename = "diskSizeMB", default)]
+    #[serde(rename = "diskSizeMB")]
     pub disk_size_mb: Option<u64>,
-    #[serde(rename = "autoPause", default)]
     pub auto_pause: Option<bool>,
-    #[serde(rename = "autoPauseMemory", default)]
     pub auto_pause_memory: Option<bool>,
-    #[serde(rename = "autoResume", default)]
     pub auto_resume: Option<AutoResume>,
-    #[serde(default)]
     pub network: Option<Value>,
-    #[serde(default)]
+    /// The SDKs send this one snake_case.
+    #[serde(rename = "allow_internet_access")]
     pub allow_internet_access: Option<bool>,
     /// Host directories to bind (OpenSandbox's volumes; E2B's create has none).
     #[serde(skip)]
@@ -376,11 +358,7 @@ fn listed_json(st: &AppState, sb: &ServedSandbox, info: &SandboxInfo) -> Value {
     v
 }
 
-async fn create(State(st): SharedState, headers: HeaderMap, body: Bytes) -> Response {
-    let req: NewSandbox = match parse_body(&body) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+async fn create(State(st): SharedState, headers: HeaderMap, JsonBody(req, _): JsonBody<NewSandbox>) -> Response {
     match make_sandbox(&st, req).await {
         Ok(sb) => (StatusCode::CREATED, Json(with_envd_url(sandbox_json(&st, &sb), &headers))).into_response(),
         Err(resp) => resp,
@@ -538,17 +516,18 @@ async fn kill(State(st): SharedState, Path(id): Path<String>) -> Response {
 /// How long a kill request waits for the sandbox's teardown before it answers.
 const KILL_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The body of set-timeout, connect and the legacy resume: a timeout in seconds.
 #[derive(Debug, Deserialize)]
 struct TimeoutBody {
     #[serde(default)]
     timeout: Option<u64>,
 }
 
-async fn set_timeout(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
-    let req: TimeoutBody = match parse_body(&body) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+async fn set_timeout(
+    State(st): SharedState,
+    Path(id): Path<String>,
+    JsonBody(req, _): JsonBody<TimeoutBody>,
+) -> Response {
     let Some(t) = req.timeout else {
         return json_error(StatusCode::BAD_REQUEST, "timeout is required");
     };
@@ -573,17 +552,19 @@ async fn set_timeout(State(st): SharedState, Path(id): Path<String>, body: Bytes
 struct NetworkUpdate {
     #[serde(default)]
     allow_internet_access: Option<bool>,
+    /// The lists (`allowOut`, `denyOut`, `dnsServers`), read by [`network_policy`].
+    #[serde(flatten)]
+    lists: serde_json::Map<String, Value>,
 }
 
 /// `PUT /sandboxes/{id}/network`: replaces the sandbox's egress lists (fields left out are
 /// cleared, as E2B's update does).
-async fn update_network(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
-    let req: NetworkUpdate = match parse_body(&body) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let raw: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let policy = match network_policy(req.allow_internet_access, Some(&raw)) {
+async fn update_network(
+    State(st): SharedState,
+    Path(id): Path<String>,
+    JsonBody(req, _): JsonBody<NetworkUpdate>,
+) -> Response {
+    let policy = match network_policy(req.allow_internet_access, Some(&Value::Object(req.lists))) {
         Ok(p) => p,
         Err(resp) => return resp,
     };
@@ -600,11 +581,12 @@ async fn update_network(State(st): SharedState, Path(id): Path<String>, body: By
     }
 }
 
-async fn connect(State(st): SharedState, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
-    let req: TimeoutBody = match parse_body(&body) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+async fn connect(
+    State(st): SharedState,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(req, _): JsonBody<TimeoutBody>,
+) -> Response {
     let Some((sb, info)) = st.lookup(&id).await else {
         return not_found(&id);
     };
@@ -782,11 +764,8 @@ struct PauseBody {
 }
 
 /// `POST /sandboxes/{id}/pause`: 204, or 409 if it is already paused.
-async fn pause(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
-    let keep_memory = match parse_body::<PauseBody>(&body) {
-        Ok(b) => b.memory.unwrap_or(true),
-        Err(resp) => return resp,
-    };
+async fn pause(State(st): SharedState, Path(id): Path<String>, JsonBody(body, _): JsonBody<PauseBody>) -> Response {
+    let keep_memory = body.memory.unwrap_or(true);
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };
@@ -799,18 +778,12 @@ async fn pause(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> R
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct ResumeBody {
-    #[serde(default)]
-    timeout: Option<u64>,
-}
-
 /// The deprecated `POST /sandboxes/{id}/resume`: 201 with the sandbox, 409 if it runs.
-async fn resume_legacy(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
-    let req: ResumeBody = match parse_body(&body) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+async fn resume_legacy(
+    State(st): SharedState,
+    Path(id): Path<String>,
+    JsonBody(req, _): JsonBody<TimeoutBody>,
+) -> Response {
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };

@@ -70,6 +70,7 @@
 mod admission;
 mod args;
 mod auth;
+mod body;
 mod build_dir;
 mod connect;
 mod control;

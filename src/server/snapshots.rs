@@ -14,9 +14,9 @@
 //!
 //! [`Snapshots::snapshot`]: crate::provider::Snapshots::snapshot
 
+use super::body::JsonBody;
 use std::sync::{Arc, Mutex};
 
-use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,7 +25,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::control::{make_sandbox, not_found, parse_body, provider_error, sandbox_json, NewSandbox};
+use super::control::{make_sandbox, not_found, provider_error, sandbox_json, NewSandbox};
 use super::{json_error, AppState};
 
 type SharedState = State<Arc<AppState>>;
@@ -107,11 +107,7 @@ fn snapshot_json(s: &Snapshot) -> Value {
     json!({"snapshotID": s.id, "names": s.names})
 }
 
-async fn create(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
-    let req: SnapshotBody = match parse_body(&body) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+async fn create(State(st): SharedState, Path(id): Path<String>, JsonBody(req, _): JsonBody<SnapshotBody>) -> Response {
     match take(&st, &id, req.name, false).await {
         Ok(s) => (StatusCode::CREATED, Json(snapshot_json(&s))).into_response(),
         Err(resp) => resp,
@@ -188,11 +184,7 @@ struct ForkBody {
 
 /// Forks sandbox `id`: a hidden snapshot, then `count` sandboxes made from it with the
 /// source's metadata and `envVars`.
-async fn fork(State(st): SharedState, Path(id): Path<String>, body: Bytes) -> Response {
-    let req: ForkBody = match parse_body(&body) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+async fn fork(State(st): SharedState, Path(id): Path<String>, JsonBody(req, _): JsonBody<ForkBody>) -> Response {
     let count = req.count.unwrap_or(1);
     if !(1..=MAX_FORKS).contains(&count) {
         return json_error(StatusCode::BAD_REQUEST, &format!("count must be between 1 and {MAX_FORKS}"));

@@ -268,16 +268,6 @@ pub(crate) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
         .route("/_upload/{token}", put(upload).layer(DefaultBodyLimit::disable()))
 }
 
-/// A build ID: a random (version 4) UUID, as E2B's, which the SDKs parse as one.
-fn new_build_id() -> String {
-    let mut b = [0u8; 16];
-    crate::random::fill_or_unique(&mut b);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
-}
-
 /// The template a tag target names: `name`, `name:tag` or an ID, or `alias` of `alias:tag`.
 fn tagged(inner: &Inner, target: &str) -> Option<String> {
     inner.by_name.get(target).cloned().or_else(|| inner.by_id.contains_key(target).then(|| target.to_string())).or_else(
@@ -335,7 +325,7 @@ async fn assign_tags(State(st): SharedState, body: Bytes) -> Response {
     };
     let t = inner.by_id.get_mut(&id).expect("found");
     let alias = t.name.split_once(':').map_or(t.name.clone(), |(a, _)| a.to_string());
-    let build = if t.last_build.is_empty() { new_build_id() } else { t.last_build.clone() };
+    let build = if t.last_build.is_empty() { crate::random::uuid_v4() } else { t.last_build.clone() };
     for tag in &tags {
         t.tags.retain(|(x, _, _)| x != tag);
         t.tags.push((tag.clone(), build.clone(), super::now_secs()));
@@ -397,7 +387,7 @@ async fn create(State(st): SharedState, body: Bytes) -> Response {
     else {
         return json_error(StatusCode::BAD_REQUEST, "name is required");
     };
-    let build_id = new_build_id();
+    let build_id = crate::random::uuid_v4();
     let mut inner = st.templates.inner.lock().expect("templates");
     let id = match inner.by_name.get(&name) {
         Some(id) => id.clone(),

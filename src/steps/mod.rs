@@ -249,6 +249,37 @@ pub const WINDOW: &str = "what was left of `eventually`'s window";
 pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl StepCtx {
+    /// A scenario's context before its first step: no sandbox, outputs, services, snapshots or
+    /// watches yet, no vars or environment, the scenario folder `.`; the limits are the run
+    /// flags' defaults (`--exec-timeout 60s`, `--max-output`, `--sandbox-ttl 300s`). The
+    /// runner sets what its flags and the scenario give with struct-update syntax.
+    pub fn new(provider: Arc<dyn Provider>, http: reqwest::Client, run_id: String) -> Self {
+        StepCtx {
+            provider,
+            http,
+            sandboxes: Vec::new(),
+            current: None,
+            target: None,
+            last_exec: None,
+            outputs: BTreeMap::new(),
+            vars: serde_json::Map::new(),
+            run_tag: ("e2e".into(), run_id),
+            scenario_dir: PathBuf::from("."),
+            exec_timeout: Duration::from_secs(60),
+            max_output: crate::provider::MAX_OUTPUT,
+            sandbox_ttl: Duration::from_secs(300),
+            expr_ctx: minijinja::Value::UNDEFINED,
+            current_source: None,
+            polling: false,
+            services: Vec::new(),
+            snapshots: Vec::new(),
+            watches: Vec::new(),
+            env: Default::default(),
+            progress: None,
+            step_limit: None,
+        }
+    }
+
     /// The sandbox this step works on, or a clear error if there is none.
     pub fn sandbox(&self) -> Result<&SandboxRef, StepError> {
         let i = self.target.ok_or_else(|| StepError::bad_args("no sandbox: add a `create` step first"))?;

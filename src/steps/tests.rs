@@ -25,30 +25,8 @@ fn fake() -> Arc<FakeProvider> {
 }
 
 fn ctx(p: &Arc<FakeProvider>) -> StepCtx {
-    StepCtx {
-        progress: None,
-        provider: p.clone(),
-        http: crate::net::client_builder().no_proxy().build().unwrap(),
-        sandboxes: Vec::new(),
-        current: None,
-        target: None,
-        last_exec: None,
-        outputs: BTreeMap::new(),
-        vars: serde_json::Map::new(),
-        run_tag: ("e2e".into(), "run-1".into()),
-        scenario_dir: std::env::temp_dir(),
-        exec_timeout: EXEC_TIMEOUT,
-        max_output: crate::provider::MAX_OUTPUT,
-        sandbox_ttl: Duration::from_secs(300),
-        expr_ctx: MValue::UNDEFINED,
-        current_source: None,
-        polling: false,
-        services: Vec::new(),
-        snapshots: Vec::new(),
-        watches: Vec::new(),
-        env: Default::default(),
-        step_limit: None,
-    }
+    let http = crate::net::client_builder().no_proxy().build().unwrap();
+    StepCtx { scenario_dir: std::env::temp_dir(), ..StepCtx::new(p.clone(), http, "run-1".into()) }
 }
 
 /// A context with one sandbox (`sb-1`) made by the `create` step.

@@ -276,20 +276,10 @@ pub(crate) fn write_disk_seed(seed: &Path, ids: IdMap) -> std::io::Result<()> {
 /// the host's kernel, so each of its boots gets one of its own, bound read-only over it.
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
-/// A random version-4 UUID as the kernel writes a boot id (with its newline).
-fn new_boot_id() -> String {
-    let mut b = [0u8; 16];
-    crate::random::fill_or_unique(&mut b);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}\n", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
-}
-
 /// A pipe whose read end yields a fresh boot id (for `--ro-bind-data`).
 fn boot_id_pipe() -> std::io::Result<OwnedFd> {
     let (r, w) = sys::cloexec_pipe()?;
-    std::fs::File::from(w).write_all(new_boot_id().as_bytes())?;
+    std::fs::File::from(w).write_all(format!("{}\n", crate::random::uuid_v4()).as_bytes())?;
     Ok(r)
 }
 

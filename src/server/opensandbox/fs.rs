@@ -212,12 +212,10 @@ async fn remove_files(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery) 
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct Permission {
-    #[serde(default)]
     owner: Option<String>,
-    #[serde(default)]
     group: Option<String>,
-    #[serde(default)]
     mode: Option<i64>,
 }
 
@@ -442,16 +440,13 @@ async fn replace(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery, body:
     }
 }
 
+/// An upload's `metadata` part: where the file goes, and its owner and mode.
 #[derive(Debug, Default, Deserialize)]
 struct FileMetadata {
     #[serde(default)]
     path: String,
-    #[serde(default)]
-    owner: Option<String>,
-    #[serde(default)]
-    group: Option<String>,
-    #[serde(default)]
-    mode: Option<i64>,
+    #[serde(flatten)]
+    perm: Permission,
 }
 
 /// `POST /files/upload`: `metadata` and `file` parts in pairs, each file written as root,
@@ -517,8 +512,7 @@ async fn upload(State(st): St, Extension(sb): Sb, mut form: Multipart) -> Respon
         if let Err(e) = st.provider.sandbox(&sb.provider_id).write_file_as(&a, data, "root").await {
             return runtime_error(format!("error opening destination file {a}. {e}"));
         }
-        let perm = Permission { owner: meta.owner.clone(), group: meta.group.clone(), mode: meta.mode };
-        match chmod_script(&q(&a), &perm) {
+        match chmod_script(&q(&a), &meta.perm) {
             Ok(s) => script += &s,
             Err(r) => return r,
         }

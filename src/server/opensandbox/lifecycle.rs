@@ -15,11 +15,11 @@
 // Helpers return the early answer as their error.
 #![allow(clippy::result_large_err)]
 
+use crate::server::body::{JsonBody, OpenSandboxApi};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -95,18 +95,6 @@ async fn unsupported(method: axum::http::Method, uri: axum::http::Uri) -> Respon
         );
     }
     error(StatusCode::NOT_FOUND, "NOT_FOUND", format!("no such route: {method} {path}"))
-}
-
-/// A JSON object body (an empty one is `{}`).
-pub(super) fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
-    let bad =
-        |e: String| error(StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER", format!("invalid request body: {e}"));
-    let v: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
-    if !v.is_object() {
-        return Err(bad("the body must be a JSON object".into()));
-    }
-    serde_json::from_value(v).map_err(|e| bad(e.to_string()))
 }
 
 fn invalid(message: impl Into<String>) -> Response {
@@ -271,11 +259,11 @@ fn host_arch() -> &'static str {
     }
 }
 
-async fn create(State(st): St, headers: HeaderMap, body: Bytes) -> Response {
-    let req: CreateRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+async fn create(
+    State(st): St,
+    headers: HeaderMap,
+    JsonBody(req, _): JsonBody<CreateRequest, OpenSandboxApi>,
+) -> Response {
     match make(&st, req).await {
         Ok((sb, os, info)) => {
             let mut v = sandbox_json(&sb, &os, &info, false);
@@ -620,11 +608,11 @@ async fn delete(State(st): St, Path(id): Path<String>) -> Response {
     }
 }
 
-async fn patch_metadata(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
-    let patch: BTreeMap<String, Option<String>> = match parse_body(&body) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+async fn patch_metadata(
+    State(st): St,
+    Path(id): Path<String>,
+    JsonBody(patch, _): JsonBody<BTreeMap<String, Option<String>>, OpenSandboxApi>,
+) -> Response {
     if let Err(r) = check_metadata(patch.iter().map(|(k, v)| (k, v.as_ref()))) {
         return r;
     }
@@ -708,11 +696,11 @@ async fn set_expiry(st: &AppState, sb: &ServedSandbox, os: &OsSandbox, end: u64)
     st.provider.set_timeout(&sb.provider_id, secs).await.map_err(provider_error)
 }
 
-async fn renew(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
-    let req: RenewRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+async fn renew(
+    State(st): St,
+    Path(id): Path<String>,
+    JsonBody(req, _): JsonBody<RenewRequest, OpenSandboxApi>,
+) -> Response {
     let Some(raw) = req.expires_at else {
         return invalid("expiresAt is required");
     };
@@ -859,11 +847,11 @@ struct SnapshotRequest {
 
 /// `POST /v1/sandboxes/{id}/snapshots`: the filesystem, captured while the sandbox is frozen
 /// (its processes are not); the answer comes once it is `Ready`.
-async fn snapshot(State(st): St, Path(id): Path<String>, body: Bytes) -> Response {
-    let req: SnapshotRequest = match parse_body(&body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+async fn snapshot(
+    State(st): St,
+    Path(id): Path<String>,
+    JsonBody(req, _): JsonBody<SnapshotRequest, OpenSandboxApi>,
+) -> Response {
     if req.name.as_deref() == Some("") {
         return invalid("name must not be empty");
     }
