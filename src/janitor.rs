@@ -22,18 +22,28 @@ pub struct Selection {
     pub older_than: Option<Duration>,
 }
 
+/// Why the janitor found nothing to show.
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    /// Neither a run id nor `--all-tagged`: the janitor never guesses.
+    #[error("say which sandboxes: --run-id ID or --all-tagged")]
+    NoSelection,
+    #[error("cannot list sandboxes on {provider}: {source}")]
+    List { provider: String, source: crate::provider::ProviderError },
+}
+
 /// Tagged sandboxes that match the selection, oldest first.
-pub async fn find(provider: &dyn Provider, sel: &Selection, now_secs: u64) -> Result<Vec<SandboxInfo>, String> {
+pub async fn find(provider: &dyn Provider, sel: &Selection, now_secs: u64) -> Result<Vec<SandboxInfo>, FindError> {
     let mut filter = BTreeMap::new();
     if let Some(id) = &sel.run_id {
         filter.insert(TAG.to_string(), id.clone());
     } else if !sel.all_tagged {
-        return Err("say which sandboxes: --run-id ID or --all-tagged".into());
+        return Err(FindError::NoSelection);
     }
     let mut found: Vec<SandboxInfo> = provider
         .list(&filter)
         .await
-        .map_err(|e| format!("cannot list sandboxes on {}: {e}", provider.name()))?
+        .map_err(|source| FindError::List { provider: provider.name().to_string(), source })?
         .into_iter()
         // The provider's filter is not trusted alone: the tag must really be there.
         .filter(|s| match &sel.run_id {
@@ -71,7 +81,7 @@ pub async fn clean(
     let found = match find(provider, sel, now_secs).await {
         Ok(f) => f,
         Err(e) => {
-            errln!("error: {}", masker.mask(&e));
+            errln!("error: {}", masker.mask(&e.to_string()));
             return Err(());
         }
     };

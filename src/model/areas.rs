@@ -5,12 +5,21 @@ use serde_json::{json, Value};
 
 use super::expand_paths;
 
+/// Why there is no matrix.
+#[derive(Debug, thiserror::Error)]
+pub enum AreasError {
+    #[error("cannot read {root}: {source}")]
+    ReadRoot { root: String, source: std::io::Error },
+    #[error("no scenario files in {0} or the folders under it: the matrix would have no entry")]
+    Empty(String),
+}
+
 /// The entries of the matrix, sorted, as `root/name`: each folder directly under `root` that
 /// holds at least one scenario file (an area), and each scenario file directly in `root` (its
 /// own entry: dropping it would leave it run by no job). Nothing to run is an error, not an
 /// empty matrix (which would be a CI with no scenario job, and green).
-pub fn folders(root: &str) -> Result<Vec<String>, String> {
-    let dir = std::fs::read_dir(root).map_err(|e| format!("cannot read {root}: {e}"))?;
+pub fn folders(root: &str) -> Result<Vec<String>, AreasError> {
+    let dir = std::fs::read_dir(root).map_err(|source| AreasError::ReadRoot { root: root.to_string(), source })?;
     let mut folders: Vec<String> = dir
         .flatten()
         .filter(|e| {
@@ -25,7 +34,7 @@ pub fn folders(root: &str) -> Result<Vec<String>, String> {
         .collect();
     folders.sort();
     if folders.is_empty() {
-        return Err(format!("no scenario files in {root} or the folders under it: the matrix would have no entry"));
+        return Err(AreasError::Empty(root.to_string()));
     }
     Ok(folders)
 }
@@ -49,6 +58,18 @@ pub fn github_matrix(folders: &[String], providers: &[String]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_matrix_is_an_error_of_its_kind() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().to_string_lossy().into_owned();
+        std::fs::create_dir(t.path().join("empty")).unwrap();
+        assert!(matches!(folders(&root), Err(AreasError::Empty(r)) if r == root));
+        let gone = format!("{root}/gone");
+        assert!(matches!(folders(&gone), Err(AreasError::ReadRoot { root, .. }) if root == gone));
+        std::fs::write(t.path().join("empty/a.yaml"), "name: a\nsteps: []\n").unwrap();
+        assert_eq!(folders(&root).unwrap(), [format!("{root}/empty")]);
+    }
 
     #[test]
     fn one_entry_per_folder_and_provider() {

@@ -44,35 +44,53 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Why command-line paths named no scenario files.
+#[derive(Debug, thiserror::Error)]
+pub enum PathsError {
+    #[error("cannot read folder {path}: {source}")]
+    ReadFolder { path: String, source: std::io::Error },
+    #[error("no scenario files (*.yaml, *.yml) in {0}")]
+    EmptyFolder(String),
+    #[error("bad glob {pattern}: {source}")]
+    BadGlob { pattern: String, source: glob::PatternError },
+    #[error("no files match {0}")]
+    NoMatch(String),
+    #[error("no such file or folder: {0}")]
+    Missing(String),
+}
+
 /// Expand command-line paths into a sorted, de-duplicated list of files.
-pub fn expand_paths(paths: &[String]) -> Result<Vec<PathBuf>, String> {
+pub fn expand_paths(paths: &[String]) -> Result<Vec<PathBuf>, PathsError> {
     let mut out = Vec::new();
     for raw in paths {
         let p = Path::new(raw);
         if p.is_dir() {
             let mut found = Vec::new();
-            walk(p, &mut found).map_err(|e| format!("cannot read folder {raw}: {e}"))?;
+            walk(p, &mut found).map_err(|source| PathsError::ReadFolder { path: raw.clone(), source })?;
             if found.is_empty() {
-                return Err(format!("no scenario files (*.yaml, *.yml) in {raw}"));
+                return Err(PathsError::EmptyFolder(raw.clone()));
             }
             out.extend(found);
         } else if p.is_file() {
             out.push(p.to_path_buf());
         } else if raw.contains(['*', '?', '[']) {
-            let matches: Vec<PathBuf> =
-                glob::glob(raw).map_err(|e| format!("bad glob {raw}: {e}"))?.filter_map(Result::ok).collect();
+            let matches: Vec<PathBuf> = glob::glob(raw)
+                .map_err(|source| PathsError::BadGlob { pattern: raw.clone(), source })?
+                .filter_map(Result::ok)
+                .collect();
             if matches.is_empty() {
-                return Err(format!("no files match {raw}"));
+                return Err(PathsError::NoMatch(raw.clone()));
             }
             for m in matches {
                 if m.is_dir() {
-                    walk(&m, &mut out).map_err(|e| format!("cannot read folder {}: {e}", m.display()))?;
+                    walk(&m, &mut out)
+                        .map_err(|source| PathsError::ReadFolder { path: m.display().to_string(), source })?;
                 } else {
                     out.push(m);
                 }
             }
         } else {
-            return Err(format!("no such file or folder: {raw}"));
+            return Err(PathsError::Missing(raw.clone()));
         }
     }
     let mut seen = BTreeSet::new();
@@ -136,5 +154,25 @@ pub fn load(files: &[PathBuf], opts: &LoadOptions) -> Result<Loaded, Vec<Diagnos
     } else {
         diags.sort_by(|a, b| a.location.cmp(&b.location));
         Err(diags)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{expand_paths, PathsError};
+
+    #[test]
+    fn paths_that_name_no_scenario_say_why_by_kind() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().to_string_lossy().into_owned();
+        let one = |p: String| expand_paths(&[p]);
+        assert!(matches!(one(dir.clone()), Err(PathsError::EmptyFolder(d)) if d == dir));
+        assert!(matches!(one(format!("{dir}/gone")), Err(PathsError::Missing(_))));
+        assert!(matches!(one(format!("{dir}/*.yaml")), Err(PathsError::NoMatch(_))));
+        let e = one(format!("{dir}/[")).unwrap_err();
+        assert!(matches!(e, PathsError::BadGlob { .. }), "{e}");
+        assert!(e.to_string().starts_with(&format!("bad glob {dir}/[: ")), "{e}");
+        std::fs::write(t.path().join("a.yaml"), "").unwrap();
+        assert_eq!(one(format!("{dir}/*.yaml")).unwrap(), [t.path().join("a.yaml")]);
     }
 }

@@ -24,7 +24,7 @@ use crate::diag::{Location, Source};
 use crate::yaml::Node;
 use kinds::StepKind;
 
-pub use load::{expand_paths, load, LoadOptions, Loaded};
+pub use load::{expand_paths, load, LoadOptions, Loaded, PathsError};
 
 #[derive(Debug, Clone, Default)]
 pub struct Requires {

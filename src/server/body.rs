@@ -13,16 +13,26 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// How an API answers a body it cannot read, given serde's (or our) reason.
+/// Why a body is not a request.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    /// Not JSON, or not of the request's shape: serde's words.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the body must be a JSON object")]
+    NotObject,
+}
+
+/// How an API answers a body it cannot read.
 pub(crate) trait BadBody {
-    fn bad_body(reason: String) -> Response;
+    fn bad_body(reason: BodyError) -> Response;
 }
 
 /// E2B's API: `{"code": 400, "message": "Error when parsing request: …"}`.
 pub(crate) struct E2bApi;
 
 impl BadBody for E2bApi {
-    fn bad_body(reason: String) -> Response {
+    fn bad_body(reason: BodyError) -> Response {
         super::json_error(StatusCode::BAD_REQUEST, &format!("Error when parsing request: {reason}"))
     }
 }
@@ -31,7 +41,7 @@ impl BadBody for E2bApi {
 pub(crate) struct OpenSandboxApi;
 
 impl BadBody for OpenSandboxApi {
-    fn bad_body(reason: String) -> Response {
+    fn bad_body(reason: BodyError) -> Response {
         super::opensandbox::error(
             StatusCode::BAD_REQUEST,
             "SANDBOX::INVALID_PARAMETER",
@@ -45,13 +55,13 @@ impl BadBody for OpenSandboxApi {
 pub(crate) struct JsonBody<T, E = E2bApi>(pub T, pub PhantomData<E>);
 
 /// `body` as a `T`, if it is a JSON object of that shape (an empty or blank body is `{}`).
-pub(crate) fn json_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+pub(crate) fn json_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, BodyError> {
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
-    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(body)?;
     if !v.is_object() {
-        return Err("the body must be a JSON object".into());
+        return Err(BodyError::NotObject);
     }
-    serde_json::from_value(v).map_err(|e| e.to_string())
+    Ok(serde_json::from_value(v)?)
 }
 
 impl<S, T, E> FromRequest<S> for JsonBody<T, E>
@@ -70,7 +80,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::json_object;
+    use super::{json_object, BodyError};
     use serde::Deserialize;
 
     #[derive(Debug, Deserialize, PartialEq)]
@@ -84,8 +94,9 @@ mod tests {
         assert_eq!(json_object::<T>(b"").unwrap(), T { n: None });
         assert_eq!(json_object::<T>(b" \n").unwrap(), T { n: None });
         assert_eq!(json_object::<T>(br#"{"n": 3}"#).unwrap(), T { n: Some(3) });
-        assert_eq!(json_object::<T>(b"[]").unwrap_err(), "the body must be a JSON object");
-        assert!(json_object::<T>(b"{").unwrap_err().contains("EOF"));
-        assert!(json_object::<T>(br#"{"n": "x"}"#).unwrap_err().contains("invalid type"));
+        assert!(matches!(json_object::<T>(b"[]"), Err(BodyError::NotObject)));
+        assert!(json_object::<T>(b"{").unwrap_err().to_string().contains("EOF"));
+        let e = json_object::<T>(br#"{"n": "x"}"#).unwrap_err();
+        assert!(matches!(&e, BodyError::Json(_)) && e.to_string().contains("invalid type"), "{e}");
     }
 }

@@ -357,20 +357,30 @@ fn written(e: &FileEntry, metadata: &BTreeMap<String, String>) -> Value {
     v
 }
 
+/// An upload's metadata header that envd refuses.
+#[derive(Debug, thiserror::Error)]
+enum MetadataError {
+    #[error("invalid metadata key {0:?}")]
+    Key(String),
+    #[error("metadata value of {0:?} is not printable ASCII")]
+    Value(String),
+}
+
 /// The file metadata an upload carries (envd 0.6.2): each `X-Metadata-<key>: <value>`
 /// header, the key lowercased; keys and values must be printable ASCII. Every file of the
 /// upload gets it, and an upload without any clears what a file had.
-fn upload_metadata(headers: &axum::http::HeaderMap) -> Result<BTreeMap<String, String>, String> {
+fn upload_metadata(headers: &axum::http::HeaderMap) -> Result<BTreeMap<String, String>, MetadataError> {
     let printable = |s: &str| !s.is_empty() && s.bytes().all(|b| (0x20..0x7f).contains(&b));
     let mut out = BTreeMap::new();
     for (name, value) in headers {
         let Some(key) = name.as_str().strip_prefix("x-metadata-") else { continue };
-        let value = value.to_str().map_err(|_| format!("metadata value of {key:?} is not printable ASCII"))?;
+        let unprintable = || MetadataError::Value(key.to_string());
+        let value = value.to_str().map_err(|_| unprintable())?;
         if !printable(key) {
-            return Err(format!("invalid metadata key {key:?}"));
+            return Err(MetadataError::Key(key.to_string()));
         }
         if !value.is_empty() && !printable(value) {
-            return Err(format!("metadata value of {key:?} is not printable ASCII"));
+            return Err(unprintable());
         }
         out.insert(key.to_ascii_lowercase(), value.to_string());
     }
@@ -386,7 +396,7 @@ pub(crate) async fn upload(axum::extract::State(st): SharedState, Extension(sb):
         Ok(m) => m,
         Err(e) => {
             super::drain(req.into_body()).await;
-            return json_error(StatusCode::BAD_REQUEST, &e);
+            return json_error(StatusCode::BAD_REQUEST, &e.to_string());
         }
     };
     let ctype = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
@@ -517,6 +527,22 @@ pub(crate) async fn upload(axum::extract::State(st): SharedState, Extension(sb):
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upload_metadata_refuses_by_kind() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let with = |name: &'static str, value: &[u8]| {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_bytes(value).unwrap());
+            upload_metadata(&h)
+        };
+        assert_eq!(with("x-metadata-owner", b"qa").unwrap().get("owner").map(String::as_str), Some("qa"));
+        assert!(matches!(with("x-metadata-bad", b"caf\xc3\xa9"), Err(MetadataError::Value(k)) if k == "bad"));
+        assert!(matches!(with("x-metadata-bad", b"a\tb"), Err(MetadataError::Value(_))));
+        let e = with("x-metadata-bad", b"\x80").unwrap_err();
+        assert_eq!(e.to_string(), "metadata value of \"bad\" is not printable ASCII");
+        assert!(with("x-other", b"\x80").unwrap().is_empty());
+    }
 
     fn gzip(data: &[u8]) -> Vec<u8> {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());

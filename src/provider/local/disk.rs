@@ -219,7 +219,7 @@ type SeedWriter = dyn Fn(&Path) -> io::Result<()> + Send + Sync;
 pub(crate) struct Pool {
     dir: PathBuf,
     write_seed: Box<SeedWriter>,
-    seeded: std::sync::OnceLock<Result<PathBuf, String>>,
+    seeded: std::sync::OnceLock<Result<PathBuf, SeedFailed>>,
     ready: Mutex<Vec<PathBuf>>,
     target: usize,
     filling: std::sync::atomic::AtomicBool,
@@ -231,6 +231,12 @@ impl std::fmt::Debug for Pool {
         f.debug_struct("Pool").field("dir", &self.dir).field("target", &self.target).finish()
     }
 }
+
+/// The seed could not be written. It is kept, and every later caller gets the same error, so
+/// one failure is not retried for each sandbox.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot write the sandboxes' disk seed: {0}")]
+struct SeedFailed(Arc<io::Error>);
 
 /// Images kept ready when `SCENARIO_RUN_DISK_POOL` does not say.
 const DEFAULT_POOL: usize = 3;
@@ -260,11 +266,11 @@ impl Pool {
                 .and_then(|()| std::fs::write(self.dir.join(super::OWNER_FILE), super::owner_token()))
                 .and_then(|()| (self.write_seed)(&seed))
                 .map(|()| seed)
-                .map_err(|e| format!("cannot write the sandboxes' disk seed: {e}"))
+                .map_err(|e| SeedFailed(Arc::new(e)))
         });
         match r {
             Ok(p) => Ok(p.as_path()),
-            Err(e) => Err(io::Error::other(e.clone())),
+            Err(e) => Err(io::Error::new(e.0.kind(), e.clone())),
         }
     }
 

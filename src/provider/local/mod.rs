@@ -359,8 +359,8 @@ fn sweep_stale(state_dir: &std::path::Path) {
 }
 
 /// Probe results by state directory: "probes once".
-fn probe_cached(state_dir: &Path, ids: IdMap) -> std::result::Result<(), String> {
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, std::result::Result<(), String>>>> = OnceLock::new();
+fn probe_cached(state_dir: &Path, ids: IdMap) -> std::result::Result<(), sandbox::ProbeError> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, std::result::Result<(), sandbox::ProbeError>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(r) = cache.lock().expect("probe cache").get(state_dir) {
         return r.clone();

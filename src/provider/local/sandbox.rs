@@ -752,26 +752,52 @@ impl NsSandbox {
     }
 }
 
+/// Why isolated sandboxes cannot run here: the isolation probe's answer. Cloned, as the
+/// answer is kept for each state directory (the provider probes once).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum ProbeError {
+    #[error("cannot prepare {dir}: {source}")]
+    Prepare { dir: String, source: Arc<std::io::Error> },
+    #[error("cannot create a user namespace: {0}")]
+    UserNamespace(String),
+    #[error("cannot start bwrap: {0}")]
+    Spawn(String),
+    /// bwrap ran and failed; its stderr says why.
+    #[error("bwrap failed ({status}): {stderr}")]
+    Bwrap { status: String, stderr: String },
+    #[error("bwrap probe timed out")]
+    TimedOut,
+    /// A pipe, the seccomp filter, the command or waiting for it.
+    #[error("{0}")]
+    Io(Arc<std::io::Error>),
+}
+
+impl From<std::io::Error> for ProbeError {
+    fn from(e: std::io::Error) -> Self {
+        ProbeError::Io(Arc::new(e))
+    }
+}
+
 /// Checks once that isolated sandboxes work here: a user namespace with a full id map, an
 /// overlay mounted for it, and bwrap starting inside it. Returns why not.
-pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), String> {
+pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), ProbeError> {
     let dir = state_dir.join(format!("probe-{}", crate::random::hex(4)));
     let limits = Limits { cpus: 1, memory_mb: 64, pids: 64 };
     let mut layout = Layout::new(&dir, ids, limits);
     layout.lowers.push(dir.join("lower"));
     let result = (|| {
-        layout.create().map_err(|e| format!("cannot prepare {}: {e}", dir.display()))?;
-        std::fs::create_dir_all(dir.join("lower")).map_err(|e| e.to_string())?;
-        let ns = userns::create(ids, userns::owner_for(ids))
-            .map_err(|e| format!("cannot create a user namespace: {}", sys::errno_text(&e)))?;
-        let (_r, w) = sys::cloexec_pipe().map_err(|e| e.to_string())?;
-        let seccomp = seccomp_pipe().map_err(|e| e.to_string())?;
+        let prepare = |e| ProbeError::Prepare { dir: dir.display().to_string(), source: Arc::new(e) };
+        layout.create().map_err(prepare)?;
+        std::fs::create_dir_all(dir.join("lower"))?;
+        let ns =
+            userns::create(ids, userns::owner_for(ids)).map_err(|e| ProbeError::UserNamespace(sys::errno_text(&e)))?;
+        let (_r, w) = sys::cloexec_pipe()?;
+        let seccomp = seccomp_pipe()?;
         let mut cmd =
-            bwrap_command(&layout, &ns, None, w.as_raw_fd(), seccomp.as_raw_fd(), None, None, &["/bin/true"], true)
-                .map_err(|e| e.to_string())?;
+            bwrap_command(&layout, &ns, None, w.as_raw_fd(), seccomp.as_raw_fd(), None, None, &["/bin/true"], true)?;
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let run = sys::on_spawner_blocking(move || -> std::result::Result<(), String> {
-            let mut child = cmd.spawn().map_err(|e| format!("cannot start bwrap: {}", sys::errno_text(&e)))?;
+        let run = sys::on_spawner_blocking(move || -> std::result::Result<(), ProbeError> {
+            let mut child = cmd.spawn().map_err(|e| ProbeError::Spawn(sys::errno_text(&e)))?;
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
                 match child.try_wait() {
@@ -782,19 +808,18 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Str
                             use std::io::Read;
                             let _ = e.read_to_string(&mut err);
                         }
-                        return Err(format!("bwrap failed ({st}): {}", err.trim()));
+                        return Err(ProbeError::Bwrap { status: st.to_string(), stderr: err.trim().to_string() });
                     }
                     Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
                     Ok(None) => {
                         let _ = child.kill();
                         let _ = child.wait();
-                        return Err("bwrap probe timed out".into());
+                        return Err(ProbeError::TimedOut);
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         drop((w, ns));
         run
     })();
