@@ -6,18 +6,8 @@ use std::sync::Arc;
 
 use crate::diag::{Diagnostic, Source};
 
-use super::{validate, Case, Scenario};
-
-#[derive(Debug, Clone, Default)]
-pub struct LoadOptions {
-    /// Names given with `--var`, known to the static checks.
-    pub cli_vars: BTreeSet<String>,
-    /// Today's date (YYYY-MM-DD), for `known_issue.until`.
-    pub today: String,
-    /// `SCENARIO_RUN_TEMPLATES_DIR` of the run's environment: where `build`/`deploy` look for
-    /// template folders, so `check` finds a missing one before a run does.
-    pub templates_dir: Option<String>,
-}
+use super::validate::{self, LoadOptions};
+use super::{Case, Scenario};
 
 #[derive(Debug)]
 pub struct Loaded {

@@ -24,7 +24,8 @@ use crate::diag::{Location, Source};
 use crate::yaml::Node;
 use kinds::StepKind;
 
-pub use load::{expand_paths, load, LoadOptions, Loaded, PathsError};
+pub use load::{expand_paths, load, Loaded, PathsError};
+pub use validate::LoadOptions;
 
 #[derive(Debug, Clone, Default)]
 pub struct Requires {

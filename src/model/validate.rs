@@ -16,8 +16,6 @@ use crate::diag::{did_you_mean, Diagnostic, Location, Source};
 use crate::expr::{self, Scope};
 use crate::yaml::{self, Node, Value};
 
-use super::load::LoadOptions;
-
 const TOP_KEYS: &[&str] = &[
     "name",
     "description",
@@ -126,6 +124,18 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// What a load knows besides the files (see [`super::load`]).
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Names given with `--var`, known to the static checks.
+    pub cli_vars: BTreeSet<String>,
+    /// Today's date (YYYY-MM-DD), for `known_issue.until`.
+    pub today: String,
+    /// `SCENARIO_RUN_TEMPLATES_DIR` of the run's environment: where `build`/`deploy` look for
+    /// template folders, so `check` finds a missing one before a run does.
+    pub templates_dir: Option<String>,
 }
 
 /// Validate one file (one or more YAML documents).

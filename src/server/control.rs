@@ -32,8 +32,10 @@ const MAX_PAGE: usize = 100;
 
 type SharedState = State<Arc<AppState>>;
 
-pub(crate) fn router(state: Arc<AppState>) -> Router {
-    super::snapshots::routes(super::templates::routes(Router::new()))
+/// The control plane's routes of sandboxes; `snapshots` and `templates` add theirs to
+/// `others` first (see [`super::serve`]).
+pub(crate) fn router(others: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
+    others
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .route("/sandboxes", post(create).get(list_legacy))
         .route("/v2/sandboxes", post(create).get(list_v2))

@@ -757,7 +757,12 @@ pub async fn serve(
         opensandbox: opensandbox::State::new(opts.volumes.clone()),
     });
     let state = st.clone();
-    let routers = Arc::new(Routers { control: control::router(st.clone()), envd: envd::router(st.clone()) });
+    let control = control::router(snapshots::routes(templates::routes(Router::new())), st.clone());
+    // After the RPC routes' body limit: uploads are streamed to disk under their own (`files`).
+    let files =
+        axum::routing::get(files::download).post(files::upload).layer(axum::extract::DefaultBodyLimit::disable());
+    let envd = envd::routes().route("/files", files).with_state(st.clone());
+    let routers = Arc::new(Routers { control, envd });
     let app = Router::new().fallback(move |req: Request| dispatch(st.clone(), routers.clone(), req));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = app.into_make_service_with_connect_info::<ConnSocket>();

@@ -387,7 +387,7 @@ impl ProcTable {
         output: Option<OutputTx>,
         open_stdin: bool,
     ) -> Result<Arc<Proc>> {
-        let cwd = super::files::normalize(req.cwd.as_deref().unwrap_or(&self.default_cwd))?;
+        let cwd = crate::provider::normalize_path(req.cwd.as_deref().unwrap_or(&self.default_cwd))?;
         let mut env = Vec::new();
         for (k, v) in &req.envs {
             check_env_key(k)?;

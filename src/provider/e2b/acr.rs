@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OnceCell};
 
 use super::acs;
-use super::build::RegistryAuth;
 use super::config::{Acr, AcrLogin};
+use crate::image::RegistryAuth;
 use crate::mask::Masker;
 use crate::provider::docker::{image_tag, DockerOptions, DockerProvider};
 use crate::provider::Result;

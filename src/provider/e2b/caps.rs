@@ -219,13 +219,9 @@ impl crate::provider::Files for E2bProvider {
     }
 
     async fn exists(&self, id: &str, path: &str) -> Result<bool> {
-        let inner = &self.inner;
-        let envd = inner.envd(id).await?;
+        let envd = self.inner.envd(id).await?;
         let what = format!("stat {path}");
-        match inner
-            .rpc::<EntryResponse>(&envd, "filesystem.Filesystem/Stat", &json!({ "path": path }), None, &what)
-            .await
-        {
+        match self.inner.path_call::<EntryResponse>(&envd, "Stat", path, &what).await {
             Ok(_) => Ok(true),
             Err(e) if e.code() == Some("not_found") => Ok(false),
             Err(e) => Err(e.into_provider(&what, id)),
@@ -236,10 +232,7 @@ impl crate::provider::Files for E2bProvider {
         let inner = &self.inner;
         let envd = inner.envd(id).await?;
         let what = format!("make directory {path}");
-        match inner
-            .rpc::<EntryResponse>(&envd, "filesystem.Filesystem/MakeDir", &json!({ "path": path }), None, &what)
-            .await
-        {
+        match inner.path_call::<EntryResponse>(&envd, "MakeDir", path, &what).await {
             Ok(r) => match r.entry.and_then(|e| e.entry()) {
                 Some(e) => Ok(e),
                 None => inner.stat(&envd, path).await,
@@ -263,11 +256,10 @@ impl crate::provider::Files for E2bProvider {
     }
 
     async fn remove(&self, id: &str, path: &str) -> Result<()> {
-        let inner = &self.inner;
-        let envd = inner.envd(id).await?;
+        let envd = self.inner.envd(id).await?;
         let what = format!("remove {path}");
-        inner
-            .rpc::<JsonValue>(&envd, "filesystem.Filesystem/Remove", &json!({ "path": path }), None, &what)
+        self.inner
+            .path_call::<JsonValue>(&envd, "Remove", path, &what)
             .await
             .map(|_| ())
             .map_err(|e| e.into_provider(&what, id))

@@ -366,6 +366,18 @@ impl Inner {
             .ok_or_else(|| ProviderError::infra(format!("{what}: envd returned no usable entry")))
     }
 
+    /// A filesystem call whose request is only `{path}`. Its error is left to the caller, as
+    /// some are answers (`not_found` to exists, `already_exists` to make_dir).
+    async fn path_call<T: serde::de::DeserializeOwned>(
+        &self,
+        envd: &Envd,
+        call: &str,
+        path: &str,
+        what: &str,
+    ) -> Result<T, RpcError> {
+        self.rpc(envd, &format!("filesystem.Filesystem/{call}"), &json!({ "path": path }), None, what).await
+    }
+
     async fn stat(&self, envd: &Envd, path: &str) -> Result<FileEntry> {
         self.entry(envd, "filesystem.Filesystem/Stat", &json!({ "path": path }), &format!("stat {path}")).await
     }

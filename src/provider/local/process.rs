@@ -40,6 +40,9 @@ use crate::provider::core::{check_env_key, Done, Process, Procs, Stdin};
 use crate::provider::output::Captured;
 use crate::provider::{ExecRequest, ExecResult, OutputChunk, OutputTx, ProcessInfo, ProviderError, Result};
 
+/// Path, inside a sandbox, of the script named by `BASH_ENV` (written by `sandbox`).
+pub(crate) const BASH_ENV_IN_SANDBOX: &str = "/etc/scenario-run/bash_env.sh";
+
 /// Script named by `BASH_ENV`: restore the requested PATH after the login profile.
 pub(crate) const BASH_ENV_SCRIPT: &str =
     "# Written by scenario-run: the login profile resets PATH; restore the requested one.\n\
@@ -266,7 +269,7 @@ pub(crate) async fn launch(
     let fd = pid_w.as_raw_fd();
     match target {
         Target::Ns { entry, who } => {
-            cmd.env("BASH_ENV", super::sandbox::BASH_ENV_IN_SANDBOX);
+            cmd.env("BASH_ENV", BASH_ENV_IN_SANDBOX);
             entry.prepare(&mut cmd, who, cwd, fd);
         }
         Target::Plain { bash_env } => {

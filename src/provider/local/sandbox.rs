@@ -39,6 +39,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Gid, Uid};
+
+use super::process::{BASH_ENV_IN_SANDBOX, BASH_ENV_SCRIPT};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::cgroup::{Cgroup, Limits};
@@ -243,7 +245,7 @@ pub(crate) fn seed_upper(
             std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
         }
     }
-    std::fs::write(&rc, super::process::BASH_ENV_SCRIPT)?;
+    std::fs::write(&rc, BASH_ENV_SCRIPT)?;
     std::os::unix::fs::lchown(&rc, Some(root), Some(root))?;
     // As a container runtime does: the sandbox's own name resolves whatever the image ships,
     // and names are asked of the resolver its network answers at.
@@ -286,9 +288,6 @@ fn boot_id_pipe() -> std::io::Result<OwnedFd> {
 /// The sandbox's hostname, and the `/etc/hosts` that resolves it.
 const HOSTNAME: &str = "localhost";
 const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
-
-/// Path, inside a sandbox, of the script named by `BASH_ENV` (see `process`).
-pub(crate) const BASH_ENV_IN_SANDBOX: &str = "/etc/scenario-run/bash_env.sh";
 
 /// The `bwrap` command line for `layout`, with the `pre_exec` hook described in the module
 /// documentation. `info_fd` becomes fd 3 (`--info-fd 3`), `seccomp_fd` fd 4, `boot_id_fd`

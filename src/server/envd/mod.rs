@@ -33,8 +33,9 @@ const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
 type SharedState = axum::extract::State<Arc<AppState>>;
 type SandboxExt = Extension<Arc<ServedSandbox>>;
 
-/// Routes of envd. Every handler finds its sandbox in the request extensions.
-pub(crate) fn router(state: Arc<AppState>) -> Router {
+/// Routes of envd but `/files` (which `files` serves). Every handler finds its sandbox in the
+/// request extensions.
+pub(crate) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .route("/process.Process/Start", post(process_start))
@@ -55,9 +56,6 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/filesystem.Filesystem/WatchDir", post(watch_dir))
         .fallback(unknown)
         .layer(DefaultBodyLimit::max(RPC_BODY_LIMIT))
-        // Uploads are streamed to disk under their own limits (`files`).
-        .route("/files", get(super::files::download).post(super::files::upload).layer(DefaultBodyLimit::disable()))
-        .with_state(state)
 }
 
 async fn unknown(req: Request) -> Response {

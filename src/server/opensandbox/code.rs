@@ -74,14 +74,17 @@ pub(crate) struct Contexts {
     running: Mutex<HashMap<String, oneshot::Sender<()>>>,
 }
 
-/// Interrupts what runs in context `id`; false if nothing does.
-pub(super) fn interrupt(os: &OsSandbox, id: &str) -> bool {
-    match os.code.running.lock().expect("running").remove(id) {
-        Some(tx) => {
-            let _ = tx.send(());
-            true
+impl Contexts {
+    /// Interrupts the code running in context `id`; false if none runs there. (`DELETE /code`
+    /// and `DELETE /command` both take a context's id.)
+    pub(super) fn interrupt(&self, id: &str) -> bool {
+        match self.running.lock().expect("running").remove(id) {
+            Some(tx) => {
+                let _ = tx.send(());
+                true
+            }
+            None => false,
         }
-        None => false,
     }
 }
 
@@ -176,7 +179,7 @@ async fn create(State(st): St, Extension(sb): Sb, Extension(os): Os, body: Bytes
 }
 
 fn language_param(q: Option<&str>) -> Option<String> {
-    super::lifecycle::query_pairs(q).into_iter().find(|(k, _)| k == "language").map(|(_, v)| normalize(Some(&v)))
+    super::query_pairs(q).into_iter().find(|(k, _)| k == "language").map(|(_, v)| normalize(Some(&v)))
 }
 
 async fn list(Extension(os): Os, RawQuery(q): RawQuery) -> Response {
@@ -202,7 +205,7 @@ async fn get_one(Extension(os): Os, Path(id): Path<String>) -> Response {
 }
 
 async fn remove(st: &AppState, sb: &ServedSandbox, os: &OsSandbox, id: &str) {
-    interrupt(os, id);
+    os.code.interrupt(id);
     os.code.by_id.lock().expect("contexts").remove(id);
     let _ = call(st, sb, "DELETE", &format!("/contexts/{id}"), None).await;
 }

@@ -281,6 +281,14 @@ async fn apply(
     Ok(answer)
 }
 
+/// The lifecycle API's network-policy route (`/v1/sandboxes/{id}/networkpolicy`).
+pub(super) fn control_routes() -> Router<Arc<AppState>> {
+    Router::new().route(
+        "/v1/sandboxes/{id}/networkpolicy",
+        get(control_get).patch(control_patch).put(control_put).delete(control_delete),
+    )
+}
+
 pub(super) fn router(st: Arc<AppState>) -> Router {
     Router::new()
         .route("/policy", get(sidecar_get).patch(sidecar_patch).delete(sidecar_delete))
@@ -317,7 +325,7 @@ async fn sidecar_delete(State(st): St, Extension(sb): Sb, Extension(os): Os, bod
 
 /// The lifecycle's `networkpolicy` routes: the same policy, reached with the API key.
 pub(super) async fn control_get(State(st): St, Path(id): Path<String>) -> Response {
-    match super::lifecycle::find(&st, &id).await {
+    match super::find(&st, &id).await {
         Ok((_, os, _)) => Json(os.egress.lock().expect("egress").to_json()).into_response(),
         Err(r) => r,
     }
@@ -325,7 +333,7 @@ pub(super) async fn control_get(State(st): St, Path(id): Path<String>) -> Respon
 
 pub(super) async fn control_patch(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
     let incoming = rules_body(&body)?;
-    let (sb, os, _) = super::lifecycle::find(&st, &id).await?;
+    let (sb, os, _) = super::find(&st, &id).await?;
     let next = os.egress.lock().expect("egress").patched(incoming);
     apply(&st, &sb, &os, next, Policy::to_json).await
 }
@@ -333,13 +341,13 @@ pub(super) async fn control_patch(State(st): St, Path(id): Path<String>, body: B
 pub(super) async fn control_put(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
     let v: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("invalid body: {e}")))?;
     let next = Policy::parse(&v)?;
-    let (sb, os, _) = super::lifecycle::find(&st, &id).await?;
+    let (sb, os, _) = super::find(&st, &id).await?;
     apply(&st, &sb, &os, next, Policy::to_json).await
 }
 
 pub(super) async fn control_delete(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
     let targets = targets_body(&body)?;
-    let (sb, os, _) = super::lifecycle::find(&st, &id).await?;
+    let (sb, os, _) = super::find(&st, &id).await?;
     let next = os.egress.lock().expect("egress").without(&targets);
     apply(&st, &sb, &os, next, Policy::to_json).await
 }

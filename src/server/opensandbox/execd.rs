@@ -152,7 +152,8 @@ pub(super) fn parse_or_default<T: Default + for<'de> Deserialize<'de>>(body: &By
     }
 }
 
-pub(super) fn router(st: Arc<AppState>) -> Router {
+/// execd's own routes: commands, sessions and metrics (`code` and `fs` add theirs).
+pub(super) fn routes() -> Router<Arc<AppState>> {
     let r = Router::new()
         .route("/ping", get(|| async { StatusCode::OK }))
         .route("/command", post(run_command).delete(interrupt))
@@ -163,7 +164,6 @@ pub(super) fn router(st: Arc<AppState>) -> Router {
         .route("/session/{id}", delete(delete_session))
         .route("/metrics", get(metrics))
         .route("/metrics/watch", get(watch_metrics));
-    let r = super::code::routes(super::fs::routes(r));
     r.fallback(|m: axum::http::Method, u: axum::http::Uri| async move {
         let p = u.path();
         let what = if p.starts_with("/v1/filesystem/") {
@@ -184,7 +184,6 @@ pub(super) fn router(st: Arc<AppState>) -> Router {
             None => error(StatusCode::NOT_FOUND, "NOT_FOUND", format!("no such execd route: {m} {p}")),
         }
     })
-    .with_state(st)
 }
 
 /// One event, as execd frames it.
@@ -582,7 +581,7 @@ async fn command_status(Extension(os): Os, Path(id): Path<String>) -> Response {
 }
 
 async fn command_logs(Extension(os): Os, Path(id): Path<String>, RawQuery(q): RawQuery) -> Response {
-    let params = super::lifecycle::query_pairs(q.as_deref());
+    let params = super::query_pairs(q.as_deref());
     let cursor = params.iter().find(|(k, _)| k == "cursor").and_then(|(_, v)| v.parse::<u64>().ok()).unwrap_or(0);
     let Some(c) = os.execd.commands.lock().expect("commands").get(&id).cloned() else {
         return bad_request(format!("command not found: {id}"));
@@ -608,11 +607,11 @@ pub(super) async fn interrupt(
     Extension(os): Os,
     RawQuery(q): RawQuery,
 ) -> Response {
-    let params = super::lifecycle::query_pairs(q.as_deref());
+    let params = super::query_pairs(q.as_deref());
     let Some(id) = params.into_iter().find(|(k, _)| k == "id").map(|(_, v)| v).filter(|v| !v.is_empty()) else {
         return error(StatusCode::BAD_REQUEST, "MISSING_QUERY", "missing query parameter 'id'");
     };
-    if super::code::interrupt(&os, &id) {
+    if os.code.interrupt(&id) {
         return StatusCode::OK.into_response();
     }
     let command = os.execd.commands.lock().expect("commands").get(&id).cloned();

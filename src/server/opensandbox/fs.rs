@@ -112,11 +112,11 @@ fn infos(out: &[u8]) -> Vec<Value> {
 
 /// Each `path=` of the query, decoded.
 fn paths(q: Option<&str>) -> Vec<String> {
-    super::lifecycle::query_pairs(q).into_iter().filter(|(k, _)| k == "path").map(|(_, v)| v).collect()
+    super::query_pairs(q).into_iter().filter(|(k, _)| k == "path").map(|(_, v)| v).collect()
 }
 
 fn param(q: Option<&str>, name: &str) -> Option<String> {
-    super::lifecycle::query_pairs(q).into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    super::query_pairs(q).into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
 /// The query's `path=`, which must be there and not empty.

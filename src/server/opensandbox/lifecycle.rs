@@ -28,7 +28,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{error, from_e2b, not_found, provider_error, OsSandbox, Source};
+use super::{error, find, from_e2b, not_found, provider_error, query_pairs, OsSandbox, Source};
 use crate::server::{rfc3339, rfc3339_us, AppState, ServedSandbox};
 
 type St = State<Arc<AppState>>;
@@ -46,7 +46,8 @@ const RESERVED_PREFIX: &str = "opensandbox.io/";
 /// The extension that opts into renew-on-access (OSEP-0009), and its bounds.
 const RENEW_KEY: &str = "access.renew.extend.seconds";
 
-pub(super) fn router(st: Arc<AppState>) -> Router {
+/// The lifecycle API's routes (`/v1/...`); the network policy's are `egress`'s.
+pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/sandboxes", post(create).get(list))
         .route("/v1/sandboxes/{id}", get(detail).delete(delete))
@@ -56,19 +57,11 @@ pub(super) fn router(st: Arc<AppState>) -> Router {
         .route("/v1/sandboxes/{id}/renew-expiration", post(renew))
         .route("/v1/sandboxes/{id}/endpoints/{port}", get(endpoint))
         .route("/v1/sandboxes/{id}/snapshots", post(snapshot))
-        .route(
-            "/v1/sandboxes/{id}/networkpolicy",
-            get(super::egress::control_get)
-                .patch(super::egress::control_patch)
-                .put(super::egress::control_put)
-                .delete(super::egress::control_delete),
-        )
         // The SDKs report their own create latency here; serve keeps no telemetry.
         .route("/v1/metrics/events", post(|| async { StatusCode::NO_CONTENT }))
         .route("/v1/snapshots", get(list_snapshots))
         .route("/v1/snapshots/{id}", get(get_snapshot).delete(delete_snapshot))
         .fallback(unsupported)
-        .with_state(st)
 }
 
 /// Lifecycle routes of the reference server serve does not have, by path prefix.
@@ -474,41 +467,11 @@ fn sandbox_json(sb: &ServedSandbox, os: &OsSandbox, info: &crate::provider::Sand
     v
 }
 
-/// The sandbox `id` made through this API, alive; the 404 otherwise.
-pub(super) async fn find(
-    st: &Arc<AppState>,
-    id: &str,
-) -> Result<(Arc<ServedSandbox>, Arc<OsSandbox>, crate::provider::SandboxInfo), Response> {
-    let Some(os) = st.opensandbox.get(id) else {
-        return Err(not_found(id));
-    };
-    match st.lookup(id).await {
-        Some((sb, info)) => Ok((sb, os, info)),
-        None => {
-            st.opensandbox.remove(id);
-            Err(not_found(id))
-        }
-    }
-}
-
 async fn detail(State(st): St, Path(id): Path<String>) -> Response {
     match find(&st, &id).await {
         Ok((sb, os, info)) => Json(sandbox_json(&sb, &os, &info, true)).into_response(),
         Err(r) => r,
     }
-}
-
-/// Query pairs, each decoded once (what an HTTP framework hands a handler).
-pub(super) fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
-    let dec = |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
-    raw.unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (dec(k), dec(v))
-        })
-        .collect()
 }
 
 /// The `metadata` filter: `k=v&k2=v2` (already decoded once as a query value), each key and

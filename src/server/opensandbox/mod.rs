@@ -164,6 +164,36 @@ impl OsSandbox {
     }
 }
 
+/// The sandbox `id` made through this API, alive; the 404 otherwise.
+pub(super) async fn find(
+    st: &Arc<AppState>,
+    id: &str,
+) -> Result<(Arc<ServedSandbox>, Arc<OsSandbox>, crate::provider::SandboxInfo), Response> {
+    let Some(os) = st.opensandbox.get(id) else {
+        return Err(not_found(id));
+    };
+    match st.lookup(id).await {
+        Some((sb, info)) => Ok((sb, os, info)),
+        None => {
+            st.opensandbox.remove(id);
+            Err(not_found(id))
+        }
+    }
+}
+
+/// Query pairs, each decoded once (what an HTTP framework hands a handler).
+pub(super) fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
+    let dec = |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
+    raw.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (dec(k), dec(v))
+        })
+        .collect()
+}
+
 /// Whether OpenSandbox's side takes this request (see the module documentation).
 pub(crate) fn claims(path: &str) -> bool {
     path.starts_with("/v1/") || path == "/v1" || proxy_route(path).is_some()
@@ -323,8 +353,8 @@ pub(crate) async fn route(st: &Arc<AppState>, req: Request) -> Response {
 
 fn routers(st: &Arc<AppState>) -> &Routers {
     st.opensandbox.routers.get_or_init(|| Routers {
-        lifecycle: lifecycle::router(st.clone()),
-        execd: execd::router(st.clone()),
+        lifecycle: lifecycle::routes().merge(egress::control_routes()).with_state(st.clone()),
+        execd: code::routes(fs::routes(execd::routes())).with_state(st.clone()),
         egress: egress::router(st.clone()),
     })
 }
