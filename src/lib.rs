@@ -19,6 +19,7 @@ pub mod matcher;
 pub mod model;
 pub mod net;
 pub mod out;
+pub(crate) mod owner;
 pub mod provider;
 pub mod random;
 pub mod report;

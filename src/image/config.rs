@@ -74,6 +74,11 @@ impl ImageConfig {
         })
     }
 
+    /// `env` as a map (a later entry of a name wins, as in a container).
+    pub fn env_map(&self) -> std::collections::BTreeMap<String, String> {
+        self.env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
     /// The value of `NAME` in `env`, if set.
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.iter().rev().find_map(|e| e.split_once('=').filter(|(k, _)| *k == name).map(|(_, v)| v))
@@ -124,6 +129,8 @@ mod tests {
         assert_eq!(c.cmd, Some(vec!["python3".to_string()]));
         assert_eq!(c.exposed_ports, vec![8000]);
         assert_eq!(c.env_var("A"), Some("b c"));
+        let twice = ImageConfig { env: vec!["A=1".into(), "junk".into(), "A=2=x".into()], ..c.clone() };
+        assert_eq!(twice.env_map(), [("A".to_string(), "2=x".to_string())].into());
         assert_eq!(ImageConfig::from_oci_json(b"{}").unwrap(), ImageConfig::default());
     }
 

@@ -45,23 +45,11 @@ pub use config::{ImageConfig, InvalidImageConfig};
 pub use error::ImageError;
 pub use idmap::{IdMap, IdMapError};
 pub use offline::{offline_table, OfflineName};
+pub use registry::RegistryAuth;
 
 use cache::{Cache, Meta};
 use error::Result;
 use reference::{RegistryRef, Source};
-
-/// Credentials for a registry (basic auth, or the basic credentials a token service takes).
-#[derive(Clone)]
-pub struct RegistryAuth {
-    pub username: String,
-    pub password: String,
-}
-
-impl std::fmt::Debug for RegistryAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegistryAuth").field("username", &self.username).field("password", &"***").finish()
-    }
-}
 
 /// An unpacked image.
 #[derive(Debug, Clone)]

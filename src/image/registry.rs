@@ -16,7 +16,19 @@ use sha2::{Digest, Sha256};
 
 use super::error::{ImageError, Result};
 use super::reference::RegistryRef;
-use super::RegistryAuth;
+
+/// Credentials for a registry (basic auth, or the basic credentials a token service takes).
+#[derive(Clone)]
+pub struct RegistryAuth {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAuth").field("username", &self.username).field("password", &"***").finish()
+    }
+}
 
 pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub(crate) const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::diag::{Diagnostic, Source};
 
+use super::scenario::{Case, Scenario};
 use super::validate::{self, LoadOptions};
-use super::{Case, Scenario};
 
 #[derive(Debug)]
 pub struct Loaded {

@@ -10,8 +10,9 @@ use std::time::Duration;
 use serde_json::Value as JsonValue;
 
 use super::args::{self, ArgError, Slot};
+use super::capability::PROVIDERS;
 use super::kinds::{self as registry, Field, FieldType, COMMON_KEYS};
-use super::{Eventually, KnownIssue, Requires, Retry, Scenario, Step, PROVIDERS};
+use super::scenario::{Eventually, KnownIssue, Requires, Retry, Scenario, Step};
 use crate::diag::{did_you_mean, Diagnostic, Location, Source};
 use crate::expr::{self, Scope};
 use crate::yaml::{self, Node, Value};

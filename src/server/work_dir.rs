@@ -14,39 +14,19 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::owner;
+
 /// The start of every work directory's name.
 const PREFIX: &str = "scenario-run-serve-";
-/// The owner file in a work directory.
-const OWNER_FILE: &str = "owner";
-
-/// Process `pid`'s start time in clock ticks since boot (it tells a reused pid apart).
-fn start_time(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22, counted after the parenthesised command name (which may contain spaces).
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19).map(str::to_string)
-}
-
-/// This process, as an owner file says it.
-fn owner_token() -> String {
-    let pid = std::process::id();
-    format!("{pid}:{}", start_time(pid).unwrap_or_default())
-}
-
 /// Whether the work directory `dir` belongs to no live process.
 fn is_stale(dir: &Path) -> bool {
-    match std::fs::read_to_string(dir.join(OWNER_FILE)) {
-        Ok(token) => {
-            let (pid, start) = token.trim().split_once(':').unwrap_or((token.trim(), ""));
-            match pid.parse::<u32>() {
-                Ok(pid) => start_time(pid).is_none_or(|s| s != start),
-                Err(_) => true,
-            }
-        }
+    match std::fs::read_to_string(dir.join(owner::FILE)) {
+        Ok(token) => owner::token_gone(&token),
         // An older serve's (no owner file): `<prefix><pid>-<port>`.
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let pid = name.strip_prefix(PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok());
-            pid.is_none_or(|pid| start_time(pid).is_none())
+            pid.is_none_or(owner::pid_gone)
         }
         // Unreadable: not ours to judge.
         Err(_) => false,
@@ -99,7 +79,7 @@ pub(crate) fn create_in(tmp: &Path, port: u16) -> io::Result<PathBuf> {
         }
         Err(e) => return Err(io::Error::new(e.kind(), format!("cannot make {}: {e}", dir.display()))),
     }
-    std::fs::write(dir.join(OWNER_FILE), owner_token())?;
+    owner::mark(&dir)?;
     Ok(dir)
 }
 
@@ -116,7 +96,7 @@ mod tests {
         // whose pid lives.
         let dead = tmp.path().join(format!("{PREFIX}1-2"));
         std::fs::create_dir(&dead).unwrap();
-        std::fs::write(dead.join(OWNER_FILE), format!("{}:0", u32::MAX - 1)).unwrap();
+        std::fs::write(dead.join(owner::FILE), format!("{}:0", u32::MAX - 1)).unwrap();
         let old = tmp.path().join(format!("{PREFIX}{}-3", u32::MAX - 1));
         std::fs::create_dir_all(old.join("spool")).unwrap();
         let old_live = tmp.path().join(format!("{PREFIX}{}-4", std::process::id()));
@@ -140,10 +120,10 @@ mod tests {
         // A stale one of ours is replaced.
         let stale = tmp.path().join(format!("{PREFIX}{}-6", std::process::id()));
         std::fs::create_dir(&stale).unwrap();
-        std::fs::write(stale.join(OWNER_FILE), format!("{}:0", u32::MAX - 1)).unwrap();
+        std::fs::write(stale.join(owner::FILE), format!("{}:0", u32::MAX - 1)).unwrap();
         std::fs::write(stale.join("left"), "x").unwrap();
         let made = create_in(tmp.path(), 6).unwrap();
         assert!(!made.join("left").exists());
-        assert_eq!(std::fs::read_to_string(made.join(OWNER_FILE)).unwrap(), owner_token());
+        assert_eq!(std::fs::read_to_string(made.join(owner::FILE)).unwrap(), owner::token());
     }
 }

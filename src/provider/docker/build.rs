@@ -27,7 +27,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use super::api_err;
+use super::api::api_err;
 use crate::provider::registered::BuildLog;
 use crate::provider::{ProviderError, Result};
 use crate::templates::dockerfile::Inst;

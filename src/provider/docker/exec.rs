@@ -34,7 +34,7 @@ use bollard::Docker;
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::{api_err, is_status, HOME};
+use super::api::{api_err, is_status};
 use crate::provider::core::{check_env_key, Done, Process, Procs, Stdin};
 use crate::provider::output::Captured;
 use crate::provider::{ErrorKind, ExecRequest, ExecResult, OutputChunk, OutputTx, ProcessInfo, ProviderError, Result};
@@ -333,7 +333,7 @@ impl ProcTable {
             container,
             procs: Procs::default(),
             user_ready: tokio::sync::OnceCell::new(),
-            default_cwd: HOME.to_string(),
+            default_cwd: crate::provider::SANDBOX_HOME.to_string(),
         }
     }
 

@@ -111,6 +111,7 @@
 //! are supported. Nothing is contacted until the first operation; if no engine answers there,
 //! `create` fails with an infrastructure error that says to run `.ci/local-stack.sh up`.
 
+mod api;
 mod build;
 mod caps;
 pub(crate) use build::image_tag;
@@ -123,7 +124,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::errors::Error as DockerError;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
@@ -139,6 +139,7 @@ use super::{
     BuildOutput, BuildSpec, CreateRequest, DeployOutput, ExecRequest, ExecResult, FileEntry, OutputTx, Provider,
     ProviderError, ProviderStats, Result, SandboxInfo,
 };
+use api::{api_err, is_status};
 use exec::ProcTable;
 
 /// Sandbox lifetime when `create` does not say.
@@ -273,28 +274,6 @@ impl Member for Sandbox {
     fn owned(&self) -> bool {
         !self.adopted
     }
-}
-
-/// Maps an engine error to a provider error; `what` reads after "failed to".
-pub(crate) fn api_err(e: DockerError, what: &str) -> ProviderError {
-    match &e {
-        DockerError::DockerResponseServerError { status_code, message } => {
-            let msg = format!("{what}: {}", message.trim());
-            match status_code {
-                404 => ProviderError::not_found(msg),
-                400 | 409 | 403 => ProviderError::invalid(msg),
-                _ => ProviderError::infra(msg),
-            }
-        }
-        DockerError::RequestTimeoutError => {
-            ProviderError::new(super::ErrorKind::Timeout, format!("{what}: the Docker engine did not answer in time"))
-        }
-        _ => ProviderError::infra(format!("{what}: {e}")),
-    }
-}
-
-fn is_status(e: &DockerError, code: u16) -> bool {
-    matches!(e, DockerError::DockerResponseServerError { status_code, .. } if *status_code == code)
 }
 
 /// The socket path of a `unix://` DOCKER_HOST.

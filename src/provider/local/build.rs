@@ -125,7 +125,7 @@ pub(crate) fn publish(mut layer: Layer, shared: &Path) -> std::io::Result<Layer>
     layer.layer = shared.join("layer");
     record(&layer)?;
     std::fs::write(shared.join(KEEP_FILE), "")?;
-    let _ = std::fs::remove_file(shared.join(super::OWNER_FILE));
+    let _ = std::fs::remove_file(shared.join(crate::owner::FILE));
     Ok(layer)
 }
 
@@ -170,7 +170,7 @@ pub(crate) async fn build(
     let mut log = BuildLog::new(tx.clone());
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| ProviderError::infra(format!("cannot create {}: {e}", dir.display())))?;
-    std::fs::write(dir.join(super::OWNER_FILE), owner).map_err(|e| ProviderError::infra(e.to_string()))?;
+    std::fs::write(dir.join(crate::owner::FILE), owner).map_err(|e| ProviderError::infra(e.to_string()))?;
     log.line(format!("building template {} ({}) from {}", t.def.name, t.digest, t.dir.display()));
     let from = from_image(spec)
         .ok_or_else(|| ProviderError::invalid(format!("{}: the Dockerfile has no FROM", t.def.dockerfile)))?;
@@ -290,7 +290,7 @@ async fn run_instructions(
     let entry = ns.entry.clone();
     let mut args: BTreeMap<String, String> = BTreeMap::new();
     // What a container of the image starts with.
-    let mut env: BTreeMap<String, String> = super::image_env(&image.env);
+    let mut env: BTreeMap<String, String> = image.env_map();
     let mut workdir: Option<String> = image.workdir.clone().filter(|w| !w.is_empty());
     let mut user: Option<String> = image.user.clone().filter(|u| !u.is_empty());
     let mut cmd: Option<String> =

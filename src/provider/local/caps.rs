@@ -264,7 +264,7 @@ impl crate::provider::Snapshots for LocalProvider {
             f.freeze(true).await.map_err(|e| ProviderError::infra(format!("cannot freeze sandbox {id}: {e}")))?;
         }
         let dir = self.inner.state_dir.join(format!("snap-{}", crate::random::hex(6)));
-        let (to, owner) = (dir.join("layer"), dir.join(OWNER_FILE));
+        let (to, owner) = (dir.join("layer"), dir.join(crate::owner::FILE));
         // The upper directory is on the sandbox's disk: seen through the running sandbox's
         // mount namespace, or (a filesystem-only pause) mounted read-only for the copy.
         let Iso::Ns { layout, .. } = &sb.iso else { unreachable!("checked above") };
@@ -272,7 +272,7 @@ impl crate::provider::Snapshots for LocalProvider {
         let live = sb.boot().filter(|_| !sb.is_cold()).map(|b| b.ns.host_view(&disk.upper()));
         let copied = tokio::task::spawn_blocking(move || -> std::io::Result<std::process::Output> {
             std::fs::create_dir_all(to.parent().expect("has a parent"))?;
-            std::fs::write(owner, owner_token())?;
+            std::fs::write(owner, crate::owner::token())?;
             let mut cp = std::process::Command::new("cp");
             cp.arg("-a").arg(live.as_deref().unwrap_or(&disk.upper())).arg(&to);
             match live {

@@ -429,7 +429,7 @@ impl Cgroup {
 /// The group name of sandbox `id` of this process: `<pid>.<start time>.<id>`, so a later run
 /// can tell whether the process that made it is gone.
 pub(crate) fn group_name(id: &str) -> String {
-    format!("{}.{}", super::owner_token().replace(':', "."), id)
+    crate::owner::name(id)
 }
 
 /// Removes sandbox groups whose owner process is gone (what a SIGKILLed run leaves): kills
@@ -449,7 +449,7 @@ pub(crate) fn sweep() {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             // Only groups named the way this program names them: `<pid>.<start time>.<id>`.
-            let Some(gone) = super::owner_gone(&name) else { continue };
+            let Some(gone) = crate::owner::name_gone(&name) else { continue };
             if e.path().is_dir() && gone {
                 stale.entry(name).or_default().push(e.path());
             }

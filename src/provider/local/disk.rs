@@ -246,7 +246,7 @@ impl Pool {
     /// once, when first needed). The directory carries the owner file, so the next run sweeps
     /// what a killed one left.
     pub(crate) fn new(state_dir: &Path, write_seed: Box<SeedWriter>) -> Arc<Self> {
-        let dir = state_dir.join(format!("disk-pool.{}", super::owner_token().replace(':', ".")));
+        let dir = state_dir.join(format!("disk-pool.{}", crate::owner::token().replace(':', ".")));
         let target = std::env::var("SCENARIO_RUN_DISK_POOL").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_POOL);
         Arc::new(Self {
             dir,
@@ -263,7 +263,7 @@ impl Pool {
         let r = self.seeded.get_or_init(|| {
             let seed = self.dir.join("seed");
             std::fs::create_dir_all(&self.dir)
-                .and_then(|()| std::fs::write(self.dir.join(super::OWNER_FILE), super::owner_token()))
+                .and_then(|()| crate::owner::mark(&self.dir))
                 .and_then(|()| (self.write_seed)(&seed))
                 .map(|()| seed)
                 .map_err(|e| SeedFailed(Arc::new(e)))

@@ -122,11 +122,6 @@ const DEFAULT_PIDS: u64 = 1024;
 /// The image `base` (and a `create` with no template) starts from.
 pub const BASE_IMAGE: &str = "base";
 
-/// `KEY=VALUE` strings as a map (an image's `Env`).
-fn image_env(env: &[String]) -> BTreeMap<String, String> {
-    env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
-
 /// How sandboxes are isolated from the host and from each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolation {
@@ -299,33 +294,6 @@ impl Member for Sandbox {
     }
 }
 
-/// In each sandbox directory: `<pid>:<start time>` of the process that made it.
-const OWNER_FILE: &str = "owner";
-
-/// This process as `<pid>:<start time in clock ticks>`; the start time tells a reused pid apart.
-fn owner_token() -> String {
-    let pid = std::process::id();
-    format!("{pid}:{}", start_time(pid).unwrap_or_default())
-}
-
-/// Whether the process that made `name` (a mount point's or a cgroup's, named
-/// `<owner pid>.<start time>.<id>`) is gone; `None` for a name this program does not give.
-pub(crate) fn owner_gone(name: &str) -> Option<bool> {
-    let mut parts = name.splitn(3, '.');
-    let (Some(pid), Some(start), Some(_)) =
-        (parts.next().and_then(|p| p.parse::<u32>().ok()), parts.next(), parts.next())
-    else {
-        return None;
-    };
-    Some(start_time(pid).is_none_or(|s| s != start))
-}
-
-fn start_time(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22, counted after the parenthesised command name (which may contain spaces).
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19).map(str::to_string)
-}
-
 /// Removes sandbox directories whose owner process is gone: what a SIGKILLed run leaves on
 /// disk (its sandboxes themselves died with it, and their mounts lived only in their own
 /// mount namespaces). Directories of live runs sharing the state directory are left alone;
@@ -337,14 +305,8 @@ fn sweep_stale(state_dir: &std::path::Path) {
         if !path.is_dir() || path.join(build::KEEP_FILE).exists() {
             continue;
         }
-        let stale = match std::fs::read_to_string(path.join(OWNER_FILE)) {
-            Ok(token) => {
-                let (pid, start) = token.trim().split_once(':').unwrap_or((token.trim(), ""));
-                match pid.parse::<u32>() {
-                    Ok(pid) => start_time(pid).is_none_or(|s| s != start),
-                    Err(_) => true,
-                }
-            }
+        let stale = match std::fs::read_to_string(path.join(crate::owner::FILE)) {
+            Ok(token) => crate::owner::token_gone(&token),
             Err(_) => e
                 .metadata()
                 .and_then(|m| m.modified())
@@ -684,7 +646,7 @@ impl Inner {
                     let (log, _) = mpsc::unbounded_channel();
                     let base = self.images.get(BASE_IMAGE, None, &log).await?;
                     lowers.push(base.dir.clone());
-                    envs.extend(image_env(&base.config.env));
+                    envs.extend(base.config.env_map());
                     workdir.clone_from(&base.config.workdir);
                 }
             }
@@ -710,7 +672,7 @@ impl Inner {
             let dir = self.state_dir.join(&id);
             // Who owns it, so a later run can sweep it if this process dies without cleaning up.
             std::fs::create_dir_all(&dir)
-                .and_then(|()| std::fs::write(dir.join(OWNER_FILE), owner_token()))
+                .and_then(|()| crate::owner::mark(&dir))
                 .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
             let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
             let (h, t, b) = (home.clone(), tmp.clone(), bash_env.clone());
@@ -786,7 +748,7 @@ impl Inner {
                     .take()
                     .await
                     .map_err(|e| ProviderError::infra(format!("cannot make the build's network: {e}")))?;
-                let mut r = build::build(spec, &dir, &owner_token(), &self.images, net, log.clone()).await;
+                let mut r = build::build(spec, &dir, &crate::owner::token(), &self.images, net, log.clone()).await;
                 if let (true, Ok(layer)) = (spec.keep, &r) {
                     let (layer, to) = (layer.clone(), shared.clone());
                     r = blocking(move || {

@@ -45,7 +45,6 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::cgroup::{Cgroup, Limits};
 use super::enter::Entry;
-use super::owner_gone;
 use super::sys::{self, Pidfd};
 use super::userns::{self, IdMap};
 use crate::provider::{ProviderError, Result};
@@ -65,7 +64,7 @@ pub(crate) const ROOTS: &str = "/run/scenario-run/roots";
 /// A fresh mount point under [`ROOTS`], named `<owner pid>.<start time>.<random>` so the next
 /// run can sweep what a killed one left.
 fn mount_point() -> PathBuf {
-    Path::new(ROOTS).join(format!("{}.{}", super::owner_token().replace(':', "."), crate::random::hex(6)))
+    Path::new(ROOTS).join(crate::owner::name(&crate::random::hex(6)))
 }
 
 /// Removes mount points whose owner process is gone (empty directories a SIGKILLed run left).
@@ -73,7 +72,7 @@ pub(crate) fn sweep_mount_points() {
     let Ok(entries) = std::fs::read_dir(ROOTS) else { return };
     for e in entries.flatten() {
         // Only mount points named the way this program names them.
-        if owner_gone(&e.file_name().to_string_lossy()) == Some(true) {
+        if crate::owner::name_gone(&e.file_name().to_string_lossy()) == Some(true) {
             let _ = std::fs::remove_dir(e.path());
         }
     }
@@ -825,17 +824,4 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Pro
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir(&layout.merged);
     result
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn owner_gone_reads_the_names_this_program_gives() {
-        let mine = format!("{}.x", super::super::owner_token().replace(':', "."));
-        assert_eq!(super::owner_gone(&mine), Some(false));
-        assert_eq!(super::owner_gone(&format!("{}.1.x", std::process::id())), Some(true), "a reused pid");
-        assert_eq!(super::owner_gone("4294967295.1.x"), Some(true));
-        assert_eq!(super::owner_gone("lost+found"), None);
-        assert_eq!(super::owner_gone("1.2"), None);
-    }
 }

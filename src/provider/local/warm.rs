@@ -127,7 +127,7 @@ impl Booter {
         let dir = self.state_dir.join(&id);
         // Who owns it, so a later run can sweep it if this process dies without cleaning up.
         std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(dir.join(super::OWNER_FILE), super::owner_token()))
+            .and_then(|()| crate::owner::mark(&dir))
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
         let mut layout = Layout::new(&dir, self.ids, shape.limits);
         self.booting.lock().expect("booting").insert(id.clone(), layout.merged.clone());

@@ -181,9 +181,10 @@ pub(super) async fn find(
     }
 }
 
-/// Query pairs, each decoded once (what an HTTP framework hands a handler).
+/// Query pairs, each decoded once as a form value (what the reference server's framework
+/// hands a handler: lossy, where E2B's side refuses bytes that are not UTF-8).
 pub(super) fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
-    let dec = |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
+    let dec = crate::net::form_decode;
     raw.unwrap_or("")
         .split('&')
         .filter(|p| !p.is_empty())
