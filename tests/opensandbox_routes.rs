@@ -233,3 +233,47 @@ async fn a_sandbox_endpoint_refuses_other_credentials() {
     }
     assert_eq!(answer(ping(&a_execd).header(ACCESS, &a_token)).await.0, StatusCode::FORBIDDEN, "a deleted sandbox");
 }
+
+/// execd's `/files/download`: a whole file streamed (one past the 1 GiB that one read takes,
+/// without serve holding it), a byte range of it, lines by `offset`/`limit`, and the refusals.
+#[tokio::test(flavor = "multi_thread")]
+async fn execd_downloads_stream_whole_files_and_ranges() {
+    const BIG: u64 = 1100 << 20;
+    let srv = serve();
+    let http = client();
+    let id = create(&http, &srv).await;
+    let (execd, token) = endpoint(&http, &srv, &id, EXECD).await;
+    let token = token.expect("execd is secured");
+    let r = http
+        .post(format!("{execd}/command"))
+        .header(ACCESS, &token)
+        .json(&json!({"command": format!("printf 'one\\ntwo\\nthree\\n' > /tmp/lines && truncate -s {BIG} /tmp/big")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let _ = r.text().await.unwrap();
+    let get = |query: &str| http.get(format!("{execd}/files/download?{query}")).header(ACCESS, &token);
+
+    let mut r = get("path=/tmp/big").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.content_length(), Some(BIG));
+    let mut n = 0u64;
+    while let Some(chunk) = r.chunk().await.unwrap() {
+        n += chunk.len() as u64;
+    }
+    assert_eq!(n, BIG);
+
+    let r = get("path=/tmp/lines").header("Range", "bytes=4-6").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(r.headers()["content-range"], "bytes 4-6/14");
+    assert_eq!(r.text().await.unwrap(), "two");
+    let r = get("path=/tmp/lines").header("Range", "bytes=10-").send().await.unwrap();
+    assert_eq!((r.status(), r.text().await.unwrap()), (StatusCode::PARTIAL_CONTENT, "ree\n".to_string()));
+    let r = get("path=/tmp/lines&offset=2&limit=1").send().await.unwrap();
+    assert_eq!((r.status(), r.text().await.unwrap()), (StatusCode::OK, "two\n".to_string()));
+    let r = get("path=/tmp/lines").header("Range", "bytes=99-").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    let (status, v) = answer(get("path=/tmp/none")).await;
+    assert_eq!((status, v["code"].as_str()), (StatusCode::NOT_FOUND, Some("FILE_NOT_FOUND")), "{v}");
+}

@@ -945,6 +945,82 @@ fn peak_rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// A download streams from the open file, as envd's does: a file past the 1 GiB that one read
+/// takes comes whole, and serve's memory stays flat (it used to read the file into memory
+/// first, and refuse one past 1 GiB). The file is opened with the request's user's rights.
+#[tokio::test]
+async fn downloads_stream_from_the_open_file() {
+    const SIZE: u64 = 1536 << 20;
+    let server = Server::start(&[]);
+    let base = server.base.clone();
+    let http = client();
+    let sb = make(&http, &base).await;
+    // Sparse: 1.5 GiB of zeros that take no disk, and a root-only file.
+    let (out, _) = run_cmd(
+        &http,
+        &base,
+        &sb,
+        &format!(
+            "truncate -s {SIZE} big && sudo sh -c 'echo secret > /root.only && chmod 600 /root.only' && echo made"
+        ),
+    )
+    .await;
+    assert_eq!(out, "made\n");
+    let get = |path: &str| {
+        http.get(format!("{base}/files?path={path}"))
+            .header("E2b-Sandbox-Id", &sb.id)
+            .header("X-Access-Token", &sb.token)
+            .send()
+    };
+    let before = peak_rss_kib(server.pid());
+    let mut r = get("big").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.content_length(), Some(SIZE));
+    let (mut n, mut stray) = (0u64, false);
+    while let Some(chunk) = r.chunk().await.unwrap() {
+        n += chunk.len() as u64;
+        stray |= chunk.iter().any(|b| *b != 0);
+    }
+    assert_eq!(n, SIZE);
+    assert!(!stray, "a sparse file reads as zeros");
+    let after = peak_rss_kib(server.pid());
+    eprintln!("a {SIZE}-byte download: serve's peak RSS {before} KiB before, {after} KiB after");
+    assert!(after < before + 100 * 1024, "peak RSS went from {before} KiB to {after} KiB");
+    // The sandbox user cannot read root's file; root can.
+    let r = get("/root.only").await.unwrap();
+    assert_ne!(r.status(), 200);
+    let refusal = r.text().await.unwrap();
+    assert!(refusal.contains("permission denied") && !refusal.contains("secret"), "{refusal}");
+    let r = http
+        .get(format!("{base}/files?path=/root.only&username=root"))
+        .header("E2b-Sandbox-Id", &sb.id)
+        .header("X-Access-Token", &sb.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "secret\n");
+    // A download under way ends when its sandbox is killed, rather than hold its disk open.
+    let mut r = get("big").await.unwrap();
+    let mut n = r.chunk().await.unwrap().expect("a first chunk").len() as u64;
+    let (status, _) = api(&http, reqwest::Method::DELETE, format!("{base}/sandboxes/{}", sb.id), None).await;
+    assert_eq!(status, 204);
+    let cut = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match r.chunk().await {
+                Ok(Some(c)) => n += c.len() as u64,
+                Ok(None) => return false,
+                Err(_) => return true,
+            }
+        }
+    })
+    .await
+    .expect("the download ends soon after the kill");
+    assert!(cut && n < SIZE, "the killed sandbox's download went on: {n} of {SIZE} bytes, cut: {cut}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
 /// 800 MB of zeros through `gzip -9`: about 780 KB.
 fn gzip_bomb() -> Vec<u8> {
     let out = Command::new("sh").args(["-c", "head -c 800000000 /dev/zero | gzip -9"]).output().unwrap();
@@ -2383,10 +2459,12 @@ async fn issue_23_a_build_context_never_makes_serve_write_through_a_link() {
 
 /// Regression (issue 23, item 10): a download of a FIFO never returned (a serve thread blocked
 /// for good), and one of a link to `/dev/zero` took serve to OOM in 3 s. What is not a regular
-/// file is refused at once, saying what it is; a file past the read limit (1 GiB) is refused
-/// by its size; a write to a FIFO does not block either, and serve stays responsive.
+/// file is refused at once, saying what it is; a write to a FIFO does not block either, and
+/// serve stays responsive. A file past 1 GiB was refused by its size while downloads were read
+/// into memory; they stream now, so it is answered at once with its length
+/// ([`downloads_stream_from_the_open_file`] reads one whole).
 #[tokio::test]
-async fn issue_23_downloads_refuse_fifos_devices_and_files_past_the_limit() {
+async fn issue_23_downloads_refuse_fifos_and_devices_at_once() {
     let server = Server::start(&[]);
     let (http, base) = (client(), server.base.clone());
     let sb = make(&http, &base).await;
@@ -2404,13 +2482,16 @@ async fn issue_23_downloads_refuse_fifos_devices_and_files_past_the_limit() {
     for (path, want) in [
         ("fifo", "is a FIFO, not a regular file: /home/user/fifo"),
         ("zero", "is a character device, not a regular file: /home/user/zero"),
-        ("huge", "is larger than 1 GiB"),
     ] {
         let r = get(path).await.unwrap_or_else(|e| panic!("the download of {path} did not answer: {e}"));
         let (status, body) = (r.status().as_u16(), r.text().await.unwrap());
         assert_eq!(status, 400, "{path}: {body}");
         assert!(body.contains(want), "{path}: {body}");
     }
+    let mut r = get("huge").await.unwrap();
+    assert_eq!((r.status().as_u16(), r.content_length()), (200, Some(3 << 30)));
+    assert!(r.chunk().await.unwrap().is_some_and(|c| !c.is_empty() && c.iter().all(|b| *b == 0)));
+    drop(r);
     let r = get("small").await.unwrap();
     assert_eq!((r.status().as_u16(), r.bytes().await.unwrap().len()), (200, 1000));
     // An upload onto the FIFO is refused too, without waiting for a reader.

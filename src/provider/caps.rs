@@ -93,12 +93,63 @@ pub trait EnvdFiles: Send + Sync {
     async fn write_file_as(&self, id: &str, path: &str, data: Vec<u8>, user: &str) -> Result<FileEntry>;
     /// Reads `path` with the rights of sandbox user `user`.
     async fn read_file_as(&self, id: &str, path: &str, user: &str) -> Result<Vec<u8>>;
+    /// Opens regular file `path` with the rights of sandbox user `user`, to be streamed (a
+    /// download): no size limit, and nothing held in memory.
+    async fn open_file_as(&self, id: &str, path: &str, user: &str) -> Result<FileStream>;
     /// The file metadata of `path` (envd's: its `user.e2b.*` extended attributes, without
     /// the prefix).
     async fn file_metadata(&self, id: &str, path: &str) -> Result<BTreeMap<String, String>>;
     /// Makes `metadata` the whole file metadata of `path` (an empty map clears it). Both are
     /// done with the rights of the sandbox's root, as envd does them.
     async fn set_file_metadata(&self, id: &str, path: &str, metadata: BTreeMap<String, String>) -> Result<()>;
+}
+
+/// A file opened to be streamed: its length when it was opened, and its content. A file that
+/// changes while it is read may give fewer bytes, or other ones; the reader never gives more
+/// than `len`.
+pub struct FileStream {
+    pub len: u64,
+    pub reader: std::pin::Pin<Box<dyn ReadSeek>>,
+}
+
+/// What a [`FileStream`] reads with: a file (or a buffer) that can also seek, for byte ranges.
+pub trait ReadSeek: tokio::io::AsyncRead + tokio::io::AsyncSeek + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncSeek + Send> ReadSeek for T {}
+
+impl FileStream {
+    /// A stream of `data`, already read.
+    pub fn of(data: Vec<u8>) -> Self {
+        FileStream { len: data.len() as u64, reader: Box::pin(std::io::Cursor::new(data)) }
+    }
+
+    /// Bytes `start..start + count` of the file, in chunks of at most 64 KiB (fewer bytes if
+    /// the file shrank meanwhile, never more): what one chunk of a response body holds.
+    pub fn chunks(
+        self,
+        start: u64,
+        count: u64,
+    ) -> impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send {
+        use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+        futures_util::stream::unfold((self.reader, Some(start), count), |(mut r, seek, left)| async move {
+            if let Some(pos) = seek.filter(|p| *p > 0) {
+                if let Err(e) = r.seek(std::io::SeekFrom::Start(pos)).await {
+                    return Some((Err(e), (r, None, 0)));
+                }
+            }
+            if left == 0 {
+                return None;
+            }
+            let mut buf = vec![0u8; left.min(64 << 10) as usize];
+            match r.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(bytes::Bytes::from(buf)), (r, None, left - n as u64)))
+                }
+                Err(e) => Some((Err(e), (r, None, 0))),
+            }
+        })
+    }
 }
 
 /// Changes under a directory, reported as they happen.
@@ -343,6 +394,14 @@ impl<'a> SandboxRef<'a> {
             Some(f) => f.read_file_as(self.id, path, user).await,
             None if user == "user" => self.read_file(path).await,
             None => Err(lacks(self.provider, "reads files as `user` only")),
+        }
+    }
+    /// As [`EnvdFiles::open_file_as`]; a provider without it reads the file whole, as `user`
+    /// only (and up to [`super::MAX_FILE_READ`]).
+    pub async fn open_file_as(&self, path: &str, user: &str) -> Result<FileStream> {
+        match self.provider.features().envd_files {
+            Some(f) => f.open_file_as(self.id, path, user).await,
+            None => self.read_file_as(path, user).await.map(FileStream::of),
         }
     }
     pub async fn file_metadata(&self, path: &str) -> Result<BTreeMap<String, String>> {

@@ -28,8 +28,8 @@ pub use crate::error::{ErrorKind, ProviderError};
 pub use crate::model::capability::Capability;
 pub use crate::stats::ProviderStats;
 pub use caps::{
-    Builds, EnvdFiles, ExposeHost, Features, Files, LiveProcesses, Metrics, NetworkControl, Pausing, Ports, Processes,
-    Pty, SandboxRef, Snapshots, WatchDirs,
+    Builds, EnvdFiles, ExposeHost, Features, FileStream, Files, LiveProcesses, Metrics, NetworkControl, Pausing, Ports,
+    Processes, Pty, SandboxRef, Snapshots, WatchDirs,
 };
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
@@ -59,10 +59,12 @@ pub fn normalize_path(path: &str) -> Result<String> {
     Ok(format!("/{}", parts.join("/")))
 }
 
-/// The most one read of a sandbox file returns, on every provider (`read-file`, serve's
-/// `/files` downloads): 1 GiB, as much as serve takes in one upload (`--max-upload`'s
+/// The most one read of a whole sandbox file into memory returns, on every provider
+/// (`read-file`; serve's downloads on a provider that cannot stream them, and OpenSandbox's
+/// downloads by lines): 1 GiB, as much as serve takes in one upload (`--max-upload`'s
 /// default). A larger file is refused by its size before anything is read, and one that grows
-/// while it is read is cut off at the limit and refused. (`--max-output` bounds commands'
+/// while it is read is cut off at the limit and refused. serve's downloads from local
+/// sandboxes stream from the open file ([`EnvdFiles::open_file_as`]) and have no limit. (`--max-output` bounds commands'
 /// output, not files: a scenario may read back a file bigger than what it keeps of a command.)
 pub const MAX_FILE_READ: u64 = 1 << 30;
 

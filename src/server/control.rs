@@ -482,6 +482,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
         paused: Default::default(),
         end_ms: std::sync::Mutex::new(super::now_secs().saturating_add(timeout).saturating_mul(1000)),
         end_changed: Default::default(),
+        ended: Default::default(),
         env_vars,
         mask_host,
         public_ports,

@@ -330,16 +330,21 @@ pub(crate) async fn download(
         Ok(p) => p,
         Err(e) => return json_error(StatusCode::BAD_REQUEST, &e.message),
     };
-    match st.provider.sandbox(&sb.provider_id).read_file_as(&path, &user).await {
-        Ok(data) => {
+    // Streamed from the open file, as envd does: nothing of it is held in memory, whatever its
+    // size (a provider that cannot open files to stream reads them whole, up to 1 GiB).
+    match st.provider.sandbox(&sb.provider_id).open_file_as(&path, &user).await {
+        Ok(file) => {
             let name = path.rsplit('/').next().unwrap_or("file").replace('"', "");
             let disposition = HeaderValue::from_str(&format!("inline; filename=\"{name}\""))
                 .unwrap_or_else(|_| HeaderValue::from_static("inline"));
-            let body = limit_body(Body::from(data), st.faults.cut_stream_after);
+            let len = file.len;
+            let chunks = file.chunks(0, len).take_until(sb.ended.clone().cancelled_owned());
+            let body = limit_body(Body::from_stream(chunks), st.faults.cut_stream_after);
             (
                 [
                     (header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
                     (header::CONTENT_DISPOSITION, disposition),
+                    (header::CONTENT_LENGTH, HeaderValue::from(len)),
                 ],
                 body,
             )

@@ -253,6 +253,9 @@ pub(crate) struct ServedSandbox {
     pub end_ms: Mutex<u64>,
     /// Wakes the auto-pause task when `end_ms` moves or the sandbox goes.
     pub end_changed: tokio::sync::Notify,
+    /// Cancelled when the record goes (killed, expired, forgotten): downloads streaming from
+    /// its files end with it, as with envd's, rather than hold its disk open.
+    pub ended: tokio_util::sync::CancellationToken,
     /// Directory watchers made by `Filesystem/CreateWatcher`, by watcher ID.
     pub watchers: Mutex<HashMap<String, Arc<envd::Watcher>>>,
     /// create's `envVars`, which its forks get too.
@@ -306,6 +309,7 @@ impl AppState {
     fn unregister(&self, id: &str) {
         if let Some(sb) = self.sandboxes.lock().expect("sandboxes").remove(id) {
             self.by_provider.lock().expect("ids").remove(&sb.provider_id);
+            sb.ended.cancel();
         }
     }
 

@@ -2,12 +2,13 @@
 //! `DELETE /files`, `/directories/list`, `POST`/`DELETE /directories`.
 //!
 //! execd runs as root in its container, so every operation here acts as the sandbox's root:
-//! contents go through the provider's root reads and writes (`read_file_as`/`write_file_as`
-//! with `root`), metadata, listings, searches, moves, modes and owners through a short root
-//! script in the sandbox (GNU `find -printf` for `FileInfo`: type, size, modification and
-//! change times, owner and group by name, permission bits). Answers follow execd's: a
-//! missing path is 404 `FILE_NOT_FOUND`, other failures 500 `RUNTIME_ERROR` with its words;
-//! `mode` is the octal digits read as a number (`755`), times RFC 3339 with nanoseconds.
+//! contents go through the provider's root reads and writes (`open_file_as`, which downloads
+//! stream from, `read_file_as` and `write_file_as`, with `root`), metadata, listings,
+//! searches, moves, modes and owners through a short root script in the sandbox (GNU
+//! `find -printf` for `FileInfo`: type, size, modification and change times, owner and group
+//! by name, permission bits). Answers follow execd's: a missing path is 404 `FILE_NOT_FOUND`,
+//! other failures 500 `RUNTIME_ERROR` with its words; `mode` is the octal digits read as a
+//! number (`755`), times RFC 3339 with nanoseconds.
 //! Relative paths are under `/home/user`, as every provider's.
 
 // Helpers return the early answer as their error.
@@ -26,7 +27,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::execd::{bad_request, error, parse, runtime_error};
-use crate::provider::{ErrorKind, ExecRequest};
+use crate::provider::{ErrorKind, ExecRequest, FileStream};
 use crate::server::{AppState, ServedSandbox};
 
 type Sb = Extension<Arc<ServedSandbox>>;
@@ -563,40 +564,47 @@ async fn download(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery, head
         Ok(a) => a,
         Err(r) => return r,
     };
-    let mut data = match st.provider.sandbox(&sb.provider_id).read_file_as(&a, "root").await {
-        Ok(d) => d,
+    // Lines `offset` (1-based) and on, `limit` of them: the file is read whole for those
+    // (up to 1 GiB); else it is streamed from the open file, whatever its size.
+    let offset = param(qs.as_deref(), "offset").and_then(|v| v.parse::<usize>().ok());
+    let limit = param(qs.as_deref(), "limit").and_then(|v| v.parse::<usize>().ok());
+    let sandbox = st.provider.sandbox(&sb.provider_id);
+    let file = if offset.is_some() || limit.is_some() {
+        sandbox.read_file_as(&a, "root").await.map(|data| {
+            let skip = offset.unwrap_or(1).saturating_sub(1);
+            let lines: Vec<&[u8]> =
+                data.split_inclusive(|b| *b == b'\n').skip(skip).take(limit.unwrap_or(usize::MAX)).collect();
+            FileStream::of(lines.concat())
+        })
+    } else {
+        sandbox.open_file_as(&a, "root").await
+    };
+    let file = match file {
+        Ok(f) => f,
         Err(e) if e.kind == ErrorKind::NotFound => {
             return not_found(format!("file not found. open {a}: no such file or directory"))
         }
         Err(e) => return runtime_error(format!("error accessing file: {e}")),
     };
-    // Lines `offset` (1-based) and on, `limit` of them.
-    let offset = param(qs.as_deref(), "offset").and_then(|v| v.parse::<usize>().ok());
-    let limit = param(qs.as_deref(), "limit").and_then(|v| v.parse::<usize>().ok());
-    if offset.is_some() || limit.is_some() {
-        let skip = offset.unwrap_or(1).saturating_sub(1);
-        let lines: Vec<&[u8]> =
-            data.split_inclusive(|b| *b == b'\n').skip(skip).take(limit.unwrap_or(usize::MAX)).collect();
-        data = lines.concat();
-    }
     let name = a.rsplit('/').next().unwrap_or("file").to_string();
-    let size = data.len() as u64;
-    let mut status = StatusCode::OK;
-    let mut range_header = None;
+    let size = file.len;
+    let (mut status, mut range, mut range_header) = (StatusCode::OK, (0, size), None);
     if let Some(r) = headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
         match byte_range(r, size) {
             Ok(Some((s, e))) => {
                 status = StatusCode::PARTIAL_CONTENT;
                 range_header = Some(format!("bytes {s}-{e}/{size}"));
-                data = data[s as usize..=e as usize].to_vec();
+                range = (s, e - s + 1);
             }
             Ok(None) => {}
             Err(()) => return error(StatusCode::RANGE_NOT_SATISFIABLE, "UNKNOWN", ""),
         }
     }
-    let mut r = (status, data).into_response();
+    let chunks = futures_util::StreamExt::take_until(file.chunks(range.0, range.1), sb.ended.clone().cancelled_owned());
+    let mut r = (status, axum::body::Body::from_stream(chunks)).into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(range.1));
     if let Ok(v) = HeaderValue::from_str(&disposition(&name)) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }
