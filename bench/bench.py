@@ -130,6 +130,32 @@ def test_{name}():
         sb.kill()
 """
 
+# The download row's client: one sandbox, a sparse file of SIZE bytes in it, read back through
+# the SDK as a stream; serve's peak RSS (VmHWM) before and after. Prints the figures as JSON.
+DOWNLOAD_SCRIPT = """import json, sys, time
+from e2b import Sandbox
+
+size, pid = int(sys.argv[1]), int(sys.argv[2])
+
+
+def hwm():
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+
+
+sb = Sandbox.create(timeout=300)
+try:
+    sb.commands.run(f"truncate -s {size} /home/user/big")
+    before = hwm()
+    t = time.perf_counter()
+    n = sum(len(c) for c in sb.files.read("/home/user/big", format="stream"))
+    dt = time.perf_counter() - t
+    print(json.dumps({"bytes": n, "seconds": dt, "hwm_before": before, "hwm_after": hwm()}))
+finally:
+    sb.kill()
+"""
+
 # The latency row's client: one process per serve and round. Creates (each killed at once),
 # then on one sandbox a warm-up, then N rounds of three calls in turn: the SDK's
 # commands.run("true"), the same Connect call over a raw keep-alive HTTP connection (what the
@@ -532,6 +558,38 @@ def row_latency(q):
     return out
 
 
+def row_download(q):
+    """One download of a sparse file through the official SDK (`files.read(format="stream")`)
+    from serve: throughput, and how far serve's peak RSS moved. Each round a fresh serve, so
+    that its peak is this download's. With BENCH_BASELINE, the baseline binary too (a file
+    under 1 GiB, which a serve that reads downloads into memory still serves)."""
+    size, rounds = (64 << 20, 1) if q else (900 << 20, 3)
+    GEN.mkdir(parents=True, exist_ok=True)
+    script = GEN / "download.py"
+    script.write_text(DOWNLOAD_SCRIPT)
+    bins = [("scenario-run", BIN)]
+    if os.environ.get("BENCH_BASELINE"):
+        bins.append(("baseline", Path(os.environ["BENCH_BASELINE"])))
+    out = {"size": size, "rounds": rounds, "binaries": {k: str(b) for k, b in bins}}
+    for k, b in bins:
+        mibs, grew = [], []
+        for r in range(rounds):
+            with Serve(b, f"serve-download-{k}") as srv:
+                cmd = [str(VENV_PY), str(script), str(size), str(srv.proc.pid)]
+                p = subprocess.run(cmd, env=srv.env(), capture_output=True, text=True, timeout=900)
+                if p.returncode != 0:
+                    raise SystemExit(f"bench: download client against {k} exited {p.returncode}: {p.stderr[-2000:]}")
+                got = json.loads(p.stdout.strip().splitlines()[-1])
+            if got["bytes"] != size:
+                raise SystemExit(f"bench: the download from {k} gave {got['bytes']} of {size} bytes")
+            mibs.append(size / (1 << 20) / got["seconds"])
+            grew.append(got["hwm_after"] - got["hwm_before"])
+            log(f"download round {r + 1}/{rounds} {k}: {mibs[-1]:.0f} MiB/s, serve's peak RSS +{grew[-1] / 1024:.1f} MiB")
+        out[k] = {"mib_s": summary(mibs), "rss_grew_kib": summary(grew)}
+    out["met"] = out["scenario-run"]["rss_grew_kib"]["max"] < 64 * 1024
+    return out
+
+
 def ns_children(pid, comm="bwrap"):
     """The children of `pid` named `comm`. A child that exits while it is looked at (the
     provider's helpers come and go: nft, mkfs, a spare sandbox's boot) is not counted: its
@@ -689,6 +747,17 @@ def table(r):
             L.append(f"| Latency: scenario-run / baseline, p50 | | run **{lt['run_vs_baseline']:.2f}x**, "
                      f"after a pause **{lt['paused_vs_baseline']:.2f}x**, "
                      f"create **{lt['create_vs_baseline']:.2f}x** | create no slower (≤ 1.1x: noise) | {yes(lt['create_vs_baseline'] <= 1.1)} |")
+    if "download" in r:
+        d = r["download"]
+        for k in ["scenario-run", "baseline"]:
+            if k not in d:
+                continue
+            x = d[k]
+            who = "" if k == "scenario-run" else f" — baseline `{d['binaries'][k]}`"
+            L.append(f"| Download{who}, {d['size'] >> 20} MiB through the Python SDK's `files.read(format=\"stream\")`, "
+                     f"{d['rounds']} rounds | {x['mib_s']['median']:.0f} MiB/s ({x['mib_s']['min']:.0f}–{x['mib_s']['max']:.0f}) "
+                     f"| serve's peak RSS **+{x['rss_grew_kib']['median'] / 1024:.1f} MiB** | < 64 MiB, whatever the size "
+                     f"| {yes(x['rss_grew_kib']['max'] < 64 * 1024)} |")
     if "interrupt" in r:
         i = r["interrupt"]
         L.append(f"| Interrupt: SIGINT with {i['n']} live sandboxes (local) | until exit, every sandbox gone, reports written "
@@ -700,13 +769,14 @@ def table(r):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small N, one run each (CI)")
-    ap.add_argument("rows", nargs="*", default=["engine", "clients", "check", "scale", "interrupt", "latency"])
+    ap.add_argument("rows", nargs="*",
+                    default=["engine", "clients", "check", "scale", "interrupt", "latency", "download"])
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     STATE.mkdir(parents=True, exist_ok=True)
     results = {"quick": a.quick, "machine": machine()}
     fns = {"engine": row_engine, "clients": row_clients, "check": row_check, "scale": row_scale,
-           "interrupt": row_interrupt, "latency": row_latency}
+           "interrupt": row_interrupt, "latency": row_latency, "download": row_download}
     for row in a.rows:
         t0 = time.monotonic()
         results[row] = fns[row](a.quick)
