@@ -131,16 +131,12 @@ impl crate::provider::EnvdFiles for LocalProvider {
     }
 
     async fn read_file_as(&self, id: &str, path: &str, user: &str) -> Result<Vec<u8>> {
-        let sb = self.get(id)?;
-        let (root, abs, who) = (sb.root()?, files::normalize(path)?, sb.identity(user)?);
-        let root = root.acting_as(who);
+        let (root, abs) = self.root_as(id, path, user)?;
         blocking(move || root.read(&abs)).await
     }
 
     async fn open_file_as(&self, id: &str, path: &str, user: &str) -> Result<crate::provider::FileStream> {
-        let sb = self.get(id)?;
-        let (root, abs, who) = (sb.root()?, files::normalize(path)?, sb.identity(user)?);
-        let root = root.acting_as(who);
+        let (root, abs) = self.root_as(id, path, user)?;
         // Opened with the user's rights; what is read through it after needs none.
         let (f, len) = blocking(move || root.open_read(&abs)).await?;
         Ok(crate::provider::FileStream { len, reader: Box::pin(tokio::fs::File::from_std(f)) })

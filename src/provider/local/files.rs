@@ -263,7 +263,6 @@ impl Root {
         }
     }
 
-    /// The content of regular file `abs`, up to [`MAX_FILE_READ`](crate::provider::MAX_FILE_READ).
     /// Opens regular file `abs` as this root's user, and its length then.
     pub(crate) fn open_read(&self, abs: &str) -> Result<(std::fs::File, u64)> {
         let _as = self.as_user();
@@ -272,6 +271,7 @@ impl Root {
         Ok((f, len))
     }
 
+    /// The content of regular file `abs`, up to [`MAX_FILE_READ`](crate::provider::MAX_FILE_READ).
     pub(crate) fn read(&self, abs: &str) -> Result<Vec<u8>> {
         let _as = self.as_user();
         let f = self.open_regular(abs, libc::O_RDONLY, 0)?;

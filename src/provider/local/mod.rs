@@ -420,6 +420,14 @@ impl LocalProvider {
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
         self.inner.get(id)
     }
+
+    /// Sandbox `id`'s root acting as its user `user`, and `path` made absolute: what the reads
+    /// made with a user's rights go through.
+    fn root_as(&self, id: &str, path: &str, user: &str) -> Result<(files::Root, String)> {
+        let sb = self.get(id)?;
+        let (root, abs, who) = (sb.root()?, files::normalize(path)?, sb.identity(user)?);
+        Ok((root.acting_as(who), abs))
+    }
 }
 
 impl Sandbox {
