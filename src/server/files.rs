@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Query, Request};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -338,8 +338,7 @@ pub(crate) async fn download(
             let disposition = HeaderValue::from_str(&format!("inline; filename=\"{name}\""))
                 .unwrap_or_else(|_| HeaderValue::from_static("inline"));
             let len = file.len;
-            let chunks = file.chunks(0, len).take_until(sb.ended.clone().cancelled_owned());
-            let body = limit_body(Body::from_stream(chunks), st.faults.cut_stream_after);
+            let body = limit_body(sb.file_body(file, 0, len), st.faults.cut_stream_after);
             (
                 [
                     (header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),

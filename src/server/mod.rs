@@ -493,6 +493,12 @@ fn paused(id: &str) -> Response {
 }
 
 impl ServedSandbox {
+    /// A response body of bytes `start..start + count` of `file`, one of this sandbox's files:
+    /// streamed, and ended when the sandbox goes ([`ServedSandbox::ended`]).
+    pub(crate) fn file_body(&self, file: crate::provider::FileStream, start: u64, count: u64) -> Body {
+        Body::from_stream(file.chunks(start, count).take_until(self.ended.clone().cancelled_owned()))
+    }
+
     pub(crate) fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
     }

@@ -600,8 +600,7 @@ async fn download(State(st): St, Extension(sb): Sb, RawQuery(qs): RawQuery, head
             Err(()) => return error(StatusCode::RANGE_NOT_SATISFIABLE, "UNKNOWN", ""),
         }
     }
-    let chunks = futures_util::StreamExt::take_until(file.chunks(range.0, range.1), sb.ended.clone().cancelled_owned());
-    let mut r = (status, axum::body::Body::from_stream(chunks)).into_response();
+    let mut r = (status, sb.file_body(file, range.0, range.1)).into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(range.1));
