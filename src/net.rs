@@ -87,6 +87,12 @@ pub fn url_decode(s: &str) -> Option<String> {
     percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned())
 }
 
+/// The `key=value` pairs of a raw query string, neither decoded (each caller decodes as its
+/// API does); a pair without `=` has an empty value, and empty pairs are skipped.
+pub fn query_split(raw: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
+    raw.unwrap_or("").split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")))
+}
+
 /// A query value as forms send it: `+` is a space, `%XX` a byte; bytes that are not UTF-8
 /// are replaced, and a `%` without two hex digits stays as it is.
 pub fn form_decode(s: &str) -> String {
@@ -96,6 +102,13 @@ pub fn form_decode(s: &str) -> String {
 #[cfg(test)]
 mod url_tests {
     use super::*;
+
+    #[test]
+    fn query_strings_split_into_raw_pairs() {
+        let pairs: Vec<_> = query_split(Some("a=1&&b&c=x=y&d=%20+")).collect();
+        assert_eq!(pairs, [("a", "1"), ("b", ""), ("c", "x=y"), ("d", "%20+")]);
+        assert_eq!(query_split(None).count(), 0);
+    }
 
     #[test]
     fn encodes_all_but_unreserved_and_decodes_back() {

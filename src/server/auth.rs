@@ -127,8 +127,7 @@ impl Signed {
     /// The fields of a raw query string (each value decoded once, as envd's router does).
     pub(crate) fn from_query(q: Option<&str>) -> Self {
         let mut s = Signed::default();
-        for pair in q.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        for (k, v) in crate::net::query_split(q) {
             let v = decode(v);
             match decode(k).as_str() {
                 "path" => s.path = v,

@@ -854,14 +854,7 @@ fn query_unescape(s: &str) -> Result<String, QueryError> {
 
 /// The query string as pairs, each decoded once (what an HTTP framework hands a handler).
 fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, QueryError> {
-    raw.unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            Ok((query_unescape(k)?, query_unescape(v)?))
-        })
-        .collect()
+    crate::net::query_split(raw).map(|(k, v)| Ok((query_unescape(k)?, query_unescape(v)?))).collect()
 }
 
 /// Live sandboxes matching the `metadata`, `state`, `template` and `startedAfter`

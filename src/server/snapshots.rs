@@ -119,8 +119,7 @@ async fn list(State(st): SharedState, RawQuery(q): RawQuery) -> Response {
     let mut name = None;
     let mut limit = MAX_PAGE;
     let mut offset = 0usize;
-    for pair in q.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+    for (k, v) in crate::net::query_split(q.as_deref()) {
         let v = crate::net::form_decode(v);
         match k {
             "sandboxID" => sandbox = Some(v),

@@ -185,14 +185,7 @@ pub(super) async fn find(
 /// hands a handler: lossy, where E2B's side refuses bytes that are not UTF-8).
 pub(super) fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
     let dec = crate::net::form_decode;
-    raw.unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (dec(k), dec(v))
-        })
-        .collect()
+    crate::net::query_split(raw).map(|(k, v)| (dec(k), dec(v))).collect()
 }
 
 /// Whether OpenSandbox's side takes this request (see the module documentation).
