@@ -510,6 +510,31 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, max(0, -(-p * len(xs) // 100) - 1))]
 
 
+def client(name, text):
+    """Writes an SDK client script into GEN; its path."""
+    GEN.mkdir(parents=True, exist_ok=True)
+    script = GEN / name
+    script.write_text(text)
+    return script
+
+
+def serve_binaries():
+    """The binaries a serve row runs: this build, and BENCH_BASELINE if set."""
+    bins = [("scenario-run", BIN)]
+    if os.environ.get("BENCH_BASELINE"):
+        bins.append(("baseline", Path(os.environ["BENCH_BASELINE"])))
+    return bins
+
+
+def run_client(what, who, srv, script, *args):
+    """Runs an SDK client script against `srv`; the JSON its last line prints."""
+    cmd = [str(VENV_PY), str(script)] + [str(a) for a in args]
+    p = subprocess.run(cmd, env=srv.env(), capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise SystemExit(f"bench: {what} client against {who} exited {p.returncode}: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def row_latency(q):
     """Sequential latency through the official SDK against serve: Sandbox.create,
     commands.run("true") and, side by side in the same client, `bash -c true` on the host (the
@@ -517,12 +542,8 @@ def row_latency(q):
     BENCH_BASELINE=<another scenario-run binary> a second serve runs it, and the rounds
     alternate between the two (before/after in one run)."""
     creates, n, warm, rounds = (3, 20, 5, 1) if q else (20, 50, 20, 4)
-    GEN.mkdir(parents=True, exist_ok=True)
-    script = GEN / "latency.py"
-    script.write_text(LATENCY_SCRIPT)
-    bins = [("scenario-run", BIN)]
-    if os.environ.get("BENCH_BASELINE"):
-        bins.append(("baseline", Path(os.environ["BENCH_BASELINE"])))
+    script = client("latency.py", LATENCY_SCRIPT)
+    bins = serve_binaries()
     fields = ["create", "run", "raw", "host", "paused", "host_paused"]
     data = {k: {f: [] for f in fields} for k, _ in bins}
     servers = [Serve(b, f"serve-latency-{k}") for k, b in bins]
@@ -533,11 +554,7 @@ def row_latency(q):
         for r in range(rounds):
             order = list(zip(bins, started))
             for (k, _), srv in order if r % 2 == 0 else reversed(order):
-                cmd = [str(VENV_PY), str(script), str(creates), str(n), str(warm)]
-                p = subprocess.run(cmd, env=srv.env(), capture_output=True, text=True, timeout=900)
-                if p.returncode != 0:
-                    raise SystemExit(f"bench: latency client against {k} exited {p.returncode}: {p.stderr[-2000:]}")
-                got = json.loads(p.stdout.strip().splitlines()[-1])
+                got = run_client("latency", k, srv, script, creates, n, warm)
                 for f in fields:
                     data[k][f].extend(got[f])
                 log(f"latency round {r + 1}/{rounds} {k}: run p50 {pct(got['run'], 50) * 1000:.2f} ms, "
@@ -564,22 +581,14 @@ def row_download(q):
     that its peak is this download's. With BENCH_BASELINE, the baseline binary too (a file
     under 1 GiB, which a serve that reads downloads into memory still serves)."""
     size, rounds = (64 << 20, 1) if q else (900 << 20, 3)
-    GEN.mkdir(parents=True, exist_ok=True)
-    script = GEN / "download.py"
-    script.write_text(DOWNLOAD_SCRIPT)
-    bins = [("scenario-run", BIN)]
-    if os.environ.get("BENCH_BASELINE"):
-        bins.append(("baseline", Path(os.environ["BENCH_BASELINE"])))
+    script = client("download.py", DOWNLOAD_SCRIPT)
+    bins = serve_binaries()
     out = {"size": size, "rounds": rounds, "binaries": {k: str(b) for k, b in bins}}
     for k, b in bins:
         mibs, grew = [], []
         for r in range(rounds):
             with Serve(b, f"serve-download-{k}") as srv:
-                cmd = [str(VENV_PY), str(script), str(size), str(srv.proc.pid)]
-                p = subprocess.run(cmd, env=srv.env(), capture_output=True, text=True, timeout=900)
-                if p.returncode != 0:
-                    raise SystemExit(f"bench: download client against {k} exited {p.returncode}: {p.stderr[-2000:]}")
-                got = json.loads(p.stdout.strip().splitlines()[-1])
+                got = run_client("download", k, srv, script, size, srv.proc.pid)
             if got["bytes"] != size:
                 raise SystemExit(f"bench: the download from {k} gave {got['bytes']} of {size} bytes")
             mibs.append(size / (1 << 20) / got["seconds"])
