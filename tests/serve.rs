@@ -991,13 +991,7 @@ async fn downloads_stream_from_the_open_file() {
     assert_ne!(r.status(), 200);
     let refusal = r.text().await.unwrap();
     assert!(refusal.contains("permission denied") && !refusal.contains("secret"), "{refusal}");
-    let r = http
-        .get(format!("{base}/files?path=/root.only&username=root"))
-        .header("E2b-Sandbox-Id", &sb.id)
-        .header("X-Access-Token", &sb.token)
-        .send()
-        .await
-        .unwrap();
+    let r = get("/root.only&username=root").await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "secret\n");
     // A download under way ends when its sandbox is killed, rather than hold its disk open.
