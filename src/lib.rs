@@ -12,6 +12,7 @@ pub mod duration;
 pub mod error;
 pub mod exit;
 pub mod expr;
+pub mod hostfs;
 pub mod image;
 pub mod janitor;
 pub mod mask;

@@ -621,7 +621,7 @@ async fn mounts_bind_host_directories_read_write_or_read_only_and_refuse_links()
     // The sandbox's root is an unprivileged user of the host: the directory lets it write.
     std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let mount = |path: &str, read_only| scenario_run::provider::Mount {
-        host: host.path().to_path_buf(),
+        host: scenario_run::hostfs::HostDir::open_trusted(host.path()).unwrap(),
         path: path.to_string(),
         read_only,
     };

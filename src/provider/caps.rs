@@ -174,6 +174,18 @@ pub trait Ports: Send + Sync {
         let _ = url;
         Vec::new()
     }
+    /// A connection to `port` inside the sandbox, made for one caller: serve's proxy dials
+    /// each request's own, so nothing listens on the host for a private port (rule 2 of the
+    /// threat model). By default, a connection to [`Ports::port_url`]'s address; the local
+    /// provider connects from inside the sandbox's network namespace instead.
+    async fn dial(&self, id: &str, port: u16) -> Result<tokio::net::TcpStream> {
+        let url = self.port_url(id, port).await?;
+        let authority = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+        let authority = authority.split('/').next().unwrap_or(authority);
+        tokio::net::TcpStream::connect(authority)
+            .await
+            .map_err(|e| crate::provider::ProviderError::infra(format!("cannot connect to port {port}: {e}")))
+    }
 }
 
 /// The reverse of [`Ports`]: a service of this machine reached from inside a sandbox.
@@ -417,6 +429,9 @@ impl<'a> SandboxRef<'a> {
 
     pub async fn port_url(&self, port: u16) -> Result<String> {
         self.need(|f| f.ports, "cannot reach ports inside its sandboxes")?.port_url(self.id, port).await
+    }
+    pub async fn dial(&self, port: u16) -> Result<tokio::net::TcpStream> {
+        self.need(|f| f.ports, "cannot reach ports inside its sandboxes")?.dial(self.id, port).await
     }
     pub async fn expose_host(&self, host: std::net::SocketAddr, port: u16) -> Result<String> {
         let e = self.provider.features().expose_host.ok_or_else(|| {

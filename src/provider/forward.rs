@@ -96,7 +96,26 @@ impl Forwarder {
         Ok(())
     }
 
+    /// A connection to `port` inside the sandbox, made in its network namespace for one
+    /// caller: nothing listens on the host for it.
+    pub(crate) async fn connect(&self, port: u16) -> Result<tokio::net::TcpStream> {
+        let connector = self.connector()?;
+        let (reply, rx) = oneshot::channel();
+        connector
+            .send(NsReq::Connect { port, reply })
+            .map_err(|_| ProviderError::infra("the sandbox's network namespace is gone"))?;
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT * 2, rx)
+            .await
+            .map_err(|_| ProviderError::infra("the sandbox's network namespace did not answer"))?
+            .map_err(|_| ProviderError::infra("the sandbox's network namespace is gone"))?
+            .map_err(|e| ProviderError::infra(format!("cannot connect to port {port} in the sandbox: {e}")))?;
+        stream.set_nonblocking(true)?;
+        Ok(tokio::net::TcpStream::from_std(stream)?)
+    }
+
     /// The host port forwarding to `port` in the sandbox, starting the forwarder if needed.
+    /// It listens on the host's loopback, open to every local user: for the CLI run's own
+    /// `{{ sandbox.url(port) }}` only (as E2B's public ports are open), never for serve.
     pub(crate) async fn host_port(&self, port: u16) -> Result<u16> {
         if let Some(hp) = self.inner.lock().expect("forwarder").as_ref().and_then(|a| a.ports.get(&port)) {
             return Ok(*hp);

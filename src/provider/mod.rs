@@ -124,8 +124,9 @@ pub struct CreateRequest {
 /// A host directory bound at a path inside a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Mount {
-    /// An existing directory on the provider's host.
-    pub host: std::path::PathBuf,
+    /// An existing directory on the provider's host, held open: the mount is made from this
+    /// descriptor, never by its name (`crate::hostfs`).
+    pub host: crate::hostfs::HostDir,
     /// Absolute, without `.` or `..` components.
     pub path: String,
     pub read_only: bool,

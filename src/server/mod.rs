@@ -78,6 +78,7 @@ mod envd;
 mod files;
 mod opensandbox;
 pub use opensandbox::VolumeConfig;
+mod ports;
 mod procs;
 mod proxy;
 mod snapshots;
@@ -101,9 +102,6 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use futures_util::StreamExt;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tower::ServiceExt;
 
 use crate::provider::{Provider, SandboxInfo};
@@ -281,7 +279,6 @@ pub(crate) struct AppState {
     requests: AtomicU64,
     sandboxes: Mutex<HashMap<String, Arc<ServedSandbox>>>,
     by_provider: Mutex<HashMap<String, String>>,
-    pub http: Client<HttpConnector, Body>,
     /// Templates built through the template API.
     pub templates: templates::Store,
     /// Snapshots taken through the API (and those behind forks).
@@ -754,8 +751,6 @@ pub async fn serve(
         requests: AtomicU64::new(0),
         sandboxes: Mutex::new(HashMap::new()),
         by_provider: Mutex::new(HashMap::new()),
-        // Header names as Go's proxy writes them (`Host`, `User-Agent`), not lowercase.
-        http: Client::builder(TokioExecutor::new()).http1_title_case_headers(true).build_http(),
         templates: templates::Store::new(work.clone()),
         snapshots: Default::default(),
         base_url: format!("http://{addr}"),

@@ -1,6 +1,7 @@
 //! Reaching ports inside a sandbox: `{port}-{id}.<domain>` host routing (the form
 //! `Sandbox.get_host(port)` returns) and the `E2b-Sandbox-Id` + `E2b-Sandbox-Port` header pair
-//! both forward the request to the provider's [`Ports::port_url`] for that port.
+//! both forward the request to that port, over a connection dialled for it
+//! ([`Ports::dial`]).
 //!
 //! Plain HTTP/1.1 request/response forwarding with streamed bodies (hyper's client, header
 //! names in title case as E2B's Go proxy sends them); the `Host` header is passed through
@@ -8,7 +9,7 @@
 //! A port nobody listens on answers 502 "The sandbox is running but port is not open", which
 //! the SDKs map to `SandboxUnreachableException`.
 //!
-//! [`Ports::port_url`]: crate::provider::Ports::port_url
+//! [`Ports::dial`]: crate::provider::Ports::dial
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -49,14 +50,10 @@ fn port_closed(id: &str, port: u16) -> Response {
     (StatusCode::BAD_GATEWAY, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-/// Forwards `req` to `port` in `sb`.
+/// Forwards `req` to `port` in `sb`, over a connection dialled for it (`super::ports`).
 pub(crate) async fn forward(st: &AppState, sb: &ServedSandbox, port: u16, mut req: Request) -> Response {
-    let base = match st.provider.sandbox(&sb.provider_id).port_url(port).await {
-        Ok(u) => u,
-        Err(_) => return port_closed(&sb.id, port),
-    };
     let pq = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
-    let uri: Uri = match format!("{base}{pq}").parse() {
+    let uri: Uri = match pq.parse() {
         Ok(u) => u,
         Err(_) => return port_closed(&sb.id, port),
     };
@@ -72,7 +69,7 @@ pub(crate) async fn forward(st: &AppState, sb: &ServedSandbox, port: u16, mut re
             req.headers_mut().insert(header::HOST, v);
         }
     }
-    match st.http.request(req).await {
+    match super::ports::send(st, sb, port, req).await {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);

@@ -180,6 +180,20 @@ impl crate::provider::Ports for LocalProvider {
             None => Ok(format!("http://127.0.0.1:{port}")),
         }
     }
+
+    async fn dial(&self, id: &str, port: u16) -> Result<tokio::net::TcpStream> {
+        let sb = self.get(id)?;
+        if !sb.alive() {
+            return Err(ProviderError::infra(format!("sandbox {id} is not running")));
+        }
+        match sb.boot() {
+            // Connected from inside the sandbox's network namespace: no host listener.
+            Some(b) => b.fwd.connect(port).await,
+            None => tokio::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
+                .await
+                .map_err(|e| ProviderError::infra(format!("cannot connect to port {port}: {e}"))),
+        }
+    }
 }
 
 #[async_trait]

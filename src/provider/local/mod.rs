@@ -615,7 +615,10 @@ impl Inner {
                 )));
             }
             if !m.host.is_dir() {
-                return Err(ProviderError::invalid(format!("mount source {}: not a directory", m.host.display())));
+                return Err(ProviderError::invalid(format!(
+                    "mount source {}: not a directory",
+                    m.host.shown().display()
+                )));
             }
         }
         let mut envs;

@@ -373,8 +373,13 @@ fn bwrap_command(
         if parts.is_empty() {
             return Err(bad("volume mount (the root)"));
         }
-        let src = CString::new(m.host.as_os_str().as_encoded_bytes()).map_err(|_| bad("volume"))?;
-        volumes.push((src, parts, m.read_only));
+        // The directory checked when the volume was opened, as a detached mount tree cloned
+        // from its descriptor (inherited by the child below, which attaches it): never its
+        // name again, which a sandbox sharing it may have swapped.
+        let tree = m.host.clone_tree().map_err(|e| {
+            std::io::Error::new(e.kind(), format!("volume {}: cannot clone its mount: {e}", m.host.shown().display()))
+        })?;
+        volumes.push((tree, parts, m.read_only));
     }
     let root_id = userns::host_id(layout.ids, 0);
     // The hostname resolves in any image (`sudo` looks it up).
@@ -449,7 +454,13 @@ fn bwrap_command(
                     }
                 }
                 let dst = parts.last().expect("a volume has a mount point");
-                rustix::mount::mount_bind_recursive(src.as_c_str(), dst.as_c_str())?;
+                rustix::mount::move_mount(
+                    src,
+                    c"",
+                    rustix::fs::CWD,
+                    dst.as_c_str(),
+                    rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+                )?;
                 let ro = if *read_only { MountFlags::RDONLY } else { MountFlags::empty() };
                 let flags = MountFlags::BIND | ro | MountFlags::NOSUID | MountFlags::NODEV;
                 rustix::mount::mount_remount(dst.as_c_str(), flags, c"")?;

@@ -130,8 +130,8 @@ async fn send(
     path: &str,
     body: Option<Value>,
 ) -> Result<Response, Response> {
-    let base = st.provider.sandbox(&sb.provider_id).port_url(INTERPRETER_PORT).await.map_err(|_| not_configured())?;
-    let mut req = axum::http::Request::builder().method(method).uri(format!("{base}{path}"));
+    let mut req =
+        axum::http::Request::builder().method(method).uri(path).header("host", format!("127.0.0.1:{INTERPRETER_PORT}"));
     let body = match body {
         Some(v) => {
             req = req.header("content-type", "application/json");
@@ -140,7 +140,7 @@ async fn send(
         None => Body::empty(),
     };
     let req = req.body(body).map_err(|e| runtime_error(e.to_string()))?;
-    let resp = st.http.request(req).await.map_err(|_| not_configured())?;
+    let resp = crate::server::ports::send(st, sb, INTERPRETER_PORT, req).await.map_err(|_| not_configured())?;
     let (parts, body) = resp.into_parts();
     Ok(Response::from_parts(parts, Body::new(body)))
 }

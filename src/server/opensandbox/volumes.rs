@@ -3,13 +3,16 @@
 //!
 //! * `host` binds a directory of serve's machine. The reference server takes any path unless
 //!   its `storage.allowed_host_paths` narrows it; serve takes none unless `--host-volume-prefix`
-//!   names where they may come from (a client with the API key must not be able to bind `/`),
-//!   and checks the path with its symbolic links resolved, as the reference does. A missing
-//!   directory under an allowed prefix is made, as there.
+//!   names where they may come from (a client with the API key must not be able to bind `/`).
+//!   Below the prefix no symbolic link is followed (a link there is refused, where the
+//!   reference resolves it): the path is opened beneath the prefix's descriptor and mounted
+//!   from that descriptor (`crate::hostfs`). A missing directory under an allowed prefix is
+//!   made, as there.
 //! * `pvc` is a named volume: a directory `<--volumes-dir>/<claimName>` that outlives the
 //!   sandboxes and serve (as a Docker named volume does), made on first use when
 //!   `createIfNotExists` (the SDKs' default), else 400 `VOLUME::PVC_VOLUME_NOT_FOUND`. It is
-//!   made mode 0777: a sandbox's root is an unprivileged user of the host.
+//!   made mode 0777: a sandbox's root is an unprivileged user of the host. A `subPath` is
+//!   opened (and made) beneath the volume's descriptor, a link in it refused.
 //! * `ossfs` (an OSS bucket through FUSE) and `deleteOnSandboxTermination` are refused by
 //!   name (501), never accepted and ignored.
 //!
@@ -22,6 +25,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::error;
+use crate::hostfs::{BeneathError, HostDir};
 use crate::provider::Mount;
 
 /// Where volumes may come from (serve's flags).
@@ -174,7 +178,11 @@ pub(super) fn mounts(cfg: &VolumeConfig, volumes: Vec<Volume>) -> Result<Vec<Mou
 }
 
 /// `path` (with `sub`) as a directory under one of the allowed prefixes, made if missing.
-fn host_dir(cfg: &VolumeConfig, name: &str, path: &str, sub: Option<&str>) -> Result<PathBuf, Response> {
+///
+/// The prefix is the operator's and is opened by name; everything below it is opened beneath
+/// the prefix's descriptor without following any link (`hostfs`), and the mount is made from
+/// the descriptor so checked, never from the name again.
+fn host_dir(cfg: &VolumeConfig, name: &str, path: &str, sub: Option<&str>) -> Result<HostDir, Response> {
     if !normal_absolute(path) {
         return Err(bad(
             "VOLUME::INVALID_HOST_PATH",
@@ -196,49 +204,49 @@ fn host_dir(cfg: &VolumeConfig, name: &str, path: &str, sub: Option<&str>) -> Re
             },
         )
     };
-    let prefixes: Vec<PathBuf> = cfg.host_prefixes.iter().filter_map(|p| p.canonicalize().ok()).collect();
-    let under = |p: &Path| prefixes.iter().any(|pre| p.starts_with(pre));
     let wanted = match sub {
         Some(s) => Path::new(path).join(s),
         None => PathBuf::from(path),
     };
-    // Lexically first (nothing is made outside a prefix), then with its links resolved.
-    if !cfg.host_prefixes.iter().any(|pre| wanted.starts_with(pre)) && !under(&wanted) {
+    // The longest allowed prefix the path lies under, as written (lexically: nothing is
+    // resolved by name below it).
+    // Each prefix as the operator wrote it and with its links resolved.
+    // trusted: the prefixes are the operator's flags; nothing below them is resolved by name.
+    let prefixes = cfg.host_prefixes.iter().flat_map(|p| [Some(p.clone()), p.canonicalize().ok()]).flatten();
+    let Some(prefix) = prefixes.filter(|pre| wanted.starts_with(pre)).max_by_key(|p| p.as_os_str().len()) else {
         return Err(not_allowed());
+    };
+    let rel = wanted.strip_prefix(&prefix).expect("checked");
+    let base = HostDir::open_trusted(&prefix).map_err(|e| {
+        eprintln!("serve: volume '{name}': cannot open the allowed prefix {}: {e}", prefix.display());
+        bad(
+            "VOLUME::HOST_PATH_NOT_ALLOWED",
+            format!("Volume '{name}': the allowed prefix of '{path}' cannot be opened."),
+        )
+    })?;
+    if rel.as_os_str().is_empty() {
+        return Ok(base);
     }
-    if !wanted.exists() {
-        // Made only below an existing, allowed ancestor whose links are resolved.
-        let mut existing = wanted.as_path();
-        while !existing.exists() {
-            existing = existing.parent().ok_or_else(not_allowed)?;
-        }
-        let real = existing.canonicalize().map_err(|_| not_allowed())?;
-        if !under(&real) {
-            return Err(not_allowed());
-        }
-        std::fs::create_dir_all(&wanted).map_err(|e| {
+    base.beneath(rel, Some(0o755)).map_err(|e| refused(name, path, e, "VOLUME::INVALID_HOST_PATH"))
+}
+
+/// A path below a volume's root that could not be opened or made by the rules of `hostfs`.
+fn refused(name: &str, shown: &str, e: BeneathError, code: &str) -> Response {
+    match e {
+        BeneathError::Io(e) => {
+            eprintln!("serve: volume '{name}': {shown}: {e}");
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "VOLUME::HOST_PATH_CREATE_FAILED",
-                format!("Volume '{name}': could not ensure host path directory exists at '{}': {e}", wanted.display()),
+                format!("Volume '{name}': could not prepare '{shown}'."),
             )
-        })?;
+        }
+        e => bad(code, format!("Volume '{name}': '{shown}' is refused: {e}.")),
     }
-    let real = wanted.canonicalize().map_err(|_| not_allowed())?;
-    if !under(&real) {
-        return Err(not_allowed());
-    }
-    if !real.is_dir() {
-        return Err(bad(
-            "VOLUME::INVALID_HOST_PATH",
-            format!("Volume '{name}': host path '{path}' is not a directory."),
-        ));
-    }
-    Ok(real)
 }
 
 /// The named volume's directory (with `sub`), made if asked.
-fn named_dir(cfg: &VolumeConfig, name: &str, pvc: &Pvc, sub: Option<&str>) -> Result<PathBuf, Response> {
+fn named_dir(cfg: &VolumeConfig, name: &str, pvc: &Pvc, sub: Option<&str>) -> Result<HostDir, Response> {
     if !resource_name(&pvc.claim_name) {
         return Err(bad(
             "VOLUME::INVALID_PVC_NAME",
@@ -252,61 +260,34 @@ fn named_dir(cfg: &VolumeConfig, name: &str, pvc: &Pvc, sub: Option<&str>) -> Re
             format!("Volume '{name}': deleteOnSandboxTermination: not supported by scenario-run serve"),
         ));
     }
-    let root = cfg.dir.join(&pvc.claim_name);
     let failed = |e: std::io::Error| {
+        eprintln!("serve: volume '{name}': named volume '{}': {e}", pvc.claim_name);
         error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "VOLUME::PVC_VOLUME_INSPECT_FAILED",
-            format!("Volume '{name}': cannot prepare named volume '{}': {e}", pvc.claim_name),
+            format!("Volume '{name}': cannot prepare named volume '{}'.", pvc.claim_name),
         )
     };
-    if !root.is_dir() {
-        if !pvc.create_if_not_exists {
+    // The volumes' directory is serve's own; each volume in it is shared with sandboxes, so
+    // from here on everything is opened beneath a descriptor.
+    let volumes = HostDir::create_trusted(&cfg.dir).map_err(failed)?;
+    let claim = Path::new(&pvc.claim_name);
+    // A sandbox's root is an unprivileged user of the host: what is made is mode 0777.
+    let make = pvc.create_if_not_exists.then_some(0o777);
+    let root = match volumes.beneath(claim, make) {
+        Ok(d) => d,
+        Err(BeneathError::Missing) => {
             return Err(bad(
                 "VOLUME::PVC_VOLUME_NOT_FOUND",
                 format!("Volume '{name}': named volume '{}' does not exist.", pvc.claim_name),
-            ));
+            ))
         }
-        make_open(&cfg.dir, &root).map_err(failed)?;
-    }
+        Err(e) => return Err(refused(name, &pvc.claim_name, e, "VOLUME::INVALID_PVC_NAME")),
+    };
     let Some(s) = sub else { return Ok(root) };
-    // The sub path is made inside the volume (as Kubernetes' subPath is) and must stay in it
-    // with its links resolved: a sandbox may have put a link there.
-    let wanted = root.join(s);
-    if !wanted.exists() {
-        let mut existing = wanted.as_path();
-        while !existing.exists() {
-            existing = existing.parent().expect("inside the volume");
-        }
-        let real_root = root.canonicalize().map_err(failed)?;
-        if !existing.canonicalize().map_err(failed)?.starts_with(&real_root) {
-            return Err(bad("VOLUME::INVALID_SUB_PATH", format!("SubPath '{s}' leaves the volume.")));
-        }
-        make_open(&root, &wanted).map_err(failed)?;
-    }
-    let real = wanted.canonicalize().map_err(failed)?;
-    if !real.starts_with(root.canonicalize().map_err(failed)?) || !real.is_dir() {
-        return Err(bad("VOLUME::INVALID_SUB_PATH", format!("SubPath '{s}' is not a directory inside the volume.")));
-    }
-    Ok(real)
-}
-
-/// `dir` and its missing parents below `base` (made first, with the default mode), the new
-/// ones mode 0777: a sandbox's root is an unprivileged user of the host.
-fn make_open(base: &Path, dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(base)?;
-    let mut missing = Vec::new();
-    let mut d = dir;
-    while d.starts_with(base) && d != base && !d.exists() {
-        missing.push(d.to_path_buf());
-        d = d.parent().unwrap_or(base);
-    }
-    std::fs::create_dir_all(dir)?;
-    for m in &missing {
-        std::fs::set_permissions(m, std::fs::Permissions::from_mode(0o777))?;
-    }
-    Ok(())
+    // The sub path is made inside the volume (as Kubernetes' subPath is), and a link a
+    // sandbox put there is refused, never followed.
+    root.beneath(Path::new(s), Some(0o777)).map_err(|e| refused(name, s, e, "VOLUME::INVALID_SUB_PATH"))
 }
 
 #[cfg(test)]
