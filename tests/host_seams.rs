@@ -257,11 +257,15 @@ async fn serve_listens_on_nothing_but_its_api_after_sandbox_ports_are_used() {
         let fetch = format!(
             "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{port}/page.txt',timeout=5).read())"
         );
+        // The system's Python: root's own (pyenv under /root) is not nobody's to run.
         let out = std::process::Command::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", "python3", "-c", &fetch])
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", "/usr/bin/python3", "-c", &fetch])
             .output()
             .unwrap();
-        if String::from_utf8_lossy(&out.stdout).contains("private") {
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        // A client that could not even run proves nothing: it must have been refused or answered.
+        assert!(out.status.success() || stderr.contains("urlopen error") || stderr.contains("Error"), "{stderr}");
+        if stdout.contains("private") {
             reached.push(port);
         }
     }
