@@ -80,6 +80,7 @@ mod opensandbox;
 pub use opensandbox::VolumeConfig;
 mod procs;
 mod proxy;
+mod scrub;
 mod snapshots;
 mod templates;
 pub mod tls;
@@ -384,6 +385,7 @@ impl AppState {
 
 /// A JSON error body in the control-plane shape `{"code":<status>,"message":…}`.
 pub(crate) fn json_error(status: StatusCode, message: &str) -> Response {
+    let message = scrub::answer(status.as_u16(), message);
     let body = serde_json::json!({"code": status.as_u16(), "message": message});
     (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.to_string()).into_response()
 }

@@ -472,6 +472,7 @@ fn answer_error(status: reqwest::StatusCode, text: &str, what: &str) -> Provider
         404 => ErrorKind::NotFound,
         400 | 409 | 413 | 422 => ErrorKind::Invalid,
         501 => ErrorKind::Unsupported,
+        507 => ErrorKind::Capacity,
         _ => ErrorKind::Infra,
     };
     ProviderError::new(kind, msg)
