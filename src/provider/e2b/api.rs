@@ -483,6 +483,8 @@ mod tests {
         assert_eq!(a.status_error("x", &f(400, "bad")).kind, ErrorKind::Invalid);
         assert_eq!(a.status_error("x", &f(429, "slow down")).kind, ErrorKind::Infra);
         assert_eq!(a.status_error("x", &f(503, "busy")).kind, ErrorKind::Infra);
+        // serve's refusal of a disk the host has no room for (issue 35 item 5).
+        assert_eq!(a.status_error("x", &f(507, "not enough disk space")).kind, ErrorKind::Capacity);
         assert_eq!(a.scrub("echo e2b_secretsecret back"), "echo *** back");
     }
 

@@ -663,6 +663,7 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::NotFound);
         assert!(e.message.contains("gone"));
         assert_eq!(answer_error(reqwest::StatusCode::NOT_IMPLEMENTED, "", "x").kind, ErrorKind::Unsupported);
+        assert_eq!(answer_error(reqwest::StatusCode::INSUFFICIENT_STORAGE, "", "x").kind, ErrorKind::Capacity);
     }
 
     #[test]
