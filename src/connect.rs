@@ -63,6 +63,7 @@ pub fn error_kind(code: &str) -> ErrorKind {
         "unauthenticated" | "permission_denied" => ErrorKind::Auth,
         "deadline_exceeded" | "canceled" => ErrorKind::Timeout,
         "unimplemented" => ErrorKind::Unsupported,
+        "resource_exhausted" => ErrorKind::Capacity,
         _ => ErrorKind::Infra,
     }
 }
@@ -76,6 +77,7 @@ pub fn code_of(kind: ErrorKind) -> &'static str {
         ErrorKind::Auth => "unauthenticated",
         ErrorKind::Unsupported => "unimplemented",
         ErrorKind::Infra => "internal",
+        ErrorKind::Capacity => "resource_exhausted",
     }
 }
 
@@ -103,6 +105,7 @@ mod tests {
             ErrorKind::Auth,
             ErrorKind::Unsupported,
             ErrorKind::Infra,
+            ErrorKind::Capacity,
         ] {
             assert_eq!(error_kind(code_of(kind)), kind);
         }

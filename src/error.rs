@@ -23,6 +23,10 @@ pub enum ErrorKind {
     Infra,
     /// The provider does not support the operation.
     Unsupported,
+    /// The host has no room for what was declared (a sandbox's disk past the free space of
+    /// the filesystem it lives on): refused before anything was made. Makes the scenario
+    /// ERROR, as the environment, not the platform's behaviour, is what fell short.
+    Capacity,
 }
 
 /// An error from a provider: a kind and a lowercase message that reads after "failed to …".

@@ -32,12 +32,13 @@ impl Server {
     /// [`Server::start`] with variables set for the server (`TMPDIR`, say).
     fn start_env(extra: &[&str], env: &[(&str, &std::path::Path)]) -> Self {
         let state = tempfile::Builder::new().prefix("srserve-").tempdir().unwrap();
+        // The key from the environment, as README prefers (a flag's value is in /proc/<pid>/cmdline).
         let mut child = Command::new(common::bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--api-key", KEY])
+            .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env("SCENARIO_RUN_STATE_DIR", state.path())
-            .env_remove("E2B_API_KEY")
+            .env("E2B_API_KEY", KEY)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -907,6 +908,136 @@ fn a_short_api_key_is_refused() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("at least 32"), "{err}");
     assert!(!err.contains("e2b_short"), "the key is not echoed: {err}");
+}
+
+/// Issue 35 item 8: `serve --api-key K` put the key in /proc/<pid>/cmdline, readable by every
+/// local user. The key comes from `--api-key-file` (first line, trimmed) or E2B_API_KEY, and
+/// is then nowhere in serve's command line; `--api-key` still works, with a warning.
+#[tokio::test]
+async fn the_key_comes_from_a_file_or_the_environment_never_the_command_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("key");
+    std::fs::write(&file, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let http = client();
+    let by_file = Server::start_env(&["--api-key-file", file.to_str().unwrap()], &[]);
+    let by_env = Server::start(&[]);
+    for server in [&by_file, &by_env] {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", server.pid())).unwrap();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(cmdline.starts_with(&common::bin().display().to_string()), "{cmdline}");
+        assert!(!cmdline.contains(KEY), "the key is on serve's command line: {cmdline}");
+        let list = |key: &str| http.get(format!("{}/v2/sandboxes", server.base)).header("X-API-KEY", key).send();
+        assert_eq!(list(KEY).await.unwrap().status(), 200, "{cmdline}");
+        assert_eq!(list("e2b_0000000000000000000000000000000000000000").await.unwrap().status(), 401);
+    }
+    // The file's key, not the environment's (the test's serve has E2B_API_KEY too): a file
+    // holding another key is what serve takes.
+    let other = "e2b_fedcba9876543210fedcba9876543210fedcba98";
+    std::fs::write(&file, format!("  {other}  \n")).unwrap();
+    let by_other_file = Server::start_env(&["--api-key-file", file.to_str().unwrap()], &[]);
+    let r = http.get(format!("{}/v2/sandboxes", by_other_file.base)).header("X-API-KEY", other).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    for server in [by_file, by_env, by_other_file] {
+        let (ok, stderr) = server.stop();
+        assert!(ok && !stderr.contains("warning: --api-key"), "{stderr}");
+    }
+    // The flag still works, and says who else can read the key.
+    let by_flag = Server::start(&["--api-key", KEY]);
+    let r = http.get(format!("{}/v2/sandboxes", by_flag.base)).header("X-API-KEY", KEY).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let (ok, stderr) = by_flag.stop();
+    assert!(ok && stderr.contains("warning: --api-key puts the key where every local user can read it"), "{stderr}");
+    assert!(!stderr.contains(KEY), "the key is not echoed: {stderr}");
+}
+
+/// Issue 35 item 5: a declared disk (E2B's diskSizeMB, OpenSandbox's ephemeral-storage, up
+/// to 1 TiB) was never held against the free space where the sandboxes' sparse images live,
+/// so sandboxes could fill the host's disk. A disk larger than what is free is refused, 507,
+/// naming the size, what is free and the knob, in each API's error shape; a normal create
+/// still works.
+#[tokio::test]
+async fn a_disk_past_the_hosts_free_space_is_refused() {
+    let server = Server::start(&[]);
+    let free_mib = free_mib(server._state.path());
+    if free_mib >= 1 << 20 {
+        eprintln!("skipped: the state directory's filesystem has {free_mib} MiB free, more than the largest disk");
+        return;
+    }
+    let base = server.base.clone();
+    let http = client();
+    let r = http
+        .post(format!("{base}/sandboxes"))
+        .header("X-API-KEY", KEY)
+        .json(&json!({"templateID": "base", "diskSizeMB": 1 << 20}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 507);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["code"], 507, "{b}");
+    let m = b["message"].as_str().unwrap();
+    assert!(m.contains("not enough disk space on this host: the sandbox declares a disk of 1 TiB"), "{m}");
+    assert!(m.contains(" free") && m.contains("SCENARIO_RUN_DISK_OVERCOMMIT"), "{m}");
+    assert!(!m.contains(&server._state.path().display().to_string()), "no host path: {m}");
+    let r = http
+        .post(format!("{base}/v1/sandboxes"))
+        .header("OPEN-SANDBOX-API-KEY", KEY)
+        .json(&json!({"templateId": "base", "timeout": 300, "resourceLimits": {"ephemeral-storage": "1Ti"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 507);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["code"], "SANDBOX::INSUFFICIENT_STORAGE", "{b}");
+    assert!(b["message"].as_str().unwrap().contains("declares a disk of 1 TiB"), "{b}");
+    // Nothing was made, and what fits is made.
+    let r = http.get(format!("{base}/v2/sandboxes")).header("X-API-KEY", KEY).send().await.unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap(), json!([]));
+    let r = http
+        .post(format!("{base}/sandboxes"))
+        .header("X-API-KEY", KEY)
+        .json(&json!({"templateID": "base", "diskSizeMB": 64}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// The space free on the filesystem of `dir`, MiB.
+fn free_mib(dir: &std::path::Path) -> u64 {
+    let out = Command::new("df").args(["-B1M", "--output=avail"]).arg(dir).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().parse().unwrap()
+}
+
+/// Issue 35 item 8: a 500 named host paths of serve's (here the folder of an official
+/// template that does not load); it says what failed, and the path goes to serve's stderr.
+#[tokio::test]
+async fn a_server_error_names_no_host_path() {
+    let templates = tempfile::tempdir().unwrap();
+    let folder = templates.path().join("code-interpreter-v1");
+    std::fs::create_dir_all(folder.join("template.yaml")).unwrap();
+    std::fs::write(folder.join("Dockerfile"), "FROM base\n").unwrap();
+    let server = Server::start_env(&[], &[("SCENARIO_RUN_TEMPLATES_DIR", templates.path())]);
+    let http = client();
+    let r = http
+        .post(format!("{}/sandboxes", server.base))
+        .header("X-API-KEY", KEY)
+        .json(&json!({"templateID": "code-interpreter-v1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    let b: Value = r.json().await.unwrap();
+    let m = b["message"].as_str().unwrap();
+    assert!(m.starts_with("cannot read <path>: "), "says what failed: {m}");
+    assert!(!m.contains(&templates.path().display().to_string()) && !m.contains("/tmp"), "a host path: {m}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains(&folder.join("template.yaml").display().to_string()), "the detail is logged: {stderr}");
 }
 
 #[tokio::test]

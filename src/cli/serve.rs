@@ -27,6 +27,9 @@ pub fn serve(args: &ServeArgs) -> Exit {
             return Exit::Usage;
         }
     };
+    for w in args.key_warnings() {
+        errln!("warning: {w}");
+    }
     let (listen, isolation) = (args.listen, args.isolation.as_str());
     let ca_dir_given = args.ca_dir.is_some();
     let ca_dir = args.ca_dir.clone().unwrap_or_else(tls::default_ca_dir);

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use super::{Faults, Limits, ServeOptions};
 
+/// Where the key comes from when neither `--api-key-file` nor `--api-key` is given.
+pub const API_KEY_VAR: &str = "E2B_API_KEY";
+
 /// The shortest API key accepted: the key is the only credential of the control plane, and
 /// serve may listen beyond loopback. E2B's keys are `e2b_` and 40 hex digits (44).
 pub const MIN_API_KEY_LEN: usize = 32;
@@ -34,9 +37,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub volumes_dir: Option<std::path::PathBuf>,
     /// The API key clients must send (X-API-KEY or Authorization: Bearer); at least 32
-    /// characters, e.g. `e2b_` and 40 hex digits.
-    #[arg(long, env = "E2B_API_KEY", hide_env_values = true)]
-    pub api_key: String,
+    /// characters, e.g. `e2b_` and 40 hex digits. Prefer --api-key-file or E2B_API_KEY: a
+    /// flag's value is readable by every local user (/proc/<pid>/cmdline, ps).
+    #[arg(long, conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// A file holding the API key (its first line); it should be readable by its owner only
+    /// (chmod 600). Without it and --api-key, the key is E2B_API_KEY's.
+    #[arg(long, value_name = "PATH")]
+    pub api_key_file: Option<std::path::PathBuf>,
     /// Local provider isolation: auto (namespaces when the host allows), namespaces, none.
     #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
     pub isolation: String,
@@ -91,27 +99,74 @@ fn parse_size(s: &str) -> Result<u64, crate::size::ParseSizeError> {
 /// Flags that parse one by one but make no server together.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ServeArgsError {
-    #[error("--api-key (or E2B_API_KEY) must not be empty")]
+    #[error(
+        "serve needs an API key: --api-key-file PATH (a file readable by you only), or E2B_API_KEY in its environment"
+    )]
+    NoApiKey,
+    #[error("the API key (--api-key-file, E2B_API_KEY or --api-key) must not be empty")]
     EmptyApiKey,
     #[error(
-        "--api-key (or E2B_API_KEY) is {chars} characters; use at least {min}, e.g. `e2b_` and 40 hex digits",
+        "the API key (--api-key-file, E2B_API_KEY or --api-key) is {chars} characters; use at least {min}, e.g. `e2b_` and 40 hex digits",
         min = MIN_API_KEY_LEN
     )]
     ShortApiKey { chars: usize },
+    /// The key file cannot be read; `why` is the system's reason (the path is the user's own).
+    #[error("cannot read the API key from --api-key-file {path}: {why}")]
+    KeyFile { path: String, why: String },
 }
 
 impl ServeArgs {
-    /// The server's options, or what is wrong with the flags.
-    pub fn options(&self) -> Result<ServeOptions, ServeArgsError> {
-        let key = self.api_key.trim();
+    /// The API key: `--api-key-file`'s first line, else `--api-key`, else `env` (E2B_API_KEY).
+    fn api_key_from(&self, env: Option<String>) -> Result<String, ServeArgsError> {
+        let key = match (&self.api_key_file, &self.api_key) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ServeArgsError::KeyFile { path: path.display().to_string(), why: e.to_string() })?;
+                text.lines().next().unwrap_or("").to_string()
+            }
+            (None, Some(k)) => k.clone(),
+            (None, None) => env.ok_or(ServeArgsError::NoApiKey)?,
+        };
+        let key = key.trim();
         if key.is_empty() {
             return Err(ServeArgsError::EmptyApiKey);
         }
         if key.chars().count() < MIN_API_KEY_LEN {
             return Err(ServeArgsError::ShortApiKey { chars: key.chars().count() });
         }
+        Ok(key.to_string())
+    }
+
+    /// What serve says on stderr about how it was given its key: a key on the command line
+    /// is readable by every local user, and so is a key file that group or others may read.
+    pub fn key_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.api_key.is_some() {
+            w.push(
+                "--api-key puts the key where every local user can read it (/proc/<pid>/cmdline, ps): use --api-key-file PATH or E2B_API_KEY"
+                    .to_string(),
+            );
+        }
+        if let Some(path) = &self.api_key_file {
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(m) = std::fs::metadata(path) {
+                let mode = m.permissions().mode() & 0o777;
+                if mode & 0o077 != 0 {
+                    w.push(format!(
+                        "the API key file {} is readable beyond its owner (mode {mode:03o}): chmod 600 it",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        w
+    }
+
+    /// The server's options, or what is wrong with the flags.
+    pub fn options(&self) -> Result<ServeOptions, ServeArgsError> {
+        let key = self.api_key_from(std::env::var(API_KEY_VAR).ok())?;
         Ok(ServeOptions {
-            api_key: key.to_string(),
+            api_key: key,
             faults: Faults {
                 latency: self.fault_latency.map(Duration::from_millis),
                 every_429: self.fault_429_every,
@@ -157,6 +212,37 @@ mod tests {
         Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap().serve
     }
 
+    /// Issue 35 item 8: the key comes from a file (its first line, trimmed) or the
+    /// environment, and a flag still works with a warning.
+    #[test]
+    fn the_key_comes_from_a_file_or_the_environment() {
+        use std::os::unix::fs::PermissionsExt;
+        let key = "e2b_0123456789abcdef0123456789abcdef01234567";
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, format!("  {key}\nsecond line\n")).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let f = file.to_str().unwrap();
+        let a = cli(&["--api-key-file", f]);
+        assert_eq!(a.api_key_from(Some("e2b_other_other_other_other_other_other".into())).unwrap(), key);
+        assert!(a.key_warnings().is_empty(), "{:?}", a.key_warnings());
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let w = a.key_warnings();
+        assert!(w.len() == 1 && w[0].contains("(mode 644): chmod 600"), "{w:?}");
+        let none = cli(&[]);
+        assert_eq!(none.api_key_from(Some(key.into())).unwrap(), key);
+        assert!(none.key_warnings().is_empty());
+        assert_eq!(none.api_key_from(None).unwrap_err(), ServeArgsError::NoApiKey);
+        let flag = cli(&["--api-key", key]);
+        assert_eq!(flag.api_key_from(None).unwrap(), key);
+        assert!(flag.key_warnings()[0].contains("every local user can read it"), "{:?}", flag.key_warnings());
+        let e = cli(&["--api-key-file", "/no/such/key"]).api_key_from(None).unwrap_err();
+        assert!(e.to_string().starts_with("cannot read the API key from --api-key-file /no/such/key: "), "{e}");
+        std::fs::write(&file, "short\n").unwrap();
+        assert_eq!(a.api_key_from(None).unwrap_err(), ServeArgsError::ShortApiKey { chars: 5 });
+        assert!(Cli::try_parse_from(["serve", "--api-key", key, "--api-key-file", f]).is_err(), "one or the other");
+    }
+
     /// Issue 28 item 4: the key's refusals are kinds, with the text they had; a bad ratio or
     /// size still reaches the user through clap with its own message.
     #[test]
@@ -166,7 +252,7 @@ mod tests {
         assert_eq!(e, ServeArgsError::ShortApiKey { chars: 9 });
         assert_eq!(
             e.to_string(),
-            "--api-key (or E2B_API_KEY) is 9 characters; use at least 32, e.g. `e2b_` and 40 hex digits"
+            "the API key (--api-key-file, E2B_API_KEY or --api-key) is 9 characters; use at least 32, e.g. `e2b_` and 40 hex digits"
         );
         assert_eq!(
             parse_ratio("0.05").unwrap_err().to_string(),

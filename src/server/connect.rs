@@ -46,7 +46,7 @@ impl RpcError {
     }
 
     pub(crate) fn to_json(&self) -> Value {
-        json!({"code": self.code, "message": self.message})
+        json!({"code": self.code, "message": super::scrub::answer(self.status().as_u16(), &self.message)})
     }
 }
 

@@ -115,6 +115,8 @@ pub(crate) fn provider_error(e: ProviderError) -> Response {
         ErrorKind::Auth => StatusCode::UNAUTHORIZED,
         ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
         ErrorKind::Timeout | ErrorKind::Infra => StatusCode::INTERNAL_SERVER_ERROR,
+        // A declared disk the host has no room for (the local provider's admission).
+        ErrorKind::Capacity => StatusCode::INSUFFICIENT_STORAGE,
     };
     json_error(status, &e.message)
 }

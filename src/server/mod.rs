@@ -81,6 +81,7 @@ pub use opensandbox::VolumeConfig;
 mod ports;
 mod procs;
 mod proxy;
+mod scrub;
 mod snapshots;
 mod templates;
 pub mod tls;
@@ -381,6 +382,7 @@ impl AppState {
 
 /// A JSON error body in the control-plane shape `{"code":<status>,"message":…}`.
 pub(crate) fn json_error(status: StatusCode, message: &str) -> Response {
+    let message = scrub::answer(status.as_u16(), message);
     let body = serde_json::json!({"code": status.as_u16(), "message": message});
     (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.to_string()).into_response()
 }

@@ -132,7 +132,7 @@ impl From<ProviderError> for StepError {
     fn from(e: ProviderError) -> Self {
         let severity = match e.kind {
             ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::Timeout => Severity::Fail,
-            ErrorKind::Auth | ErrorKind::Infra | ErrorKind::Unsupported => Severity::Error,
+            ErrorKind::Auth | ErrorKind::Infra | ErrorKind::Unsupported | ErrorKind::Capacity => Severity::Error,
         };
         let message = if e.kind == ErrorKind::Auth && !e.message.contains("authentication failed") {
             format!("authentication failed: {}", e.message)

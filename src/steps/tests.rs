@@ -169,6 +169,7 @@ async fn provider_error_kinds_map_to_severities() {
         ),
         (ProviderError::infra("connection reset"), Severity::Error, "connection reset"),
         (ProviderError::unsupported("no cpu limits"), Severity::Error, "no cpu limits"),
+        (ProviderError::new(ErrorKind::Capacity, "not enough disk space"), Severity::Error, "not enough disk space"),
     ];
     for (err, severity, message) in cases {
         let p = fake();

@@ -57,9 +57,11 @@ pub fn serve_env(extra: &[&str], env: &[(&str, &std::path::Path)]) -> Server {
     let tls = tempfile::Builder::new().prefix("srserve-ca-").tempdir().unwrap();
     let ca_dir = tls.path().join("ca");
     let ca_dir = ca_dir.to_str().unwrap();
-    let mut args = vec!["serve", "--listen", &listen, "--api-key", &key, "--ca-dir", ca_dir];
+    let mut args = vec!["serve", "--listen", &listen, "--ca-dir", ca_dir];
     args.extend_from_slice(extra);
     let mut c = cmd(&args);
+    // The key from the environment, as README prefers (a flag's value is in /proc/<pid>/cmdline).
+    c.env("E2B_API_KEY", &key);
     for (k, v) in env {
         c.env(k, v);
     }

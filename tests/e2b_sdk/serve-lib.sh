@@ -15,7 +15,8 @@ serve_start() {
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   key="e2b_$(python3 -c 'import secrets; print(secrets.token_hex(20))')"
   server_log="$logs/serve.log"
-  "$bin" serve --listen "127.0.0.1:$port" --api-key "$key" --ca-dir "$logs/ca" "$@" >"$logs/serve.stdout" 2>"$server_log" &
+  # The key from the environment: a flag's value is readable in /proc/<pid>/cmdline.
+  E2B_API_KEY="$key" "$bin" serve --listen "127.0.0.1:$port" --ca-dir "$logs/ca" "$@" >"$logs/serve.stdout" 2>"$server_log" &
   server_pid=$!
   for _ in $(seq 1 100); do
     grep -q "^listening on http://127.0.0.1:$port" "$logs/serve.stdout" 2>/dev/null && break

@@ -4,7 +4,7 @@
 //!
 //! Error mapping: 401/403 → [`ErrorKind::Auth`] ("authentication failed: …", naming the key
 //! variable, never its value); 404 → [`ErrorKind::NotFound`] (kill → `false`); 400/409/422 →
-//! [`ErrorKind::Invalid`]; 429 and 5xx → [`ErrorKind::Infra`]; a transport timeout →
+//! [`ErrorKind::Invalid`]; 507 → [`ErrorKind::Capacity`]; 429 and other 5xx → [`ErrorKind::Infra`]; a transport timeout →
 //! [`ErrorKind::Timeout`]. On create, 404 and template-related 400s name the template.
 //! Server messages are scrubbed of the key in case a server echoes it.
 
@@ -78,6 +78,8 @@ impl Api {
             401 | 403 => self.auth_failed(f.status, &f.message),
             404 => ProviderError::not_found(detail),
             400 | 409 | 422 => ProviderError::invalid(detail),
+            // serve's answer to a declared disk the host has no room for.
+            507 => ProviderError::new(ErrorKind::Capacity, detail),
             429 => ProviderError::infra(format!(
                 "{what}: rate limited by the API after {} retries ({})",
                 retry::MAX_RETRIES,
@@ -481,6 +483,8 @@ mod tests {
         assert_eq!(a.status_error("x", &f(400, "bad")).kind, ErrorKind::Invalid);
         assert_eq!(a.status_error("x", &f(429, "slow down")).kind, ErrorKind::Infra);
         assert_eq!(a.status_error("x", &f(503, "busy")).kind, ErrorKind::Infra);
+        // serve's refusal of a disk the host has no room for (issue 35 item 5).
+        assert_eq!(a.status_error("x", &f(507, "not enough disk space")).kind, ErrorKind::Capacity);
         assert_eq!(a.scrub("echo e2b_secretsecret back"), "echo *** back");
     }
 

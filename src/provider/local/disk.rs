@@ -19,6 +19,16 @@
 //! The size is `disk` (MiB) in `template.yaml`, else `create`'s (Alibaba's `diskSizeMB`), else
 //! [`DEFAULT_MB`]: E2B gives a Hobby-tier sandbox 10 GiB of disk. Making an image costs about
 //! 10 ms (more under load), so images of the default size are made ahead ([`Pool`]).
+//!
+//! Sparse images promise more than they take, so a create is admitted by the disk it declares
+//! ([`Book`], issue 35 item 5: 1 TiB disks were accepted on a host with 80 GiB free, and their
+//! sandboxes could fill the host's disk). The disks declared by live sandboxes, the new one's
+//! included, stay within `SCENARIO_RUN_DISK_OVERCOMMIT` (default [`DEFAULT_OVERCOMMIT`]) times
+//! the space free now (`statvfs`) on the filesystem the images live on (the state
+//! directory's), and no one disk is larger than that free space itself. A refusal is
+//! [`ErrorKind::Capacity`](crate::provider::ErrorKind::Capacity), naming the declared size, what
+//! is free and the knob (serve answers it 507); a sandbox's claim is given back when its record
+//! goes.
 
 use std::ffi::CString;
 use std::io;
@@ -34,6 +44,87 @@ pub const MIN_MB: u64 = 16;
 pub const MAX_MB: u64 = 1 << 20;
 /// One inode per this many bytes of disk (ext4's default ratio).
 const BYTES_PER_INODE: u64 = 16 * 1024;
+/// Declared disks may add up to this many times the free space when
+/// `SCENARIO_RUN_DISK_OVERCOMMIT` does not say: sandboxes under test write a small part of
+/// their disk.
+pub const DEFAULT_OVERCOMMIT: f64 = 4.0;
+/// The variable that sets the overcommit.
+pub const OVERCOMMIT_VAR: &str = "SCENARIO_RUN_DISK_OVERCOMMIT";
+
+/// The disks declared by live sandboxes; see the module documentation.
+#[derive(Debug)]
+pub(crate) struct Book {
+    declared_mb: Mutex<u64>,
+    overcommit: f64,
+}
+
+/// A live sandbox's declared disk, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    book: Arc<Book>,
+    mb: u64,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut d = self.book.declared_mb.lock().expect("disk book");
+        *d = d.saturating_sub(self.mb);
+    }
+}
+
+/// The space free to an unprivileged writer (`f_bavail`) on the filesystem of `dir`, MiB.
+pub(crate) fn free_mb(dir: &Path) -> io::Result<u64> {
+    let v = rustix::fs::statvfs(dir)?;
+    Ok(v.f_bavail.saturating_mul(v.f_frsize) >> 20)
+}
+
+impl Book {
+    pub(crate) fn new(overcommit: f64) -> Arc<Self> {
+        Arc::new(Self { declared_mb: Mutex::new(0), overcommit })
+    }
+
+    /// A book with the overcommit of `SCENARIO_RUN_DISK_OVERCOMMIT` (`value`), else the default.
+    pub(crate) fn from_var(value: Option<&str>) -> Result<Arc<Self>, String> {
+        let ratio = match value.map(str::trim).filter(|v| !v.is_empty()) {
+            None => DEFAULT_OVERCOMMIT,
+            Some(v) => match v.parse::<f64>() {
+                Ok(r) if r.is_finite() && r >= 0.1 => r,
+                _ => {
+                    return Err(format!(
+                        "{OVERCOMMIT_VAR}={v:?}: expected a ratio of at least 0.1 (4 admits declared disks up to four times the free space)"
+                    ))
+                }
+            },
+        };
+        Ok(Self::new(ratio))
+    }
+
+    /// Admits a sandbox declaring a disk of `mb` when `free` MiB are free where the images live.
+    pub(crate) fn admit(self: &Arc<Self>, mb: u64, free: u64) -> Result<Claim, String> {
+        let human = |mib: u64| crate::size::human(mib.saturating_mul(1 << 20));
+        if mb > free {
+            return Err(format!(
+                "not enough disk space on this host: the sandbox declares a disk of {}, and the filesystem sandbox disks live on (the state directory's) has {} free; no one disk is admitted past the free space, whatever {OVERCOMMIT_VAR} says: declare a smaller `disk` (diskSizeMB), or free space",
+                human(mb),
+                human(free)
+            ));
+        }
+        let cap = (free as f64 * self.overcommit) as u64;
+        let mut declared = self.declared_mb.lock().expect("disk book");
+        if declared.saturating_add(mb) > cap {
+            return Err(format!(
+                "not enough disk space on this host: the sandbox declares a disk of {}, and live sandboxes declare {} of the {} admitted ({OVERCOMMIT_VAR}={} times the {} free on the state directory's filesystem); kill some, free space, or raise {OVERCOMMIT_VAR}",
+                human(mb),
+                human(*declared),
+                human(cap),
+                self.overcommit,
+                human(free)
+            ));
+        }
+        *declared += mb;
+        Ok(Claim { book: self.clone(), mb })
+    }
+}
 
 /// One sandbox's disk: its image, its loop device once attached, and where it is mounted in
 /// the sandbox's mount namespace.
@@ -328,5 +419,48 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 35 item 5: declared disks add up to the overcommit times what is free, and come
+    /// back when their sandboxes go.
+    #[test]
+    fn declared_disks_add_up_to_the_overcommit_of_the_free_space() {
+        let book = Book::new(4.0);
+        // 80 GiB free, 10 GiB disks: 32 fit at 4 times.
+        let mut claims: Vec<Claim> = (0..32).map(|_| book.admit(10 << 10, 80 << 10).unwrap()).collect();
+        let e = book.admit(10 << 10, 80 << 10).unwrap_err();
+        assert!(
+            e.contains("declares a disk of 10 GiB, and live sandboxes declare 320 GiB of the 320 GiB admitted (SCENARIO_RUN_DISK_OVERCOMMIT=4 times the 80 GiB free"),
+            "{e}"
+        );
+        claims.pop();
+        let again = book.admit(10 << 10, 80 << 10).unwrap();
+        drop(claims);
+        drop(again);
+        assert_eq!(*book.declared_mb.lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn one_disk_is_never_larger_than_the_free_space() {
+        let book = Book::new(100.0);
+        let e = book.admit(MAX_MB, 80 << 10).unwrap_err();
+        assert!(e.contains("declares a disk of 1 TiB") && e.contains("has 80 GiB free"), "{e}");
+        assert!(e.contains(OVERCOMMIT_VAR), "the knob is named: {e}");
+        assert_eq!(*book.declared_mb.lock().unwrap(), 0, "a refusal claims nothing");
+        book.admit(80 << 10, 80 << 10).unwrap();
+    }
+
+    #[test]
+    fn the_overcommit_comes_from_the_variable() {
+        assert_eq!(Book::from_var(None).unwrap().overcommit, DEFAULT_OVERCOMMIT);
+        assert_eq!(Book::from_var(Some("1.5")).unwrap().overcommit, 1.5);
+        let e = Book::from_var(Some("0")).unwrap_err();
+        assert!(e.starts_with("SCENARIO_RUN_DISK_OVERCOMMIT=\"0\": expected a ratio"), "{e}");
+        assert!(free_mb(Path::new("/")).unwrap() > 0);
     }
 }

@@ -187,6 +187,8 @@ struct Inner {
     nets: Arc<netns::Pool>,
     /// Disk images made ahead for sandboxes (see `disk`).
     disks: Arc<disk::Pool>,
+    /// The disks live sandboxes declare, held against the state directory's free space.
+    disk_book: Arc<disk::Book>,
     /// What boots a sandbox, and the sandboxes booted ahead (see `warm`).
     booter: Arc<warm::Booter>,
     warm: Arc<warm::Pool>,
@@ -263,6 +265,8 @@ struct Sandbox {
     template_envs: BTreeMap<String, String>,
     /// Its network (isolated sandboxes): kept across boots, with its policy.
     net: Option<Arc<netns::Net>>,
+    /// Its declared disk's place in the disk book (isolated sandboxes), given back with it.
+    _disk: Option<disk::Claim>,
 }
 
 impl Sandbox {
@@ -365,6 +369,8 @@ impl LocalProvider {
                 ),
             },
         };
+        let disk_book = disk::Book::from_var(std::env::var(disk::OVERCOMMIT_VAR).ok().as_deref())
+            .map_err(ProviderError::invalid)?;
         let ids = opts.images.ids();
         let nets = netns::Pool::new();
         let disks = disk::Pool::new(&opts.state_dir, Box::new(move |seed: &Path| sandbox::write_disk_seed(seed, ids)));
@@ -381,6 +387,7 @@ impl LocalProvider {
                 images: opts.images,
                 nets,
                 disks,
+                disk_book,
                 booter,
                 warm: warm::Pool::new(),
             }),
@@ -625,6 +632,7 @@ impl Inner {
         let mut workdir = None;
         let mut lowers = Vec::new();
         let mut net = None;
+        let mut disk_claim = None;
         let (id, dir, iso) = if self.namespaces {
             let limits = Limits {
                 cpus: req.cpu.or(tpl.as_ref().and_then(|t| t.cpu)).unwrap_or(DEFAULT_CPUS).clamp(1, 256),
@@ -640,6 +648,13 @@ impl Inner {
                 .or(tpl.as_ref().and_then(|t| t.disk_mb))
                 .unwrap_or(disk::DEFAULT_MB)
                 .clamp(disk::MIN_MB, disk::MAX_MB);
+            // Held against the free space before anything is made (the images are sparse).
+            let free = disk::free_mb(&self.state_dir).map_err(|e| {
+                ProviderError::infra(format!("cannot read the free space of the state directory's filesystem: {e}"))
+            })?;
+            disk_claim = Some(
+                self.disk_book.admit(disk_mb, free).map_err(|m| ProviderError::new(super::ErrorKind::Capacity, m))?,
+            );
             envs = BTreeMap::new();
             match &tpl {
                 Some(t) => {
@@ -720,6 +735,7 @@ impl Inner {
             lowers,
             template_envs,
             net,
+            _disk: disk_claim,
         });
         let sb = self.core.register(sb);
         core::expire_at_end(self, sb.clone());

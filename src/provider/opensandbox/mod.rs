@@ -472,6 +472,7 @@ fn answer_error(status: reqwest::StatusCode, text: &str, what: &str) -> Provider
         404 => ErrorKind::NotFound,
         400 | 409 | 413 | 422 => ErrorKind::Invalid,
         501 => ErrorKind::Unsupported,
+        507 => ErrorKind::Capacity,
         _ => ErrorKind::Infra,
     };
     ProviderError::new(kind, msg)
@@ -662,6 +663,7 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::NotFound);
         assert!(e.message.contains("gone"));
         assert_eq!(answer_error(reqwest::StatusCode::NOT_IMPLEMENTED, "", "x").kind, ErrorKind::Unsupported);
+        assert_eq!(answer_error(reqwest::StatusCode::INSUFFICIENT_STORAGE, "", "x").kind, ErrorKind::Capacity);
     }
 
     #[test]

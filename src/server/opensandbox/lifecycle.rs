@@ -328,6 +328,7 @@ async fn make(
     let limits = req.resource_limits.unwrap_or_default();
     let mut cpu = None;
     let mut memory_mb = None;
+    let mut disk_mb = None;
     for (k, v) in &limits {
         match k.as_str() {
             "cpu" => {
@@ -336,6 +337,14 @@ async fn make(
             "memory" => {
                 memory_mb =
                     Some(mebibytes(v).ok_or_else(|| invalid(format!("resourceLimits.memory: not a quantity: {v:?}")))?)
+            }
+            // Kubernetes' name for a pod's disk (what OpenSandbox's Kubernetes runtime passes
+            // on): the sandbox's disk, held against the host's free space as E2B's diskSizeMB.
+            "ephemeral-storage" => {
+                disk_mb = Some(
+                    mebibytes(v)
+                        .ok_or_else(|| invalid(format!("resourceLimits.ephemeral-storage: not a quantity: {v:?}")))?,
+                )
             }
             "gpu" | "nvidia.com/gpu" if v.trim() != "0" => {
                 return Err(invalid("resourceLimits.gpu: this server has no GPUs"));
@@ -387,6 +396,7 @@ async fn make(
         env_vars: Some(envs),
         cpu_count: cpu,
         memory_mb,
+        disk_size_mb: disk_mb,
         network: Some(network),
         allow_internet_access: allow_internet,
         mounts,

@@ -216,7 +216,8 @@ fn proxy_route(path: &str) -> Option<(&str, u16, &str)> {
 
 /// An OpenSandbox error answer.
 pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    let body = json!({"code": code, "message": message.into()});
+    let message = message.into();
+    let body = json!({"code": code, "message": crate::server::scrub::answer(status.as_u16(), &message)});
     (status, [(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.to_string())
         .into_response()
 }
@@ -224,6 +225,9 @@ pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) 
 pub(crate) fn not_found(id: &str) -> Response {
     error(StatusCode::NOT_FOUND, "DOCKER::SANDBOX_NOT_FOUND", format!("Sandbox {id} not found."))
 }
+
+/// The code of a create whose declared disk the host has no room for (507).
+const INSUFFICIENT_STORAGE: &str = "SANDBOX::INSUFFICIENT_STORAGE";
 
 /// A provider error as an OpenSandbox answer.
 pub(crate) fn provider_error(e: crate::provider::ProviderError) -> Response {
@@ -234,6 +238,7 @@ pub(crate) fn provider_error(e: crate::provider::ProviderError) -> Response {
         ErrorKind::Auth => (StatusCode::UNAUTHORIZED, "SANDBOX::UNAUTHORIZED"),
         ErrorKind::Unsupported => (StatusCode::NOT_IMPLEMENTED, "SANDBOX::API_NOT_SUPPORTED"),
         ErrorKind::Timeout | ErrorKind::Infra => (StatusCode::INTERNAL_SERVER_ERROR, "SANDBOX::UNKNOWN_ERROR"),
+        ErrorKind::Capacity => (StatusCode::INSUFFICIENT_STORAGE, INSUFFICIENT_STORAGE),
     };
     error(status, code, e.message)
 }
@@ -252,6 +257,7 @@ pub(crate) async fn from_e2b(resp: Response) -> Response {
         StatusCode::NOT_FOUND => "SANDBOX::NOT_FOUND",
         StatusCode::TOO_MANY_REQUESTS => "SANDBOX::RATE_LIMITED",
         StatusCode::NOT_IMPLEMENTED => "SANDBOX::API_NOT_SUPPORTED",
+        StatusCode::INSUFFICIENT_STORAGE => INSUFFICIENT_STORAGE,
         _ => "SANDBOX::UNKNOWN_ERROR",
     };
     let mut r = error(status, code, message);
