@@ -22,9 +22,16 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/egress").join(name)
 }
 
+/// What a run gave: its output (the run must have passed), and each `exec` step's stdout.
+struct Ran {
+    text: String,
+    execs: Vec<String>,
+}
+
 /// Runs `yaml` with the binary in a mount namespace of its own, where each `(file, path)` of
-/// `binds` is bound over `path` (nothing of the host changes); the exit code and the output.
-fn run(dir: &Path, yaml: &str, env: &[(&str, &str)], binds: &[(&Path, &str)]) -> (Option<i32>, String) {
+/// `binds` is bound over `path` (nothing of the host changes). The scenario's steps must pass;
+/// what the sandboxes saw is checked by the test, from the execs' outputs.
+fn run(dir: &Path, yaml: &str, env: &[(&str, &str)], binds: &[(&Path, &str)]) -> Ran {
     let file = dir.join("scenario.yaml");
     std::fs::write(&file, yaml).unwrap();
     let mut script = String::new();
@@ -35,14 +42,29 @@ fn run(dir: &Path, yaml: &str, env: &[(&str, &str)], binds: &[(&Path, &str)]) ->
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
         .arg(common::bin())
-        .args([file.to_str().unwrap(), "--no-progress", "--isolation", "namespaces"])
+        .args([file.to_str().unwrap(), "--no-progress", "--isolation", "namespaces", "--json"])
+        .arg(dir.join("report.json"))
         .env("NO_COLOR", "1")
         .env("SCENARIO_RUN_STATE_DIR", dir.join("state"));
     for (k, v) in env {
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+    let execs = common::step_outputs(&dir.join("report.json"), "exec");
+    // Each exec's stdout, then its stderr (what the test checks is printed to stdout).
+    let execs = execs
+        .iter()
+        .map(|o| format!("{}{}", o["stdout"].as_str().unwrap_or_default(), o["stderr"].as_str().unwrap_or_default()))
+        .collect();
+    Ran { text, execs }
+}
+
+/// Fails with every broken expectation at once, and what the sandboxes printed.
+fn check(ran: &Ran, failures: &[String]) {
+    assert!(failures.is_empty(), "{}\n\nexec outputs: {:#?}\n{}", failures.join("\n"), ran.execs, ran.text);
 }
 
 /// An `exec` step that runs a Python script in `sandbox`.
@@ -124,19 +146,28 @@ while True:
 print("reached:", got)"#
         .replace("PORT", &port.to_string());
     let add = ROUTES.map(|r| format!("ip route add local {r} dev lo")).join(" && ");
-    let yaml = format!(
-        "name: local routes\nsteps:\n  - create: {{ template: base, as: before }}\n  - host: \"{add}\"\n  \
-         - host: python3 -c \"import socket; print(socket.create_connection(('198.51.100.9', {port}), 5).recv(16))\"\n    \
-         name: the host itself answers there\n  - assert-stdout: {{ contains: hello }}\n{}  \
-         - assert-stdout: {{ not_contains: hello }}\n  - create: {{ template: base, as: after }}\n{}  \
-         - assert-stdout: {{ not_contains: hello }}\n",
+    let yaml = [
+        "name: local routes\nsteps:\n  - create: { template: base, as: before }\n".to_string(),
+        format!("  - host: \"{add}\"\n"),
+        format!(
+            "  - host: python3 -c \"import socket; print(socket.create_connection(('198.51.100.9', {port}), 5).recv(16))\"\n    \
+             name: the host itself answers there\n"
+        ),
+        "  - assert-stdout: { contains: hello }\n".to_string(),
         exec_py("before", "a sandbox made before the routes", &probe),
+        "  - create: { template: base, as: after }\n".to_string(),
         exec_py("after", "a sandbox made after them", &probe.replace("time.time() + 10", "time.time()")),
-    );
-    let (code, text) = run(dir.path(), &yaml, &[], &[]);
+    ]
+    .concat();
+    let ran = run(dir.path(), &yaml, &[], &[]);
     drop(routes);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("1 passed"), "{text}");
+    let mut failures = Vec::new();
+    for (i, who) in ["a sandbox made before the routes", "a sandbox made after them"].iter().enumerate() {
+        if ran.execs[i].contains("hello") || !ran.execs[i].contains("reached:") {
+            failures.push(format!("{who} reached the host's service: {}", ran.execs[i].trim()));
+        }
+    }
+    check(&ran, &failures);
 }
 
 /// Issue 35, item 6: the DNS address passes on well-formed queries only, over UDP and TCP; other
@@ -181,23 +212,36 @@ try:
 except Exception as e:
     print("the nameserver's other port:", type(e).__name__)"#
         .replace("SERVER", &server);
-    let yaml = format!(
-        "name: dns only\nsteps:\n  - create: {{ template: base, as: sb }}\n  - exec: getent ahostsv4 udp.test\n    \
-         name: a query over UDP resolves through the test's nameserver\n  \
-         - assert-stdout: {{ contains: 198.51.100.99 }}\n{}  - assert-stdout: {{ contains: tcp answer 198.51.100.99 }}\n  \
-         - assert-stdout: {{ not_contains: banner }}\n",
-        exec_py("sb", "TCP queries pass, other bytes do not", &probe)
-    );
-    let (code, text) = run(dir.path(), &yaml, &[], &[(&resolv, "/etc/resolv.conf")]);
+    let yaml = [
+        "name: dns only\nsteps:\n  - create: { template: base, as: sb }\n".to_string(),
+        "  - exec: getent ahostsv4 udp.test\n    name: a query over UDP resolves through the test's nameserver\n"
+            .to_string(),
+        exec_py("sb", "TCP queries pass, other bytes do not", &probe),
+    ]
+    .concat();
+    let ran = run(dir.path(), &yaml, &[], &[(&resolv, "/etc/resolv.conf")]);
     // What the nameserver logs of a connection ends with the connection.
     std::thread::sleep(Duration::from_secs(1));
     let seen = std::fs::read_to_string(&log).unwrap();
     drop(net);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("1 passed"), "{text}");
+    let mut failures = Vec::new();
+    if !ran.execs[0].contains("198.51.100.99") {
+        failures.push("a query over UDP did not resolve through the test's nameserver".to_string());
+    }
+    if !ran.execs[1].contains("tcp answer 198.51.100.99") {
+        failures.push("a query over TCP did not resolve through the test's nameserver".to_string());
+    }
+    if ran.execs[1].contains("banner") {
+        failures.push("the nameserver's address was reached on another port".to_string());
+    }
     let marker = b"NOTDNS".iter().map(|b| format!("{b:02x}")).collect::<String>();
-    assert!(!seen.contains(&marker), "bytes that are no DNS query reached the nameserver:\n{seen}");
-    assert!(seen.lines().any(|l| l.starts_with("udp ")) && seen.lines().any(|l| l.starts_with("tcp ")), "{seen}");
+    if seen.contains(&marker) {
+        failures.push(format!("bytes that are no DNS query reached the nameserver:\n{seen}"));
+    }
+    if !seen.lines().any(|l| l.starts_with("udp ")) || !seen.lines().any(|l| l.starts_with("tcp ")) {
+        failures.push(format!("the nameserver saw no query over UDP and TCP:\n{seen}"));
+    }
+    check(&ran, &failures);
 }
 
 /// Issue 35, item 7: a sandbox's connections through the egress proxy end after a time
@@ -231,9 +275,14 @@ except ConnectionResetError:
     print("quiet: closed")"#
         .replace("ADDR", &a);
     let many = r#"import socket, time
-conns = [socket.create_connection(("ADDR", 80), 5) for _ in range(140)]
-time.sleep(1.5)
+conns = []
 held = refused = 0
+for _ in range(140):
+    try:
+        conns.append(socket.create_connection(("ADDR", 80), 5))
+    except ConnectionResetError:
+        refused += 1  # reset before connect() returned
+time.sleep(1.5)
 for c in conns:
     c.setblocking(False)
     try:
@@ -245,14 +294,23 @@ for c in conns:
 print(f"held={held} refused={refused}")"#
         .replace("ADDR", &a);
     let policy = "network: { allow_out: [\"unused.test\"] }";
-    let yaml = format!(
-        "name: proxy limits\nsteps:\n  - create: {{ template: base, as: idle, {policy} }}\n  \
-         - create: {{ template: base, as: many, {policy} }}\n{}  - assert-stdout: {{ contains: \"busy: host {a} for h\" }}\n  \
-         - assert-stdout: {{ contains: \"quiet: closed\" }}\n{}  - assert-stdout: {{ contains: held=128 refused=12 }}\n",
+    let yaml = [
+        format!("name: proxy limits\nsteps:\n  - create: {{ template: base, as: idle, {policy} }}\n"),
+        format!("  - create: {{ template: base, as: many, {policy} }}\n"),
         exec_py("idle", "an idle connection is closed, a trickling one is not", &idle),
         exec_py("many", "connections beyond the cap are refused", &many),
-    );
-    let (code, text) = run(dir.path(), &yaml, &[("SCENARIO_RUN_PROXY_IDLE", "3")], &[]);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("1 passed"), "{text}");
+    ]
+    .concat();
+    let ran = run(dir.path(), &yaml, &[("SCENARIO_RUN_PROXY_IDLE", "3")], &[]);
+    let mut failures = Vec::new();
+    if !ran.execs[0].contains(&format!("busy: host {a} for h")) {
+        failures.push("a connection that trickled bytes was not carried to its end".to_string());
+    }
+    if !ran.execs[0].contains("quiet: closed") {
+        failures.push("an idle connection was not closed".to_string());
+    }
+    if !ran.execs[1].contains("held=128 refused=12") {
+        failures.push("connections beyond the cap of 128 were not refused".to_string());
+    }
+    check(&ran, &failures);
 }
