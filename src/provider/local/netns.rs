@@ -674,3 +674,22 @@ impl Pool {
         self.ready.lock().expect("pool").clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's own tables, read over netlink: every host has a `local` route for 127/8,
+    /// and one for each interface address.
+    #[test]
+    fn what_the_host_delivers_to_itself_is_read_from_its_routes() {
+        let routes = local_routes().expect("a route dump");
+        assert!(routes.contains(&(Ipv4Addr::new(127, 0, 0, 0), 8)), "{routes:?}");
+        let nets = host_nets();
+        for a in host_addresses() {
+            assert!(routes.contains(&(a, 32)), "{a} has no local route in {routes:?}");
+            assert!(nets.contains(&(a, 32)), "{a}");
+        }
+        assert!(nets.windows(2).all(|w| w[0] < w[1]), "sorted, without repeats");
+    }
+}
