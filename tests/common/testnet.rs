@@ -21,6 +21,8 @@ pub struct TestNet {
     /// The process that holds the namespace, then the servers in it.
     procs: Vec<Child>,
     dir: tempfile::TempDir,
+    /// The namespace, as `nsenter --net` takes it.
+    ns: String,
 }
 
 fn ip(args: &[&str]) -> std::process::Output {
@@ -52,12 +54,14 @@ impl TestNet {
                 locked.then_some((slot, f))
             })
             .expect("a free test-network slot within 5 minutes");
-        let mut net = Self { slot, _lock: lock, procs: Vec::new(), dir: tempfile::tempdir().unwrap() };
+        let mut net =
+            Self { slot, _lock: lock, procs: Vec::new(), dir: tempfile::tempdir().unwrap(), ns: String::new() };
         net.clear();
         let holder = Command::new("unshare").args(["--net", "sleep", "infinity"]).spawn().expect("unshare");
         let pid = holder.id().to_string();
         net.procs.push(holder);
         let ns = format!("/proc/{pid}/ns/net");
+        net.ns = ns.clone();
         // `unshare` has made the namespace once `sleep` runs in it.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::fs::read_link(&ns).ok() == std::fs::read_link("/proc/self/ns/net").ok() {
@@ -108,6 +112,24 @@ impl TestNet {
             net.procs.push(child);
         }
         net
+    }
+
+    /// Starts `python3 SCRIPT ARGS...` inside the namespace and waits for its `ready` line; it
+    /// ends with the network.
+    pub fn serve_inside(&mut self, script: &std::path::Path, args: &[&str]) {
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net={}", self.ns))
+            .arg("python3")
+            .arg(script)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "{} did not start", script.display());
+        self.procs.push(child);
     }
 
     fn host_if(&self) -> String {

@@ -20,12 +20,17 @@
 //!   allowed when E2B would let a query to 8.8.8.8 through (port 53 by the address rules, or
 //!   8.8.8.8 among `dnsServers` while a domain is allowed).
 //!
-//! Whatever the policy, some destinations are never reachable ([`FIXED_DENY`] and every
-//! address of this host, read when a sandbox's network is made): this host's own services and
-//! loopback, other sandboxes (reached only through host ports), the private, carrier-grade
-//! NAT and link-local ranges E2B also always denies (cloud metadata at 169.254.169.254 among
-//! them), multicast and reserved ranges. No IPv6 leaves a sandbox: its stack has IPv4 only,
-//! and IPv6 entries of a policy are recorded but match nothing.
+//! Whatever the policy, some destinations are never reachable, denied before any allow:
+//! [`FIXED_DENY`], and every destination this host would deliver to itself ([`HostNet`]: the
+//! `local` and `broadcast` routes of its routing tables, which hold every interface address
+//! and any address it takes by a `local` route (AnyIP), every interface address again, and its
+//! nameservers; `netns` reads them from the kernel and follows them). "Never the host" is
+//! decided by how the host routes, not by a list of its interfaces. That keeps out this host's
+//! own services and loopback, other sandboxes (reached only through host ports), the private,
+//! carrier-grade NAT and link-local ranges E2B also always denies (cloud metadata at
+//! 169.254.169.254 among them), multicast and reserved ranges. No IPv6 leaves a sandbox: its
+//! stack has IPv4 only, and IPv6 entries of a policy are recorded but match nothing. The
+//! sandbox's DNS address carries DNS only (`dns`).
 //!
 //! The rules live in the sandbox's network namespace, which belongs to the host's user
 //! namespace: root inside a sandbox has no `CAP_NET_ADMIN` over it and cannot change them.
@@ -47,6 +52,9 @@ pub(crate) const FIXED_DENY: &[(Ipv4Addr, u8)] = &[
     (Ipv4Addr::new(198, 18, 0, 0), 15),  // benchmarking
     (Ipv4Addr::new(224, 0, 0, 0), 3),    // multicast, reserved, broadcast
 ];
+
+/// A range this host delivers to itself (address with host bits cleared, prefix length).
+pub(crate) type HostNet = (Ipv4Addr, u8);
 
 /// E2B's default nameserver: DNS is allowed when a query to it would be.
 const DEFAULT_NAMESERVER: Ipv4Addr = Ipv4Addr::new(8, 8, 8, 8);
@@ -396,14 +404,22 @@ impl Policy {
     ///   IPv6 and [`FIXED_DENY`] and `host` (this host's addresses) refused at once, then
     ///   `user_rules`;
     /// * chain `to_proxy` (nat, only with domain entries): TCP to ports 80 and 443 that no
-    ///   address rule decides goes to the proxy listening on `127.0.0.1:proxy_port`.
-    pub(crate) fn nft_script(&self, host: &[Ipv4Addr], dns: Ipv4Addr, proxy_port: Option<u16>) -> String {
+    ///   address rule decides goes to the proxy listening on `127.0.0.1:proxy_port`;
+    /// * chain `to_dns` (nat, while DNS is allowed): UDP and TCP to `dns` port 53 go to the
+    ///   resolver that passes on DNS only (`dns`), on `127.0.0.1:dns_ports`.
+    pub(crate) fn nft_script(
+        &self,
+        host: &[HostNet],
+        dns: Ipv4Addr,
+        dns_ports: super::dns::Ports,
+        proxy_port: Option<u16>,
+    ) -> String {
         let mut s = String::new();
         // Declaring the table first makes the delete valid on a fresh namespace too.
         s.push_str("add table inet scenario_run\ndelete table inet scenario_run\n");
         s.push_str("add table inet scenario_run\n");
         let mut deny: Vec<String> = FIXED_DENY.iter().map(|(a, p)| format!("{a}/{p}")).collect();
-        deny.extend(host.iter().map(|a| format!("{a}/32")));
+        deny.extend(host.iter().map(|(a, p)| format!("{a}/{p}")));
         let _ = writeln!(
             s,
             "add set inet scenario_run fixed_deny {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }}; }}",
@@ -426,6 +442,12 @@ impl Policy {
         );
         s.push_str("add rule inet scenario_run filter_out jump user_rules\n");
         self.policy_rules(&mut s);
+        if self.dns_allowed() {
+            s.push_str("add chain inet scenario_run to_dns { type nat hook output priority -100; policy accept; }\n");
+            let (u, t) = (dns_ports.udp, dns_ports.tcp);
+            let _ = writeln!(s, "add rule inet scenario_run to_dns ip daddr {dns} udp dport 53 redirect to :{u}");
+            let _ = writeln!(s, "add rule inet scenario_run to_dns ip daddr {dns} tcp dport 53 redirect to :{t}");
+        }
         if let (Some(port), true) = (proxy_port, self.has_domains()) {
             s.push_str("add chain inet scenario_run to_proxy { type nat hook output priority -100; policy accept; }\n");
             s.push_str("add rule inet scenario_run to_proxy ip daddr @fixed_deny return\n");
@@ -444,13 +466,11 @@ impl Policy {
     }
 }
 
-/// Whether `ip` is in [`FIXED_DENY`], among `host` (this host's addresses), or IPv6 (which
-/// no sandbox reaches).
-pub(crate) fn always_denied(ip: IpAddr, host: &[Ipv4Addr]) -> bool {
+/// Whether `ip` is in [`FIXED_DENY`], in `host` (what this host delivers to itself), or IPv6
+/// (which no sandbox reaches).
+pub(crate) fn always_denied(ip: IpAddr, host: &[HostNet]) -> bool {
     match ip {
-        IpAddr::V4(v4) => {
-            FIXED_DENY.iter().any(|(a, p)| Net::V4(*a, *p).contains(ip)) || host.contains(&v4) || v4.is_broadcast()
-        }
+        IpAddr::V4(v4) => FIXED_DENY.iter().chain(host).any(|(a, p)| Net::V4(*a, *p).contains(ip)) || v4.is_broadcast(),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => always_denied(IpAddr::V4(v4), host),
             None => true,
@@ -588,8 +608,9 @@ mod tests {
 
     #[test]
     fn fixed_deny_holds_the_host_and_private_ranges() {
-        let host = [Ipv4Addr::new(192, 0, 2, 2)];
+        let host = [(Ipv4Addr::new(192, 0, 2, 2), 32), (Ipv4Addr::new(198, 51, 100, 0), 30)];
         for a in [
+            "198.51.100.3",
             "127.0.0.1",
             "10.0.2.2",
             "169.254.169.254",
@@ -604,26 +625,34 @@ mod tests {
         ] {
             assert!(always_denied(ip(a), &host), "{a}");
         }
-        for a in ["203.0.113.80", "198.51.100.10", "8.8.8.8", "192.0.2.9"] {
+        for a in ["203.0.113.80", "198.51.100.10", "198.51.100.4", "8.8.8.8", "192.0.2.9"] {
             assert!(!always_denied(ip(a), &host), "{a}");
         }
     }
 
     #[test]
     fn the_ruleset_replaces_itself_and_redirects_only_with_names() {
-        let host = [Ipv4Addr::new(192, 0, 2, 2)];
+        let host = [(Ipv4Addr::new(192, 0, 2, 2), 32), (Ipv4Addr::new(198, 51, 100, 0), 30)];
         let dns = Ipv4Addr::new(10, 0, 2, 3);
-        let open = Policy::default().nft_script(&host, dns, Some(4000));
-        assert!(open.contains("192.0.2.2/32"), "{open}");
+        let ports = super::super::dns::Ports { udp: 5301, tcp: 5302 };
+        let open = Policy::default().nft_script(&host, dns, ports, Some(4000));
+        assert!(open.contains("192.0.2.2/32") && open.contains("198.51.100.0/30"), "{open}");
+        assert!(open.contains("to_dns ip daddr 10.0.2.3 udp dport 53 redirect to :5301"), "{open}");
+        assert!(open.contains("to_dns ip daddr 10.0.2.3 tcp dport 53 redirect to :5302"), "{open}");
         assert!(open.contains("delete table inet scenario_run"));
         assert!(!open.contains("to_proxy"), "{open}");
         assert!(open.contains("ip daddr 10.0.2.3 udp dport 53 accept"));
-        let named =
-            policy(&["allowed.test", "198.51.100.20:443"], &["0.0.0.0/0"], None).nft_script(&host, dns, Some(4000));
+        let named = policy(&["allowed.test", "198.51.100.20:443"], &["0.0.0.0/0"], None).nft_script(
+            &host,
+            dns,
+            ports,
+            Some(4000),
+        );
         assert!(named.contains("redirect to :4000"), "{named}");
         assert!(named.contains("to_proxy ip daddr 198.51.100.20/32 tcp dport 443-443 return"), "{named}");
         assert!(named.contains("user_rules ip daddr 0.0.0.0/0 reject"), "{named}");
-        let closed = policy(&[], &[], Some(false)).nft_script(&host, dns, None);
+        let closed = policy(&[], &[], Some(false)).nft_script(&host, dns, ports, None);
         assert!(closed.contains("udp dport 53 reject"), "{closed}");
+        assert!(!closed.contains("to_dns"), "no DNS, nothing to pass it on: {closed}");
     }
 }

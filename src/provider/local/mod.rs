@@ -61,6 +61,7 @@ mod build_cache;
 mod caps;
 mod cgroup;
 mod disk;
+mod dns;
 mod egress;
 mod enter;
 mod files;

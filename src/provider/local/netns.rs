@@ -8,8 +8,9 @@
 //!
 //! **The stack** is slirp4netns (Debian's `slirp4netns`): it owns `eth0`'s tap device and turns
 //! the sandbox's packets into sockets of its own on the host, so the sandbox's traffic leaves
-//! through the host's sockets and goes wherever the host's own traffic goes (a proxy, a VPN),
-//! and answers DNS at `10.0.2.3` by asking the host's resolver. Nothing host-wide changes: no
+//! through the host's sockets and goes wherever the host's own traffic goes (a proxy, a VPN).
+//! Its own DNS forwarding is off (`--disable-dns`): DNS to `10.0.2.3` goes to a resolver of
+//! ours that passes on well-formed queries only (`dns`). Nothing host-wide changes: no
 //! bridge, no NAT rule, no route. Why slirp4netns and not pasta (passt), which Debian also
 //! ships and rootless Podman also uses: on a namespace owned by host root, Debian 12's pasta
 //! has to run as root and keeps `CAP_SYS_ADMIN` in the host's user namespace for as long as it
@@ -21,11 +22,16 @@
 //! with `--disable-host-loopback`, so the gateway is not the host's loopback.
 //!
 //! **The rules** (`egress::Policy::nft_script`, loaded with `nft` inside the namespace) refuse
-//! this host's addresses, its loopback and the ranges no sandbox reaches, then apply the
-//! policy; names are the egress proxy's (`proxy`). This host's addresses change (a VPN comes
-//! up, Docker makes a bridge, a test makes a veth): a thread follows the kernel's address
-//! events (netlink, `RTMGRP_IPV4_IFADDR`) and every live network reloads its rules when they
-//! change, within milliseconds.
+//! what this host delivers to itself ([`host_nets`]: every `local` and `broadcast` route of its
+//! routing tables, read over netlink, so an address it takes by a `local` route is refused as
+//! its interface addresses are; every interface address; its nameservers), its loopback and
+//! the ranges no sandbox reaches, then apply the policy; names are the egress proxy's
+//! (`proxy`). What the host delivers to itself changes (a VPN comes up, Docker makes a bridge,
+//! a test makes a veth or a `local` route): a thread follows the kernel's address and route
+//! events (netlink, `RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE`) and reads it all again every
+//! [`REFRESH`] besides (the nameservers change with no event), every taken network reads it
+//! again before its sandbox uses it, and every live network reloads its rules when it changes,
+//! within milliseconds.
 //!
 //! Making one costs tens of milliseconds (a thread, slirp4netns, nft), so a [`Pool`] keeps a
 //! few ready with the open policy, refilled in the background: a create takes one and only
@@ -41,7 +47,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::egress::Policy;
+use super::dns;
+use super::egress::{HostNet, Policy};
 use super::proxy::{self, Proxy};
 use super::sys;
 
@@ -51,6 +58,8 @@ pub(crate) const RESOLVER: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 
 /// How long slirp4netns may take to say it is ready, and nft to load rules.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often the host's routes, addresses and nameservers are read even with no event.
+const REFRESH: Duration = Duration::from_secs(30);
 /// What of a helper's stderr an error quotes.
 const STDERR_LIMIT: u64 = 8 * 1024;
 
@@ -64,17 +73,21 @@ pub(crate) struct Net {
     _stack: tokio::process::Child,
     _exit: OwnedFd,
     state: tokio::sync::Mutex<State>,
-    /// Cancels every proxied connection, and the task that follows the host's addresses,
-    /// when the network goes.
+    /// Cancels every proxied connection, the resolver, and the task that follows the host's
+    /// addresses, when the network goes.
     conns: tokio_util::sync::CancellationToken,
+    /// Where the rules send DNS (`dns`).
+    dns: dns::Ports,
+    /// The sandbox's connections through its proxies (`proxy::connection_cap`).
+    proxy_conns: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Debug, Default)]
 struct State {
     policy: Policy,
     proxy: Option<Proxy>,
-    /// The host addresses the rules in force refuse.
-    host: Arc<Vec<Ipv4Addr>>,
+    /// What the host delivers to itself, as the rules in force refuse it.
+    host: Arc<Vec<HostNet>>,
 }
 
 impl Drop for Net {
@@ -89,15 +102,24 @@ impl Net {
     pub(crate) async fn new() -> io::Result<Arc<Self>> {
         let ns = make_namespace().await?;
         let (stack, exit) = start_stack(&ns).await?;
-        let mut hosts = host_addresses_watch().subscribe();
+        let conns = tokio_util::sync::CancellationToken::new();
+        let (udp, tcp) = in_namespace(&ns, || {
+            let lo = (Ipv4Addr::LOCALHOST, 0);
+            Ok::<_, io::Error>((std::net::UdpSocket::bind(lo)?, std::net::TcpListener::bind(lo)?))
+        })
+        .await??;
+        let dns = dns::start(udp, tcp, conns.child_token())?;
+        let mut hosts = host_nets_watch().subscribe();
         let host = hosts.borrow_and_update().clone();
-        nft(&ns, Policy::default().nft_script(&host, RESOLVER, None)).await?;
+        nft(&ns, Policy::default().nft_script(&host, RESOLVER, dns, None)).await?;
         let net = Arc::new(Self {
             ns,
             _stack: stack,
             _exit: exit,
             state: tokio::sync::Mutex::new(State { host, ..Default::default() }),
-            conns: tokio_util::sync::CancellationToken::new(),
+            conns,
+            dns,
+            proxy_conns: proxy::connection_cap(),
         });
         let (weak, done) = (Arc::downgrade(&net), net.conns.clone());
         tokio::spawn(async move {
@@ -126,9 +148,16 @@ impl Net {
         self.reload(Some(policy), None).await
     }
 
+    /// Reads what the host delivers to itself now and reloads the rules if it changed (a
+    /// create does this before its sandbox runs anything, not waiting for an event).
+    pub(crate) async fn follow_host(&self) -> io::Result<()> {
+        let now = refresh_host_nets();
+        self.reload(None, Some(now)).await
+    }
+
     /// Loads the rules for `policy` (else the one in force) and `host` (else the addresses
     /// in force).
-    async fn reload(&self, policy: Option<Policy>, host: Option<Arc<Vec<Ipv4Addr>>>) -> io::Result<()> {
+    async fn reload(&self, policy: Option<Policy>, host: Option<Arc<Vec<HostNet>>>) -> io::Result<()> {
         let mut st = self.state.lock().await;
         let policy = policy.unwrap_or_else(|| st.policy.clone());
         let host = host.unwrap_or_else(|| st.host.clone());
@@ -140,14 +169,15 @@ impl Net {
             (None, true) => {
                 let listener =
                     in_namespace(&self.ns, || std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))).await??;
-                let p = proxy::start(listener, policy.clone(), host.clone(), self.conns.clone())?;
+                let limit = self.proxy_conns.clone();
+                let p = proxy::start(listener, policy.clone(), host.clone(), self.conns.clone(), limit)?;
                 let port = p.port();
                 st.proxy = Some(p);
                 Some(port)
             }
             (_, false) => None,
         };
-        nft(&self.ns, policy.nft_script(&host, RESOLVER, proxy)).await?;
+        nft(&self.ns, policy.nft_script(&host, RESOLVER, self.dns, proxy)).await?;
         match &st.proxy {
             Some(p) if policy.has_domains() => p.set_rules(policy.clone(), host.clone()),
             _ => st.proxy = None,
@@ -158,24 +188,17 @@ impl Net {
     }
 }
 
-/// This host's IPv4 addresses, kept current by a thread that listens to the kernel's address
-/// events (started on first use, for the life of the process).
-fn host_addresses_watch() -> &'static tokio::sync::watch::Sender<Arc<Vec<Ipv4Addr>>> {
-    static WATCH: std::sync::OnceLock<tokio::sync::watch::Sender<Arc<Vec<Ipv4Addr>>>> = std::sync::OnceLock::new();
+/// What this host delivers to itself ([`host_nets`]), kept current by a thread that listens
+/// to the kernel's address and route events and reads it again every [`REFRESH`] (started on
+/// first use, for the life of the process).
+fn host_nets_watch() -> &'static tokio::sync::watch::Sender<Arc<Vec<HostNet>>> {
+    static WATCH: std::sync::OnceLock<tokio::sync::watch::Sender<Arc<Vec<HostNet>>>> = std::sync::OnceLock::new();
     WATCH.get_or_init(|| {
-        let (tx, _) = tokio::sync::watch::channel(Arc::new(host_addresses()));
-        let sender = tx.clone();
-        let started = std::thread::Builder::new().name("host-addresses".into()).spawn(move || {
-            let Ok(events) = AddressEvents::open() else { return };
+        let (tx, _) = tokio::sync::watch::channel(Arc::new(host_nets()));
+        let started = std::thread::Builder::new().name("host-routes".into()).spawn(move || {
+            let Ok(events) = RouteEvents::open() else { return };
             while events.wait() {
-                let now = host_addresses();
-                sender.send_if_modified(|cur| {
-                    let changed = **cur != now;
-                    if changed {
-                        *cur = Arc::new(now);
-                    }
-                    changed
-                });
+                refresh_host_nets();
             }
         });
         drop(started);
@@ -183,33 +206,172 @@ fn host_addresses_watch() -> &'static tokio::sync::watch::Sender<Arc<Vec<Ipv4Add
     })
 }
 
-/// A netlink socket subscribed to IPv4 address changes.
-struct AddressEvents(OwnedFd);
+/// Reads [`host_nets`] now, tells every network that follows it if it changed, and returns it.
+fn refresh_host_nets() -> Arc<Vec<HostNet>> {
+    let now = host_nets();
+    let watch = host_nets_watch();
+    watch.send_if_modified(|cur| {
+        let changed = **cur != now;
+        if changed {
+            *cur = Arc::new(now);
+        }
+        changed
+    });
+    let now = watch.borrow().clone();
+    now
+}
 
-impl AddressEvents {
-    fn open() -> io::Result<Self> {
-        const RTMGRP_IPV4_IFADDR: u32 = 0x10;
-        // SAFETY: socket and bind with integer arguments and a sockaddr_nl on this stack; the
-        // descriptor is owned at once.
-        unsafe {
-            let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE);
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
+/// Every IPv4 destination this host delivers to itself, denied to every sandbox before any
+/// allow: each `local` and `broadcast` route of every routing table (the `local` table holds
+/// one per interface address, and any address taken by `ip route add local`; other tables
+/// count too, as a policy rule may select them), each interface address (as /32, in case the
+/// route dump fails), and each nameserver of `/etc/resolv.conf`. Sorted, without repeats.
+pub(crate) fn host_nets() -> Vec<HostNet> {
+    let mut out: Vec<HostNet> = host_addresses().into_iter().map(|a| (a, 32)).collect();
+    out.extend(dns::host_nameservers().into_iter().map(|a| (a, 32)));
+    // A failed dump leaves the interface addresses; the next event or refresh tries again.
+    out.extend(local_routes().unwrap_or_default());
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The destinations of the `local` and `broadcast` IPv4 routes of every routing table, read
+/// from the kernel (an `RTM_GETROUTE` dump over netlink).
+fn local_routes() -> io::Result<Vec<HostNet>> {
+    const RTM_NEWROUTE: u16 = 24;
+    const RTM_GETROUTE: u16 = 26;
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    const RTN_LOCAL: u8 = 2;
+    const RTN_BROADCAST: u8 = 3;
+    const RTA_DST: u16 = 1;
+    let fd = netlink_socket(0)?;
+    set_receive_timeout(&fd, Duration::from_secs(2))?;
+    // nlmsghdr (len, type, flags, seq, pid) then rtmsg (family AF_INET, the rest zero).
+    let mut req = Vec::with_capacity(28);
+    req.extend_from_slice(&28u32.to_ne_bytes());
+    req.extend_from_slice(&RTM_GETROUTE.to_ne_bytes());
+    req.extend_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+    req.extend_from_slice(&1u32.to_ne_bytes());
+    req.extend_from_slice(&0u32.to_ne_bytes());
+    req.extend_from_slice(&[libc::AF_INET as u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    // SAFETY: sends our buffer, at most its length, on a socket we own.
+    if unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let u16_at = |b: &[u8], i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+    let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: reads into our buffer, at most its length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
             }
-            let fd = <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd);
-            let mut addr: libc::sockaddr_nl = std::mem::zeroed();
-            addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-            addr.nl_groups = RTMGRP_IPV4_IFADDR;
-            let len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
-            if libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_nl).cast(), len) != 0 {
-                return Err(io::Error::last_os_error());
+            return Err(e);
+        }
+        let msgs = &buf[..n as usize];
+        if msgs.is_empty() {
+            return Err(io::Error::other("the route dump ended early"));
+        }
+        let mut off = 0;
+        while off + 16 <= msgs.len() {
+            let (len, kind) = (u32_at(msgs, off) as usize, u16_at(msgs, off + 4));
+            if len < 16 || off + len > msgs.len() {
+                return Err(io::Error::other("a malformed route message"));
             }
-            Ok(Self(fd))
+            let body = &msgs[off + 16..off + len];
+            match kind {
+                NLMSG_DONE => return Ok(out),
+                NLMSG_ERROR => {
+                    let code = if body.len() >= 4 { u32_at(body, 0) as i32 } else { -libc::EIO };
+                    if code != 0 {
+                        return Err(io::Error::from_raw_os_error(-code));
+                    }
+                }
+                RTM_NEWROUTE if body.len() >= 12 && i32::from(body[0]) == libc::AF_INET => {
+                    let (dst_len, kind) = (body[1].min(32), body[7]);
+                    if kind == RTN_LOCAL || kind == RTN_BROADCAST {
+                        let mut dst = Ipv4Addr::UNSPECIFIED;
+                        let mut attrs = &body[12..];
+                        while attrs.len() >= 4 {
+                            let (alen, atype) = (usize::from(u16_at(attrs, 0)), u16_at(attrs, 2));
+                            if alen < 4 || alen > attrs.len() {
+                                break;
+                            }
+                            if atype == RTA_DST && alen >= 8 {
+                                dst = Ipv4Addr::new(attrs[4], attrs[5], attrs[6], attrs[7]);
+                            }
+                            attrs = &attrs[((alen + 3) & !3).min(attrs.len())..];
+                        }
+                        let mask = if dst_len == 0 { 0 } else { u32::MAX << (32 - u32::from(dst_len)) };
+                        out.push((Ipv4Addr::from(u32::from(dst) & mask), dst_len));
+                    }
+                }
+                _ => {}
+            }
+            off += (len + 3) & !3;
         }
     }
+}
 
-    /// Blocks until the next event (its content is not needed: the addresses are read anew).
-    /// False once the socket fails for good.
+/// A netlink route socket, subscribed to `groups`.
+fn netlink_socket(groups: u32) -> io::Result<OwnedFd> {
+    // SAFETY: socket and bind with integer arguments and a sockaddr_nl on this stack; the
+    // descriptor is owned at once.
+    unsafe {
+        let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        addr.nl_groups = groups;
+        let len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+        if libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_nl).cast(), len) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
+    }
+}
+
+fn set_receive_timeout(fd: &OwnedFd, d: Duration) -> io::Result<()> {
+    let tv = libc::timeval { tv_sec: d.as_secs() as libc::time_t, tv_usec: d.subsec_micros() as libc::suseconds_t };
+    // SAFETY: setsockopt reads `tv` (on this stack, its size given) on a socket we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A netlink socket subscribed to IPv4 address and route changes.
+struct RouteEvents(OwnedFd);
+
+impl RouteEvents {
+    fn open() -> io::Result<Self> {
+        const RTMGRP_IPV4_IFADDR: u32 = 0x10;
+        const RTMGRP_IPV4_ROUTE: u32 = 0x40;
+        let fd = netlink_socket(RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE)?;
+        set_receive_timeout(&fd, REFRESH)?;
+        Ok(Self(fd))
+    }
+
+    /// Blocks until the next event or [`REFRESH`] (the content is not needed: everything is
+    /// read anew). False once the socket fails for good.
     fn wait(&self) -> bool {
         let mut buf = [0u8; 8192];
         loop {
@@ -220,8 +382,8 @@ impl AddressEvents {
             }
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
-                // Events were lost (the buffer overran): the addresses are read anew anyway.
-                Some(libc::ENOBUFS) => return true,
+                // Events were lost (the buffer overran), or the refresh is due.
+                Some(libc::ENOBUFS | libc::EAGAIN) => return true,
                 Some(libc::EINTR) => continue,
                 _ => return false,
             }
@@ -290,8 +452,8 @@ fn lo_up() -> io::Result<()> {
     Ok(())
 }
 
-/// This host's IPv4 addresses (every interface's, loopback included).
-pub(crate) fn host_addresses() -> Vec<Ipv4Addr> {
+/// This host's IPv4 interface addresses (every interface's, loopback included).
+fn host_addresses() -> Vec<Ipv4Addr> {
     let mut out = Vec::new();
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a linked list it allocated, which we only read
@@ -340,6 +502,7 @@ async fn start_stack(ns: &OwnedFd) -> io::Result<(tokio::process::Child, OwnedFd
         "--configure",
         "--mtu=65520",
         "--disable-host-loopback",
+        "--disable-dns",
         "--enable-sandbox",
         "--enable-seccomp",
         "--netns-type=path",
@@ -463,10 +626,14 @@ impl Pool {
     pub(crate) async fn take(self: &Arc<Self>) -> io::Result<Arc<Net>> {
         let pooled = self.ready.lock().expect("pool").pop();
         self.refill();
-        match pooled {
-            Some(n) => Ok(n),
-            None => Net::new().await,
-        }
+        let net = match pooled {
+            Some(n) => n,
+            None => Net::new().await?,
+        };
+        // What the host delivers to itself may have changed with no event (its nameservers)
+        // or an event not handled yet: read it now, before the sandbox runs anything.
+        net.follow_host().await?;
+        Ok(net)
     }
 
     fn refill(self: &Arc<Self>) {
@@ -505,5 +672,24 @@ impl Pool {
     pub(crate) fn close(&self) {
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         self.ready.lock().expect("pool").clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's own tables, read over netlink: every host has a `local` route for 127/8,
+    /// and one for each interface address.
+    #[test]
+    fn what_the_host_delivers_to_itself_is_read_from_its_routes() {
+        let routes = local_routes().expect("a route dump");
+        assert!(routes.contains(&(Ipv4Addr::new(127, 0, 0, 0), 8)), "{routes:?}");
+        let nets = host_nets();
+        for a in host_addresses() {
+            assert!(routes.contains(&(a, 32)), "{a} has no local route in {routes:?}");
+            assert!(nets.contains(&(a, 32)), "{a}");
+        }
+        assert!(nets.windows(2).all(|w| w[0] < w[1]), "sorted, without repeats");
     }
 }

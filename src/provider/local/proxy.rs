@@ -12,7 +12,12 @@
 //! as the host resolves it when a domain entry allowed it (never to the address the sandbox
 //! chose, which its `/etc/hosts` could point anywhere), else to the original address; either
 //! way never to an address no sandbox may reach (`egress::always_denied`). What was read is
-//! passed on, then both directions are copied until either side closes.
+//! passed on, then both directions are copied until either side closes, or nothing has moved
+//! either way for [`idle_timeout`] (10 minutes; `SCENARIO_RUN_PROXY_IDLE`, in seconds).
+//!
+//! Each connection holds two of the runner's (or `serve`'s) descriptors, so a sandbox has at
+//! most [`connection_cap`] at once (128; `SCENARIO_RUN_PROXY_CONNS`), counted across every
+//! proxy its network starts: one beyond it is reset at once rather than queued.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -23,7 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::egress::{always_denied, Policy, Verdict};
+use super::egress::{always_denied, HostNet, Policy, Verdict};
 
 /// How much of a connection's start is read for the name.
 const PEEK_LIMIT: usize = 16 * 1024;
@@ -31,8 +36,28 @@ const PEEK_LIMIT: usize = 16 * 1024;
 /// first is decided without a name after this).
 const PEEK_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Connections one sandbox may have through the proxy at once.
-const MAX_CONNECTIONS: usize = 512;
+/// Connections one sandbox may have through the proxy at once, unless
+/// `SCENARIO_RUN_PROXY_CONNS` says.
+const MAX_CONNECTIONS: usize = 128;
+/// How long a connection may stay without a byte either way, unless `SCENARIO_RUN_PROXY_IDLE`
+/// says (seconds).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// See [`IDLE_TIMEOUT`].
+pub(crate) fn idle_timeout() -> Duration {
+    let secs = std::env::var("SCENARIO_RUN_PROXY_IDLE").ok().and_then(|v| v.trim().parse::<f64>().ok());
+    match secs {
+        Some(s) if s.is_finite() && s > 0.0 => Duration::from_secs_f64(s.min(86_400.0)),
+        _ => IDLE_TIMEOUT,
+    }
+}
+
+/// See [`MAX_CONNECTIONS`]: the permits of one sandbox's network, shared by every proxy it
+/// starts (an update that drops and restarts the proxy does not reset the count).
+pub(crate) fn connection_cap() -> Arc<tokio::sync::Semaphore> {
+    let n = std::env::var("SCENARIO_RUN_PROXY_CONNS").ok().and_then(|v| v.trim().parse::<usize>().ok());
+    Arc::new(tokio::sync::Semaphore::new(n.filter(|n| *n > 0).unwrap_or(MAX_CONNECTIONS).min(4096)))
+}
 
 /// A running proxy; dropping it stops accepting (connections already made go on until the
 /// network's token ends them).
@@ -43,11 +68,12 @@ pub(crate) struct Proxy {
     listening: CancellationToken,
 }
 
-/// What decides a connection: the policy, and this host's addresses (never reached).
+/// What decides a connection: the policy, and what the host delivers to itself (never
+/// reached).
 #[derive(Debug)]
 struct Rules {
     policy: Policy,
-    host: Arc<Vec<Ipv4Addr>>,
+    host: Arc<Vec<HostNet>>,
 }
 
 impl Drop for Proxy {
@@ -62,25 +88,27 @@ impl Proxy {
         self.port
     }
 
-    pub(crate) fn set_rules(&self, policy: Policy, host: Arc<Vec<Ipv4Addr>>) {
+    pub(crate) fn set_rules(&self, policy: Policy, host: Arc<Vec<HostNet>>) {
         *self.rules.write().expect("rules") = Rules { policy, host };
     }
 }
 
-/// Starts the proxy on `listener` (made inside the sandbox's namespace). `host` are this host's
-/// addresses; `conns` ends every connection when the sandbox's network goes.
+/// Starts the proxy on `listener` (made inside the sandbox's namespace). `host` is what the
+/// host delivers to itself; `conns` ends every connection when the sandbox's network goes;
+/// `limit` holds the sandbox's connections ([`connection_cap`]).
 pub(crate) fn start(
     listener: std::net::TcpListener,
     policy: Policy,
-    host: Arc<Vec<Ipv4Addr>>,
+    host: Arc<Vec<HostNet>>,
     conns: CancellationToken,
+    limit: Arc<tokio::sync::Semaphore>,
 ) -> std::io::Result<Proxy> {
     listener.set_nonblocking(true)?;
     let port = listener.local_addr()?.port();
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let rules = Arc::new(RwLock::new(Rules { policy, host }));
     let listening = CancellationToken::new();
-    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let idle = idle_timeout();
     let (r, stop) = (rules.clone(), listening.clone());
     tokio::spawn(async move {
         loop {
@@ -93,13 +121,16 @@ pub(crate) fn start(
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
-            // Over the limit: refused (closed) at once rather than queued.
-            let Ok(permit) = limit.clone().try_acquire_owned() else { continue };
+            // Over the limit: refused (reset) at once rather than queued.
+            let Ok(permit) = limit.clone().try_acquire_owned() else {
+                reset(conn);
+                continue;
+            };
             let (rules, conns) = (r.clone(), conns.clone());
             tokio::spawn(async move {
                 tokio::select! {
                     _ = conns.cancelled() => {}
-                    _ = handle(conn, rules) => {}
+                    _ = handle(conn, rules, idle) => {}
                 }
                 drop(permit);
             });
@@ -108,7 +139,24 @@ pub(crate) fn start(
     Ok(Proxy { port, rules, listening })
 }
 
-async fn handle(mut inside: TcpStream, rules: Arc<RwLock<Rules>>) {
+/// Closes `conn` with a reset (SO_LINGER 0), so the sandbox sees a refusal, not an answer.
+fn reset(conn: TcpStream) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt reads `linger` (on this stack, its size given) on the stream's own
+    // descriptor, which stays open until the drop below.
+    unsafe {
+        libc::setsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    drop(conn);
+}
+
+async fn handle(mut inside: TcpStream, rules: Arc<RwLock<Rules>>, idle: Duration) {
     let Ok(dst) = original_destination(&inside) else { return };
     let host = rules.read().expect("rules").host.clone();
     if always_denied(dst.ip(), &host) {
@@ -130,11 +178,96 @@ async fn handle(mut inside: TcpStream, rules: Arc<RwLock<Rules>>) {
     if upstream.write_all(&head).await.is_err() {
         return;
     }
-    let _ = tokio::io::copy_bidirectional(&mut inside, &mut upstream).await;
+    let activity = Activity::default();
+    let mut inside = Watched { inner: inside, activity: &activity };
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut inside, &mut upstream) => {}
+        _ = activity.idle_for(idle) => {}
+    }
+}
+
+/// When bytes last moved through a connection.
+#[derive(Debug)]
+struct Activity {
+    start: tokio::time::Instant,
+    /// Milliseconds since `start`.
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self { start: tokio::time::Instant::now(), last: Default::default() }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Returns once nothing has moved for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        loop {
+            let last = self.start + Duration::from_millis(self.last.load(std::sync::atomic::Ordering::Relaxed));
+            let deadline = last + idle;
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// The sandbox's side of a connection, noting each read and write in `activity`.
+struct Watched<'a> {
+    inner: TcpStream,
+    activity: &'a Activity,
+}
+
+impl tokio::io::AsyncRead for Watched<'_> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched<'_> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Connects to `name:port` as the host resolves it, skipping addresses no sandbox reaches.
-async fn connect_name(name: &str, port: u16, host: &[Ipv4Addr]) -> std::io::Result<TcpStream> {
+async fn connect_name(name: &str, port: u16, host: &[HostNet]) -> std::io::Result<TcpStream> {
     let mut last = std::io::Error::other(format!("{name} resolves to no address a sandbox may reach"));
     for addr in tokio::net::lookup_host((name, port)).await? {
         if always_denied(addr.ip(), host) {
