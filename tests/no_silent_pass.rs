@@ -75,7 +75,7 @@ fn expect_error_true_is_not_met_by_a_timeout_or_an_unreachable_service() {
         assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
         let these = outcomes(&report(&json));
         for (name, _, _, want) in cases {
-            let (outcome, reason) = &these[*name];
+            let (outcome, reason) = these.get(name).unwrap();
             assert_eq!(outcome, want, "{name}: {reason}\n{stdout}");
         }
         got.extend(these);

@@ -338,7 +338,8 @@ impl Execution {
                 // display calls before it does not push out `text`.
                 let main = m.get("is_main_result") == Some(&JsonValue::Bool(true)) && !self.main_kept;
                 let fits = self.results_bytes + text.len() <= self.cap;
-                if !fits && !(main && text.len() <= self.cap) {
+                let kept = fits || (main && text.len() <= self.cap);
+                if !kept {
                     self.results_dropped += 1;
                     return;
                 }
