@@ -335,7 +335,13 @@ mod tests {
             .collect();
         assert_eq!(
             props,
-            [("run_id", "r-20240101-abcd"), ("provider", "local"), ("interrupted", "false"), ("skipped_steps", "0")]
+            [
+                ("run_id", "r-20240101-abcd"),
+                ("provider", "local"),
+                ("interrupted", "false"),
+                ("skipped_steps", "0"),
+                ("soft_failures", "0")
+            ]
         );
     }
 

@@ -571,7 +571,7 @@ mod tests {
             stream.extend_from_slice(b"not json at all\n");
         }
         // A frame far past the limit, without JSON structure the collector would need.
-        stream.extend_from_slice(&vec![b'x'; 10 * cap]);
+        stream.extend_from_slice(&vec![b'x'; 100 * cap]);
         stream.push(b'\n');
         stream.extend_from_slice(b"{\"type\": \"result\", \"text\": \"42\", \"is_main_result\": true}\n");
         stream.extend_from_slice(b"{\"type\": \"end_of_execution\"}");
