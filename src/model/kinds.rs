@@ -119,7 +119,7 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
     ("retry", "{ attempts: 5, delay: 1s, backoff: 2.0 }: re-run the step on failure"),
     ("eventually", "`30s` or { within: 30s, every: 500ms }: poll until the step passes"),
     ("if", "expression; false => the step is SKIPPED"),
-    ("continue_on_error", "record the failure and carry on"),
+    ("continue_on_error", "record the failure and carry on: a soft failure, shown beside PASSED, in the totals, the reports and as a GitHub warning; the run stays green"),
     (
         "requires",
         "{ env: [NAME, ...] }: run only when these variables are set and non-empty (a model's key); else the step is SKIPPED with `missing credentials [NAME]`, counted in every report, and the scenario goes on",
