@@ -162,6 +162,11 @@ fn single_expression(s: &str) -> Option<&str> {
     (!inner.contains("{{") && !inner.contains("}}") && !s.contains("{%")).then_some(inner.trim())
 }
 
+/// `{{ expr }}` and nothing else: `that: "{{ x == 1 }}"` is the expression `x == 1`.
+pub fn is_lone_expression(s: &str) -> bool {
+    single_expression(s).is_some()
+}
+
 /// Render one string. A lone `{{ expr }}` keeps the expression's type.
 pub fn render_str(s: &str, ctx: &MValue) -> Result<JsonValue, RenderError> {
     if !is_expression(s) {
@@ -286,6 +291,237 @@ pub fn check(node: &Node, text: &str, scope: &Scope, src: &Source, diags: &mut V
             diags.push(node.diag(src, message).label("in this template").help_opt(help));
         }
     }
+    // Filters, tests and methods are looked up only when the expression runs: one that does
+    // not exist would fail after a sandbox (or a build) was paid for.
+    for u in unknown_calls(text) {
+        let (line, col) = position(node, Some(u.line));
+        diags.push(Diagnostic::new(src, line, col, node.len, u.message).label("in this template").help_opt(u.help));
+    }
+}
+
+/// A filter, test or method an expression calls that does not exist, found by [`unknown_calls`].
+#[derive(Debug, PartialEq)]
+pub struct UnknownCall {
+    pub message: String,
+    pub help: Option<String>,
+    /// The line of the text it is on (1-based).
+    pub line: usize,
+}
+
+/// The filters every expression may use (minijinja's built-in ones and ours), for
+/// `did you mean`; whether one exists is asked of the environment itself.
+const FILTERS: &[&str] = &[
+    "abs",
+    "attr",
+    "b64decode",
+    "b64encode",
+    "batch",
+    "bool",
+    "capitalize",
+    "count",
+    "default",
+    "dictsort",
+    "escape",
+    "first",
+    "float",
+    "fromjson",
+    "groupby",
+    "indent",
+    "int",
+    "items",
+    "join",
+    "last",
+    "length",
+    "lines",
+    "list",
+    "lower",
+    "map",
+    "max",
+    "min",
+    "pprint",
+    "reject",
+    "rejectattr",
+    "replace",
+    "reverse",
+    "round",
+    "safe",
+    "select",
+    "selectattr",
+    "slice",
+    "sort",
+    "split",
+    "string",
+    "sum",
+    "title",
+    "tojson",
+    "trim",
+    "unique",
+    "upper",
+    "urlencode",
+];
+
+/// The tests (`x is defined`) for `did you mean`.
+const TESTS: &[&str] = &[
+    "boolean",
+    "defined",
+    "divisibleby",
+    "endingwith",
+    "eq",
+    "even",
+    "false",
+    "filter",
+    "float",
+    "ge",
+    "gt",
+    "in",
+    "integer",
+    "iterable",
+    "le",
+    "lower",
+    "lt",
+    "mapping",
+    "ne",
+    "none",
+    "number",
+    "odd",
+    "safe",
+    "sameas",
+    "sequence",
+    "startingwith",
+    "string",
+    "test",
+    "true",
+    "undefined",
+    "upper",
+];
+
+/// The methods values have in expressions: a sandbox's `url(port)` and `host(port)` (and a
+/// loop's, inside `{% for %}`).
+const METHODS: &[&str] = &["url", "host", "cycle", "changed"];
+
+fn filter_exists(name: &str) -> bool {
+    let source = format!("none | {name}");
+    let Ok(e) = env().compile_expression(&source) else { return true };
+    !matches!(e.eval(()), Err(err) if err.kind() == ErrorKind::UnknownFilter)
+}
+
+fn test_exists(name: &str) -> bool {
+    let source = format!("none is {name}");
+    let Ok(e) = env().compile_expression(&source) else { return true };
+    !matches!(e.eval(()), Err(err) if err.kind() == ErrorKind::UnknownTest)
+}
+
+/// The parts of `text` that are expressions: all of it for a lone `{{ … }}` or a bare
+/// expression, else what is inside each `{{ }}` and `{% %}`; with their byte offsets.
+fn expression_parts(text: &str) -> Vec<(usize, &str)> {
+    if !text.contains("{{") && !text.contains("{%") {
+        return vec![(0, text)];
+    }
+    let mut parts = Vec::new();
+    let mut at = 0;
+    while let Some(open) = text[at..].find(['{']).map(|i| at + i) {
+        let close = match text.get(open..open + 2) {
+            Some("{{") => "}}",
+            Some("{%") => "%}",
+            _ => {
+                at = open + 1;
+                continue;
+            }
+        };
+        let start = open + 2;
+        let Some(end) = text[start..].find(close).map(|i| start + i) else { break };
+        parts.push((start, &text[start..end]));
+        at = end + 2;
+    }
+    parts
+}
+
+/// Filters (`| name`), tests (`is name`) and methods (`.name(`) the text's expressions call
+/// that do not exist. String literals are skipped; what the environment would refuse at
+/// compile time is left to the compiler's own message.
+pub fn unknown_calls(text: &str) -> Vec<UnknownCall> {
+    let mut out = Vec::new();
+    for (offset, part) in expression_parts(text) {
+        let bytes = part.as_bytes();
+        // The previous significant token: `|`, `.`, `is`, `is not`, or something else.
+        let mut prev = "";
+        let mut i = 0;
+        while i < bytes.len() {
+            let c = bytes[i];
+            if c == b'\'' || c == b'"' {
+                i += 1;
+                while i < bytes.len() && bytes[i] != c {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                prev = "";
+                continue;
+            }
+            if c.is_ascii_whitespace() {
+                i += 1;
+                continue;
+            }
+            if c.is_ascii_alphabetic() || c == b'_' {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                let word = &part[start..i];
+                let line = text[..offset + start].matches('\n').count() + 1;
+                let called = part[i..].trim_start().starts_with('(');
+                match prev {
+                    "|" if !filter_exists(word) => out.push(UnknownCall {
+                        message: format!("unknown filter `{word}`"),
+                        help: Some(
+                            did_you_mean(word, FILTERS.iter().copied().filter(|f| filter_exists(f))).map_or_else(
+                                || format!("filters: {}", FILTERS.join(", ")),
+                                |s| format!("did you mean `| {s}`?"),
+                            ),
+                        ),
+                        line,
+                    }),
+                    "is" | "is not" if word != "not" && !test_exists(word) => out.push(UnknownCall {
+                        message: format!("unknown test `{word}`"),
+                        help: Some(did_you_mean(word, TESTS.iter().copied().filter(|t| test_exists(t))).map_or_else(
+                            || format!("tests: {}", TESTS.join(", ")),
+                            |s| format!("did you mean `is {s}`?"),
+                        )),
+                        line,
+                    }),
+                    "." if called && !METHODS.contains(&word) => {
+                        let as_filter = match word {
+                            "strip" => Some("trim"),
+                            "startswith" | "endswith" => None,
+                            w if filter_exists(w) && FILTERS.contains(&w) => Some(w),
+                            _ => None,
+                        };
+                        out.push(UnknownCall {
+                            message: format!("unknown method `{word}()`"),
+                            help: Some(match as_filter {
+                                Some(f) => format!("values have no methods here; use the filter: `| {f}`"),
+                                None => "values have no methods here (only a sandbox's `url(port)` and `host(port)`); use a filter, e.g. `| trim`, `| split`, `| lower`, or a test, e.g. `is startingwith('x')`".to_string(),
+                            }),
+                            line,
+                        });
+                    }
+                    _ => {}
+                }
+                prev = match (prev, word) {
+                    (_, "is") => "is",
+                    ("is", "not") => "is not",
+                    _ => "",
+                };
+                continue;
+            }
+            prev = match c {
+                b'|' => "|",
+                b'.' => ".",
+                _ => "",
+            };
+            i += 1;
+        }
+    }
+    out
 }
 
 fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {

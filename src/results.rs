@@ -167,6 +167,12 @@ pub struct StepRecord {
 }
 
 impl StepRecord {
+    /// A failure `continue_on_error` let the scenario go on after: it does not decide the
+    /// outcome, but every report shows it (as GitHub shows a `continue-on-error` step).
+    pub fn soft_failed(&self) -> bool {
+        self.continued && matches!(self.status, StepStatus::Failed | StepStatus::Error)
+    }
+
     /// Skipped because its `requires.env` was not met (a model's key was not given).
     pub fn skipped_for_env(&self) -> bool {
         self.status == StepStatus::Skipped && !self.missing_env.is_empty()
@@ -187,6 +193,16 @@ impl ScenarioResult {
             }
         }
         (n, names)
+    }
+
+    /// Its failures under `continue_on_error`, in the order they happened.
+    pub fn soft_failure_steps(&self) -> impl Iterator<Item = &StepRecord> {
+        self.steps.iter().filter(|s| s.soft_failed())
+    }
+
+    /// `1 soft failure`, `2 soft failures`, when any.
+    pub fn soft_failures_note(&self) -> Option<String> {
+        soft_failures_count(self.soft_failures)
     }
 
     /// `2 steps skipped: missing credentials [OPENAI_API_KEY]`, when any were.
@@ -287,6 +303,14 @@ pub struct ScenarioResult {
     pub duration_ms: u64,
     /// The run was interrupted while this scenario ran (or before it started).
     pub interrupted: bool,
+    /// How many of its steps failed under `continue_on_error` (see
+    /// [`StepRecord::soft_failed`]): a PASSED scenario with any is `PASSED with 1 soft failure`.
+    pub soft_failures: usize,
+}
+
+/// `1 soft failure`, `3 soft failures`; `None` for none.
+pub fn soft_failures_count(n: usize) -> Option<String> {
+    (n > 0).then(|| format!("{n} soft failure{}", if n == 1 { "" } else { "s" }))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -301,6 +325,10 @@ pub struct Totals {
     /// Steps (of scenarios that ran) skipped because their `requires.env` was unset.
     #[serde(skip_serializing_if = "is_zero")]
     pub skipped_steps: usize,
+    /// Step failures `continue_on_error` let scenarios go on after (in any outcome).
+    pub soft_failures: usize,
+    /// Scenarios that PASSED with soft failures: counted in `passed`, and said beside it.
+    pub passed_with_soft_failures: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -337,6 +365,10 @@ impl Totals {
                 Outcome::Xpass => t.xpass += 1,
             }
             t.skipped_steps += r.skipped_steps().0;
+            t.soft_failures += r.soft_failures;
+            if r.outcome == Outcome::Passed && r.soft_failures > 0 {
+                t.passed_with_soft_failures += 1;
+            }
         }
         t
     }

@@ -123,7 +123,17 @@ pub fn schema() -> JsonValue {
                 "continue_on_error" => json!({ "type": "boolean" }),
                 "requires" => json!({ "type": "object", "additionalProperties": false, "properties": {
                     "env": { "type": "array", "items": { "type": "string" } } } }),
-                "expect_error" => json!({ "anyOf": [{ "type": "boolean" }, { "$ref": "#/definitions/matcher_object" }] }),
+                "expect_error" => {
+                    // A matcher for the message, and `kind`: one kind of error or a list.
+                    let mut props: Map<String, JsonValue> = crate::matcher::KEYS
+                        .iter()
+                        .map(|(k, _)| (k.to_string(), json!({ "$ref": format!("#/definitions/matcher_object/properties/{k}") })))
+                        .collect();
+                    let kinds: Vec<&str> = crate::model::ErrorClass::ALL.iter().map(|(_, n)| *n).collect();
+                    let kind = json!({ "type": "string", "enum": kinds });
+                    props.insert("kind".into(), json!({ "anyOf": [kind, { "type": "array", "minItems": 1, "items": kind }] }));
+                    json!({ "anyOf": [{ "type": "boolean" }, { "type": "object", "minProperties": 1, "additionalProperties": false, "properties": props }] })
+                }
                 _ => json!({}),
             };
             let mut s = s;

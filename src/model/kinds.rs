@@ -119,12 +119,12 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
     ("retry", "{ attempts: 5, delay: 1s, backoff: 2.0 }: re-run the step on failure"),
     ("eventually", "`30s` or { within: 30s, every: 500ms }: poll until the step passes"),
     ("if", "expression; false => the step is SKIPPED"),
-    ("continue_on_error", "record the failure and carry on"),
+    ("continue_on_error", "record the failure and carry on: a soft failure, shown beside PASSED, in the totals, the reports and as a GitHub warning; the run stays green"),
     (
         "requires",
         "{ env: [NAME, ...] }: run only when these variables are set and non-empty (a model's key); else the step is SKIPPED with `missing credentials [NAME]`, counted in every report, and the scenario goes on",
     ),
-    ("expect_error", "the step's operation must fail: `true`, or a matcher for the error message, e.g. { contains: not found }; an argument the step refuses is its ERROR, never the expected failure"),
+    ("expect_error", "the step's operation must fail: `true`, or a matcher for the error message, e.g. { contains: not found }, and `kind:` (failed, not-found, invalid, timeout, infra, auth, unsupported; default failed); a timeout or an ERROR of the platform meets it only if `kind` names it, and an argument the step refuses never does"),
 ];
 
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
@@ -165,6 +165,9 @@ const HTTP_OUTPUTS: &[(&str, &str)] = &[
     ("body_dropped", "bytes of the body beyond --max-output, read but not kept (0 normally)"),
     ("url", "the URL requested"),
 ];
+
+/// The types of change `watch-events { expect: [{ type }] }` names (checked by `check`).
+pub const WATCH_TYPES: &[&str] = &["create", "write", "remove", "rename", "chmod"];
 
 const EXEC_OUTPUTS: &[(&str, &str)] = &[
     ("stdout", "standard output"),
@@ -806,6 +809,11 @@ pub static REGISTRY: &[StepKind] = &[
             ("execution_count", "the kernel's execution count of this cell (interpreter)"),
             ("context", "the interpreter's id of the named `context`, or null"),
             ("timed_out", "whether the timeout ended it"),
+            ("stdout_dropped", "bytes of stdout beyond --max-output, not kept (0 normally)"),
+            ("stderr_dropped", "bytes of stderr beyond --max-output, not kept"),
+            ("results_dropped", "results not kept: together they passed --max-output (0 normally)"),
+            ("frames_dropped", "lines of the interpreter's answer longer than twice --max-output, skipped unread (0 normally)"),
+            ("cut", "what was not kept, in words, or null"),
         ],
         uses_sandbox: true,
         eventual: false,

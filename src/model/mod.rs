@@ -14,6 +14,6 @@ mod validate;
 
 pub use capability::PROVIDERS;
 pub use load::{expand_paths, load, Loaded, PathsError};
-pub use scenario::{text, Case, Eventually, KnownIssue, Requires, Retry, Scenario, Step};
+pub use scenario::{text, Case, ErrorClass, Eventually, ExpectError, KnownIssue, Requires, Retry, Scenario, Step};
 pub use validate::LoadOptions;
 pub use validate::{MAX_ATTEMPTS, MAX_BACKOFF, MAX_CASES};

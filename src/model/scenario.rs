@@ -62,8 +62,65 @@ pub struct Step {
     pub continue_on_error: bool,
     /// `requires: { env }`: variables the step needs (a model's key); unset, it is SKIPPED.
     pub requires_env: Vec<String>,
-    /// `expect_error`: the step must fail; `Some(None)` means any error, else a matcher node.
-    pub expect_error: Option<Option<Node>>,
+    /// `expect_error`: the step must fail, with an error of the kinds it names.
+    pub expect_error: Option<ExpectError>,
+}
+
+/// `expect_error: true`, `expect_error: { contains: … }` or `expect_error: { kind: timeout, … }`.
+#[derive(Debug, Clone)]
+pub struct ExpectError {
+    /// The kinds that meet it: `[Failed]` unless `kind:` names others.
+    pub kinds: Vec<ErrorClass>,
+    /// A matcher for the error's message (the mapping without `kind`), if any.
+    pub matcher: Option<Node>,
+}
+
+/// The kinds of error `expect_error` tells apart. `Failed`, the default, is the operation's
+/// own failure (a missing file, a refused request, a check that did not hold); a limit that
+/// fired, and an ERROR of the platform, never meet `expect_error` unless it names them: a
+/// step that hangs, or a provider that is down, is not the failure a scenario expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Any failure of the operation that is not a timeout or an ERROR (includes the two below).
+    Failed,
+    /// The thing asked for does not exist.
+    NotFound,
+    /// The platform refused the request as wrong.
+    Invalid,
+    /// A limit fired: the command's `timeout`, the step's, the client's.
+    Timeout,
+    /// The platform or a service broke or could not be reached (an ERROR, a protocol error).
+    Infra,
+    /// Credentials were refused.
+    Auth,
+    /// The provider does not support the operation.
+    Unsupported,
+}
+
+impl ErrorClass {
+    /// Each kind's name in `kind:`, and what it means (for diagnostics and docs).
+    pub const ALL: &'static [(ErrorClass, &'static str)] = &[
+        (ErrorClass::Failed, "failed"),
+        (ErrorClass::NotFound, "not-found"),
+        (ErrorClass::Invalid, "invalid"),
+        (ErrorClass::Timeout, "timeout"),
+        (ErrorClass::Infra, "infra"),
+        (ErrorClass::Auth, "auth"),
+        (ErrorClass::Unsupported, "unsupported"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(c, _)| *c == self).map_or("failed", |(_, n)| n)
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.iter().find(|(_, n)| *n == s).map(|(c, _)| *c)
+    }
+
+    /// Whether an error of kind `got` meets an `expect_error` that names `self`.
+    pub fn admits(self, got: ErrorClass) -> bool {
+        self == got || (self == ErrorClass::Failed && matches!(got, ErrorClass::NotFound | ErrorClass::Invalid))
+    }
 }
 
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use serde_json::Value as JsonValue;
 use super::args::{self, ArgError, Slot};
 use super::capability::PROVIDERS;
 use super::kinds::{self as registry, Field, FieldType, COMMON_KEYS};
-use super::scenario::{Eventually, KnownIssue, Requires, Retry, Scenario, Step};
+use super::scenario::{ErrorClass, Eventually, ExpectError, KnownIssue, Requires, Retry, Scenario, Step};
 use crate::diag::{did_you_mean, Diagnostic, Location, Source};
 use crate::expr::{self, Scope};
 use crate::yaml::{self, Node, Value};
@@ -468,6 +468,9 @@ fn step(
     if kind.name == "assert-file" {
         local_file(cx, &st.args);
     }
+    if kind.name == "watch-events" {
+        watch_expect(cx, &st.args);
+    }
     record_in_scope(cx, &st, knode, scope, sandboxes);
     st.label = name.unwrap_or_else(|| label(kind.name, &st.args, kind.main));
     Some(st)
@@ -639,6 +642,7 @@ fn common_keys(
                 st.eventually = eventually(cx, v);
             }
             "if" => match &v.value {
+                Value::Str(_) if templated_expression(cx, v, "if", "if: provider.name != 'docker'") => {}
                 Value::Str(s) => {
                     let expr = if expr::is_expression(s) { s.clone() } else { format!("{{{{ {s} }}}}") };
                     let before = cx.diags.len();
@@ -651,25 +655,70 @@ fn common_keys(
             },
             "continue_on_error" => st.continue_on_error = cx.boolean(v, "continue_on_error").unwrap_or(false),
             "requires" => st.requires_env = step_requires(cx, v),
-            "expect_error" => match &v.value {
-                Value::Bool(true) => st.expect_error = Some(None),
-                Value::Bool(false) => {}
-                Value::Map(_) => {
-                    crate::matcher::validate(v, cx.src, &mut cx.diags);
-                    templates(cx, v, scope);
-                    st.expect_error = Some(Some(v.clone()));
-                }
-                _ => {
-                    let d = v
-                        .diag(cx.src, format!("`expect_error` must be true or a matcher, found {}", v.type_name()))
-                        .help("write `expect_error: true` or `expect_error: { contains: not found }`");
-                    cx.push(d);
-                }
-            },
+            "expect_error" => st.expect_error = expect_error(cx, v, scope),
             _ => {}
         }
     }
     name
+}
+
+/// `expect_error: true`, a matcher for the message, and `kind:` (one kind or a list) naming
+/// the errors that meet it beside the default `failed`.
+fn expect_error(cx: &mut Ctx<'_>, v: &Node, scope: &Scope) -> Option<ExpectError> {
+    let default = vec![ErrorClass::Failed];
+    match &v.value {
+        Value::Bool(true) => Some(ExpectError { kinds: default, matcher: None }),
+        Value::Bool(false) => None,
+        Value::Map(entries) => {
+            let mut kinds = Vec::new();
+            let mut rest = Vec::new();
+            for (k, val) in entries {
+                if k.key_text() != "kind" {
+                    rest.push((k.clone(), val.clone()));
+                    continue;
+                }
+                let names: Vec<&Node> = match &val.value {
+                    Value::Seq(items) if !items.is_empty() => items.iter().collect(),
+                    Value::Str(_) => vec![val],
+                    _ => {
+                        cx.wrong_type(val, "a kind of error or a list of them", "expect_error.kind");
+                        continue;
+                    }
+                };
+                for n in names {
+                    let name = n.as_str().unwrap_or_default();
+                    match ErrorClass::parse(name) {
+                        Some(c) => kinds.push(c),
+                        None => {
+                            let all: Vec<&str> = ErrorClass::ALL.iter().map(|(_, n)| *n).collect();
+                            let help = did_you_mean(name, all.iter().copied()).map_or_else(
+                                || format!("kinds are: {}", all.join(", ")),
+                                |s| format!("did you mean `{s}`?"),
+                            );
+                            let d = n.diag(cx.src, format!("unknown kind of error `{}`", n.key_text())).help(help);
+                            cx.push(d);
+                        }
+                    }
+                }
+            }
+            let matcher = if rest.is_empty() && !entries.is_empty() {
+                None
+            } else {
+                let m = Node { value: Value::Map(rest), ..v.clone() };
+                crate::matcher::validate(&m, cx.src, &mut cx.diags);
+                templates(cx, &m, scope);
+                Some(m)
+            };
+            Some(ExpectError { kinds: if kinds.is_empty() { default } else { kinds }, matcher })
+        }
+        _ => {
+            let d = v
+                .diag(cx.src, format!("`expect_error` must be true or a matcher, found {}", v.type_name()))
+                .help("write `expect_error: true`, `expect_error: { contains: not found }` or `expect_error: { kind: timeout }`");
+            cx.push(d);
+            None
+        }
+    }
 }
 
 /// Whether the step has the sandbox it needs, and what it adds to the scope of the steps
@@ -698,7 +747,7 @@ fn record_in_scope(cx: &mut Ctx<'_>, st: &Step, knode: &Node, scope: &mut Scope,
     }
     if let Some(id) = &st.id {
         let outputs: Vec<String> = if st.expect_error.is_some() {
-            vec!["error".into(), "severity".into()]
+            vec!["error".into(), "severity".into(), "kind".into()]
         } else {
             kind.outputs.iter().map(|(n, _)| n.to_string()).collect()
         };
@@ -906,6 +955,9 @@ fn field_value(cx: &mut Ctx<'_>, owner: &str, field: &Field, v: &Node, scope: &S
         // matcher's own checker, which points inside it.
         FieldType::Expr if v.as_str().is_some() => {
             let s = v.as_str().unwrap_or_default();
+            if templated_expression(cx, v, key, &format!("{key}: steps.first.exit_code == 0")) {
+                return;
+            }
             let expr = if expr::is_expression(s) { s.to_string() } else { format!("{{{{ {s} }}}}") };
             let before = cx.diags.len();
             expr::check(v, &expr, scope, cx.src, &mut cx.diags);
@@ -1082,6 +1134,23 @@ fn common_key_inside(src: &Source, owner: &str, k: &Node, v: &Node, map: &[(Node
 
 /// A syntax error in an expression field (`that:`, `if:`): say it takes a bare expression,
 /// since the general expression help (`{{ vars.name }}`) suggests the braces it does not need.
+/// `that: "{{ steps.a.stdout }} == 'ok'"`: `{{ }}` inside an expression is rendered into its
+/// text before it is evaluated, so the value becomes code (a quote in it breaks the
+/// expression, or changes it). Refused, with the bare form; a lone `{{ expr }}` is the
+/// expression itself and is taken.
+fn templated_expression(cx: &mut Ctx<'_>, v: &Node, key: &str, example: &str) -> bool {
+    let s = v.as_str().unwrap_or_default();
+    if !(s.contains("{{") || s.contains("{%")) || expr::is_lone_expression(s) {
+        return false;
+    }
+    let d = v
+        .diag(cx.src, format!("`{key}:` takes a bare expression, not a template with `{{{{ }}}}` inside"))
+        .label("`{{ }}` here would paste a value into the expression's text")
+        .help(format!("name the values as they are, without `{{{{ }}}}`, e.g. `{example}`"));
+    cx.push(d);
+    true
+}
+
 fn bare_expression_help(diags: &mut [Diagnostic], key: &str, example: &str) {
     for d in diags {
         if let Some(rest) = d.message.strip_prefix("template syntax error: ") {
@@ -1090,6 +1159,59 @@ fn bare_expression_help(diags: &mut [Diagnostic], key: &str, example: &str) {
             d.help = Some(format!(
                 "`{key}:` takes a bare expression, without `{{{{ }}}}`, e.g. `{example}`; operators: == != < > and or not in"
             ));
+        }
+    }
+}
+
+/// `watch-events { expect: [...] }`: each item a name or `{ name, type }` with a type the
+/// watch reports (a literal one; a templated one is checked when rendered).
+fn watch_expect(cx: &mut Ctx<'_>, args: &Node) {
+    let Some(expect) = args.get("expect") else { return };
+    let items: Vec<&Node> = match &expect.value {
+        Value::Seq(items) => items.iter().collect(),
+        Value::Str(s) if expr::is_expression(s) => return,
+        _ => vec![expect],
+    };
+    let types = registry::WATCH_TYPES;
+    for item in items {
+        match &item.value {
+            Value::Str(_) => {}
+            Value::Map(m) => {
+                for (k, v) in m {
+                    match k.key_text().as_str() {
+                        "name" => {}
+                        "type" => {
+                            let t = v.key_text();
+                            if expr::has_template(v) || types.contains(&t.to_ascii_lowercase().as_str()) {
+                                continue;
+                            }
+                            // The words other watchers use (inotify, fsnotify, watchdog).
+                            let other = match t.to_ascii_lowercase().as_str() {
+                                "modify" | "modified" | "change" | "changed" | "update" => Some("write"),
+                                "delete" | "deleted" | "unlink" => Some("remove"),
+                                "move" | "moved" => Some("rename"),
+                                "attrib" | "chown" => Some("chmod"),
+                                _ => None,
+                            };
+                            let help = other.or_else(|| did_you_mean(&t, types.iter().copied())).map_or_else(
+                                || format!("types: {}", types.join(", ")),
+                                |s| format!("did you mean `{s}`?"),
+                            );
+                            let d = v
+                                .diag(cx.src, format!("`{t}` is not a type of change a watch reports"))
+                                .label(format!("one of {}", types.join("|")))
+                                .help(help);
+                            cx.push(d);
+                        }
+                        _ => cx.unknown_key(k, &["name", "type"], "in a `watch-events` expect item"),
+                    }
+                }
+                if !m.iter().any(|(k, _)| k.key_text() == "name") {
+                    cx.err(item, "a `watch-events` expect item needs a `name`").help =
+                        Some("write `{ name: a.txt, type: write }`, or just the name".into());
+                }
+            }
+            _ => cx.wrong_type(item, "a name or { name, type }", "watch-events.expect"),
         }
     }
 }

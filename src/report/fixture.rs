@@ -51,6 +51,7 @@ pub fn scenario(index: usize, name: &str, file: &str, outcome: Outcome, duration
         started_at_ms: 1_700_000_000_000 + index as u64,
         duration_ms,
         interrupted: false,
+        soft_failures: 0,
     }
 }
 

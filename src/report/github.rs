@@ -3,7 +3,8 @@
 //! When a run happens in GitHub Actions (`GITHUB_ACTIONS=true`), every FAILED or ERROR
 //! scenario (and a strict XPASS) becomes an `::error file=…,line=…,col=…,title=…::message`
 //! line on stdout, so the failure shows on the pull request's diff at the step that failed; a
-//! non-strict XPASS is a `::warning`. The job summary (markdown, appended to the file
+//! non-strict XPASS is a `::warning`, and so is each step that failed under
+//! `continue_on_error` (at that step), as GitHub's own `continue-on-error` shows. The job summary (markdown, appended to the file
 //! `$GITHUB_STEP_SUMMARY` names) has the totals, a table of what did not pass with
 //! `file:line`, and each failure's details (expected/found, hint, what `finally` printed).
 //!
@@ -88,6 +89,26 @@ pub fn annotations(summary: &RunSummary, workspace: Option<&str>) -> String {
             data(&failure_text(r))
         );
     }
+    // A step that failed under `continue_on_error` is a warning at that step, as GitHub
+    // annotates its own `continue-on-error` steps: the run stays green, the failure is seen.
+    let mut soft: Vec<&ScenarioResult> = summary.results.iter().filter(|r| r.soft_failures > 0).collect();
+    soft.sort_by_key(|r| r.index);
+    for r in soft {
+        for s in r.soft_failure_steps() {
+            let title = format!("soft failure (continue_on_error) {} › {}", r.name, s.label);
+            let message = s.message.as_deref().unwrap_or_default();
+            let message: Vec<String> = message.trim_end().lines().map(format::sanitize).collect();
+            let _ = writeln!(
+                out,
+                "::warning file={},line={},col={},title={}::{}",
+                property(&repo_path(&s.location.file, workspace)),
+                s.location.line,
+                s.location.col,
+                property(&title),
+                data(&message.join("\n"))
+            );
+        }
+    }
     out
 }
 
@@ -140,6 +161,9 @@ pub fn step_summary(summary: &RunSummary) -> String {
         let _ = write!(md, "| {n} ");
     }
     let _ = writeln!(md, "| {} |\n", format::duration(summary.duration_ms));
+    if let Some(line) = summary::soft_failures_line(t) {
+        let _ = writeln!(md, "⚠️ {line}\n");
+    }
     let mut rows: Vec<&ScenarioResult> = summary.results.iter().filter(|r| r.outcome != Outcome::Passed).collect();
     rows.sort_by_key(|r| (r.outcome.attention_rank(), r.name.clone()));
     if !rows.is_empty() {

@@ -105,6 +105,9 @@ pub fn render_html(summary: &RunSummary) -> String {
             zero = if n == 0 { " zero" } else { "" }
         );
     }
+    if let Some(line) = summary::soft_failures_line(t) {
+        let _ = writeln!(h, "<span class=\"total soft\">{}</span>", esc(&line));
+    }
     h.push_str("</nav>\n</header>\n<main>\n");
 
     h.push_str(&timeline(summary, &results, &lives, peak));
@@ -152,6 +155,11 @@ fn scenario(r: &ScenarioResult) -> String {
         esc(&r.name),
         format::duration(r.duration_ms)
     );
+    // Failures under `continue_on_error`: beside the outcome, as in the terminal.
+    if let Some(note) = r.soft_failures_note() {
+        let how = if r.outcome == Outcome::Passed { "with" } else { "also" };
+        let _ = write!(h, " <span class=\"badge soft\">{how} {}</span>", esc(&note));
+    }
     match &r.failure {
         Some(f) => {
             let _ = write!(
@@ -617,7 +625,7 @@ pre{margin:4px 0;padding:6px 8px;background:var(--soft);border:1px solid var(--l
 .scenario>summary{padding:6px 10px;cursor:pointer;display:flex;gap:8px;align-items:baseline;flex-wrap:wrap}.scenario .name{font-weight:600}.dur{color:var(--muted);font-variant-numeric:tabular-nums}.where{color:var(--muted)}
 .body{padding:4px 12px 10px}.desc{margin:2px 0 6px}.facts{color:var(--muted);margin:2px 0 6px}.tag{display:inline-block;background:var(--soft);border:1px solid var(--line);border-radius:10px;padding:0 6px;margin:0 2px;font-size:12px}
 .reason{border-left:3px solid var(--line);padding:2px 10px;margin:6px 0}.reason.failed,.reason.error{border-left-color:var(--failed)}.reason .at{margin:2px 0}
-.message{background:#fff5f5;border-color:#ffd7d5}.reason.skipped .message,.reason.xfail .message,.reason.xpass .message{background:var(--soft);border-color:var(--line)}
+.badge.soft,.total.soft{background:#fff8c5;color:#7d4e00;border:1px solid #d4a72c}.message{background:#fff5f5;border-color:#ffd7d5}.reason.skipped .message,.reason.xfail .message,.reason.xpass .message{background:var(--soft);border-color:var(--line)}
 .mismatch .hint{margin:4px 0;padding:4px 8px;background:#ddf4ff;border:1px solid #b6e3ff;border-radius:4px}
 .diff span{display:block;min-height:1.2em}.diff .del{color:var(--failed);background:#ffebe9}.diff .ins{color:var(--passed);background:#dafbe1}.diff .hdr{color:var(--muted)}
 code.exp{color:var(--passed)}code.got{color:var(--failed)}

@@ -398,7 +398,11 @@ impl Drop for HumanReporter {
 /// `PASSED  name  1.20s`, or `PASSED  name (1.20s)` above the live view; then for a
 /// non-pass the `file:line` of the failing step and the reason.
 fn finished_line(r: &ScenarioResult, color: bool, live: bool) -> String {
-    let label = paint(&format!("{:<7}", r.outcome.label()), format::outcome_color(r.outcome), color);
+    // A pass with failures under `continue_on_error` says so where it says PASSED, in yellow.
+    let label = match r.soft_failures_note() {
+        Some(note) if r.outcome == Outcome::Passed => paint(&format!("PASSED with {note}"), Color::Yellow, color),
+        _ => paint(&format!("{:<7}", r.outcome.label()), format::outcome_color(r.outcome), color),
+    };
     let name = format::sanitize(&r.name);
     let duration = format::duration(r.duration_ms);
     let mut text = if live { format!("{label} {name} ({duration})") } else { format!("{label} {name}  {duration}") };
@@ -410,6 +414,16 @@ fn finished_line(r: &ScenarioResult, color: bool, live: bool) -> String {
     if let Some(reason) = summary::reason(r) {
         text.push_str("  ");
         text.push_str(&format::sanitize(format::first_line(reason)));
+    }
+    // The first soft failure: where, and why.
+    if let (Outcome::Passed, Some(s)) = (r.outcome, r.soft_failure_steps().next()) {
+        text.push_str(&format!("  {}:{}", s.location.file, s.location.line));
+        if let Some(m) = &s.message {
+            text.push_str("  ");
+            text.push_str(&format::sanitize(format::first_line(m)));
+        }
+    } else if let Some(note) = r.soft_failures_note() {
+        text.push_str(&format!("  (also {note})"));
     }
     // Steps skipped for a missing key are said, whatever the outcome.
     if let Some(note) = r.skipped_steps_note() {

@@ -13,7 +13,9 @@
 //!   "started_at_ms": number,             // Unix milliseconds
 //!   "duration_ms": number,
 //!   "interrupted": bool,
-//!   "totals": {"total","passed","failed","error","skipped","xfail","xpass": number},
+//!   "totals": {"total","passed","failed","error","skipped","xfail","xpass": number,
+//!              "soft_failures": number,   // steps failed under continue_on_error
+//!              "passed_with_soft_failures": number},  // of `passed`
 //!   "exit_code": number,
 //!   "provider_stats": {"created","destroyed","live","peak_live": number},
 //!   "results": [                          // ordered by index
@@ -36,7 +38,8 @@
 //!          "start_ms": number, "duration_ms": number, "continued": bool}
 //!       ],
 //!       "sandboxes": [string], "started_at_ms": number, "duration_ms": number,
-//!       "interrupted": bool
+//!       "interrupted": bool,
+//!       "soft_failures": number           // its steps with "continued": true that failed
 //!     }
 //!   ]
 //! }

@@ -54,11 +54,13 @@ pub fn write_junit(summary: &RunSummary, w: &mut impl Write) -> io::Result<()> {
     writeln!(w, ">")?;
     writeln!(w, "    <properties>")?;
     let skipped_steps = summary.totals.skipped_steps.to_string();
+    let soft_failures = summary.totals.soft_failures.to_string();
     for (name, value) in [
         ("run_id", summary.run_id.as_str()),
         ("provider", summary.provider.as_str()),
         ("interrupted", if summary.interrupted { "true" } else { "false" }),
         ("skipped_steps", skipped_steps.as_str()),
+        ("soft_failures", soft_failures.as_str()),
     ] {
         writeln!(w, r#"      <property name="{name}" value="{}"/>"#, attr(value))?;
     }
@@ -100,6 +102,13 @@ fn testcase(r: &ScenarioResult, w: &mut impl Write) -> io::Result<()> {
         r.location.line,
         seconds(r.duration_ms)
     )?;
+    // Failures under `continue_on_error`: JUnit has no "passed with warnings", so a property
+    // readers can count, and the steps at the top of its log.
+    if r.soft_failures > 0 {
+        writeln!(w, "      <properties>")?;
+        writeln!(w, r#"        <property name="soft_failures" value="{}"/>"#, r.soft_failures)?;
+        writeln!(w, "      </properties>")?;
+    }
     let reason = r.reason.as_deref().unwrap_or("");
     match kind(r) {
         Kind::Pass => {}
@@ -158,6 +167,13 @@ fn step_log(r: &ScenarioResult) -> String {
     let mut out = String::new();
     if let Some(note) = r.skipped_steps_note() {
         out.push_str(&format!("{note}\n"));
+    }
+    if let Some(note) = r.soft_failures_note() {
+        let how = if r.outcome == Outcome::Passed { "PASSED with" } else { "also" };
+        out.push_str(&format!("{how} {note} (continue_on_error):\n"));
+        for s in r.soft_failure_steps() {
+            out.push_str(&format!("  {} ({}): {}\n", s.label, s.location, s.message.as_deref().unwrap_or_default()));
+        }
     }
     if r.outcome == Outcome::Xpass {
         let strict = r.known_issue.as_ref().is_some_and(|k| k.strict);
@@ -319,7 +335,13 @@ mod tests {
             .collect();
         assert_eq!(
             props,
-            [("run_id", "r-20240101-abcd"), ("provider", "local"), ("interrupted", "false"), ("skipped_steps", "0")]
+            [
+                ("run_id", "r-20240101-abcd"),
+                ("provider", "local"),
+                ("interrupted", "false"),
+                ("skipped_steps", "0"),
+                ("soft_failures", "0")
+            ]
         );
     }
 

@@ -80,6 +80,9 @@ pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
     if let Some(line) = skipped_steps_line(&summary.totals) {
         let _ = writeln!(out, "{}", paint(&line, Color::Yellow, color));
     }
+    if let Some(line) = soft_failures_line(&summary.totals) {
+        let _ = writeln!(out, "{}", paint(&line, Color::Yellow, color));
+    }
     if let Some(line) = strict {
         let _ = writeln!(out, "{}", paint(&line, Color::Red, color));
     }
@@ -89,10 +92,26 @@ pub fn render_summary(summary: &RunSummary, opts: SummaryOptions) -> String {
     out
 }
 
-/// `N passed, N failed, N error, N skipped, N xfail, N xpass in 1.23s`, without newline.
+/// `N passed, N failed, N error, N skipped, N xfail, N xpass in 1.23s`, without newline;
+/// `1 passed (1 with soft failures), …` when passes had failures under `continue_on_error`.
 pub fn totals_line(t: &Totals, duration_ms: u64) -> String {
-    let counts: Vec<String> = t.by_outcome().iter().map(|(o, n)| format!("{n} {}", o.name())).collect();
+    let counts: Vec<String> = t
+        .by_outcome()
+        .iter()
+        .map(|(o, n)| match o {
+            Outcome::Passed if t.passed_with_soft_failures > 0 => {
+                format!("{n} passed ({} with soft failures)", t.passed_with_soft_failures)
+            }
+            _ => format!("{n} {}", o.name()),
+        })
+        .collect();
     format!("{} in {}", counts.join(", "), format::duration(duration_ms))
+}
+
+/// `2 soft failures (steps with continue_on_error)`, when any: failures that did not decide
+/// an outcome, said so that a green run does not hide them.
+pub fn soft_failures_line(t: &Totals) -> Option<String> {
+    crate::results::soft_failures_count(t.soft_failures).map(|n| format!("{n} (steps with continue_on_error)"))
 }
 
 /// `3 steps skipped: missing credentials (steps with requires.env)`, when any were: the

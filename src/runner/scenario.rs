@@ -56,6 +56,7 @@ pub fn skipped_result(case: &Case, index: usize, reason: String) -> ScenarioResu
         started_at_ms: now_ms(),
         duration_ms: 0,
         interrupted: false,
+        soft_failures: 0,
     }
 }
 
@@ -141,6 +142,37 @@ struct CaseRun<'a> {
 /// The last [`TAIL_LINES`] progress lines of the step that is running.
 type ProgressTail = Arc<Mutex<std::collections::VecDeque<String>>>;
 const TAIL_LINES: usize = 8;
+
+/// The kind of a step's error as `expect_error: { kind: }` names it: the provider's kind or a
+/// timeout where known, else an ordinary failure, or `infra` for an ERROR.
+fn error_class(e: &StepError) -> crate::model::ErrorClass {
+    use crate::model::ErrorClass as C;
+    use crate::provider::ErrorKind as K;
+    match e.kind {
+        Some(K::Timeout) => C::Timeout,
+        Some(K::NotFound) => C::NotFound,
+        Some(K::Invalid) => C::Invalid,
+        Some(K::Auth) => C::Auth,
+        Some(K::Unsupported) => C::Unsupported,
+        Some(K::Infra) => C::Infra,
+        None if e.severity == Severity::Fail => C::Failed,
+        None => C::Infra,
+    }
+}
+
+/// `a timeout`, for the note of an error `expect_error` does not take.
+fn class_phrase(c: crate::model::ErrorClass) -> &'static str {
+    use crate::model::ErrorClass as C;
+    match c {
+        C::Failed => "an ordinary failure",
+        C::NotFound => "a not-found error",
+        C::Invalid => "an invalid request",
+        C::Timeout => "a timeout",
+        C::Infra => "an error of the platform",
+        C::Auth => "a refusal of the credentials",
+        C::Unsupported => "an unsupported operation",
+    }
+}
 
 /// `step timed out after … (the setting)`, with the last lines the step streamed, if any.
 fn timed_out_message(limit: Duration, setting: &str, tail: &ProgressTail) -> String {
@@ -314,6 +346,7 @@ pub async fn run_case(
         outcome,
         reason: reason.map(|r| cfg.masker.mask(&r).into_owned()),
         failure,
+        soft_failures: run.records.iter().filter(|s| s.soft_failed()).count(),
         steps: run.records,
         sandboxes,
         started_at_ms,
@@ -676,7 +709,7 @@ impl CaseRun<'_> {
             None => result,
             // A skip is not a failure to expect.
             Some(_) if matches!(&result, Err(e) if e.severity == Severity::Skip) => result,
-            Some(matcher) => self.expected_error(matcher.as_ref(), &self.ctx.expr_ctx.clone(), result),
+            Some(expect) => self.expected_error(expect, &self.ctx.expr_ctx.clone(), result),
         };
         self.finish(step, index, phase, args, result, attempts, start_ms, t0)
     }
@@ -730,9 +763,11 @@ impl CaseRun<'_> {
 
     /// `expect_error`: a failure of the operation that matches is a pass (its message becomes
     /// the `error` output); a success is a failure, and so is an argument the step refused.
+    /// A timeout or an ERROR of the platform meets it only if it names that kind: otherwise
+    /// the error stands as it is, with a note saying why it was not the one expected.
     fn expected_error(
         &self,
-        matcher: Option<&crate::yaml::Node>,
+        expect: &crate::model::ExpectError,
         tctx: &MValue,
         result: Result<JsonValue, StepError>,
     ) -> Result<JsonValue, StepError> {
@@ -749,7 +784,20 @@ impl CaseRun<'_> {
             }
             Err(e) => e,
         };
-        if let Some(node) = matcher {
+        let class = error_class(&e);
+        if !expect.kinds.iter().any(|k| k.admits(class)) {
+            let mut e = e;
+            let wanted: Vec<&str> = expect.kinds.iter().map(|k| k.name()).collect();
+            e.message = format!(
+                "{} (`expect_error` wants {}, but this is {}: write `expect_error: {{ kind: {} }}` if that is the error this step must give)",
+                e.message,
+                wanted.join(" or "),
+                class_phrase(class),
+                class.name()
+            );
+            return Err(e);
+        }
+        if let Some(node) = &expect.matcher {
             let rendered = expr::render_node(node, tctx).map_err(|(e, line, col)| {
                 StepError::error(format!(
                     "template error at {}:{line}:{col}: {}",
@@ -765,7 +813,7 @@ impl CaseRun<'_> {
             }
         }
         let severity = if e.severity == Severity::Fail { "failed" } else { "error" };
-        Ok(json!({ "error": e.message, "severity": severity }))
+        Ok(json!({ "error": e.message, "severity": severity, "kind": class.name() }))
     }
 
     async fn attempt(
@@ -783,7 +831,7 @@ impl CaseRun<'_> {
         let r =
             match tokio::time::timeout(outer, (crate::steps::registry::run_fn(step.kind))(&mut self.ctx, args)).await {
                 Ok(r) => r,
-                Err(_) => Err(StepError::fail(timed_out_message(bound.limit, bound.setting, &self.progress_tail))),
+                Err(_) => Err(StepError::timeout(timed_out_message(bound.limit, bound.setting, &self.progress_tail))),
             };
         self.ctx.step_limit = None;
         r

@@ -20,7 +20,7 @@ use serde_json::{json, Value as JsonValue};
 
 use super::args::Args;
 use super::{exec_outputs, StepCtx, StepError, StepResult};
-use crate::provider::ExecRequest;
+use crate::provider::{ErrorKind, ExecRequest};
 
 const DRIVER: &str = r#"import ast, json, sys, traceback
 src = open(sys.argv[1]).read()
@@ -88,17 +88,10 @@ async fn run_on_interpreter(ctx: &mut StepCtx, a: &Args) -> StepResult {
         let text = resp.text().await.unwrap_or_default();
         return Err(StepError::fail(format!("the code interpreter answered {}: {}", status.as_u16(), text.trim())));
     }
-    let mut exec = Execution::default();
-    let mut pending = Vec::new();
+    let mut exec = Execution::new(ctx.max_output);
     loop {
         match resp.chunk().await {
-            Ok(Some(chunk)) => {
-                pending.extend_from_slice(&chunk);
-                while let Some(n) = pending.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=n).collect();
-                    exec.line(&line);
-                }
-            }
+            Ok(Some(chunk)) => exec.feed(&chunk),
             Ok(None) => break,
             Err(e) => {
                 let mut outputs = exec.outputs(context_id.as_deref(), started.elapsed());
@@ -112,18 +105,17 @@ async fn run_on_interpreter(ctx: &mut StepCtx, a: &Args) -> StepResult {
                 } else {
                     format!("the code interpreter's answer broke off: {}", super::http::error_chain(&e))
                 };
-                return Err(StepError::fail(msg).with_outputs(outputs));
+                let kind = if timed_out { ErrorKind::Timeout } else { ErrorKind::Infra };
+                return Err(StepError::fail(msg).of_kind(kind).with_outputs(outputs));
             }
         }
     }
-    if !pending.is_empty() {
-        exec.line(&pending);
-    }
+    exec.finish();
     let outputs = exec.outputs(context_id.as_deref(), started.elapsed());
     if !exec.ended {
-        return Err(
-            StepError::fail("the code interpreter's answer ended without `end_of_execution`").with_outputs(outputs)
-        );
+        return Err(StepError::fail("the code interpreter's answer ended without `end_of_execution`")
+            .of_kind(ErrorKind::Infra)
+            .with_outputs(outputs));
     }
     Ok(outputs)
 }
@@ -142,7 +134,7 @@ fn sensitive_headers(ctx: &StepCtx, url: &str) -> Result<Vec<(String, reqwest::h
 
 fn unreachable(url: &str, e: &reqwest::Error, limit: Duration) -> StepError {
     if e.is_timeout() {
-        return StepError::fail(format!(
+        return StepError::timeout(format!(
             "code timed out after {} (no answer from the code interpreter)",
             crate::duration::human(limit)
         ));
@@ -153,6 +145,7 @@ fn unreachable(url: &str, e: &reqwest::Error, limit: Duration) -> StepError {
         reqwest::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_default(),
         super::http::error_chain(e)
     ))
+    .of_kind(ErrorKind::Infra)
 }
 
 /// The interpreter's id of the scenario's context `name` in the target sandbox, made on first
@@ -202,20 +195,129 @@ const CONTEXT_TIMEOUT: Duration = Duration::from_secs(120);
 const FORMATS: &[&str] =
     &["text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "json", "javascript", "data", "chart"];
 
-/// One execution as the SDKs collect it from the stream.
-#[derive(Default, Debug)]
+/// One execution as the SDKs collect it from the stream, bounded as a command's output is:
+/// up to `--max-output` bytes of stdout, of stderr, of results and of lines that were not
+/// JSON, and no frame longer than [`Execution::frame_limit`] is held while it arrives; what
+/// is past the bound is counted (`stdout_dropped`, `stderr_dropped`, `results_dropped`,
+/// `frames_dropped`) and said in `cut`. A printing loop cannot grow the runner.
+#[derive(Debug)]
 pub(crate) struct Execution {
-    stdout: Vec<String>,
-    stderr: Vec<String>,
+    cap: usize,
+    stdout: Kept,
+    stderr: Kept,
     results: Vec<JsonValue>,
+    /// Bytes of the kept results' frames.
+    results_bytes: usize,
+    /// Results not kept (their frames would pass the bound).
+    results_dropped: u64,
+    /// The main result is among those kept.
+    main_kept: bool,
     error: Option<JsonValue>,
     execution_count: Option<JsonValue>,
     ended: bool,
     /// Lines that were not JSON objects (shown, never silently dropped).
-    unparsed: Vec<String>,
+    unparsed: Kept,
+    /// The frame arriving (bytes after the last newline).
+    pending: Vec<u8>,
+    /// The frame arriving passed the limit: its bytes are skipped up to its newline.
+    skipping: bool,
+    /// Frames longer than the limit, not read, and their bytes.
+    frames_dropped: u64,
+    frame_bytes_dropped: u64,
+}
+
+/// Text kept up to a bound, in the pieces it came in; the rest counted in bytes.
+#[derive(Debug, Default)]
+struct Kept {
+    pieces: Vec<String>,
+    bytes: usize,
+    dropped: u64,
+}
+
+impl Kept {
+    fn push(&mut self, text: String, cap: usize) {
+        let room = cap.saturating_sub(self.bytes);
+        if text.len() <= room {
+            self.bytes += text.len();
+            self.pieces.push(text);
+            return;
+        }
+        let mut at = room;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        self.dropped += (text.len() - at) as u64;
+        if at > 0 {
+            self.bytes += at;
+            self.pieces.push(text[..at].to_string());
+        }
+    }
 }
 
 impl Execution {
+    pub(crate) fn new(max_output: usize) -> Self {
+        Execution {
+            cap: max_output,
+            stdout: Kept::default(),
+            stderr: Kept::default(),
+            results: Vec::new(),
+            results_bytes: 0,
+            results_dropped: 0,
+            main_kept: false,
+            error: None,
+            execution_count: None,
+            ended: false,
+            unparsed: Kept::default(),
+            pending: Vec::new(),
+            skipping: false,
+            frames_dropped: 0,
+            frame_bytes_dropped: 0,
+        }
+    }
+
+    /// The longest frame read: twice `--max-output` (a frame's text may be escaped) and
+    /// 64 KiB for its JSON around it. A longer one is skipped to its newline and counted.
+    fn frame_limit(&self) -> usize {
+        self.cap.saturating_mul(2).saturating_add(64 * 1024)
+    }
+
+    /// Bytes of the stream as they arrive: each complete line is read as a frame.
+    pub(crate) fn feed(&mut self, mut chunk: &[u8]) {
+        while !chunk.is_empty() {
+            let newline = chunk.iter().position(|b| *b == b'\n');
+            let (part, rest) = match newline {
+                Some(n) => (&chunk[..n], &chunk[n + 1..]),
+                None => (chunk, &[][..]),
+            };
+            chunk = rest;
+            if self.skipping {
+                self.frame_bytes_dropped += part.len() as u64;
+            } else if self.pending.len() + part.len() > self.frame_limit() {
+                self.frames_dropped += 1;
+                self.frame_bytes_dropped += (self.pending.len() + part.len()) as u64;
+                self.pending = Vec::new();
+                self.skipping = true;
+            } else {
+                self.pending.extend_from_slice(part);
+            }
+            if newline.is_some() {
+                if !self.skipping {
+                    let line = std::mem::take(&mut self.pending);
+                    self.line(&line);
+                }
+                self.skipping = false;
+            }
+        }
+    }
+
+    /// The stream ended: a last frame without its newline is read too.
+    pub(crate) fn finish(&mut self) {
+        if !self.skipping && !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            self.line(&line);
+        }
+    }
+
     pub(crate) fn line(&mut self, raw: &[u8]) {
         let text = String::from_utf8_lossy(raw);
         let text = text.trim();
@@ -223,15 +325,28 @@ impl Execution {
             return;
         }
         let Ok(JsonValue::Object(mut m)) = serde_json::from_str::<JsonValue>(text) else {
-            self.unparsed.push(text.to_string());
+            self.unparsed.push(text.to_string(), self.cap);
             return;
         };
         let kind = m.remove("type").and_then(|t| t.as_str().map(str::to_string)).unwrap_or_default();
         let text_of = |m: &serde_json::Map<String, JsonValue>| m.get("text").map(super::text).unwrap_or_default();
         match kind.as_str() {
-            "stdout" => self.stdout.push(text_of(&m)),
-            "stderr" => self.stderr.push(text_of(&m)),
+            "stdout" => self.stdout.push(text_of(&m), self.cap),
+            "stderr" => self.stderr.push(text_of(&m), self.cap),
             "result" => {
+                // The cell's value (the main result) has a place of its own: a flood of
+                // display calls before it does not push out `text`.
+                let main = m.get("is_main_result") == Some(&JsonValue::Bool(true)) && !self.main_kept;
+                let fits = self.results_bytes + text.len() <= self.cap;
+                let kept = fits || (main && text.len() <= self.cap);
+                if !kept {
+                    self.results_dropped += 1;
+                    return;
+                }
+                self.main_kept |= main;
+                if fits {
+                    self.results_bytes += text.len();
+                }
                 let mut formats: Vec<JsonValue> =
                     FORMATS.iter().filter(|f| m.get(**f).is_some_and(truthy)).map(|f| json!(f)).collect();
                 if let Some(JsonValue::Object(extra)) = m.get("extra") {
@@ -263,9 +378,9 @@ impl Execution {
             .and_then(|r| r.get("text").cloned())
             .unwrap_or(JsonValue::Null);
         let mut out = json!({
-            "stdout": self.stdout.concat(),
-            "stderr": self.stderr.concat(),
-            "logs": { "stdout": self.stdout, "stderr": self.stderr },
+            "stdout": self.stdout.pieces.concat(),
+            "stderr": self.stderr.pieces.concat(),
+            "logs": { "stdout": self.stdout.pieces, "stderr": self.stderr.pieces },
             "results": self.results,
             "text": text,
             "error": self.error,
@@ -273,11 +388,47 @@ impl Execution {
             "context": context,
             "timed_out": false,
             "duration_ms": took.as_millis() as u64,
+            "stdout_dropped": self.stdout.dropped,
+            "stderr_dropped": self.stderr.dropped,
+            "results_dropped": self.results_dropped,
+            "frames_dropped": self.frames_dropped,
         });
-        if !self.unparsed.is_empty() {
-            out["unparsed"] = json!(self.unparsed);
+        if !self.unparsed.pieces.is_empty() || self.unparsed.dropped > 0 {
+            out["unparsed"] = json!(self.unparsed.pieces);
         }
+        out["cut"] = json!(self.cut());
         out
+    }
+
+    /// What was not kept, in words, when anything: `stdout: 1 KiB kept, 3.9 KiB dropped; …;
+    /// raise --max-output`.
+    fn cut(&self) -> Option<String> {
+        let size = |n: u64| crate::size::human(n);
+        let mut parts = Vec::new();
+        for (name, k) in [("stdout", &self.stdout), ("stderr", &self.stderr), ("unparsed lines", &self.unparsed)] {
+            if k.dropped > 0 {
+                parts.push(format!("{name}: {} kept, {} dropped", size(k.bytes as u64), size(k.dropped)));
+            }
+        }
+        if self.results_dropped > 0 {
+            parts.push(format!("results: {} kept, {} dropped", self.results.len(), self.results_dropped));
+        }
+        if self.frames_dropped > 0 {
+            parts.push(format!(
+                "{} frame{} longer than {} skipped ({})",
+                self.frames_dropped,
+                if self.frames_dropped == 1 { "" } else { "s" },
+                size(self.frame_limit() as u64),
+                size(self.frame_bytes_dropped)
+            ));
+        }
+        (!parts.is_empty()).then(|| {
+            format!(
+                "the code interpreter's answer passed --max-output ({}): {}; raise --max-output",
+                size(self.cap as u64),
+                parts.join("; ")
+            )
+        })
     }
 }
 
@@ -315,7 +466,7 @@ async fn run_with_driver(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let r = ctx.provider.sandbox(&id).exec(req, None).await?;
     let mut outputs = exec_outputs(&r, started.elapsed());
     if r.timed_out {
-        return Err(StepError::fail("code timed out").with_outputs(outputs));
+        return Err(StepError::timeout("code timed out").with_outputs(outputs));
     }
     let parsed: JsonValue = match ctx.provider.sandbox(&id).read_file(&result).await {
         Ok(bytes) => {
@@ -346,6 +497,20 @@ async fn run_with_driver(ctx: &mut StepCtx, a: &Args) -> StepResult {
     obj.insert("results".into(), results);
     obj.insert("text".into(), text);
     obj.insert("error".into(), parsed.get("error").cloned().unwrap_or(JsonValue::Null));
+    // The streams were bounded by the command's own --max-output; the driver's results file
+    // holds one value.
+    let cut = match (r.stdout_dropped, r.stderr_dropped) {
+        (0, 0) => JsonValue::Null,
+        (o, e) => json!(format!(
+            "the code's output passed --max-output ({}): stdout {} dropped, stderr {} dropped; raise --max-output",
+            crate::size::human(ctx.max_output as u64),
+            crate::size::human(o),
+            crate::size::human(e)
+        )),
+    };
+    obj.insert("results_dropped".into(), json!(0));
+    obj.insert("frames_dropped".into(), json!(0));
+    obj.insert("cut".into(), cut);
     Ok(outputs)
 }
 
@@ -360,7 +525,7 @@ mod tests {
 
     #[test]
     fn the_stream_becomes_the_sdks_execution() {
-        let mut e = Execution::default();
+        let mut e = Execution::new(crate::provider::MAX_OUTPUT);
         for l in [
             r#"{"type": "number_of_executions", "execution_count": 3}"#,
             r#"{"type": "stdout", "text": "a\n", "timestamp": "t"}"#,
@@ -386,5 +551,60 @@ mod tests {
         assert_eq!(o["error"], json!({ "name": "E", "value": "v", "traceback": "tb" }));
         assert_eq!(o["context"], "c1");
         assert_eq!(o["unparsed"], json!(["not json"]));
+    }
+
+    /// Issue 36 item 3: the stream was kept whole (a printing loop grew the runner past 8 GB).
+    /// Fed as the interpreter sends it, in chunks that split frames, the collector keeps
+    /// `max_output` of each part, counts the rest, skips an overlong frame unread, and still
+    /// reads what follows it (the main result, the end).
+    #[test]
+    fn the_stream_is_bounded_by_max_output_and_says_what_it_dropped() {
+        let cap = 1000;
+        let mut e = Execution::new(cap);
+        let mut stream = Vec::new();
+        for i in 0..500 {
+            stream.extend_from_slice(format!("{{\"type\": \"stdout\", \"text\": \"line {i:04}\\n\"}}\n").as_bytes());
+            stream.extend_from_slice(b"{\"type\": \"stderr\", \"text\": \"e\"}\n");
+            stream.extend_from_slice(
+                format!("{{\"type\": \"result\", \"text\": \"{i}\", \"is_main_result\": false}}\n").as_bytes(),
+            );
+            stream.extend_from_slice(b"not json at all\n");
+        }
+        // A frame far past the limit, without JSON structure the collector would need.
+        stream.extend_from_slice(&vec![b'x'; 100 * cap]);
+        stream.push(b'\n');
+        stream.extend_from_slice(b"{\"type\": \"result\", \"text\": \"42\", \"is_main_result\": true}\n");
+        stream.extend_from_slice(b"{\"type\": \"end_of_execution\"}");
+        for chunk in stream.chunks(777) {
+            e.feed(chunk);
+            assert!(e.pending.len() <= e.frame_limit(), "the frame arriving is bounded too");
+        }
+        e.finish();
+        assert!(e.ended, "the end after the skipped frame is read");
+        let o = e.outputs(None, Duration::ZERO);
+        let stdout = o["stdout"].as_str().unwrap();
+        assert_eq!(stdout.len(), cap, "the first max_output bytes of stdout");
+        assert!(stdout.starts_with("line 0000\nline 0001\n"), "{stdout}");
+        assert_eq!(o["stdout_dropped"], 500 * 10 - cap as u64);
+        assert_eq!(o["stderr"].as_str().unwrap().len(), 500.min(cap));
+        assert_eq!(o["stderr_dropped"], 0);
+        let results = o["results"].as_array().unwrap();
+        let kept_bytes: usize = results.iter().map(|r| r.to_string().len()).sum();
+        assert!(kept_bytes <= 2 * cap, "results are bounded: {kept_bytes} bytes");
+        assert_eq!(o["results_dropped"].as_u64().unwrap() as usize, 500 - (results.len() - 1));
+        assert_eq!(o["text"], "42", "the main result keeps its place");
+        assert_eq!(o["frames_dropped"], 1);
+        assert!(o["unparsed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().len()).sum::<usize>() <= cap);
+        let cut = o["cut"].as_str().unwrap();
+        assert!(cut.contains("stdout: 1000 B kept") && cut.contains("raise --max-output"), "{cut}");
+        assert!(cut.contains("1 frame longer than"), "{cut}");
+        // Nothing past the bound: `cut` is null and nothing is counted.
+        let mut small = Execution::new(cap);
+        small.feed(b"{\"type\": \"stdout\", \"text\": \"hi\"}\n{\"type\": \"end_of_execution\"}\n");
+        let o = small.outputs(None, Duration::ZERO);
+        assert_eq!(
+            (o["cut"].clone(), o["stdout_dropped"].clone(), o["frames_dropped"].clone()),
+            (JsonValue::Null, json!(0), json!(0))
+        );
     }
 }

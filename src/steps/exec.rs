@@ -49,7 +49,7 @@ pub async fn exec(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let result = ctx.provider.sandbox(&id).exec(req, None).await?;
     let outputs = exec_outputs(&result, started.elapsed());
     if result.timed_out {
-        return Err(StepError::fail(command_timed_out(limit, &setting)).with_outputs(outputs));
+        return Err(StepError::timeout(command_timed_out(limit, &setting)).with_outputs(outputs));
     }
     check_exit_code(a, &result, outputs)
 }
@@ -98,7 +98,7 @@ pub async fn wait(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let result = ctx.provider.sandbox(&id).wait(pid, limit).await?;
     let outputs = exec_outputs(&result, started.elapsed());
     if result.timed_out {
-        return Err(StepError::fail(format!("process {pid} still running after {}", crate::duration::human(limit)))
+        return Err(StepError::timeout(format!("process {pid} still running after {}", crate::duration::human(limit)))
             .with_outputs(outputs));
     }
     Ok(outputs)

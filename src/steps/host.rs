@@ -195,7 +195,7 @@ pub async fn host(ctx: &mut StepCtx, a: &Args) -> StepResult {
     result.signal = status.signal();
     let outputs = exec_outputs(&result, started.elapsed());
     if result.timed_out {
-        return Err(StepError::fail(super::exec::command_timed_out(limit, &setting)).with_outputs(outputs));
+        return Err(StepError::timeout(super::exec::command_timed_out(limit, &setting)).with_outputs(outputs));
     }
     super::exec::check_exit_code(a, &result, outputs)
 }

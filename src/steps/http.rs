@@ -98,7 +98,14 @@ async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
         Some(JsonValue::String(s)) => req = req.body(s.clone()),
         Some(other) => req = req.json(other),
     }
-    let mut resp = req.send().await.map_err(|e| StepError::fail(send_failed(&url, port, &method, ctx.polling, &e)))?;
+    let mut resp = req.send().await.map_err(|e| {
+        let err = StepError::fail(send_failed(&url, port, &method, ctx.polling, &e));
+        if e.is_timeout() {
+            err.of_kind(crate::provider::ErrorKind::Timeout)
+        } else {
+            err
+        }
+    })?;
     let status = resp.status().as_u16();
     let headers: serde_json::Map<String, JsonValue> = resp
         .headers()

@@ -64,6 +64,11 @@ pub struct StepError {
     /// The streams of the command an assertion checked (`stdout`, `stderr`: those worth
     /// showing), so its failure shows what that command printed (see `results::Captured`).
     pub shown: Option<Box<JsonValue>>,
+    /// What went wrong, where it is known: the provider's kind of error, or `Timeout` when a
+    /// limit stopped the step (its command's `timeout`, the step's, the interpreter's
+    /// client). `expect_error` takes an ordinary failure by default, never a timeout or an
+    /// ERROR of the platform unless the scenario names that kind.
+    pub kind: Option<ErrorKind>,
 }
 
 impl StepError {
@@ -75,6 +80,7 @@ impl StepError {
             outputs: None,
             bad_args: false,
             shown: None,
+            kind: None,
         }
     }
     pub fn error(message: impl Into<String>) -> Self {
@@ -85,6 +91,7 @@ impl StepError {
             outputs: None,
             bad_args: false,
             shown: None,
+            kind: None,
         }
     }
     /// The step's arguments are wrong (a value of the wrong type, fields that contradict each
@@ -102,7 +109,17 @@ impl StepError {
             outputs: None,
             bad_args: false,
             shown: None,
+            kind: None,
         }
+    }
+    /// A limit stopped the step: a failure of kind `Timeout`.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self { kind: Some(ErrorKind::Timeout), ..Self::fail(message) }
+    }
+    /// This kind of error (an unreachable service, a broken protocol: `Infra`).
+    pub fn of_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = Some(kind);
+        self
     }
     pub fn with_outputs(mut self, outputs: JsonValue) -> Self {
         self.outputs = Some(Box::new(outputs));
@@ -124,6 +141,7 @@ impl From<MatchFailure> for StepError {
             outputs: None,
             bad_args: false,
             shown: None,
+            kind: None,
         }
     }
 }
@@ -139,7 +157,7 @@ impl From<ProviderError> for StepError {
         } else {
             e.message
         };
-        Self { severity, message, mismatch: None, outputs: None, bad_args: false, shown: None }
+        Self { severity, message, mismatch: None, outputs: None, bad_args: false, shown: None, kind: Some(e.kind) }
     }
 }
 

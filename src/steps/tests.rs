@@ -1373,7 +1373,7 @@ async fn run_code_returns_the_last_expression() {
             "stdout": "hi\n", "stderr": "", "exit_code": 0, "signal": null, "timed_out": false, "pid": FIRST_PID,
             "results": [{ "text": "3", "json": 3 }], "text": "3", "error": null,
             "logs": { "stdout": ["hi\n"], "stderr": [] },
-            "stdout_dropped": 0, "stderr_dropped": 0,
+            "stdout_dropped": 0, "stderr_dropped": 0, "results_dropped": 0, "frames_dropped": 0, "cut": null,
         })
     );
     let s = p.state();

@@ -11,7 +11,7 @@ use super::args::Args;
 use super::{StepCtx, StepError, StepResult, WatchRef};
 use crate::provider::{FsEvent, FsOp};
 
-const TYPES: &[&str] = &["create", "write", "remove", "rename", "chmod"];
+use crate::model::kinds::WATCH_TYPES as TYPES;
 
 fn op_name(op: FsOp) -> &'static str {
     match op {
