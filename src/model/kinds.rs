@@ -129,8 +129,19 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
 
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
 
+/// `expect: { duration_ms: { lt: 500 } }`: Hurl's `duration < 500`.
+const DURATION_BOUNDS: &[Field] = &[
+    f("lt", FieldType::Int, "the response (status, headers and body) took less than this many milliseconds"),
+    f("le", FieldType::Int, "at most this many milliseconds"),
+];
+
 const HTTP_EXPECT: &[Field] = &[
     f("status", FieldType::IntList, "expected status code, or a list of allowed codes"),
+    f(
+        "duration_ms",
+        FieldType::Object(DURATION_BOUNDS),
+        "bounds on the response's time, as Hurl's `duration`: `{ lt: 500 }`",
+    ),
     f("body", FieldType::Matcher, "matcher for the response body"),
     f("json", FieldType::Any, "list of { path: \"$.a\", <matcher> } checks on the JSON body"),
     f("headers", FieldType::StrMap, "headers that must be present; values are substrings to find"),
@@ -164,6 +175,7 @@ const HTTP_OUTPUTS: &[(&str, &str)] = &[
     ("json", "the body parsed as JSON, or null"),
     ("body_dropped", "bytes of the body beyond --max-output, read but not kept (0 normally)"),
     ("url", "the URL requested"),
+    ("duration_ms", "milliseconds from sending the request to the end of the body"),
 ];
 
 const EXEC_OUTPUTS: &[(&str, &str)] = &[
