@@ -54,11 +54,22 @@ pub fn env() -> &'static Environment<'static> {
                 .expect("default syntax with kept newlines"),
         );
         e.add_filter("b64encode", |s: String| base64::engine::general_purpose::STANDARD.encode(s));
-        e.add_filter("b64decode", |s: String| -> Result<String, Error> {
+        // Python's habits: `'x'.startswith('y')`, `.split()`, `.strip()`, `d.items()`, ...
+        e.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // Bytes, as Python's `base64.b64decode`: `| length` counts bytes, `| sha256` hashes
+        // them, and a text renders as its UTF-8 (a binary file is not refused).
+        e.add_filter("b64decode", |s: String| -> Result<MValue, Error> {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(s.trim())
                 .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("invalid base64: {e}")))?;
-            String::from_utf8(bytes).map_err(|_| Error::new(ErrorKind::InvalidOperation, "decoded base64 is not UTF-8"))
+            Ok(MValue::from_bytes(bytes))
+        });
+        e.add_filter("sha256", |v: MValue| -> Result<String, Error> {
+            use sha2::Digest as _;
+            let bytes = v.as_bytes().ok_or_else(|| {
+                Error::new(ErrorKind::InvalidOperation, format!("sha256 takes a string or bytes, not {}", v.kind()))
+            })?;
+            Ok(hex::encode(sha2::Sha256::digest(bytes)))
         });
         e.add_filter("fromjson", |s: String| -> Result<MValue, Error> {
             let v: JsonValue = serde_json::from_str(&s)
@@ -180,6 +191,11 @@ pub fn render_str(s: &str, ctx: &MValue) -> Result<JsonValue, RenderError> {
             return Err(RenderError { message: format!("undefined value: `{expr}`"), line_in_expr: Some(1) });
         }
         if v.as_object().is_some_and(|o| o.downcast_ref::<SandboxView>().is_some()) {
+            return Ok(JsonValue::String(v.to_string()));
+        }
+        // Bytes (`b64decode`) as a value are their text, as they render inside a template
+        // (serde would make a list of numbers of them).
+        if v.kind() == minijinja::value::ValueKind::Bytes {
             return Ok(JsonValue::String(v.to_string()));
         }
         return serde_json::to_value(&v).map_err(|e| RenderError { message: e.to_string(), line_in_expr: None });
@@ -645,6 +661,37 @@ mod tests {
         let ctx = context! {};
         assert_eq!(render_str("{{ 'hi' | b64encode }}", &ctx).unwrap(), JsonValue::from("aGk="));
         assert_eq!(render_str("{{ ('{\"a\": 2}' | fromjson).a }}", &ctx).unwrap(), JsonValue::from(2));
+    }
+
+    #[test]
+    fn python_string_methods_work_as_in_pytest() {
+        let ctx = context! { out => "  hello world\n" };
+        assert!(eval_bool("out.strip().startswith('hello')", &ctx).unwrap());
+        assert!(eval_bool("out.endswith('\\n')", &ctx).unwrap());
+        assert_eq!(render_str("{{ out.split() }}", &ctx).unwrap(), serde_json::json!(["hello", "world"]));
+        assert_eq!(render_str("{{ out.strip().split(' ')[1].upper() }}", &ctx).unwrap(), JsonValue::from("WORLD"));
+        assert_eq!(render_str("{{ 'a=1'.replace('=', ':') }}", &ctx).unwrap(), JsonValue::from("a:1"));
+    }
+
+    #[test]
+    fn b64decode_gives_bytes_with_length_and_sha256() {
+        let ctx = context! {};
+        // 0xff 0x00 0xfe: not UTF-8, 3 bytes.
+        assert_eq!(render_str("{{ '/wD+' | b64decode | length }}", &ctx).unwrap(), JsonValue::from(3));
+        // é is 2 bytes in UTF-8 but one character: bytes are counted.
+        assert_eq!(render_str("{{ 'w6k=' | b64decode | length }}", &ctx).unwrap(), JsonValue::from(2));
+        assert_eq!(
+            render_str("{{ '/wD+' | b64decode | sha256 }}", &ctx).unwrap(),
+            JsonValue::from("af9ceddc9d8b08ac09e1994bfd20459b5e377425df7354dfce3501992828a5b7".to_string())
+        );
+        assert_eq!(
+            render_str("{{ 'abc' | sha256 }}", &ctx).unwrap(),
+            JsonValue::from("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        );
+        // Text still reads as text, alone and inside a template.
+        assert_eq!(render_str("{{ 'aGk=' | b64decode }}", &ctx).unwrap(), JsonValue::from("hi"));
+        assert_eq!(render_str("<{{ 'aGk=' | b64decode }}>", &ctx).unwrap(), JsonValue::from("<hi>"));
+        assert!(eval_bool("('aGk=' | b64decode | string) == 'hi'", &ctx).unwrap());
     }
 
     #[test]

@@ -44,6 +44,29 @@ impl Selection {
         cases.into_iter().filter(|c| self.selects(c)).collect()
     }
 
+    /// The words of `-t` that no loaded case carries as a tag, each with a did-you-mean from
+    /// the tags they do carry (or the list of them): `unknown tag `fsat`: did you mean `fast`?`.
+    pub fn unknown_tags(&self, cases: &[Case]) -> Vec<String> {
+        let Some((_, expr)) = &self.tags else { return Vec::new() };
+        let mut known: Vec<&str> = cases.iter().flat_map(|c| c.scenario.tags.iter().map(String::as_str)).collect();
+        known.sort_unstable();
+        known.dedup();
+        let mut words = Vec::new();
+        expr.words(&mut words);
+        let mut out: Vec<String> = Vec::new();
+        for w in words {
+            if known.contains(&w) || out.iter().any(|o| o.contains(&format!("`{w}`"))) {
+                continue;
+            }
+            out.push(match crate::diag::did_you_mean(w, known.iter().copied()) {
+                Some(m) => format!("unknown tag `{w}`: did you mean `{m}`?"),
+                None if known.is_empty() => format!("unknown tag `{w}`: no scenario loaded has tags"),
+                None => format!("unknown tag `{w}`: the tags are {}", known.join(", ")),
+            });
+        }
+        out
+    }
+
     /// The filters as flags, for "no scenario matches -k 'x' --shard 1/2".
     pub fn describe(&self) -> String {
         let mut filters = Vec::new();
@@ -124,6 +147,9 @@ pub enum ExprError {
     Trailing { token: String, text: String },
     #[error("expression ends too early")]
     EndsEarly,
+    /// `&&`, `||` or `!` (C's, or pytest-less shells' habit): the operators are words here.
+    #[error("`{token}` is not an operator here: the operators are `and`, `or` and `not`")]
+    CStyle { token: String },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -140,6 +166,9 @@ impl Expr {
         if tokens.is_empty() {
             return Err(ExprError::Empty);
         }
+        if let Some(t) = tokens.iter().find(|t| t.c_style()) {
+            return Err(ExprError::CStyle { token: t.text.clone() });
+        }
         // The parser, `eval` and the drop of the tree all recurse: bounded, so no input can
         // overflow the stack.
         if tokens.len() > MAX_TOKENS {
@@ -151,6 +180,18 @@ impl Expr {
             return Err(ExprError::Trailing { token: t.text.clone(), text: text.to_string() });
         }
         Ok(e)
+    }
+
+    /// Every word, in order.
+    fn words<'a>(&'a self, out: &mut Vec<&'a str>) {
+        match self {
+            Expr::Word(w) => out.push(w),
+            Expr::Not(e) => e.words(out),
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                a.words(out);
+                b.words(out);
+            }
+        }
     }
 
     pub fn eval(&self, word: &dyn Fn(&str) -> bool) -> bool {
@@ -167,6 +208,9 @@ impl Expr {
 /// was probably meant: both words, or the phrase.
 fn with_hint(flag: Flag, text: &str, error: &ExprError) -> String {
     let short = flag.short();
+    if let ExprError::CStyle { .. } = error {
+        return format!("{short}: {error}\n  = help: write `{short} '{}'`", spelled_out(text));
+    }
     let tokens = tokenize(text).unwrap_or_default();
     if tokens.len() < 2 || tokens.iter().any(|t| t.symbol().is_some()) {
         return format!("{short}: {error}");
@@ -190,6 +234,46 @@ fn with_hint(flag: Flag, text: &str, error: &ExprError) -> String {
     hint
 }
 
+/// The expression with C's `&&`, `||` and `!` written as `and`, `or` and `not` (quoted
+/// phrases kept as written).
+fn spelled_out(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars().peekable();
+    let mut quote: Option<char> = None;
+    // At the start of a word: where a `!` is a `not`.
+    let mut word_start = true;
+    while let Some(c) = chars.next() {
+        if let Some(q) = quote {
+            out.push(c);
+            if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => {
+                quote = Some(c);
+                out.push(c);
+            }
+            '&' | '|' => {
+                while chars.peek() == Some(&c) {
+                    chars.next();
+                }
+                out.push_str(if c == '&' { " and " } else { " or " });
+                word_start = true;
+                continue;
+            }
+            '!' if word_start => {
+                out.push_str("not ");
+                continue;
+            }
+            c => out.push(c),
+        }
+        word_start = c.is_whitespace() || c == '(';
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ").replace("( ", "(").replace(" )", ")")
+}
+
 /// A word, an operator or a parenthesis of an expression.
 #[derive(Debug, Clone, PartialEq)]
 struct Token {
@@ -205,6 +289,11 @@ impl Token {
             return None;
         }
         ["and", "or", "not"].into_iter().find(|op| self.text.eq_ignore_ascii_case(op))
+    }
+
+    /// `&&`, `||`, `!x`: an operator of C (or of a shell), unquoted.
+    fn c_style(&self) -> bool {
+        !self.quoted && (self.text.starts_with('!') || self.text.contains("&&") || self.text.contains("||"))
     }
 
     /// What the parser reads: `(`, `)`, an operator, or `None` for a word.
@@ -467,6 +556,23 @@ mod tests {
         assert_eq!("1/y".parse::<Shard>().unwrap_err(), ShardError::BadCount("y".into()));
         assert_eq!("4/3".parse::<Shard>().unwrap_err(), ShardError::OutOfRange { index: 4, count: 3 });
         assert_eq!("4/3".parse::<Shard>().unwrap_err().to_string(), "shard must satisfy 1 <= K <= N, got 4/3");
+    }
+
+    /// Issue 37 item 7: C's operators get the expression spelled with words.
+    #[test]
+    fn c_style_operators_get_the_words() {
+        let e = Selection::new(None, Some("fast && !egress"), None).unwrap_err();
+        assert_eq!(e.error, ExprError::CStyle { token: "&&".into() });
+        assert_eq!(
+            e.to_string(),
+            "-t: `&&` is not an operator here: the operators are `and`, `or` and `not`\n  = help: write `-t 'fast and not egress'`"
+        );
+        assert_eq!(spelled_out("!a||(b&&!c)"), "not a or (b and not c)");
+        assert_eq!(spelled_out("'x && y' && !(z)"), "'x && y' and not (z)");
+        let e = Selection::new(Some("!slow"), None, None).unwrap_err();
+        assert!(e.to_string().ends_with("write `-k 'not slow'`"), "{e}");
+        // Quoted, they are words; inside a word, `!` is a letter.
+        assert!(Expr::parse("'a && b' and wow!").is_ok());
     }
 
     #[test]

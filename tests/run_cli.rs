@@ -513,3 +513,115 @@ fn a_runaway_terminal_fails_its_pty_step_at_the_output_cap_and_is_killed() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
     assert!(started.elapsed() < Duration::from_secs(50), "the cap, not `within`, ended the step: {stdout}");
 }
+
+/// Issue 37 item 5: Python's string methods, a bytes view of base64 and `assert-file: {
+/// sha256, size }` on a binary file, on the local provider; a wrong digest fails with both.
+#[test]
+fn pytest_habits_in_expressions_and_binary_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 0xff 0x00 0xfe: not UTF-8.
+    let digest = "af9ceddc9d8b08ac09e1994bfd20459b5e377425df7354dfce3501992828a5b7";
+    std::fs::write(
+        tmp.path().join("bytes.yaml"),
+        format!(
+            r#"name: bytes
+steps:
+  - create: base
+  - write-file: {{ path: /tmp/b.bin, content_base64: "/wD+" }}
+  - assert-file: {{ path: /tmp/b.bin, size: 3, sha256: {digest} }}
+  - read-file: {{ path: /tmp/b.bin, encoding: base64 }}
+    id: r
+  - assert: {{ that: "(steps.r.content | b64decode | length) == 3 and (steps.r.content | b64decode | sha256) == '{digest}'" }}
+  - exec: echo '  hello world'
+    id: e
+  - assert: {{ that: "steps.e.stdout.strip().startswith('hello') and steps.e.stdout.split()[1] == 'world'" }}
+---
+name: wrong digest
+steps:
+  - create: base
+  - write-file: {{ path: /tmp/b.bin, content_base64: "/wD+" }}
+  - assert-file: {{ path: /tmp/b.bin, sha256: "{}" }}
+"#,
+            "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    let report = tmp.path().join("r.json");
+    let out = run(&[tmp.path().to_str().unwrap(), "--no-progress", "--json", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let outcome = |name: &str| r["results"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap().clone();
+    assert_eq!(outcome("bytes")["outcome"], "passed", "{}", text(&out.stdout));
+    let wrong = outcome("wrong digest");
+    assert_eq!(wrong["outcome"], "failed");
+    let reason = wrong["reason"].as_str().unwrap();
+    assert!(reason.contains(&format!("/tmp/b.bin: expected sha256 {}, found {digest}", "0".repeat(64))), "{reason}");
+}
+
+/// Issue 37 items 8 and 9: a matrix of mappings names its cases by their `id` (not their
+/// JSON), and JUnit carries the failing command's captured stdout and stderr as the terminal
+/// shows them, in <system-out> and <system-err>.
+#[test]
+fn matrix_cases_have_short_names_and_junit_has_the_captured_streams() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("m.yaml"),
+        r#"name: sizes
+matrix:
+  case:
+    - { id: small, n: 1, body: '{"a": [1, 2]}' }
+    - { id: large, n: 9, body: '{"a": []}' }
+steps:
+  - create: base
+  - exec: "echo compiling {{ matrix.case.n }}; echo 'error: no such file' >&2; exit 2"
+  - assert-exit: 0
+"#,
+    )
+    .unwrap();
+    let junit = tmp.path().join("junit.xml");
+    let out = run(&[tmp.path().to_str().unwrap(), "--no-progress", "--junit", junit.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("sizes[case=small]") && stdout.contains("sizes[case=large]"), "{stdout}");
+    assert!(!stdout.contains("\"body\""), "{stdout}");
+    let xml = junit_doc(&junit);
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let case = doc.descendants().find(|n| n.attribute("name") == Some("sizes[case=small]")).expect("short name");
+    let child = |tag: &str| case.children().find(|n| n.has_tag_name(tag)).and_then(|n| n.text()).unwrap_or_default();
+    let out_text = child("system-out");
+    assert!(
+        out_text.contains("--- captured stdout of assert-exit: 0 (") && out_text.contains("compiling 1\n"),
+        "{out_text}"
+    );
+    assert!(!out_text.contains("null"), "{out_text}");
+    let err_text = child("system-err");
+    assert!(
+        err_text.contains("--- captured stderr of assert-exit: 0 (") && err_text.ends_with("error: no such file\n"),
+        "{xml}"
+    );
+}
+
+/// Issue 37 item 6: a folder's search passes over `node_modules`, virtual environments and
+/// `.gitignore`d folders, and a YAML file that is not a scenario with a note; named, such a
+/// file is still an error.
+#[test]
+fn discovery_passes_over_what_is_not_a_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let broken = "name: broken\nsteps:\n  - exce: nope\n";
+    for dir in ["node_modules/pkg", "venv", "build"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        std::fs::write(root.join(dir).join("s.yaml"), broken).unwrap();
+    }
+    std::fs::write(root.join("venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    std::fs::write(root.join(".gitignore"), "build/\n").unwrap();
+    std::fs::write(root.join("compose.yaml"), "services:\n  web: { image: nginx }\n").unwrap();
+    std::fs::write(root.join("a.yaml"), "name: a\nsteps:\n  - set: { x: 1 }\n").unwrap();
+    let out = run(&[root.to_str().unwrap(), "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("note: passed over ") && err.contains("compose.yaml: not a scenario (no `steps:`)"), "{err}");
+    assert!(text(&out.stdout).contains("1 passed"), "{}", text(&out.stdout));
+    let out = run(&["check", root.join("compose.yaml").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+}

@@ -224,3 +224,31 @@ fn x_stops_at_the_first_failure_and_stops_running_scenarios_with_cleanup() {
         assert!(line.starts_with(want), "{line:?} is not {want:?}:\n{stdout}");
     }
 }
+
+/// Issue 37 item 7: C's `&&` and `!` get the expression written with words, and a tag no
+/// loaded scenario has gets a did-you-mean from the tags they do have.
+#[test]
+fn tag_expressions_get_hints_that_are_right() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "a.yaml", "name: a\ntags: [fast, egress]\nsteps:\n  - set: { x: 1 }\n");
+    write(tmp.path(), "b.yaml", "name: b\ntags: [fast, commands]\nsteps:\n  - set: { x: 1 }\n");
+    let dir = tmp.path().to_str().unwrap();
+    let out = run(&[dir, "--list", "-t", "fast && !egress"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("= help: write `-t 'fast and not egress'`"), "{err}");
+    assert_eq!(listed(&[dir, "--list", "-t", "fast and not egress"]), ["b"]);
+
+    let out = run(&[dir, "--list", "-t", "comands"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("= help: unknown tag `comands`: did you mean `commands`?"), "{err}");
+    // Something selected, a word no scenario has: a warning, and the run goes on.
+    let out = run(&[dir, "--list", "-t", "fast or egres"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("warning: -t: unknown tag `egres`: did you mean `egress`?"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -3018,3 +3018,60 @@ async fn a_request_in_flight_when_its_sandbox_is_killed_loses_its_connection() {
     assert!(outcome.is_err(), "a complete answer for a request whose sandbox was killed: {outcome:?}");
     server.stop();
 }
+
+/// Issue 37 item 4: serve reads `SCENARIO_RUN_TEMPLATES_DIR` from `./.env` as the run does,
+/// says at start (on stderr) which template folder it uses and what it can build, keeps
+/// "listening on" as its first stdout line, and with `-v` logs each request with its status
+/// and sandbox, the query's credentials masked.
+#[tokio::test]
+async fn serve_says_its_templates_and_logs_requests_with_v() {
+    let dir = tempfile::tempdir().unwrap();
+    let tpls = dir.path().join("my-templates");
+    for name in ["code-interpreter-v1", "mine"] {
+        std::fs::create_dir_all(tpls.join(name)).unwrap();
+        std::fs::write(tpls.join(name).join("Dockerfile"), "FROM base\n").unwrap();
+    }
+    std::fs::write(dir.path().join(".env"), format!("SCENARIO_RUN_TEMPLATES_DIR={}\n", tpls.display())).unwrap();
+    let state = tempfile::Builder::new().prefix("srserve-").tempdir().unwrap();
+    let mut child = Command::new(common::bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--api-key", KEY, "-v"])
+        .current_dir(dir.path())
+        .env("SCENARIO_RUN_STATE_DIR", state.path())
+        .env_remove("E2B_API_KEY")
+        .env_remove("SCENARIO_RUN_TEMPLATES_DIR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("server starts");
+    let mut line = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut line).unwrap();
+    let base = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first stdout line: {line:?}"));
+    let srv = Server { base: base.to_string(), child: Some(child), _state: state };
+    let http = client();
+    let r = http.get(format!("{}/sandboxes", srv.base)).header("X-API-KEY", KEY).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .get(format!("{}/files?path=/x&signature=v1_sekrit&signature_expiration=1", srv.base))
+        .header("e2b-sandbox-id", "nosuchsandbox")
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let (_, err) = srv.stop();
+    assert!(
+        err.contains(&format!(
+            "serve: templates from {} (from SCENARIO_RUN_TEMPLATES_DIR): code-interpreter-v1, mine; built on the first create that names them: code-interpreter-v1; the others through the template API (`e2b template build`): mine",
+            tpls.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("serve: GET /sandboxes -> 200 in "), "{err}");
+    assert!(
+        err.contains(&format!(
+            "serve: GET /files?path=/x&signature=***&signature_expiration=*** (sandbox nosuchsandbox) -> {status} in "
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("sekrit") && !err.contains(KEY), "{err}");
+}

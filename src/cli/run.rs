@@ -103,7 +103,7 @@ fn load(
             }
         }
     }
-    let files = model::expand_paths(paths).map_err(|e| {
+    let found = model::expand(paths).map_err(|e| {
         errln!("error: {e}");
         Exit::Usage
     })?;
@@ -112,8 +112,13 @@ fn load(
         today: config::today(),
         templates_dir: env.get(crate::templates::TEMPLATES_DIR_ENV).cloned(),
     };
-    match model::load(&files, &opts) {
-        Ok(loaded) => Ok((loaded, cli_vars)),
+    match model::load_found(&found, &opts) {
+        Ok(loaded) => {
+            for note in &loaded.passed_over {
+                errln!("note: passed over {note}");
+            }
+            Ok((loaded, cli_vars))
+        }
         Err(diags) => {
             print_diagnostics(&diags, masker);
             Err(Exit::Invalid)
@@ -176,18 +181,28 @@ pub fn run(req: RunRequest) -> Exit {
             return Exit::Usage;
         }
     };
+    let unknown_tags = selection.unknown_tags(&loaded.cases);
     let cases = selection.apply(loaded.cases);
     // `--list` answers as the run would: a selection a run refuses is refused when listed too,
     // so a CI step that lists before it runs fails at the same typo.
     if cases.is_empty() {
         let what = format!("no scenario matches {} (of {loaded_cases} loaded)", selection.describe());
+        let help = if unknown_tags.is_empty() {
+            "check the expression for a typo".to_string()
+        } else {
+            unknown_tags.join("; ")
+        };
         match req.no_scenarios {
             NoScenarios::Fail => {
-                errln!("error: {what}; nothing was {}\n  = help: check the expression for a typo, or pass --no-scenarios=pass (or warn) if an empty selection is expected", if req.list { "listed" } else { "run" });
+                errln!("error: {what}; nothing was {}\n  = help: {help}, or pass --no-scenarios=pass (or warn) if an empty selection is expected", if req.list { "listed" } else { "run" });
                 return Exit::Usage;
             }
             NoScenarios::Warn => errln!("warning: {what}"),
             NoScenarios::Pass => {}
+        }
+    } else {
+        for t in &unknown_tags {
+            errln!("warning: -t: {t}");
         }
     }
     if req.list {

@@ -36,6 +36,8 @@ pub fn serve(args: &ServeArgs) -> Exit {
     block_on(async move {
         let isolation = factory::isolation(isolation);
         let env = config::environment(Path::new(".env"), &[]).unwrap_or_default();
+        opts.templates_dir = env.get(crate::templates::TEMPLATES_DIR_ENV).cloned().filter(|v| !v.is_empty());
+        errln!("{}", templates_line(opts.templates_dir.as_deref()));
         let provider = match LocalProvider::new(local_options(isolation, &env)) {
             Ok(p) => p,
             Err(e) => {
@@ -94,6 +96,47 @@ pub fn serve(args: &ServeArgs) -> Exit {
             }
         }
     })
+}
+
+/// What serve can build, said at start on stderr: the folder of template folders it uses
+/// (`SCENARIO_RUN_TEMPLATES_DIR`, from the environment or `./.env`, else `templates/` nearest
+/// above the working folder) and the templates in it with a Dockerfile.
+fn templates_line(root: Option<&str>) -> String {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let dir = match root {
+        Some(r) => std::path::PathBuf::from(r),
+        None => cwd.ancestors().map(|d| d.join("templates")).find(|d| d.is_dir()).unwrap_or(cwd.join("templates")),
+    };
+    let whence = match root {
+        Some(_) => format!("{} (from {})", dir.display(), crate::templates::TEMPLATES_DIR_ENV),
+        None => dir.display().to_string(),
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return format!(
+            "serve: no template folder at {whence}; creates can name `base` and templates built through the API (set {} to a folder of template folders)",
+            crate::templates::TEMPLATES_DIR_ENV
+        );
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().join("Dockerfile").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return format!("serve: templates from {whence}: none with a Dockerfile");
+    }
+    let (official, others): (Vec<&String>, Vec<&String>) =
+        names.iter().partition(|n| crate::server::BUILT_OFFICIAL.contains(&n.as_str()));
+    let list = |v: &[&String]| v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+    let mut line = format!("serve: templates from {whence}: {}", names.join(", "));
+    if !official.is_empty() {
+        line.push_str(&format!("; built on the first create that names them: {}", list(&official)));
+    }
+    if !others.is_empty() {
+        line.push_str(&format!("; the others through the template API (`e2b template build`): {}", list(&others)));
+    }
+    line
 }
 
 /// Serve's certificate authority in `ca_dir` (made on first use) and the certificates for

@@ -129,8 +129,19 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
 
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");
 
+/// `expect: { duration_ms: { lt: 500 } }`: Hurl's `duration < 500`.
+const DURATION_BOUNDS: &[Field] = &[
+    f("lt", FieldType::Int, "the response (status, headers and body) took less than this many milliseconds"),
+    f("le", FieldType::Int, "at most this many milliseconds"),
+];
+
 const HTTP_EXPECT: &[Field] = &[
     f("status", FieldType::IntList, "expected status code, or a list of allowed codes"),
+    f(
+        "duration_ms",
+        FieldType::Object(DURATION_BOUNDS),
+        "bounds on the response's time, as Hurl's `duration`: `{ lt: 500 }`",
+    ),
     f("body", FieldType::Matcher, "matcher for the response body"),
     f("json", FieldType::Any, "list of { path: \"$.a\", <matcher> } checks on the JSON body"),
     f("headers", FieldType::StrMap, "headers that must be present; values are substrings to find"),
@@ -164,6 +175,7 @@ const HTTP_OUTPUTS: &[(&str, &str)] = &[
     ("json", "the body parsed as JSON, or null"),
     ("body_dropped", "bytes of the body beyond --max-output, read but not kept (0 normally)"),
     ("url", "the URL requested"),
+    ("duration_ms", "milliseconds from sending the request to the end of the body"),
 ];
 
 /// The types of change `watch-events { expect: [{ type }] }` names (checked by `check`).
@@ -689,14 +701,16 @@ pub static REGISTRY: &[StepKind] = &[
             req("path", FieldType::Str, "path"),
             f("exists", FieldType::Bool, "false: the file must not exist"),
             f("equals_file", FieldType::Str, "a local file, relative to the scenario file's folder (and inside it), that the sandbox file must equal byte for byte"),
+            f("sha256", FieldType::Str, "the SHA-256 of the file's bytes, 64 hex digits (for a binary file)"),
+            f("size", FieldType::Int, "the file's size in bytes"),
         ],
         matcher: true,
         free_keys: false,
-        outputs: &[("content", "the file's text"), ("size", "bytes")],
+        outputs: &[("content", "the file's text"), ("size", "bytes"), ("sha256", "the SHA-256 of its bytes, hex")],
         uses_sandbox: true,
         eventual: true,
         sets_last: false,
-        example: "- assert-file: { path: /tmp/hello.txt, contains: hi }\n- assert-file: { path: /srv/report.json, equals_file: expected/report.json }",
+        example: "- assert-file: { path: /tmp/hello.txt, contains: hi }\n- assert-file: { path: /srv/report.json, equals_file: expected/report.json }\n- assert-file: { path: /tmp/chart.png, size: 5120, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 }",
     },
     StepKind {
         name: "assert",

@@ -13,7 +13,7 @@ mod scenario;
 mod validate;
 
 pub use capability::PROVIDERS;
-pub use load::{expand_paths, load, Loaded, PathsError};
+pub use load::{expand, expand_paths, load, load_found, Expanded, Loaded, PathsError};
 pub use scenario::{text, Case, ErrorClass, Eventually, ExpectError, KnownIssue, Requires, Retry, Scenario, Step};
 pub use validate::LoadOptions;
 pub use validate::{MAX_ATTEMPTS, MAX_BACKOFF, MAX_CASES};

@@ -154,34 +154,70 @@ pub struct Case {
 
 impl Scenario {
     /// Matrix expansion: one case per combination, named `name[k=v,k2=v2]`.
+    /// A mapping or list value is named by its `id`, else by its index and first scalar
+    /// (`name[case=small]`, `name[case=1-large]`), as pytest's parametrize ids are, not by its JSON.
     pub fn cases(self: &Arc<Self>) -> Vec<Case> {
-        let mut cells: Vec<BTreeMap<String, JsonValue>> = vec![BTreeMap::new()];
+        // (cell, the label of each key's value, in the matrix's order)
+        let mut cells: Vec<(BTreeMap<String, JsonValue>, Vec<String>)> = vec![(BTreeMap::new(), Vec::new())];
         for (key, values) in &self.matrix {
+            let labels = case_ids(values);
             cells = cells
                 .into_iter()
-                .flat_map(|cell| {
-                    values.iter().map(move |v| {
+                .flat_map(|(cell, names)| {
+                    values.iter().zip(&labels).map(move |(v, label)| {
                         let mut c = cell.clone();
                         c.insert(key.clone(), v.clone());
-                        c
+                        let mut n = names.clone();
+                        n.push(format!("{key}={label}"));
+                        (c, n)
                     })
                 })
                 .collect();
         }
         cells
             .into_iter()
-            .map(|cell| {
-                let name = if cell.is_empty() {
-                    self.name.clone()
-                } else {
-                    let order: Vec<String> =
-                        self.matrix.iter().map(|(k, _)| format!("{k}={}", text(&cell[k]))).collect();
-                    format!("{}[{}]", self.name, order.join(","))
-                };
+            .map(|(cell, names)| {
+                let name =
+                    if cell.is_empty() { self.name.clone() } else { format!("{}[{}]", self.name, names.join(",")) };
                 Case { scenario: self.clone(), name, matrix: cell }
             })
             .collect()
     }
+}
+
+/// The short names of one matrix key's values: a scalar as its text; a mapping by its `id`
+/// (when every mapping's `id` is a distinct scalar), else by its index and first scalar value.
+fn case_ids(values: &[JsonValue]) -> Vec<String> {
+    let scalar = |v: &JsonValue| match v {
+        JsonValue::Array(_) | JsonValue::Object(_) => None,
+        v => Some(text(v)),
+    };
+    let id = |v: &JsonValue| v.as_object().and_then(|m| m.get("id")).and_then(scalar);
+    let ids: Vec<Option<String>> = values.iter().map(id).collect();
+    let mut distinct: Vec<&String> = ids.iter().flatten().collect();
+    distinct.sort();
+    distinct.dedup();
+    let use_ids = distinct.len() == ids.iter().flatten().count();
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let first = match v {
+                JsonValue::Object(m) => m.values().find_map(scalar),
+                JsonValue::Array(items) => items.iter().find_map(scalar),
+                v => return text(v),
+            };
+            match (&ids[i], first) {
+                (Some(id), _) if use_ids => id.clone(),
+                (_, Some(first)) if !first.is_empty() => {
+                    let short: String = first.chars().take(20).collect();
+                    let more = if short.len() < first.len() { "…" } else { "" };
+                    format!("{i}-{short}{more}")
+                }
+                _ => i.to_string(),
+            }
+        })
+        .collect()
 }
 
 /// The text form of a value: strings as they are, everything else as JSON.
@@ -190,5 +226,35 @@ pub fn text(v: &JsonValue) -> String {
         JsonValue::String(s) => s.clone(),
         JsonValue::Null => String::new(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    fn names(matrix: &str) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.yaml");
+        std::fs::write(&path, format!("name: m\nmatrix:\n{matrix}steps:\n  - set: {{ a: 1 }}\n")).unwrap();
+        let loaded = crate::model::load(&[path], &crate::model::LoadOptions::default()).expect("valid");
+        loaded.cases.into_iter().map(|c| c.name).collect()
+    }
+
+    /// Issue 37 item 9: a case whose value is a mapping was named by its whole JSON.
+    #[test]
+    fn matrix_cases_have_short_names() {
+        assert_eq!(names("  template: [base, ci]\n  n: [1]\n"), ["m[template=base,n=1]", "m[template=ci,n=1]"]);
+        assert_eq!(
+            names("  case:\n    - { id: small, size: 1, body: '{\"a\": [1, 2]}' }\n    - { id: large, size: 9 }\n"),
+            ["m[case=small]", "m[case=large]"]
+        );
+        assert_eq!(
+            names("  case:\n    - { size: 1, body: x }\n    - { body: { a: 1 }, size: 9 }\n    - [{ a: 1 }]\n"),
+            ["m[case=0-1]", "m[case=1-9]", "m[case=2]"]
+        );
+        // Ids that collide do not name the cases (names are unique within a run).
+        assert_eq!(names("  case: [{ id: a, n: x }, { id: a, n: y }]\n"), ["m[case=0-a]", "m[case=1-a]"]);
+        let long = names("  c: [{ cmd: 'python3 -c \"print(123456789)\"' }]\n");
+        assert_eq!(long, ["m[c=0-python3 -c \"print(12…]"]);
     }
 }

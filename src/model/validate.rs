@@ -17,7 +17,7 @@ use crate::diag::{did_you_mean, Diagnostic, Location, Source};
 use crate::expr::{self, Scope};
 use crate::yaml::{self, Node, Value};
 
-const TOP_KEYS: &[&str] = &[
+pub(crate) const TOP_KEYS: &[&str] = &[
     "name",
     "description",
     "tags",
@@ -1219,6 +1219,16 @@ fn watch_expect(cx: &mut Ctx<'_>, args: &Node) {
 /// `assert-file: { equals_file: … }`: the local file is found now (beside the scenario, inside
 /// its folder), rather than by the run; a templated path is resolved the same way at run time.
 fn local_file(cx: &mut Ctx<'_>, args: &Node) {
+    if let Some(node) = args.get("sha256") {
+        let digest = node.as_str().filter(|s| !expr::is_expression(s));
+        if digest.is_some_and(|d| d.len() != 64 || !d.bytes().all(|b| b.is_ascii_hexdigit())) {
+            let d = node
+                .diag(cx.src, "`sha256` is not a SHA-256 digest")
+                .label("expected 64 hex digits")
+                .help("write the digest as `sha256sum FILE` prints it");
+            cx.push(d);
+        }
+    }
     let Some(node) = args.get("equals_file") else { return };
     if let Some(exists) = args.get("exists").filter(|e| matches!(e.value, Value::Bool(false))) {
         let d = exists

@@ -11,7 +11,8 @@
 //!       <failure message type>…</failure>              FAILED, and XPASS of a strict known issue
 //!       <error message type>…</error>                  ERROR
 //!       <skipped message="…"/>                         SKIPPED; XFAIL as `xfail: reason`
-//!       <system-out>step log</system-out>
+//!       <system-out>step log, captured stdout</system-out>
+//!       <system-err>captured stderr</system-err>        when the failing command wrote any
 //!     </testcase>
 //!   </testsuite>
 //! </testsuites>
@@ -129,7 +130,13 @@ fn testcase(r: &ScenarioResult, w: &mut impl Write) -> io::Result<()> {
             )?;
         }
     }
-    writeln!(w, "      <system-out>{}</system-out>", text_escape(&step_log(r)))?;
+    let mut out = step_log(r);
+    out.push_str(&captured(r, "stdout"));
+    writeln!(w, "      <system-out>{}</system-out>", text_escape(&out))?;
+    let err = captured(r, "stderr");
+    if !err.is_empty() {
+        writeln!(w, "      <system-err>{}</system-err>", text_escape(&err))?;
+    }
     writeln!(w, "    </testcase>")?;
     Ok(())
 }
@@ -200,7 +207,11 @@ fn step_log(r: &ScenarioResult) -> String {
         }
         out.push('\n');
     }
-    for s in r.steps.iter().filter(|s| matches!(s.status, StepStatus::Failed | StepStatus::Error)) {
+    // A step with no outputs (an assertion) has nothing to show here: its command's streams
+    // are under "captured" below.
+    for s in
+        r.steps.iter().filter(|s| matches!(s.status, StepStatus::Failed | StepStatus::Error) && !s.outputs.is_null())
+    {
         out.push_str(&format!("\n--- outputs of {} ({}) ---\n", s.label, s.location));
         out.push_str(&serde_json::to_string_pretty(&s.outputs).unwrap_or_default());
         out.push('\n');
@@ -217,6 +228,22 @@ fn step_log(r: &ScenarioResult) -> String {
                 out.push('\n');
             }
         }
+    }
+    out
+}
+
+/// What the terminal shows under the failure as "captured stdout" (or stderr): the tail of
+/// what the failing command printed, or the command an assertion checked; empty when nothing.
+fn captured(r: &ScenarioResult, stream: &str) -> String {
+    let Some((f, c)) = r.failure.as_ref().and_then(|f| Some((f, f.captured.as_ref()?))) else { return String::new() };
+    let Some(s) = c.streams.iter().find(|s| s.name == stream && !s.lines.is_empty()) else { return String::new() };
+    let mut out = format!("\n--- captured {stream} of {} ({}) ---\n", f.step, f.location);
+    if s.earlier > 0 {
+        out.push_str(&format!("… {} earlier lines (all of it in --json, --evidence and --html)\n", s.earlier));
+    }
+    for line in &s.lines {
+        out.push_str(line);
+        out.push('\n');
     }
     out
 }
@@ -374,6 +401,43 @@ mod tests {
             "{out}"
         );
         assert!(out.ends_with("log line 25\n"), "{out}");
+    }
+
+    /// Issue 37 item 8: what the terminal shows under a failure ("captured stdout/stderr") is in
+    /// <system-out> and <system-err>, and an assertion's `null` outputs are not.
+    #[test]
+    fn captured_streams_go_to_system_out_and_system_err() {
+        let mut summary = fixture::summary();
+        let r = summary.results.iter_mut().find(|r| r.name == "write file[template=base]").unwrap();
+        let f = r.steps.iter_mut().find(|s| s.label == "check content").unwrap();
+        f.outputs = serde_json::Value::Null;
+        r.failure.as_mut().unwrap().captured = Some(crate::results::Captured {
+            streams: vec![
+                crate::results::CapturedStream { name: "stdout".into(), lines: vec!["compiling".into()], earlier: 0 },
+                crate::results::CapturedStream {
+                    name: "stderr".into(),
+                    lines: vec!["error: no such file".into()],
+                    earlier: 3,
+                },
+            ],
+        });
+        let xml = render(&summary);
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let case = doc.descendants().find(|n| n.attribute("name") == Some("write file[template=base]")).unwrap();
+        let text = |tag: &str| case.children().find(|n| n.has_tag_name(tag)).and_then(|n| n.text()).unwrap_or_default();
+        let out = text("system-out");
+        assert!(
+            out.contains("\n--- captured stdout of check content (scenarios/files.yaml:12:7) ---\ncompiling\n"),
+            "{out}"
+        );
+        assert!(!out.contains("null"), "{out}");
+        assert_eq!(
+            text("system-err"),
+            "\n--- captured stderr of check content (scenarios/files.yaml:12:7) ---\n… 3 earlier lines (all of it in --json, --evidence and --html)\nerror: no such file\n"
+        );
+        // A scenario with nothing captured has no <system-err>.
+        let hello = doc.descendants().find(|n| n.attribute("name") == Some("hello")).unwrap();
+        assert!(!hello.children().any(|n| n.has_tag_name("system-err")));
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// Fault injection: 429/503 faults hit control-plane requests only, not envd.
     #[arg(long)]
     pub fault_control_plane_only: bool,
+    /// Log each request on stderr: method, path (keys and tokens masked), status, time and
+    /// the sandbox it was for.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// A `--memory-overcommit` that is not a number of at least 0.1.
@@ -181,6 +185,8 @@ impl ServeArgs {
                 memory_overcommit: self.memory_overcommit,
             },
             tls: None,
+            templates_dir: None,
+            log_requests: self.verbose,
             public_traffic: self.allow_public_traffic,
             volumes: super::opensandbox::VolumeConfig {
                 host_prefixes: self.host_volume_prefixes.clone(),

@@ -67,6 +67,7 @@
 //! template built through the template API (`templates`, protocol doc §8.1) and its work
 //! directory (`work_dir`; what a SIGKILLed serve leaves is swept by the next serve or run).
 
+mod access_log;
 mod admission;
 mod args;
 mod auth;
@@ -84,6 +85,7 @@ mod proxy;
 mod scrub;
 mod snapshots;
 mod templates;
+pub(crate) use templates::BUILT_OFFICIAL;
 pub mod tls;
 mod work_dir;
 
@@ -170,6 +172,10 @@ pub struct ServeOptions {
     pub public_traffic: bool,
     /// Where OpenSandbox's volumes may come from (`--host-volume-prefix`, `--volumes-dir`).
     pub volumes: opensandbox::VolumeConfig,
+    /// `SCENARIO_RUN_TEMPLATES_DIR` as the run reads it (the environment, then `./.env`).
+    pub templates_dir: Option<String>,
+    /// `-v`: one line per request on stderr (see `access_log`).
+    pub log_requests: bool,
 }
 
 /// What happened to a create, for double-create accounting.
@@ -753,7 +759,7 @@ pub async fn serve(
         requests: AtomicU64::new(0),
         sandboxes: Mutex::new(HashMap::new()),
         by_provider: Mutex::new(HashMap::new()),
-        templates: templates::Store::new(work.clone()),
+        templates: templates::Store::new(work.clone()).with_templates_dir(opts.templates_dir.clone()),
         snapshots: Default::default(),
         base_url: format!("http://{addr}"),
         slots: Arc::new(tokio::sync::Semaphore::new(opts.limits.max_sandboxes as usize)),
@@ -770,7 +776,11 @@ pub async fn serve(
         axum::routing::get(files::download).post(files::upload).layer(axum::extract::DefaultBodyLimit::disable());
     let envd = envd::routes().route("/files", files).with_state(st.clone());
     let routers = Arc::new(Routers { control, envd });
-    let app = Router::new().fallback(move |req: Request| dispatch(st.clone(), routers.clone(), req));
+    let log = opts.log_requests;
+    let app = Router::new().fallback(move |req: Request| {
+        let line = log.then(|| access_log::describe(&req));
+        access_log::logged(line, dispatch(st.clone(), routers.clone(), req))
+    });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = app.into_make_service_with_connect_info::<ConnSocket>();
     let tls_config = match &opts.tls {

@@ -112,7 +112,7 @@ const OFFICIAL_IDS: &[(&str, &str)] =
 /// `$SCENARIO_RUN_TEMPLATES_DIR`) on the first create that names them, as the platform has
 /// them: what the code-interpreter SDKs create by default. The build is kept, so a later
 /// serve on this machine reuses it in seconds.
-const BUILT_OFFICIAL: &[&str] = &["code-interpreter-v1"];
+pub(crate) const BUILT_OFFICIAL: &[&str] = &["code-interpreter-v1"];
 
 type SharedState = State<Arc<AppState>>;
 
@@ -153,11 +153,20 @@ pub(crate) struct Store {
     /// The official templates deployed so far; held while one is built, so the creates that
     /// wait for it wait for one build.
     official: tokio::sync::Mutex<std::collections::HashSet<String>>,
+    /// `SCENARIO_RUN_TEMPLATES_DIR` from serve's environment and `./.env` (see
+    /// [`Store::with_templates_dir`]); `None`: the process environment's.
+    templates_dir: Option<String>,
 }
 
 impl Store {
     pub fn new(root: PathBuf) -> Self {
-        Self { root, inner: Mutex::new(Inner::default()), official: Default::default() }
+        Self { root, inner: Mutex::new(Inner::default()), official: Default::default(), templates_dir: None }
+    }
+
+    /// The folder of template folders as the run reads it, `./.env` included.
+    pub fn with_templates_dir(mut self, dir: Option<String>) -> Self {
+        self.templates_dir = dir;
+        self
     }
 
     /// Makes sure the official template `name` (a resolved name) is deployed on `provider`
@@ -175,7 +184,7 @@ impl Store {
         if done.contains(name) {
             return Ok(());
         }
-        let root = std::env::var(crate::templates::TEMPLATES_DIR_ENV).ok();
+        let root = self.templates_dir.clone().or_else(|| std::env::var(crate::templates::TEMPLATES_DIR_ENV).ok());
         let cwd = std::env::current_dir().unwrap_or_default();
         let dir = crate::templates::find_dir(name, &cwd, root.as_deref());
         if !dir.join("Dockerfile").is_file() {

@@ -92,7 +92,23 @@ pub async fn assert_file(ctx: &mut StepCtx, a: &Args) -> StepResult {
         (Err(e), _) => Err(e.into()),
         (Ok(data), true) => {
             let text = String::from_utf8_lossy(&data).into_owned();
-            let outputs = json!({ "content": text, "size": data.len() });
+            let sha256 = {
+                use sha2::Digest as _;
+                hex::encode(sha2::Sha256::digest(&data))
+            };
+            let outputs = json!({ "content": text, "size": data.len(), "sha256": sha256 });
+            if let Some(want) = a.int("size").filter(|want| *want != data.len() as i64) {
+                let mut e = StepError::fail(format!("{path}: expected a size of {want} bytes, found {}", data.len()))
+                    .with_outputs(outputs.clone());
+                e.mismatch = Some(Box::new(crate::results::Mismatch::new(want.to_string(), data.len().to_string())));
+                return Err(e);
+            }
+            if let Some(want) = a.opt_str("sha256").filter(|want| !want.eq_ignore_ascii_case(&sha256)) {
+                let mut e = StepError::fail(format!("{path}: expected sha256 {want}, found {sha256}"))
+                    .with_outputs(outputs.clone());
+                e.mismatch = Some(Box::new(crate::results::Mismatch::new(want.to_string(), sha256.clone())));
+                return Err(e);
+            }
             if let Some(local) = a.opt_str("equals_file") {
                 let real = local_file::resolve(&ctx.scenario_dir, local, "equals_file")
                     .map_err(|r| StepError::bad_args(format!("{} ({})", r.message, r.help)))?;

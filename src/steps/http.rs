@@ -98,6 +98,7 @@ async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
         Some(JsonValue::String(s)) => req = req.body(s.clone()),
         Some(other) => req = req.json(other),
     }
+    let started = std::time::Instant::now();
     let mut resp = req.send().await.map_err(|e| {
         let err = StepError::fail(send_failed(&url, port, &method, ctx.polling, &e));
         if e.is_timeout() {
@@ -121,6 +122,7 @@ async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
     {
         crate::provider::output::keep(&mut kept, &mut dropped, &chunk, ctx.max_output);
     }
+    let duration_ms = started.elapsed().as_millis() as u64;
     let body = String::from_utf8_lossy(&kept).into_owned();
     let parsed = if dropped == 0 {
         serde_json::from_str::<JsonValue>(&body).unwrap_or(JsonValue::Null)
@@ -129,14 +131,17 @@ async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
     };
     let outputs = json!({
         "status": status, "body": body, "headers": headers, "json": parsed, "url": url, "body_dropped": dropped,
+        "duration_ms": duration_ms,
     });
     if let Some(expect) = a.object("expect") {
-        check_expect(expect, status, &headers, &body, port).map_err(|mut e| {
-            if dropped > 0 {
-                e.message.push_str(&super::cut_note("the body", kept.len(), dropped));
-            }
-            e.with_outputs(outputs.clone())
-        })?;
+        check_expect(expect, status, &headers, &body, port)
+            .and_then(|()| check_duration(expect, duration_ms))
+            .map_err(|mut e| {
+                if dropped > 0 {
+                    e.message.push_str(&super::cut_note("the body", kept.len(), dropped));
+                }
+                e.with_outputs(outputs.clone())
+            })?;
     }
     Ok(outputs)
 }
@@ -194,6 +199,23 @@ fn check_expect(
                 )))
             }
             None => return Err(StepError::fail(format!("expected header {name}, found no such header"))),
+        }
+    }
+    Ok(())
+}
+
+/// `expect: { duration_ms: { lt, le } }`.
+fn check_duration(e: &Args, took: u64) -> Result<(), StepError> {
+    let Some(bounds) = e.object("duration_ms") else { return Ok(()) };
+    let took = took as i64;
+    for (key, op, holds) in [
+        ("lt", "<", took < bounds.int("lt").unwrap_or(i64::MAX)),
+        ("le", "<=", took <= bounds.int("le").unwrap_or(i64::MAX)),
+    ] {
+        if let (Some(limit), false) = (bounds.int(key), holds) {
+            let mut err = StepError::fail(format!("expected duration_ms {op} {limit}, the response took {took} ms"));
+            err.mismatch = Some(Box::new(Mismatch::new(format!("{op} {limit}"), took.to_string())));
+            return Err(err);
         }
     }
     Ok(())

@@ -1047,6 +1047,13 @@ async fn answer(mut sock: tokio::net::TcpStream) {
         }
         body.extend_from_slice(&chunk[..n]);
     }
+    // `/slow`: `/health` a third of a second late (Hurl's `duration` checks).
+    let path = if path == "/slow" {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        "/health".to_string()
+    } else {
+        path
+    };
     let (status, ctype, text) = match path.as_str() {
         "/health" => (200, "text/plain", "ok".to_string()),
         "/json" => (200, "application/json", r#"{"a":{"b":[1,2]},"name":"box"}"#.to_string()),
@@ -1171,6 +1178,23 @@ async fn http_expectations_fail_with_the_response() {
     assert_eq!(e.message, "expected header x-nope, found no such header");
     let e = errored(step(&mut c, "http-get", get("/health", json!({ "body": { "bogus": 1 } }))).await);
     assert_eq!(e.message, "`body`: unknown matcher `bogus`");
+}
+
+/// Issue 37 item 12: Hurl's `duration < N` as `expect: { duration_ms: { lt: N } }`.
+#[tokio::test]
+async fn http_duration_is_an_output_and_can_be_bounded() {
+    let port = serve().await;
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let get = |expect: JsonValue| json!({ "port": port, "path": "/slow", "expect": expect });
+    let e = failed(step(&mut c, "http-get", get(json!({ "status": 200, "duration_ms": { "lt": 100 } }))).await);
+    assert!(e.message.starts_with("expected duration_ms < 100, the response took "), "{}", e.message);
+    let took = outputs_of(&e)["duration_ms"].as_u64().unwrap();
+    assert!((300..10_000).contains(&took), "{took}");
+    let e = failed(step(&mut c, "http-get", get(json!({ "duration_ms": { "le": 250 } }))).await);
+    assert!(e.message.starts_with("expected duration_ms <= 250"), "{}", e.message);
+    let out = step(&mut c, "http-get", get(json!({ "duration_ms": { "lt": 20_000, "le": 20_000 } }))).await.unwrap();
+    assert!(out["duration_ms"].as_u64().unwrap() >= 300, "{out}");
 }
 
 #[tokio::test]
