@@ -124,7 +124,7 @@ pub const COMMON_KEYS: &[(&str, &str)] = &[
         "requires",
         "{ env: [NAME, ...] }: run only when these variables are set and non-empty (a model's key); else the step is SKIPPED with `missing credentials [NAME]`, counted in every report, and the scenario goes on",
     ),
-    ("expect_error", "the step's operation must fail: `true`, or a matcher for the error message, e.g. { contains: not found }, and `kind:` (failed, not-found, invalid, timeout, infra, auth, unsupported; default failed); a timeout or an ERROR of the platform meets it only if `kind` names it, and an argument the step refuses never does"),
+    ("expect_error", "the step's operation must fail: `true`, or a matcher for the error message, e.g. { contains: not found }, and `kind:` (failed, not-found, invalid, timeout, infra, auth, unsupported, capacity; default failed); a timeout or an ERROR of the platform meets it only if `kind` names it, and an argument the step refuses never does"),
 ];
 
 const MATCHER_OF: Field = f("of", FieldType::Str, "id of the exec step to check (default: the most recent)");

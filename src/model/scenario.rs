@@ -95,6 +95,9 @@ pub enum ErrorClass {
     Auth,
     /// The provider does not support the operation.
     Unsupported,
+    /// The platform has no room for what was asked (disk, memory, sandboxes: E2B's 507/429
+    /// on a create); an ERROR unless named.
+    Capacity,
 }
 
 impl ErrorClass {
@@ -107,6 +110,7 @@ impl ErrorClass {
         (ErrorClass::Infra, "infra"),
         (ErrorClass::Auth, "auth"),
         (ErrorClass::Unsupported, "unsupported"),
+        (ErrorClass::Capacity, "capacity"),
     ];
 
     pub fn name(self) -> &'static str {

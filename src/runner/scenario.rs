@@ -155,6 +155,7 @@ fn error_class(e: &StepError) -> crate::model::ErrorClass {
         Some(K::Auth) => C::Auth,
         Some(K::Unsupported) => C::Unsupported,
         Some(K::Infra) => C::Infra,
+        Some(K::Capacity) => C::Capacity,
         None if e.severity == Severity::Fail => C::Failed,
         None => C::Infra,
     }
@@ -171,6 +172,7 @@ fn class_phrase(c: crate::model::ErrorClass) -> &'static str {
         C::Infra => "an error of the platform",
         C::Auth => "a refusal of the credentials",
         C::Unsupported => "an unsupported operation",
+        C::Capacity => "a refusal for want of capacity",
     }
 }
 
