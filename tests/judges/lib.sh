@@ -109,7 +109,8 @@ judge_suite() {
   if [ -n "${!var:-}" ]; then
     where="${!var}" from="\$$var=${!var}"
   else
-    where="$root/../.mirror/${suite_repo/\//+}/repo" from="the mirror beside the checkout ($where)"
+    where="$(cd "$root/.." && pwd)/.mirror/${suite_repo/\//+}/repo"
+    from="the mirror beside the checkout ($where)"
     [ -e "$where" ] || return 2
   fi
   local git_dir
