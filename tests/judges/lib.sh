@@ -10,7 +10,9 @@
 # The callers set $root (the checkout) and $target (its target directory).
 #
 #   judge_venv NAME [SPEC…]   prints the python of a venv with exactly NAME's requirements (and
-#                             SPECs, e.g. a local SDK, installed over them): made once under
+#                             SPECs, e.g. a local SDK, installed over them without their
+#                             dependencies, and then not held to `pip check`: the SDK of a
+#                             suite's commit may say another version): made once under
 #                             $target/e2b-venvs/NAME-<hash of the pins>, so new pins make a new venv
 #   judge_npm NAME DIR        installs NAME's package.json and lock into DIR (npm ci), once per pin
 #   judge_suite NAME VAR      finds the commit of NAME/suite; sets $suite_git (a git directory
@@ -44,7 +46,7 @@ judge_venv() {
     python3 -m venv "$dir" >&2 \
       && "$dir/bin/pip" install --quiet --disable-pip-version-check -r "$req" >&2 \
       && { [ $# -eq 0 ] || "$dir/bin/pip" install --quiet --disable-pip-version-check --no-deps "$@" >&2; } \
-      && "$dir/bin/pip" check >&2 \
+      && { [ $# -gt 0 ] || "$dir/bin/pip" check >/dev/null || "$dir/bin/pip" check >&2; } \
       && touch "$dir/.pinned" \
       || { echo "judges: cannot install the pins of $name ($req)" >&2; return 1; }
   fi
