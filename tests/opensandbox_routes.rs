@@ -277,3 +277,121 @@ async fn execd_downloads_stream_whole_files_and_ranges() {
     let (status, v) = answer(get("path=/tmp/none")).await;
     assert_eq!((status, v["code"].as_str()), (StatusCode::NOT_FOUND, Some("FILE_NOT_FOUND")), "{v}");
 }
+
+/// Reads a command's event stream until `until` says stop or the stream ends (within `limit`):
+/// the events so far, and whether the stream ended.
+async fn events(
+    r: &mut reqwest::Response,
+    limit: std::time::Duration,
+    until: impl Fn(&[Value]) -> bool,
+) -> (Vec<Value>, bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let (mut buf, mut out) = (String::new(), Vec::new());
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, r.chunk()).await {
+            Ok(c) => c.unwrap(),
+            Err(_) => return (out, false),
+        };
+        let Some(chunk) = chunk else { return (out, true) };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some((frame, rest)) = buf.split_once("\n\n") {
+            if let Ok(v) = serde_json::from_str::<Value>(frame.trim()) {
+                out.push(v);
+            }
+            buf = rest.to_string();
+        }
+        if until(&out) {
+            return (out, false);
+        }
+    }
+}
+
+/// The first stdout line of `evs`, as a pid.
+fn printed_pid(evs: &[Value]) -> Option<u32> {
+    evs.iter().find(|v| v["type"] == "stdout").and_then(|v| v["text"].as_str()?.trim().parse().ok())
+}
+
+/// A sandbox's execd for the process-group tests: serve, the client, execd's URL and token.
+struct Execd {
+    _srv: Server,
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Execd {
+    async fn new() -> Self {
+        let srv = serve();
+        let http = client();
+        let id = create(&http, &srv).await;
+        let (url, token) = endpoint(&http, &srv, &id, EXECD).await;
+        Self { _srv: srv, http, url, token: token.expect("execd is secured") }
+    }
+
+    async fn run(&self, body: Value) -> reqwest::Response {
+        self.http.post(format!("{}/command", self.url)).header(ACCESS, &self.token).json(&body).send().await.unwrap()
+    }
+
+    /// Starts the script that leaves a child behind; the response, its command id and the child's pid.
+    async fn start(&self, timeout_ms: Option<u64>) -> (reqwest::Response, String, u32) {
+        let mut body = json!({"command": "sleep 300 & echo $!; wait"});
+        if let Some(t) = timeout_ms {
+            body["timeout"] = json!(t);
+        }
+        let mut r = self.run(body).await;
+        let (evs, _) = events(&mut r, std::time::Duration::from_secs(20), |e| printed_pid(e).is_some()).await;
+        let command = evs.iter().find(|v| v["type"] == "init").and_then(|v| v["text"].as_str()).unwrap().to_string();
+        let child = printed_pid(&evs).unwrap_or_else(|| panic!("no pid printed: {evs:?}"));
+        (r, command, child)
+    }
+
+    /// What `pid` runs, if it is still a `sleep` of the sandbox a few seconds after the stop
+    /// (looked for in /proc through the sandbox itself).
+    async fn still_running(&self, pid: u32) -> Option<String> {
+        let mut last = String::new();
+        for _ in 0..50 {
+            let mut r =
+                self.run(json!({"command": format!("cat /proc/{pid}/cmdline 2>/dev/null | tr '\\0' ' '; echo")})).await;
+            let (evs, _) = events(&mut r, std::time::Duration::from_secs(30), |_| false).await;
+            last = evs.iter().filter(|v| v["type"] == "stdout").filter_map(|v| v["text"].as_str()).collect();
+            if !last.contains("sleep") {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Some(last)
+    }
+}
+
+// Issue 36: a command that times out, is deleted (`DELETE /command`) or whose client goes
+// away is stopped with what it started, as OpenSandbox's execd kills the command's process
+// group: a `sleep 300 &` left behind would run on (and hold the output open).
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timed_out_command_leaves_none_of_its_children() {
+    let x = Execd::new().await;
+    let (mut r, _, child) = x.start(Some(1500)).await;
+    let (evs, ended) = events(&mut r, std::time::Duration::from_secs(20), |_| false).await;
+    assert!(ended, "the timed-out command's stream did not end within 20 s: {evs:?}");
+    assert!(evs.iter().any(|v| v["type"] == "error"), "{evs:?}");
+    assert_eq!(x.still_running(child).await, None, "the timed-out command's child {child} runs on");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_command_leaves_none_of_its_children() {
+    let x = Execd::new().await;
+    let (mut r, command, child) = x.start(None).await;
+    let (status, v) = answer(x.http.delete(format!("{}/command?id={command}", x.url)).header(ACCESS, &x.token)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let (evs, ended) = events(&mut r, std::time::Duration::from_secs(20), |_| false).await;
+    assert!(ended, "the deleted command's stream did not end within 20 s: {evs:?}");
+    assert_eq!(x.still_running(child).await, None, "the deleted command's child {child} runs on");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_whose_client_left_leaves_none_of_its_children() {
+    let x = Execd::new().await;
+    let (r, _, child) = x.start(None).await;
+    drop(r);
+    assert_eq!(x.still_running(child).await, None, "the child {child} of a command whose client left runs on");
+}

@@ -58,6 +58,13 @@ fi
 for f in /etc/ssl/certs/ca-certificates.crt "${SSL_CERT_FILE:-}" "${NODE_EXTRA_CA_CERTS:-}" "$tls/ca/ca.pem"; do
   if [ -n "$f" ] && [ -f "$f" ]; then cat "$f"; echo; fi
 done >"$tls/bundle.pem"
+# The clients are the pinned judges (tests/judges: e2b, agent-sandbox-client, e2b-cli), not
+# whatever the registries hold today: the scenarios take them from these variables.
+root=$PWD target=${CARGO_TARGET_DIR:-$PWD/target}
+source tests/judges/lib.sh
+E2B_SDK_PYTHON=$(judge_venv e2b) && AGENT_SANDBOX_CLIENT_PYTHON=$(judge_venv agent-sandbox-client) \
+  && judge_npm e2b-cli "$target/judges-npm/e2b-cli" || finish $job 1
+export E2B_SDK_PYTHON AGENT_SANDBOX_CLIENT_PYTHON E2B_CLI="$target/judges-npm/e2b-cli/node_modules/.bin/e2b"
 rc=0
 for preset in e2b alicloud; do
   if [ "$preset" = e2b ]; then

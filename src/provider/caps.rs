@@ -33,6 +33,13 @@ pub trait Processes: Send + Sync {
     /// Processes started by `exec`/`spawn` that are still known to the provider.
     async fn process_list(&self, id: &str) -> Result<Vec<ProcessInfo>>;
     async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()>;
+    /// Sends `signal` to the process group `pid` leads: the command and what it started (a
+    /// `sleep 300 &` in it), as OpenSandbox's execd stops a command. Also once the command
+    /// itself has ended, while what it started runs on. A provider that knows no process
+    /// groups signals the process alone.
+    async fn signal_group(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
+        self.signal(id, pid, signal).await
+    }
     /// Wait for a background process to end (up to `timeout`); returns its output so far.
     async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult>;
 }
@@ -339,6 +346,9 @@ impl<'a> SandboxRef<'a> {
     }
     pub async fn signal(&self, pid: u32, signal: i32) -> Result<()> {
         self.processes()?.signal(self.id, pid, signal).await
+    }
+    pub async fn signal_group(&self, pid: u32, signal: i32) -> Result<()> {
+        self.processes()?.signal_group(self.id, pid, signal).await
     }
     pub async fn wait(&self, pid: u32, timeout: Duration) -> Result<ExecResult> {
         self.processes()?.wait(self.id, pid, timeout).await

@@ -329,6 +329,11 @@ pub(crate) trait Process: Send + Sync + 'static {
 pub(crate) trait Controlled: Process {
     /// Sends `sig` to it; a process that has ended is `not_found`.
     async fn signal(&self, sig: i32) -> Result<()>;
+    /// Sends `sig` to its process group ([`super::Processes::signal_group`]); by default to
+    /// it alone.
+    async fn signal_group(&self, sig: i32) -> Result<()> {
+        self.signal(sig).await
+    }
     /// Writes to the stdin kept open for it (`spawn_live(.., open_stdin: true)`).
     async fn write_stdin(&self, data: &[u8]) -> Result<()>;
     /// Closes that stdin; closing twice is fine.
@@ -373,6 +378,10 @@ impl<H: ProcessHost> Processes for H {
 
     async fn signal(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
         self.process(id, pid)?.signal(signal).await
+    }
+
+    async fn signal_group(&self, id: &str, pid: u32, signal: i32) -> Result<()> {
+        self.process(id, pid)?.signal_group(signal).await
     }
 
     async fn wait(&self, id: &str, pid: u32, timeout: Duration) -> Result<ExecResult> {

@@ -237,7 +237,8 @@ async fn hub(
             },
             _ = &mut sleep, if deadline.is_some() && !timed_out => {
                 timed_out = true;
-                let _ = provider.sandbox(&sandbox).signal(live.pid, libc::SIGKILL).await;
+                // The command and what it started (the group it leads), once.
+                let _ = provider.sandbox(&sandbox).signal_group(live.pid, libc::SIGKILL).await;
             }
         }
     }
@@ -272,8 +273,9 @@ pub(crate) fn end_event(r: &ExecResult) -> Value {
     }
 }
 
-/// Go's `syscall.Signal.String()` for the usual signals.
-fn signal_name(sig: i32) -> String {
+/// Go's `syscall.Signal.String()` for the usual signals (envd's and OpenSandbox execd's text
+/// of a signal death).
+pub(crate) fn signal_name(sig: i32) -> String {
     match sig {
         libc::SIGHUP => "hangup".into(),
         libc::SIGINT => "interrupt".into(),

@@ -2,21 +2,25 @@
 # The code interpreter of code-interpreter-v1 as the platform's clients call it, against
 # `scenario-run serve` (issue 25), judged by:
 #   * the official `e2b-code-interpreter` Python SDK's own test suite (python/tests of
-#     e2b-dev/code-interpreter), unmodified, with the SDK from PyPI; the tests that need what
+#     e2b-dev/code-interpreter at the commit tests/judges/code-interpreter/suite pins),
+#     unmodified, with the SDK from PyPI (pinned: tests/judges/code-interpreter); the tests that need what
 #     no registry here offers are deselected by name, each with its reason
 #     (code-interpreter-deselect.txt), and printed;
-#   * the official JS suite (js/tests of the same repository), with vitest, against npm's
-#     `@e2b/code-interpreter`, deselections likewise;
+#   * the official JS suite (js/tests of the same commit), with vitest, against npm's
+#     `@e2b/code-interpreter` (pinned: tests/judges/code-interpreter-js), deselections likewise;
 #   * the product's client, `agent_sandbox.code_interpreter.Sandbox.run_code` (PyPI
-#     `agent-sandbox-client`): state across calls, an error as data, a context of its own.
+#     `agent-sandbox-client`, pinned: tests/judges/agent-sandbox-client): state across calls,
+#     an error as data, a context of its own.
 # serve builds code-interpreter-v1 from templates/ on the first create that names it (kept, so
 # the next run reuses the build); a first create warms it before the suite starts.
 #
 #   tests/e2b_sdk/code-interpreter.sh [PYTEST ARGS…]
 #   CODE_INTERPRETER_REPO  the e2b-dev/code-interpreter repository: a checkout or a bare git
-#                          directory (default /work/.mirror/e2b-dev+code-interpreter/repo);
-#                          without it the SDK suite is SKIPPED, saying so (the product client's
-#                          check still runs)
+#                          directory, used when GitHub is out of reach (tests/judges/lib.sh:
+#                          a clone of the pinned commit first, then this, then
+#                          ../.mirror/e2b-dev+code-interpreter/repo beside the checkout);
+#                          without any the SDK suites are SKIPPED, saying so (the product
+#                          client's check still runs); one without the pinned commit FAILS
 #   SKIP_BUILD=1           do not run `cargo build` first
 #   JOBS                   pytest-xdist workers (default 2, the suite's own pytest.ini)
 #   CODE_INTERPRETER_JS=0  leave out the JS suite (js/tests with vitest, against npm
@@ -30,7 +34,6 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 venvs="$target/e2b-venvs"
 work="$target/code-interpreter"
 logs="$target/e2b-sdk-logs/code-interpreter"
-repo="${CODE_INTERPRETER_REPO:-/work/.mirror/e2b-dev+code-interpreter/repo}"
 jobs="${JOBS:-2}"
 mkdir -p "$venvs" "$work" "$logs"
 cd "$root"
@@ -40,36 +43,29 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 bin="$target/debug/scenario-run"
 
-# venv NAME MODULE SPEC…: create it if missing, install the specs unless MODULE imports.
-venv() {
-  local dir="$venvs/$1" module="$2"
-  shift 2
-  [ -x "$dir/bin/python" ] || python3 -m venv "$dir" || return 1
-  "$dir/bin/python" -c "import $module" 2>/dev/null || "$dir/bin/pip" install --quiet "$@" || return 1
-}
-# The suite's own test dependencies (its pyproject's dev group), and the SDK from PyPI.
-venv code-interpreter "e2b_code_interpreter, pytest, pytest_asyncio, xdist, dotenv, matplotlib" \
-  e2b-code-interpreter pytest pytest-asyncio pytest-xdist python-dotenv pytest-dotenv matplotlib \
-  || { echo "code-interpreter.sh: cannot install e2b-code-interpreter" >&2; exit 1; }
-venv agent-sandbox-client "agent_sandbox.code_interpreter" agent-sandbox-client \
-  || { echo "code-interpreter.sh: cannot install agent-sandbox-client" >&2; exit 1; }
-py="$venvs/code-interpreter/bin/python"
-abx="$venvs/agent-sandbox-client/bin/python"
+. "$root/tests/judges/lib.sh"
+py="$(judge_venv code-interpreter)" || { echo "code-interpreter.sh: cannot install the pinned e2b-code-interpreter" >&2; exit 1; }
+abx="$(judge_venv agent-sandbox-client)" || { echo "code-interpreter.sh: cannot install the pinned agent-sandbox-client" >&2; exit 1; }
 sdk_version="$("$py" -c 'import importlib.metadata as m; print(m.version("e2b-code-interpreter"))')"
 
-# The suite, extracted from the repository (tests and pytest.ini only: the SDK under test is
-# PyPI's, never the checkout's source).
+# The suite at its pinned commit (tests and pytest.ini only: the SDK under test is PyPI's,
+# never the checkout's source).
 suite=""
-git_dir="$repo"
-[ -d "$repo/.git" ] && git_dir="$repo/.git"
-if commit="$(git --git-dir="$git_dir" rev-parse HEAD 2>/dev/null)"; then
-  suite="$work/suite-${commit:0:12}"
-  if [ ! -d "$suite/tests" ]; then
-    rm -rf "$suite.tmp" && mkdir -p "$suite.tmp"
-    git --git-dir="$git_dir" archive "$commit" python/tests python/pytest.ini | tar -x -C "$suite.tmp" \
-      && mv "$suite.tmp/python" "$suite" && rm -rf "$suite.tmp" || exit 1
-  fi
-fi
+judge_suite code-interpreter CODE_INTERPRETER_REPO
+case $? in
+  0)
+    commit="$suite_commit" git_dir="$suite_git"
+    suite="$work/suite-${commit:0:12}"
+    echo "== the suite: $suite_repo at $commit, from $suite_from"
+    if [ ! -d "$suite/tests" ]; then
+      rm -rf "$suite.tmp" && mkdir -p "$suite.tmp"
+      git --git-dir="$git_dir" archive "$commit" python/tests python/pytest.ini | tar -x -C "$suite.tmp" \
+        && mv "$suite.tmp/python" "$suite" && rm -rf "$suite.tmp" || exit 1
+    fi
+    ;;
+  2) skipped="no e2b-dev/code-interpreter: github.com is out of reach, CODE_INTERPRETER_REPO is not set and there is no ../.mirror/e2b-dev+code-interpreter/repo beside the checkout" ;;
+  *) echo "code-interpreter.sh: FAILED: the pinned suite is not available (above)" >&2; exit 1 ;;
+esac
 
 . "$here/serve-lib.sh"
 trap serve_stop EXIT
@@ -106,8 +102,8 @@ else
 fi
 
 if [ -z "$suite" ]; then
-  echo "== SKIPPED the official code-interpreter suite: no e2b-dev/code-interpreter repository at $repo (set CODE_INTERPRETER_REPO)"
-  summaries+=("e2b-code-interpreter suite: SKIPPED (no repository at $repo)")
+  echo "== SKIPPED, LOUDLY: the official code-interpreter suites (Python and JS) do not run: $skipped" >&2
+  summaries+=("e2b-code-interpreter suites: SKIPPED ($skipped)")
 else
   deselect=()
   echo "== deselected from the official suite, by name:"
@@ -140,12 +136,9 @@ if [ -n "$suite" ] && [ "${CODE_INTERPRETER_JS:-1}" = 1 ]; then
       rm -rf "$js.tmp" && mkdir -p "$js.tmp"
       git --git-dir="$git_dir" archive "$commit" js/tests | tar -x -C "$js.tmp" && mv "$js.tmp/js" "$js" && rm -rf "$js.tmp" || exit 1
     fi
-    cp "$here/code-interpreter-js/package.json" "$here/code-interpreter-js/vitest.config.mts" "$js/"
-    if [ ! -d "$js/node_modules/@e2b/code-interpreter" ] || ! cmp -s "$here/code-interpreter-js/package.json" "$js/.installed"; then
-      (cd "$js" && npm install --no-audit --no-fund --silent >"$logs/npm.log" 2>&1) \
-        || { echo "code-interpreter.sh: npm install failed (see $logs/npm.log)" >&2; exit 1; }
-      cp "$here/code-interpreter-js/package.json" "$js/.installed"
-    fi
+    cp "$here/code-interpreter-js/vitest.config.mts" "$js/"
+    judge_npm code-interpreter-js "$js" 2>"$logs/npm.log" \
+      || { echo "code-interpreter.sh: cannot install the pinned npm @e2b/code-interpreter (see $logs/npm.log)" >&2; exit 1; }
     excludes=()
     names=()
     echo "== deselected from the official JS suite, by name:"

@@ -11,13 +11,17 @@
 #   tests/e2b_sdk/official.sh [--sdk VERSION]… [--js] [-- PYTEST ARGS…]
 #
 #   --sdk VERSION  an `e2b` release from PyPI to run the suite with (repeatable); default: the
-#                  newest release and the version the E2B checkout itself is (its
-#                  packages/python-sdk/package.json), which its tests are written for
+#                  pinned release (tests/judges/e2b/requirements.txt) and the version the E2B
+#                  commit itself is (its packages/python-sdk/package.json), which its tests
+#                  are written for
 #   --js           also the JS SDK's own tests (packages/js-sdk/tests, vitest, from the SDK's
 #                  source; official-js.sh)
 #   --js-only      only those
-#   E2B_REPO       the e2b-dev/E2B repository: a checkout or a bare git directory
-#                  (default /work/.mirror/e2b-dev+E2B/repo); E2B_REF picks the commit (HEAD)
+#   E2B_REPO       the e2b-dev/E2B repository: a checkout or a bare git directory, used when
+#                  GitHub is out of reach (tests/judges/lib.sh: a clone of the commit
+#                  tests/judges/e2b-official/suite pins, then this, then
+#                  ../.mirror/e2b-dev+E2B/repo beside the checkout); E2B_REF picks another
+#                  commit of E2B_REPO
 #   JOBS           pytest-xdist workers (default 4; the suite's own default)
 #   SKIP_BUILD=1   do not run `cargo build` first
 #   SERVE_BIN      the scenario-run binary to serve with (default target/debug/scenario-run)
@@ -28,8 +32,6 @@ root="$(cd "$here/../.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 work="$target/e2b-official"
 results="$work/results"
-repo="${E2B_REPO:-/work/.mirror/e2b-dev+E2B/repo}"
-ref="${E2B_REF:-HEAD}"
 jobs="${JOBS:-4}"
 sdks=()
 js=0
@@ -46,12 +48,22 @@ done
 mkdir -p "$work" "$results"
 
 # The suite, extracted from the repository at $ref.
-git_dir="$repo"
-[ -d "$repo/.git" ] && git_dir="$repo/.git"
-commit="$(git --git-dir="$git_dir" rev-parse "$ref" 2>/dev/null)" || {
-  echo "official.sh: no e2b-dev/E2B repository at $repo (set E2B_REPO)" >&2
-  exit 2
-}
+. "$root/tests/judges/lib.sh"
+if [ -n "${E2B_REF:-}" ]; then
+  git_dir="${E2B_REPO:?E2B_REF needs E2B_REPO}"
+  [ -d "$git_dir/.git" ] && git_dir="$git_dir/.git"
+  commit="$(git --git-dir="$git_dir" rev-parse "$E2B_REF^{commit}" 2>/dev/null)" || {
+    echo "official.sh: $E2B_REPO has no commit $E2B_REF" >&2
+    exit 2
+  }
+else
+  judge_suite e2b-official E2B_REPO
+  case $? in
+    0) commit="$suite_commit" git_dir="$suite_git" && echo "== the suite: $suite_repo at $commit, from $suite_from" ;;
+    2) echo "== SKIPPED, LOUDLY: no e2b-dev/E2B (github.com out of reach, no E2B_REPO, no ../.mirror/e2b-dev+E2B/repo)" >&2 && exit 2 ;;
+    *) exit 2 ;;
+  esac
+fi
 src="$work/src-${commit:0:12}"
 if [ ! -d "$src/packages/python-sdk/tests" ]; then
   mkdir -p "$src"
@@ -82,10 +94,9 @@ python3 "$here/official_public_hosts.py" "$src/packages" "$deselect_file" || exi
 
 own="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$src/packages/python-sdk/package.json")"
 if [ ${#sdks[@]} -eq 0 ]; then
-  newest="$(python3 -m pip index versions e2b 2>/dev/null | sed -n 's/^e2b (\(.*\))$/\1/p')"
-  [ -n "$newest" ] || newest="$("$target/e2b-venvs/latest/bin/pip" index versions e2b 2>/dev/null | sed -n 's/^e2b (\(.*\))$/\1/p')"
-  [ -n "$newest" ] && sdks+=("$newest")
-  [ "$own" != "${newest:-}" ] && sdks+=("$own")
+  pinned="$(sed -n 's/^e2b==//p' "$judges/e2b/requirements.txt")"
+  [ -n "$pinned" ] && sdks+=("$pinned")
+  [ "$own" != "${pinned:-}" ] && sdks+=("$own")
 fi
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Conformance tests of `scenario-run serve`, judged by the unmodified E2B SDKs:
-#   * pytest in two venvs under target/e2b-venvs/: the newest `e2b` release and e2b==2.31.0
-#     (the version Alibaba FC pins; it uses the v1 /sandboxes routes);
-#   * a smoke test with the npm `e2b` SDK (tests/e2b_sdk/js);
+#   * pytest in two venvs under target/e2b-venvs/: the pinned `e2b` release
+#     (tests/judges/e2b) and e2b==2.31.0 (tests/judges/e2b-2.31: the version Alibaba FC pins;
+#     it uses the v1 /sandboxes routes);
+#   * a smoke test with the npm `e2b` SDK (tests/e2b_sdk/js/smoke.mjs, the SDK pinned by
+#     tests/judges/e2b-js, installed under target/);
 #   * the code interpreter of code-interpreter-v1: the official `e2b-code-interpreter` suite
 #     and the product client's run_code (code-interpreter.sh, with its own serve).
 # Starts target/debug/scenario-run serve on a free loopback port with a random key, runs
 # everything against it, stops it by PID. Exits non-zero if anything failed.
 #   SKIP_BUILD=1       do not run `cargo build` first
-#   E2B_SDK_UPGRADE=1  re-install the newest e2b into the "latest" venv
+#   JUDGES_DIR         the pins (default tests/judges; scripts/judges-latest sets the newest)
 # Arguments are passed to pytest, e.g. `run.sh -k "files or ports" -x`.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,21 +27,13 @@ fi
 bin="$target/debug/scenario-run"
 [ -x "$bin" ] || { echo "run.sh: $bin is missing" >&2; exit 1; }
 
-# venv NAME PIP-SPEC: create it if missing and make sure the spec (and pytest) is installed.
-venv() {
-  local dir="$venvs/$1" spec="$2"
-  if [ ! -x "$dir/bin/python" ]; then
-    python3 -m venv "$dir" || return 1
-  fi
-  if [ "${E2B_SDK_UPGRADE:-0}" = 1 ] || ! "$dir/bin/python" -c 'import e2b, pytest' 2>/dev/null; then
-    "$dir/bin/pip" install --quiet --upgrade "$spec" pytest || return 1
-  fi
-}
-venv latest e2b || { echo "run.sh: cannot install e2b (newest)" >&2; exit 1; }
-venv v2.31.0 "e2b==2.31.0" || { echo "run.sh: cannot install e2b==2.31.0" >&2; exit 1; }
-if [ ! -d "$here/js/node_modules/e2b" ]; then
-  (cd "$here/js" && npm install --no-audit --no-fund --silent) || { echo "run.sh: npm install failed" >&2; exit 1; }
-fi
+. "$root/tests/judges/lib.sh"
+declare -A pythons
+for v in e2b e2b-2.31; do
+  pythons[$v]="$(judge_venv "$v")" || { echo "run.sh: cannot install the pinned $v (tests/judges/$v)" >&2; exit 1; }
+done
+js="$target/judges-npm/e2b-js"
+judge_npm e2b-js "$js" && cp "$here/js/smoke.mjs" "$js/" || { echo "run.sh: cannot install the pinned npm e2b" >&2; exit 1; }
 
 . "$here/serve-lib.sh"
 trap serve_stop EXIT
@@ -47,8 +41,8 @@ serve_start "$bin" "$logs" || { echo "run.sh: cannot start serve" >&2; exit 1; }
 
 failed=0
 summaries=()
-for v in latest v2.31.0; do
-  py="$venvs/$v/bin/python"
+for v in e2b e2b-2.31; do
+  py="${pythons[$v]}"
   ver="$("$py" -c 'import importlib.metadata as m; print(m.version("e2b"))')"
   echo "== pytest with e2b $ver ($v)"
   out="$logs/pytest-$v.log"
@@ -58,8 +52,8 @@ for v in latest v2.31.0; do
   summaries+=("e2b $ver: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error)|no tests ran' "$out" | tail -1 | sed 's/^=* *//; s/ *=*$//') (exit $rc)")
 done
 
-echo "== js smoke with npm e2b $(node -p 'require("./tests/e2b_sdk/js/node_modules/e2b/package.json").version')"
-if (cd "$here/js" && node smoke.mjs) 2>&1 | tee "$logs/js.log"; then
+echo "== js smoke with npm e2b $(node -p 'require(process.argv[1] + "/node_modules/e2b/package.json").version' "$js")"
+if (cd "$js" && node smoke.mjs) 2>&1 | tee "$logs/js.log"; then
   summaries+=("npm e2b: $(tail -1 "$logs/js.log")")
 else
   failed=1

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # `scenario-run serve` speaking OpenSandbox's protocol (issue 29), judged by OpenSandbox's own
-# Python end-to-end suite: tests/python of alibaba/OpenSandbox, unmodified, run with the SDKs
-# from PyPI (`opensandbox`, `opensandbox-code-interpreter`). What needs something that cannot
+# Python end-to-end suite: tests/python of alibaba/OpenSandbox at the commit
+# tests/judges/opensandbox/suite pins, unmodified, run with the SDKs from PyPI (`opensandbox`,
+# `opensandbox-code-interpreter`, pinned with the suite's test tools in
+# tests/judges/opensandbox/requirements.txt). What needs something that cannot
 # run here is deselected by name, each with its reason (deselect.txt), printed on every run;
 # the tests written for the SDK of the suite's own commit that PyPI's 1.1.1 does not fit are run
 # again against that SDK (built from the same commit), so they still judge the server.
 #
 #   tests/opensandbox_sdk/run.sh [PYTEST ARGS…]
-#   OPENSANDBOX_REPO  the alibaba/OpenSandbox repository: a checkout or a bare git directory
-#                     (default /work/.mirror/alibaba+OpenSandbox/repo); without it the suite
-#                     is SKIPPED, saying so
+#   OPENSANDBOX_REPO  the alibaba/OpenSandbox repository: a checkout or a bare git directory,
+#                     used when GitHub is out of reach (tests/judges/lib.sh: a clone of the
+#                     pinned commit first, then this, then ../.mirror/alibaba+OpenSandbox/repo
+#                     beside the checkout); without any the suite is SKIPPED, saying so
+#                     loudly; one without the pinned commit FAILS
+#   JUDGES_DIR        the pins (default tests/judges; scripts/judges-latest sets the newest)
 #   SKIP_BUILD=1      do not run `cargo build` first
 #   JOBS              pytest-xdist workers, whole test classes per worker (default 2)
 # Venvs under target/e2b-venvs/, the suite under target/opensandbox-sdk/, logs in
@@ -21,7 +26,6 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 venvs="$target/e2b-venvs"
 work="$target/opensandbox-sdk"
 logs="$target/e2b-sdk-logs/opensandbox"
-repo="${OPENSANDBOX_REPO:-/work/.mirror/alibaba+OpenSandbox/repo}"
 jobs="${JOBS:-2}"
 mkdir -p "$venvs" "$work" "$logs"
 cd "$root"
@@ -31,12 +35,19 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 bin="$target/debug/scenario-run"
 
-git_dir="$repo"
-[ -d "$repo/.git" ] && git_dir="$repo/.git"
-if ! commit="$(git --git-dir="$git_dir" rev-parse HEAD 2>/dev/null)"; then
-  echo "== SKIPPED OpenSandbox's e2e suite: no alibaba/OpenSandbox repository at $repo (set OPENSANDBOX_REPO)"
-  exit 0
-fi
+. "$root/tests/judges/lib.sh"
+judge_suite opensandbox OPENSANDBOX_REPO
+case $? in
+  0) ;;
+  2)
+    echo "== SKIPPED, LOUDLY: OpenSandbox's e2e suite does not run: github.com is out of reach, OPENSANDBOX_REPO is not set and there is no ../.mirror/alibaba+OpenSandbox/repo beside the checkout" >&2
+    echo "opensandbox_sdk/run.sh: SKIPPED"
+    exit 0
+    ;;
+  *) echo "opensandbox_sdk/run.sh: FAILED: the pinned suite is not available (above)" >&2; exit 1 ;;
+esac
+commit="$suite_commit" git_dir="$suite_git"
+echo "== the suite: $suite_repo at $commit, from $suite_from"
 # The suite (tests/python), and the SDK of the same commit for the tests written for it.
 suite="$work/suite-${commit:0:12}"
 if [ ! -d "$suite/tests" ]; then
@@ -46,22 +57,11 @@ if [ ! -d "$suite/tests" ]; then
   mv "$suite.tmp/tests/python" "$suite" && mv "$suite.tmp/sdks/sandbox/python" "$suite/.sdk" && rm -rf "$suite.tmp"
 fi
 
-# venv NAME MODULE SPEC…: create it if missing, install the specs unless MODULE imports.
-venv() {
-  local dir="$venvs/$1" module="$2"
-  shift 2
-  [ -x "$dir/bin/python" ] || python3 -m venv "$dir" || return 1
-  "$dir/bin/python" -c "import $module" 2>/dev/null || "$dir/bin/pip" install --quiet "$@" || return 1
-}
-# The suite's own test dependencies (its pyproject), with the SDKs from PyPI.
-tools=(pytest pytest-asyncio pytest-timeout pytest-order pytest-xdist pydantic "redis>=5,<6")
-venv opensandbox "opensandbox, code_interpreter, pytest_order, xdist, redis" \
-  opensandbox opensandbox-code-interpreter "${tools[@]}" \
-  || { echo "opensandbox_sdk/run.sh: cannot install opensandbox from PyPI" >&2; exit 1; }
-venv "opensandbox-${commit:0:12}" "opensandbox, pytest_order, xdist, redis" "$suite/.sdk" "${tools[@]}" \
+# The suite's own test dependencies (its pyproject) with the SDKs from PyPI, pinned; and the
+# same with the SDK of the suite's commit installed over PyPI's.
+py="$(judge_venv opensandbox)" || { echo "opensandbox_sdk/run.sh: cannot install the pinned opensandbox" >&2; exit 1; }
+py_checkout="$(judge_venv opensandbox "$suite/.sdk")" \
   || { echo "opensandbox_sdk/run.sh: cannot install the SDK of $commit" >&2; exit 1; }
-py="$venvs/opensandbox/bin/python"
-py_checkout="$venvs/opensandbox-${commit:0:12}/bin/python"
 version() { "$1" -c "import importlib.metadata as m; print(m.version('$2'))"; }
 sdk_version="$(version "$py" opensandbox)"
 ci_version="$(version "$py" opensandbox-code-interpreter)"

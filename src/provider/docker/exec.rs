@@ -169,6 +169,19 @@ impl crate::provider::core::Controlled for Proc {
         }
     }
 
+    /// The group `pid` leads, then the command itself should it have left it.
+    async fn signal_group(&self, sig: i32) -> Result<()> {
+        self.sent.lock().expect("sent").push(sig);
+        let script = "kill -\"$1\" -\"$2\" 2>/dev/null; kill -\"$1\" \"$2\" 2>/dev/null; true";
+        run_helper(
+            &self.docker,
+            &self.container,
+            &["/bin/sh", "-c", script, "sh", &sig.to_string(), &self.pid.to_string()],
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
     async fn write_stdin(&self, data: &[u8]) -> Result<()> {
         self.stdin.write(self.pid, data, |_| self.finished()).await

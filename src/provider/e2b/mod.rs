@@ -63,6 +63,8 @@ pub mod config;
 mod connect;
 mod envd;
 mod model;
+/// Go's text of a signal death → the signal (OpenSandbox's execd speaks it too).
+pub(crate) use model::signal_from_status;
 mod process;
 mod retry;
 mod watch;

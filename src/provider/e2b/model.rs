@@ -180,6 +180,8 @@ impl EndEvent {
 pub fn signal_from_status(status: &str) -> Option<i32> {
     let rest = status.trim().strip_prefix("signal")?.trim_start_matches(':').trim();
     let name = rest.split(" (core dumped)").next().unwrap_or(rest).trim();
+    // Go's text of a signal it has no name for: "signal: signal 34".
+    let name = name.strip_prefix("signal ").unwrap_or(name);
     if let Ok(n) = name.parse() {
         return Some(n);
     }

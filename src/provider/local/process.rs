@@ -164,6 +164,16 @@ impl crate::provider::core::Controlled for Proc {
         }
     }
 
+    /// The command leads its own process group (it calls `setsid`), which outlives it while
+    /// what it started runs on: the group is signalled whether or not the command ended.
+    async fn signal_group(&self, sig: i32) -> Result<()> {
+        sys::kill_group(self.pgid, sig);
+        if let (false, Some(t)) = (self.finished(), &self.target) {
+            let _ = t.signal(sig);
+        }
+        Ok(())
+    }
+
     /// Writes to the stdin kept open by `launch(.., open_stdin: true)`.
     async fn write_stdin(&self, data: &[u8]) -> Result<()> {
         self.stdin.write(self.pid, data, |e| self.finished() || e.kind() == std::io::ErrorKind::BrokenPipe).await

@@ -22,11 +22,11 @@ impl crate::provider::Processes for OpenSandboxProvider {
                 let _ = tx.send(OutputChunk::Stderr(stderr.clone())).await;
             }
         }
-        // bash reports a command a signal ended as 128 + the signal.
+        // An exit code is the command's own (`exit 130` is 130, not a signal); a signal is
+        // the one execd saw end it (a timeout's is SIGKILL).
         let (exit_code, signal) = match (code, signal) {
-            (Some(c), _) if c > 128 && c < 160 => (None, Some(c - 128)),
             (Some(c), _) => (Some(c), None),
-            (None, _) => (None, Some(libc::SIGKILL)),
+            (None, s) => (None, Some(s.unwrap_or(libc::SIGKILL))),
         };
         Ok(ExecResult { stdout, stderr, exit_code, signal, timed_out, pid, stdout_dropped, stderr_dropped })
     }
@@ -133,16 +133,14 @@ impl crate::provider::Processes for OpenSandboxProvider {
         let error = v["error"].as_str().unwrap_or("");
         let (exit_code, signal) = match v["exit_code"].as_i64() {
             Some(c) if c >= 0 => (Some(c as i32), None),
-            _ => {
-                let sig = match error.trim_start_matches("signal: ") {
-                    "killed" => libc::SIGKILL,
-                    "terminated" => libc::SIGTERM,
-                    "interrupt" => libc::SIGINT,
-                    "hangup" => libc::SIGHUP,
-                    other => other.trim_start_matches("signal ").parse().unwrap_or(libc::SIGKILL),
-                };
-                (None, Some(sig))
-            }
+            _ => match crate::provider::e2b::signal_from_status(error) {
+                Some(sig) => (None, Some(sig)),
+                None => {
+                    return Err(ProviderError::infra(format!(
+                        "execd says the background command {pid} ended: {error:?}"
+                    )))
+                }
+            },
         };
         if let Some(s) = self.sandboxes.lock().expect("sandboxes").get_mut(id) {
             s.background.remove(&pid);

@@ -231,8 +231,9 @@ impl OpenSandboxProvider {
         Err(answer_error(status, &String::from_utf8_lossy(&body), what))
     }
 
-    /// Runs `command` (bash) through execd's `/command` to its end: its exit code (None and
-    /// the signal's name for a signal) and the text of its stdout events.
+    /// Runs `command` (bash) through execd's `/command` to its end: its exit code, or the
+    /// signal that ended it (execd's `-1` with Go's text, `signal: terminated`, in the
+    /// traceback), and the text of its stdout events.
     async fn command(
         &self,
         id: &str,
@@ -240,7 +241,7 @@ impl OpenSandboxProvider {
         cwd: Option<&str>,
         envs: &BTreeMap<String, String>,
         timeout: Option<Duration>,
-    ) -> Result<(Option<i32>, Option<String>, String)> {
+    ) -> Result<(Option<i32>, Option<i32>, String)> {
         let e = self.execd(id).await?;
         let mut body = json!({"command": command, "background": false});
         if let Some(c) = cwd {
@@ -273,12 +274,19 @@ impl OpenSandboxProvider {
                 Some("error") => {
                     done = true;
                     let evalue = v["error"]["evalue"].as_str().unwrap_or("");
+                    let why = v["error"]["traceback"][0].as_str().unwrap_or("");
                     match evalue.parse::<i32>() {
                         Ok(c) if c >= 0 => code = Some(c),
-                        _ => {
-                            let tb = v["error"]["traceback"].to_string();
-                            signal = Some(tb);
-                        }
+                        _ => match crate::provider::e2b::signal_from_status(why) {
+                            Some(s) => signal = Some(s),
+                            // Not an exit nor a signal: execd could not run it at all.
+                            None => {
+                                return Err(ProviderError::infra(format!(
+                                    "execd could not run the command: {}",
+                                    if why.is_empty() { evalue } else { why }
+                                )))
+                            }
+                        },
                     }
                 }
                 _ => {}
@@ -478,6 +486,23 @@ fn answer_error(status: reqwest::StatusCode, text: &str, what: &str) -> Provider
     ProviderError::new(kind, msg)
 }
 
+impl OpenSandboxProvider {
+    /// What a create does once the server made sandbox `id` (at `created`): a timeout below
+    /// the server's minimum, the command directory, the sandbox's info.
+    async fn finish_create(&self, id: &str, want: Option<u64>, created: u64) -> Result<SandboxInfo> {
+        if let Some(t) = want.filter(|t| *t < MIN_TIMEOUT_SECS) {
+            // From the creation, as the timeout was asked; never in the past.
+            let from = if created > 0 { created } else { now_secs() };
+            self.renew_until(id, (from + t).max(now_secs() + 1)).await?;
+        }
+        // The command directory, made once (root's, private).
+        let e = self.execd(id).await?;
+        let r = self.execd_req(&e, reqwest::Method::POST, "/directories").json(&json!({ WORK: {"mode": 711} }));
+        self.execd_ok(id, r, "make the work directory").await?;
+        self.info(id).await
+    }
+}
+
 #[async_trait]
 impl Provider for OpenSandboxProvider {
     fn name(&self) -> &str {
@@ -496,6 +521,11 @@ impl Provider for OpenSandboxProvider {
             return Err(ProviderError::unsupported(
                 "network policies through the opensandbox provider (OpenSandbox's networkPolicy has no CIDR lists)",
             ));
+        }
+        if let Some(d) = req.disk_mb {
+            return Err(ProviderError::unsupported(format!(
+                "a disk size ({d} MiB) through the opensandbox provider (OpenSandbox's resourceLimits have no disk)"
+            )));
         }
         let image = if req.template.is_empty() || req.template == "base" {
             self.base_image.clone()
@@ -547,17 +577,15 @@ impl Provider for OpenSandboxProvider {
             r
         });
         let (id, created) = made.await.map_err(|e| ProviderError::infra(e.to_string()))??;
-        let id = id.as_str();
-        if let Some(t) = want.filter(|t| *t < MIN_TIMEOUT_SECS) {
-            // From the creation, as the timeout was asked; never in the past.
-            let from = if created > 0 { created } else { now_secs() };
-            self.renew_until(id, (from + t).max(now_secs() + 1)).await?;
+        match self.finish_create(&id, want, created).await {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                // The server made it, the create failed after: deleted now, not at the end
+                // of the run (a scenario that goes on would pay for it all along).
+                let _ = self.kill(&id).await;
+                Err(e)
+            }
         }
-        // The command directory, made once (root's, private).
-        let e = self.execd(id).await?;
-        let r = self.execd_req(&e, reqwest::Method::POST, "/directories").json(&json!({ WORK: {"mode": 711} }));
-        self.execd_ok(id, r, "make the work directory").await?;
-        self.info(id).await
     }
 
     async fn connect(&self, id: &str, timeout_secs: Option<u64>) -> Result<SandboxInfo> {

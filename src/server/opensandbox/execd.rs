@@ -391,17 +391,30 @@ async fn run_command(State(st): State<Arc<AppState>>, Extension(sb): Sb, Extensi
     stream_response(rx)
 }
 
-/// Kills `pid`: SIGTERM, then SIGKILL if it has not ended after [`TERM_GRACE`].
+/// Kills the command `pid` and what it started, as execd does (`kill(-pid, …)`: commands lead
+/// their own process group): SIGTERM to the group, then, once the command ended or after
+/// [`TERM_GRACE`], SIGKILL to whatever of the group is left (a child that outlived its shell,
+/// or one that ignores SIGTERM).
 async fn terminate(st: &AppState, sb: &ServedSandbox, pid: u32) {
-    if st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGTERM).await.is_err() {
+    let sandbox = st.provider.sandbox(&sb.provider_id);
+    if sandbox.signal_group(pid, libc::SIGTERM).await.is_err() {
         return;
     }
-    if let Ok(r) = st.provider.sandbox(&sb.provider_id).wait(pid, TERM_GRACE).await {
-        if r.exit_code.is_some() || r.signal.is_some() {
-            return;
-        }
+    let _ = sandbox.wait(pid, TERM_GRACE).await;
+    let _ = sandbox.signal_group(pid, libc::SIGKILL).await;
+}
+
+/// Past a command's deadline: SIGKILL to its process group, once.
+async fn kill_at_deadline(st: &AppState, sb: &ServedSandbox, pid: u32) {
+    let _ = st.provider.sandbox(&sb.provider_id).signal_group(pid, libc::SIGKILL).await;
+}
+
+/// Sleeps until `deadline` unless it is None or `fired` (then never ends).
+async fn until(deadline: Option<tokio::time::Instant>, fired: bool) {
+    match deadline {
+        Some(d) if !fired => tokio::time::sleep_until(d).await,
+        _ => std::future::pending().await,
     }
-    let _ = st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGKILL).await;
 }
 
 /// The exit status of `pid` once its output ended: (code, error text) as execd reports it
@@ -411,19 +424,10 @@ async fn exit_status(st: &AppState, sb: &ServedSandbox, pid: u32) -> (i64, Optio
         Ok(r) => match (r.exit_code, r.signal) {
             (Some(0), _) => (0, None),
             (Some(c), _) => (i64::from(c), Some(format!("exit status {c}"))),
-            (None, Some(s)) => (-1, Some(format!("signal: {}", signal_name(s)))),
+            (None, Some(s)) => (-1, Some(format!("signal: {}", crate::server::procs::signal_name(s)))),
             (None, None) => (-1, Some("the process ended without an exit status".into())),
         },
         Err(e) => (-1, Some(e.message)),
-    }
-}
-
-fn signal_name(s: i32) -> String {
-    match s {
-        libc::SIGKILL => "killed".into(),
-        libc::SIGTERM => "terminated".into(),
-        libc::SIGINT => "interrupt".into(),
-        other => format!("signal {other}"),
     }
 }
 
@@ -442,6 +446,7 @@ async fn foreground(
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     let mut gone = false;
+    let mut fired = false;
     loop {
         let chunk = tokio::select! {
             c = live.output.recv() => c,
@@ -449,8 +454,9 @@ async fn foreground(
                 if tx.send(frame(&text_event("ping", "pong"))).await.is_err() { gone = true; break; }
                 continue;
             }
-            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
-                let _ = st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGKILL).await;
+            _ = until(deadline, fired) => {
+                fired = true;
+                kill_at_deadline(&st, &sb, pid).await;
                 continue;
             }
             _ = tx.closed() => { gone = true; break; }
@@ -502,11 +508,13 @@ async fn background(
 ) {
     let pid = live.pid;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut fired = false;
     loop {
         let chunk = tokio::select! {
             c = live.output.recv() => c,
-            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
-                let _ = st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGKILL).await;
+            _ = until(deadline, fired) => {
+                fired = true;
+                kill_at_deadline(&st, &sb, pid).await;
                 continue;
             }
         };
@@ -841,7 +849,7 @@ async fn run_in_session(
                 c = live.output.recv() => c,
                 _ = tokio::time::sleep_until(deadline), if !timed_out => {
                     timed_out = true;
-                    let _ = st.provider.sandbox(&sb.provider_id).signal(pid, libc::SIGKILL).await;
+                    kill_at_deadline(&st, &sb, pid).await;
                     continue;
                 }
                 _ = tx.closed() => { gone = true; break; }
