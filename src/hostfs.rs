@@ -148,7 +148,11 @@ fn open_one(at: BorrowedFd<'_>, name: &std::ffi::OsStr) -> Result<OwnedFd, Benea
         Err(Errno::NOENT) => Err(BeneathError::Missing),
         // ELOOP: a link (NO_SYMLINKS, NOFOLLOW); EXDEV: it would leave `at` (BENEATH).
         Err(Errno::LOOP) | Err(Errno::XDEV) => Err(BeneathError::Link),
-        Err(Errno::NOTDIR) => Err(BeneathError::NotDir),
+        // O_DIRECTORY is checked before O_NOFOLLOW: a link as the last name is ENOTDIR too.
+        Err(Errno::NOTDIR) => match rustix::fs::statat(at, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => Err(BeneathError::Link),
+            _ => Err(BeneathError::NotDir),
+        },
         // A kernel raced by a rename may refuse the lookup (EAGAIN): refused, never followed.
         Err(Errno::AGAIN) => Err(BeneathError::Link),
         Err(e) => Err(std::io::Error::from(e).into()),
