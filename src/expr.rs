@@ -413,7 +413,42 @@ const TESTS: &[&str] = &[
 
 /// The methods values have in expressions: a sandbox's `url(port)` and `host(port)` (and a
 /// loop's, inside `{% for %}`).
-const METHODS: &[&str] = &["url", "host", "cycle", "changed"];
+/// Methods a value has: a sandbox's, the loop's, and Python's string, list and mapping
+/// methods (minijinja-contrib's `pycompat`, installed as the unknown-method callback).
+const METHODS: &[&str] = &[
+    "url",
+    "host",
+    "cycle",
+    "changed",
+    "capitalize",
+    "count",
+    "endswith",
+    "find",
+    "format",
+    "get",
+    "isalnum",
+    "isalpha",
+    "isascii",
+    "islower",
+    "isnumeric",
+    "isspace",
+    "isupper",
+    "items",
+    "join",
+    "keys",
+    "lower",
+    "lstrip",
+    "replace",
+    "rfind",
+    "rstrip",
+    "split",
+    "splitlines",
+    "startswith",
+    "strip",
+    "title",
+    "upper",
+    "values",
+];
 
 fn filter_exists(name: &str) -> bool {
     let source = format!("none | {name}");
@@ -506,16 +541,14 @@ pub fn unknown_calls(text: &str) -> Vec<UnknownCall> {
                     }),
                     "." if called && !METHODS.contains(&word) => {
                         let as_filter = match word {
-                            "strip" => Some("trim"),
-                            "startswith" | "endswith" => None,
                             w if filter_exists(w) && FILTERS.contains(&w) => Some(w),
                             _ => None,
                         };
                         out.push(UnknownCall {
                             message: format!("unknown method `{word}()`"),
                             help: Some(match as_filter {
-                                Some(f) => format!("values have no methods here; use the filter: `| {f}`"),
-                                None => "values have no methods here (only a sandbox's `url(port)` and `host(port)`); use a filter, e.g. `| trim`, `| split`, `| lower`, or a test, e.g. `is startingwith('x')`".to_string(),
+                                Some(f) => format!("no such method; use the filter: `| {f}`"),
+                                None => "values have Python's string, list and mapping methods (`strip`, `split`, `startswith`, `items`, …) and a sandbox's `url(port)` and `host(port)`; else use a filter, e.g. `| trim`, or a test, e.g. `is startingwith('x')`".to_string(),
                             }),
                             line,
                         });
