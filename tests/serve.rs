@@ -3075,3 +3075,28 @@ async fn serve_says_its_templates_and_logs_requests_with_v() {
     );
     assert!(!err.contains("sekrit") && !err.contains(KEY), "{err}");
 }
+
+/// Issue 35, rule 1: a build's `USER` is looked up in the image's passwd and group read inside
+/// the build's root. A RUN that made `/etc/passwd` an absolute link to a host file, and
+/// `/etc/group` a FIFO, once had serve read the host's file (its user was found) and then block
+/// a thread on the FIFO for good (the build never ended). Now the link resolves inside the
+/// image (no such user) and the FIFO is refused unread: the build ends, with the reason.
+#[tokio::test]
+async fn issue_35_a_build_user_lookup_never_reads_the_host_nor_blocks_on_a_fifo() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let host = tempfile::tempdir().unwrap();
+    let fake = host.path().join("passwd");
+    std::fs::write(&fake, "hostonly:x:4242:4242::/:/bin/sh\n").unwrap();
+    let plant = format!("ln -sf {} /etc/passwd && rm -f /etc/group && mkfifo /etc/group", fake.display());
+    let steps = json!([
+        {"type": "RUN", "args": [plant]},
+        {"type": "USER", "args": ["hostonly"]},
+        {"type": "RUN", "args": ["id -u"]},
+    ]);
+    let ctx = context(&[("a.txt", Entry::File(b"a"))]);
+    let st = build_with_context(&http, &base, "user-lookup", ctx, steps, json!({})).await.unwrap();
+    assert_eq!(st["status"], "error", "the host's user was found: {st}");
+    let m = st["reason"]["message"].as_str().unwrap_or_default();
+    assert!(m.contains("hostonly"), "the reason names the user: {st}");
+}

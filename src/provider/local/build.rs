@@ -206,7 +206,7 @@ pub(crate) async fn build(
         .map_err(|e| ProviderError::infra(e.to_string()))?
         .map_err(|e| ProviderError::infra(format!("cannot prepare the build directory: {e}")))?;
     let ns = NsSandbox::start(layout.clone(), &format!("build-{}", crate::random::hex(6))).await?;
-    let result = run_instructions(spec, &ns, &image.config, cache.is_some(), &mut log).await;
+    let result = run_instructions(spec, &ns, ids, &image.config, cache.is_some(), &mut log).await;
     ns.stop().await;
     layout.remove_mount_points();
     if let Some(c) = &cache {
@@ -257,11 +257,14 @@ fn from_image(spec: &BuildSpec) -> Option<String> {
 }
 
 /// Who runs a RUN: `user` (a Dockerfile USER) as the build sandbox's passwd says, else root.
-fn build_identity(ns: &NsSandbox, user: Option<&str>) -> Result<Identity> {
+fn build_identity(ns: &NsSandbox, ids: IdMap, user: Option<&str>) -> Result<Identity> {
     let Some(u) = user.filter(|u| !matches!(*u, "root" | "0")) else { return Ok(Identity::root()) };
     // `USER name:group` runs as the name's uid with that group, as in Docker.
     let (name, group) = u.split_once(':').map_or((u, None), |(n, g)| (n, Some(g)));
-    let read = |p: &str| std::fs::read_to_string(format!("/proc/{}/root{p}", ns.pid1.pid())).unwrap_or_default();
+    // Read inside the build's root, as the run path reads a sandbox's passwd: a link a RUN
+    // planted resolves there, not on the host, and a FIFO or device is refused unread.
+    let root = super::files::Root::Proc { pid1: ns.pid1.pid(), ids, who: Identity::root() };
+    let read = |p: &str| root.read_as_host(p).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
     let (passwd, groups) = (read("/etc/passwd"), read("/etc/group"));
     let mut who = Identity::lookup(name, &passwd, &groups)
         .ok_or_else(|| ProviderError::invalid(format!("USER {u}: no such user in the image")))?;
@@ -281,6 +284,7 @@ fn build_identity(ns: &NsSandbox, user: Option<&str>) -> Result<Identity> {
 async fn run_instructions(
     spec: &BuildSpec,
     ns: &NsSandbox,
+    ids: IdMap,
     image: &ImageConfig,
     caches: bool,
     log: &mut BuildLog,
@@ -296,7 +300,7 @@ async fn run_instructions(
     let mut cmd: Option<String> =
         image.cmd.as_ref().map(|c| c.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "));
     let mut ports: Vec<u16> = image.exposed_ports.clone();
-    let mut who = build_identity(ns, user.as_deref())?;
+    let mut who = build_identity(ns, ids, user.as_deref())?;
     for ins in &t.dockerfile.instructions {
         let at = format!("{df_name}:{}", ins.line);
         log.line(format!("#{} {}", ins.line, ins.text));
@@ -331,7 +335,7 @@ async fn run_instructions(
             }
             Inst::User(w) => {
                 let u = w.expand(&subst(&base, &args, &env));
-                who = build_identity(ns, Some(&u)).map_err(|e| ProviderError::invalid(format!("{at}: {e}")))?;
+                who = build_identity(ns, ids, Some(&u)).map_err(|e| ProviderError::invalid(format!("{at}: {e}")))?;
                 user = Some(u);
             }
             Inst::Run(c) => {
