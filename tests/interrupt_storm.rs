@@ -283,7 +283,8 @@ fn interrupt_storm_through_serve_leaks_no_sandbox() {
     let listen = format!("127.0.0.1:{port}");
     let serve_state = tempfile::tempdir().unwrap();
     let mut server = Server(
-        cmd(&["serve", "--listen", &listen, "--api-key", &key])
+        cmd(&["serve", "--listen", &listen])
+            .env("E2B_API_KEY", &key)
             .env("SCENARIO_RUN_STATE_DIR", serve_state.path())
             .stdout(Stdio::piped())
             .spawn()

@@ -46,7 +46,8 @@ fn sigkilled_run_leaves_tagged_sandboxes_that_the_janitor_removes() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let key = format!("e2b_{:040x}", 0xfeed_u128 * 1_000_003 + u128::from(port));
     let listen = format!("127.0.0.1:{port}");
-    let mut server = cmd(&["serve", "--listen", &listen, "--api-key", &key]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut server =
+        cmd(&["serve", "--listen", &listen]).env("E2B_API_KEY", &key).stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on"), "{line}");
