@@ -11,6 +11,7 @@
 //! forwarding is off (`--disable-dns`): it forwarded whatever bytes came to port 53, so the
 //! nameserver (a private address no sandbox may otherwise reach) took any protocol.
 
+use super::proxy::Reader;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,7 +57,7 @@ pub(crate) fn check_query(msg: &[u8]) -> Result<(), Malformed> {
     if msg.len() > MAX_QUERY {
         return Err(Malformed::TooLong);
     }
-    let mut r = Cursor(msg);
+    let mut r = Reader(msg);
     let header = r.take(12).ok_or(Malformed::Short)?;
     let flags = u16::from_be_bytes([header[2], header[3]]);
     let (qr, opcode) = (flags >> 15, (flags >> 11) & 0xf);
@@ -93,7 +94,7 @@ pub(crate) fn check_query(msg: &[u8]) -> Result<(), Malformed> {
         }
         r.take(6).ok_or(Malformed::Short)?;
         let len = usize::from(r.u16().ok_or(Malformed::Short)?);
-        let mut opts = Cursor(r.take(len).ok_or(Malformed::Short)?);
+        let mut opts = Reader(r.take(len).ok_or(Malformed::Short)?);
         while !opts.0.is_empty() {
             let _code = opts.u16().ok_or(Malformed::Additional)?;
             let n = usize::from(opts.u16().ok_or(Malformed::Additional)?);
@@ -110,26 +111,6 @@ pub(crate) fn check_query(msg: &[u8]) -> Result<(), Malformed> {
 /// Whether `answer` is a response to `query` (same id, QR set).
 fn answers(query: &[u8], answer: &[u8]) -> bool {
     answer.len() >= 12 && answer[..2] == query[..2] && answer[2] & 0x80 != 0
-}
-
-/// A cursor over bytes that answers None past the end.
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
-    }
 }
 
 /// The host's nameserver: the first `nameserver` of `/etc/resolv.conf` (read per query, so a

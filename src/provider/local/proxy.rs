@@ -394,11 +394,11 @@ fn tls_server_name(head: &[u8]) -> Parsed {
     }
 }
 
-/// A cursor over bytes that answers None past the end.
-struct Reader<'a>(&'a [u8]);
+/// A cursor over bytes that answers None past the end (the TLS and DNS parsers').
+pub(super) struct Reader<'a>(pub(super) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(super) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if self.0.len() < n {
             return None;
         }
@@ -406,13 +406,13 @@ impl<'a> Reader<'a> {
         self.0 = b;
         Some(a)
     }
-    fn skip(&mut self, n: usize) -> Option<()> {
+    pub(super) fn skip(&mut self, n: usize) -> Option<()> {
         self.take(n).map(|_| ())
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub(super) fn u8(&mut self) -> Option<u8> {
         self.take(1).map(|b| b[0])
     }
-    fn u16(&mut self) -> Option<u16> {
+    pub(super) fn u16(&mut self) -> Option<u16> {
         self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
     }
 }
