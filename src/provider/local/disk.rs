@@ -22,10 +22,15 @@
 //!
 //! Sparse images promise more than they take, so a create is admitted by the disk it declares
 //! ([`Book`], issue 35 item 5: 1 TiB disks were accepted on a host with 80 GiB free, and their
-//! sandboxes could fill the host's disk). The disks declared by live sandboxes, the new one's
-//! included, stay within `SCENARIO_RUN_DISK_OVERCOMMIT` (default [`DEFAULT_OVERCOMMIT`]) times
-//! the space free now (`statvfs`) on the filesystem the images live on (the state
-//! directory's), and no one disk is larger than that free space itself. A refusal is
+//! sandboxes could fill the host's disk). No one disk is larger than the space free now
+//! (`statvfs`) on the filesystem the images live on (the state directory's) less
+//! [`RESERVE_MB`] kept for the host, so one sandbox alone meets `ENOSPC` before the host does:
+//! a disk declared larger is refused, and the default disk (nothing declared) is made smaller
+//! to fit, down to [`MIN_DEFAULT_MB`] (a laptop with 8 GiB free runs scenarios; a 10 GiB
+//! default refused there would be a surprise, not a defence). The disks declared by live
+//! sandboxes, the new one's included, stay within `SCENARIO_RUN_DISK_OVERCOMMIT` (default
+//! [`DEFAULT_OVERCOMMIT`]) times that free space; default disks count towards it but are never
+//! refused by it (they are the platform's own size, not a client's choice). A refusal is
 //! [`ErrorKind::Capacity`](crate::provider::ErrorKind::Capacity), naming the declared size, what
 //! is free and the knob (serve answers it 507); a sandbox's claim is given back when its record
 //! goes.
@@ -42,6 +47,11 @@ pub const DEFAULT_MB: u64 = 10 * 1024;
 pub const MIN_MB: u64 = 16;
 /// The largest: 1 TiB.
 pub const MAX_MB: u64 = 1 << 20;
+/// Space kept free for the host: no disk is admitted past the free space less this, in MiB.
+pub const RESERVE_MB: u64 = 1024;
+/// The smallest the default disk is made to fit a nearly full host, in MiB; below it, the
+/// create is refused.
+pub const MIN_DEFAULT_MB: u64 = 512;
 /// One inode per this many bytes of disk (ext4's default ratio).
 const BYTES_PER_INODE: u64 = 16 * 1024;
 /// Declared disks may add up to this many times the free space when
@@ -99,30 +109,53 @@ impl Book {
         Ok(Self::new(ratio))
     }
 
-    /// Admits a sandbox declaring a disk of `mb` when `free` MiB are free where the images live.
-    pub(crate) fn admit(self: &Arc<Self>, mb: u64, free: u64) -> Result<Claim, String> {
+    /// Admits a sandbox's disk when `free` MiB are free where the images live: `declared` MiB,
+    /// or the default size (made smaller to fit) when nothing declares one. The claim holds the
+    /// size the disk is made with.
+    pub(crate) fn admit(self: &Arc<Self>, declared: Option<u64>, free: u64) -> Result<Claim, String> {
         let human = |mib: u64| crate::size::human(mib.saturating_mul(1 << 20));
-        if mb > free {
-            return Err(format!(
-                "not enough disk space on this host: the sandbox declares a disk of {}, and the filesystem sandbox disks live on (the state directory's) has {} free; no one disk is admitted past the free space, whatever {OVERCOMMIT_VAR} says: declare a smaller `disk` (diskSizeMB), or free space",
-                human(mb),
-                human(free)
-            ));
-        }
+        let room = free.saturating_sub(RESERVE_MB);
+        let mb = match declared {
+            Some(mb) if mb > room => {
+                return Err(format!(
+                    "not enough disk space on this host: the sandbox declares a disk of {}, and the filesystem sandbox disks live on (the state directory's) has {} free, of which {} is kept for the host; no one disk is admitted past the rest, whatever {OVERCOMMIT_VAR} says: declare a smaller `disk` (diskSizeMB), or free space",
+                    human(mb),
+                    human(free),
+                    human(RESERVE_MB)
+                ))
+            }
+            Some(mb) => mb,
+            None if room < MIN_DEFAULT_MB => {
+                return Err(format!(
+                    "not enough disk space on this host: the filesystem sandbox disks live on (the state directory's) has {} free, of which {} is kept for the host, and a sandbox's disk needs at least {}: free space",
+                    human(free),
+                    human(RESERVE_MB),
+                    human(MIN_DEFAULT_MB)
+                ))
+            }
+            None => DEFAULT_MB.min(room),
+        };
         let cap = (free as f64 * self.overcommit) as u64;
-        let mut declared = self.declared_mb.lock().expect("disk book");
-        if declared.saturating_add(mb) > cap {
+        let mut live = self.declared_mb.lock().expect("disk book");
+        if declared.is_some() && live.saturating_add(mb) > cap {
             return Err(format!(
                 "not enough disk space on this host: the sandbox declares a disk of {}, and live sandboxes declare {} of the {} admitted ({OVERCOMMIT_VAR}={} times the {} free on the state directory's filesystem); kill some, free space, or raise {OVERCOMMIT_VAR}",
                 human(mb),
-                human(*declared),
+                human(*live),
                 human(cap),
                 self.overcommit,
                 human(free)
             ));
         }
-        *declared += mb;
+        *live += mb;
         Ok(Claim { book: self.clone(), mb })
+    }
+}
+
+impl Claim {
+    /// The size the sandbox's disk is made with, MiB.
+    pub(crate) fn mb(&self) -> u64 {
+        self.mb
     }
 }
 
@@ -432,27 +465,49 @@ mod tests {
     fn declared_disks_add_up_to_the_overcommit_of_the_free_space() {
         let book = Book::new(4.0);
         // 80 GiB free, 10 GiB disks: 32 fit at 4 times.
-        let mut claims: Vec<Claim> = (0..32).map(|_| book.admit(10 << 10, 80 << 10).unwrap()).collect();
-        let e = book.admit(10 << 10, 80 << 10).unwrap_err();
+        let mut claims: Vec<Claim> = (0..32).map(|_| book.admit(Some(10 << 10), 80 << 10).unwrap()).collect();
+        let e = book.admit(Some(10 << 10), 80 << 10).unwrap_err();
         assert!(
             e.contains("declares a disk of 10 GiB, and live sandboxes declare 320 GiB of the 320 GiB admitted (SCENARIO_RUN_DISK_OVERCOMMIT=4 times the 80 GiB free"),
             "{e}"
         );
         claims.pop();
-        let again = book.admit(10 << 10, 80 << 10).unwrap();
+        let again = book.admit(Some(10 << 10), 80 << 10).unwrap();
         drop(claims);
         drop(again);
         assert_eq!(*book.declared_mb.lock().unwrap(), 0);
     }
 
     #[test]
-    fn one_disk_is_never_larger_than_the_free_space() {
+    fn one_disk_is_never_larger_than_the_free_space_less_the_reserve() {
         let book = Book::new(100.0);
-        let e = book.admit(MAX_MB, 80 << 10).unwrap_err();
+        let e = book.admit(Some(MAX_MB), 80 << 10).unwrap_err();
         assert!(e.contains("declares a disk of 1 TiB") && e.contains("has 80 GiB free"), "{e}");
         assert!(e.contains(OVERCOMMIT_VAR), "the knob is named: {e}");
         assert_eq!(*book.declared_mb.lock().unwrap(), 0, "a refusal claims nothing");
-        book.admit(80 << 10, 80 << 10).unwrap();
+        let e = book.admit(Some(80 << 10), 80 << 10).unwrap_err();
+        assert!(e.contains("of which 1 GiB is kept for the host"), "{e}");
+        assert_eq!(book.admit(Some(79 << 10), 80 << 10).unwrap().mb(), 79 << 10);
+    }
+
+    /// The CI of 2026-12-07: with 9.6 GiB free (a Docker engine's images beside), every
+    /// sandbox was refused for the 10 GiB default nobody had asked for.
+    #[test]
+    fn the_default_disk_shrinks_to_fit_and_is_never_refused_by_the_overcommit() {
+        let book = Book::new(4.0);
+        let plenty = book.admit(None, 80 << 10).unwrap();
+        assert_eq!(plenty.mb(), DEFAULT_MB);
+        let free = 9830; // 9.6 GiB
+        let claims: Vec<Claim> = (0..10).map(|_| book.admit(None, free).unwrap()).collect();
+        assert!(claims.iter().all(|c| c.mb() == free - RESERVE_MB), "fits the room left");
+        // Past the overcommit now (10 × 8.6 GiB > 4 × 9.6 GiB): a declared disk is refused,
+        // the default one is not.
+        assert!(book.admit(Some(64), free).unwrap_err().contains("live sandboxes declare"));
+        book.admit(None, free).unwrap();
+        let e = book.admit(None, RESERVE_MB + MIN_DEFAULT_MB - 1).unwrap_err();
+        assert!(e.contains("a sandbox's disk needs at least 512 MiB: free space"), "{e}");
+        drop(plenty);
+        drop(claims);
     }
 
     #[test]

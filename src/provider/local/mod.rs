@@ -644,18 +644,16 @@ impl Inner {
                     .max(16),
                 pids: DEFAULT_PIDS,
             };
-            let disk_mb = req
-                .disk_mb
-                .or(tpl.as_ref().and_then(|t| t.disk_mb))
-                .unwrap_or(disk::DEFAULT_MB)
-                .clamp(disk::MIN_MB, disk::MAX_MB);
+            let declared =
+                req.disk_mb.or(tpl.as_ref().and_then(|t| t.disk_mb)).map(|mb| mb.clamp(disk::MIN_MB, disk::MAX_MB));
             // Held against the free space before anything is made (the images are sparse).
             let free = disk::free_mb(&self.state_dir).map_err(|e| {
                 ProviderError::infra(format!("cannot read the free space of the state directory's filesystem: {e}"))
             })?;
-            disk_claim = Some(
-                self.disk_book.admit(disk_mb, free).map_err(|m| ProviderError::new(super::ErrorKind::Capacity, m))?,
-            );
+            let claim =
+                self.disk_book.admit(declared, free).map_err(|m| ProviderError::new(super::ErrorKind::Capacity, m))?;
+            let disk_mb = claim.mb();
+            disk_claim = Some(claim);
             envs = BTreeMap::new();
             match &tpl {
                 Some(t) => {
