@@ -64,6 +64,7 @@ mod disk;
 mod dns;
 mod egress;
 mod enter;
+mod fds;
 mod files;
 mod netns;
 mod process;
@@ -277,11 +278,20 @@ impl Sandbox {
             Some(net) => net
                 .apply(policy)
                 .await
-                .map_err(|e| ProviderError::infra(format!("cannot set sandbox {}'s network policy: {e}", self.id))),
+                .map_err(|e| net_error(format!("cannot set sandbox {}'s network policy", self.id), e)),
             None if policy.is_open() => Ok(()),
             None => Err(no_policy_without_isolation()),
         }
     }
+}
+
+/// A network's failure: a refusal of the descriptor book (`fds`) is one for want of capacity.
+pub(super) fn net_error(what: String, e: std::io::Error) -> ProviderError {
+    let kind = match e.kind() {
+        std::io::ErrorKind::QuotaExceeded => super::ErrorKind::Capacity,
+        _ => super::ErrorKind::Infra,
+    };
+    ProviderError::new(kind, format!("{what}: {e}"))
 }
 
 fn no_policy_without_isolation() -> ProviderError {
@@ -685,7 +695,7 @@ impl Inner {
             if !policy.is_open() {
                 if let Err(e) = booted.net.apply(policy).await {
                     booted.discard().await;
-                    return Err(ProviderError::infra(format!("cannot set the sandbox's network policy: {e}")));
+                    return Err(net_error("cannot set the sandbox's network policy".into(), e));
                 }
             }
             net = Some(booted.net);
@@ -769,11 +779,7 @@ impl Inner {
                 fresh = true;
                 let dir = build::own_dir(&shared);
                 self.building.lock().expect("building").insert(dir.clone());
-                let net = self
-                    .nets
-                    .take()
-                    .await
-                    .map_err(|e| ProviderError::infra(format!("cannot make the build's network: {e}")))?;
+                let net = self.nets.take().await.map_err(|e| net_error("cannot make the build's network".into(), e))?;
                 let mut r = build::build(spec, &dir, &crate::owner::token(), &self.images, net, log.clone()).await;
                 if let (true, Ok(layer)) = (spec.keep, &r) {
                     let (layer, to) = (layer.clone(), shared.clone());

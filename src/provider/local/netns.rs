@@ -49,6 +49,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::dns;
 use super::egress::{HostNet, Policy};
+use super::fds;
 use super::proxy::{self, Proxy};
 use super::sys;
 
@@ -78,14 +79,20 @@ pub(crate) struct Net {
     conns: tokio_util::sync::CancellationToken,
     /// Where the rules send DNS (`dns`).
     dns: dns::Ports,
-    /// The sandbox's connections through its proxies (`proxy::connection_cap`).
+    /// The sandbox's connections through its proxies (`proxy::connection_cap`), and how many.
     proxy_conns: Arc<tokio::sync::Semaphore>,
+    proxy_cap: usize,
+    /// Its place in the descriptor book (`fds`): the network's own, from before it was made.
+    _fds: fds::Charge,
 }
 
 #[derive(Debug, Default)]
 struct State {
     policy: Policy,
     proxy: Option<Proxy>,
+    /// The proxy's place in the descriptor book, from its first start for the network's life
+    /// (its connections outlive a proxy a policy update drops).
+    proxy_fds: Option<fds::Charge>,
     /// What the host delivers to itself, as the rules in force refuse it.
     host: Arc<Vec<HostNet>>,
 }
@@ -100,6 +107,8 @@ impl Net {
     /// Makes a namespace, attaches the stack and loads the open policy's rules. The network
     /// follows the host's addresses for as long as it lives.
     pub(crate) async fn new() -> io::Result<Arc<Self>> {
+        let charge = fds::book().charge(fds::NET_FDS, "a sandbox's network (its resolver)")?;
+        let proxy_cap = proxy::connection_cap();
         let ns = make_namespace().await?;
         let (stack, exit) = start_stack(&ns).await?;
         let conns = tokio_util::sync::CancellationToken::new();
@@ -119,7 +128,9 @@ impl Net {
             state: tokio::sync::Mutex::new(State { host, ..Default::default() }),
             conns,
             dns,
-            proxy_conns: proxy::connection_cap(),
+            proxy_conns: Arc::new(tokio::sync::Semaphore::new(proxy_cap)),
+            proxy_cap,
+            _fds: charge,
         });
         let (weak, done) = (Arc::downgrade(&net), net.conns.clone());
         tokio::spawn(async move {
@@ -167,6 +178,10 @@ impl Net {
         let proxy = match (&st.proxy, policy.has_domains()) {
             (Some(p), true) => Some(p.port()),
             (None, true) => {
+                if st.proxy_fds.is_none() {
+                    let n = 2 * self.proxy_cap as u64;
+                    st.proxy_fds = Some(fds::book().charge(n, "the sandbox's egress proxy (names in its policy)")?);
+                }
                 let listener =
                     in_namespace(&self.ns, || std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))).await??;
                 let limit = self.proxy_conns.clone();

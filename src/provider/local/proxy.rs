@@ -52,11 +52,11 @@ pub(crate) fn idle_timeout() -> Duration {
     }
 }
 
-/// See [`MAX_CONNECTIONS`]: the permits of one sandbox's network, shared by every proxy it
-/// starts (an update that drops and restarts the proxy does not reset the count).
-pub(crate) fn connection_cap() -> Arc<tokio::sync::Semaphore> {
+/// See [`MAX_CONNECTIONS`]: the connections one sandbox's network may have, shared by every
+/// proxy it starts (an update that drops and restarts the proxy does not reset the count).
+pub(crate) fn connection_cap() -> usize {
     let n = std::env::var("SCENARIO_RUN_PROXY_CONNS").ok().and_then(|v| v.trim().parse::<usize>().ok());
-    Arc::new(tokio::sync::Semaphore::new(n.filter(|n| *n > 0).unwrap_or(MAX_CONNECTIONS).min(4096)))
+    n.filter(|n| *n > 0).unwrap_or(MAX_CONNECTIONS).min(4096)
 }
 
 /// A running proxy; dropping it stops accepting (connections already made go on until the

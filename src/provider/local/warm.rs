@@ -143,7 +143,7 @@ impl Booter {
             Ok(n) => n,
             Err(e) => {
                 abandon(&layout);
-                return Err(ProviderError::infra(format!("cannot make the sandbox's network: {e}")));
+                return Err(super::net_error("cannot make the sandbox's network".into(), e));
             }
         };
         layout.net = Some(net.clone());
