@@ -85,7 +85,12 @@ struct Live {
 struct Doing {
     step: String,
     stage: Option<String>,
+    /// When the current build step started (plain mode prints its time when it ends).
+    stage_since: Option<std::time::Instant>,
     tail: Option<String>,
+    /// The log that follows is an earlier build's, replayed (`cached: …`): its steps are not
+    /// this run's, so plain mode does not print them as such.
+    replay: bool,
 }
 
 impl Doing {
@@ -101,6 +106,39 @@ impl Doing {
         }
         msg
     }
+}
+
+/// A build step shorter than this gets no `DONE` line of its own in plain mode (its start
+/// line says enough; a Dockerfile's `ENV` and `WORKDIR` lines take milliseconds).
+const DONE_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether `stage` is a Dockerfile step (numbered), not a build's header line.
+fn is_numbered_stage(stage: &str) -> bool {
+    let t = stage.trim_start();
+    t.starts_with('#') || t.starts_with('[') || t.starts_with("Step ")
+}
+
+/// What names a build step in its `DONE` line: its number (`#4`, `[2/5]`, `Step 3/7`), else
+/// its line cut to 60 characters.
+fn stage_tag(stage: &str) -> String {
+    let t = stage.trim();
+    if t.starts_with('#') || t.starts_with('[') {
+        return t.split_whitespace().next().unwrap_or(t).to_string();
+    }
+    if let Some(rest) = t.strip_prefix("Step ") {
+        return format!("Step {}", rest.split_whitespace().next().unwrap_or("").trim_end_matches(':'));
+    }
+    let cut: String = t.chars().take(60).collect();
+    if cut.len() < t.len() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
+
+/// A build's log line worth a line of its own in plain mode: a kept or cached build reused.
+fn is_build_notice(line: &str) -> bool {
+    line.starts_with("reusing the kept build ") || line.starts_with("cached: ")
 }
 
 /// A build log line that starts a build step: `#4 RUN …` (local), `Step 3/7 : RUN …`
@@ -219,21 +257,59 @@ impl HumanReporter {
         }
         let stage = is_build_stage(&line);
         let Some(doing) = self.doing.get_mut(&index) else { return };
+        let mut ended = None;
+        if line.starts_with("cached: ") {
+            doing.replay = true;
+            ended = doing.stage.take().zip(doing.stage_since.take());
+        }
+        let replay = doing.replay;
         if stage {
+            ended = doing.stage.take().zip(doing.stage_since.take());
             doing.stage = Some(line.clone());
+            doing.stage_since = Some(std::time::Instant::now());
             doing.tail = None;
         } else {
             doing.tail = Some(line.clone());
         }
         let step = doing.step.clone();
         self.redraw(index);
-        if stage && self.opts.verbose && self.live.is_none() {
+        // Plain mode (CI): a build is never silent: each of its steps as it starts, and its
+        // time when it ends, as BuildKit's plain progress does; and a build reused.
+        if self.live.is_none() {
             let name = self.names.get(&index).map_or_else(|| format!("#{index}"), |n| format::sanitize(n));
-            self.line(&format!("  {name} › {step} › {line}"));
+            let ended = ended.filter(|(prev, since)| {
+                (!replay || !stage) && is_numbered_stage(prev) && since.elapsed() >= DONE_AFTER
+            });
+            if let Some((prev, since)) = ended {
+                self.line(&format!(
+                    "  {name} › {step} › {} DONE {}",
+                    stage_tag(&prev),
+                    format::duration(since.elapsed().as_millis() as u64)
+                ));
+            }
+            if (stage && !replay) || is_build_notice(&line) {
+                self.line(&format!("  {name} › {step} › {line}"));
+            }
+        }
+    }
+
+    /// Plain mode: the time of the build step still open when its step ends.
+    fn end_stage(&mut self, index: usize) {
+        let Some(doing) = self.doing.get_mut(&index) else { return };
+        let Some((prev, since)) = doing.stage.take().zip(doing.stage_since.take()) else { return };
+        if self.live.is_none() && !doing.replay && is_numbered_stage(&prev) && since.elapsed() >= DONE_AFTER {
+            let step = doing.step.clone();
+            let name = self.names.get(&index).map_or_else(|| format!("#{index}"), |n| format::sanitize(n));
+            self.line(&format!(
+                "  {name} › {step} › {} DONE {}",
+                stage_tag(&prev),
+                format::duration(since.elapsed().as_millis() as u64)
+            ));
         }
     }
 
     fn step_finished(&mut self, index: usize, record: &StepRecord) {
+        self.end_stage(index);
         if !self.opts.verbose {
             return;
         }
@@ -822,20 +898,57 @@ XPASS   fixed bug  0.40s  known issue #7 passed
         }
     }
 
-    /// Plain mode with -v shows the steps of a build as they start (CI logs are not silent
-    /// for the minutes a build takes); without -v it stays quiet.
+    /// Issue 37 item 2: with `--no-progress` (CI) a 2-minute build printed nothing. Plain mode
+    /// shows each step of a build as it starts and its time when it ends, -v or not, and says
+    /// when a kept build is reused; a build's other log lines stay out.
     #[test]
-    fn plain_verbose_prints_build_stages() {
+    fn plain_mode_prints_build_steps_with_their_times() {
         for verbose in [true, false] {
             let buf = Buf::default();
             let opts = HumanOptions { progress: false, color: false, verbose, width: None };
             let mut rep = HumanReporter::with_draw_target(opts, Box::new(buf.clone()), ProgressDrawTarget::hidden());
             rep.handle(&Event::ScenarioStarted { index: 0, name: "custom".into() });
             rep.handle(&Event::StepStarted { index: 0, step: 0, phase: Phase::Steps, label: "build: web".into() });
+            rep.handle(&Event::StepProgress { index: 0, line: "building template web (sha256:ab) from /t".into() });
+            rep.handle(&Event::StepProgress { index: 0, line: "#1 ENV A=1".into() });
             rep.handle(&Event::StepProgress { index: 0, line: "#2 RUN make".into() });
             rep.handle(&Event::StepProgress { index: 0, line: "  cc -o app app.c".into() });
+            std::thread::sleep(DONE_AFTER);
+            rep.handle(&Event::StepProgress { index: 0, line: "#3 COPY app /usr/bin/".into() });
+            rep.handle(&Event::StepProgress { index: 0, line: "reusing the kept build /x of sha256:ab".into() });
+            std::thread::sleep(DONE_AFTER);
+            let record = fixture::step(0, "build: web", StepStatus::Passed, fixture::loc("s.yaml", 3, 5));
+            rep.handle(&Event::StepFinished { index: 0, record });
             let text = buf.text();
-            assert_eq!(text.contains("  custom › build: web › #2 RUN make\n"), verbose, "{text}");
+            assert!(text.contains("  custom › build: web › #2 RUN make\n"), "{text}");
+            assert!(text.contains("  custom › build: web › #2 DONE 1."), "{text}");
+            assert!(text.contains("  custom › build: web › #1 ENV A=1\n"), "{text}");
+            assert!(
+                !text.contains("#1 DONE") && !text.contains("(sha256:ab) from /t DONE"),
+                "quick steps and headers: {text}"
+            );
+            assert!(text.contains("  custom › build: web › #3 COPY app /usr/bin/\n"), "{text}");
+            assert!(text.contains("  custom › build: web › reusing the kept build /x of sha256:ab\n"), "{text}");
+            assert!(text.contains("  custom › build: web › #3 DONE "), "the last step's time, at the end: {text}");
+            assert!(text.find("#2 DONE").unwrap() < text.find("#3 COPY").unwrap(), "{text}");
+            // A build made before: its replayed log is not shown as this run's steps.
+            let buf = Buf::default();
+            let mut rep = HumanReporter::with_draw_target(opts, Box::new(buf.clone()), ProgressDrawTarget::hidden());
+            rep.handle(&Event::ScenarioStarted { index: 0, name: "again".into() });
+            rep.handle(&Event::StepStarted { index: 0, step: 0, phase: Phase::Steps, label: "build: web".into() });
+            rep.handle(&Event::StepProgress {
+                index: 0,
+                line: "cached: web (sha256:ab) was built before; its log:".into(),
+            });
+            rep.handle(&Event::StepProgress { index: 0, line: "#2 RUN make".into() });
+            let record = fixture::step(0, "build: web", StepStatus::Passed, fixture::loc("s.yaml", 3, 5));
+            rep.handle(&Event::StepFinished { index: 0, record });
+            let text = buf.text();
+            assert!(
+                text.contains("  again › build: web › cached: web (sha256:ab) was built before; its log:\n"),
+                "{text}"
+            );
+            assert!(!text.contains("#2"), "{text}");
             assert!(!text.contains("cc -o app"), "{text}");
         }
     }
