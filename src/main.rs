@@ -105,9 +105,23 @@ enum Command {
         #[arg(long, env = "REGISTRY_PASSWORD", hide_env_values = true)]
         password: Option<String>,
     },
+    /// List the template builds the local provider keeps by content between runs (in the
+    /// state directory's `layers/`), or prune them.
+    Cache {
+        #[command(subcommand)]
+        action: Option<CacheAction>,
+    },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
     Serve(scenario_run::server::ServeArgs),
+}
+
+#[derive(Subcommand)]
+enum CacheAction {
+    /// List the cached builds, least recently used first (the default).
+    List,
+    /// Remove every cached build no run or serve holds now.
+    Prune,
 }
 
 #[derive(Args, Clone)]
@@ -271,6 +285,7 @@ fn main() -> ExitCode {
         Some(Command::Matrix { emit, root, providers }) => cli::matrix(&emit, &root, &providers),
         Some(Command::Image { reference, username, password }) => cli::image(&reference, username, password),
         Some(Command::Serve(args)) => cli::serve(&args),
+        Some(Command::Cache { action }) => cli::cache(matches!(action, Some(CacheAction::Prune))),
         None => cli::run(cli.run.into_request()),
     };
     ExitCode::from(exit.code())

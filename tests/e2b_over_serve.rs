@@ -213,11 +213,20 @@ fn templates_left_on_serve_are_removed_when_it_stops() {
             .filter(|e| e.file_name().to_string_lossy().starts_with("tpl-"))
             .count()
     };
-    assert_eq!(layers(), 1, "the kept template's layer is on disk while serve runs");
+    let cache = || {
+        let out = cmd(&["cache"]).env("SCENARIO_RUN_STATE_DIR", state.path()).output().unwrap();
+        text(&out.stdout)
+    };
+    // The build is kept by its content for the next build (issue 37 item 1), held by serve.
+    assert_eq!(layers(), 0, "nothing but the cache");
+    let listed = cache();
+    assert!(listed.contains("1 cached build(s)") && listed.contains("(in use)"), "{listed}");
     let uploads = std::env::temp_dir().join(format!("scenario-run-serve-{}-{}", srv.pid(), srv.port));
     assert!(uploads.exists(), "{}", uploads.display());
     drop(srv);
-    assert_eq!(layers(), 0, "serve removes its templates' layers when it stops");
+    assert_eq!(layers(), 0, "serve leaves nothing of its templates when it stops");
+    let listed = cache();
+    assert!(listed.contains("1 cached build(s)") && !listed.contains("(in use)"), "the cache, let go: {listed}");
     assert!(!uploads.exists(), "and its uploads");
 }
 

@@ -128,6 +128,124 @@ fn one_build_per_digest_per_run_and_kept_builds_are_reused() {
     std::fs::remove_dir_all(state.path().join(&kept[0])).unwrap();
 }
 
+/// The entries of the build cache in `state` (`scenario-run cache`'s listing, by its names).
+fn cached_in(state: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(state.join("layers"))
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Issue 37 item 1: a scenario that deploys a template rebuilt it on every run. A build is
+/// kept by what it is made of (the folder's files, the build arguments, the `FROM` image) for
+/// the next run, which reuses it and says so; a changed file or argument builds again; the
+/// cache is held to its size (least recently used first) and `scenario-run cache` lists and
+/// prunes it; `SCENARIO_RUN_LAYER_CACHE_MAX=0` keeps nothing.
+#[test]
+fn builds_are_kept_by_content_across_runs_and_any_change_builds_again() {
+    can_build();
+    let bench = Workbench::new(
+        "cached-build",
+        "FROM base\nARG FLAVOUR=plain\nCOPY template.yaml /t.yaml\nRUN sleep 2 && echo $FLAVOUR > /flavour\n",
+        "  - build: cached-build\n    id: b\n  - deploy: cached-build\n    id: d\n  - create: { template: \"{{ steps.d.template_id }}\" }\n  - exec: cat /flavour\n  - assert-stdout: { equals: \"plain\\n\" }\n",
+    );
+    let state = bench.state_dir();
+    let report = bench.dir.path().join("report.json");
+    let run = |extra: &[(&str, &str)]| {
+        let mut c = bench.cmd();
+        c.args(["--json", report.to_str().unwrap()]);
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+        (step_outputs(&report, "build")[0].clone(), text(&out.stdout))
+    };
+    let (first, out) = run(&[]);
+    assert_eq!(first["cached"], false, "{first}");
+    assert!(out.contains("cached-build › build: cached-build › #4 RUN sleep 2"), "plain output names the steps: {out}");
+    assert!(out.contains("› cached as "), "{out}");
+    assert!(builds_in(&state).is_empty(), "nothing of the run is left in the state directory");
+    assert_eq!(cached_in(&state).len(), 1, "{:?}", cached_in(&state));
+
+    let (second, out) = run(&[]);
+    assert_eq!(second["cached"], true, "{second}");
+    assert!(out.contains("› reusing the cached build "), "the run says it reused the build: {out}");
+    assert!(!out.contains("#4 RUN sleep 2"), "and shows no step as this run's: {out}");
+
+    // An input changed: a file of the folder.
+    let yaml = bench.dir.path().join("work/templates/cached-build/template.yaml");
+    std::fs::write(&yaml, "name: cached-build\n# changed\n").unwrap();
+    let (third, _) = run(&[]);
+    assert_eq!(third["cached"], false, "a changed file is built again: {third}");
+    assert_eq!(cached_in(&state).len(), 2);
+    let list = cmd(&["cache"]).env("SCENARIO_RUN_STATE_DIR", &state).output().unwrap();
+    let listed = text(&list.stdout);
+    assert_eq!(listed.matches("cached-build  sha256:").count(), 2, "{listed}");
+    assert!(listed.contains("2 cached build(s)"), "{listed}");
+
+    // Held to its size: the least recently used goes first, at the end of a run.
+    let (_, _) = run(&[("SCENARIO_RUN_LAYER_CACHE_MAX", "1")]);
+    assert!(cached_in(&state).is_empty(), "{:?}", cached_in(&state));
+    let (fourth, _) = run(&[]);
+    assert_eq!(fourth["cached"], false, "evicted, so built again");
+    let pruned = cmd(&["cache", "prune"]).env("SCENARIO_RUN_STATE_DIR", &state).output().unwrap();
+    assert!(text(&pruned.stdout).contains("1 cached build(s) removed"), "{}", text(&pruned.stdout));
+    assert!(cached_in(&state).is_empty());
+    let (fifth, _) = run(&[("SCENARIO_RUN_LAYER_CACHE_MAX", "0")]);
+    assert_eq!(fifth["cached"], false);
+    assert!(cached_in(&state).is_empty() && builds_in(&state).is_empty(), "the cache off keeps nothing");
+}
+
+/// The package caches of builds are held to `SCENARIO_RUN_BUILD_CACHE_MAX`: after a build the
+/// least recently used template's caches go, never the ones of the build that just ran ahead
+/// of an older one (a CI run's freshly named templates each added caches nothing removed).
+#[test]
+fn package_caches_of_builds_are_held_to_their_size_least_recently_used_first() {
+    can_build();
+    let bench = Workbench::new(
+        "pkg-cache",
+        "FROM base\nRUN head -c 3000000 /dev/zero > /var/cache/scenario-run/pip/blob && echo made\n",
+        "  - build: pkg-cache\n    id: b\n",
+    );
+    let caches = bench.dir.path().join("build-cache");
+    let report = bench.dir.path().join("report.json");
+    let run = |max: &str| {
+        let out = bench
+            .cmd()
+            .args(["--json", report.to_str().unwrap()])
+            .env("SCENARIO_RUN_BUILD_CACHE", &caches)
+            .env("SCENARIO_RUN_BUILD_CACHE_MAX", max)
+            .env("SCENARIO_RUN_LAYER_CACHE_MAX", "0")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+        step_outputs(&report, "build")[0]["log"].as_str().unwrap().to_string()
+    };
+    run("1GiB");
+    // One id map, in it this template's caches, with what its RUN wrote.
+    let ids = std::fs::read_dir(&caches).unwrap().flatten().next().unwrap().path();
+    let own: Vec<_> = std::fs::read_dir(&ids).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(own.len(), 1, "{own:?}");
+    assert!(std::fs::metadata(own[0].join("pip/blob")).unwrap().len() == 3_000_000);
+    // Another template's caches, last used an hour ago.
+    let stale = ids.join("other-0123456789abcdef");
+    std::fs::create_dir_all(stale.join("pip")).unwrap();
+    std::fs::write(stale.join("pip/blob"), vec![1u8; 2_000_000]).unwrap();
+    let used = std::fs::File::create(stale.join("used")).unwrap();
+    used.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600)).unwrap();
+    // 4 MiB hold this template's 3 MB but not both: the stale one goes, this one stays.
+    let log = run("4MiB");
+    assert!(log.contains("package caches of builds: removed"), "{log}");
+    assert!(!stale.exists(), "the least recently used caches went");
+    assert!(own[0].join("pip/blob").exists(), "the caches of the build that just ran stay");
+    assert!(
+        !std::fs::read_dir(&ids).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with('.')),
+        "nothing half-removed is left"
+    );
+}
+
 /// Issue 14: a failing RUN fails the build naming its `Dockerfile:<line>`, with the last lines
 /// of the command's output, and nothing after it runs.
 #[test]

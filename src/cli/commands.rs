@@ -83,6 +83,59 @@ pub fn image(reference: &str, username: Option<String>, password: Option<String>
     })
 }
 
+/// `cache` (`prune`): the local provider's builds kept by content (`layer_cache`).
+pub fn cache(prune: bool) -> Exit {
+    use crate::provider::local::{layer_cache, LocalOptions};
+    let state = LocalOptions::default_state_dir();
+    let max = match layer_cache::max_from_env() {
+        Ok(m) => m,
+        Err(e) => {
+            errln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    let ago = |t: std::time::SystemTime| {
+        let secs = t.elapsed().map_or(0, |d| d.as_secs());
+        crate::report::format::duration(secs.saturating_mul(1000)) + " ago"
+    };
+    if prune {
+        let gone = layer_cache::prune(&state);
+        let bytes: u64 = gone.iter().map(|e| e.bytes).sum();
+        for e in &gone {
+            outln!("removed {} ({}, {})", e.name, e.digest, crate::size::human(e.bytes));
+        }
+        let held = layer_cache::list(&state).len();
+        outln!(
+            "{} cached build(s) removed, {} freed{}",
+            gone.len(),
+            crate::size::human(bytes),
+            if held > 0 { format!("; {held} held by a run or serve now, left") } else { String::new() }
+        );
+        return Exit::Ok;
+    }
+    let entries = layer_cache::list(&state);
+    let w = entries.iter().map(|e| e.name.chars().count()).max().unwrap_or(4).max(4);
+    if !entries.is_empty() {
+        outln!("{:<w$}  {:<19}  {:>10}  LAST USED", "NAME", "DIGEST", "SIZE");
+    }
+    for e in entries.iter().rev() {
+        let digest: String = e.digest.chars().take(19).collect();
+        let held = if e.held { "  (in use)" } else { "" };
+        outln!("{:<w$}  {digest:<19}  {:>10}  {}{held}", e.name, crate::size::human(e.bytes), ago(e.used));
+    }
+    let total: u64 = entries.iter().map(|e| e.bytes).sum();
+    outln!(
+        "{} cached build(s), {} of {} ({}; {} turns the cache off) in {}",
+        entries.len(),
+        crate::size::human(total),
+        crate::size::human(max),
+        layer_cache::MAX_VAR,
+        "0",
+        layer_cache::dir(&state).display()
+    );
+    Exit::Ok
+}
+
 /// `cleanup`: the janitor over the sandboxes runs left behind (a dry run unless `yes`).
 pub fn cleanup(
     provider: ProviderKind,

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use crate::config;
 
-pub use commands::{cleanup, image, matrix, steps, write_schema};
+pub use commands::{cache, cleanup, image, matrix, steps, write_schema};
 pub use run::{check, run, NoScenarios, RunRequest, View};
 pub use serve::serve;
 pub use wiring::block_on;

@@ -209,7 +209,7 @@ const BUILD_FIELDS: &[Field] = &[
     req("template", FieldType::Str, "template name: the folder `templates/<name>` nearest above the scenario file (or $SCENARIO_RUN_TEMPLATES_DIR/<name>)"),
     f("path", FieldType::Str, "the template folder instead, relative to the scenario file"),
     f("args", FieldType::StrMap, "values for the Dockerfile's ARGs"),
-    f("keep", FieldType::Bool, "keep the build after the run (also SCENARIO_RUN_KEEP_BUILDS=1); default: removed at the end of the run"),
+    f("keep", FieldType::Bool, "pin the build after the run (also SCENARIO_RUN_KEEP_BUILDS=1); default: on the local provider it is cached by content (`scenario-run cache`), elsewhere removed at the end of the run"),
 ];
 
 const INFO_OUTPUTS: &[(&str, &str)] = &[

@@ -136,9 +136,12 @@ fn stage_tag(stage: &str) -> String {
     }
 }
 
-/// A build's log line worth a line of its own in plain mode: a kept or cached build reused.
+/// A build's log line worth a line of its own in plain mode: a kept or cached build reused, a
+/// build cached for the next run.
 fn is_build_notice(line: &str) -> bool {
-    line.starts_with("reusing the kept build ") || line.starts_with("cached: ")
+    ["reusing the kept build ", "reusing the cached build ", "cached: ", "cached as "]
+        .iter()
+        .any(|p| line.starts_with(p))
 }
 
 /// A build log line that starts a build step: `#4 RUN …` (local), `Step 3/7 : RUN …`

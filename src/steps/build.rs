@@ -5,7 +5,8 @@
 //! the provider. The build log arrives line by line and becomes the `log` output, so it is in
 //! the evidence and the JSON report; on failure it is kept beside the error. The provider
 //! builds each folder digest once per run; `keep: true` (or `SCENARIO_RUN_KEEP_BUILDS=1`)
-//! keeps the build after the run, otherwise it is removed when the run ends.
+//! keeps the build after the run; otherwise the local provider caches it by content for later
+//! runs (`provider::local::layer_cache`) and the others remove it when the run ends.
 
 use serde_json::json;
 use tokio::sync::mpsc;

@@ -16,10 +16,11 @@
 //! template's ENV and WORKDIR.
 //!
 //! On disk: `<state_dir>/tpl-<name>-<digest12>/{layer,work,merged,context,build.json,complete}`.
-//! A build not kept carries the run's `owner` file (so a SIGKILLed run's build is swept like a
-//! sandbox) and is removed by `remove_builds` at the end of the run; a kept one carries `keep`
-//! instead, is never swept, and a later run with the same digest reuses it (while its image is
-//! still in the image cache).
+//! A build under way carries the run's `owner` file (so a SIGKILLed run's build is swept like a
+//! sandbox). A finished one moves into the build cache (`layer_cache`) for later runs, or, when
+//! the cache is off or the move fails, is removed by `remove_builds` at the end of the run; a
+//! kept one carries `keep` instead, is never swept, and a later run with the same digest
+//! reuses it (while its image is still in the image cache).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -77,6 +78,14 @@ pub(crate) struct Layer {
     pub ports: Vec<u16>,
     pub log: Vec<String>,
     pub keep: bool,
+    /// What `FROM` resolved to and its root's identity then (`layer_cache::image_stamp`):
+    /// a cached build is reused only while it is the same.
+    #[serde(default)]
+    pub image_stamp: Option<(String, String)>,
+    /// The cache entry's lock, held shared while this process may stack the layer
+    /// (`layer_cache`).
+    #[serde(skip)]
+    pub hold: Option<Arc<std::fs::File>>,
 }
 
 /// `tpl-<name>-<first 12 hex digits of the digest>`, with unsafe characters replaced.
@@ -187,12 +196,16 @@ pub(crate) async fn build(
     let context = dir.join("context");
     layout.ro_binds.push((context.clone(), CONTEXT.to_string()));
     let cache = BuildCache::from_env(images.cache_dir(), ids).map(|c| c.for_template(&t.def.name, &t.dir));
+    // Held until the build's downloads are kept: no eviction takes the caches from under it.
+    let mut cache_held = None;
     if let Some(c) = &cache {
         let (c2, d, img) = (c.clone(), dir.to_path_buf(), image.dir.clone());
-        let binds = tokio::task::spawn_blocking(move || c2.prepare(ids).and_then(|()| c2.binds(&d, &img, ids)))
-            .await
-            .map_err(|e| ProviderError::infra(e.to_string()))?
-            .map_err(|e| ProviderError::infra(format!("cannot prepare the build caches: {e}")))?;
+        let (held, binds) =
+            tokio::task::spawn_blocking(move || c2.prepare(ids).and_then(|h| Ok((h, c2.binds(&d, &img, ids)?))))
+                .await
+                .map_err(|e| ProviderError::infra(e.to_string()))?
+                .map_err(|e| ProviderError::infra(format!("cannot prepare the build caches: {e}")))?;
+        cache_held = Some(held);
         log.line(format!(
             "package caches: {} ({}; SCENARIO_RUN_BUILD_CACHE=off turns them off)",
             binds.iter().map(|(_, inside)| inside.as_str()).collect::<Vec<_>>().join(", "),
@@ -215,6 +228,18 @@ pub(crate) async fn build(
         if kept > 0 {
             log.line(format!("kept {kept} downloaded apt archives in {}", c.dir.join("apt").display()));
         }
+        drop(cache_held);
+        let c2 = c.clone();
+        match tokio::task::spawn_blocking(move || c2.evict()).await {
+            Ok(Ok(0)) | Err(_) => {}
+            Ok(Ok(bytes)) => log.line(format!(
+                "package caches of builds: removed {} of the least recently used (held to {} and to {} left free on the host)",
+                crate::size::human(bytes),
+                super::build_cache::MAX_VAR,
+                crate::size::human(super::lru::KEEP_FREE)
+            )),
+            Ok(Err(e)) => log.line(format!("package caches of builds not held to a size: {e}")),
+        }
     }
     for d in [&layout.work, &layout.merged, &dir.join("context"), &dir.join("apt-archives")] {
         let _ = std::fs::remove_dir_all(d);
@@ -232,6 +257,7 @@ pub(crate) async fn build(
     layer.layer = layout.upper.clone();
     layer.image = image.dir.clone();
     layer.image_ref = format!("{from} ({})", image.resolved);
+    layer.image_stamp = Some((image.digest.clone(), super::layer_cache::image_stamp(&image.digest, &image.dir)));
     layer.keep = spec.keep;
     layer.log = log.lines;
     record(&layer).map_err(|e| ProviderError::infra(format!("cannot record the build: {e}")))?;
@@ -413,6 +439,8 @@ async fn run_instructions(
         ports,
         log: Vec::new(),
         keep: spec.keep,
+        image_stamp: None,
+        hold: None,
     })
 }
 

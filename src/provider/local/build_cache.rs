@@ -18,6 +18,14 @@
 //! `SCENARIO_RUN_BUILD_CACHE=off` turns them off (to measure a cold build). Delete the folder
 //! to reset them.
 //!
+//! **They never fill the disk.** Each template's caches are an entry of an [`lru`] cache: a
+//! build holds its template's caches while it runs, and after each build the least recently
+//! used caches no build holds go until the lot takes at most `SCENARIO_RUN_BUILD_CACHE_MAX`
+//! (default [`DEFAULT_MAX`]) and leaves the host [`lru::KEEP_FREE`]. Before this bound, every
+//! build of a freshly named template (`serve` names them at random; every CI run builds a
+//! dozen) added caches of its own that nothing removed: 9 GiB in a day, and a CI run whose
+//! sandboxes were refused for want of disk.
+//!
 //! How a build uses them, without a Dockerfile saying anything (the Dockerfile stays what the
 //! cloud builds): npm's and pip's caches are bound read-write at [`NPM_IN`] and [`PIP_IN`], and
 //! a RUN as root gets `npm_config_cache`, `npm_config_prefer_offline` and `PIP_CACHE_DIR`
@@ -32,12 +40,18 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::lru;
 use super::userns::{self, IdMap};
 
 /// Where the npm and pip caches are inside a build sandbox.
 pub(crate) const NPM_IN: &str = "/var/cache/scenario-run/npm";
 pub(crate) const PIP_IN: &str = "/var/cache/scenario-run/pip";
 const APT_IN: &str = "/var/cache/apt/archives";
+/// What the package caches of all templates may take when `SCENARIO_RUN_BUILD_CACHE_MAX` does
+/// not say.
+pub const DEFAULT_MAX: u64 = 4 << 30;
+/// The variable that sets it.
+pub const MAX_VAR: &str = "SCENARIO_RUN_BUILD_CACHE_MAX";
 
 /// The caches of one id map.
 #[derive(Debug, Clone)]
@@ -75,8 +89,11 @@ impl BuildCache {
         Self { dir: self.dir.join(format!("{safe}-{}", &format!("{:x}", h.finalize())[..16])) }
     }
 
-    /// Makes the cache folders, owned by the sandboxes' root.
-    pub(crate) fn prepare(&self, ids: IdMap) -> std::io::Result<()> {
+    /// Makes the cache folders, owned by the sandboxes' root, and holds them for this build
+    /// (no eviction removes them while the file returned is open).
+    pub(crate) fn prepare(&self, ids: IdMap) -> std::io::Result<std::fs::File> {
+        std::fs::create_dir_all(&self.dir)?;
+        let held = lru::hold(&self.dir)?;
         let root = userns::host_id(ids, 0);
         for sub in ["apt", "npm", "pip"] {
             let d = self.dir.join(sub);
@@ -86,7 +103,16 @@ impl BuildCache {
                 std::os::unix::fs::lchown(&d, Some(root), Some(root))?;
             }
         }
-        Ok(())
+        Ok(held)
+    }
+
+    /// Removes the least recently used caches of other templates, and of this one when no
+    /// build holds it, past `SCENARIO_RUN_BUILD_CACHE_MAX` and the host's free space; returns
+    /// how many bytes went.
+    pub(crate) fn evict(&self) -> Result<u64, String> {
+        let max = lru::max_from_env(MAX_VAR, DEFAULT_MAX)?;
+        let all = self.dir.parent().unwrap_or(&self.dir);
+        Ok(lru::evict(all, max).iter().map(|e| e.bytes).sum())
     }
 
     /// The read-write binds of a build in `build_dir` over an image whose root is `image`:

@@ -333,6 +333,8 @@ impl crate::provider::Snapshots for LocalProvider {
             ports: Vec::new(),
             log: Vec::new(),
             keep: false,
+            image_stamp: None,
+            hold: None,
         });
         self.inner
             .builds
@@ -394,14 +396,21 @@ impl crate::provider::Builds for LocalProvider {
         }
         let builds: Vec<_> = self.inner.builds.lock().expect("builds").drain().collect();
         let mut removed = 0;
+        // Cached builds stay, for the next run (`layer_cache`); this process's hold on them
+        // goes with the map.
         for (_, cell) in builds {
-            if let Some(layer) = cell.get().filter(|l| !l.keep) {
+            if let Some(layer) = cell.get().filter(|l| !l.keep && l.hold.is_none()) {
                 let dir = layer.dir.clone();
                 let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
                 if matches!(tokio::time::timeout(Duration::from_secs(30), rm).await, Ok(Ok(Ok(())))) {
                     removed += 1;
                 }
             }
+        }
+        if let Ok(max) = super::layer_cache::max_from_env() {
+            let state = self.inner.state_dir.clone();
+            let evict = tokio::task::spawn_blocking(move || super::layer_cache::evict(&state, max));
+            let _ = tokio::time::timeout(Duration::from_secs(60), evict).await;
         }
         removed
     }
@@ -421,7 +430,7 @@ impl crate::provider::Builds for LocalProvider {
         if found {
             self.inner.warm.clear().await;
         }
-        for layer in layers.into_iter().filter(|l| !l.keep) {
+        for layer in layers.into_iter().filter(|l| !l.keep && l.hold.is_none()) {
             let dir = layer.dir.clone();
             let rm = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
             let _ = tokio::time::timeout(Duration::from_secs(30), rm).await;

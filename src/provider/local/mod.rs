@@ -66,6 +66,8 @@ mod egress;
 mod enter;
 mod fds;
 mod files;
+pub mod layer_cache;
+pub mod lru;
 mod netns;
 mod process;
 mod proxy;
@@ -317,7 +319,8 @@ fn sweep_stale(state_dir: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(state_dir) else { return };
     for e in entries.flatten() {
         let path = e.path();
-        if !path.is_dir() || path.join(build::KEEP_FILE).exists() {
+        // Kept builds, and the cache of builds (its entries go by `layer_cache::evict` only).
+        if !path.is_dir() || path.join(build::KEEP_FILE).exists() || path == layer_cache::dir(state_dir) {
             continue;
         }
         let stale = match std::fs::read_to_string(path.join(crate::owner::FILE)) {
@@ -767,7 +770,9 @@ impl Inner {
             ));
         }
         let digest = spec.template.digest.clone();
-        let cell = self.builds.lock().expect("builds").entry(digest.clone()).or_default().clone();
+        // What the build is made from: the folder and the build arguments.
+        let key = layer_cache::key(spec);
+        let cell = self.builds.lock().expect("builds").entry(key.clone()).or_default().clone();
         let mut fresh = false;
         let layer = cell
             .get_or_try_init(|| async {
@@ -775,6 +780,18 @@ impl Inner {
                 if let Some(layer) = build::reuse(&shared).filter(|l| l.keep) {
                     let _ = log.send(format!("reusing the kept build {} of {digest}", shared.display()));
                     return Ok(Arc::new(layer));
+                }
+                let cache_max = layer_cache::max_from_env().map_err(ProviderError::invalid)?;
+                let entry = layer_cache::entry(&self.state_dir, &spec.template.def.name, &key);
+                if !spec.keep && cache_max > 0 {
+                    let e = entry.clone();
+                    if let Some(layer) = blocking(move || Ok(layer_cache::take(&e))).await? {
+                        let _ = log.send(format!(
+                            "reusing the cached build {} of {digest} (`scenario-run cache` lists the cache)",
+                            entry.display()
+                        ));
+                        return Ok(Arc::new(layer));
+                    }
                 }
                 fresh = true;
                 let dir = build::own_dir(&shared);
@@ -789,6 +806,18 @@ impl Inner {
                         })
                     })
                     .await;
+                } else if let (true, Ok(layer)) = (cache_max > 0, &r) {
+                    // Into the cache; where that fails, the build stays this run's only.
+                    let (l, to) = (layer.clone(), entry.clone());
+                    match blocking(move || Ok(layer_cache::store(l, &to))).await? {
+                        Ok(stored) => {
+                            let _ = log.send(format!("cached as {}", entry.display()));
+                            r = Ok(stored);
+                        }
+                        Err(e) => {
+                            let _ = log.send(format!("not cached (cannot move it to {}: {e})", entry.display()));
+                        }
+                    }
                 }
                 self.building.lock().expect("building").remove(&dir);
                 if r.is_err() {
