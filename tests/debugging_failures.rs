@@ -247,3 +247,37 @@ fn lf_and_ff_rerun_the_last_failures_only_or_first() {
     assert_eq!((code, ran), (Some(0), vec!["passes".to_string(), "fails".to_string()]), "{err}");
     assert!(err.contains("--lf: no scenario of this selection failed last time"), "{err}");
 }
+
+/// Ctrl-C cleans everything: also what a scenario that failed before it had kept, and the run
+/// does not wait.
+#[test]
+fn ctrl_c_kills_what_keep_on_failure_had_kept() {
+    let s = Setup::new();
+    let slow = format!(
+        "{SCENARIOS}---\nname: slow\nsteps:\n  - create: base\n  - exec: {{ cmd: 'sleep 120', timeout: 3m }}\n"
+    );
+    std::fs::write(s.dir.path().join("s.yaml"), slow).unwrap();
+    let report = s.dir.path().join("r.json");
+    let (mut run, rx) = spawn_lines(s.cmd(&[
+        &s.file(),
+        "--provider",
+        "local",
+        "--no-progress",
+        "--keep-on-failure",
+        "--json",
+        report.to_str().unwrap(),
+    ]));
+    lines_until(&rx, "FAILED  fails", Duration::from_secs(180));
+    std::thread::sleep(Duration::from_secs(1));
+    unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let rest: Vec<String> = rx.try_iter().collect();
+    let all = rest.join("\n");
+    assert!(all.contains("interrupted: killed 1 sandbox(es) --keep-on-failure had kept"), "{all}");
+    assert!(!all.contains("it waits here"), "{all}");
+    let ids = sandboxes(&report);
+    let failing = &ids.iter().find(|(n, _)| n == "fails").unwrap().1[0];
+    let out = s.shell(failing, &["true"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+}

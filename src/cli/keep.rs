@@ -42,6 +42,15 @@ pub(super) async fn after_run(
         .flat_map(|r| r.kept_sandboxes.iter().map(move |id| (r.name.as_str(), r.location.to_string(), id.as_str())))
         .collect();
     let local = kind == ProviderKind::Local;
+    if !kept.is_empty() && (summary.interrupted || cancel.is_cancelled()) {
+        // Ctrl-C cleans everything, also what a scenario that failed before it had kept.
+        let killed = kill_all(provider.as_ref(), kept.iter().map(|k| k.2)).await;
+        errln!("scenario-run: interrupted: killed {killed} sandbox(es) --keep-on-failure had kept");
+        if local {
+            release_local(provider.as_ref(), &summary.run_id).await;
+        }
+        return;
+    }
     if kept.is_empty() {
         if local {
             release_local(provider.as_ref(), &summary.run_id).await;
@@ -119,14 +128,20 @@ pub(super) async fn after_run(
     for path in &sockets {
         let _ = std::fs::remove_file(path);
     }
+    let killed = kill_all(provider.as_ref(), kept.iter().map(|k| k.2)).await;
+    errln!("scenario-run: killed {killed} kept sandbox(es)");
+    release_local(provider.as_ref(), &summary.run_id).await;
+}
+
+/// Kills `ids`; returns how many were there to kill.
+async fn kill_all<'a>(provider: &dyn Provider, ids: impl Iterator<Item = &'a str>) -> usize {
     let mut killed = 0;
-    for (_, _, id) in &kept {
+    for id in ids {
         if matches!(tokio::time::timeout(Duration::from_secs(60), provider.kill(id)).await, Ok(Ok(true))) {
             killed += 1;
         }
     }
-    errln!("scenario-run: killed {killed} kept sandbox(es)");
-    release_local(provider.as_ref(), &summary.run_id).await;
+    killed
 }
 
 /// A local sandbox the run's end passed by because it was kept (`--keep-on-failure`, or

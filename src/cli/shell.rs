@@ -392,7 +392,7 @@ async fn terminal(tty: bool, up: mpsc::Sender<Up>, mut down: mpsc::Receiver<Down
     let raw = tty.then(RawMode::on);
     // Standard input: read by a thread of its own (a read on a terminal cannot be cancelled;
     // the process ends without waiting for it). A terminal's stdin is not read in command mode.
-    let read_stdin = !tty && !std::io::stdin().is_terminal() || tty;
+    let read_stdin = tty || !std::io::stdin().is_terminal();
     let input = up.clone();
     std::thread::spawn(move || {
         if read_stdin {
