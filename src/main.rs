@@ -111,6 +111,25 @@ enum Command {
         #[command(subcommand)]
         action: Option<CacheAction>,
     },
+    /// A terminal in a sandbox (one --keep-on-failure kept), through the provider's `pty`
+    /// capability; with `-- CMD`, one command instead (needed when stdin is no terminal).
+    /// Exits with the command's code.
+    #[command(after_help = "On local, a sandbox lives as long as the run that kept it: that run waits after its \
+summary until Ctrl-C, and `shell` reaches the sandbox through it. A kept sandbox on another provider \
+ends after 30m, or with `scenario-run cleanup --provider P --run-id RUN --yes`.")]
+    Shell {
+        /// The sandbox's id, as the run printed it.
+        sandbox: String,
+        /// Where the sandbox lives.
+        #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
+        provider: ProviderKind,
+        /// More variables from a dotenv file (after ./.env; the environment still wins).
+        #[arg(long = "env-file", value_name = "FILE")]
+        env_files: Vec<String>,
+        /// Run this command (through `sh -c`, words joined by spaces) instead of a terminal.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
     Serve(scenario_run::server::ServeArgs),
@@ -166,6 +185,18 @@ struct RunArgs {
     /// Any SKIPPED scenario, or step skipped for its key, fails the run (exit 1).
     #[arg(long)]
     fail_on_skip: bool,
+    /// Keep the sandboxes of a FAILED or ERROR scenario (for 30m at most) and print how to
+    /// reach them (`scenario-run shell ID`) and kill them. On local the run then waits until
+    /// Ctrl-C, since its sandboxes die with it. An interrupted run still cleans everything.
+    #[arg(long)]
+    keep_on_failure: bool,
+    /// Run only the scenarios that failed (FAILED or ERROR) in the last run here
+    /// (.scenario-run/last-run.json); all of them if none did or there is no last run.
+    #[arg(long = "lf", visible_alias = "last-failed", conflicts_with = "failed_first")]
+    last_failed: bool,
+    /// Run the scenarios that failed in the last run first, then the rest.
+    #[arg(long = "ff", visible_alias = "failed-first")]
+    failed_first: bool,
     /// Where sandboxes live.
     #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
     provider: ProviderKind,
@@ -236,6 +267,7 @@ fn env_files(cli: Cli) -> Vec<String> {
         Cli { command: None, run } => run.env_files,
         Cli { command: Some(Command::Run(run)), .. } => run.env_files,
         Cli { command: Some(Command::Cleanup { env_files, .. }), .. } => env_files,
+        Cli { command: Some(Command::Shell { env_files, .. }), .. } => env_files,
         _ => Vec::new(),
     }
 }
@@ -257,6 +289,14 @@ impl RunArgs {
             fail_fast: self.fail_fast,
             require_credentials: self.require_credentials,
             fail_on_skip: self.fail_on_skip,
+            keep_on_failure: self.keep_on_failure,
+            rerun: if self.last_failed {
+                Some(cli::Rerun::LastFailed)
+            } else if self.failed_first {
+                Some(cli::Rerun::FailedFirst)
+            } else {
+                None
+            },
             step_timeout: self.step_timeout,
             scenario_timeout: self.scenario_timeout,
             exec_timeout: self.exec_timeout,
@@ -286,6 +326,9 @@ fn main() -> ExitCode {
         Some(Command::Image { reference, username, password }) => cli::image(&reference, username, password),
         Some(Command::Serve(args)) => cli::serve(&args),
         Some(Command::Cache { action }) => cli::cache(matches!(action, Some(CacheAction::Prune))),
+        Some(Command::Shell { sandbox, provider, env_files, command }) => {
+            return ExitCode::from(cli::shell(&sandbox, provider, &command, &env_files));
+        }
         None => cli::run(cli.run.into_request()),
     };
     ExitCode::from(exit.code())

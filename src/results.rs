@@ -298,6 +298,9 @@ pub struct ScenarioResult {
     pub steps: Vec<StepRecord>,
     /// Ids of every sandbox the scenario created.
     pub sandboxes: Vec<String>,
+    /// Those `--keep-on-failure` left alive because the scenario FAILED or was an ERROR.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_sandboxes: Vec<String>,
     /// Unix milliseconds.
     pub started_at_ms: u64,
     pub duration_ms: u64,

@@ -7,8 +7,11 @@
 //! `--env-file`s and `./.env` as well as from the environment ([`parse_with_env_files`]).
 
 mod commands;
+mod keep;
+mod last_run;
 mod run;
 mod serve;
+mod shell;
 mod wiring;
 
 use std::collections::BTreeMap;
@@ -18,8 +21,10 @@ use std::path::Path;
 use crate::config;
 
 pub use commands::{cache, cleanup, image, matrix, steps, write_schema};
+pub use last_run::Rerun;
 pub use run::{check, run, NoScenarios, RunRequest, View};
 pub use serve::serve;
+pub use shell::shell;
 pub use wiring::block_on;
 
 /// Parse the command line. Flags with an `env = …` default take it, in this order: the flag,

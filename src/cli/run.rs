@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::keep;
+use super::last_run::{self, Rerun};
 use super::wiring::{block_on, count, emit, make_provider};
 use crate::diag::Diagnostic;
 use crate::exit::Exit;
@@ -60,6 +62,10 @@ pub struct RunRequest {
     pub fail_fast: bool,
     pub require_credentials: bool,
     pub fail_on_skip: bool,
+    /// `--keep-on-failure`: keep a failing scenario's sandboxes, say how to reach them.
+    pub keep_on_failure: bool,
+    /// `--lf` / `--ff`: the last run's failures only, or first.
+    pub rerun: Option<Rerun>,
     pub step_timeout: Duration,
     pub scenario_timeout: Duration,
     pub exec_timeout: Duration,
@@ -182,7 +188,13 @@ pub fn run(req: RunRequest) -> Exit {
         }
     };
     let unknown_tags = selection.unknown_tags(&loaded.cases);
-    let cases = selection.apply(loaded.cases);
+    let mut cases = selection.apply(loaded.cases);
+    let last_run = last_run::path(&env);
+    if let Some(rerun) = req.rerun.filter(|_| !cases.is_empty()) {
+        let (picked, note) = last_run::apply(rerun, cases, &last_run);
+        cases = picked;
+        errln!("{note}");
+    }
     // `--list` answers as the run would: a selection a run refuses is refused when listed too,
     // so a CI step that lists before it runs fails at the same typo.
     if cases.is_empty() {
@@ -245,8 +257,9 @@ pub fn run(req: RunRequest) -> Exit {
             fail_fast: req.fail_fast,
             require_credentials: req.require_credentials,
             fail_on_skip: req.fail_on_skip,
+            keep_on_failure: req.keep_on_failure,
             run_id: config::run_id(&env),
-            env,
+            env: env.clone(),
             cli_vars,
             masker: masker.clone(),
             step_timeout: req.step_timeout,
@@ -274,6 +287,8 @@ pub fn run(req: RunRequest) -> Exit {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let cancel = CancellationToken::new();
         runner::spawn_signal_handler(signals, cancel.clone(), provider.clone(), tx.clone(), cfg.run_id.clone());
+        // Under `--keep-on-failure` the sandboxes kept outlive the run's own teardown.
+        let interrupt = cancel.clone();
         let printer = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 reporter.handle(&ev);
@@ -316,6 +331,11 @@ pub fn run(req: RunRequest) -> Exit {
                 exit = Exit::Infra;
             }
         }
+        if !summary.results.is_empty() {
+            if let Err(e) = last_run::record(&summary, &last_run) {
+                errln!("warning: cannot record this run for --lf/--ff in {}: {e}", last_run.display());
+            }
+        }
         if let Some(gh) = github {
             // The job summary is a report like the others: one that cannot be written fails.
             if let Err(e) = gh.write(&summary, &masker) {
@@ -325,6 +345,7 @@ pub fn run(req: RunRequest) -> Exit {
                 }
             }
         }
+        keep::after_run(provider.clone(), req.provider, &summary, &env, &req.isolation, &masker, interrupt).await;
         exit
     })
 }

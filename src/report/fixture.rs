@@ -48,6 +48,7 @@ pub fn scenario(index: usize, name: &str, file: &str, outcome: Outcome, duration
         known_issue: None,
         steps: vec![],
         sandboxes: vec![],
+        kept_sandboxes: vec![],
         started_at_ms: 1_700_000_000_000 + index as u64,
         duration_ms,
         interrupted: false,

@@ -30,7 +30,7 @@ use crate::model::Case;
 use crate::provider::Provider;
 use crate::results::{Event, Outcome, RunSummary, ScenarioResult, Totals};
 
-pub use scenario::skipped_result;
+pub use scenario::{skipped_result, KEPT_TTL};
 
 /// Everything a run needs besides the cases.
 pub struct RunConfig {
@@ -44,6 +44,9 @@ pub struct RunConfig {
     pub require_credentials: bool,
     /// `--fail-on-skip`: any skip fails the run (exit 1); outcomes stay as they are.
     pub fail_on_skip: bool,
+    /// `--keep-on-failure`: a FAILED or ERROR scenario's sandboxes are kept (see
+    /// [`KEPT_TTL`]) instead of destroyed.
+    pub keep_on_failure: bool,
     pub run_id: String,
     /// Process environment plus `.env` files (the environment wins).
     pub env: BTreeMap<String, String>,
@@ -434,6 +437,7 @@ mod tests {
             fail_fast: false,
             require_credentials: false,
             fail_on_skip: false,
+            keep_on_failure: false,
             run_id: "run-1".into(),
             env: BTreeMap::new(),
             cli_vars: serde_json::Map::new(),

@@ -33,6 +33,10 @@ const STOP_MARGIN: Duration = Duration::from_secs(5);
 /// The least time an attempt of a polled step gets, however little of the window is left.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 
+/// How long a sandbox `--keep-on-failure` kept lives from the end of its scenario (its
+/// provider's timeout is set to it): long enough to look, bounded so a forgotten one ends.
+pub const KEPT_TTL: Duration = Duration::from_secs(30 * 60);
+
 /// A result for a case that did not run.
 pub fn skipped_result(case: &Case, index: usize, reason: String) -> ScenarioResult {
     let sc = &case.scenario;
@@ -53,6 +57,7 @@ pub fn skipped_result(case: &Case, index: usize, reason: String) -> ScenarioResu
         }),
         steps: Vec::new(),
         sandboxes: Vec::new(),
+        kept_sandboxes: Vec::new(),
         started_at_ms: now_ms(),
         duration_ms: 0,
         interrupted: false,
@@ -309,6 +314,16 @@ pub async fn run_case(
     let never = CancellationToken::new();
     let finally_late = format!("finally did not finish within {}", crate::duration::human(cfg.grace));
     run.list(&sc.finally, Phase::Finally, finally_deadline, &finally_late, &never).await;
+    // `--keep-on-failure`: a FAILED or ERROR scenario's sandboxes outlive it, for a look
+    // inside (`scenario-run shell`); not after Ctrl-C (an interrupt cleans everything), nor
+    // for an expected failure (a known issue's FAILED is its XFAIL).
+    let expected_failure = sc.known_issue.is_some() && run.failure.as_ref().is_some_and(|(s, _)| *s == Severity::Fail);
+    let kept_sandboxes =
+        if cfg.keep_on_failure && run.failure.is_some() && !interrupted && !expected_failure && halt.by_x().is_none() {
+            run.keep_for_debugging().await
+        } else {
+            Vec::new()
+        };
     run.cleanup().await;
 
     let sandboxes = run.ctx.sandboxes.iter().map(|s| s.id.clone()).collect();
@@ -351,6 +366,7 @@ pub async fn run_case(
         soft_failures: run.records.iter().filter(|s| s.soft_failed()).count(),
         steps: run.records,
         sandboxes,
+        kept_sandboxes,
         started_at_ms,
         duration_ms: run.started.elapsed().as_millis() as u64,
         interrupted,
@@ -1048,6 +1064,27 @@ impl CaseRun<'_> {
         if let Some(m) = message {
             self.fail_scenario(Severity::Error, m);
         }
+    }
+
+    /// `--keep-on-failure`: marks every live sandbox this case made (and did not keep on its
+    /// own) kept, so neither the case, the run's end nor its sweep destroys it, and gives it
+    /// [`KEPT_TTL`] to live; returns their ids.
+    async fn keep_for_debugging(&mut self) -> Vec<String> {
+        let mut kept: Vec<String> = Vec::new();
+        for sb in self.ctx.sandboxes.iter_mut().filter(|s| !s.killed && !s.keep) {
+            sb.keep = true;
+            if !kept.contains(&sb.id) {
+                kept.push(sb.id.clone());
+            }
+        }
+        for id in &kept {
+            self.ctx.provider.keep(id);
+            // Bounded: a kept sandbox nobody comes back to still ends by itself.
+            let _ =
+                tokio::time::timeout(Duration::from_secs(30), self.ctx.provider.set_timeout(id, KEPT_TTL.as_secs()))
+                    .await;
+        }
+        kept
     }
 
     /// Destroy every sandbox this case made, unless kept.

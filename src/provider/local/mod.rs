@@ -959,6 +959,17 @@ impl Provider for LocalProvider {
         Ok(())
     }
 
+    /// `--keep-on-failure` and `create { keep: true }`: left alive at the run's end. A local
+    /// sandbox still dies with this process, so a run that keeps one holds it open (see
+    /// `cli::keep`).
+    fn keep(&self, id: &str) {
+        self.inner.core.keep(id);
+    }
+
+    fn is_kept(&self, id: &str) -> bool {
+        self.inner.core.is_kept(id)
+    }
+
     async fn destroy_all(&self) -> usize {
         self.inner.warm.close().await;
         core::destroy_all(&self.inner).await
