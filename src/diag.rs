@@ -71,6 +71,8 @@ pub struct Diagnostic {
     pub help: Option<String>,
     /// The offending source line, captured when the diagnostic is made.
     pub source_line: Option<String>,
+    /// Lines shown after the help, as `= note: …` (which `include:` brought the file in).
+    pub notes: Vec<String>,
 }
 
 impl Diagnostic {
@@ -82,6 +84,7 @@ impl Diagnostic {
             label: None,
             help: None,
             source_line: source.line_text(line).map(str::to_string),
+            notes: Vec::new(),
         }
     }
 
@@ -92,6 +95,11 @@ impl Diagnostic {
 
     pub fn help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
+        self
+    }
+
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
         self
     }
 
@@ -134,6 +142,9 @@ impl Diagnostic {
             for line in lines {
                 let _ = writeln!(out, "{pad}         {line}");
             }
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "{pad} = note: {note}");
         }
         out
     }

@@ -23,7 +23,8 @@ use crate::yaml::{Node, Value};
 
 pub mod explain;
 
-pub const ROOTS: &[&str] = &["vars", "env", "matrix", "steps", "sandbox", "sandboxes", "run", "scenario", "provider"];
+pub const ROOTS: &[&str] =
+    &["vars", "env", "matrix", "steps", "sandbox", "sandboxes", "run", "scenario", "provider", "params"];
 
 pub fn is_expression(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
@@ -252,6 +253,8 @@ pub struct Scope {
     pub aliases: BTreeSet<String>,
     /// A `create` or `connect` came before this point.
     pub has_sandbox: bool,
+    /// Inside a steps file run by `include:`, the parameters it declares; `None` elsewhere.
+    pub params: Option<BTreeSet<String>>,
     /// Suggestions made over large candidate sets so far (see [`Scope::suggest`]).
     pub suggestions: std::cell::Cell<u32>,
 }
@@ -588,6 +591,12 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
         };
         return Some((format!("undefined variable `{root}`"), help));
     }
+    if root == "params" && second.is_none() && scope.params.is_none() {
+        return Some((
+            "`params` is defined only in a steps file run by `include:`".into(),
+            Some("a scenario's own values are `vars`; a steps file (`kind: steps`) declares `params:`".into()),
+        ));
+    }
     let second = second?;
     match root {
         "vars" if !scope.vars.contains(second) => Some((
@@ -644,6 +653,23 @@ fn check_name(name: &str, scope: &Scope) -> Option<(String, Option<String>)> {
         "run" if !["id", "tag"].contains(&second) => {
             Some((format!("undefined variable `run.{second}`"), Some("run has `id` and `tag`".into())))
         }
+        "params" => match &scope.params {
+            None => Some((
+                format!("`params.{second}` is defined only in a steps file run by `include:`"),
+                Some("a scenario's own values are `vars`; a steps file (`kind: steps`) declares `params:`".into()),
+            )),
+            Some(declared) if !declared.contains(second) => Some((
+                format!("undefined parameter `params.{second}`"),
+                said(scope.suggest(second, declared.iter().map(String::as_str))).or_else(|| {
+                    Some(if declared.is_empty() {
+                        "this steps file declares no `params:`".into()
+                    } else {
+                        format!("its params: {}", declared.iter().cloned().collect::<Vec<_>>().join(", "))
+                    })
+                }),
+            )),
+            Some(_) => None,
+        },
         "scenario" if !["name", "file", "description"].contains(&second) => Some((
             format!("undefined variable `scenario.{second}`"),
             Some("scenario has `name`, `file` and `description`".into()),

@@ -162,7 +162,13 @@ pub fn schema() -> JsonValue {
         s["description"] = JsonValue::String(doc.to_string());
         matcher_props.insert(k.to_string(), s);
     }
-    let step_variants: Vec<JsonValue> = REGISTRY.iter().map(kind_schema).collect();
+    let mut step_variants: Vec<JsonValue> = REGISTRY.iter().map(kind_schema).collect();
+    // Not a step kind: `include:` is replaced by the steps of the file it names when loaded.
+    step_variants.push(json!({
+        "type": "object", "required": ["include"], "additionalProperties": false,
+        "properties": {
+            "include": { "type": "string", "description": "a steps file (`kind: steps`), relative to this file; its steps run here" },
+            "with": { "type": ["object", "null"], "description": "values of the steps file's `params`" } } }));
     let list = json!({ "type": ["array", "null"], "items": { "$ref": "#/definitions/step" } });
     json!({
         "$schema": "http://json-schema.org/draft-07/schema#",
@@ -173,6 +179,8 @@ pub fn schema() -> JsonValue {
         "required": ["steps"],
         "additionalProperties": false,
         "properties": {
+            "kind": { "const": "steps", "description": "a steps file for `include:` (with `params` and `steps`), not a scenario" },
+            "params": { "type": "object", "description": "a steps file's parameters: `name: ~` (required), `name: <default>` or `name: { default, description }`" },
             "name": { "type": "string", "description": "unique within the run (file stem by default)" },
             "description": { "type": "string", "description": "what the scenario proves" },
             "tags": { "type": "array", "items": { "type": "string" }, "description": "for -t selection" },

@@ -143,6 +143,13 @@ fn not_a_scenario(text: &str) -> Option<&'static str> {
             if docs.iter().all(|d| d.value == crate::yaml::Value::Null) {
                 return Some("empty");
             }
+            // A steps file runs where a scenario includes it, and is checked there.
+            if maps
+                .iter()
+                .any(|m| m.iter().any(|(k, v)| k.key_text() == "kind" && v.as_str() == Some(validate::STEPS_KIND)))
+            {
+                return Some("a steps file for `include:`");
+            }
             let any = maps.iter().any(|m| {
                 m.iter().any(|(k, _)| looks(&k.key_text()))
                     || m.iter().all(|(k, _)| validate::TOP_KEYS.contains(&k.key_text().as_str()))

@@ -14,6 +14,8 @@ mod validate;
 
 pub use capability::PROVIDERS;
 pub use load::{expand, expand_paths, load, load_found, Expanded, Loaded, PathsError};
-pub use scenario::{text, Case, ErrorClass, Eventually, ExpectError, KnownIssue, Requires, Retry, Scenario, Step};
+pub use scenario::{
+    text, Case, ErrorClass, Eventually, ExpectError, IncludeFrame, KnownIssue, Requires, Retry, Scenario, Step,
+};
 pub use validate::LoadOptions;
 pub use validate::{MAX_ATTEMPTS, MAX_BACKOFF, MAX_CASES};

@@ -64,6 +64,36 @@ pub struct Step {
     pub requires_env: Vec<String>,
     /// `expect_error`: the step must fail, with an error of the kinds it names.
     pub expect_error: Option<ExpectError>,
+    /// The `include:` that brought this step in from a steps file; `None` for the scenario's own.
+    pub include: Option<Arc<IncludeFrame>>,
+}
+
+/// One `include:` of a steps file, shared by the steps it brought in: its parameters are
+/// evaluated once, when the first of them runs, in the context of the include step.
+#[derive(Debug)]
+pub struct IncludeFrame {
+    /// Unique within the scenario (the runner keeps each frame's evaluated params by it).
+    pub id: usize,
+    /// The `include:` key, in the file that has it.
+    pub site: Location,
+    /// Each parameter: its name, its value (from `with:`, else the file's default) and the
+    /// file that value is written in.
+    pub params: Vec<(String, Node, String)>,
+    /// The include that brought in the file holding this include, when it is itself included.
+    pub parent: Option<Arc<IncludeFrame>>,
+}
+
+impl IncludeFrame {
+    /// `included from a.yaml:7:5`, then each include above it.
+    pub fn chain(&self) -> String {
+        let mut out = format!("included from {}", self.site);
+        let mut up = self.parent.as_deref();
+        while let Some(f) = up {
+            out.push_str(&format!(", included from {}", f.site));
+            up = f.parent.as_deref();
+        }
+        out
+    }
 }
 
 /// `expect_error: true`, `expect_error: { contains: … }` or `expect_error: { kind: timeout, … }`.

@@ -3,7 +3,10 @@
 //! The step registry decides which fields a step has and their types; this module walks the
 //! tree once, collecting diagnostics instead of stopping at the first.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +15,7 @@ use serde_json::Value as JsonValue;
 use super::args::{self, ArgError, Slot};
 use super::capability::PROVIDERS;
 use super::kinds::{self as registry, Field, FieldType, COMMON_KEYS};
-use super::scenario::{ErrorClass, Eventually, ExpectError, KnownIssue, Requires, Retry, Scenario, Step};
+use super::scenario::{ErrorClass, Eventually, ExpectError, IncludeFrame, KnownIssue, Requires, Retry, Scenario, Step};
 use crate::diag::{did_you_mean, Diagnostic, Location, Source};
 use crate::expr::{self, Scope};
 use crate::yaml::{self, Node, Value};
@@ -42,6 +45,19 @@ pub const MAX_ATTEMPTS: u32 = 1000;
 struct Ctx<'a> {
     src: &'a Arc<Source>,
     diags: Vec<Diagnostic>,
+    /// The `include:` that brought this file in, when it is a steps file.
+    frame: Option<Arc<IncludeFrame>>,
+    /// The files being read, outermost first (canonical path, as shown): an include of one of
+    /// them is a cycle.
+    stack: Vec<(PathBuf, String)>,
+    /// Counts shared by every file of one load: frame ids, and the steps includes brought in.
+    includes: Rc<RefCell<IncludeCounts>>,
+}
+
+#[derive(Default)]
+struct IncludeCounts {
+    frames: usize,
+    steps: usize,
 }
 
 impl Ctx<'_> {
@@ -142,7 +158,8 @@ pub struct LoadOptions {
 /// Validate one file (one or more YAML documents).
 pub fn file(src: &Arc<Source>, opts: &LoadOptions) -> Result<Vec<Scenario>, Vec<Diagnostic>> {
     let (docs, diags) = yaml::parse_keeping_going(src)?;
-    let mut cx = Ctx { src, diags };
+    let canonical = std::fs::canonicalize(&src.path).unwrap_or_else(|_| PathBuf::from(&src.path));
+    let mut cx = Ctx { src, diags, frame: None, stack: vec![(canonical, src.path.clone())], includes: Rc::default() };
     let docs: Vec<Node> = docs.into_iter().filter(|d| d.value != Value::Null).collect();
     if docs.is_empty() {
         let d = Diagnostic::new(src, 1, 1, 1, "empty file: a scenario needs `name` and `steps`")
@@ -162,8 +179,20 @@ pub fn file(src: &Arc<Source>, opts: &LoadOptions) -> Result<Vec<Scenario>, Vec<
     if cx.diags.is_empty() {
         Ok(out)
     } else {
-        Err(cx.diags)
+        Err(dedup(cx.diags))
     }
+}
+
+/// A steps file included twice with the same mistake: one diagnostic, with a note per include.
+fn dedup(diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let mut out: Vec<Diagnostic> = Vec::with_capacity(diags.len());
+    for d in diags {
+        match out.iter_mut().find(|o| !d.notes.is_empty() && o.location == d.location && o.message == d.message) {
+            Some(o) => o.notes.extend(d.notes.into_iter().filter(|n| !o.notes.contains(n)).collect::<Vec<_>>()),
+            None => out.push(d),
+        }
+    }
+    out
 }
 
 fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptions) -> Option<Scenario> {
@@ -174,6 +203,14 @@ fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptio
         cx.push(d);
         return None;
     };
+    if let Some(kind) = doc.get("kind").filter(|k| k.as_str() == Some(STEPS_KIND)) {
+        let d = kind
+            .diag(cx.src, "this is a steps file (`kind: steps`), not a scenario: it runs where a scenario includes it")
+            .label("a steps file")
+            .help("name the scenarios that `include:` it; `check` validates it there, with their variables and its `with:` values");
+        cx.push(d);
+        return None;
+    }
     for (k, _) in map {
         if !TOP_KEYS.contains(&k.key_text().as_str()) {
             let kt = k.key_text();
@@ -257,7 +294,7 @@ fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptio
             }
         }
     }
-    let mut ids: BTreeMap<String, u32> = BTreeMap::new();
+    let mut ids: BTreeMap<String, Location> = BTreeMap::new();
     let mut sandboxes = 0usize;
     let mut lists: [Vec<Step>; 3] = Default::default();
     for (slot, list) in ["setup", "steps", "finally"].iter().enumerate() {
@@ -269,11 +306,7 @@ fn scenario(cx: &mut Ctx<'_>, doc: &Node, default_name: String, opts: &LoadOptio
             cx.wrong_type(node, "a list of steps", list);
             continue;
         };
-        for item in items {
-            if let Some(step) = step(cx, item, &mut scope, &mut ids, &mut sandboxes, opts) {
-                lists[slot].push(step);
-            }
-        }
+        lists[slot] = step_list(cx, items, &mut scope, &mut ids, &mut sandboxes, opts);
     }
     let [setup, steps, finally] = lists;
     match doc.get("steps") {
@@ -424,7 +457,7 @@ fn step(
     cx: &mut Ctx<'_>,
     item: &Node,
     scope: &mut Scope,
-    ids: &mut BTreeMap<String, u32>,
+    ids: &mut BTreeMap<String, Location>,
     sandboxes: &mut usize,
     opts: &LoadOptions,
 ) -> Option<Step> {
@@ -457,6 +490,7 @@ fn step(
         continue_on_error: false,
         requires_env: Vec::new(),
         expect_error: None,
+        include: cx.frame.clone(),
     };
     let name = common_keys(cx, map, &mut st, scope, ids);
 
@@ -595,7 +629,7 @@ fn common_keys(
     map: &[(Node, Node)],
     st: &mut Step,
     scope: &Scope,
-    ids: &mut BTreeMap<String, u32>,
+    ids: &mut BTreeMap<String, Location>,
 ) -> Option<String> {
     let kind = st.kind;
     let mut name = None;
@@ -611,11 +645,11 @@ fn common_keys(
                         .help = Some("ids are used in templates: {{ steps.<id>.stdout }}".into());
                 }
                 if let Some(first) = ids.get(&id) {
-                    let first = *first;
+                    let first = first.line;
                     cx.err(v, format!("duplicate step id `{id}`")).help =
                         Some(format!("the first step with this id is at line {first}"));
                 } else {
-                    ids.insert(id.clone(), v.line);
+                    ids.insert(id.clone(), Location { file: cx.src.path.clone(), line: v.line, col: v.col });
                 }
                 st.id = Some(id);
             }
@@ -1278,5 +1312,443 @@ fn template_folder(cx: &mut Ctx<'_>, kind: &str, args: &Node, opts: &LoadOptions
             .label("folder not found")
             .help(help);
         cx.push(d);
+    }
+}
+
+/// The marker at the top of a steps file: `kind: steps`.
+pub(crate) const STEPS_KIND: &str = "steps";
+/// The keys at the top of a steps file.
+const STEPS_FILE_KEYS: &[&str] = &["kind", "description", "params", "steps"];
+/// How deep includes may nest (a file that includes a file that includes …).
+pub const MAX_INCLUDE_DEPTH: usize = 16;
+/// The most steps includes may bring into one file: two includes of a file that includes
+/// itself twice, and so on, double at each level.
+pub const MAX_INCLUDED_STEPS: usize = 10_000;
+
+/// A list of steps, `include:` steps expanded in place.
+fn step_list(
+    cx: &mut Ctx<'_>,
+    items: &[Node],
+    scope: &mut Scope,
+    ids: &mut BTreeMap<String, Location>,
+    sandboxes: &mut usize,
+    opts: &LoadOptions,
+) -> Vec<Step> {
+    let mut out = Vec::new();
+    for item in items {
+        if item.get("include").is_some() {
+            out.extend(include(cx, item, scope, sandboxes, opts));
+        } else if let Some(step) = step(cx, item, scope, ids, sandboxes, opts) {
+            out.push(step);
+        }
+    }
+    out
+}
+
+/// `a/./b/../c` as `a/c`, without asking the filesystem: the path a diagnostic shows.
+fn tidy(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// A parameter a steps file declares: `name: ~` (required), `name: <default>`, or
+/// `name: { default: …, description: … }`.
+struct Param {
+    name: String,
+    default: Option<Node>,
+}
+
+/// The `params:` of a steps file.
+fn declared_params(cx: &mut Ctx<'_>, node: &Node) -> Vec<Param> {
+    let Some(map) = node.as_map() else {
+        if node.value != Value::Null {
+            cx.wrong_type(node, "a mapping of parameter names to defaults", "params");
+        }
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in map {
+        let name = k.key_text();
+        let ok = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !ok {
+            cx.err(k, format!("parameter name `{name}` must be letters, digits and `_` (not starting with a digit)"))
+                .help = Some("parameters are used as `{{ params.<name> }}`".into());
+            continue;
+        }
+        let default = match &v.value {
+            Value::Null => None,
+            Value::Map(m) if m.iter().any(|(mk, _)| ["default", "description"].contains(&mk.key_text().as_str())) => {
+                for (mk, _) in m.iter().filter(|(mk, _)| !["default", "description"].contains(&mk.key_text().as_str()))
+                {
+                    cx.unknown_key(mk, &["default", "description"], &format!("in parameter `{name}`"));
+                }
+                v.get("default").cloned()
+            }
+            _ => Some(v.clone()),
+        };
+        out.push(Param { name, default });
+    }
+    out
+}
+
+/// `- include: lib/login.yaml` with `with: { user: admin }` beside it: the steps of the steps
+/// file, checked here with the scope of the include step plus `params`, each remembering
+/// the include. Step ids inside are the include's own; what else they add to the scope
+/// (`set` variables, sandboxes, aliases) stays after it.
+fn include(cx: &mut Ctx<'_>, item: &Node, scope: &mut Scope, sandboxes: &mut usize, opts: &LoadOptions) -> Vec<Step> {
+    let map = item.as_map().unwrap_or_default();
+    let Some((knode, target)) = map.iter().find(|(k, _)| k.as_str() == Some("include")) else { return Vec::new() };
+    // Over the budget already: said once, where it was passed.
+    if cx.includes.borrow().steps > MAX_INCLUDED_STEPS {
+        return Vec::new();
+    }
+    let mut with = None;
+    for (k, v) in map {
+        match k.key_text().as_str() {
+            "include" => {}
+            "with" => with = Some(v),
+            other if registry::lookup(other).is_some() => {
+                cx.err(k, format!("a step has exactly one kind, found include and {other}")).help =
+                    Some("split it into two steps, each starting with `- `".into());
+            }
+            other => {
+                let d = k
+                    .diag(cx.src, format!("`{other}` cannot go beside `include:`"))
+                    .label("not for an include")
+                    .help(match did_you_mean(other, ["with"]) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None => format!(
+                            "an include takes only `with:` beside it; give the steps inside the included file their own `{other}`"
+                        ),
+                    });
+                cx.push(d);
+            }
+        }
+    }
+    let example = "write `- include: lib/login.yaml` with `with: { user: admin }` beside it";
+    let rel = match target.as_str() {
+        Some(s) if expr::is_expression(s) => {
+            let d = target
+                .diag(cx.src, "the path of `include:` cannot be a template: includes are read before anything runs")
+                .label("a template")
+                .help("pass what varies as a parameter, with `with:`");
+            cx.push(d);
+            return Vec::new();
+        }
+        Some(s) if !s.trim().is_empty() => s.trim(),
+        _ => {
+            let d = target
+                .diag(cx.src, format!("`include` takes the path of a steps file, found {}", target.type_name()))
+                .label("expected a path")
+                .help(example);
+            cx.push(d);
+            return Vec::new();
+        }
+    };
+    let here = Path::new(&cx.src.path).parent().unwrap_or(Path::new(""));
+    let path = tidy(&here.join(rel));
+    let shown = path.to_string_lossy().into_owned();
+    let text = match std::fs::read(&path).map(String::from_utf8) {
+        Ok(Ok(t)) => t,
+        Ok(Err(_)) => {
+            cx.err(target, format!("included file {shown} is not UTF-8 text"));
+            return Vec::new();
+        }
+        Err(e) => {
+            let why = if e.kind() == std::io::ErrorKind::NotFound { "no such file".to_string() } else { e.to_string() };
+            let d = target
+                .diag(cx.src, format!("cannot read included file {shown}: {why}"))
+                .label("not found")
+                .help(format!("the path is relative to the file that includes it, {}", cx.src.path));
+            cx.push(d);
+            return Vec::new();
+        }
+    };
+    let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    if let Some(i) = cx.stack.iter().position(|(p, _)| *p == canonical) {
+        let mut chain: Vec<&str> = cx.stack[i..].iter().map(|(_, s)| s.as_str()).collect();
+        chain.push(&shown);
+        let d = target
+            .diag(cx.src, format!("include cycle: {}", chain.join(" → ")))
+            .label("includes a file that is already being included")
+            .help("a steps file cannot include itself, directly or through another file");
+        cx.push(d);
+        return Vec::new();
+    }
+    if cx.stack.len() > MAX_INCLUDE_DEPTH {
+        cx.err(target, format!("includes nest more than {MAX_INCLUDE_DEPTH} files deep")).help =
+            Some("flatten the steps files".into());
+        return Vec::new();
+    }
+    let child_src = Source::new(shown.clone(), text);
+    let (docs, parse_diags) = match yaml::parse_keeping_going(&child_src) {
+        Ok(parsed) => parsed,
+        Err(diags) => {
+            let site = Location { file: cx.src.path.clone(), line: knode.line, col: knode.col };
+            cx.diags.extend(diags.into_iter().map(|d| d.note(format!("included from {site}"))));
+            return Vec::new();
+        }
+    };
+    let frame_id = {
+        let mut c = cx.includes.borrow_mut();
+        c.frames += 1;
+        c.frames
+    };
+    let site = Location { file: cx.src.path.clone(), line: knode.line, col: knode.col };
+    let mut child = Ctx {
+        src: &child_src,
+        diags: parse_diags,
+        frame: None,
+        stack: cx.stack.iter().cloned().chain([(canonical, shown.clone())]).collect(),
+        includes: cx.includes.clone(),
+    };
+    let docs: Vec<&Node> = docs.iter().filter(|d| d.value != Value::Null).collect();
+    let doc = match docs.as_slice() {
+        [one] if one.as_map().is_some() => *one,
+        _ => {
+            let d = target
+                .diag(
+                    cx.src,
+                    format!("{shown} is not a steps file: it must be one mapping with `kind: steps` and `steps:`"),
+                )
+                .label("not a steps file")
+                .help("a steps file starts with `kind: steps`, then `params:` and `steps:`");
+            cx.push(d);
+            return Vec::new();
+        }
+    };
+    if doc.get("kind").and_then(Node::as_str) != Some(STEPS_KIND) {
+        let what = if doc.get("name").is_some() { "a scenario" } else { "not a steps file" };
+        let d = target
+            .diag(cx.src, format!("{shown} is {what}: a file run by `include:` starts with `kind: steps`"))
+            .label("not a steps file")
+            .help("add `kind: steps` at the top of it, beside `params:` and `steps:` (its `kind` keeps a folder's search from running it as a scenario)");
+        cx.push(d);
+        return Vec::new();
+    }
+    for (k, v) in doc.as_map().unwrap_or_default() {
+        match k.key_text().as_str() {
+            "kind" | "params" | "steps" => {}
+            "description" => {
+                child.string(v, "description");
+            }
+            _ => child.unknown_key(k, STEPS_FILE_KEYS, "in a steps file"),
+        }
+    }
+    let params = doc.get("params").map(|p| declared_params(&mut child, p)).unwrap_or_default();
+    let names: BTreeSet<String> = params.iter().map(|p| p.name.clone()).collect();
+    // `with:`: every name declared, every required one given; values checked where written.
+    let mut given: BTreeMap<String, Node> = BTreeMap::new();
+    if let Some(w) = with {
+        match w.as_map() {
+            Some(entries) => {
+                for (k, v) in entries {
+                    let name = k.key_text();
+                    if !names.contains(&name) {
+                        let help = did_you_mean(&name, names.iter().map(String::as_str)).map_or_else(
+                            || {
+                                if names.is_empty() {
+                                    format!("{shown} declares no `params:`")
+                                } else {
+                                    format!(
+                                        "the params of {shown}: {}",
+                                        names.iter().cloned().collect::<Vec<_>>().join(", ")
+                                    )
+                                }
+                            },
+                            |s| format!("did you mean `{s}`?"),
+                        );
+                        let d = k
+                            .diag(cx.src, format!("unknown parameter `{name}` for {shown}"))
+                            .label("not declared")
+                            .help(help);
+                        cx.push(d);
+                        continue;
+                    }
+                    templates(cx, v, scope);
+                    given.insert(name, v.clone());
+                }
+            }
+            None if w.value == Value::Null => {}
+            None => cx.wrong_type(w, "a mapping of parameter names to values", "with"),
+        }
+    }
+    let mut values = Vec::new();
+    for p in &params {
+        match (given.remove(&p.name), &p.default) {
+            (Some(v), _) => values.push((p.name.clone(), v, cx.src.path.clone())),
+            (None, Some(d)) => {
+                templates(&mut child, d, scope);
+                values.push((p.name.clone(), d.clone(), shown.clone()));
+            }
+            (None, None) => {
+                let all: Vec<String> = params
+                    .iter()
+                    .map(|q| if q.default.is_some() { format!("{} (has a default)", q.name) } else { q.name.clone() })
+                    .collect();
+                let d = knode
+                    .diag(cx.src, format!("missing parameter `{}` for {shown}", p.name))
+                    .label("needs a value for it")
+                    .help(format!(
+                        "write `with: {{ {}: … }}` beside `include:`; its params: {}",
+                        p.name,
+                        all.join(", ")
+                    ));
+                cx.push(d);
+            }
+        }
+    }
+    let frame = Arc::new(IncludeFrame { id: frame_id, site: site.clone(), params: values, parent: cx.frame.clone() });
+    child.frame = Some(frame.clone());
+    let steps = match doc.get("steps") {
+        Some(n) if n.as_seq().is_some_and(|s| !s.is_empty()) => {
+            // Step ids are the include's own (the file may be included twice); variables,
+            // sandboxes and aliases are shared with the steps around it.
+            let items = n.as_seq().unwrap_or_default();
+            let later = items.iter().filter_map(|i| i.get("id").and_then(Node::as_str)).map(str::to_string).collect();
+            let saved_params = scope.params.replace(names);
+            let saved_steps = std::mem::take(&mut scope.steps);
+            let saved_later = std::mem::replace(&mut scope.later_steps, later);
+            let mut own_ids = BTreeMap::new();
+            let list = step_list(&mut child, items, scope, &mut own_ids, sandboxes, opts);
+            scope.params = saved_params;
+            scope.steps = saved_steps;
+            scope.later_steps = saved_later;
+            list
+        }
+        Some(n) if n.as_seq().is_none() && n.value != Value::Null => {
+            child.wrong_type(n, "a list of steps", "steps");
+            Vec::new()
+        }
+        Some(n) => {
+            child.err(n, "a steps file has no steps").help = Some("add at least one step under `steps:`".into());
+            Vec::new()
+        }
+        None => {
+            child.err(doc, "a steps file has no `steps`").help = Some("add `steps:` with at least one step".into());
+            Vec::new()
+        }
+    };
+    // Said once per include; a diagnostic from a file it includes in turn already says it.
+    let note = frame.chain();
+    for d in child.diags {
+        let d = if d.location.file == shown { d.note(note.clone()) } else { d };
+        cx.diags.push(d);
+    }
+    let total = {
+        let mut c = cx.includes.borrow_mut();
+        c.steps += steps.len();
+        c.steps
+    };
+    if total > MAX_INCLUDED_STEPS && total - steps.len() <= MAX_INCLUDED_STEPS {
+        cx.err(knode, format!("includes bring in more than {MAX_INCLUDED_STEPS} steps")).help =
+            Some("a steps file included many times over (each include of it copies its steps): include fewer".into());
+    }
+    if total > MAX_INCLUDED_STEPS {
+        return Vec::new();
+    }
+    steps
+}
+
+#[cfg(test)]
+mod include_tests {
+    use std::path::Path;
+
+    use crate::diag::Diagnostic;
+    use crate::model::{load, LoadOptions};
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn check(dir: &Path) -> Result<Vec<crate::model::Step>, Vec<Diagnostic>> {
+        load(&[dir.join("s.yaml")], &LoadOptions::default()).map(|l| l.scenarios[0].steps.clone())
+    }
+
+    /// A steps file included twice with the same mistake: one diagnostic, at the file's own
+    /// line and column, with a note for each include.
+    #[test]
+    fn a_mistake_in_a_file_included_twice_is_one_diagnostic_with_both_includes() {
+        let t = tempfile::tempdir().unwrap();
+        write(t.path(), "lib/x.yaml", "kind: steps\nsteps:\n  - exec: echo {{ params.nope }}\n");
+        write(
+            t.path(),
+            "s.yaml",
+            "name: s\nsteps:\n  - create: base\n  - include: lib/x.yaml\n  - include: lib/x.yaml\n",
+        );
+        let d = check(t.path()).unwrap_err();
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].location.file.ends_with("lib/x.yaml"));
+        assert_eq!((d[0].location.line, d[0].location.col), (3, 11));
+        assert_eq!(d[0].message, "undefined parameter `params.nope`");
+        assert_eq!(d[0].notes.len(), 2, "{:?}", d[0].notes);
+        assert!(d[0].notes[0].ends_with("s.yaml:4:5") && d[0].notes[1].ends_with("s.yaml:5:5"), "{:?}", d[0].notes);
+        assert!(d[0].render().contains("= note: included from "), "{}", d[0].render());
+    }
+
+    /// Expanded in place: each step keeps its include, with its parameters (a default where
+    /// `with:` gives none), and the params a nested include's `with:` uses are its includer's.
+    #[test]
+    fn steps_are_expanded_in_place_with_their_frames() {
+        let t = tempfile::tempdir().unwrap();
+        write(t.path(), "lib/a.yaml", "kind: steps\nparams: { p: ~, q: 2 }\nsteps:\n  - set: { x: \"{{ params.p }}\" }\n  - include: b.yaml\n    with: { r: \"{{ params.q }}\" }\n");
+        write(
+            t.path(),
+            "lib/b.yaml",
+            "kind: steps\nparams:\n  r: { description: the value }\nsteps:\n  - set: { y: \"{{ params.r }}\" }\n",
+        );
+        write(t.path(), "s.yaml", "name: s\nsteps:\n  - include: lib/a.yaml\n    with: { p: 1 }\n  - assert: { that: vars.x == 1 and vars.y == 2 }\n");
+        let steps = check(t.path()).unwrap();
+        assert_eq!(steps.len(), 3);
+        let a = steps[0].include.as_ref().unwrap();
+        let names: Vec<_> =
+            a.params.iter().map(|(n, v, f)| (n.as_str(), v.key_text(), f.ends_with("a.yaml"))).collect();
+        assert_eq!(names, [("p", "1".to_string(), false), ("q", "2".to_string(), true)]);
+        let b = steps[1].include.as_ref().unwrap();
+        assert!(steps[1].location.file.ends_with("lib/b.yaml"));
+        assert_eq!(b.parent.as_ref().unwrap().id, a.id);
+        assert!(b.chain().contains("lib/a.yaml:5:5, included from "), "{}", b.chain());
+        assert!(steps[2].include.is_none());
+        // Without `with:`, a parameter without a default is missing (and said where).
+        write(t.path(), "s.yaml", "name: s\nsteps:\n  - include: lib/b.yaml\n");
+        let d = check(t.path()).unwrap_err();
+        assert_eq!(d[0].message, format!("missing parameter `r` for {}", t.path().join("lib/b.yaml").display()));
+        assert_eq!((d[0].location.line, d[0].location.col), (3, 5));
+    }
+
+    /// Includes that multiply (a file including the next twice, sixteen deep) stop at the
+    /// budget, said once, instead of expanding 2^16 times.
+    #[test]
+    fn includes_that_multiply_are_bounded() {
+        let t = tempfile::tempdir().unwrap();
+        for i in 0..15 {
+            let next = format!("f{}.yaml", i + 1);
+            write(
+                t.path(),
+                &format!("f{i}.yaml"),
+                &format!("kind: steps\nsteps:\n  - include: {next}\n  - include: {next}\n"),
+            );
+        }
+        write(t.path(), "f15.yaml", "kind: steps\nsteps:\n  - set: { a: 1 }\n");
+        write(t.path(), "s.yaml", "name: s\nsteps:\n  - include: f0.yaml\n");
+        let started = std::time::Instant::now();
+        let d = check(t.path()).unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        let over: Vec<_> = d.iter().filter(|d| d.message.contains("more than 10000 steps")).collect();
+        assert_eq!(over.len(), 1, "{d:?}");
     }
 }

@@ -137,12 +137,23 @@ struct CaseRun<'a> {
     started: Instant,
     base: BTreeMap<&'static str, MValue>,
     step_values: BTreeMap<String, MValue>,
+    /// `params` of the step that runs, when a steps file brought it in (`include:`).
+    params: Option<MValue>,
+    /// Whose step ids `step_values` and `ctx.outputs` hold now: the scenario's (`None`) or an
+    /// include's (its frame id); the others wait here. An included file's ids are its own.
+    frame: Option<usize>,
+    other_frames: BTreeMap<Option<usize>, FrameIds>,
+    /// Each include's parameters, evaluated when its first step ran, by frame id.
+    frame_params: BTreeMap<usize, MValue>,
     /// The last lines the running step streamed (a build's log), masked: a step that times out
     /// says what it was doing when it was stopped.
     progress_tail: ProgressTail,
     /// Ctrl-C or `-x`: what stops the case's steps, and why.
     halt: Halt,
 }
+
+/// One frame's step ids: their values for templates, and their outputs for `of:`.
+type FrameIds = (BTreeMap<String, MValue>, BTreeMap<String, JsonValue>);
 
 /// The last [`TAIL_LINES`] progress lines of the step that is running.
 type ProgressTail = Arc<Mutex<std::collections::VecDeque<String>>>;
@@ -285,6 +296,10 @@ pub async fn run_case(
         started: Instant::now(),
         base,
         step_values: BTreeMap::new(),
+        params: None,
+        frame: None,
+        other_frames: BTreeMap::new(),
+        frame_params: BTreeMap::new(),
         progress_tail,
         halt: halt.clone(),
     };
@@ -493,7 +508,16 @@ impl CaseRun<'_> {
             status,
             args,
             outputs,
-            message: message.map(|s| m.mask(&s).into_owned()),
+            message: message.map(|s| {
+                // Which include brought a failing step in (a skip says why on its own).
+                let s = match &step.include {
+                    Some(frame) if matches!(status, StepStatus::Failed | StepStatus::Error) => {
+                        format!("{s} ({})", frame.chain())
+                    }
+                    _ => s,
+                };
+                m.mask(&s).into_owned()
+            }),
             mismatch: None,
             attempts,
             start_ms,
@@ -525,7 +549,51 @@ impl CaseRun<'_> {
         if let Some(i) = self.ctx.target {
             map.insert("sandbox", views[i].clone());
         }
+        if let Some(p) = &self.params {
+            map.insert("params", p.clone());
+        }
         MValue::from(map)
+    }
+
+    /// Make `frame`'s step ids the ones `steps.<id>` and `of:` see.
+    fn enter(&mut self, frame: Option<usize>) {
+        if frame == self.frame {
+            return;
+        }
+        let (values, outputs) = self.other_frames.remove(&frame).unwrap_or_default();
+        let values = std::mem::replace(&mut self.step_values, values);
+        let outputs = std::mem::replace(&mut self.ctx.outputs, outputs);
+        self.other_frames.insert(self.frame, (values, outputs));
+        self.frame = frame;
+    }
+
+    /// The parameters of an include, evaluated once (when its first step runs) in the context
+    /// of the include step: the variables and outputs known then, and the params of the file
+    /// holding the include.
+    fn include_params(&mut self, frame: &crate::model::IncludeFrame) -> Result<MValue, String> {
+        if let Some(p) = self.frame_params.get(&frame.id) {
+            return Ok(p.clone());
+        }
+        let outer = match &frame.parent {
+            Some(parent) => Some(self.include_params(parent)?),
+            None => None,
+        };
+        let saved = std::mem::replace(&mut self.params, outer);
+        let here = self.frame;
+        self.enter(frame.parent.as_ref().map(|p| p.id));
+        let tctx = self.expr_ctx();
+        self.enter(here);
+        self.params = saved;
+        let mut values = serde_json::Map::new();
+        for (name, node, file) in &frame.params {
+            let v = expr::render_node(node, &tctx).map_err(|(e, line, col)| {
+                format!("template error in parameter `{name}` at {file}:{line}:{col}: {}", e.message)
+            })?;
+            values.insert(name.clone(), v);
+        }
+        let p = MValue::from(Serde(JsonValue::Object(values)));
+        self.frame_params.insert(frame.id, p.clone());
+        Ok(p)
     }
 
     async fn list(
@@ -642,6 +710,7 @@ impl CaseRun<'_> {
     /// Run one step with `if`, rendering, `retry`/`eventually` and its timeout. Returns true
     /// when the step failed and the scenario must stop.
     async fn step(&mut self, step: &Step, index: usize, phase: Phase) -> bool {
+        self.enter(step.include.as_ref().map(|f| f.id));
         let start_ms = self.elapsed_ms();
         let t0 = Instant::now();
         // Which sandbox.
@@ -677,6 +746,20 @@ impl CaseRun<'_> {
             return false;
         }
         self.resolve_ports(step).await;
+        // Local files (`from:`, `equals_file`, `build: { path }`) are found beside the file
+        // the step is written in: a steps file's own folder.
+        self.ctx.scenario_dir =
+            std::path::Path::new(&step.location.file).parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        self.params = match &step.include {
+            None => None,
+            Some(frame) => match self.include_params(frame) {
+                Ok(p) => Some(p),
+                Err(message) => {
+                    let err = StepError::error(message);
+                    return self.finish(step, index, phase, JsonValue::Null, Err(err), 1, start_ms, t0);
+                }
+            },
+        };
         let tctx = self.expr_ctx();
         if let Some((expr, node)) = &step.condition {
             match expr::eval_bool(expr, &tctx) {
@@ -690,7 +773,7 @@ impl CaseRun<'_> {
                     let (line, col) = expr::position(node, e.line_in_expr);
                     let err = StepError::error(format!(
                         "cannot evaluate `if: {expr}` at {}:{line}:{col}: {}",
-                        self.case.scenario.source.path, e.message
+                        step.location.file, e.message
                     ));
                     return self.finish(step, index, phase, JsonValue::Null, Err(err), 1, start_ms, t0);
                 }
@@ -699,10 +782,8 @@ impl CaseRun<'_> {
         let args = match expr::render_node(&step.args, &tctx) {
             Ok(a) => a,
             Err((e, line, col)) => {
-                let err = StepError::error(format!(
-                    "template error at {}:{line}:{col}: {}",
-                    self.case.scenario.source.path, e.message
-                ));
+                let err =
+                    StepError::error(format!("template error at {}:{line}:{col}: {}", step.location.file, e.message));
                 return self.finish(step, index, phase, JsonValue::Null, Err(err), 1, start_ms, t0);
             }
         };
@@ -727,7 +808,7 @@ impl CaseRun<'_> {
             None => result,
             // A skip is not a failure to expect.
             Some(_) if matches!(&result, Err(e) if e.severity == Severity::Skip) => result,
-            Some(expect) => self.expected_error(expect, &self.ctx.expr_ctx.clone(), result),
+            Some(expect) => self.expected_error(expect, &step.location.file, &self.ctx.expr_ctx.clone(), result),
         };
         self.finish(step, index, phase, args, result, attempts, start_ms, t0)
     }
@@ -786,6 +867,7 @@ impl CaseRun<'_> {
     fn expected_error(
         &self,
         expect: &crate::model::ExpectError,
+        file: &str,
         tctx: &MValue,
         result: Result<JsonValue, StepError>,
     ) -> Result<JsonValue, StepError> {
@@ -817,10 +899,7 @@ impl CaseRun<'_> {
         }
         if let Some(node) = &expect.matcher {
             let rendered = expr::render_node(node, tctx).map_err(|(e, line, col)| {
-                StepError::error(format!(
-                    "template error at {}:{line}:{col}: {}",
-                    self.case.scenario.source.path, e.message
-                ))
+                StepError::error(format!("template error at {file}:{line}:{col}: {}", e.message))
             })?;
             let m = crate::matcher::Matcher::from_json(&rendered).map_err(|e| StepError::error(e.to_string()))?;
             if let Err(f) = m.check_text(&e.message) {
