@@ -8,8 +8,15 @@ use crate::provider::factory::{self, ProviderKind};
 use crate::{errln, out};
 
 /// The one tokio runtime a command runs on, driven to `work`'s end.
+/// Once the runtime is gone (with it the tasks that still held a provider), waits for the
+/// cleanups the local provider's drops handed off, so the exit that follows leaves no cgroup
+/// or state directory behind.
 pub fn block_on<F: Future>(work: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts").block_on(work)
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime starts");
+    let out = rt.block_on(work);
+    drop(rt);
+    crate::provider::local::wait_for_cleanups(std::time::Duration::from_secs(10));
+    out
 }
 
 /// The provider `kind` for a command ([`factory::make`]). A local one also sweeps what

@@ -405,7 +405,10 @@ pub fn spawn_signal_handler(
                 cancel.cancel();
             } else {
                 crate::errln!("\nscenario-run: second {name}: destroying sandboxes and exiting now");
-                provider.destroy_all_now();
+                // Synchronous and waiting (for the processes to go before their cgroups
+                // can): off the runtime's workers.
+                let p = provider.clone();
+                let _ = tokio::task::spawn_blocking(move || p.destroy_all_now()).await;
                 // Host commands (SDK and CLI clients) go with their whole process groups.
                 crate::steps::host::kill_all();
                 // A create under way when the signal came may still land on a remote provider:

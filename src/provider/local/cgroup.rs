@@ -400,7 +400,12 @@ impl Cgroup {
     pub(crate) async fn remove_async(&self) {
         for d in &self.dirs {
             for attempt in 0..200 {
-                match std::fs::remove_dir(d) {
+                // A v1 memory group's rmdir moves its charges to the parent: milliseconds.
+                let dir = d.clone();
+                let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir(dir))
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+                match removed {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
                     Err(_) if attempt < 199 => tokio::time::sleep(Duration::from_millis(10)).await,

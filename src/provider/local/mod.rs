@@ -48,6 +48,9 @@
 //! Every wait on something external has a timeout, blocking filesystem work runs under
 //! `spawn_blocking`, and children are tokio processes. The one exception is the isolation
 //! probe in the synchronous constructor (tens of milliseconds, once per state directory).
+//! A `Drop` never waits: it kills at once and hands what must wait for the processes to go
+//! (removing cgroups, mount points and directories) to a cleanup thread (`reaper`), which
+//! the process's way out waits for ([`wait_for_cleanups`]).
 //!
 //! Background processes: `spawn` starts one and forgets its output until `wait`;
 //! `spawn_live` also streams the output as it comes and can keep stdin open (`write_stdin`,
@@ -72,6 +75,7 @@ mod netns;
 mod process;
 mod proxy;
 mod pty;
+mod reaper;
 mod sandbox;
 mod seccomp;
 mod sys;
@@ -105,6 +109,13 @@ use enter::Identity;
 use files::Root;
 use process::{ProcTable, Target};
 use sandbox::{Layout, NsSandbox};
+
+/// Waits (at most `timeout`) for the cleanups a drop handed off (see `reaper`): a killed
+/// sandbox's cgroup and directories, removed once its processes are gone. The way out of the
+/// process calls it, so an exit right after a drop leaves nothing behind. True if all are done.
+pub fn wait_for_cleanups(timeout: Duration) -> bool {
+    reaper::wait(timeout)
+}
 
 /// Marks every descriptor this process inherited above stderr close-on-exec, so none reaches
 /// a sandbox, a build or any command started later: a shell, a CI runner or an IDE often
@@ -708,13 +719,13 @@ impl Inner {
         } else {
             let id = format!("sbx-{}", crate::random::hex(6));
             let dir = self.state_dir.join(&id);
-            // Who owns it, so a later run can sweep it if this process dies without cleaning up.
-            std::fs::create_dir_all(&dir)
-                .and_then(|()| crate::owner::mark(&dir))
-                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
             let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
-            let (h, t, b) = (home.clone(), tmp.clone(), bash_env.clone());
+            let (d, h, t, b) = (dir.clone(), home.clone(), tmp.clone(), bash_env.clone());
             tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                // Who owns it, so a later run can sweep it if this process dies without
+                // cleaning up.
+                std::fs::create_dir_all(&d)?;
+                crate::owner::mark(&d)?;
                 std::fs::create_dir_all(&h)?;
                 std::fs::create_dir_all(&t)?;
                 std::fs::write(&b, process::BASH_ENV_SCRIPT)
@@ -838,36 +849,70 @@ impl Inner {
         Ok((layer, !fresh))
     }
 
+    /// The synchronous last resort: kills everything at once, then removes what is left
+    /// (waiting a moment for the processes to go) and waits for the cleanups drops handed
+    /// off. Blocks: callers on a runtime call it through `spawn_blocking`.
     fn kill_all_now(&self) {
+        self.kill_now().remove();
+        reaper::wait(CLEANUP_WAIT);
+    }
+
+    /// What [`Inner::kill_all_now`] does at once (signals; nothing waits): SIGKILLs every
+    /// sandbox, spare and boot under way, and closes the pools. Returns what is left to remove.
+    fn kill_now(&self) -> Leftovers {
         let spares = self.warm.close_now();
         for b in &spares {
             b.ns.stop_now();
         }
         let abandoned = self.booter.stop_booting_now();
         self.nets.close();
-        self.disks.close();
-        for dir in self.building.lock().expect("building").drain() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        let building: Vec<PathBuf> = self.building.lock().expect("building").drain().collect();
         let all = self.core.everything();
         for sb in &all {
             sb.kill_now();
         }
-        // SIGKILL is delivered at once; the PID namespaces are gone within milliseconds.
-        // Give them a moment, then remove the state directories so nothing is left on disk.
-        // Bounded: this runs on the way out after a second Ctrl-C.
-        std::thread::sleep(Duration::from_millis(150));
-        for sb in &all {
+        Leftovers { spares, abandoned, all, building, disks: self.disks.clone() }
+    }
+}
+
+/// How long the synchronous ways out wait for handed-off cleanups: a cgroup's removal retries
+/// for half a second per controller.
+const CLEANUP_WAIT: Duration = Duration::from_secs(10);
+
+/// What is left of a provider killed at once: directories, cgroups and mount points, removed
+/// once the processes are gone.
+struct Leftovers {
+    spares: Vec<warm::Booted>,
+    abandoned: Vec<warm::Abandoned>,
+    all: Vec<Arc<Sandbox>>,
+    building: Vec<PathBuf>,
+    disks: Arc<disk::Pool>,
+}
+
+impl Leftovers {
+    /// Removes them all. Blocks (bounded): on a thread that may wait.
+    fn remove(self) {
+        self.disks.close();
+        for dir in &self.building {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        if !(self.all.is_empty() && self.spares.is_empty() && self.abandoned.is_empty()) {
+            // SIGKILL is delivered at once; the PID namespaces are gone within milliseconds.
+            // Give them a moment, then remove the state directories so nothing is left on
+            // disk. Bounded: this runs on the way out after a second Ctrl-C.
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        for sb in &self.all {
             if let Some(b) = sb.boot() {
                 b.ns.remove_leftovers();
             }
             let _ = std::fs::remove_dir_all(&sb.dir);
         }
-        for b in &spares {
+        for b in &self.spares {
             b.ns.remove_leftovers();
             let _ = std::fs::remove_dir_all(&b.layout.dir);
         }
-        for a in &abandoned {
+        for a in &self.abandoned {
             a.remove();
         }
     }
@@ -885,9 +930,12 @@ impl Host for Inner {
 }
 
 impl Drop for Inner {
+    /// Dropped without destroy_all: do not leave processes behind. Kills at once, and removes
+    /// the rest on a cleanup thread (see `reaper`): a drop may run on a runtime worker, which
+    /// must not sleep while the processes go.
     fn drop(&mut self) {
-        // Dropped without destroy_all: do not leave processes behind.
-        self.kill_all_now();
+        let left = self.kill_now();
+        reaper::run(move || left.remove());
     }
 }
 

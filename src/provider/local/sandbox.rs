@@ -554,14 +554,19 @@ pub(crate) struct NsSandbox {
 impl Drop for NsSandbox {
     /// A sandbox whose owner was dropped mid-way (a cancelled build, an interrupted create)
     /// must not outlive it: kill pid 1 and whatever the cgroup holds, and remove the cgroup.
-    /// (The outer bwrap is a `kill_on_drop` child, which tokio reaps.)
+    /// (The outer bwrap is a `kill_on_drop` child, which tokio reaps.) Removing the cgroup
+    /// waits for the processes to go: a cleanup thread does it (see `reaper`), as a drop may
+    /// run on a runtime worker.
     fn drop(&mut self) {
         if !self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
             self.stop_now();
-            if let Some(c) = &self.cgroup {
-                c.remove();
-            }
-            let _ = std::fs::remove_dir(&self.mount_point);
+            let (cgroup, mount_point) = (self.cgroup.take(), std::mem::take(&mut self.mount_point));
+            super::reaper::run(move || {
+                if let Some(c) = cgroup {
+                    c.remove();
+                }
+                let _ = std::fs::remove_dir(mount_point);
+            });
         }
     }
 }
@@ -570,10 +575,15 @@ impl NsSandbox {
     /// Starts the sandbox and waits until its root is in place. `name` names its cgroup.
     pub(crate) async fn start(layout: Layout, name: &str) -> Result<Self> {
         let infra = |what: &str, e: std::io::Error| ProviderError::infra(format!("{what}: {}", sys::errno_text(&e)));
-        let cgroup = match Cgroup::create(&super::cgroup::group_name(name), layout.limits) {
+        // Directories and files of the cgroup filesystem: off the runtime.
+        let (group, limits) = (super::cgroup::group_name(name), layout.limits);
+        let created = tokio::task::spawn_blocking(move || Cgroup::create(&group, limits))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        let cgroup = match created {
             Ok(c) => c,
             Err(e) => {
-                let _ = std::fs::remove_dir(&layout.merged);
+                let _ = tokio::fs::remove_dir(&layout.merged).await;
                 return Err(infra("cannot create the sandbox's cgroup", e));
             }
         };
@@ -584,7 +594,7 @@ impl NsSandbox {
                     c.kill_all().await;
                     c.remove_async().await;
                 }
-                let _ = std::fs::remove_dir(&layout.merged);
+                let _ = tokio::fs::remove_dir(&layout.merged).await;
                 return Err(e);
             }
         };
@@ -608,7 +618,7 @@ impl NsSandbox {
                     c.kill_all().await;
                     c.remove_async().await;
                 }
-                let _ = std::fs::remove_dir(&layout.merged);
+                let _ = tokio::fs::remove_dir(&layout.merged).await;
                 Err(infra("sandbox namespaces vanished", e))
             }
         }
@@ -727,7 +737,7 @@ impl NsSandbox {
             c.kill_all().await;
             c.remove_async().await;
         }
-        let _ = std::fs::remove_dir(&self.mount_point);
+        let _ = tokio::fs::remove_dir(&self.mount_point).await;
     }
 
     /// Last resort: SIGKILL pid 1 and everything in the cgroup, without waiting.

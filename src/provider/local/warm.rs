@@ -126,9 +126,13 @@ impl Booter {
         let id = format!("sbx-{}", crate::random::hex(6));
         let dir = self.state_dir.join(&id);
         // Who owns it, so a later run can sweep it if this process dies without cleaning up.
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| crate::owner::mark(&dir))
-            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
+        let d = dir.clone();
+        super::blocking(move || {
+            std::fs::create_dir_all(&d)
+                .and_then(|()| crate::owner::mark(&d))
+                .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))
+        })
+        .await?;
         let mut layout = Layout::new(&dir, self.ids, shape.limits);
         self.booting.lock().expect("booting").insert(id.clone(), layout.merged.clone());
         let _booting = Booting(self, id.clone());
@@ -136,13 +140,16 @@ impl Booter {
         layout.on_disk(disk::Disk::new(&dir, shape.disk_mb));
         layout.lowers.clone_from(&shape.lowers);
         let abandon = |layout: &Layout| {
-            let _ = std::fs::remove_dir(&layout.merged);
-            let _ = std::fs::remove_dir_all(&dir);
+            let (merged, dir) = (layout.merged.clone(), dir.clone());
+            tokio::task::spawn_blocking(move || {
+                let _ = std::fs::remove_dir(merged);
+                let _ = std::fs::remove_dir_all(dir);
+            })
         };
         let net = match self.nets.take().await {
             Ok(n) => n,
             Err(e) => {
-                abandon(&layout);
+                let _ = abandon(&layout).await;
                 return Err(super::net_error("cannot make the sandbox's network".into(), e));
             }
         };
@@ -160,7 +167,7 @@ impl Booter {
         match prepared {
             Ok(dev) => layout.disk.as_mut().expect("a sandbox has a disk").dev = Some(Arc::new(dev)),
             Err(e) => {
-                abandon(&layout);
+                let _ = abandon(&layout).await;
                 return Err(e);
             }
         }
