@@ -236,7 +236,12 @@ fn a_run_killed_while_a_sandbox_is_paused_leaves_nothing_after_the_next_run() {
     }
     signal(&child, libc::SIGKILL);
     child.wait().unwrap();
-    assert!(leftovers(pid, &state_dir).processes > 0, "the paused sandbox outlives its killed run until swept");
+    // The frozen processes outlive their killed run until a run sweeps them. Any run on this
+    // host sweeps the groups of dead runs, so another test's run may have done it already
+    // (nextest runs many at once): then what is checked below is that sweep's work.
+    if leftovers(pid, &state_dir).processes == 0 {
+        eprintln!("another run swept the killed run's frozen sandbox first");
+    }
     let out = cmd(&["scenarios/lifecycle/connect.yaml", "--no-progress"])
         .env("SCENARIO_RUN_STATE_DIR", &state_dir)
         .output()
