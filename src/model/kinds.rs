@@ -154,7 +154,7 @@ const CREATE_NETWORK: &[Field] = &[
     f("dns_servers", FieldType::StrList, "E2B's `dnsServers`: IPv4 nameservers reachable while allow_out names a domain (default 8.8.8.8; `[]`: none)"),
 ];
 
-const HTTP_FIELDS_COMMON: [Field; 7] = [
+const HTTP_FIELDS_COMMON: [Field; 8] = [
     f("port", FieldType::Range(1, 65535), "port inside the sandbox; resolved to the sandbox's host for that port"),
     f("path", FieldType::Str, "path (and query) appended to the port's URL, default `/`"),
     f("url", FieldType::Str, "full URL instead of port + path"),
@@ -166,6 +166,11 @@ const HTTP_FIELDS_COMMON: [Field; 7] = [
         FieldType::Duration,
         "limit for one request (default 30s; 5s for each attempt under `eventually`)",
     ),
+    f(
+        "capture",
+        FieldType::Any,
+        "variables from the response, as Hurl's captures: `{ name: { header: X-Token } }`, `{ name: { regex: 'id=(\\d+)' } }` (the body; the first group), or both (a header's value by regex)",
+    ),
 ];
 
 const HTTP_OUTPUTS: &[(&str, &str)] = &[
@@ -176,6 +181,8 @@ const HTTP_OUTPUTS: &[(&str, &str)] = &[
     ("body_dropped", "bytes of the body beyond --max-output, read but not kept (0 normally)"),
     ("url", "the URL requested"),
     ("duration_ms", "milliseconds from sending the request to the end of the body"),
+    ("captures", "the values `capture` bound (also under `vars`)"),
+    ("request", "what was sent: method, url, headers (credentials masked), body (cut at 2 KiB)"),
 ];
 
 /// The types of change `watch-events { expect: [{ type }] }` names (checked by `check`).
@@ -743,7 +750,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "an HTTP request with any method",
         main: None,
         fields: &{
-            let mut fields = [req("method", FieldType::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]), "HTTP method"); 8];
+            let mut fields = [req("method", FieldType::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]), "HTTP method"); 9];
             let mut i = 0;
             while i < HTTP_FIELDS_COMMON.len() {
                 fields[i + 1] = HTTP_FIELDS_COMMON[i];
@@ -864,6 +871,6 @@ mod tests {
             }
         }
         assert_eq!(lookup("http").unwrap().fields[0].name, "method");
-        assert_eq!(lookup("http").unwrap().fields.len(), 8);
+        assert_eq!(lookup("http").unwrap().fields.len(), 9);
     }
 }

@@ -505,6 +505,9 @@ fn step(
     if kind.name == "watch-events" {
         watch_expect(cx, &st.args);
     }
+    if kind.name == "http" || kind.name == "http-get" {
+        http_capture(cx, &st.args);
+    }
     record_in_scope(cx, &st, knode, scope, sandboxes);
     st.label = name.unwrap_or_else(|| label(kind.name, &st.args, kind.main));
     Some(st)
@@ -778,6 +781,9 @@ fn record_in_scope(cx: &mut Ctx<'_>, st: &Step, knode: &Node, scope: &mut Scope,
         if let Some(m) = st.args.as_map() {
             scope.vars.extend(m.iter().map(|(k, _)| k.key_text()));
         }
+    }
+    if let Some(m) = st.args.get("capture").and_then(Node::as_map).filter(|_| kind.name.starts_with("http")) {
+        scope.vars.extend(m.iter().map(|(k, _)| k.key_text()));
     }
     if let Some(id) = &st.id {
         let outputs: Vec<String> = if st.expect_error.is_some() {
@@ -1246,6 +1252,61 @@ fn watch_expect(cx: &mut Ctx<'_>, args: &Node) {
                 }
             }
             _ => cx.wrong_type(item, "a name or { name, type }", "watch-events.expect"),
+        }
+    }
+}
+
+/// `http: { capture: { name: { header, regex } } }`: names a variable can have, each with
+/// `header`, `regex` or both, and a regex that compiles.
+fn http_capture(cx: &mut Ctx<'_>, args: &Node) {
+    let Some(node) = args.get("capture") else { return };
+    let Some(entries) = node.as_map() else {
+        if !node.as_str().is_some_and(expr::is_expression) {
+            cx.wrong_type(node, "a mapping of variable names to { header, regex }", "capture");
+        }
+        return;
+    };
+    let example = "write `capture: { token: { header: X-Token } }` or `capture: { id: { regex: 'id=(\\d+)' } }`";
+    for (k, v) in entries {
+        let name = k.key_text();
+        let ok = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !ok {
+            cx.err(k, format!("capture name `{name}` must be letters, digits and `_` (not starting with a digit)"))
+                .help = Some("it becomes `{{ vars.<name> }}`".into());
+        }
+        let Some(fields) = v.as_map() else {
+            let d = v
+                .diag(
+                    cx.src,
+                    format!("capture `{name}` must be {{ header }}, {{ regex }} or both, found {}", v.type_name()),
+                )
+                .help(example);
+            cx.push(d);
+            continue;
+        };
+        for (fk, fv) in fields {
+            match fk.key_text().as_str() {
+                "header" => {}
+                "regex" => {
+                    let re = fv.key_text();
+                    if !expr::has_template(fv) {
+                        if let Err(e) = regex::Regex::new(&re) {
+                            let d = fv
+                                .diag(cx.src, format!("bad regex for capture `{name}`"))
+                                .label("does not compile")
+                                .help(e.to_string());
+                            cx.push(d);
+                        }
+                    }
+                }
+                _ => cx.unknown_key(fk, &["header", "regex"], &format!("in capture `{name}`")),
+            }
+        }
+        if v.get("header").is_none() && v.get("regex").is_none() {
+            let d = v.diag(cx.src, format!("capture `{name}` needs `header`, `regex` or both")).help(example);
+            cx.push(d);
         }
     }
 }

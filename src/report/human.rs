@@ -337,6 +337,11 @@ impl HumanReporter {
             text.push_str(&format::sanitize(format::first_line(m)));
         }
         self.line(&text);
+        if matches!(record.status, StepStatus::Failed | StepStatus::Error) {
+            if let Some(exchange) = http_exchange(record) {
+                self.line(exchange.trim_end());
+            }
+        }
     }
 
     fn scenario_finished(&mut self, r: &ScenarioResult) {
@@ -518,6 +523,58 @@ fn overall_style(color: bool) -> ProgressStyle {
         "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}"
     };
     ProgressStyle::with_template(template).expect("static template").progress_chars("=> ")
+}
+
+/// How much of a response body `-v` shows under a failing HTTP step.
+const SHOWN_RESPONSE_BODY: usize = 2048;
+
+/// A failing HTTP step's request and response, as `curl -v` shows them (`>` sent, `<`
+/// received): method, URL, headers and body each way, bodies cut at 2 KiB. Everything in a
+/// record is masked already, and a credential header's value is `***` whatever it was.
+fn http_exchange(record: &StepRecord) -> Option<String> {
+    if !record.kind.starts_with("http") {
+        return None;
+    }
+    let req = record.outputs.get("request")?;
+    let s = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+    let mut out = String::new();
+    let mut line = |prefix: &str, text: &str| {
+        out.push_str(&format!("      {prefix} {}\n", format::sanitize(text)));
+    };
+    line(">", &format!("{} {}", s(&req["method"]), s(&req["url"])));
+    for (k, v) in req["headers"].as_object().into_iter().flatten() {
+        line(">", &format!("{k}: {}", s(v)));
+    }
+    if let Some(body) = req["body"].as_str() {
+        line(">", "");
+        for l in body.lines() {
+            line(">", l);
+        }
+    }
+    let Some(status) = record.outputs.get("status") else {
+        line("<", "(no response)");
+        return Some(out);
+    };
+    line("<", &format!("{} ({} ms)", s(status), s(&record.outputs["duration_ms"])));
+    for (k, v) in record.outputs["headers"].as_object().into_iter().flatten() {
+        line("<", &format!("{k}: {}", s(v)));
+    }
+    let body = record.outputs["body"].as_str().unwrap_or_default();
+    if !body.is_empty() {
+        line("<", "");
+        let mut end = body.len().min(SHOWN_RESPONSE_BODY);
+        while !body.is_char_boundary(end) {
+            end -= 1;
+        }
+        for l in body[..end].lines() {
+            line("<", l);
+        }
+        let more = (body.len() - end) as u64 + record.outputs["body_dropped"].as_u64().unwrap_or(0);
+        if more > 0 {
+            line("<", &format!("… ({more} more bytes)"));
+        }
+    }
+    Some(out)
 }
 
 fn spinner_style(color: bool) -> ProgressStyle {

@@ -90,17 +90,32 @@ async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
         v.set_sensitive(true);
         req = req.header(k, v);
     }
+    let mut sent_headers = serde_json::Map::new();
     for (k, v) in a.str_map("headers") {
+        sent_headers.insert(k.clone(), JsonValue::String(shown_header(&k, &v)));
         req = req.header(k, v);
     }
-    match a.json("body") {
-        None => {}
-        Some(JsonValue::String(s)) => req = req.body(s.clone()),
-        Some(other) => req = req.json(other),
-    }
+    let sent_body = match a.json("body") {
+        None => None,
+        Some(JsonValue::String(s)) => {
+            req = req.body(s.clone());
+            Some(s.clone())
+        }
+        Some(other) => {
+            req = req.json(other);
+            Some(other.to_string())
+        }
+    };
+    // What was sent, for `-v` and the reports: a credential in a header never shows (its
+    // value is masked by the header's name, and every known secret by the runner's masker).
+    let request = json!({
+        "method": method, "url": url, "headers": sent_headers,
+        "body": sent_body.as_deref().map(|b| cut(b, SHOWN_BODY)),
+    });
     let started = std::time::Instant::now();
     let mut resp = req.send().await.map_err(|e| {
-        let err = StepError::fail(send_failed(&url, port, &method, ctx.polling, &e));
+        let err = StepError::fail(send_failed(&url, port, &method, ctx.polling, &e))
+            .with_outputs(json!({ "url": url, "request": request }));
         if e.is_timeout() {
             err.of_kind(crate::provider::ErrorKind::Timeout)
         } else {
@@ -129,9 +144,9 @@ async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
     } else {
         JsonValue::Null
     };
-    let outputs = json!({
+    let mut outputs = json!({
         "status": status, "body": body, "headers": headers, "json": parsed, "url": url, "body_dropped": dropped,
-        "duration_ms": duration_ms,
+        "duration_ms": duration_ms, "request": request,
     });
     if let Some(expect) = a.object("expect") {
         check_expect(expect, status, &headers, &body, port)
@@ -143,7 +158,99 @@ async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
                 e.with_outputs(outputs.clone())
             })?;
     }
+    // Captures after the checks, as Hurl's: a response that failed them binds nothing.
+    if let Some(spec) = a.json("capture") {
+        let captured = capture(spec, &headers, &body).map_err(|e| e.with_outputs(outputs.clone()))?;
+        for (k, v) in &captured {
+            ctx.vars.insert(k.clone(), v.clone());
+        }
+        outputs["captures"] = JsonValue::Object(captured);
+    }
     Ok(outputs)
+}
+
+/// How much of a request's body the step keeps to show (`-v`, reports).
+const SHOWN_BODY: usize = 2048;
+
+/// `text` up to `max` bytes (on a character boundary), saying how much was cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes)", &text[..end], text.len() - end)
+}
+
+/// Headers that carry credentials whatever their value: shown as `***`.
+const CREDENTIAL_HEADERS: &[&str] =
+    &["authorization", "proxy-authorization", "cookie", "x-api-key", "api-key", "x-auth-token", "x-access-token"];
+
+fn shown_header(name: &str, value: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    if CREDENTIAL_HEADERS.contains(&lower.as_str()) || lower.contains("token") || lower.contains("secret") {
+        // The scheme stays (`Bearer ***`): it says what kind of credential was sent.
+        match value.split_once(' ') {
+            Some((scheme, _)) if lower.ends_with("authorization") => format!("{scheme} ***"),
+            _ => "***".into(),
+        }
+    } else {
+        value.to_string()
+    }
+}
+
+/// `capture: { name: { header, regex } }`: each name bound to a header's value (its name in
+/// any case), or to the first group of a regex (the whole match without a group) on the body
+/// or on that header. A capture that finds nothing fails the step, as Hurl's does.
+fn capture(
+    spec: &JsonValue,
+    headers: &serde_json::Map<String, JsonValue>,
+    body: &str,
+) -> Result<serde_json::Map<String, JsonValue>, StepError> {
+    let Some(entries) = spec.as_object() else {
+        return Err(StepError::bad_args("`capture` must map variable names to { header, regex }"));
+    };
+    let mut out = serde_json::Map::new();
+    for (name, how) in entries {
+        let header = how.get("header").and_then(JsonValue::as_str);
+        let regex = how.get("regex").and_then(JsonValue::as_str);
+        let (text, what) = match header {
+            Some(h) => match headers.get(&h.to_ascii_lowercase()).and_then(JsonValue::as_str) {
+                Some(v) => (v, format!("header {h}")),
+                None => {
+                    let names: Vec<&str> = headers.keys().map(String::as_str).collect();
+                    return Err(StepError::fail(format!(
+                        "capture `{name}`: the response has no header {h} (it has: {})",
+                        names.join(", ")
+                    )));
+                }
+            },
+            None if regex.is_some() => (body, "the body".to_string()),
+            None => {
+                return Err(StepError::bad_args(format!(
+                    "capture `{name}` needs `header`, `regex` or both: {{ header: X-Token }}, {{ regex: 'id=(\\d+)' }}"
+                )))
+            }
+        };
+        let value = match regex {
+            None => text.to_string(),
+            Some(re) => {
+                let re = regex::Regex::new(re)
+                    .map_err(|e| StepError::bad_args(format!("capture `{name}`: bad regex: {e}")))?;
+                let Some(caps) = re.captures(text) else {
+                    let snippet: String = text.chars().take(200).collect();
+                    let mut e = StepError::fail(format!("capture `{name}`: /{re}/ does not match {what}: {snippet:?}"));
+                    e.mismatch = Some(Box::new(Mismatch::new(format!("/{re}/"), snippet)));
+                    return Err(e);
+                };
+                caps.get(1).or_else(|| caps.get(0)).map_or("", |m| m.as_str()).to_string()
+            }
+        };
+        out.insert(name.clone(), JsonValue::String(value));
+    }
+    Ok(out)
 }
 
 fn check_expect(
