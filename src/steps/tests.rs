@@ -1108,6 +1108,12 @@ async fn http_get_a_port_inside_the_sandbox() {
     let mut out = out;
     let took = out.as_object_mut().unwrap().remove("duration_ms");
     assert!(took.as_ref().is_some_and(serde_json::Value::is_u64), "{took:?}");
+    // What was sent, for -v and the reports.
+    let sent = out.as_object_mut().unwrap().remove("request");
+    assert_eq!(
+        sent,
+        Some(json!({ "method": "GET", "url": format!("http://127.0.0.1:{port}/health"), "headers": {}, "body": null }))
+    );
     assert_eq!(
         out,
         json!({
