@@ -1,5 +1,5 @@
 //! The process's exit codes, defined once: the runner computes a run's from its results, the
-//! commands return one, and `main` hands it to the process (README, "Exit codes").
+//! commands return one, and `main` hands it to the process (docs/reference.md, "Outcomes and exit codes").
 
 /// Why `scenario-run` exits as it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

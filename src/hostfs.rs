@@ -1,6 +1,6 @@
 //! The one way host-side code touches a directory that a sandbox (or a client) can write.
 //!
-//! Rule 1 of the threat model (README, "Threat model"): check and act on the same object. A
+//! Rule 1 of the threat model (docs/reference.md, "Threat model"): check and act on the same object. A
 //! path a sandbox can change is opened once, beneath a directory descriptor, without following
 //! links (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`), and
 //! every later action is made on that descriptor, never on the name again: a directory is made

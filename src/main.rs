@@ -13,7 +13,7 @@ use scenario_run::report::ReportFiles;
 use scenario_run::schema;
 use scenario_run::select::Shard;
 
-/// Under `--help` of a run (README, "Outcomes and exit codes"; [`scenario_run::exit`]).
+/// Under `--help` of a run (docs/reference.md, "Outcomes and exit codes"; [`scenario_run::exit`]).
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    all good: passed, xfail, non-strict xpass, skipped (see --fail-on-skip)

@@ -96,7 +96,7 @@ fn write(dir: &Path, name: &str, body: &str) {
     std::fs::write(dir.join(name), body).unwrap();
 }
 
-/// README: "`./.env` is read first, then each `--env-file`; a variable set in the shell always
+/// docs/reference.md: "`./.env` is read first, then each `--env-file`; a variable set in the shell always
 /// wins." `.env` used to be copied into the process environment, where it counted as the
 /// shell's and beat every `--env-file`.
 #[test]

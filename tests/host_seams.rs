@@ -1,4 +1,4 @@
-//! Rules 1 and 2 of the threat model (README, "Threat model"), tried as an attacker against a
+//! Rules 1 and 2 of the threat model (docs/reference.md, "Threat model"), tried as an attacker against a
 //! real `serve` in its default configuration and with host volumes enabled:
 //!
 //! * check and act on the same object: a sandbox sharing a named volume swaps a directory for

@@ -1,4 +1,4 @@
-//! The suite's knobs (README, "The suite"), through the real binary: `E2E_SANDBOX_TTL` is the
+//! The suite's knobs (docs/reference.md, "The suite"), through the real binary: `E2E_SANDBOX_TTL` is the
 //! lifetime of a sandbox whose `create` names none (default 300 s), and `E2E_SERVER_TEMPLATE`
 //! (default `python-hello`) picks the template the server scenarios deploy.
 

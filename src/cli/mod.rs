@@ -29,7 +29,7 @@ pub use wiring::block_on;
 
 /// Parse the command line. Flags with an `env = …` default take it, in this order: the flag,
 /// the process environment, the last `--env-file` that sets it, `./.env`, the built-in
-/// default (README, "Configuration and secrets"). The files are read here, not copied into
+/// default (docs/reference.md, "Configuration and secrets"). The files are read here, not copied into
 /// the process environment: a copy would count as a shell variable and beat `--env-file`.
 /// `env_files` names the `--env-file`s a first parse found.
 pub fn parse_with_env_files<C: clap::Parser>(args: &[OsString], env_files: impl FnOnce(C) -> Vec<String>) -> C {

@@ -5,7 +5,7 @@
 //! to a *recipe*: a Debian bookworm root filesystem built with mmdebstrap from the reachable
 //! Debian mirror (or an Ubuntu one from the Ubuntu archive, for `ubuntu:*`), with what the
 //! public image offers. The mapping is explicit and documented
-//! (README, "Images on the local provider"): a Hub name that is not here is an error that
+//! (docs/reference.md, "Images on the local provider"): a Hub name that is not here is an error that
 //! lists these names, never silently the host's root.
 
 use super::config::ImageConfig;
@@ -49,7 +49,7 @@ impl Ubuntu {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Recipe {
     pub name: &'static str,
-    /// One line for the README and error messages.
+    /// One line for docs/reference.md and error messages.
     pub about: &'static str,
     /// Debian packages beyond minbase (`--include`).
     pub packages: &'static [&'static str],
@@ -177,7 +177,7 @@ const TABLE: &[OfflineName] = &[
     n("ubuntu:noble", "ubuntu-24.04"),
 ];
 
-/// Public image names and the offline recipes they map to (the README's table).
+/// Public image names and the offline recipes they map to (docs/reference.md's table).
 pub fn offline_table() -> &'static [OfflineName] {
     TABLE
 }

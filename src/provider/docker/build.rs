@@ -97,7 +97,10 @@ async fn offline_from(docker: &Docker, from: &str, log: &mut BuildLog) -> Result
         return Ok(());
     };
     let t0 = Instant::now();
-    log.line(format!("FROM {from}: not on the engine; using the offline image {} (see README, Images)", recipe.name));
+    log.line(format!(
+        "FROM {from}: not on the engine; using the offline image {} (see docs/reference.md, Images)",
+        recipe.name
+    ));
     let store = crate::image::ImageStore::shared();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let got = {

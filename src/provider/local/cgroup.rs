@@ -58,7 +58,7 @@ impl Enforcement {
         E.get_or_init(probe)
     }
 
-    /// A sentence for the README's table and the start-up line.
+    /// A sentence for docs/reference.md's table and the start-up line.
     pub(crate) fn describe(&self) -> String {
         match self {
             Enforcement::V1(c) => {

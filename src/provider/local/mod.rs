@@ -435,7 +435,7 @@ impl LocalProvider {
         }
     }
 
-    /// How cpu, memory and process limits are enforced (for reports and the README).
+    /// How cpu, memory and process limits are enforced (for reports and docs/reference.md).
     pub fn limits_enforcement(&self) -> String {
         cgroup::Enforcement::get().describe()
     }
