@@ -246,6 +246,31 @@ fn package_caches_of_builds_are_held_to_their_size_least_recently_used_first() {
     );
 }
 
+/// Issue 37 item 3, one way to name a template: after `deploy: X`, `create: { template: X }`
+/// is the deployed one, even where the folder maps X to a platform's own id (`ids:`, as
+/// `code-interpreter-v1` does in the cloud); without the deploy, the error says to add it.
+#[test]
+fn a_deployed_template_is_created_by_its_name_and_a_missing_deploy_is_named() {
+    can_build();
+    let bench = Workbench::new(
+        "named-tpl",
+        "FROM base\nRUN echo named > /named\n",
+        "  - deploy: named-tpl\n  - create: { template: named-tpl }\n  - exec: cat /named\n  - assert-stdout: { equals: \"named\\n\" }\n",
+    );
+    let tpl = bench.dir.path().join("work/templates/named-tpl");
+    std::fs::write(tpl.join("template.yaml"), "name: named-tpl\nids: { local: the-platforms-own-id }\n").unwrap();
+    let out = bench.cmd().output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    // No deploy: the name maps to the platform's id, which this machine has not got, and the
+    // error says which step to add.
+    let work = bench.dir.path().join("work");
+    std::fs::write(work.join("build.yaml"), "name: named-tpl\nsteps:\n  - create: { template: named-tpl }\n").unwrap();
+    let out = bench.cmd().output().unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("add `- deploy: named-tpl` before this step"), "{stdout}");
+}
+
 /// Issue 14: a failing RUN fails the build naming its `Dockerfile:<line>`, with the last lines
 /// of the command's output, and nothing after it runs.
 #[test]

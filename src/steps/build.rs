@@ -77,9 +77,16 @@ pub async fn build(ctx: &mut StepCtx, a: &Args) -> StepResult {
 
 pub async fn deploy(ctx: &mut StepCtx, a: &Args) -> StepResult {
     let spec = spec(ctx, a)?;
+    // The name the step gave (and the folder's own `name:`, with `path:` they may differ).
+    let names = [a.str("template").to_string(), spec.template.def.name.clone()];
     let (tx, task) = collector(ctx.progress.clone());
     let result = ctx.provider.deploy(spec, tx).await;
     let log = task.await.unwrap_or_default();
+    if let Ok(o) = &result {
+        for n in names {
+            ctx.deployed.insert(n, o.template_id.clone());
+        }
+    }
     match result {
         Ok(o) => Ok(json!({
             "template_id": o.template_id, "image": o.image, "digest": o.digest, "cached": o.cached, "log": log,

@@ -43,13 +43,33 @@ fn push_sandbox(ctx: &mut StepCtx, alias: Option<String>, info: &SandboxInfo, ke
     ctx.target = ctx.current;
 }
 
+/// What to add when a template the provider does not know has a folder here (issue 37 item 3:
+/// a `create` of `code-interpreter-v1` without its `deploy` said only "unknown template").
+fn deploy_hint(name: &str, scenario_dir: &std::path::Path, root: Option<&str>) -> String {
+    let dir = crate::templates::find_dir(name, scenario_dir, root);
+    if !dir.join("template.yaml").is_file() {
+        return String::new();
+    }
+    format!(
+        "; the template folder {} defines it: add `- deploy: {name}` before this step (a build is \
+         kept by content, so only the first run builds it)",
+        dir.display()
+    )
+}
+
 pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
-    let template = a.opt_str("template").unwrap_or("base");
+    let name = a.opt_str("template").unwrap_or("base");
+    let template = name;
     // `base` and `code-interpreter-v1` are the platform's own templates in the cloud, under
     // ids of its own: the template folder's `ids` say which (template.yaml).
     let root = ctx.env.get(crate::templates::TEMPLATES_DIR_ENV).map(String::as_str);
-    let template = crate::templates::provider_id(template, ctx.provider.name(), &ctx.scenario_dir, root)
-        .map_err(|e| StepError::error(e.to_string()))?;
+    // A template this scenario deployed is the one its name means from then on (the cloud's
+    // official one of the same name, mapped by `ids`, is not).
+    let template = match ctx.deployed.get(template) {
+        Some(id) => id.clone(),
+        None => crate::templates::provider_id(template, ctx.provider.name(), &ctx.scenario_dir, root)
+            .map_err(|e| StepError::error(e.to_string()))?,
+    };
     let mut metadata = a.str_map("metadata");
     metadata.insert(ctx.run_tag.0.clone(), ctx.run_tag.1.clone());
     let req = CreateRequest {
@@ -67,7 +87,14 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
     // Read before creating: an argument error after it would leak a sandbox the scenario
     // does not know about and so never destroys.
     let keep = a.flag("keep");
-    let info = ctx.provider.create(req).await?;
+    let info = match ctx.provider.create(req).await {
+        Ok(info) => info,
+        Err(mut e) if e.kind == crate::provider::ErrorKind::NotFound => {
+            e.message.push_str(&deploy_hint(name, &ctx.scenario_dir, root));
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     if keep {
         // It outlives the run: the provider's end-of-run destroy and the sweep of the run's
         // tag leave it (a connected sandbox is merely not destroyed by the scenario).

@@ -244,6 +244,9 @@ pub struct StepCtx {
     pub progress: Option<Progress>,
     /// What bounds the running attempt (see [`StepLimit`]); `None` outside the runner.
     pub step_limit: Option<StepLimit>,
+    /// The templates this scenario deployed, by name: their ids, which `create` sends for the
+    /// name (one way to name a template, whatever the provider calls it).
+    pub deployed: BTreeMap<String, String>,
 }
 
 /// What bounds the running attempt of a step, set by the runner: a command step gives its
@@ -295,6 +298,7 @@ impl StepCtx {
             env: Default::default(),
             progress: None,
             step_limit: None,
+            deployed: BTreeMap::new(),
         }
     }
 
