@@ -599,6 +599,58 @@ def row_download(q):
     return out
 
 
+BUILD_SCENARIO = """name: build {tpl}
+steps:
+  - deploy: {tpl}
+    timeout: 15m
+  - create: {{ template: {tpl} }}
+  - exec: "true"
+"""
+
+
+def row_builds(q):
+    """A template's build kept by content (issue 37 item 1): the wall time of a scenario that
+    deploys it and starts a sandbox from it, on a fresh state directory (the layer cache
+    empty; apt/pip/npm package caches as the machine has them), again (the build reused), and
+    after one file of the folder changed (built again). Full: `python-hello` (a venv and a pip
+    install; BENCH_BUILD_TEMPLATE names another folder of templates/); quick: a one-RUN
+    template."""
+    tpl = "bench-tiny" if q else os.environ.get("BENCH_BUILD_TEMPLATE", "python-hello")
+    tdir = GEN / "templates"
+    shutil.rmtree(tdir, ignore_errors=True)
+    tdir.mkdir(parents=True)
+    if q:
+        (tdir / tpl).mkdir()
+        (tdir / tpl / "template.yaml").write_text(f"name: {tpl}\n")
+        (tdir / tpl / "Dockerfile").write_text("FROM base\nRUN echo built > /built\n")
+    else:
+        shutil.copytree(ROOT / "templates" / tpl, tdir / tpl)
+    sc = GEN / "build.yaml"
+    sc.write_text(BUILD_SCENARIO.format(tpl=tpl))
+    state = STATE / "builds"
+    shutil.rmtree(state, ignore_errors=True)
+    env = dict(os.environ, SCENARIO_RUN_STATE_DIR=str(state), SCENARIO_RUN_TEMPLATES_DIR=str(tdir))
+    env.pop("SCENARIO_RUN_KEEP_BUILDS", None)
+    out = {"template": tpl}
+    for phase in ["first", "second", "changed"]:
+        if phase == "changed":
+            with open(tdir / tpl / "template.yaml", "a") as f:
+                f.write("# changed\n")
+        t0 = time.monotonic()
+        p = subprocess.run([str(BIN), str(sc), "--no-progress"], env=env, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        if p.returncode != 0:
+            raise SystemExit(f"bench: the build scenario failed ({phase}):\n{p.stdout[-3000:]}{p.stderr[-2000:]}")
+        reused = "reusing the cached build" in p.stdout
+        if reused != (phase == "second"):
+            raise SystemExit(f"bench: {phase} run {'reused' if reused else 'did not reuse'} the build:\n{p.stdout[-3000:]}")
+        out[phase] = wall
+        log(f"builds {phase}: {wall:.2f}s")
+    subprocess.run([str(BIN), "cache", "prune"], env=env, capture_output=True)
+    shutil.rmtree(state, ignore_errors=True)
+    return out
+
+
 def ns_children(pid, comm="bwrap"):
     """The children of `pid` named `comm`. A child that exits while it is looked at (the
     provider's helpers come and go: nft, mkfs, a spare sandbox's boot) is not counted: its
@@ -767,6 +819,11 @@ def table(r):
                      f"{d['rounds']} rounds | {x['mib_s']['median']:.0f} MiB/s ({x['mib_s']['min']:.0f}–{x['mib_s']['max']:.0f}) "
                      f"| serve's peak RSS **+{x['rss_grew_kib']['median'] / 1024:.1f} MiB** | < 64 MiB, whatever the size "
                      f"| {yes(x['rss_grew_kib']['max'] < 64 * 1024)} |")
+    if "builds" in r:
+        b = r["builds"]
+        L.append(f"| Builds kept by content, `deploy: {b['template']}` + create + kill, local | first run "
+                 f"{b['first']:.2f} s; again {b['second']:.2f} s (reused); after a file changed {b['changed']:.2f} s "
+                 f"(built again) | again / first **{b['second'] / b['first']:.2f}x** | (no target) | |")
     if "interrupt" in r:
         i = r["interrupt"]
         L.append(f"| Interrupt: SIGINT with {i['n']} live sandboxes (local) | until exit, every sandbox gone, reports written "
@@ -779,13 +836,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small N, one run each (CI)")
     ap.add_argument("rows", nargs="*",
-                    default=["engine", "clients", "check", "scale", "interrupt", "latency", "download"])
+                    default=["engine", "clients", "check", "scale", "interrupt", "latency", "download", "builds"])
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     STATE.mkdir(parents=True, exist_ok=True)
     results = {"quick": a.quick, "machine": machine()}
     fns = {"engine": row_engine, "clients": row_clients, "check": row_check, "scale": row_scale,
-           "interrupt": row_interrupt, "latency": row_latency, "download": row_download}
+           "interrupt": row_interrupt, "latency": row_latency, "download": row_download, "builds": row_builds}
     for row in a.rows:
         t0 = time.monotonic()
         results[row] = fns[row](a.quick)
