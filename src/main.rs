@@ -130,6 +130,38 @@ ends after 30m, or with `scenario-run cleanup --provider P --run-id RUN --yes`."
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
     },
+    /// How fast a platform is: time to interactive (create until a first command returns)
+    /// and a command's round trip, over N iterations, as ComputeSDK's sandbox benchmarks
+    /// measure them (5 % trimmed from each end; p50, p95, p99; the success rate).
+    Bench {
+        /// Where the sandboxes are made.
+        #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
+        provider: ProviderKind,
+        /// The template each sandbox starts from.
+        #[arg(long, default_value = "base")]
+        template: String,
+        /// How many sandboxes.
+        #[arg(short = 'n', long, default_value_t = 100)]
+        iterations: usize,
+        /// One after another, one started every --stagger, or all at once.
+        #[arg(long, value_enum, default_value = "sequential")]
+        mode: scenario_run::cli::BenchMode,
+        /// The time between two starts in the staggered mode.
+        #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+        stagger: Duration,
+        /// Every figure and sample as JSON.
+        #[arg(long, value_name = "FILE")]
+        json: Option<std::path::PathBuf>,
+        /// Fail (exit 1) when the time to interactive's p95 is over this.
+        #[arg(long, value_parser = parse_duration)]
+        max_p95: Option<Duration>,
+        /// More variables from a dotenv file (after ./.env; the environment still wins).
+        #[arg(long = "env-file", value_name = "FILE")]
+        env_files: Vec<String>,
+        /// Local provider isolation: auto (namespaces when the host allows), namespaces, none.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
+        isolation: String,
+    },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
     Serve(scenario_run::server::ServeArgs),
@@ -268,6 +300,7 @@ fn env_files(cli: Cli) -> Vec<String> {
         Cli { command: Some(Command::Run(run)), .. } => run.env_files,
         Cli { command: Some(Command::Cleanup { env_files, .. }), .. } => env_files,
         Cli { command: Some(Command::Shell { env_files, .. }), .. } => env_files,
+        Cli { command: Some(Command::Bench { env_files, .. }), .. } => env_files,
         _ => Vec::new(),
     }
 }
@@ -326,6 +359,19 @@ fn main() -> ExitCode {
         Some(Command::Image { reference, username, password }) => cli::image(&reference, username, password),
         Some(Command::Serve(args)) => cli::serve(&args),
         Some(Command::Cache { action }) => cli::cache(matches!(action, Some(CacheAction::Prune))),
+        Some(Command::Bench { provider, template, iterations, mode, stagger, json, max_p95, env_files, isolation }) => {
+            cli::bench(cli::BenchArgs {
+                provider,
+                isolation,
+                template,
+                iterations,
+                mode,
+                stagger,
+                json,
+                max_p95,
+                env_files,
+            })
+        }
         Some(Command::Shell { sandbox, provider, env_files, command }) => {
             return ExitCode::from(cli::shell(&sandbox, provider, &command, &env_files));
         }

@@ -6,6 +6,7 @@
 //! Also the command line's two-pass parse: a flag that reads a variable takes it from the
 //! `--env-file`s and `./.env` as well as from the environment ([`parse_with_env_files`]).
 
+mod bench;
 mod commands;
 mod keep;
 mod last_run;
@@ -20,6 +21,7 @@ use std::path::Path;
 
 use crate::config;
 
+pub use bench::{bench, BenchArgs, Mode as BenchMode};
 pub use commands::{cache, cleanup, image, matrix, steps, write_schema};
 pub use last_run::Rerun;
 pub use run::{check, run, NoScenarios, RunRequest, View};
