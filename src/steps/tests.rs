@@ -1277,7 +1277,10 @@ async fn http_transport_failures_are_step_failures() {
     let e = failed(step(&mut c, "http-get", json!({ "url": format!("http://127.0.0.1:{port}/") })).await);
     let want = format!("request to http://127.0.0.1:{port}/ failed: ");
     assert!(e.message.starts_with(&want), "{}", e.message);
-    assert!(e.outputs.is_none());
+    // No response, so no status or body: only what was sent (for -v and the reports).
+    let outputs = e.outputs.expect("the request is kept");
+    assert_eq!(outputs["request"]["method"], "GET");
+    assert!(outputs.get("status").is_none(), "{outputs}");
 
     let slow = serve().await;
     let started = std::time::Instant::now();
