@@ -175,7 +175,8 @@ async fn provider_error_kinds_map_to_severities() {
         let p = fake();
         p.fail("create", err);
         let mut c = ctx(&p);
-        let e = step(&mut c, "create", json!({})).await.unwrap_err();
+        // A name no template folder defines (for one that does, a not-found says to deploy it).
+        let e = step(&mut c, "create", json!({ "template": "py" })).await.unwrap_err();
         assert_eq!((e.severity, e.message.as_str()), (severity, message));
         assert!(e.outputs.is_none() && e.mismatch.is_none());
         assert!(c.sandboxes.is_empty() && c.current.is_none());
