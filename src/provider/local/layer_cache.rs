@@ -34,6 +34,10 @@ use crate::templates::BuildSpec;
 pub const DEFAULT_MAX: u64 = 8 << 30;
 /// The variable that sets it.
 pub const MAX_VAR: &str = "SCENARIO_RUN_LAYER_CACHE_MAX";
+/// What makes the layers, part of every key: the tool's version and the format of its builds.
+/// Bump the number with any change to how a build runs or what it leaves in a layer, so no
+/// layer an older builder made is taken for a newer one's.
+const BUILDER: &str = concat!("scenario-run ", env!("CARGO_PKG_VERSION"), " layers 1");
 const COMPLETE: &str = "complete";
 
 /// The cache's folder in a state directory.
@@ -50,6 +54,9 @@ pub fn max_from_env() -> Result<u64, String> {
 pub(crate) fn key(spec: &BuildSpec) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
+    // The builder is an input too: a layer made by another way of building is another key.
+    h.update(BUILDER.as_bytes());
+    h.update([0]);
     h.update(spec.template.digest.as_bytes());
     for (k, v) in &spec.build_args {
         h.update([0]);
