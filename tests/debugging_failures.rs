@@ -131,6 +131,29 @@ fn keep_on_failure_keeps_only_the_failing_sandbox_and_shell_reaches_it() {
     assert!(all.contains(&format!("scenario-run shell {failing} --provider local")), "how to reach it: {all}");
     assert!(!all.contains(passing.as_str()), "the passing scenario's sandbox is not offered: {all}");
 
+    // The way in is root's alone. The test's folders are opened to everyone first, so only
+    // the socket's own directory stands between another user and the sandbox.
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    for d in [s.dir.path().to_path_buf(), s.dir.path().join("state")] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let sock = s.dir.path().join("state").join(format!("{failing}.shell")).join("sock");
+    let private = std::fs::metadata(sock.parent().unwrap()).unwrap();
+    assert_eq!((private.mode() & 0o777, private.uid()), (0o700, 0), "the socket's directory");
+    let as_nobody = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?})\n    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)",
+            sock.display().to_string()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(text(&as_nobody.stdout), "PermissionError\n", "nobody: {}", text(&as_nobody.stderr));
+    // From inside the sandbox the host's state directory is not there at all.
+    let out =
+        s.shell(failing, &["test", "-e", &sock.display().to_string(), "&&", "echo", "seen", "||", "echo", "absent"]);
+    assert_eq!(text(&out.stdout), "absent\n", "{}", text(&out.stderr));
+
     // One command, its output and its exit code.
     let out = s.shell(failing, &["cat", "/tmp/mark"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -12,6 +12,7 @@
 //! or until [`KEPT_TTL`]; then it kills them and exits with the run's own code.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,18 +87,23 @@ pub(super) async fn after_run(
     let mut sockets = Vec::new();
     let mut servers = Vec::new();
     for (_, _, id) in &kept {
-        let path = shell::socket_path(&dir, id);
-        let _ = std::fs::remove_file(&path);
-        let listener = match tokio::net::UnixListener::bind(&path) {
+        // Only the user who ran it (root, for namespaces) may type into its sandboxes: the
+        // socket is made inside a directory of its own, 0700 from its creation, so there is
+        // no moment at which another user could connect (a chmod after bind leaves one).
+        let (private, path) = (shell::socket_dir(&dir, id), shell::socket_path(&dir, id));
+        let _ = std::fs::remove_dir_all(&private); // trusted: the state directory is the tool's own
+                                                   // Marked as this process's, so a later run's sweep of the state directory leaves it
+                                                   // while this run waits, and takes it once this run is gone.
+        let made = std::fs::DirBuilder::new().mode(0o700).create(&private).and_then(|()| crate::owner::mark(&private));
+        let listener = match made.and_then(|()| tokio::net::UnixListener::bind(&path)) {
             Ok(l) => l,
             Err(e) => {
                 errln!("warning: cannot offer `scenario-run shell {id}` ({}): {e}", path.display());
                 continue;
             }
         };
-        // Only the user who ran it (root, for namespaces) may type into its sandboxes.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
-        sockets.push(path);
+        sockets.push(private);
         let (provider, id) = (provider.clone(), id.to_string());
         servers.push(tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -125,8 +131,8 @@ pub(super) async fn after_run(
     for s in servers {
         s.abort();
     }
-    for path in &sockets {
-        let _ = std::fs::remove_file(path);
+    for private in &sockets {
+        let _ = std::fs::remove_dir_all(private);
     }
     let killed = kill_all(provider.as_ref(), kept.iter().map(|k| k.2)).await;
     errln!("scenario-run: killed {killed} kept sandbox(es)");

@@ -5,7 +5,7 @@
 //! The session itself ([`session`]) runs where the provider is. For a remote provider (docker,
 //! e2b, alicloud, opensandbox) that is this process. A local sandbox lives inside the run that
 //! made it (it dies with that process), so the run that kept it listens on a Unix socket beside
-//! the sandbox's state (`<state dir>/<id>.shell.sock`, mode 600, see `cli::keep`), runs the
+//! the sandbox's state (`<state dir>/<id>.shell/sock`, in a directory of mode 700, see `cli::keep`), runs the
 //! session there, and this process only relays its terminal over the socket. Both sides speak
 //! the same few frames ([`Up`], [`Down`]), so the terminal handling is the same either way.
 //!
@@ -59,9 +59,15 @@ pub(super) enum Down {
     Error(String),
 }
 
-/// Where a kept local sandbox's session listens.
+/// The private directory (0700, the run's user) a kept local sandbox's session listens in.
+pub(super) fn socket_dir(state_dir: &Path, id: &str) -> PathBuf {
+    state_dir.join(format!("{id}.shell"))
+}
+
+/// Where a kept local sandbox's session listens: in [`socket_dir`], so no other user reaches
+/// the socket whatever the state directory's mode or the umask it was made under.
 pub(super) fn socket_path(state_dir: &Path, id: &str) -> PathBuf {
-    state_dir.join(format!("{id}.shell.sock"))
+    socket_dir(state_dir, id).join("sock")
 }
 
 /// A sandbox id is a name, never a path.
