@@ -79,8 +79,8 @@ pub(super) async fn after_run(
             summary.run_id
         ));
     }
-    outln!("{}", masker.mask(text.trim_end()));
     if !local {
+        outln!("{}", masker.mask(text.trim_end()));
         return;
     }
     let dir = factory::local_options(factory::isolation(isolation), env).state_dir;
@@ -111,6 +111,8 @@ pub(super) async fn after_run(
             }
         }));
     }
+    // Said once the way in is open: a `shell` started on reading this finds the socket.
+    outln!("{}", masker.mask(text.trim_end()));
     let gone = async {
         loop {
             tokio::time::sleep(Duration::from_secs(2)).await;
