@@ -55,8 +55,12 @@ unset SCENARIO_RUN_PATH BASH_ENV\n";
 const PRELUDE: &str = "echo \"$$\"; cd -- \"$1\" || exit 125; \
 export SCENARIO_RUN_PATH=\"$PATH\" BASH_ENV=/run/scenario-run/bash_env.sh; exec /bin/bash -l -c \"$2\"";
 
-/// After a command exited, how long to keep reading output its descendants still write.
+/// After a command exited, how long its output may pause before the drain ends (each chunk
+/// that still comes starts it again, up to [`DRAIN_CAP`]).
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
+/// The longest drain after the command exited: a background child it left holding the output
+/// open (and writing) does not keep the command from ending.
+const DRAIN_CAP: Duration = Duration::from_secs(10);
 /// How long to wait for a launched command to report its pid.
 const PID_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long to wait for a killed command to be reaped.
@@ -280,30 +284,43 @@ pub(crate) async fn run_helper_as(
 /// Collects output until the command exits (plus a short grace), then records its status.
 async fn drive(proc: Arc<Proc>, exec_id: String, mut stream: OutStream, output: Option<OutputTx>) {
     let mut every = Duration::from_millis(100);
+    let far = || tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
     let poll = tokio::time::sleep(every);
-    let grace = tokio::time::sleep(Duration::from_secs(86400 * 365));
-    tokio::pin!(poll, grace);
+    let (grace, cap) = (tokio::time::sleep_until(far()), tokio::time::sleep_until(far()));
+    tokio::pin!(poll, grace, cap);
     let mut exited = false;
     loop {
         tokio::select! {
-            item = stream.next() => match item {
-                Some(Ok(LogOutput::StdOut { message })) => proc.push(OutputChunk::Stdout(message.to_vec()), &output).await,
-                Some(Ok(LogOutput::StdErr { message })) => proc.push(OutputChunk::Stderr(message.to_vec()), &output).await,
-                Some(Ok(_)) => {}
-                _ => break,
+            item = stream.next() => {
+                match item {
+                    Some(Ok(LogOutput::StdOut { message })) => proc.push(OutputChunk::Stdout(message.to_vec()), &output).await,
+                    Some(Ok(LogOutput::StdErr { message })) => proc.push(OutputChunk::Stderr(message.to_vec()), &output).await,
+                    Some(Ok(_)) => {}
+                    _ => break,
+                }
+                // Output the command wrote before it exited may still be on its way (3 MB lag
+                // well behind the exit on a loaded host; a fixed grace cut them short): the
+                // drain lasts while it keeps coming.
+                if exited {
+                    grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+                }
             },
             _ = &mut poll, if !exited => {
                 match proc.docker.inspect_exec(&exec_id).await {
                     Ok(r) if r.running == Some(true) => {}
                     _ => {
                         exited = true;
-                        grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+                        let now = tokio::time::Instant::now();
+                        grace.as_mut().reset(now + DRAIN_GRACE);
+                        cap.as_mut().reset(now + DRAIN_CAP);
                     }
                 }
                 every = (every * 2).min(Duration::from_secs(1));
                 poll.as_mut().reset(tokio::time::Instant::now() + every);
             },
+            // Quiet for a moment after the exit, or a child it left keeps writing: done.
             _ = &mut grace, if exited => break,
+            _ = &mut cap, if exited => break,
         }
     }
     drop(stream);
