@@ -364,8 +364,8 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     let stdout = common::text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", common::text(&out.stderr));
     let (passed, skipped) = common::passed_and_skipped(report.path());
-    // Docker has no pause, snapshots, directory watches or terminals: those four scenarios
-    // say so.
+    // Docker has no pause, snapshots, directory watches or terminals: those five scenarios
+    // (two of them pause) say so.
     let mut lacking: Vec<&str> = skipped
         .iter()
         .filter(|(_, why)| why.starts_with("provider docker lacks capability ["))
@@ -374,7 +374,13 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     lacking.sort_unstable();
     assert_eq!(
         lacking,
-        ["commands pty", "files directory watch", "lifecycle pause and resume", "lifecycle snapshot"],
+        [
+            "commands pty",
+            "files directory watch",
+            "lifecycle pause and resume",
+            "lifecycle snapshot",
+            "lifecycle three pause and resume cycles"
+        ],
         "{skipped:?}"
     );
     for (name, why) in &skipped {
@@ -387,8 +393,8 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     }
     // Whole scenarios skip only for the two cloud-only key checks and the real clients
     // driven from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here),
-    // and for the four capabilities docker lacks.
-    assert_eq!(skipped.len(), 5 + 4, "{skipped:?}");
+    // and for the five scenarios of capabilities docker lacks.
+    assert_eq!(skipped.len(), 5 + 5, "{skipped:?}");
     for scenario in ["declarative remote function", "network two sandboxes serve the same port"] {
         assert!(passed.iter().any(|p| p == scenario), "{scenario} did not pass: {passed:?}");
     }
