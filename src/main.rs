@@ -162,6 +162,37 @@ ends after 30m, or with `scenario-run cleanup --provider P --run-id RUN --yes`."
         #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
         isolation: String,
     },
+    /// What a platform supports, measured: run the probe scenarios (`compat/`) and print a
+    /// table of each feature (yes, no, fails), its score, and with --json/--html the same.
+    Compat {
+        /// The platform probed.
+        #[arg(long, value_enum, default_value = "local", env = "SCENARIO_RUN_PROVIDER")]
+        provider: ProviderKind,
+        /// The folder of probe scenarios.
+        #[arg(long, default_value = "compat")]
+        probes: String,
+        /// Only probes whose name matches: words are substrings; and, or, not, ( ).
+        #[arg(short = 'k', value_name = "EXPR")]
+        name_expr: Option<String>,
+        /// Probes in flight at once.
+        #[arg(short = 'j', long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+        concurrency: u16,
+        /// The table as JSON.
+        #[arg(long, value_name = "FILE")]
+        json: Option<std::path::PathBuf>,
+        /// The table as one self-contained HTML page.
+        #[arg(long, value_name = "FILE")]
+        html: Option<std::path::PathBuf>,
+        /// Print each probe's steps as they finish.
+        #[arg(short, long)]
+        verbose: bool,
+        /// More variables from a dotenv file (after ./.env; the environment still wins).
+        #[arg(long = "env-file", value_name = "FILE")]
+        env_files: Vec<String>,
+        /// Local provider isolation: auto (namespaces when the host allows), namespaces, none.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "namespaces", "none"], env = "SCENARIO_RUN_ISOLATION")]
+        isolation: String,
+    },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
     Serve(scenario_run::server::ServeArgs),
@@ -301,6 +332,7 @@ fn env_files(cli: Cli) -> Vec<String> {
         Cli { command: Some(Command::Cleanup { env_files, .. }), .. } => env_files,
         Cli { command: Some(Command::Shell { env_files, .. }), .. } => env_files,
         Cli { command: Some(Command::Bench { env_files, .. }), .. } => env_files,
+        Cli { command: Some(Command::Compat { env_files, .. }), .. } => env_files,
         _ => Vec::new(),
     }
 }
@@ -337,7 +369,8 @@ impl RunArgs {
             sandbox_ttl: self.sandbox_ttl,
             grace_period: self.grace_period,
             reports: ReportFiles { junit: self.junit, json: self.json, evidence: self.evidence, html: self.html },
-            view: View { no_progress: self.no_progress, verbose: self.verbose, color: self.color },
+            view: View { no_progress: self.no_progress, verbose: self.verbose, color: self.color, to_stderr: false },
+            record_last_run: true,
         }
     }
 }
@@ -372,6 +405,27 @@ fn main() -> ExitCode {
                 env_files,
             })
         }
+        Some(Command::Compat {
+            provider,
+            probes,
+            name_expr,
+            concurrency,
+            json,
+            html,
+            verbose,
+            env_files,
+            isolation,
+        }) => cli::compat(cli::CompatArgs {
+            provider,
+            isolation,
+            probes,
+            name_expr,
+            concurrency: usize::from(concurrency),
+            json,
+            html,
+            env_files,
+            verbose,
+        }),
         Some(Command::Shell { sandbox, provider, env_files, command }) => {
             return ExitCode::from(cli::shell(&sandbox, provider, &command, &env_files));
         }

@@ -164,6 +164,11 @@ pub struct StepRecord {
     /// The variables of the step's `requires.env` that were unset: it was SKIPPED for them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_env: Vec<String>,
+    /// A failed or errored step's kind of error, in `expect_error: { kind }`'s words
+    /// (`timeout`, `unsupported`, …): `compat` tells a feature the provider refuses from one
+    /// that breaks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<&'static str>,
 }
 
 impl StepRecord {

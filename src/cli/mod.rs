@@ -8,6 +8,7 @@
 
 mod bench;
 mod commands;
+mod compat;
 mod keep;
 mod last_run;
 mod run;
@@ -23,6 +24,7 @@ use crate::config;
 
 pub use bench::{bench, BenchArgs, Mode as BenchMode};
 pub use commands::{cache, cleanup, image, matrix, steps, write_schema};
+pub use compat::{compat, CompatArgs};
 pub use last_run::Rerun;
 pub use run::{check, run, NoScenarios, RunRequest, View};
 pub use serve::serve;

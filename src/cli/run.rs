@@ -43,6 +43,9 @@ pub struct View {
     pub verbose: bool,
     /// `auto`, `always` or `never`.
     pub color: String,
+    /// The view on stderr, so stdout carries only what the command makes of the run
+    /// (`compat`'s table).
+    pub to_stderr: bool,
 }
 
 /// What `scenario-run run` was asked to do: its flags, parsed.
@@ -74,6 +77,8 @@ pub struct RunRequest {
     pub grace_period: Duration,
     pub reports: ReportFiles,
     pub view: View,
+    /// Record the run for `--lf`/`--ff` (a `compat` run of probes is not the last run).
+    pub record_last_run: bool,
 }
 
 fn print_diagnostics(diags: &[Diagnostic], masker: &Masker) {
@@ -269,7 +274,7 @@ pub fn run(req: RunRequest) -> Exit {
             sandbox_ttl: req.sandbox_ttl,
             grace: req.grace_period,
         });
-        let tty = std::io::stdout().is_terminal();
+        let tty = if req.view.to_stderr { std::io::stderr().is_terminal() } else { std::io::stdout().is_terminal() };
         let color = match req.view.color.as_str() {
             "always" => true,
             "never" => false,
@@ -282,7 +287,7 @@ pub fn run(req: RunRequest) -> Exit {
                 verbose: req.view.verbose,
                 width: out::terminal_width(),
             },
-            Box::new(std::io::stdout()),
+            if req.view.to_stderr { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) },
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let cancel = CancellationToken::new();
@@ -331,7 +336,7 @@ pub fn run(req: RunRequest) -> Exit {
                 exit = Exit::Infra;
             }
         }
-        if !summary.results.is_empty() {
+        if req.record_last_run && !summary.results.is_empty() {
             if let Err(e) = last_run::record(&summary, &last_run) {
                 errln!("warning: cannot record this run for --lf/--ff in {}: {e}", last_run.display());
             }

@@ -31,6 +31,7 @@ pub fn step(index: usize, label: &str, status: StepStatus, location: Location) -
         duration_ms: 100,
         continued: false,
         missing_env: Vec::new(),
+        error_kind: None,
     }
 }
 

@@ -35,7 +35,8 @@
 //!          "status": "passed"|"failed"|"error"|"skipped",
 //!          "args": any, "outputs": any, "message": string|null,
 //!          "mismatch": null | {…}, "attempts": number,
-//!          "start_ms": number, "duration_ms": number, "continued": bool}
+//!          "start_ms": number, "duration_ms": number, "continued": bool,
+//!          "error_kind": string}          // only when failed or errored: timeout, unsupported, …
 //!       ],
 //!       "sandboxes": [string], "started_at_ms": number, "duration_ms": number,
 //!       "interrupted": bool,

@@ -524,6 +524,7 @@ impl CaseRun<'_> {
             duration_ms,
             continued: false,
             missing_env: Vec::new(),
+            error_kind: None,
         }
     }
 
@@ -1022,6 +1023,7 @@ impl CaseRun<'_> {
                     start_ms,
                     duration_ms,
                 );
+                rec.error_kind = Some(error_class(&e).name());
                 rec.mismatch = e.mismatch.map(|m| {
                     let mut m = *m;
                     m.expected = self.cfg.masker.mask(&m.expected).into_owned();
@@ -1138,6 +1140,7 @@ impl CaseRun<'_> {
             duration_ms: t0.elapsed().as_millis() as u64,
             continued: false,
             missing_env: Vec::new(),
+            error_kind: None,
         };
         self.push_record(rec);
         if let Some(m) = message {
