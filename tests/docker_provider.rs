@@ -364,8 +364,8 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     let stdout = common::text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", common::text(&out.stderr));
     let (passed, skipped) = common::passed_and_skipped(report.path());
-    // Docker has no pause, snapshots, directory watches or terminals: those five scenarios
-    // (two of them pause) say so.
+    // Docker has no pause, snapshots, directory watches or terminals: those six scenarios
+    // (three of them pause) say so.
     let mut lacking: Vec<&str> = skipped
         .iter()
         .filter(|(_, why)| why.starts_with("provider docker lacks capability ["))
@@ -375,6 +375,7 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     assert_eq!(
         lacking,
         [
+            "commands output across a pause",
             "commands pty",
             "files directory watch",
             "lifecycle pause and resume",
@@ -393,8 +394,8 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     }
     // Whole scenarios skip only for the two cloud-only key checks and the real clients
     // driven from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here),
-    // and for the five scenarios of capabilities docker lacks.
-    assert_eq!(skipped.len(), 5 + 5, "{skipped:?}");
+    // and for the six scenarios of capabilities docker lacks.
+    assert_eq!(skipped.len(), 5 + 6, "{skipped:?}");
     for scenario in ["declarative remote function", "network two sandboxes serve the same port"] {
         assert!(passed.iter().any(|p| p == scenario), "{scenario} did not pass: {passed:?}");
     }
