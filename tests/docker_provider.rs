@@ -364,8 +364,8 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     let stdout = common::text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", common::text(&out.stderr));
     let (passed, skipped) = common::passed_and_skipped(report.path());
-    // Docker has no pause, snapshots, directory watches or terminals: those six scenarios
-    // (three of them pause) say so.
+    // Docker has no pause, snapshots, directory watches or terminals: those seven scenarios
+    // (four of them pause) say so.
     let mut lacking: Vec<&str> = skipped
         .iter()
         .filter(|(_, why)| why.starts_with("provider docker lacks capability ["))
@@ -379,6 +379,7 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
             "commands pty",
             "files directory watch",
             "lifecycle pause and resume",
+            "lifecycle paused by its timeout",
             "lifecycle snapshot",
             "lifecycle three pause and resume cycles"
         ],
@@ -394,8 +395,8 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     }
     // Whole scenarios skip only for the two cloud-only key checks and the real clients
     // driven from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here),
-    // and for the six scenarios of capabilities docker lacks.
-    assert_eq!(skipped.len(), 5 + 6, "{skipped:?}");
+    // and for the seven scenarios of capabilities docker lacks.
+    assert_eq!(skipped.len(), 5 + 7, "{skipped:?}");
     for scenario in ["declarative remote function", "network two sandboxes serve the same port"] {
         assert!(passed.iter().any(|p| p == scenario), "{scenario} did not pass: {passed:?}");
     }

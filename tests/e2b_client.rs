@@ -334,6 +334,17 @@ async fn create_sends_the_sdk_body_and_unknown_template_is_named() {
     let e = p.create(CreateRequest { template: "nope".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
     assert!(e.message.contains("template `nope`"), "{}", e.message);
+
+    // A lifecycle goes as the SDK sends `lifecycle={"on_timeout": "pause", "auto_resume": …}`.
+    let lifecycle = scenario_run::provider::Lifecycle { pause_on_timeout: true, keep_memory: false, auto_resume: true };
+    p.create(CreateRequest { template: "base".into(), lifecycle: Some(lifecycle), ..Default::default() })
+        .await
+        .unwrap();
+    let sent = &fake.requests("POST", "/v2/sandboxes")[2];
+    assert_eq!(
+        (&sent.json()["autoPause"], &sent.json()["autoPauseMemory"], &sent.json()["autoResume"]),
+        (&json!(true), &json!(false), &json!({"enabled": true}))
+    );
 }
 
 #[tokio::test]

@@ -154,6 +154,12 @@ const CREATE_NETWORK: &[Field] = &[
     f("dns_servers", FieldType::StrList, "E2B's `dnsServers`: IPv4 nameservers reachable while allow_out names a domain (default 8.8.8.8; `[]`: none)"),
 ];
 
+const CREATE_LIFECYCLE: &[Field] = &[
+    f("on_timeout", FieldType::Enum(&["kill", "pause"]), "at its end time the sandbox is killed (default) or paused, as E2B's `lifecycle.on_timeout` (`autoPause`); `connect` resumes it"),
+    f("memory", FieldType::Bool, "with `pause`: keep its memory and processes (default true), or only its files (`autoPauseMemory: false`)"),
+    f("auto_resume", FieldType::Bool, "E2B's `autoResume`: traffic to the paused sandbox wakes it (the clouds and serve; refused on local)"),
+];
+
 const HTTP_FIELDS_COMMON: [Field; 8] = [
     f("port", FieldType::Range(1, 65535), "port inside the sandbox; resolved to the sandbox's host for that port"),
     f("path", FieldType::Str, "path (and query) appended to the port's URL, default `/`"),
@@ -244,6 +250,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("memory", FieldType::Range(1, 1_048_576), "memory in MiB, where the provider supports it"),
             f("disk", FieldType::Range(16, 1 << 20), "disk in MiB (local; Alibaba's `diskSizeMB`): writes past it fail with ENOSPC inside; default the template's `disk`, else 10240"),
             f("network", FieldType::Object(CREATE_NETWORK), "egress policy (E2B's `allow_internet_access`, `network.allowOut`/`denyOut`/`dnsServers`); enforced on local and the clouds, refused on docker"),
+            f("lifecycle", FieldType::Object(CREATE_LIFECYCLE), "what happens at its end time: `{ on_timeout: pause }` pauses it instead of killing it (E2B's `lifecycle`); refused where the provider cannot pause"),
         ],
         matcher: false,
         free_keys: false,

@@ -97,6 +97,11 @@ pub(crate) trait Host: Send + Sync + Sized + 'static {
     fn core(&self) -> &Core<Self::Sandbox>;
     /// Tears a sandbox down for good; it is already unregistered. Must be bounded.
     async fn teardown(&self, sb: &Arc<Self::Sandbox>);
+    /// What happens at a sandbox's end time instead of the kill: true when it was handled
+    /// (paused by its lifecycle, which moves its end out of reach), false to kill it.
+    async fn at_end(&self, _sb: &Arc<Self::Sandbox>) -> bool {
+        false
+    }
 }
 
 /// The registry, counters and creation guard of one provider.
@@ -298,9 +303,12 @@ pub(crate) fn expire_at_end<H: Host>(host: &Arc<H>, sb: Arc<H::Sandbox>) {
             }
             let (end, now) = (life.end_ms(), now_ms());
             if now >= end {
-                if let Some(host) = host.upgrade() {
-                    kill(host.as_ref(), sb.id()).await;
+                let Some(host) = host.upgrade() else { return };
+                // Paused instead (its end is then out of reach until a resume moves it back).
+                if host.at_end(&sb).await && sb.life().end_ms() > now_ms() {
+                    continue;
                 }
+                kill(host.as_ref(), sb.id()).await;
                 return;
             }
             tokio::select! {

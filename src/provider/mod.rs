@@ -119,6 +119,20 @@ pub struct CreateRequest {
     /// provider that cannot bind them refuses a create that asks.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<Mount>,
+    /// What happens at its end time (E2B's `lifecycle`); `None`: it is killed. A provider that
+    /// cannot pause a sandbox at its end refuses a create that asks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
+}
+
+/// E2B's `lifecycle` (create's `autoPause`, `autoPauseMemory`, `autoResume`): at its end time
+/// the sandbox is paused instead of killed, keeping its memory unless `keep_memory` is false;
+/// with `auto_resume` traffic to the paused sandbox wakes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Lifecycle {
+    pub pause_on_timeout: bool,
+    pub keep_memory: bool,
+    pub auto_resume: bool,
 }
 
 /// A host directory bound at a path inside a sandbox.

@@ -278,15 +278,9 @@ pub(crate) struct AutoResume {
     enabled: bool,
 }
 
-/// What a sandbox does at its end time (E2B's `lifecycle`): it is killed, or with
-/// `onTimeout: pause` (create's `autoPause`) paused, keeping its memory unless
-/// `autoPauseMemory` is false; with `autoResume` traffic to it wakes it.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Lifecycle {
-    pub pause_on_timeout: bool,
-    pub keep_memory: bool,
-    pub auto_resume: bool,
-}
+/// What a sandbox does at its end time (E2B's `lifecycle`); serve keeps it and pauses the
+/// sandbox at its end itself (the provider is told it never ends).
+pub(crate) use crate::provider::Lifecycle;
 
 /// What the provider is told an auto-pausing sandbox lives: serve pauses it at its end.
 const NEVER_SECS: u64 = 10 * 365 * 86_400;
@@ -455,6 +449,7 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
             disk_mb: req.disk_size_mb,
             network: Some(network.clone()),
             mounts: req.mounts,
+            lifecycle: None,
         })
         .await
     {

@@ -20,6 +20,19 @@ fn network_arg(a: &Args) -> Option<NetworkPolicy> {
     })
 }
 
+/// `create`'s `lifecycle: { on_timeout, memory, auto_resume }` (None when absent or
+/// `on_timeout: kill` with nothing else asked).
+fn lifecycle_arg(a: &Args) -> Option<crate::provider::Lifecycle> {
+    let l = a.object("lifecycle")?;
+    let pause = l.opt_str("on_timeout") == Some("pause");
+    let auto_resume = l.opt_bool("auto_resume").unwrap_or(false);
+    (pause || auto_resume).then(|| crate::provider::Lifecycle {
+        pause_on_timeout: pause,
+        keep_memory: l.opt_bool("memory").unwrap_or(true),
+        auto_resume,
+    })
+}
+
 fn info_json(i: &SandboxInfo) -> JsonValue {
     json!({
         "id": i.id, "template": i.template, "metadata": i.metadata,
@@ -83,6 +96,7 @@ pub async fn create(ctx: &mut StepCtx, a: &Args) -> StepResult {
         disk_mb: a.int("disk").and_then(|v| u64::try_from(v).ok()),
         network: network_arg(a),
         mounts: Vec::new(),
+        lifecycle: lifecycle_arg(a),
     };
     // Read before creating: an argument error after it would leak a sandbox the scenario
     // does not know about and so never destroys.

@@ -660,6 +660,11 @@ impl Provider for DockerProvider {
         }
         // A container has only its loopback (`--network none`) or the host's whole network:
         // an allow list could be honoured by neither, so it is refused, not ignored.
+        if req.lifecycle.is_some() {
+            return Err(ProviderError::unsupported(
+                "a lifecycle (pause at the end, auto-resume): the docker provider cannot pause a sandbox",
+            ));
+        }
         if req.network.as_ref().is_some_and(|n| !n.allow_out.is_empty()) {
             return Err(ProviderError::unsupported(
                 "network allow lists: not supported by the docker provider (use local or a cloud)",

@@ -229,6 +229,14 @@ impl Api {
             }
             body["network"] = network_json(n);
         }
+        if let Some(l) = &req.lifecycle {
+            // As the SDK sends `lifecycle={"on_timeout": …, "auto_resume": …}`.
+            body["autoPause"] = json!(l.pause_on_timeout);
+            if l.pause_on_timeout {
+                body["autoPauseMemory"] = json!(l.keep_memory);
+            }
+            body["autoResume"] = json!({ "enabled": l.auto_resume });
+        }
         let path = match self.cfg.create_api {
             CreateApi::V1 => {
                 // What the SDK ≤ 2.50 sends (and what FC's pinned SDK sends): ask for an envd

@@ -214,10 +214,12 @@ impl crate::provider::ExposeHost for LocalProvider {
     }
 }
 
-#[async_trait]
-impl crate::provider::Pausing for LocalProvider {
-    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
-        let sb = self.get(id)?;
+impl Sandbox {
+    /// Pauses it: frozen with its memory, or (`keep_memory` false) shut down with only its
+    /// writable layer kept. A paused sandbox does not expire. `pause` and the end of a sandbox
+    /// whose lifecycle pauses it both come here.
+    pub(super) async fn pause(&self, keep_memory: bool) -> Result<()> {
+        let (sb, id) = (self, &self.id);
         if sb.is_paused() {
             return Ok(());
         }
@@ -243,6 +245,13 @@ impl crate::provider::Pausing for LocalProvider {
         // A paused sandbox does not expire (E2B keeps paused sandboxes until resumed or killed).
         sb.life.set_end(u64::MAX / 2);
         Ok(())
+    }
+}
+
+#[async_trait]
+impl crate::provider::Pausing for LocalProvider {
+    async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
+        self.get(id)?.pause(keep_memory).await
     }
 
     async fn resume(&self, id: &str, timeout_secs: u64) -> Result<()> {

@@ -282,6 +282,9 @@ struct Sandbox {
     net: Option<Arc<netns::Net>>,
     /// Its declared disk's place in the disk book (isolated sandboxes), given back with it.
     _disk: Option<disk::Claim>,
+    /// `lifecycle: { on_timeout: pause }`: paused at its end time (keeping its memory or
+    /// not) instead of killed.
+    pause_at_end: Option<bool>,
 }
 
 impl Sandbox {
@@ -631,6 +634,11 @@ impl Inner {
         if !policy.is_open() && !self.namespaces {
             return Err(no_policy_without_isolation());
         }
+        if req.lifecycle.is_some_and(|l| l.auto_resume) {
+            return Err(ProviderError::unsupported(
+                "auto_resume on the local provider: a paused local sandbox is resumed by `connect` (serve wakes one on traffic)",
+            ));
+        }
         if !req.mounts.is_empty() && !self.namespaces {
             return Err(ProviderError::unsupported(
                 "host directory mounts need the local provider's isolation (namespaces)",
@@ -759,6 +767,7 @@ impl Inner {
             template_envs,
             net,
             _disk: disk_claim,
+            pause_at_end: req.lifecycle.filter(|l| l.pause_on_timeout).map(|l| l.keep_memory),
         });
         let sb = self.core.register(sb);
         core::expire_at_end(self, sb.clone());
@@ -926,6 +935,12 @@ impl Host for Inner {
     }
     async fn teardown(&self, sb: &Arc<Sandbox>) {
         sb.teardown().await;
+    }
+    async fn at_end(&self, sb: &Arc<Sandbox>) -> bool {
+        match sb.pause_at_end {
+            Some(keep_memory) => sb.pause(keep_memory).await.is_ok(),
+            None => false,
+        }
     }
 }
 

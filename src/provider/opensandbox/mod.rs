@@ -517,6 +517,11 @@ impl Provider for OpenSandboxProvider {
         if !req.mounts.is_empty() {
             return Err(ProviderError::unsupported("host directory mounts through the opensandbox provider"));
         }
+        if req.lifecycle.is_some() {
+            return Err(ProviderError::unsupported(
+                "a lifecycle (pause at the end, auto-resume) through the opensandbox provider",
+            ));
+        }
         if req.network.as_ref().is_some_and(|n| *n != super::NetworkPolicy::default()) {
             return Err(ProviderError::unsupported(
                 "network policies through the opensandbox provider (OpenSandbox's networkPolicy has no CIDR lists)",
