@@ -3,6 +3,7 @@
 //! Flow: load -> parse -> validate (all diagnostics at once) -> plan -> execute (events) ->
 //! report -> exit code. `check` stops after the plan.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod connect;

@@ -78,3 +78,29 @@ fn failed_iterations_and_a_p95_over_budget_fail_the_run_saying_why() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert_eq!(sandboxes_left(tmp.path()), Vec::<String>::new());
 }
+
+/// A scenario holds a platform to a budget: the `bench` step's figures, asserted after it. A
+/// budget no machine meets fails with the figure named.
+#[test]
+fn the_bench_step_gives_a_scenario_its_figures_to_assert() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = tmp.path().join("budget.yaml");
+    std::fs::write(
+        &scenario,
+        "name: budget\nsteps:\n  - bench: { iterations: 4, mode: burst }\n    id: speed\n  \
+         - assert: { that: \"steps.speed.success_rate == 1 and steps.speed.succeeded == 4 and steps.speed.tti.p50 > 0 \
+         and steps.speed.tti.p50 <= steps.speed.tti.p95 and steps.speed.round_trip.p95 > 0\" }\n  \
+         - assert: { that: \"steps.speed.tti.p95 < 0.001\", message: \"p95 {{ steps.speed.tti.p95 }} ms is over the budget\" }\n",
+    )
+    .unwrap();
+    let out = cmd(&["--no-progress", scenario.to_str().unwrap()])
+        .env("SCENARIO_RUN_STATE_DIR", tmp.path().join("state"))
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    // The first assertion passed (the figures are there and ordered); the impossible budget failed, naming the figure.
+    assert!(stdout.contains("budget.yaml:6"), "{stdout}");
+    assert!(regex::Regex::new(r"p95 [0-9.]+ ms is over the budget").unwrap().is_match(&stdout), "{stdout}");
+    assert_eq!(sandboxes_left(tmp.path()), Vec::<String>::new());
+}

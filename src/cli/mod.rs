@@ -22,7 +22,8 @@ use std::path::Path;
 
 use crate::config;
 
-pub use bench::{bench, BenchArgs, Mode as BenchMode};
+pub use crate::bench::Mode as BenchMode;
+pub use bench::{bench, BenchArgs};
 pub use commands::{cache, cleanup, image, matrix, steps, write_schema};
 pub use compat::{compat, CompatArgs};
 pub use last_run::Rerun;

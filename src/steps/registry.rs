@@ -57,6 +57,7 @@ static RUNS: &[(&str, RunFn)] = &[
     ("http", run_fn!(http::http)),
     ("set", run_fn!(misc::set)),
     ("sleep", run_fn!(misc::sleep)),
+    ("bench", run_fn!(misc::bench)),
     ("skip", run_fn!(misc::skip)),
     ("run-code", run_fn!(code::run_code)),
 ];
