@@ -248,6 +248,9 @@ fn step(s: &StepRecord) -> String {
     if let Some(m) = &s.mismatch {
         h.push_str(&mismatch(m));
     }
+    if s.kind == "bench" {
+        h.push_str(&bench_chart(&s.outputs));
+    }
     for (name, value) in [("arguments", &s.args), ("outputs", &s.outputs)] {
         if value.is_null() || value.as_object().is_some_and(|o| o.is_empty()) {
             continue;
@@ -256,6 +259,44 @@ fn step(s: &StepRecord) -> String {
     }
     h.push_str("</div></details></li>\n");
     h
+}
+
+/// A `bench` step's figures as bars (issue 38 item 6): p50, p95 and p99 of the time to
+/// interactive and of a command's round trip, on one scale, each labelled in ms.
+fn bench_chart(outputs: &JsonValue) -> String {
+    let series = [("time to interactive", &outputs["tti"]), ("command round trip", &outputs["round_trip"])];
+    let bars: Vec<(String, f64)> = series
+        .iter()
+        .flat_map(|(name, s)| {
+            ["p50", "p95", "p99"].into_iter().filter_map(move |p| Some((format!("{name} {p}"), s[p].as_f64()?)))
+        })
+        .filter(|(_, v)| v.is_finite() && *v >= 0.0)
+        .collect();
+    let max = bars.iter().map(|(_, v)| *v).fold(0.0, f64::max);
+    if bars.is_empty() || max <= 0.0 {
+        return String::new();
+    }
+    let (row, label_w, bar_w) = (18.0, 190.0, 320.0);
+    let height = row * bars.len() as f64 + 4.0;
+    let mut svg = format!(
+        "<h4>figures</h4><svg class=\"bench-chart\" role=\"img\" aria-label=\"bench percentiles\" width=\"{}\" height=\"{height}\">",
+        label_w + bar_w + 90.0
+    );
+    for (i, (label, v)) in bars.iter().enumerate() {
+        let y = i as f64 * row + 2.0;
+        let w = (v / max * bar_w).max(1.0);
+        let _ = write!(
+            svg,
+            "<text x=\"0\" y=\"{ty}\" class=\"bench-label\">{}</text><rect x=\"{label_w}\" y=\"{y}\" width=\"{w:.1}\" height=\"{bh}\" class=\"bench-bar\"><title>{} {v:.1} ms</title></rect><text x=\"{tx:.1}\" y=\"{ty}\" class=\"bench-value\">{v:.1} ms</text>",
+            esc(label),
+            esc(label),
+            ty = y + 12.0,
+            bh = row - 5.0,
+            tx = label_w + w + 4.0,
+        );
+    }
+    svg.push_str("</svg>");
+    svg
 }
 
 /// A value: a table of fields for an object (multi-line strings as blocks), JSON otherwise.
@@ -605,6 +646,7 @@ fn kind_class(kind: &str) -> String {
 }
 
 const STYLE: &str = r#"
+.bench-chart{display:block;margin:4px 0}.bench-bar{fill:var(--passed)}.bench-label,.bench-value{font-size:12px;fill:var(--fg)}
 :root{--passed:#1a7f37;--failed:#cf222e;--error:#a40e26;--skipped:#6e7781;--xfail:#9a6700;--xpass:#8250df;--bg:#fff;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--soft:#f6f8fa}
 *{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg)}
 header,main,footer{padding:12px 20px}header{border-bottom:1px solid var(--line);background:var(--soft)}
@@ -737,6 +779,24 @@ mod tests {
         assert_eq!(tick_step(1234, 8), 200);
         assert_eq!(tick_step(63_000, 8), 10_000);
         assert_eq!(tick_step(5, 8), 1);
+    }
+
+    #[test]
+    fn a_bench_step_shows_its_percentiles_as_bars() {
+        let mut st = fixture::step(0, "bench: 4", StepStatus::Passed, fixture::loc("b.yaml", 3, 5));
+        st.kind = "bench".into();
+        st.outputs = serde_json::json!({
+            "tti": { "p50": 80.0, "p95": 160.0, "p99": 200.0 },
+            "round_trip": { "p50": 4.0, "p95": 9.5, "p99": 12.0 },
+        });
+        let h = step(&st);
+        assert_eq!(h.matches("<rect ").count(), 6, "{h}");
+        assert!(h.contains("time to interactive p99") && h.contains(">200.0 ms</text>"), "{h}");
+        // One scale: the largest figure has the whole width, a smaller one its share.
+        assert!(h.contains("width=\"320.0\"") && h.contains("width=\"256.0\""), "{h}");
+        // No figures (every iteration failed): no chart.
+        st.outputs = serde_json::json!({ "tti": null, "round_trip": null });
+        assert!(!step(&st).contains("<svg"));
     }
 
     #[test]
