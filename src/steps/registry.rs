@@ -56,8 +56,8 @@ static RUNS: &[(&str, RunFn)] = &[
     ("http-get", run_fn!(http::http_get)),
     ("http", run_fn!(http::http)),
     ("set", run_fn!(misc::set)),
-    ("sleep", run_fn!(misc::sleep)),
     ("bench", run_fn!(misc::bench)),
+    ("sleep", run_fn!(misc::sleep)),
     ("skip", run_fn!(misc::skip)),
     ("run-code", run_fn!(code::run_code)),
 ];

@@ -1743,3 +1743,23 @@ async fn pty_and_watch_arguments_are_checked_before_anything_starts() {
     let e = errored(step(&mut c, "watch-events", json!({ "expect": ["a"], "none": true })).await);
     assert_eq!(e.message, "`none: true` and `expect` contradict each other");
 }
+
+/// Issue 38 item 6: the `bench` step runs `scenario-run bench`'s iterations on the scenario's
+/// provider, each sandbox tagged with the run's tag and killed, and gives its figures.
+#[tokio::test]
+async fn bench_measures_each_iteration_and_kills_its_sandboxes() {
+    let p = fake();
+    let mut c = ctx(&p);
+    let out = step(&mut c, "bench", json!({ "iterations": 3, "mode": "burst" })).await.unwrap();
+    assert_eq!(
+        (out["succeeded"].as_u64(), out["failed"].as_u64(), out["success_rate"].as_f64()),
+        (Some(3), Some(0), Some(1.0)),
+        "{out}"
+    );
+    assert_eq!(out["mode"], "burst");
+    let tti = &out["tti"];
+    assert!(tti["p50"].as_f64().unwrap() <= tti["p95"].as_f64().unwrap(), "{out}");
+    assert_eq!(tti["kept"].as_u64(), Some(3));
+    let s = crate::provider::Provider::stats(p.as_ref());
+    assert_eq!((s.created, s.live), (3, 0), "every sandbox killed");
+}
