@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::wiring::{block_on, make_provider};
+use super::wiring::{block_on, make_provider, unmet_credentials};
 use crate::bench::{iterations, ms, report, Mode, Plan, TRIM};
 use crate::errln;
 use crate::exit::Exit;
@@ -100,10 +100,8 @@ pub fn bench(a: BenchArgs) -> Exit {
             return Exit::Infra;
         }
     };
-    let missing: Vec<String> =
-        provider.required_credentials().into_iter().filter(|k| env.get(k).is_none_or(|v| v.is_empty())).collect();
-    if !missing.is_empty() {
-        errln!("error: {} needs {}", provider.name(), missing.join(", "));
+    if let Some(why) = unmet_credentials(provider.as_ref(), &env) {
+        errln!("error: {why}");
         return Exit::Usage;
     }
     let run_id = format!("bench-{}", crate::random::hex(8));

@@ -210,10 +210,8 @@ fn probe(a: &CompatArgs, report: &std::path::Path) -> Exit {
         |env| Ok((super::wiring::make_provider(a.provider, &a.isolation, &env).map_err(|e| e.to_string())?, env)),
     ) {
         Ok((p, env)) => {
-            let missing: Vec<String> =
-                p.required_credentials().into_iter().filter(|k| env.get(k).is_none_or(|v| v.is_empty())).collect();
-            if !missing.is_empty() {
-                errln!("error: {} needs {}", p.name(), missing.join(", "));
+            if let Some(why) = super::wiring::unmet_credentials(p.as_ref(), &env) {
+                errln!("error: {why}");
                 return Exit::Usage;
             }
         }

@@ -34,6 +34,17 @@ pub(super) fn make_provider(
     Ok(provider)
 }
 
+/// "X needs KEY, …" when the environment lacks a credential `provider` requires: what
+/// `bench` and `compat` say before they run anything (a run instead skips each scenario).
+pub(super) fn unmet_credentials(
+    provider: &dyn crate::provider::Provider,
+    env: &BTreeMap<String, String>,
+) -> Option<String> {
+    let missing: Vec<String> =
+        provider.required_credentials().into_iter().filter(|k| env.get(k).is_none_or(|v| v.is_empty())).collect();
+    (!missing.is_empty()).then(|| format!("{} needs {}", provider.name(), missing.join(", ")))
+}
+
 /// Write a command's whole output to stdout: exit 0, also when the reader has gone.
 pub(super) fn emit(text: &str) -> Exit {
     match out::stdout(text) {
