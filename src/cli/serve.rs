@@ -20,6 +20,10 @@ use crate::{config, errln, outln};
 
 /// `serve`, until a signal; then every sandbox it made is destroyed.
 pub fn serve(args: &ServeArgs) -> Exit {
+    if args.fault.iter().any(|f| f == "list") {
+        outln!("{}", crate::server::mutants::catalog_table().trim_end());
+        return Exit::Ok;
+    }
     let mut opts = match args.options() {
         Ok(o) => o,
         Err(e) => {
@@ -29,6 +33,10 @@ pub fn serve(args: &ServeArgs) -> Exit {
     };
     for w in args.key_warnings() {
         errln!("warning: {w}");
+    }
+    if !opts.mutants.is_empty() {
+        // Said plainly: a serve with faults gives wrong answers on purpose.
+        errln!("serve: platform faults on (--fault): {}", opts.mutants.names().join(", "));
     }
     let (listen, isolation) = (args.listen, args.isolation.as_str());
     let ca_dir_given = args.ca_dir.is_some();

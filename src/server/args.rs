@@ -78,6 +78,11 @@ pub struct ServeArgs {
     /// Fault injection: 429/503 faults hit control-plane requests only, not envd.
     #[arg(long)]
     pub fault_control_plane_only: bool,
+    /// Platform faults to inject (issue 40), comma-separated or repeated: wrong answers a
+    /// suite must catch, for mutation testing (`scripts/mutation`). `--fault list` prints the
+    /// catalog. Host-side only: no client can turn one on.
+    #[arg(long = "fault", value_name = "NAME[,NAME]")]
+    pub fault: Vec<String>,
     /// Log each request on stderr: method, path (keys and tokens masked), status, time and
     /// the sandbox it was for.
     #[arg(short, long)]
@@ -117,6 +122,8 @@ pub enum ServeArgsError {
     /// The key file cannot be read; `why` is the system's reason (the path is the user's own).
     #[error("cannot read the API key from --api-key-file {path}: {why}")]
     KeyFile { path: String, why: String },
+    #[error(transparent)]
+    UnknownFault(#[from] super::mutants::UnknownFault),
 }
 
 impl ServeArgs {
@@ -184,6 +191,7 @@ impl ServeArgs {
                 max_inflate_ratio: self.max_inflate_ratio,
                 memory_overcommit: self.memory_overcommit,
             },
+            mutants: super::mutants::Mutants::parse(&self.fault)?,
             tls: None,
             templates_dir: None,
             log_requests: self.verbose,

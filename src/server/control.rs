@@ -9,6 +9,7 @@
 #![allow(clippy::result_large_err)]
 
 use super::body::JsonBody;
+use super::mutants::Fault;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -378,7 +379,10 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
         return Err(json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL"));
     }
-    let network = network_policy(req.allow_internet_access, req.network.as_ref())?;
+    let mut network = network_policy(req.allow_internet_access, req.network.as_ref())?;
+    if st.mutants.has(Fault::DenyAllLeaks) && network.allow_internet_access == Some(false) {
+        network = NetworkPolicy::default();
+    }
     let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
     // A template built here is known by its ID and its name.
     let template = st.snapshots.resolve(&asked).unwrap_or_else(|| st.templates.resolve(&asked));
@@ -386,8 +390,9 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     // Asked before any build, so a create past the limit is refused at once.
     st.prune().await;
     let Ok(slot) = st.slots.clone().try_acquire_owned() else {
+        let refused = StatusCode::TOO_MANY_REQUESTS;
         return Err(json_error(
-            StatusCode::TOO_MANY_REQUESTS,
+            if st.mutants.has(Fault::RateLimit500) { StatusCode::INTERNAL_SERVER_ERROR } else { refused },
             &format!(
                 "you have reached the maximum number of concurrent sandboxes ({}); kill some, or raise serve --max-sandboxes",
                 st.limits.max_sandboxes
@@ -506,6 +511,9 @@ async fn kill(State(st): SharedState, Path(id): Path<String>) -> Response {
     let Some(sb) = st.sandbox(&id) else {
         return not_found(&id);
     };
+    if st.mutants.has(Fault::KillKeepsSandbox) {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     match st.end(&sb, KILL_ANSWER).await {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
         Ok(false) => not_found(&id),
@@ -537,6 +545,9 @@ async fn set_timeout(
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };
+    if st.mutants.has(Fault::SetTimeoutIgnored) {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     if sb.lifecycle.pause_on_timeout {
         set_end(&sb, t);
         return StatusCode::NO_CONTENT.into_response();
@@ -571,6 +582,11 @@ async fn update_network(
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };
+    let policy = if st.mutants.has(Fault::AllowMerged) {
+        super::mutants::merged(&sb.network.lock().expect("network"), policy)
+    } else {
+        policy
+    };
     match st.provider.sandbox(&sb.provider_id).update_network(policy.clone()).await {
         Ok(()) => {
             *sb.network.lock().expect("network") = policy;
@@ -594,7 +610,13 @@ async fn connect(
     if sb.is_paused() {
         let t = req.timeout.filter(|t| *t > 0).unwrap_or(sb.timeout_secs).min(MAX_TIMEOUT_SECS);
         return match resume(&st, &sb, t).await {
-            Ok(()) => (StatusCode::CREATED, Json(with_envd_url(sandbox_json(&st, &sb), &headers))).into_response(),
+            Ok(()) => {
+                let mut body = sandbox_json(&st, &sb);
+                if st.mutants.has(Fault::ConnectPausedNewId) {
+                    body["sandboxID"] = json!(super::new_sandbox_id());
+                }
+                (StatusCode::CREATED, Json(with_envd_url(body, &headers))).into_response()
+            }
             Err(e) => provider_error(e),
         };
     }
@@ -748,8 +770,14 @@ pub(crate) async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory
 /// Resumes a paused sandbox for `timeout_secs`.
 pub(crate) async fn resume(st: &AppState, sb: &ServedSandbox, timeout_secs: u64) -> Result<(), ProviderError> {
     let provider_timeout = if sb.lifecycle.pause_on_timeout { NEVER_SECS } else { timeout_secs };
+    if st.mutants.resumed(&sb.id) > 1 && st.mutants.has(Fault::SecondResumeFails) {
+        return Err(ProviderError::infra("resume failed (injected fault)"));
+    }
     st.provider.sandbox(&sb.provider_id).resume(provider_timeout).await?;
     sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
+    if st.mutants.has(Fault::ResumeLosesFiles) {
+        super::mutants::lose_files(st, sb).await;
+    }
     if sb.lifecycle.pause_on_timeout {
         set_end(sb, timeout_secs);
     }
@@ -771,6 +799,9 @@ async fn pause(State(st): SharedState, Path(id): Path<String>, JsonBody(body, _)
     };
     if sb.is_paused() {
         return json_error(StatusCode::CONFLICT, &format!("sandbox \"{id}\" is already paused"));
+    }
+    if st.mutants.has(Fault::PauseKeepsRunning) {
+        return StatusCode::NO_CONTENT.into_response();
     }
     match pause_sandbox(&st, &sb, keep_memory).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -891,6 +922,10 @@ async fn matching(
     // E2B matches the template by ID or by name.
     out.retain(|(sb, _)| template.as_deref().is_none_or(|t| sb.template == t || sb.alias == t));
     out.retain(|(sb, _)| after.is_none_or(|a| sb.started_us >= a));
+    if st.mutants.has(Fault::ListOmitsNewest) {
+        let newest = st.all_sandboxes().iter().map(|s| s.seq).max();
+        out.retain(|(sb, _)| Some(sb.seq) != newest);
+    }
     out.sort_by_key(|(sb, _)| (sb.started_us, sb.seq));
     if !asc {
         out.reverse();

@@ -337,7 +337,10 @@ pub(crate) async fn download(
             let name = path.rsplit('/').next().unwrap_or("file").replace('"', "");
             let disposition = HeaderValue::from_str(&format!("inline; filename=\"{name}\""))
                 .unwrap_or_else(|_| HeaderValue::from_static("inline"));
-            let len = file.len;
+            let mut len = file.len;
+            if st.mutants.has(super::mutants::Fault::ReadTruncates) && len > 64 << 10 {
+                len -= 1;
+            }
             let body = limit_body(sb.file_body(file, 0, len), st.faults.cut_stream_after);
             (
                 [

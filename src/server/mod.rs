@@ -77,6 +77,7 @@ mod connect;
 mod control;
 mod envd;
 mod files;
+pub mod mutants;
 mod opensandbox;
 pub use opensandbox::VolumeConfig;
 mod ports;
@@ -163,6 +164,8 @@ pub struct ServeOptions {
     /// The API key clients must send.
     pub api_key: String,
     pub faults: Faults,
+    /// Platform faults (`--fault`, see `mutants`); none by default.
+    pub mutants: mutants::Mutants,
     pub limits: Limits,
     /// HTTPS beside plain HTTP on the port (see `tls`), with these certificates.
     pub tls: Option<Arc<tls::Certs>>,
@@ -281,6 +284,8 @@ pub(crate) struct AppState {
     /// Reported as `domain`, so `get_host(port)` gives `{port}-{id}.localhost:<port>`.
     pub domain: String,
     pub faults: Faults,
+    /// Platform faults (`--fault`): host-side configuration, never a client's to switch.
+    pub mutants: mutants::Mutants,
     /// What a create that does not say `allowPublicTraffic` gets (see [`ServeOptions`]).
     pub public_traffic: bool,
     requests: AtomicU64,
@@ -518,7 +523,7 @@ fn authorized(st: &AppState, req: &Request) -> bool {
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
     let ok = |k: Option<&str>| k.is_some_and(|k| auth::ct_eq(k.as_bytes(), st.api_key.as_bytes()));
-    ok(key) || ok(bearer)
+    ok(key) || ok(bearer) || st.mutants.has(mutants::Fault::AnyApiKey)
 }
 
 /// Reads (and drops) what is left of a refused request's body, up to 1 MiB and 5 s: a
@@ -665,6 +670,11 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
                 }
             }
             if port != ENVD_PORT {
+                let sb = if st.mutants.has(mutants::Fault::PortRoutesToOldest) {
+                    st.all_sandboxes().into_iter().min_by_key(|s| s.seq).unwrap_or(sb)
+                } else {
+                    sb
+                };
                 if let Err(r) = auth::port(st, &sb, req.headers()) {
                     drain(req.into_body()).await;
                     return r;
@@ -715,7 +725,11 @@ async fn route(st: &Arc<AppState>, routers: &Routers, mut req: Request) -> Respo
             }
             let tls = req.extensions().get::<axum::extract::ConnectInfo<ConnSocket>>().is_some_and(|c| c.0.tls);
             req.headers_mut().insert(SCHEME_HEADER, HeaderValue::from_static(if tls { "https" } else { "http" }));
-            return routers.control.clone().oneshot(req).await.into_response();
+            let r = routers.control.clone().oneshot(req).await.into_response();
+            if st.mutants.has(mutants::Fault::UnknownSandbox500) && r.status() == StatusCode::NOT_FOUND {
+                return json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error");
+            }
+            return r;
         }
     };
     req.extensions_mut().insert(sb);
@@ -755,6 +769,7 @@ pub async fn serve(
         api_key: opts.api_key,
         domain: format!("localhost:{}", addr.port()),
         faults: opts.faults,
+        mutants: opts.mutants,
         public_traffic: opts.public_traffic,
         requests: AtomicU64::new(0),
         sandboxes: Mutex::new(HashMap::new()),

@@ -52,7 +52,10 @@ fn port_closed(id: &str, port: u16) -> Response {
 
 /// Forwards `req` to `port` in `sb`, over a connection dialled for it (`super::ports`).
 pub(crate) async fn forward(st: &AppState, sb: &ServedSandbox, port: u16, mut req: Request) -> Response {
-    let pq = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    let mut pq = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    if st.mutants.has(super::mutants::Fault::ProxyDropsQuery) {
+        pq = req.uri().path().to_string();
+    }
     let uri: Uri = match pq.parse() {
         Ok(u) => u,
         Err(_) => return port_closed(&sb.id, port),

@@ -494,7 +494,7 @@ async fn files(State(st): SharedState, Path((id, hash)): Path<(String, String)>)
     if !inner.by_id.contains_key(&id) {
         return not_found(&id);
     }
-    if st.templates.files(&id, &hash).exists() {
+    if st.templates.files(&id, &hash).exists() || st.mutants.has(super::mutants::Fault::StaleBuildCache) {
         return (StatusCode::CREATED, Json(json!({"present": true}))).into_response();
     }
     let token = format!("{}{}", super::new_sandbox_id(), super::new_sandbox_id());
@@ -794,6 +794,7 @@ async fn build(
         yaml += &format!("start_command: {v}\n");
     }
     if let Some(v) = s("readyCmd") {
+        let v = if st.mutants.has(super::mutants::Fault::ReadyCmdFailureOk) { format!("{v} || true") } else { v };
         yaml += &format!("ready_command: {v}\n");
     }
     folder.write_own("Dockerfile", dockerfile.as_bytes()).map_err(|e| fail(e.to_string()))?;

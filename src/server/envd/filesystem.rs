@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::resolve;
 use crate::provider::{ErrorKind, ExecRequest, FileEntry, ProviderError};
 use crate::server::connect::{self, lenient, RpcError, Unary};
+use crate::server::mutants::Fault;
 use crate::server::{AppState, ServedSandbox};
 
 #[derive(Debug, Deserialize)]
@@ -144,7 +145,7 @@ unary_fn!(fs_list_dir, PathRequest, |st, sb, r| {
         Some((target, e)) if e.kind == "dir" => target,
         _ => path.clone(),
     };
-    let entries = match st.provider.sandbox(&sb.provider_id).list_dir(&root).await {
+    let mut entries = match st.provider.sandbox(&sb.provider_id).list_dir(&root).await {
         Ok(v) => v,
         Err(e) if e.kind == ErrorKind::NotFound => {
             return Err(RpcError::not_found(format!("directory not found: {path}")))
@@ -154,6 +155,9 @@ unary_fn!(fs_list_dir, PathRequest, |st, sb, r| {
         }
         Err(e) => return Err(e.into()),
     };
+    if st.mutants.has(Fault::ListHidesDotfiles) {
+        entries.retain(|e| !e.name.starts_with('.'));
+    }
     // Reported under the requested path, not where a symbolic link root leads.
     let shown = |e: FileEntry, dir: &str| FileEntry { path: format!("{}/{}", dir.trim_end_matches('/'), e.name), ..e };
     let mut stack: Vec<(FileEntry, String, u32)> =
@@ -316,6 +320,12 @@ unary_fn!(fs_make_dir, PathRequest, |st, sb, r, user| {
 unary_fn!(fs_move, MoveRequest, |st, sb, r, user| {
     let user = user.as_deref().unwrap_or(PROVIDER_USER);
     let (src, dst) = (resolve_for(&r.source, user)?, resolve_for(&r.destination, user)?);
+    if st.mutants.has(Fault::RenameCopies) {
+        let out =
+            as_root(&st, &sb, "cannot copy", r#"cp -a -- "$1" "$2" && stat -c '%f %s %Y' -- "$2""#, &[&src, &dst])
+                .await?;
+        return Ok(json!({"entry": describe(&st, &sb, &stat_entry(&dst, out.lines().last().unwrap_or(""))?).await}));
+    }
     let quick = async {
         st.provider.sandbox(&sb.provider_id).stat(&src).await.map_err(|e| (e.kind == ErrorKind::NotFound, e))?;
         if let Some((parent, _)) = dst.rsplit_once('/') {
@@ -339,6 +349,9 @@ unary_fn!(fs_move, MoveRequest, |st, sb, r, user| {
 unary_fn!(fs_remove, PathRequest, |st, sb, r, user| {
     let user = user.as_deref().unwrap_or(PROVIDER_USER);
     let path = resolve_for(&r.path, user)?;
+    if st.mutants.has(Fault::RemoveKeepsFile) {
+        return Ok(json!({}));
+    }
     match st.provider.sandbox(&sb.provider_id).remove(&path).await {
         Ok(()) => Ok(json!({})),
         Err(e) if e.kind == ErrorKind::NotFound => Ok(json!({})),

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::provider::{ErrorKind, ExecRequest, OutputChunk, ProviderError};
 use crate::server::connect::{self, lenient, RpcError, Unary};
+use crate::server::mutants::{Fault, Mutants};
 use crate::server::procs::{self, Event};
 use crate::server::{AppState, ServedSandbox};
 
@@ -117,8 +118,10 @@ async fn pump(
     out: tokio::sync::mpsc::Sender<Frame>,
     keepalive: Duration,
     sock: Option<crate::server::ConnSocket>,
+    (m, sandbox): (Mutants, String),
 ) {
     let b64 = base64::engine::general_purpose::STANDARD;
+    let mut data_sent = 0usize;
     let send = |b: Bytes| out.send(Ok(b));
     if send(connect::message(&event_json(json!({"start": {"pid": pid}})))).await.is_err() {
         return;
@@ -133,6 +136,13 @@ async fn pump(
             }
             Ok(ev) => ev,
         };
+        if let Some(Event::Data(OutputChunk::Stdout(b) | OutputChunk::Stderr(b))) = &ev {
+            data_sent += b.len();
+            let past = m.has(Fault::OutputTailLost) && data_sent > 64 << 10;
+            if past || (m.has(Fault::OutputStopsAfterResume) && m.was_resumed(&sandbox)) {
+                continue;
+            }
+        }
         let frame = match ev {
             Some(Event::Data(OutputChunk::Stdout(b))) if pty => {
                 connect::message(&event_json(json!({"data": {"pty": b64.encode(b)}})))
@@ -140,10 +150,15 @@ async fn pump(
             Some(Event::Data(OutputChunk::Stdout(b))) => {
                 connect::message(&event_json(json!({"data": {"stdout": b64.encode(b)}})))
             }
+            Some(Event::Data(OutputChunk::Stderr(b))) if m.has(Fault::StderrAsStdout) => {
+                connect::message(&event_json(json!({"data": {"stdout": b64.encode(b)}})))
+            }
             Some(Event::Data(OutputChunk::Stderr(b))) => {
                 connect::message(&event_json(json!({"data": {"stderr": b64.encode(b)}})))
             }
             Some(Event::End(end)) => {
+                let end =
+                    if m.has(Fault::ExitCodeZero) { json!({"exited": true, "status": "exit status 0"}) } else { end };
                 if send(connect::message(&event_json(json!({"end": end})))).await.is_ok() {
                     let _ = send(connect::end_stream(None)).await;
                 }
@@ -213,8 +228,8 @@ async fn start(
     };
     let exec = ExecRequest {
         cmd: command_line(&req.process),
-        cwd,
-        envs: req.process.envs.clone(),
+        cwd: cwd.filter(|_| !st.mutants.has(Fault::CwdIgnored)),
+        envs: if st.mutants.has(Fault::EnvIgnored) { Default::default() } else { req.process.envs.clone() },
         user: basic_user(headers),
         // The output reaches clients live (`procs`); what the provider would keep for `wait`
         // (64 MiB a stream by default) is never read here, so it keeps none.
@@ -236,7 +251,8 @@ async fn start(
         timeout_header(headers),
     );
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(pump(pid, size.is_some(), events, tx, keepalive_header(headers), sock));
+    let m = (st.mutants.clone(), sb.id.clone());
+    tokio::spawn(killed_after(st, sb, pid, pump(pid, size.is_some(), events, tx, keepalive_header(headers), sock, m)));
     Ok(stream_response(st, rx))
 }
 
@@ -251,6 +267,23 @@ fn pty_size(v: &Value) -> Result<(u16, u16), RpcError> {
         return Err(RpcError::invalid(format!("invalid terminal size {cols}x{rows}")));
     }
     Ok((cols as u16, rows as u16))
+}
+
+/// `pump`, then (`background-dies-with-request` only) the process killed: the fault of a
+/// platform that ties a process to the request that started it.
+fn killed_after(
+    st: &AppState,
+    sb: &ServedSandbox,
+    pid: u32,
+    pump: impl std::future::Future<Output = ()> + Send + 'static,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let kill = st.mutants.has(Fault::BackgroundDiesWithRequest).then(|| (st.provider.clone(), sb.provider_id.clone()));
+    async move {
+        pump.await;
+        if let Some((provider, id)) = kill {
+            let _ = provider.sandbox(&id).signal_group(pid, libc::SIGKILL).await;
+        }
+    }
 }
 
 fn find(sb: &ServedSandbox, sel: &Selector) -> Result<Arc<procs::Entry>, RpcError> {
@@ -277,7 +310,9 @@ pub(super) async fn process_connect(
     stream_call(&st, &body, |req: ProcessRequest| {
         let stream = find(&sb, &req.process).map(|entry| {
             let (tx, rx) = tokio::sync::mpsc::channel(64);
-            tokio::spawn(pump(entry.pid, entry.pty, entry.subscribe(), tx, keepalive_header(&headers), sock));
+            let m = (st.mutants.clone(), sb.id.clone());
+            let pump = pump(entry.pid, entry.pty, entry.subscribe(), tx, keepalive_header(&headers), sock, m);
+            tokio::spawn(killed_after(&st, &sb, entry.pid, pump));
             stream_response(&st, rx)
         });
         std::future::ready(stream)
@@ -355,6 +390,9 @@ unary_fn!(send_input, ProcessRequest, |st, sb, r| {
     let data = base64::engine::general_purpose::STANDARD
         .decode(input.stdin.unwrap_or_default())
         .map_err(|e| RpcError::invalid(format!("stdin is not base64: {e}")))?;
+    if st.mutants.has(Fault::StdinDropped) {
+        return Ok(json!({}));
+    }
     st.provider.sandbox(&sb.provider_id).write_stdin(pid, data).await.map_err(process_err(pid))?;
     Ok(json!({}))
 });

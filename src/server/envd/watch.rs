@@ -79,6 +79,9 @@ async fn events_json(
     use crate::provider::FsOp;
     let mut out = Vec::with_capacity(events.len());
     for e in events {
+        if st.mutants.has(crate::server::mutants::Fault::WatchMissesRemoves) && matches!(e.op, FsOp::Remove) {
+            continue;
+        }
         let ty = match e.op {
             FsOp::Create => "EVENT_TYPE_CREATE",
             FsOp::Write => "EVENT_TYPE_WRITE",

@@ -316,6 +316,11 @@ async fn run(State(st): St, Extension(sb): Sb, Extension(os): Os, body: Bytes) -
             (format!("default-{language}"), json!({"code": req.code, "language": language}))
         }
     };
+    let payload = if st.mutants.has(crate::server::mutants::Fault::CodeContextLost) && !id.starts_with("default-") {
+        json!({"code": req.code, "language": "python"})
+    } else {
+        payload
+    };
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     {
         let mut running = os.code.running.lock().expect("running");
