@@ -281,7 +281,19 @@ impl Api {
             .call(Method::POST, &path, Some(&body), Idempotency::Idempotent, CREATE_TIMEOUT, &what)
             .await
             .map_err(|e| self.sandbox_call_error(&what, id, e))?;
-        self.parse(&what, &bytes)
+        let sb: SandboxJson = self.parse(&what, &bytes)?;
+        // A connect answers the sandbox it was asked for (the id may carry the legacy
+        // `-<clientID>` suffix): another id is a platform bug that would send every later
+        // call elsewhere (issue 40's `connect-paused-new-id`).
+        let asked =
+            id.strip_prefix(sb.sandbox_id.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('-'));
+        if !asked {
+            return Err(ProviderError::infra(format!(
+                "{what}: the platform answered another sandbox, {}",
+                sb.sandbox_id
+            )));
+        }
+        Ok(sb)
     }
 
     /// `GET /sandboxes/{id}` → `SandboxDetail`.
