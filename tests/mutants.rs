@@ -54,7 +54,8 @@ fn no_client_can_switch_a_fault_on() {
     let body = format!(
         r#"{{"templateID":"base","timeout":120,"metadata":{{"fault":"{names}","mutants":"{names}"}},"fault":"{names}","faults":["kill-keeps-sandbox"]}}"#
     );
-    let (status, created) = http(&srv, "POST", &format!("/sandboxes?fault={names}"), &[&key[..], &asks].concat(), &body);
+    let (status, created) =
+        http(&srv, "POST", &format!("/sandboxes?fault={names}"), &[&key[..], &asks].concat(), &body);
     assert_eq!(status, 201, "{created}");
     let v: serde_json::Value = serde_json::from_str(&created).unwrap();
     let id = v["sandboxID"].as_str().unwrap();

@@ -277,6 +277,7 @@ async fn rename(State(st): St, Extension(sb): Sb, body: Bytes) -> Response {
         Err(r) => return r,
     };
     let mut script = String::new();
+    let mv = if st.mutants.has(crate::server::mutants::Fault::RenameCopies) { "cp -a" } else { "mv -T" };
     for it in &items {
         let (src, dest) = match (abs(&it.src), abs(&it.dest)) {
             (Ok(s), Ok(d)) => (s, d),
@@ -288,7 +289,7 @@ async fn rename(State(st): St, Extension(sb): Sb, body: Bytes) -> Response {
             "if [ ! -e {qs} ] && [ ! -L {qs} ]; then echo 'source path not found: '{}': stat '{qs}': no such file or directory' >&2; exit 3; fi\n\
              mkdir -p -- {parent} || exit 4\n\
              if [ -e {qd} ] || [ -L {qd} ]; then echo 'destination path already exists: '{} >&2; exit 4; fi\n\
-             mv -T -- {qs} {qd} || exit 4\n",
+             {mv} -- {qs} {qd} || exit 4\n",
             q(&it.src),
             q(&it.dest)
         );

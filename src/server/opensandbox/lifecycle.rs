@@ -572,6 +572,9 @@ async fn delete(State(st): St, Path(id): Path<String>) -> Response {
         st.opensandbox.remove(&id);
         return not_found(&id);
     };
+    if st.mutants.has(crate::server::mutants::Fault::KillKeepsSandbox) {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     st.opensandbox.remove(&id);
     os.execd.end_all();
     match st.end(&sb, DELETE_ANSWER).await {
