@@ -159,7 +159,7 @@ pub static CATALOG: &[Entry] = &[
       "an unknown sandbox answers 500 \"internal error\" instead of 404 naming it"),
     e(Fault::ReadyCmdFailureOk, "ready-cmd-failure-ok", "templates",
       "a template's failing ready command reported as success",
-      "a template build's ready command is taken as passed whatever it exits with"),
+      "a template's ready command is replaced by /bin/true: ready at once, whatever it would say"),
     e(Fault::StaleBuildCache, "stale-build-cache", "templates",
       "a template build ignores a changed file (stale cache)",
       "template file uploads are always answered present, so changed files are never sent"),
