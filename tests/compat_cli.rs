@@ -144,8 +144,8 @@ fn over_serve_each_protocol_gets_its_table() {
     assert!(rows.iter().any(|r| r.0 == "api: POST /v2/sandboxes (v2 create, SDK 2.51 and later)"), "{rows:?}");
     assert!(!stdout.contains(&srv.key) && !text(&out.stderr).contains(&srv.key), "the key leaked");
 
-    // OpenSandbox's protocol: no pty, watches or pause through its provider, and its network
-    // policy is refused as unsupported: each `no`, with the reason.
+    // OpenSandbox's protocol: no pty, watches or pause through its provider (each `no`, with
+    // the reason); its network policy carries E2B's internet switch.
     let os = [
         ("OPEN_SANDBOX_API_KEY", srv.key.clone()),
         ("OPEN_SANDBOX_DOMAIN", format!("127.0.0.1:{}", srv.port)),
@@ -159,9 +159,9 @@ fn over_serve_each_protocol_gets_its_table() {
     let get = |f: &str| rows.iter().find(|r| r.0.contains(f)).map(|r| r.1.as_str()).unwrap_or("missing");
     assert_eq!(
         (get("pseudo-terminal"), get("internet by default"), get("stdin"), get("POST /v2/sandboxes (v2 create")),
-        ("no", "no", "yes", "n/a"),
+        ("no", "yes", "yes", "n/a"),
         "{stdout}"
     );
-    assert!(stdout.contains("networkPolicy"), "the refusal says why: {stdout}");
+    assert!(stdout.contains("lacks capability [pty]"), "the refusal says why: {stdout}");
     assert_eq!(live(&srv), 0, "a probe's sandbox outlived the run");
 }

@@ -29,6 +29,9 @@ pub enum Capability {
     Watch,
     /// `spawn_pty`: commands in a pseudo-terminal.
     Pty,
+    /// Egress policies: a create's `network` rules are enforced, and `update-network`
+    /// replaces them on a running sandbox.
+    Egress,
 }
 
 impl Capability {
@@ -43,6 +46,7 @@ impl Capability {
         Capability::Snapshot,
         Capability::Watch,
         Capability::Pty,
+        Capability::Egress,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +61,7 @@ impl Capability {
             Capability::Snapshot => "snapshot",
             Capability::Watch => "watch",
             Capability::Pty => "pty",
+            Capability::Egress => "egress",
         }
     }
 

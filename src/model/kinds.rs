@@ -147,12 +147,27 @@ const HTTP_EXPECT: &[Field] = &[
     f("headers", FieldType::StrMap, "headers that must be present; values are substrings to find"),
 ];
 
-const CREATE_NETWORK: &[Field] = &[
+/// What a network policy says, on a create and in `update-network`.
+const NETWORK_RULES: [Field; 4] = [
     f("allow_internet_access", FieldType::Bool, "E2B's internet access switch (default true); false is `deny_out: [0.0.0.0/0]`"),
     f("allow_out", FieldType::StrList, "addresses, CIDR ranges or domain names (`*.example.com`; matched for HTTP on 80 and TLS on 443), each with an optional `:port` or `:lo-hi`, the sandbox may reach: allow beats deny"),
     f("deny_out", FieldType::StrList, "addresses or CIDR ranges (with optional ports) denied unless allowed (`0.0.0.0/0`: all)"),
     f("dns_servers", FieldType::StrList, "E2B's `dnsServers`: IPv4 nameservers reachable while allow_out names a domain (default 8.8.8.8; `[]`: none)"),
 ];
+
+const CREATE_NETWORK: &[Field] = &{
+    let mut fields = [f(
+        "allow_public_traffic",
+        FieldType::Bool,
+        "E2B's `allowPublicTraffic`: false makes the sandbox's ports private, reached only with its traffic access token (which HTTP steps send; `traffic_token: false` leaves it out); refused where the provider has no token",
+    ); 5];
+    let mut i = 0;
+    while i < NETWORK_RULES.len() {
+        fields[i] = NETWORK_RULES[i];
+        i += 1;
+    }
+    fields
+};
 
 const CREATE_LIFECYCLE: &[Field] = &[
     f("on_timeout", FieldType::Enum(&["kill", "pause"]), "at its end time the sandbox is killed (default) or paused, as E2B's `lifecycle.on_timeout` (`autoPause`); `connect` resumes it"),
@@ -160,7 +175,7 @@ const CREATE_LIFECYCLE: &[Field] = &[
     f("auto_resume", FieldType::Bool, "E2B's `autoResume`: traffic to the paused sandbox wakes it (the clouds and serve; refused on local)"),
 ];
 
-const HTTP_FIELDS_COMMON: [Field; 8] = [
+const HTTP_FIELDS_COMMON: [Field; 9] = [
     f("port", FieldType::Range(1, 65535), "port inside the sandbox; resolved to the sandbox's host for that port"),
     f("path", FieldType::Str, "path (and query) appended to the port's URL, default `/`"),
     f("url", FieldType::Str, "full URL instead of port + path"),
@@ -176,6 +191,10 @@ const HTTP_FIELDS_COMMON: [Field; 8] = [
         "capture",
         FieldType::Any,
         "variables from the response, as Hurl's captures: `{ name: { header: X-Token } }`, `{ name: { regex: 'id=(\\d+)' } }` (the body; the first group), or both (a header's value by regex)",
+    ),    f(
+        "traffic_token",
+        FieldType::Bool,
+        "send the headers the provider gives its port URLs (E2B's `e2b-traffic-access-token`, OpenSandbox's secure access; default true); false sends the request as a stranger to the sandbox would",
     ),
 ];
 
@@ -401,6 +420,19 @@ pub static REGISTRY: &[StepKind] = &[
         eventual: false,
         sets_last: false,
         example: "- set-timeout: 10m",
+    },
+    StepKind {
+        name: "update-network",
+        summary: "replace the running sandbox's egress policy (E2B's `update_network`, OpenSandbox's network policy `PUT`): the rules given are the whole policy from now on, `{}` opens it again (capability `egress`)",
+        main: None,
+        fields: &NETWORK_RULES,
+        matcher: false,
+        free_keys: false,
+        outputs: &[],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: false,
+        example: "- update-network: { allow_out: [registry.npmjs.org], deny_out: [0.0.0.0/0] }",
     },
     StepKind {
         name: "pause",
@@ -757,7 +789,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "an HTTP request with any method",
         main: None,
         fields: &{
-            let mut fields = [req("method", FieldType::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]), "HTTP method"); 9];
+            let mut fields = [req("method", FieldType::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]), "HTTP method"); 10];
             let mut i = 0;
             while i < HTTP_FIELDS_COMMON.len() {
                 fields[i + 1] = HTTP_FIELDS_COMMON[i];
@@ -903,6 +935,6 @@ mod tests {
             }
         }
         assert_eq!(lookup("http").unwrap().fields[0].name, "method");
-        assert_eq!(lookup("http").unwrap().fields.len(), 9);
+        assert_eq!(lookup("http").unwrap().fields.len(), 10);
     }
 }

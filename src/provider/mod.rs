@@ -165,6 +165,11 @@ pub struct NetworkPolicy {
     /// `allow_out` names a domain; `None` is E2B's default, 8.8.8.8, and `Some(vec![])` none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_servers: Option<Vec<String>>,
+    /// E2B's `network.allowPublicTraffic` (create only): `Some(false)` makes the sandbox's
+    /// ports private, reached only with its traffic access token; `None` is the platform's
+    /// default. A provider without private ingress refuses `Some(false)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_public_traffic: Option<bool>,
 }
 
 pub use crate::templates::BuildSpec;
@@ -417,6 +422,7 @@ pub trait Provider: Send + Sync {
             Capability::Snapshot => f.snapshots.is_some(),
             Capability::Watch => f.watch_dirs.is_some(),
             Capability::Pty => f.pty.is_some(),
+            Capability::Egress => f.network_control.is_some(),
         };
         Capability::ALL.iter().copied().filter(|&c| has(c)).collect()
     }

@@ -126,6 +126,8 @@ pub struct State {
     pub waits: Vec<(String, u32, Duration)>,
     /// (sandbox, seconds).
     pub set_timeouts: Vec<(String, u64)>,
+    /// (sandbox, policy) of every network update.
+    pub networks: Vec<(String, crate::provider::NetworkPolicy)>,
     pub port_urls: Vec<(String, u16)>,
     /// Names of every method called, in order.
     pub calls: Vec<&'static str>,
@@ -330,7 +332,17 @@ impl Provider for FakeProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
-        crate::provider::caps::features!(self; processes, files, ports, builds)
+        crate::provider::caps::features!(self; processes, files, ports, builds, network_control)
+    }
+}
+
+#[async_trait]
+impl crate::provider::NetworkControl for FakeProvider {
+    async fn update_network(&self, id: &str, policy: crate::provider::NetworkPolicy) -> Result<()> {
+        let mut s = self.enter("update_network")?;
+        sandbox(&mut s, id)?;
+        s.networks.push((id.into(), policy));
+        Ok(())
     }
 }
 

@@ -34,6 +34,7 @@ static RUNS: &[(&str, RunFn)] = &[
     ("list", run_fn!(lifecycle::list)),
     ("kill", run_fn!(lifecycle::kill)),
     ("set-timeout", run_fn!(lifecycle::set_timeout)),
+    ("update-network", run_fn!(lifecycle::update_network)),
     ("pause", run_fn!(lifecycle::pause)),
     ("resume", run_fn!(lifecycle::resume)),
     ("snapshot", run_fn!(lifecycle::snapshot)),

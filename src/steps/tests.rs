@@ -317,6 +317,30 @@ async fn kill_marks_the_sandbox_killed() {
     assert_eq!(e.message, "no sandbox: add a `create` step first");
 }
 
+/// `update-network` hands the provider the whole policy given (E2B's update replaces the
+/// rules); an empty one opens the sandbox again; a provider's refusal is the step's.
+#[tokio::test]
+async fn update_network_replaces_the_policy() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let rules = json!({ "allow_out": "registry.npmjs.org", "deny_out": ["0.0.0.0/0"], "dns_servers": [] });
+    assert_eq!(step(&mut c, "update-network", rules).await.unwrap(), json!({}));
+    step(&mut c, "update-network", json!({})).await.unwrap();
+    let got = p.state().networks.clone();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].0, "sb-1");
+    assert_eq!(got[0].1.allow_out, ["registry.npmjs.org"]);
+    assert_eq!(got[0].1.deny_out, ["0.0.0.0/0"]);
+    assert_eq!(got[0].1.dns_servers, Some(vec![]));
+    assert_eq!(got[1].1, crate::provider::NetworkPolicy::default(), "an empty update is the open policy");
+    p.fail("update_network", ProviderError::unsupported("fake cannot"));
+    let e = errored(step(&mut c, "update-network", json!({ "deny_out": ["0.0.0.0/0"] })).await);
+    assert_eq!(e.kind, Some(crate::provider::ErrorKind::Unsupported));
+    let mut empty = ctx(&p);
+    let e = errored(step(&mut empty, "update-network", json!({})).await);
+    assert_eq!(e.message, "no sandbox: add a `create` step first");
+}
+
 #[tokio::test]
 async fn set_timeout_reports_the_new_end() {
     let p = fake();

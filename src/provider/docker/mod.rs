@@ -665,6 +665,11 @@ impl Provider for DockerProvider {
                 "a lifecycle (pause at the end, auto-resume): the docker provider cannot pause a sandbox",
             ));
         }
+        if req.network.as_ref().is_some_and(|n| n.allow_public_traffic == Some(false)) {
+            return Err(ProviderError::unsupported(
+                "private ports (allow_public_traffic: false): the docker provider has no traffic access token",
+            ));
+        }
         if req.network.as_ref().is_some_and(|n| !n.allow_out.is_empty()) {
             return Err(ProviderError::unsupported(
                 "network allow lists: not supported by the docker provider (use local or a cloud)",

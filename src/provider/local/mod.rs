@@ -634,6 +634,11 @@ impl Inner {
         if !policy.is_open() && !self.namespaces {
             return Err(no_policy_without_isolation());
         }
+        if req.network.as_ref().is_some_and(|n| n.allow_public_traffic == Some(false)) {
+            return Err(ProviderError::unsupported(
+                "private ports (allow_public_traffic: false) on the local provider: it has no traffic access token (serve and the clouds have)",
+            ));
+        }
         if req.lifecycle.is_some_and(|l| l.auto_resume) {
             return Err(ProviderError::unsupported(
                 "auto_resume on the local provider: a paused local sandbox is resumed by `connect` (serve wakes one on traffic)",
@@ -1057,8 +1062,9 @@ impl Provider for LocalProvider {
             pausing: ns.then_some(self),
             snapshots: ns.then_some(self),
             builds: ns.then_some(self),
+            network_control: ns.then_some(self),
             ..crate::provider::caps::features!(
-                self; processes, live_processes, files, envd_files, ports, expose_host, network_control, metrics
+                self; processes, live_processes, files, envd_files, ports, expose_host, metrics
             )
         }
     }
