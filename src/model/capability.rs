@@ -29,6 +29,9 @@ pub enum Capability {
     Watch,
     /// `spawn_pty`: commands in a pseudo-terminal.
     Pty,
+    /// A background process's stdin kept open and written by pid (`exec: { open_stdin }`,
+    /// `send-stdin`).
+    OpenStdin,
     /// Egress policies: a create's `network` rules are enforced, and `update-network`
     /// replaces them on a running sandbox.
     Egress,
@@ -46,6 +49,7 @@ impl Capability {
         Capability::Snapshot,
         Capability::Watch,
         Capability::Pty,
+        Capability::OpenStdin,
         Capability::Egress,
     ];
 
@@ -61,6 +65,7 @@ impl Capability {
             Capability::Snapshot => "snapshot",
             Capability::Watch => "watch",
             Capability::Pty => "pty",
+            Capability::OpenStdin => "open-stdin",
             Capability::Egress => "egress",
         }
     }

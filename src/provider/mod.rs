@@ -422,6 +422,7 @@ pub trait Provider: Send + Sync {
             Capability::Snapshot => f.snapshots.is_some(),
             Capability::Watch => f.watch_dirs.is_some(),
             Capability::Pty => f.pty.is_some(),
+            Capability::OpenStdin => f.live_processes.is_some(),
             Capability::Egress => f.network_control.is_some(),
         };
         Capability::ALL.iter().copied().filter(|&c| has(c)).collect()

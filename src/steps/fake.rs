@@ -122,6 +122,8 @@ pub struct State {
     pub spawns: Vec<(String, ExecRequest)>,
     /// (sandbox, pid, signal).
     pub signals: Vec<(String, u32, i32)>,
+    /// (sandbox, pid, bytes written; `None`: closed) of every stdin call.
+    pub stdin: Vec<(String, u32, Option<Vec<u8>>)>,
     /// (sandbox, pid, timeout).
     pub waits: Vec<(String, u32, Duration)>,
     /// (sandbox, seconds).
@@ -332,7 +334,33 @@ impl Provider for FakeProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
-        crate::provider::caps::features!(self; processes, files, ports, builds, network_control)
+        crate::provider::caps::features!(self; processes, live_processes, files, ports, builds, network_control)
+    }
+}
+
+/// Only what the steps use: a background process with its stdin open, written by pid.
+#[async_trait]
+impl crate::provider::LiveProcesses for FakeProvider {
+    async fn spawn_live(&self, _id: &str, _req: ExecRequest, _open: bool) -> Result<crate::provider::LiveProcess> {
+        Err(ProviderError::unsupported("the fake has no live output"))
+    }
+
+    async fn spawn_with_stdin(&self, id: &str, req: ExecRequest) -> Result<u32> {
+        crate::provider::Processes::spawn(self, id, req).await
+    }
+
+    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        let mut s = self.enter("write_stdin")?;
+        sandbox(&mut s, id)?;
+        s.stdin.push((id.into(), pid, Some(data)));
+        Ok(())
+    }
+
+    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
+        let mut s = self.enter("close_stdin")?;
+        sandbox(&mut s, id)?;
+        s.stdin.push((id.into(), pid, None));
+        Ok(())
     }
 }
 

@@ -42,6 +42,7 @@ static RUNS: &[(&str, RunFn)] = &[
     ("host", run_fn!(host::host)),
     ("process-list", run_fn!(exec::process_list)),
     ("signal", run_fn!(exec::signal)),
+    ("send-stdin", run_fn!(exec::send_stdin)),
     ("wait", run_fn!(exec::wait)),
     ("pty", run_fn!(pty::pty)),
     ("write-file", run_fn!(files::write_file)),

@@ -341,6 +341,33 @@ async fn update_network_replaces_the_policy() {
     assert_eq!(e.message, "no sandbox: add a `create` step first");
 }
 
+/// `exec: { background, open_stdin }` starts the process through the provider's open-stdin
+/// spawn; `send-stdin` writes by pid and closes when asked; what cannot work is refused.
+#[tokio::test]
+async fn send_stdin_writes_and_closes_by_pid() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let started = step(&mut c, "exec", json!({ "cmd": "cat", "background": true, "open_stdin": true })).await.unwrap();
+    let pid = started["pid"].as_u64().unwrap();
+    assert!(p.state().calls.contains(&"spawn"), "{:?}", p.state().calls);
+    let out = step(&mut c, "send-stdin", json!({ "pid": pid, "data": "one\n" })).await.unwrap();
+    assert_eq!(out, json!({ "pid": pid, "bytes": 4 }));
+    step(&mut c, "send-stdin", json!({ "pid": pid, "data": "two\n", "close": true })).await.unwrap();
+    let pid = pid as u32;
+    assert_eq!(
+        p.state().stdin,
+        [
+            ("sb-1".to_string(), pid, Some(b"one\n".to_vec())),
+            ("sb-1".to_string(), pid, Some(b"two\n".to_vec())),
+            ("sb-1".to_string(), pid, None)
+        ]
+    );
+    let e = errored(step(&mut c, "send-stdin", json!({ "pid": pid })).await);
+    assert!(e.message.contains("needs `data`"), "{}", e.message);
+    let e = errored(step(&mut c, "exec", json!({ "cmd": "cat", "open_stdin": true })).await);
+    assert!(e.message.contains("needs `background: true`"), "{}", e.message);
+}
+
 #[tokio::test]
 async fn set_timeout_reports_the_new_end() {
     let p = fake();
