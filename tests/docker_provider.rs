@@ -365,7 +365,7 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", common::text(&out.stderr));
     let (passed, skipped) = common::passed_and_skipped(report.path());
     // Docker has no pause, snapshots, directory watches, terminals or egress policies: those
-    // eleven scenarios (four of them pause, four egress) say so.
+    // twelve scenarios (five of them pause, four egress) say so.
     let mut lacking: Vec<&str> = skipped
         .iter()
         .filter(|(_, why)| why.starts_with("provider docker lacks capability ["))
@@ -384,6 +384,7 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
             "files directory watch",
             "lifecycle pause and resume",
             "lifecycle paused by its timeout",
+            "lifecycle resumed by traffic",
             "lifecycle snapshot",
             "lifecycle three pause and resume cycles"
         ],
@@ -400,8 +401,8 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     }
     // Whole scenarios skip only for the two cloud-only key checks and the real clients
     // driven from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here),
-    // the two egress scenarios of one protocol, and the eleven of capabilities docker lacks.
-    assert_eq!(skipped.len(), 5 + 2 + 11, "{skipped:?}");
+    // the two egress scenarios of one protocol, and the twelve of capabilities docker lacks.
+    assert_eq!(skipped.len(), 5 + 2 + 12, "{skipped:?}");
     for scenario in ["declarative remote function", "network two sandboxes serve the same port"] {
         assert!(passed.iter().any(|p| p == scenario), "{scenario} did not pass: {passed:?}");
     }

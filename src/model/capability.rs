@@ -23,6 +23,8 @@ pub enum Capability {
     Build,
     /// `pause`/`resume`: a paused sandbox's processes stop where they are.
     Pause,
+    /// A create's `lifecycle.auto_resume`: traffic to a paused sandbox resumes it.
+    AutoResume,
     /// `snapshot`: a sandbox's filesystem captured as a template `create` starts.
     Snapshot,
     /// `watch_dir`: changes under a directory are reported.
@@ -46,6 +48,7 @@ impl Capability {
         Capability::RunCode,
         Capability::Build,
         Capability::Pause,
+        Capability::AutoResume,
         Capability::Snapshot,
         Capability::Watch,
         Capability::Pty,
@@ -62,6 +65,7 @@ impl Capability {
             Capability::RunCode => "run-code",
             Capability::Build => "build",
             Capability::Pause => "pause",
+            Capability::AutoResume => "auto-resume",
             Capability::Snapshot => "snapshot",
             Capability::Watch => "watch",
             Capability::Pty => "pty",

@@ -216,6 +216,11 @@ pub trait Pausing: Send + Sync {
     fn keeps_memory_only(&self) -> bool {
         false
     }
+    /// Whether a create's `lifecycle.auto_resume` is honoured: traffic to a paused sandbox
+    /// (a request to one of its ports) resumes it (E2B's `autoResume`).
+    fn resumes_on_traffic(&self) -> bool {
+        false
+    }
     /// Pauses the sandbox: its processes stop where they are (they get no CPU and keep their
     /// memory) and it no longer expires; its files stay. Without `keep_memory` only its files
     /// stay: its processes end, and [`Pausing::resume`] boots it again (a new boot id, as

@@ -419,6 +419,7 @@ pub trait Provider: Send + Sync {
             Capability::Processes => f.processes.is_some(),
             Capability::Build => f.builds.is_some(),
             Capability::Pause => f.pausing.is_some_and(|p| !p.keeps_memory_only()),
+            Capability::AutoResume => f.pausing.is_some_and(|p| p.resumes_on_traffic()),
             Capability::Snapshot => f.snapshots.is_some(),
             Capability::Watch => f.watch_dirs.is_some(),
             Capability::Pty => f.pty.is_some(),

@@ -367,6 +367,11 @@ impl crate::provider::Ports for E2bProvider {
 
 #[async_trait]
 impl crate::provider::Pausing for E2bProvider {
+    /// E2B's `autoResume` (the API's; this client only sends it).
+    fn resumes_on_traffic(&self) -> bool {
+        true
+    }
+
     async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
         self.inner.api.pause(id, keep_memory).await
     }
