@@ -89,7 +89,8 @@ fn a_lacking_capability_is_no_and_a_failing_probe_fails_with_its_step() {
         ("no", "provider local lacks capability [isolated-ports]")
     );
     assert!(rows.iter().any(|r| r.0 == "lifecycle: connect by id" && r.1 == "yes"), "{rows:?}");
-    assert_eq!((doc["supported"].as_u64(), doc["applies"].as_u64()), (Some(1), Some(2)));
+    assert!(rows.iter().any(|r| r.0 == "commands: stdin by pid from a second connection" && r.1 == "yes"), "{rows:?}");
+    assert_eq!((doc["supported"].as_u64(), doc["applies"].as_u64()), (Some(2), Some(3)));
 
     // Probes of one's own: one that fails names its step and reason, one that errors is an error.
     let probes = tmp.path().join("probes");
@@ -156,10 +157,19 @@ fn over_serve_each_protocol_gets_its_table() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     let rows = verdicts(&doc);
-    let get = |f: &str| rows.iter().find(|r| r.0.contains(f)).map(|r| r.1.as_str()).unwrap_or("missing");
+    let get = |f: &str| {
+        let hit = rows.iter().find(|r| r.0 == f).or_else(|| rows.iter().find(|r| r.0.contains(f)));
+        hit.map(|r| r.1.as_str()).unwrap_or("missing")
+    };
     assert_eq!(
-        (get("pseudo-terminal"), get("internet by default"), get("stdin"), get("POST /v2/sandboxes (v2 create")),
-        ("no", "yes", "yes", "n/a"),
+        (
+            get("pseudo-terminal"),
+            get("internet by default"),
+            get("commands: stdin"),
+            get("stdin by pid"),
+            get("POST /v2/sandboxes (v2 create")
+        ),
+        ("no", "yes", "yes", "no", "n/a"),
         "{stdout}"
     );
     assert!(stdout.contains("lacks capability [pty]"), "the refusal says why: {stdout}");
