@@ -593,6 +593,8 @@ async fn remote_build(
     // Poll until done and the log is drained.
     let deadline = tokio::time::Instant::now() + BUILD_TIMEOUT;
     let mut offset = 0usize;
+    // The last lines of the log, for a failure the platform gives no reason for.
+    let mut recent: std::collections::VecDeque<String> = Default::default();
     let what = format!("status of build {build_id} of template {id}");
     loop {
         let path = format!("/templates/{}/builds/{}/status?logsOffset={offset}&limit=100", enc(&id), enc(&build_id));
@@ -613,7 +615,12 @@ async fn remote_build(
         offset += entries.len();
         for e in &entries {
             if let Some(m) = e["message"].as_str() {
-                let _ = log.send(clean(m));
+                let m = clean(m);
+                if recent.len() == REASON_LINES {
+                    recent.pop_front();
+                }
+                recent.push_back(m.clone());
+                let _ = log.send(m);
             }
         }
         let status = info["status"].as_str().unwrap_or("building");
@@ -622,7 +629,7 @@ async fn remote_build(
                 let _ = log.send(format!("build {build_id} of template {id} finished"));
                 return Ok(Built { template_id: id });
             }
-            let message = clean(info["reason"]["message"].as_str().unwrap_or("the build failed"));
+            let message = clean(&failure_reason(&info["reason"], recent.make_contiguous()));
             return Err(build_error(&message, &info["reason"], plan, dockerfile));
         }
         if tokio::time::Instant::now() >= deadline {
@@ -634,6 +641,29 @@ async fn remote_build(
         if entries.is_empty() {
             tokio::time::sleep(POLL).await;
         }
+    }
+}
+
+/// How many of the last log lines stand in for a reason the platform did not give.
+const REASON_LINES: usize = 5;
+
+/// Why a build failed: `reason.message`, with `reason.logEntries` the message does not repeat;
+/// without a message, the build's last log lines (E2B #1009: a build failing without its
+/// reason).
+fn failure_reason(reason: &JsonValue, recent: &[String]) -> String {
+    let message = reason["message"].as_str().map(str::trim).unwrap_or("");
+    let entries: Vec<&str> = reason["logEntries"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["message"].as_str().or_else(|| e.as_str())).collect())
+        .unwrap_or_default();
+    let extra: Vec<&str> = entries.iter().copied().filter(|e| !e.is_empty() && !message.contains(e)).collect();
+    let extra = &extra[extra.len().saturating_sub(REASON_LINES)..];
+    match (message.is_empty(), extra.is_empty()) {
+        (false, true) => message.to_string(),
+        (false, false) => format!("{message}\n{}", extra.join("\n")),
+        (true, false) => extra.join("\n"),
+        (true, true) if recent.is_empty() => "the build failed, and the platform gave no reason and no log".into(),
+        (true, true) => format!("the build failed without a reason; its last log lines:\n{}", recent.join("\n")),
     }
 }
 
@@ -737,6 +767,23 @@ mod tests {
         let names: Vec<String> =
             a.entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect();
         assert_eq!(names, ["a.py"]);
+    }
+
+    #[test]
+    fn a_failed_build_says_why_even_without_a_reason_message() {
+        let lines = ["step 2 ok".to_string(), "ready command exited 3: port-not-open".to_string()];
+        assert_eq!(failure_reason(&json!({"message": "boom"}), &lines), "boom");
+        assert_eq!(
+            failure_reason(
+                &json!({"message": "boom", "logEntries": [{"message": "boom"}, {"message": "why: disk"}]}),
+                &lines
+            ),
+            "boom\nwhy: disk"
+        );
+        assert_eq!(failure_reason(&json!({"logEntries": [{"message": "why: disk"}]}), &lines), "why: disk");
+        let m = failure_reason(&JsonValue::Null, &lines);
+        assert!(m.starts_with("the build failed without a reason") && m.ends_with("port-not-open"), "{m}");
+        assert!(failure_reason(&json!({"message": " "}), &[]).contains("no reason and no log"));
     }
 
     #[test]

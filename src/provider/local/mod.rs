@@ -773,7 +773,10 @@ impl Inner {
         core::expire_at_end(self, sb.clone());
         if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
             let t = tpl.as_ref().expect("checked");
-            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports, t.built.user.as_deref()).await {
+            if let Err(e) =
+                start_template(&sb, &start, t.ready.as_deref(), t.ready_timeout, &t.ports, t.built.user.as_deref())
+                    .await
+            {
                 core::kill(self.as_ref(), &sb.id).await;
                 return Err(e);
             }
@@ -1108,6 +1111,7 @@ async fn start_template(
     sb: &Arc<Sandbox>,
     start: &str,
     ready: Option<&str>,
+    ready_timeout: Option<Duration>,
     ports: &[u16],
     user: Option<&str>,
 ) -> Result<()> {
@@ -1126,32 +1130,29 @@ async fn start_template(
             .join(" && "),
         None => return Ok(()),
     };
-    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    let waited = ready_timeout.unwrap_or(READY_TIMEOUT);
+    let deadline = tokio::time::Instant::now() + waited;
     loop {
         if p.finished() {
-            let r = p.result(false);
-            let err = String::from_utf8_lossy(&r.stderr);
-            let tail: Vec<&str> = err.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
-            return Err(ProviderError::infra(format!(
-                "the template's start command `{start}` exited ({}) before it was ready: {}",
-                r.exit_code.map_or("killed".to_string(), |c| format!("exit {c}")),
-                tail.join("\n")
-            )));
+            return Err(ProviderError::infra(super::registered::start_exited(start, &p.result(false))));
         }
+        // Never past the deadline: a probe that hangs is cut off with it.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let check = ExecRequest {
             cmd: probe.clone(),
-            timeout: Some(Duration::from_secs(10)),
+            timeout: Some(left.clamp(Duration::from_secs(1), Duration::from_secs(10))),
             user: user.clone(),
             ..Default::default()
         };
         let q = process::launch(&target, &env, &cwd, &check, None, false, None).await?;
-        if process::finish(&q, check.timeout).await.exit_code == Some(0) {
+        let r = process::finish(&q, check.timeout).await;
+        if r.exit_code == Some(0) {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(ProviderError::new(
                 super::ErrorKind::Timeout,
-                format!("the template did not become ready within {}s (`{probe}`)", READY_TIMEOUT.as_secs()),
+                super::registered::not_ready(&probe, waited, &r, start, &p.result(false)),
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
