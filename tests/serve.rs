@@ -3100,3 +3100,73 @@ async fn issue_35_a_build_user_lookup_never_reads_the_host_nor_blocks_on_a_fifo(
     let m = st["reason"]["message"].as_str().unwrap_or_default();
     assert!(m.contains("hostonly"), "the reason names the user: {st}");
 }
+
+/// Builds template `name` from `base` with `steps` and `extra` keys in the build request
+/// through the template API, as the SDK does: the last status body (every log entry in it)
+/// and whether log entries arrived while it was still building.
+async fn build_steps(http: &reqwest::Client, base: &str, name: &str, steps: Value, extra: Value) -> (Value, bool) {
+    let (status, t) =
+        api(http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": name}))).await;
+    assert_eq!(status, 202, "{t}");
+    let (id, build) = (t["templateID"].as_str().unwrap().to_string(), t["buildID"].as_str().unwrap().to_string());
+    let mut req = json!({"fromTemplate": "base", "steps": steps});
+    for (k, v) in extra.as_object().unwrap() {
+        req[k] = v.clone();
+    }
+    let (status, e) =
+        api(http, reqwest::Method::POST, format!("{base}/v2/templates/{id}/builds/{build}"), Some(req)).await;
+    assert_eq!(status, 202, "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let mut streamed = false;
+    loop {
+        let (_, st) =
+            api(http, reqwest::Method::GET, format!("{base}/templates/{id}/builds/{build}/status"), None).await;
+        match st["status"].as_str() {
+            Some("ready" | "error") => return (st, streamed),
+            Some("building") => streamed |= st["logEntries"].as_array().is_some_and(|e| !e.is_empty()),
+            _ => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "the build of {name} ends: {st}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn log_of(st: &Value) -> String {
+    st["logEntries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message"].as_str().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Issue 38 item 4: a second build of an unchanged template through the template API is
+/// served from the cache and its log says so (E2B's build cache); `force` (the SDK's
+/// `skipCache`) builds it again; and the log streams while the build runs (E2B #1018: a
+/// build that shows nothing until it ends looks stuck).
+#[tokio::test]
+async fn a_second_build_is_served_from_the_cache_and_force_builds_again() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let steps = json!([{"type": "RUN", "args": ["echo first-step; sleep 2; echo made > /home/user/made", "root"], "force": false}]);
+    let (first, streamed) = build_steps(&http, &base, "cache-probe", steps.clone(), json!({})).await;
+    assert_eq!(first["status"], "ready", "{first}");
+    assert!(streamed, "log entries arrive while the build runs: {first}");
+    assert!(!log_of(&first).contains("was built before"), "{}", log_of(&first));
+
+    let (second, _) = build_steps(&http, &base, "cache-probe", steps.clone(), json!({})).await;
+    assert_eq!(second["status"], "ready", "{second}");
+    assert!(
+        log_of(&second).contains("was built before"),
+        "the second build says it is the cached one: {}",
+        log_of(&second)
+    );
+
+    let (forced, _) = build_steps(&http, &base, "cache-probe", steps, json!({"force": true})).await;
+    assert_eq!(forced["status"], "ready", "{forced}");
+    let log = log_of(&forced);
+    assert!(log.contains("building again without the cache") && !log.contains("was built before"), "{log}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}

@@ -195,7 +195,8 @@ impl Store {
         let started = std::time::Instant::now();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let spec = BuildSpec { template, build_args: Default::default(), keep: true, from_auth: None };
+        let spec =
+            BuildSpec { template, build_args: Default::default(), keep: true, skip_cache: false, from_auth: None };
         let out = provider.deploy(spec, tx).await;
         let _ = drain.await;
         let out = out.map_err(|e| OfficialTemplateError::Build {
@@ -809,7 +810,18 @@ async fn build(
     h.update(id);
     h.update(json!({"from": req["fromImage"], "steps": req["steps"]}).to_string());
     template.digest = format!("sha256:{:x}", h.finalize());
-    let spec = BuildSpec { template, build_args: Default::default(), keep: false, from_auth: from_auth(req) };
+    // `force` (the whole build, or any step: serve's builds are one layer) builds again.
+    let force = req["force"] == json!(true) || steps.iter().any(|s| s["force"] == json!(true));
+    if force {
+        let _ = b.lock().map(|mut b| b.entries.push(entry("info", "force: building again without the cache")));
+    }
+    let spec = BuildSpec {
+        template,
+        build_args: Default::default(),
+        keep: false,
+        skip_cache: force,
+        from_auth: from_auth(req),
+    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let sink = b.clone();
     let forward = tokio::spawn(async move {

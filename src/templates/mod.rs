@@ -381,6 +381,9 @@ pub struct BuildSpec {
     pub build_args: BTreeMap<String, String>,
     /// Keep the build after the run.
     pub keep: bool,
+    /// Build again, reusing nothing built before (the step's `skip_cache`, the template build
+    /// API's `force`).
+    pub skip_cache: bool,
     /// The login for the FROM image's registry (the template build API's `fromImageRegistry`).
     pub from_auth: Option<crate::image::RegistryAuth>,
 }

@@ -420,13 +420,19 @@ impl Inner {
     async fn build(&self, spec: &BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<(Arc<build::Image>, bool)> {
         let docker = self.client().await?.clone();
         let digest = spec.template.digest.clone();
-        let cell = self.builds.lock().expect("builds").entry(digest.clone()).or_default().clone();
+        // skip_cache: a cell of its own, which then stands for the digest in this run.
+        let cell = if spec.skip_cache {
+            let _ = log.send("skip_cache: building again without the engine's cache (--no-cache)".to_string());
+            Default::default()
+        } else {
+            self.builds.lock().expect("builds").entry(digest.clone()).or_default().clone()
+        };
         let mut fresh = false;
         let image = cell
             .get_or_try_init(|| async {
                 let tag = build::image_tag(&self.opts.registry, &spec.template.def.name, &digest);
                 let tag = if spec.keep {
-                    if let Some(image) = build::reuse(&docker, spec, &tag).await {
+                    if let Some(image) = build::reuse(&docker, spec, &tag).await.filter(|_| !spec.skip_cache) {
                         let _ = log.send(format!("reusing the kept build {tag} of {digest}"));
                         return Ok(Arc::new(image));
                     }
@@ -439,6 +445,9 @@ impl Inner {
             })
             .await?
             .clone();
+        if spec.skip_cache {
+            self.builds.lock().expect("builds").insert(digest.clone(), cell);
+        }
         if !fresh {
             let _ = log.send(format!("cached: {} ({digest}) was built before as {}; its log:", image.name, image.tag));
             for l in &image.log {

@@ -346,7 +346,7 @@ impl Builds {
         log: &mpsc::UnboundedSender<String>,
     ) -> Result<(Built, bool)> {
         let digest = spec.template.digest.clone();
-        if !deploy {
+        if !deploy && !spec.skip_cache {
             // Building again without the start command would take it off the deployed template.
             let deployed = self.deploys.lock().expect("builds").get(&digest).and_then(|c| c.get().cloned());
             if let Some(d) = deployed {
@@ -359,7 +359,13 @@ impl Builds {
         }
         let had_layer = self.layers.lock().expect("builds").get(&digest).is_some_and(|c| c.initialized());
         let map = if deploy { &self.deploys } else { &self.layers };
-        let cell = map.lock().expect("builds").entry(digest.clone()).or_default().clone();
+        // skip_cache: a cell of its own (which then stands for the digest), and `force`.
+        let cell = if spec.skip_cache {
+            let _ = log.send("skip_cache: building again with `force`, reusing no earlier build".to_string());
+            Default::default()
+        } else {
+            map.lock().expect("builds").entry(digest.clone()).or_default().clone()
+        };
         let mut fresh = false;
         let built = cell
             .get_or_try_init(|| async {
@@ -392,6 +398,7 @@ impl Builds {
                     start.as_deref(),
                     ready.as_deref(),
                     &dockerfile,
+                    spec.skip_cache,
                     log,
                     |id| self.record(id, spec.keep),
                 )
@@ -400,6 +407,10 @@ impl Builds {
             })
             .await?
             .clone();
+        if spec.skip_cache {
+            map.lock().expect("builds").insert(digest.clone(), cell);
+            return Ok((built, false));
+        }
         if !fresh {
             let _ = log.send(format!(
                 "cached: {} ({digest}) was built before as {}",
@@ -480,6 +491,7 @@ pub async fn build_from_image(
         def.start_command.as_deref(),
         def.ready_command.as_deref(),
         "(image)",
+        false,
         log,
         |_| {},
     )
@@ -498,6 +510,7 @@ async fn remote_build(
     start: Option<&str>,
     ready: Option<&str>,
     dockerfile: &str,
+    force: bool,
     log: &mpsc::UnboundedSender<String>,
     made: impl FnOnce(&str),
 ) -> Result<Built> {
@@ -566,7 +579,7 @@ async fn remote_build(
 
     let mut start_body = json!({
         "fromImage": plan.from_image,
-        "force": false,
+        "force": force,
         "steps": plan.steps.iter().map(|s| s.json.clone()).collect::<Vec<_>>(),
     });
     if let Some(r) = registry {
@@ -716,6 +729,7 @@ mod tests {
                 template,
                 build_args: BTreeMap::from([("V".into(), "9".into())]),
                 keep: false,
+                skip_cache: false,
                 from_auth: None,
             },
         )

@@ -795,18 +795,24 @@ impl Inner {
         let digest = spec.template.digest.clone();
         // What the build is made from: the folder and the build arguments.
         let key = layer_cache::key(spec);
-        let cell = self.builds.lock().expect("builds").entry(key.clone()).or_default().clone();
+        // skip_cache: a cell of its own, which then stands for the key in this run.
+        let cell = if spec.skip_cache {
+            let _ = log.send("skip_cache: building again, reusing no earlier build".to_string());
+            Default::default()
+        } else {
+            self.builds.lock().expect("builds").entry(key.clone()).or_default().clone()
+        };
         let mut fresh = false;
         let layer = cell
             .get_or_try_init(|| async {
                 let shared = build::build_dir(&self.state_dir, &spec.template.def.name, &digest);
-                if let Some(layer) = build::reuse(&shared).filter(|l| l.keep) {
+                if let Some(layer) = build::reuse(&shared).filter(|l| l.keep && !spec.skip_cache) {
                     let _ = log.send(format!("reusing the kept build {} of {digest}", shared.display()));
                     return Ok(Arc::new(layer));
                 }
                 let cache_max = layer_cache::max_from_env().map_err(ProviderError::invalid)?;
                 let entry = layer_cache::entry(&self.state_dir, &spec.template.def.name, &key);
-                if !spec.keep && cache_max > 0 {
+                if !spec.keep && !spec.skip_cache && cache_max > 0 {
                     let e = entry.clone();
                     if let Some(layer) = blocking(move || Ok(layer_cache::take(&e))).await? {
                         let _ = log.send(format!(
@@ -829,6 +835,9 @@ impl Inner {
                         })
                     })
                     .await;
+                } else if let (true, Ok(_)) = (spec.skip_cache, &r) {
+                    // The entry of this key (if any) stays as it is; this build is the run's.
+                    let _ = log.send("not cached (skip_cache): this build is this run's only".to_string());
                 } else if let (true, Ok(layer)) = (cache_max > 0, &r) {
                     // Into the cache; where that fails, the build stays this run's only.
                     let (l, to) = (layer.clone(), entry.clone());
@@ -852,6 +861,9 @@ impl Inner {
             })
             .await?
             .clone();
+        if spec.skip_cache {
+            self.builds.lock().expect("builds").insert(key, cell);
+        }
         if !fresh {
             let _ = log.send(format!("cached: {} ({digest}) was built before; its log:", layer.name));
             for l in &layer.log {
