@@ -797,6 +797,12 @@ async fn build(
     if let Some(v) = s("readyCmd") {
         yaml += &format!("ready_command: {v}\n");
     }
+    // The e2b provider's extension: template.yaml's ready_timeout (seconds).
+    if let Some(t) =
+        req[crate::provider::e2b::build::READY_TIMEOUT_FIELD].as_f64().filter(|t| *t >= 1.0 && *t <= 86_400.0)
+    {
+        yaml += &format!("ready_timeout: {}\n", t.round() as u64);
+    }
     folder.write_own("Dockerfile", dockerfile.as_bytes()).map_err(|e| fail(e.to_string()))?;
     folder.write_own("template.yaml", yaml.as_bytes()).map_err(|e| fail(e.to_string()))?;
     // Reads and hashes every file of the folder: off the async workers.

@@ -54,6 +54,10 @@ use crate::provider::{ErrorKind, ProviderError, Result};
 use crate::templates::dockerfile::{Command, Inst, Seg, Word};
 use crate::templates::{BuildSpec, TemplateDef};
 
+/// The build request's field for template.yaml's `ready_timeout` (seconds): serve's extension
+/// of `TemplateBuildStartV2`, sent only when the template sets it.
+pub const READY_TIMEOUT_FIELD: &str = "x-scenario-run-ready-timeout";
+
 /// Interval of status polls (the SDK's).
 const POLL: Duration = Duration::from_millis(200);
 /// How long one build may take.
@@ -590,6 +594,11 @@ async fn remote_build(
     }
     if let Some(r) = ready {
         start_body["readyCmd"] = json!(r);
+        // Not E2B's (its bound is the platform's): only a template.yaml that sets
+        // ready_timeout sends it, and serve honours it.
+        if let Some(t) = def.ready_timeout {
+            start_body[READY_TIMEOUT_FIELD] = json!(t.as_secs_f64());
+        }
     }
     let what = format!("start build {build_id} of template {id}");
     api.call(
