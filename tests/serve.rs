@@ -3170,3 +3170,56 @@ async fn a_second_build_is_served_from_the_cache_and_force_builds_again() {
     let (ok, stderr) = server.stop();
     assert!(ok, "{stderr}");
 }
+
+/// E2B #1009 and #1018 as serve's probe: a template whose ready command never succeeds makes
+/// the create fail within the build request's ready timeout (the e2b provider's
+/// `x-scenario-run-ready-timeout`, from template.yaml), not hang past the client's create
+/// timeout, and the error carries the ready command's exit code and what it printed.
+#[tokio::test]
+async fn a_create_whose_ready_command_fails_says_why_within_the_ready_timeout() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let (status, t) =
+        api(&http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": "never-ready"}))).await;
+    assert_eq!(status, 202, "{t}");
+    let (id, build) = (t["templateID"].as_str().unwrap().to_string(), t["buildID"].as_str().unwrap().to_string());
+    let req = json!({
+        "fromTemplate": "base", "steps": [],
+        "startCmd": "echo server-starting; sleep 600",
+        "readyCmd": "echo port-not-open >&2; exit 3",
+        scenario_run::provider::e2b::build::READY_TIMEOUT_FIELD: 2,
+    });
+    let (status, e) =
+        api(&http, reqwest::Method::POST, format!("{base}/v2/templates/{id}/builds/{build}"), Some(req)).await;
+    assert_eq!(status, 202, "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, st) =
+            api(&http, reqwest::Method::GET, format!("{base}/templates/{id}/builds/{build}/status"), None).await;
+        if st["status"] == "ready" {
+            break;
+        }
+        assert!(st["status"] != "error" && std::time::Instant::now() < deadline, "{st}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let started = std::time::Instant::now();
+    let (status, body) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes"),
+        Some(json!({"templateID": id, "timeout": 60})),
+    )
+    .await;
+    assert!(status >= 400, "the create fails: {status} {body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("within 2s")
+            && message.contains("exit 3, printing: port-not-open")
+            && message.contains("server-starting"),
+        "{message}"
+    );
+    // Bounded by the ready timeout, not serve's 180 s (generous for a loaded machine).
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
