@@ -88,6 +88,17 @@ impl BuildLog {
     }
 }
 
+/// Puts `cell`, a `skip_cache` build, in `builds` under `key`, where the next builds of the
+/// key find it; the build it replaces stays in the map under a key no build asks for, so that
+/// removing the run's builds (and a template's) still finds it.
+pub(crate) fn supersede<C>(builds: &mut std::collections::HashMap<String, C>, key: String, cell: C) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    if let Some(old) = builds.insert(key.clone(), cell) {
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        builds.insert(format!("{key}#superseded{n}"), old);
+    }
+}
+
 /// How many lines, and bytes, of a command's output an error about a template's start or ready
 /// command carries.
 const TAIL_LINES: usize = 10;
@@ -189,6 +200,19 @@ mod tests {
         let timed = ExecResult { timed_out: true, ..Default::default() };
         assert!(not_ready("p", std::time::Duration::from_secs(1), &timed, "s", &timed)
             .contains("last ended with timed out and printed nothing"));
+    }
+
+    #[test]
+    fn a_superseded_build_stays_findable_for_removal() {
+        let mut builds = std::collections::HashMap::new();
+        supersede(&mut builds, "k".to_string(), 1);
+        assert_eq!(builds.len(), 1);
+        supersede(&mut builds, "k".to_string(), 2);
+        supersede(&mut builds, "k".to_string(), 3);
+        assert_eq!(builds["k"], 3, "the newest answers the key");
+        let mut all: Vec<i32> = builds.values().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, [1, 2, 3], "the earlier builds are still there to remove");
     }
 
     #[test]

@@ -437,6 +437,9 @@ impl Inner {
                         return Ok(Arc::new(image));
                     }
                     tag
+                } else if spec.skip_cache {
+                    // Its own tag: the earlier build keeps its, to be removed with the run's.
+                    format!("{tag}-{}-{}", self.run_tag, crate::random::hex(4))
                 } else {
                     format!("{tag}-{}", self.run_tag)
                 };
@@ -446,7 +449,7 @@ impl Inner {
             .await?
             .clone();
         if spec.skip_cache {
-            self.builds.lock().expect("builds").insert(digest.clone(), cell);
+            crate::provider::registered::supersede(&mut self.builds.lock().expect("builds"), digest.clone(), cell);
         }
         if !fresh {
             let _ = log.send(format!("cached: {} ({digest}) was built before as {}; its log:", image.name, image.tag));

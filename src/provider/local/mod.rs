@@ -823,7 +823,7 @@ impl Inner {
                     }
                 }
                 fresh = true;
-                let dir = build::own_dir(&shared);
+                let dir = if spec.skip_cache { build::own_fresh_dir(&shared) } else { build::own_dir(&shared) };
                 self.building.lock().expect("building").insert(dir.clone());
                 let net = self.nets.take().await.map_err(|e| net_error("cannot make the build's network".into(), e))?;
                 let mut r = build::build(spec, &dir, &crate::owner::token(), &self.images, net, log.clone()).await;
@@ -862,7 +862,7 @@ impl Inner {
             .await?
             .clone();
         if spec.skip_cache {
-            self.builds.lock().expect("builds").insert(key, cell);
+            super::registered::supersede(&mut self.builds.lock().expect("builds"), key, cell);
         }
         if !fresh {
             let _ = log.send(format!("cached: {} ({digest}) was built before; its log:", layer.name));
