@@ -3163,10 +3163,18 @@ async fn a_second_build_is_served_from_the_cache_and_force_builds_again() {
         log_of(&second)
     );
 
-    let (forced, _) = build_steps(&http, &base, "cache-probe", steps, json!({"force": true})).await;
+    let (forced, _) = build_steps(&http, &base, "cache-probe", steps.clone(), json!({"force": true})).await;
     assert_eq!(forced["status"], "ready", "{forced}");
     let log = log_of(&forced);
     assert!(log.contains("building again without the cache") && !log.contains("was built before"), "{log}");
+    // A step's own force (the SDK's per-step skipCache) forces the build too, and the build
+    // after it is served from the forced one, its steps being the same.
+    let mut step_forced = steps.clone();
+    step_forced[0]["force"] = json!(true);
+    let (again, _) = build_steps(&http, &base, "cache-probe", step_forced, json!({})).await;
+    assert!(log_of(&again).contains("building again without the cache"), "{}", log_of(&again));
+    let (after, _) = build_steps(&http, &base, "cache-probe", steps, json!({})).await;
+    assert!(log_of(&after).contains("was built before"), "{}", log_of(&after));
     let (ok, stderr) = server.stop();
     assert!(ok, "{stderr}");
 }
@@ -3220,6 +3228,32 @@ async fn a_create_whose_ready_command_fails_says_why_within_the_ready_timeout() 
     );
     // Bounded by the ready timeout, not serve's 180 s (generous for a loaded machine).
     assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// Issue 38 item 4: `fromTemplate` naming a template built here builds on its filesystem (its
+/// image and steps, then the request's), as E2B does; a failing step is numbered as the
+/// client numbered it.
+#[tokio::test]
+async fn from_template_builds_on_a_template_built_here() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let parent = json!([{"type": "RUN", "args": ["echo from-parent > /parent-mark", "root"], "force": false}]);
+    let (st, _) = build_steps(&http, &base, "parent-tpl", parent, json!({})).await;
+    assert_eq!(st["status"], "ready", "{st}");
+    let child = json!([{"type": "RUN", "args": ["cat /parent-mark > /child-mark", "root"], "force": false}]);
+    let (st, _) = build_steps(&http, &base, "child-tpl", child, json!({"fromTemplate": "parent-tpl"})).await;
+    assert_eq!(st["status"], "ready", "{}", log_of(&st));
+    let sb = make_with(&http, &base, json!({"templateID": "child-tpl", "timeout": 60})).await;
+    let (out, _) = run_cmd(&http, &base, &sb, "cat /child-mark /parent-mark").await;
+    assert_eq!(out, "from-parent\nfrom-parent\n");
+    // The child's own step 1 fails: reason.step is 1, not the parent's step count plus one.
+    let bad = json!([{"type": "RUN", "args": ["exit 7", "root"], "force": false}]);
+    let (st, _) = build_steps(&http, &base, "child-bad", bad, json!({"fromTemplate": "parent-tpl"})).await;
+    assert_eq!(st["status"], "error", "{st}");
+    assert_eq!(st["reason"]["step"], "1", "{st}");
+    assert!(st["reason"]["message"].as_str().unwrap().starts_with("step 1 (RUN"), "{st}");
     let (ok, stderr) = server.stop();
     assert!(ok, "{stderr}");
 }
