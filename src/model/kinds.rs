@@ -242,6 +242,7 @@ const BUILD_FIELDS: &[Field] = &[
     f("path", FieldType::Str, "the template folder instead, relative to the scenario file"),
     f("args", FieldType::StrMap, "values for the Dockerfile's ARGs"),
     f("keep", FieldType::Bool, "pin the build after the run (also SCENARIO_RUN_KEEP_BUILDS=1); default: on the local provider it is cached by content (`scenario-run cache`), elsewhere removed at the end of the run"),
+    f("skip_cache", FieldType::Bool, "build again, reusing no earlier build: not this run's, not the local layer cache, not the platform's (E2B's `force`); the step's `cached` output is false"),
 ];
 
 const INFO_OUTPUTS: &[(&str, &str)] = &[

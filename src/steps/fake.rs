@@ -550,6 +550,9 @@ impl crate::provider::Builds for FakeProvider {
     ) -> Result<crate::provider::BuildOutput> {
         let name = spec.template.def.name.clone();
         let _ = log.send(format!("building {name}"));
+        if spec.skip_cache {
+            let _ = log.send("skip_cache".into());
+        }
         let _ = log.send("done".into());
         Ok(crate::provider::BuildOutput { image: format!("fake/{name}"), digest: spec.template.digest, cached: false })
     }

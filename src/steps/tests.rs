@@ -1550,6 +1550,8 @@ async fn build_and_deploy_load_the_folder_and_collect_the_log() {
     assert_eq!(out["template_id"], "tpl-python-hello");
     assert_eq!(out["cached"], true, "keep reaches the provider");
     assert_eq!(out["log"], "deploying python-hello");
+    let out = step(&mut c, "build", json!({ "template": "python-hello", "skip_cache": true })).await.unwrap();
+    assert_eq!(out["log"], "building python-hello\nskip_cache\ndone", "skip_cache reaches the provider");
 
     let e = errored(step(&mut c, "build", json!({ "template": "no-such-template" })).await);
     assert!(e.message.starts_with("no template folder templates/no-such-template (looked for `templates/no-such-template` in the folders above the scenario file; set SCENARIO_RUN_TEMPLATES_DIR"), "{}", e.message);
