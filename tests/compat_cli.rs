@@ -89,7 +89,8 @@ fn a_lacking_capability_is_no_and_a_failing_probe_fails_with_its_step() {
         ("no", "provider local lacks capability [isolated-ports]")
     );
     assert!(rows.iter().any(|r| r.0 == "lifecycle: connect by id" && r.1 == "yes"), "{rows:?}");
-    assert_eq!((doc["supported"].as_u64(), doc["applies"].as_u64()), (Some(1), Some(2)));
+    assert!(rows.iter().any(|r| r.0 == "commands: stdin by pid from a second connection" && r.1 == "yes"), "{rows:?}");
+    assert_eq!((doc["supported"].as_u64(), doc["applies"].as_u64()), (Some(2), Some(3)));
 
     // Probes of one's own: one that fails names its step and reason, one that errors is an error.
     let probes = tmp.path().join("probes");
@@ -144,8 +145,8 @@ fn over_serve_each_protocol_gets_its_table() {
     assert!(rows.iter().any(|r| r.0 == "api: POST /v2/sandboxes (v2 create, SDK 2.51 and later)"), "{rows:?}");
     assert!(!stdout.contains(&srv.key) && !text(&out.stderr).contains(&srv.key), "the key leaked");
 
-    // OpenSandbox's protocol: no pty, watches or pause through its provider, and its network
-    // policy is refused as unsupported: each `no`, with the reason.
+    // OpenSandbox's protocol: no pty, watches or pause through its provider (each `no`, with
+    // the reason); its network policy carries E2B's internet switch.
     let os = [
         ("OPEN_SANDBOX_API_KEY", srv.key.clone()),
         ("OPEN_SANDBOX_DOMAIN", format!("127.0.0.1:{}", srv.port)),
@@ -156,12 +157,21 @@ fn over_serve_each_protocol_gets_its_table() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     let rows = verdicts(&doc);
-    let get = |f: &str| rows.iter().find(|r| r.0.contains(f)).map(|r| r.1.as_str()).unwrap_or("missing");
+    let get = |f: &str| {
+        let hit = rows.iter().find(|r| r.0 == f).or_else(|| rows.iter().find(|r| r.0.contains(f)));
+        hit.map(|r| r.1.as_str()).unwrap_or("missing")
+    };
     assert_eq!(
-        (get("pseudo-terminal"), get("internet by default"), get("stdin"), get("POST /v2/sandboxes (v2 create")),
-        ("no", "no", "yes", "n/a"),
+        (
+            get("pseudo-terminal"),
+            get("internet by default"),
+            get("commands: stdin"),
+            get("stdin by pid"),
+            get("POST /v2/sandboxes (v2 create")
+        ),
+        ("no", "yes", "yes", "no", "n/a"),
         "{stdout}"
     );
-    assert!(stdout.contains("networkPolicy"), "the refusal says why: {stdout}");
+    assert!(stdout.contains("lacks capability [pty]"), "the refusal says why: {stdout}");
     assert_eq!(live(&srv), 0, "a probe's sandbox outlived the run");
 }

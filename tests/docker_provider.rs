@@ -364,8 +364,8 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
     let stdout = common::text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", common::text(&out.stderr));
     let (passed, skipped) = common::passed_and_skipped(report.path());
-    // Docker has no pause, snapshots, directory watches or terminals: those seven scenarios
-    // (four of them pause) say so.
+    // Docker has no pause, snapshots, directory watches, terminals or egress policies: those
+    // twelve scenarios (five of them pause, four egress) say so.
     let mut lacking: Vec<&str> = skipped
         .iter()
         .filter(|(_, why)| why.starts_with("provider docker lacks capability ["))
@@ -377,9 +377,14 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
         [
             "commands output across a pause",
             "commands pty",
+            "egress DNS under deny-all as E2B documents it",
+            "egress a live update replaces the rules",
+            "egress a name and a wildcard allowed over deny-all",
+            "egress internet by default, off when asked",
             "files directory watch",
             "lifecycle pause and resume",
             "lifecycle paused by its timeout",
+            "lifecycle resumed by traffic",
             "lifecycle snapshot",
             "lifecycle three pause and resume cycles"
         ],
@@ -389,14 +394,15 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
         assert!(
             why.starts_with("missing credentials [")
                 || why == "requires provider e2b or alicloud (running on docker)"
+                || why == "requires provider opensandbox (running on docker)"
                 || why.starts_with("provider docker lacks capability ["),
             "{name} skipped for another reason: {why}"
         );
     }
     // Whole scenarios skip only for the two cloud-only key checks and the real clients
     // driven from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here),
-    // and for the seven scenarios of capabilities docker lacks.
-    assert_eq!(skipped.len(), 5 + 7, "{skipped:?}");
+    // the two egress scenarios of one protocol, and the twelve of capabilities docker lacks.
+    assert_eq!(skipped.len(), 5 + 2 + 12, "{skipped:?}");
     for scenario in ["declarative remote function", "network two sandboxes serve the same port"] {
         assert!(passed.iter().any(|p| p == scenario), "{scenario} did not pass: {passed:?}");
     }

@@ -28,7 +28,7 @@ fn policy(allow: &[&str], deny: &[&str], internet: Option<bool>) -> NetworkPolic
         allow_internet_access: internet,
         allow_out: allow.iter().map(|s| s.to_string()).collect(),
         deny_out: deny.iter().map(|s| s.to_string()).collect(),
-        dns_servers: None,
+        ..Default::default()
     }
 }
 

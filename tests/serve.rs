@@ -3100,3 +3100,160 @@ async fn issue_35_a_build_user_lookup_never_reads_the_host_nor_blocks_on_a_fifo(
     let m = st["reason"]["message"].as_str().unwrap_or_default();
     assert!(m.contains("hostonly"), "the reason names the user: {st}");
 }
+
+/// Builds template `name` from `base` with `steps` and `extra` keys in the build request
+/// through the template API, as the SDK does: the last status body (every log entry in it)
+/// and whether log entries arrived while it was still building.
+async fn build_steps(http: &reqwest::Client, base: &str, name: &str, steps: Value, extra: Value) -> (Value, bool) {
+    let (status, t) =
+        api(http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": name}))).await;
+    assert_eq!(status, 202, "{t}");
+    let (id, build) = (t["templateID"].as_str().unwrap().to_string(), t["buildID"].as_str().unwrap().to_string());
+    let mut req = json!({"fromTemplate": "base", "steps": steps});
+    for (k, v) in extra.as_object().unwrap() {
+        req[k] = v.clone();
+    }
+    let (status, e) =
+        api(http, reqwest::Method::POST, format!("{base}/v2/templates/{id}/builds/{build}"), Some(req)).await;
+    assert_eq!(status, 202, "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let mut streamed = false;
+    loop {
+        let (_, st) =
+            api(http, reqwest::Method::GET, format!("{base}/templates/{id}/builds/{build}/status"), None).await;
+        match st["status"].as_str() {
+            Some("ready" | "error") => return (st, streamed),
+            Some("building") => streamed |= st["logEntries"].as_array().is_some_and(|e| !e.is_empty()),
+            _ => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "the build of {name} ends: {st}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn log_of(st: &Value) -> String {
+    st["logEntries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message"].as_str().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Issue 38 item 4: a second build of an unchanged template through the template API is
+/// served from the cache and its log says so (E2B's build cache); `force` (the SDK's
+/// `skipCache`) builds it again; and the log streams while the build runs (E2B #1018: a
+/// build that shows nothing until it ends looks stuck).
+#[tokio::test]
+async fn a_second_build_is_served_from_the_cache_and_force_builds_again() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let steps = json!([{"type": "RUN", "args": ["echo first-step; sleep 2; echo made > /home/user/made", "root"], "force": false}]);
+    let (first, streamed) = build_steps(&http, &base, "cache-probe", steps.clone(), json!({})).await;
+    assert_eq!(first["status"], "ready", "{first}");
+    assert!(streamed, "log entries arrive while the build runs: {first}");
+    assert!(!log_of(&first).contains("was built before"), "{}", log_of(&first));
+
+    let (second, _) = build_steps(&http, &base, "cache-probe", steps.clone(), json!({})).await;
+    assert_eq!(second["status"], "ready", "{second}");
+    assert!(
+        log_of(&second).contains("was built before"),
+        "the second build says it is the cached one: {}",
+        log_of(&second)
+    );
+
+    let (forced, _) = build_steps(&http, &base, "cache-probe", steps.clone(), json!({"force": true})).await;
+    assert_eq!(forced["status"], "ready", "{forced}");
+    let log = log_of(&forced);
+    assert!(log.contains("building again without the cache") && !log.contains("was built before"), "{log}");
+    // A step's own force (the SDK's per-step skipCache) forces the build too, and the build
+    // after it is served from the forced one, its steps being the same.
+    let mut step_forced = steps.clone();
+    step_forced[0]["force"] = json!(true);
+    let (again, _) = build_steps(&http, &base, "cache-probe", step_forced, json!({})).await;
+    assert!(log_of(&again).contains("building again without the cache"), "{}", log_of(&again));
+    let (after, _) = build_steps(&http, &base, "cache-probe", steps, json!({})).await;
+    assert!(log_of(&after).contains("was built before"), "{}", log_of(&after));
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// E2B #1009 and #1018 as serve's probe: a template whose ready command never succeeds makes
+/// the create fail within the build request's ready timeout (the e2b provider's
+/// `x-scenario-run-ready-timeout`, from template.yaml), not hang past the client's create
+/// timeout, and the error carries the ready command's exit code and what it printed.
+#[tokio::test]
+async fn a_create_whose_ready_command_fails_says_why_within_the_ready_timeout() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let (status, t) =
+        api(&http, reqwest::Method::POST, format!("{base}/v3/templates"), Some(json!({"name": "never-ready"}))).await;
+    assert_eq!(status, 202, "{t}");
+    let (id, build) = (t["templateID"].as_str().unwrap().to_string(), t["buildID"].as_str().unwrap().to_string());
+    let req = json!({
+        "fromTemplate": "base", "steps": [],
+        "startCmd": "echo server-starting; sleep 600",
+        "readyCmd": "echo port-not-open >&2; exit 3",
+        scenario_run::provider::e2b::build::READY_TIMEOUT_FIELD: 2,
+    });
+    let (status, e) =
+        api(&http, reqwest::Method::POST, format!("{base}/v2/templates/{id}/builds/{build}"), Some(req)).await;
+    assert_eq!(status, 202, "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, st) =
+            api(&http, reqwest::Method::GET, format!("{base}/templates/{id}/builds/{build}/status"), None).await;
+        if st["status"] == "ready" {
+            break;
+        }
+        assert!(st["status"] != "error" && std::time::Instant::now() < deadline, "{st}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let started = std::time::Instant::now();
+    let (status, body) = api(
+        &http,
+        reqwest::Method::POST,
+        format!("{base}/v2/sandboxes"),
+        Some(json!({"templateID": id, "timeout": 60})),
+    )
+    .await;
+    assert!(status >= 400, "the create fails: {status} {body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("within 2s")
+            && message.contains("exit 3, printing: port-not-open")
+            && message.contains("server-starting"),
+        "{message}"
+    );
+    // Bounded by the ready timeout, not serve's 180 s (generous for a loaded machine).
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}
+
+/// Issue 38 item 4: `fromTemplate` naming a template built here builds on its filesystem (its
+/// image and steps, then the request's), as E2B does; a failing step is numbered as the
+/// client numbered it.
+#[tokio::test]
+async fn from_template_builds_on_a_template_built_here() {
+    let server = Server::start(&[]);
+    let (http, base) = (client(), server.base.clone());
+    let parent = json!([{"type": "RUN", "args": ["echo from-parent > /parent-mark", "root"], "force": false}]);
+    let (st, _) = build_steps(&http, &base, "parent-tpl", parent, json!({})).await;
+    assert_eq!(st["status"], "ready", "{st}");
+    let child = json!([{"type": "RUN", "args": ["cat /parent-mark > /child-mark", "root"], "force": false}]);
+    let (st, _) = build_steps(&http, &base, "child-tpl", child, json!({"fromTemplate": "parent-tpl"})).await;
+    assert_eq!(st["status"], "ready", "{}", log_of(&st));
+    let sb = make_with(&http, &base, json!({"templateID": "child-tpl", "timeout": 60})).await;
+    let (out, _) = run_cmd(&http, &base, &sb, "cat /child-mark /parent-mark").await;
+    assert_eq!(out, "from-parent\nfrom-parent\n");
+    // The child's own step 1 fails: reason.step is 1, not the parent's step count plus one.
+    let bad = json!([{"type": "RUN", "args": ["exit 7", "root"], "force": false}]);
+    let (st, _) = build_steps(&http, &base, "child-bad", bad, json!({"fromTemplate": "parent-tpl"})).await;
+    assert_eq!(st["status"], "error", "{st}");
+    assert_eq!(st["reason"]["step"], "1", "{st}");
+    assert!(st["reason"]["message"].as_str().unwrap().starts_with("step 1 (RUN"), "{st}");
+    let (ok, stderr) = server.stop();
+    assert!(ok, "{stderr}");
+}

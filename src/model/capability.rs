@@ -23,12 +23,20 @@ pub enum Capability {
     Build,
     /// `pause`/`resume`: a paused sandbox's processes stop where they are.
     Pause,
+    /// A create's `lifecycle.auto_resume`: traffic to a paused sandbox resumes it.
+    AutoResume,
     /// `snapshot`: a sandbox's filesystem captured as a template `create` starts.
     Snapshot,
     /// `watch_dir`: changes under a directory are reported.
     Watch,
     /// `spawn_pty`: commands in a pseudo-terminal.
     Pty,
+    /// A background process's stdin kept open and written by pid (`exec: { open_stdin }`,
+    /// `send-stdin`).
+    OpenStdin,
+    /// Egress policies: a create's `network` rules are enforced, and `update-network`
+    /// replaces them on a running sandbox.
+    Egress,
 }
 
 impl Capability {
@@ -40,9 +48,12 @@ impl Capability {
         Capability::RunCode,
         Capability::Build,
         Capability::Pause,
+        Capability::AutoResume,
         Capability::Snapshot,
         Capability::Watch,
         Capability::Pty,
+        Capability::OpenStdin,
+        Capability::Egress,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,9 +65,12 @@ impl Capability {
             Capability::RunCode => "run-code",
             Capability::Build => "build",
             Capability::Pause => "pause",
+            Capability::AutoResume => "auto-resume",
             Capability::Snapshot => "snapshot",
             Capability::Watch => "watch",
             Capability::Pty => "pty",
+            Capability::OpenStdin => "open-stdin",
+            Capability::Egress => "egress",
         }
     }
 

@@ -147,12 +147,27 @@ const HTTP_EXPECT: &[Field] = &[
     f("headers", FieldType::StrMap, "headers that must be present; values are substrings to find"),
 ];
 
-const CREATE_NETWORK: &[Field] = &[
+/// What a network policy says, on a create and in `update-network`.
+const NETWORK_RULES: [Field; 4] = [
     f("allow_internet_access", FieldType::Bool, "E2B's internet access switch (default true); false is `deny_out: [0.0.0.0/0]`"),
     f("allow_out", FieldType::StrList, "addresses, CIDR ranges or domain names (`*.example.com`; matched for HTTP on 80 and TLS on 443), each with an optional `:port` or `:lo-hi`, the sandbox may reach: allow beats deny"),
     f("deny_out", FieldType::StrList, "addresses or CIDR ranges (with optional ports) denied unless allowed (`0.0.0.0/0`: all)"),
     f("dns_servers", FieldType::StrList, "E2B's `dnsServers`: IPv4 nameservers reachable while allow_out names a domain (default 8.8.8.8; `[]`: none)"),
 ];
+
+const CREATE_NETWORK: &[Field] = &{
+    let mut fields = [f(
+        "allow_public_traffic",
+        FieldType::Bool,
+        "E2B's `allowPublicTraffic`: false makes the sandbox's ports private, reached only with its traffic access token (which HTTP steps send; `traffic_token: false` leaves it out); refused where the provider has no token",
+    ); 5];
+    let mut i = 0;
+    while i < NETWORK_RULES.len() {
+        fields[i] = NETWORK_RULES[i];
+        i += 1;
+    }
+    fields
+};
 
 const CREATE_LIFECYCLE: &[Field] = &[
     f("on_timeout", FieldType::Enum(&["kill", "pause"]), "at its end time the sandbox is killed (default) or paused, as E2B's `lifecycle.on_timeout` (`autoPause`); `connect` resumes it"),
@@ -160,7 +175,7 @@ const CREATE_LIFECYCLE: &[Field] = &[
     f("auto_resume", FieldType::Bool, "E2B's `autoResume`: traffic to the paused sandbox wakes it (the clouds and serve; refused on local)"),
 ];
 
-const HTTP_FIELDS_COMMON: [Field; 8] = [
+const HTTP_FIELDS_COMMON: [Field; 9] = [
     f("port", FieldType::Range(1, 65535), "port inside the sandbox; resolved to the sandbox's host for that port"),
     f("path", FieldType::Str, "path (and query) appended to the port's URL, default `/`"),
     f("url", FieldType::Str, "full URL instead of port + path"),
@@ -176,6 +191,10 @@ const HTTP_FIELDS_COMMON: [Field; 8] = [
         "capture",
         FieldType::Any,
         "variables from the response, as Hurl's captures: `{ name: { header: X-Token } }`, `{ name: { regex: 'id=(\\d+)' } }` (the body; the first group), or both (a header's value by regex)",
+    ),    f(
+        "traffic_token",
+        FieldType::Bool,
+        "send the headers the provider gives its port URLs (E2B's `e2b-traffic-access-token`, OpenSandbox's secure access; default true); false sends the request as a stranger to the sandbox would",
     ),
 ];
 
@@ -223,6 +242,7 @@ const BUILD_FIELDS: &[Field] = &[
     f("path", FieldType::Str, "the template folder instead, relative to the scenario file"),
     f("args", FieldType::StrMap, "values for the Dockerfile's ARGs"),
     f("keep", FieldType::Bool, "pin the build after the run (also SCENARIO_RUN_KEEP_BUILDS=1); default: on the local provider it is cached by content (`scenario-run cache`), elsewhere removed at the end of the run"),
+    f("skip_cache", FieldType::Bool, "build again, reusing no earlier build: not this run's, not the local layer cache, not the platform's (E2B's `force`); the step's `cached` output is false"),
 ];
 
 const INFO_OUTPUTS: &[(&str, &str)] = &[
@@ -403,6 +423,19 @@ pub static REGISTRY: &[StepKind] = &[
         example: "- set-timeout: 10m",
     },
     StepKind {
+        name: "update-network",
+        summary: "replace the running sandbox's egress policy (E2B's `update_network`, OpenSandbox's network policy `PUT`): the rules given are the whole policy from now on, `{}` opens it again (capability `egress`)",
+        main: None,
+        fields: &NETWORK_RULES,
+        matcher: false,
+        free_keys: false,
+        outputs: &[],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: false,
+        example: "- update-network: { allow_out: [registry.npmjs.org], deny_out: [0.0.0.0/0] }",
+    },
+    StepKind {
         name: "pause",
         summary: "pause the sandbox: its processes stop where they are and it no longer expires; its files stay (capability `pause`)",
         main: None,
@@ -464,6 +497,7 @@ pub static REGISTRY: &[StepKind] = &[
             f("stdin", FieldType::Str, "text fed to standard input"),
             f("timeout", FieldType::Duration, "kill the command after this long (the step fails)"),
             f("background", FieldType::Bool, "start it and go on; outputs `pid` for wait/signal"),
+            f("open_stdin", FieldType::Bool, "with `background`: keep its stdin open for `send-stdin` by pid (E2B's `commands.run(stdin=True)`; capability `open-stdin`)"),
             f("exit_code", EXIT_CODE, "expected exit code; the step fails otherwise"),
         ],
         matcher: false,
@@ -522,6 +556,23 @@ pub static REGISTRY: &[StepKind] = &[
         eventual: false,
         sets_last: false,
         example: "- signal: { pid: \"{{ steps.server.pid }}\", signal: TERM }",
+    },
+    StepKind {
+        name: "send-stdin",
+        summary: "write to the stdin of a background process started with `open_stdin`, by pid, from any connection to its sandbox (E2B's `send_stdin`, `close_stdin`; capability `open-stdin`)",
+        main: Some("data"),
+        fields: &[
+            req("pid", PID, "process id (from a background exec with `open_stdin: true`)"),
+            f("data", FieldType::Str, "text written to its stdin"),
+            f("close", FieldType::Bool, "then close its stdin: the process reads end-of-file"),
+        ],
+        matcher: false,
+        free_keys: false,
+        outputs: &[("pid", "pid"), ("bytes", "bytes written")],
+        uses_sandbox: true,
+        eventual: false,
+        sets_last: false,
+        example: "- send-stdin: { pid: \"{{ steps.reader.pid }}\", data: \"one\\n\", close: true }",
     },
     StepKind {
         name: "wait",
@@ -757,7 +808,7 @@ pub static REGISTRY: &[StepKind] = &[
         summary: "an HTTP request with any method",
         main: None,
         fields: &{
-            let mut fields = [req("method", FieldType::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]), "HTTP method"); 9];
+            let mut fields = [req("method", FieldType::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]), "HTTP method"); 10];
             let mut i = 0;
             while i < HTTP_FIELDS_COMMON.len() {
                 fields[i + 1] = HTTP_FIELDS_COMMON[i];
@@ -903,6 +954,6 @@ mod tests {
             }
         }
         assert_eq!(lookup("http").unwrap().fields[0].name, "method");
-        assert_eq!(lookup("http").unwrap().fields.len(), 9);
+        assert_eq!(lookup("http").unwrap().fields.len(), 10);
     }
 }

@@ -54,6 +54,10 @@ pub trait LiveProcesses: Send + Sync {
     /// is `req.stdin` or `/dev/null`, as for `spawn`. [`Processes::wait`] returns the final
     /// status at once after the output closes.
     async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess>;
+    /// Like [`Processes::spawn`] (its output is kept for [`Processes::wait`]), with its stdin
+    /// open for [`LiveProcesses::write_stdin`] / [`LiveProcesses::close_stdin`] by pid, from
+    /// this connection or a later one (E2B's `commands.run(stdin=True)`, `send_stdin`).
+    async fn spawn_with_stdin(&self, id: &str, req: ExecRequest) -> Result<u32>;
     /// Writes to the stdin of a process started with `spawn_live(.., open_stdin: true)`.
     async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()>;
     /// Closes that stdin (the process sees end of file).
@@ -212,6 +216,11 @@ pub trait Pausing: Send + Sync {
     fn keeps_memory_only(&self) -> bool {
         false
     }
+    /// Whether a create's `lifecycle.auto_resume` is honoured: traffic to a paused sandbox
+    /// (a request to one of its ports) resumes it (E2B's `autoResume`).
+    fn resumes_on_traffic(&self) -> bool {
+        false
+    }
     /// Pauses the sandbox: its processes stop where they are (they get no CPU and keep their
     /// memory) and it no longer expires; its files stay. Without `keep_memory` only its files
     /// stay: its processes end, and [`Pausing::resume`] boots it again (a new boot id, as
@@ -356,6 +365,9 @@ impl<'a> SandboxRef<'a> {
 
     pub async fn spawn_live(&self, req: ExecRequest, open_stdin: bool) -> Result<LiveProcess> {
         self.live()?.spawn_live(self.id, req, open_stdin).await
+    }
+    pub async fn spawn_with_stdin(&self, req: ExecRequest) -> Result<u32> {
+        self.live()?.spawn_with_stdin(self.id, req).await
     }
     pub async fn write_stdin(&self, pid: u32, data: Vec<u8>) -> Result<()> {
         self.live()?.write_stdin(self.id, pid, data).await

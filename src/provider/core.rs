@@ -407,6 +407,10 @@ impl<H: ProcessHost> LiveProcesses for H {
         Ok(LiveProcess { pid: p.pid(), output: rx })
     }
 
+    async fn spawn_with_stdin(&self, id: &str, req: ExecRequest) -> Result<u32> {
+        Ok(self.start(id, req, None, true).await?.pid())
+    }
+
     async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
         self.process(id, pid)?.write_stdin(&data).await
     }

@@ -165,6 +165,11 @@ pub struct NetworkPolicy {
     /// `allow_out` names a domain; `None` is E2B's default, 8.8.8.8, and `Some(vec![])` none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_servers: Option<Vec<String>>,
+    /// E2B's `network.allowPublicTraffic` (create only): `Some(false)` makes the sandbox's
+    /// ports private, reached only with its traffic access token; `None` is the platform's
+    /// default. A provider without private ingress refuses `Some(false)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_public_traffic: Option<bool>,
 }
 
 pub use crate::templates::BuildSpec;
@@ -414,9 +419,12 @@ pub trait Provider: Send + Sync {
             Capability::Processes => f.processes.is_some(),
             Capability::Build => f.builds.is_some(),
             Capability::Pause => f.pausing.is_some_and(|p| !p.keeps_memory_only()),
+            Capability::AutoResume => f.pausing.is_some_and(|p| p.resumes_on_traffic()),
             Capability::Snapshot => f.snapshots.is_some(),
             Capability::Watch => f.watch_dirs.is_some(),
             Capability::Pty => f.pty.is_some(),
+            Capability::OpenStdin => f.live_processes.is_some(),
+            Capability::Egress => f.network_control.is_some(),
         };
         Capability::ALL.iter().copied().filter(|&c| has(c)).collect()
     }

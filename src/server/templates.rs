@@ -136,6 +136,9 @@ struct Tpl {
     last_build: String,
     /// Tags assigned to it: (tag, build ID, unix seconds).
     tags: Vec<(String, String, u64)>,
+    /// What its newest ready build was made of, for a build `fromTemplate` it: `fromImage` and
+    /// every step, a template's it was made from first (see [`expand`]).
+    recipe: Option<JsonValue>,
 }
 
 #[derive(Default)]
@@ -195,7 +198,8 @@ impl Store {
         let started = std::time::Instant::now();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let spec = BuildSpec { template, build_args: Default::default(), keep: true, from_auth: None };
+        let spec =
+            BuildSpec { template, build_args: Default::default(), keep: true, skip_cache: false, from_auth: None };
         let out = provider.deploy(spec, tx).await;
         let _ = drain.await;
         let out = out.map_err(|e| OfficialTemplateError::Build {
@@ -413,6 +417,7 @@ async fn create(State(st): SharedState, body: Bytes) -> Response {
                     builds: HashMap::new(),
                     last_build: String::new(),
                     tags: Vec::new(),
+                    recipe: None,
                 },
             );
             id
@@ -621,6 +626,7 @@ async fn start(State(st): SharedState, Path((id, build)): Path<(String, String)>
         }
         b.status = "building";
     }
+    let (req, inherited) = expand(&st.templates.inner.lock().expect("templates"), &req, &id);
     let folder = match check_registry(&req).and_then(|()| dockerfile(&req)) {
         Ok(f) => f,
         Err(m) => {
@@ -629,8 +635,51 @@ async fn start(State(st): SharedState, Path((id, build)): Path<(String, String)>
             return json_error(StatusCode::BAD_REQUEST, &m.to_string());
         }
     };
-    tokio::spawn(run(st.clone(), id, build, b, req, folder, cpu, memory));
+    tokio::spawn(run(st.clone(), id, build, b, req, inherited, folder, cpu, memory));
     StatusCode::ACCEPTED.into_response()
+}
+
+/// `req` with `fromImage` set (from `fromImage`, else `fromTemplate`, else E2B's base image)
+/// and each COPY step naming the template its files were uploaded to (`_files`). A
+/// `fromTemplate` that names a template built here is that template's recipe under the
+/// request's steps, as E2B builds a template on top of another's filesystem: the layer is
+/// built from its image and both templates' steps. Returns it and how many steps came from
+/// the other template (a failing step's number is the client's own).
+fn expand(inner: &Inner, req: &JsonValue, id: &str) -> (JsonValue, usize) {
+    let mut out = req.clone();
+    let own: Vec<JsonValue> = req["steps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut s| {
+            // Always this template's own: a client's `_files` never names another folder.
+            if s["type"] == "COPY" {
+                s["_files"] = json!(id);
+            } else if let Some(o) = s.as_object_mut() {
+                o.remove("_files");
+            }
+            s
+        })
+        .collect();
+    let parent = req["fromImage"].is_null().then(|| req["fromTemplate"].as_str()).flatten().and_then(|t| {
+        let pid = inner.by_name.get(t).map_or(t, String::as_str);
+        inner.by_id.get(pid).and_then(|p| p.recipe.clone())
+    });
+    let (from, mut steps) = match &parent {
+        Some(r) => (r["fromImage"].clone(), r["steps"].as_array().cloned().unwrap_or_default()),
+        None => {
+            (json!(req["fromImage"].as_str().or(req["fromTemplate"].as_str()).unwrap_or("e2bdev/base")), Vec::new())
+        }
+    };
+    let inherited = steps.len();
+    steps.extend(own);
+    if let Some(o) = out.as_object_mut() {
+        o.remove("fromTemplate");
+    }
+    out["fromImage"] = from;
+    out["steps"] = json!(steps);
+    (out, inherited)
 }
 
 /// Quotes a word for the Dockerfile lexer (`$` stays live: the client substituted its ARGs
@@ -722,6 +771,7 @@ async fn run(
     build_id: String,
     b: Arc<Mutex<Build>>,
     req: JsonValue,
+    inherited: usize,
     dockerfile: String,
     cpu: Option<u64>,
     memory: Option<u64>,
@@ -733,7 +783,21 @@ async fn run(
         // Deleted while it was building: what the provider registered goes too.
         st.provider.remove_template(&id).await;
     }
+    if result.is_ok() {
+        if let Some(t) = st.templates.inner.lock().expect("templates").by_id.get_mut(&id) {
+            t.recipe = Some(json!({"fromImage": req["fromImage"], "steps": req["steps"]}));
+        }
+    }
     let mut b = b.lock().expect("build");
+    // Step numbers as the client counts them: a step of the template built from is none of its.
+    let result = result.map_err(|(message, step)| match step.map(|n| n.checked_sub(inherited)) {
+        Some(Some(n)) if n > 0 => {
+            let own = format!("step {n} (");
+            (message.replacen(&format!("step {} (", n + inherited), &own, 1), Some(n))
+        }
+        Some(_) => (format!("in the steps of the template it is built from: {message}"), None),
+        None => (message, None),
+    });
     match result {
         Ok(()) => {
             b.entries.push(entry("info", &format!("template {id} is ready")));
@@ -771,7 +835,8 @@ async fn build(
             continue;
         }
         let hash = step["filesHash"].as_str().unwrap_or("");
-        let tar = st.templates.files(id, hash);
+        // Uploaded to this template, or to the one it is built from.
+        let tar = st.templates.files(step["_files"].as_str().unwrap_or(id), hash);
         if !safe_hash(hash) || !tar.exists() {
             return Err((format!("step {} (COPY): the files {hash} were not uploaded", i + 1), Some(i + 1)));
         }
@@ -798,6 +863,12 @@ async fn build(
         let v = if st.mutants.has(super::mutants::Fault::ReadyCmdFailureOk) { "/bin/true".to_string() } else { v };
         yaml += &format!("ready_command: {v}\n");
     }
+    // The e2b provider's extension: template.yaml's ready_timeout (seconds).
+    if let Some(t) =
+        req[crate::provider::e2b::build::READY_TIMEOUT_FIELD].as_f64().filter(|t| *t >= 1.0 && *t <= 86_400.0)
+    {
+        yaml += &format!("ready_timeout: {}\n", t.round() as u64);
+    }
     folder.write_own("Dockerfile", dockerfile.as_bytes()).map_err(|e| fail(e.to_string()))?;
     folder.write_own("template.yaml", yaml.as_bytes()).map_err(|e| fail(e.to_string()))?;
     // Reads and hashes every file of the folder: off the async workers.
@@ -809,9 +880,31 @@ async fn build(
     // The layer is keyed by what the builder runs, not by the start command.
     let mut h = Sha256::new();
     h.update(id);
-    h.update(json!({"from": req["fromImage"], "steps": req["steps"]}).to_string());
+    // Not `force`: a forced build is the same template, which the next build then reuses.
+    let unforced: Vec<JsonValue> = steps
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            if let Some(o) = s.as_object_mut() {
+                o.remove("force");
+            }
+            s
+        })
+        .collect();
+    h.update(json!({"from": req["fromImage"], "steps": unforced}).to_string());
     template.digest = format!("sha256:{:x}", h.finalize());
-    let spec = BuildSpec { template, build_args: Default::default(), keep: false, from_auth: from_auth(req) };
+    // `force` (the whole build, or any step: serve's builds are one layer) builds again.
+    let force = req["force"] == json!(true) || steps.iter().any(|s| s["force"] == json!(true));
+    if force {
+        let _ = b.lock().map(|mut b| b.entries.push(entry("info", "force: building again without the cache")));
+    }
+    let spec = BuildSpec {
+        template,
+        build_args: Default::default(),
+        keep: false,
+        skip_cache: force,
+        from_auth: from_auth(req),
+    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let sink = b.clone();
     let forward = tokio::spawn(async move {

@@ -43,7 +43,13 @@ fn spec(ctx: &StepCtx, a: &Args) -> Result<BuildSpec, StepError> {
         )));
     }
     let keep_env = ctx.env.get(KEEP_ENV).is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
-    Ok(BuildSpec { template, build_args: a.str_map("args"), keep: a.flag("keep") || keep_env, from_auth: None })
+    Ok(BuildSpec {
+        template,
+        build_args: a.str_map("args"),
+        keep: a.flag("keep") || keep_env,
+        skip_cache: a.flag("skip_cache"),
+        from_auth: None,
+    })
 }
 
 /// Collects the streamed log until the provider drops its sender, passing each line on to the

@@ -39,8 +39,15 @@ pub async fn exec(ctx: &mut StepCtx, a: &Args) -> StepResult {
         max_output: Some(ctx.max_output),
     };
     let id = ctx.sandbox_id()?;
+    if a.flag("open_stdin") && !a.flag("background") {
+        return Err(StepError::bad_args(
+            "`open_stdin` needs `background: true` (a foreground command's stdin is `stdin`)",
+        ));
+    }
     if a.flag("background") {
-        let pid = ctx.provider.sandbox(&id).spawn(ExecRequest { timeout: None, ..req }).await?;
+        let sb = ctx.provider.sandbox(&id);
+        let req = ExecRequest { timeout: None, ..req };
+        let pid = if a.flag("open_stdin") { sb.spawn_with_stdin(req).await? } else { sb.spawn(req).await? };
         return Ok(
             json!({ "pid": pid, "stdout": "", "stderr": "", "exit_code": null, "signal": null, "timed_out": false, "duration_ms": 0 }),
         );
@@ -72,6 +79,26 @@ pub(crate) fn check_exit_code(a: &Args, result: &crate::provider::ExecResult, ou
         }
     }
     Ok(outputs)
+}
+
+/// `send-stdin`: writes `data` to a background process's open stdin by pid, then (`close`)
+/// closes it.
+pub async fn send_stdin(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let pid = a.int("pid").and_then(|n| u32::try_from(n).ok()).unwrap_or_default();
+    let data = a.opt_str("data").unwrap_or("").as_bytes().to_vec();
+    if data.is_empty() && !a.flag("close") {
+        return Err(StepError::bad_args("`send-stdin` needs `data`, `close: true`, or both"));
+    }
+    let id = ctx.sandbox_id()?;
+    let sb = ctx.provider.sandbox(&id);
+    let bytes = data.len();
+    if !data.is_empty() {
+        sb.write_stdin(pid, data).await?;
+    }
+    if a.flag("close") {
+        sb.close_stdin(pid).await?;
+    }
+    Ok(json!({ "pid": pid, "bytes": bytes }))
 }
 
 pub async fn process_list(ctx: &mut StepCtx, _args: &Args) -> StepResult {

@@ -122,10 +122,14 @@ pub struct State {
     pub spawns: Vec<(String, ExecRequest)>,
     /// (sandbox, pid, signal).
     pub signals: Vec<(String, u32, i32)>,
+    /// (sandbox, pid, bytes written; `None`: closed) of every stdin call.
+    pub stdin: Vec<(String, u32, Option<Vec<u8>>)>,
     /// (sandbox, pid, timeout).
     pub waits: Vec<(String, u32, Duration)>,
     /// (sandbox, seconds).
     pub set_timeouts: Vec<(String, u64)>,
+    /// (sandbox, policy) of every network update.
+    pub networks: Vec<(String, crate::provider::NetworkPolicy)>,
     pub port_urls: Vec<(String, u16)>,
     /// Names of every method called, in order.
     pub calls: Vec<&'static str>,
@@ -330,7 +334,43 @@ impl Provider for FakeProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
-        crate::provider::caps::features!(self; processes, files, ports, builds)
+        crate::provider::caps::features!(self; processes, live_processes, files, ports, builds, network_control)
+    }
+}
+
+/// Only what the steps use: a background process with its stdin open, written by pid.
+#[async_trait]
+impl crate::provider::LiveProcesses for FakeProvider {
+    async fn spawn_live(&self, _id: &str, _req: ExecRequest, _open: bool) -> Result<crate::provider::LiveProcess> {
+        Err(ProviderError::unsupported("the fake has no live output"))
+    }
+
+    async fn spawn_with_stdin(&self, id: &str, req: ExecRequest) -> Result<u32> {
+        crate::provider::Processes::spawn(self, id, req).await
+    }
+
+    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        let mut s = self.enter("write_stdin")?;
+        sandbox(&mut s, id)?;
+        s.stdin.push((id.into(), pid, Some(data)));
+        Ok(())
+    }
+
+    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
+        let mut s = self.enter("close_stdin")?;
+        sandbox(&mut s, id)?;
+        s.stdin.push((id.into(), pid, None));
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl crate::provider::NetworkControl for FakeProvider {
+    async fn update_network(&self, id: &str, policy: crate::provider::NetworkPolicy) -> Result<()> {
+        let mut s = self.enter("update_network")?;
+        sandbox(&mut s, id)?;
+        s.networks.push((id.into(), policy));
+        Ok(())
     }
 }
 
@@ -510,6 +550,9 @@ impl crate::provider::Builds for FakeProvider {
     ) -> Result<crate::provider::BuildOutput> {
         let name = spec.template.def.name.clone();
         let _ = log.send(format!("building {name}"));
+        if spec.skip_cache {
+            let _ = log.send("skip_cache".into());
+        }
         let _ = log.send("done".into());
         Ok(crate::provider::BuildOutput { image: format!("fake/{name}"), digest: spec.template.digest, cached: false })
     }

@@ -84,7 +84,8 @@ async fn request(ctx: &mut StepCtx, a: &Args, method: String) -> StepResult {
     let limit = a.duration("request_timeout").unwrap_or(if ctx.polling { POLLED_TIMEOUT } else { TIMEOUT });
     let mut req = ctx.http.request(m, &url).timeout(limit);
     // A port behind private ingress needs its token; the provider knows the URLs it gave out.
-    for (k, v) in ctx.provider.port_headers(&url) {
+    let tokens = if a.opt_bool("traffic_token").unwrap_or(true) { ctx.provider.port_headers(&url) } else { Vec::new() };
+    for (k, v) in tokens {
         let mut v = reqwest::header::HeaderValue::from_str(&v)
             .map_err(|_| StepError::error(format!("the provider's header {k} is not a valid header value")))?;
         v.set_sensitive(true);

@@ -8,16 +8,22 @@ use super::args::Args;
 use super::{SandboxRef, StepCtx, StepError, StepResult};
 use crate::provider::{CreateRequest, NetworkPolicy, SandboxInfo};
 
-/// `create`'s `network: { allow_internet_access, allow_out, deny_out, dns_servers }` (a list
-/// may be one string).
+/// `create`'s `network: { allow_internet_access, allow_out, deny_out, dns_servers,
+/// allow_public_traffic }` (a list may be one string).
 fn network_arg(a: &Args) -> Option<NetworkPolicy> {
     let n = a.object("network")?;
-    Some(NetworkPolicy {
+    Some(NetworkPolicy { allow_public_traffic: n.opt_bool("allow_public_traffic"), ..policy_of(n) })
+}
+
+/// The rules of a network policy, as `create`'s `network` and `update-network` give them.
+fn policy_of(n: &Args) -> NetworkPolicy {
+    NetworkPolicy {
         allow_internet_access: n.opt_bool("allow_internet_access"),
         allow_out: n.str_list("allow_out"),
         deny_out: n.str_list("deny_out"),
         dns_servers: n.has("dns_servers").then(|| n.str_list("dns_servers")),
-    })
+        allow_public_traffic: None,
+    }
 }
 
 /// `create`'s `lifecycle: { on_timeout, memory, auto_resume }` (None when absent or
@@ -179,6 +185,14 @@ pub async fn set_timeout(ctx: &mut StepCtx, a: &Args) -> StepResult {
     ctx.provider.set_timeout(&id, secs).await?;
     let info = ctx.provider.info(&id).await?;
     Ok(json!({ "end_at": info.end_at }))
+}
+
+/// `update-network`: the sandbox's egress policy is the one given from now on (replaced,
+/// not merged, as E2B's `update_network`).
+pub async fn update_network(ctx: &mut StepCtx, a: &Args) -> StepResult {
+    let id = ctx.sandbox_id()?;
+    ctx.provider.sandbox(&id).update_network(policy_of(a)).await?;
+    Ok(json!({}))
 }
 
 /// `pause`: the sandbox's processes stop where they are (or, with `memory: false`, end and

@@ -317,6 +317,57 @@ async fn kill_marks_the_sandbox_killed() {
     assert_eq!(e.message, "no sandbox: add a `create` step first");
 }
 
+/// `update-network` hands the provider the whole policy given (E2B's update replaces the
+/// rules); an empty one opens the sandbox again; a provider's refusal is the step's.
+#[tokio::test]
+async fn update_network_replaces_the_policy() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let rules = json!({ "allow_out": "registry.npmjs.org", "deny_out": ["0.0.0.0/0"], "dns_servers": [] });
+    assert_eq!(step(&mut c, "update-network", rules).await.unwrap(), json!({}));
+    step(&mut c, "update-network", json!({})).await.unwrap();
+    let got = p.state().networks.clone();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].0, "sb-1");
+    assert_eq!(got[0].1.allow_out, ["registry.npmjs.org"]);
+    assert_eq!(got[0].1.deny_out, ["0.0.0.0/0"]);
+    assert_eq!(got[0].1.dns_servers, Some(vec![]));
+    assert_eq!(got[1].1, crate::provider::NetworkPolicy::default(), "an empty update is the open policy");
+    p.fail("update_network", ProviderError::unsupported("fake cannot"));
+    let e = errored(step(&mut c, "update-network", json!({ "deny_out": ["0.0.0.0/0"] })).await);
+    assert_eq!(e.kind, Some(crate::provider::ErrorKind::Unsupported));
+    let mut empty = ctx(&p);
+    let e = errored(step(&mut empty, "update-network", json!({})).await);
+    assert_eq!(e.message, "no sandbox: add a `create` step first");
+}
+
+/// `exec: { background, open_stdin }` starts the process through the provider's open-stdin
+/// spawn; `send-stdin` writes by pid and closes when asked; what cannot work is refused.
+#[tokio::test]
+async fn send_stdin_writes_and_closes_by_pid() {
+    let p = fake();
+    let mut c = ctx_sb(&p).await;
+    let started = step(&mut c, "exec", json!({ "cmd": "cat", "background": true, "open_stdin": true })).await.unwrap();
+    let pid = started["pid"].as_u64().unwrap();
+    assert!(p.state().calls.contains(&"spawn"), "{:?}", p.state().calls);
+    let out = step(&mut c, "send-stdin", json!({ "pid": pid, "data": "one\n" })).await.unwrap();
+    assert_eq!(out, json!({ "pid": pid, "bytes": 4 }));
+    step(&mut c, "send-stdin", json!({ "pid": pid, "data": "two\n", "close": true })).await.unwrap();
+    let pid = pid as u32;
+    assert_eq!(
+        p.state().stdin,
+        [
+            ("sb-1".to_string(), pid, Some(b"one\n".to_vec())),
+            ("sb-1".to_string(), pid, Some(b"two\n".to_vec())),
+            ("sb-1".to_string(), pid, None)
+        ]
+    );
+    let e = errored(step(&mut c, "send-stdin", json!({ "pid": pid })).await);
+    assert!(e.message.contains("needs `data`"), "{}", e.message);
+    let e = errored(step(&mut c, "exec", json!({ "cmd": "cat", "open_stdin": true })).await);
+    assert!(e.message.contains("needs `background: true`"), "{}", e.message);
+}
+
 #[tokio::test]
 async fn set_timeout_reports_the_new_end() {
     let p = fake();
@@ -1499,6 +1550,8 @@ async fn build_and_deploy_load_the_folder_and_collect_the_log() {
     assert_eq!(out["template_id"], "tpl-python-hello");
     assert_eq!(out["cached"], true, "keep reaches the provider");
     assert_eq!(out["log"], "deploying python-hello");
+    let out = step(&mut c, "build", json!({ "template": "python-hello", "skip_cache": true })).await.unwrap();
+    assert_eq!(out["log"], "building python-hello\nskip_cache\ndone", "skip_cache reaches the provider");
 
     let e = errored(step(&mut c, "build", json!({ "template": "no-such-template" })).await);
     assert!(e.message.starts_with("no template folder templates/no-such-template (looked for `templates/no-such-template` in the folders above the scenario file; set SCENARIO_RUN_TEMPLATES_DIR"), "{}", e.message);

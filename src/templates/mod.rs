@@ -13,6 +13,7 @@ pub mod dockerfile;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -36,6 +37,10 @@ pub struct TemplateDef {
     pub start_command: Option<String>,
     /// Polled after the start command until it exits 0.
     pub ready_command: Option<String>,
+    /// How long the ready command may keep failing before the create (or deploy) fails with
+    /// its last exit code and output; the provider's own bound when `None` (local: 180 s).
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_secs")]
+    pub ready_timeout: Option<std::time::Duration>,
     pub ports: Vec<u16>,
     /// Environment of every process; an empty value is left to the caller (not set).
     pub envs: BTreeMap<String, String>,
@@ -55,6 +60,7 @@ const KEYS: &[&str] = &[
     "disk",
     "start_command",
     "ready_command",
+    "ready_timeout",
     "ports",
     "envs",
     "secrets",
@@ -89,6 +95,15 @@ pub fn parse_def(source: &Source) -> Result<TemplateDef, Vec<Diagnostic>> {
             "description" => opt_str(v, &mut def.description, &mut bad),
             "start_command" => opt_str(v, &mut def.start_command, &mut bad),
             "ready_command" => opt_str(v, &mut def.ready_command, &mut bad),
+            "ready_timeout" => match &v.value {
+                Value::Int(i) if (1..=86_400).contains(i) => def.ready_timeout = Some(Duration::from_secs(*i as u64)),
+                Value::Str(s) => match crate::duration::parse(s) {
+                    Ok(d) if d > Duration::ZERO && d <= Duration::from_secs(86_400) => def.ready_timeout = Some(d),
+                    _ => bad(v, "a duration from 1s to 24h (`30s`, `2m`, or seconds)"),
+                },
+                Value::Null => {}
+                _ => bad(v, "a duration from 1s to 24h (`30s`, `2m`, or seconds)"),
+            },
             "dockerfile" => match v.as_str() {
                 Some(s) => def.dockerfile = s.to_string(),
                 None => bad(v, "a string"),
@@ -168,6 +183,16 @@ pub fn parse_def(source: &Source) -> Result<TemplateDef, Vec<Diagnostic>> {
         Ok(def)
     } else {
         Err(errs)
+    }
+}
+
+/// `ready_timeout` in the JSON of a template (`scenario-run check --json`): seconds.
+mod opt_secs {
+    pub fn serialize<S: serde::Serializer>(d: &Option<std::time::Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_f64(d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
     }
 }
 
@@ -356,6 +381,9 @@ pub struct BuildSpec {
     pub build_args: BTreeMap<String, String>,
     /// Keep the build after the run.
     pub keep: bool,
+    /// Build again, reusing nothing built before (the step's `skip_cache`, the template build
+    /// API's `force`).
+    pub skip_cache: bool,
     /// The login for the FROM image's registry (the template build API's `fromImageRegistry`).
     pub from_auth: Option<crate::image::RegistryAuth>,
 }
@@ -381,6 +409,20 @@ mod tests {
         assert_eq!(d.envs["A"], "1");
         assert_eq!(d.ids["alicloud"], "abc");
         assert_eq!(d.dockerfile, "Dockerfile");
+    }
+
+    #[test]
+    fn ready_timeout_is_a_bounded_duration_at_its_position() {
+        assert_eq!(def("name: x\nready_timeout: 5s\n").unwrap().ready_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(def("name: x\nready_timeout: 90\n").unwrap().ready_timeout, Some(Duration::from_secs(90)));
+        assert_eq!(def("name: x\n").unwrap().ready_timeout, None);
+        for bad in ["0", "soon", "-3", "[1]", "48h"] {
+            let errs = def(&format!("name: x\nready_timeout: {bad}\n")).unwrap_err();
+            assert_eq!((errs[0].location.line, errs[0].location.col), (2, 16), "{bad}");
+            assert!(errs[0].message.contains("`ready_timeout` must be a duration"), "{}", errs[0].message);
+        }
+        let typo = def("name: x\nready_timout: 5s\n").unwrap_err();
+        assert_eq!(typo[0].help.as_deref(), Some("did you mean `ready_timeout`?"));
     }
 
     #[test]

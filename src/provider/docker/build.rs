@@ -180,6 +180,7 @@ pub(crate) async fn build(
         .t(tag)
         .rm(true)
         .forcerm(true)
+        .nocache(spec.skip_cache)
         .networkmode("host")
         .buildargs(&args)
         .labels(&labels(spec))

@@ -407,7 +407,7 @@ impl Inner {
         core::expire_at_end(self, sb.clone());
         if let Some(t) = tpl.as_ref().filter(|t| t.start.is_some()) {
             let start = t.start.clone().expect("checked");
-            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports).await {
+            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), t.ready_timeout, &t.ports).await {
                 core::kill(self.as_ref(), &sb.id).await;
                 return Err(e);
             }
@@ -420,17 +420,26 @@ impl Inner {
     async fn build(&self, spec: &BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<(Arc<build::Image>, bool)> {
         let docker = self.client().await?.clone();
         let digest = spec.template.digest.clone();
-        let cell = self.builds.lock().expect("builds").entry(digest.clone()).or_default().clone();
+        // skip_cache: a cell of its own, which then stands for the digest in this run.
+        let cell = if spec.skip_cache {
+            let _ = log.send("skip_cache: building again without the engine's cache (--no-cache)".to_string());
+            Default::default()
+        } else {
+            self.builds.lock().expect("builds").entry(digest.clone()).or_default().clone()
+        };
         let mut fresh = false;
         let image = cell
             .get_or_try_init(|| async {
                 let tag = build::image_tag(&self.opts.registry, &spec.template.def.name, &digest);
                 let tag = if spec.keep {
-                    if let Some(image) = build::reuse(&docker, spec, &tag).await {
+                    if let Some(image) = build::reuse(&docker, spec, &tag).await.filter(|_| !spec.skip_cache) {
                         let _ = log.send(format!("reusing the kept build {tag} of {digest}"));
                         return Ok(Arc::new(image));
                     }
                     tag
+                } else if spec.skip_cache {
+                    // Its own tag: the earlier build keeps its, to be removed with the run's.
+                    format!("{tag}-{}-{}", self.run_tag, crate::random::hex(4))
                 } else {
                     format!("{tag}-{}", self.run_tag)
                 };
@@ -439,6 +448,9 @@ impl Inner {
             })
             .await?
             .clone();
+        if spec.skip_cache {
+            crate::provider::registered::supersede(&mut self.builds.lock().expect("builds"), digest.clone(), cell);
+        }
         if !fresh {
             let _ = log.send(format!("cached: {} ({digest}) was built before as {}; its log:", image.name, image.tag));
             for l in &image.log {
@@ -665,6 +677,11 @@ impl Provider for DockerProvider {
                 "a lifecycle (pause at the end, auto-resume): the docker provider cannot pause a sandbox",
             ));
         }
+        if req.network.as_ref().is_some_and(|n| n.allow_public_traffic == Some(false)) {
+            return Err(ProviderError::unsupported(
+                "private ports (allow_public_traffic: false): the docker provider has no traffic access token",
+            ));
+        }
         if req.network.as_ref().is_some_and(|n| !n.allow_out.is_empty()) {
             return Err(ProviderError::unsupported(
                 "network allow lists: not supported by the docker provider (use local or a cloud)",
@@ -826,7 +843,13 @@ fn registered(image: &Arc<build::Image>, def: &crate::templates::TemplateDef, de
 /// Starts a deployed template's start command in `sb` (a background process of the sandbox)
 /// and waits until its ready command exits 0 (or, without one, until every port accepts
 /// connections), as the local provider does.
-async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, ports: &[u16]) -> Result<()> {
+async fn start_template(
+    sb: &Arc<Sandbox>,
+    start: &str,
+    ready: Option<&str>,
+    ready_timeout: Option<Duration>,
+    ports: &[u16],
+) -> Result<()> {
     // As the container's own CMD would run: as the image's USER (root unless it says); the
     // engine reads an empty user that way.
     let image_user = Some(String::new());
@@ -841,25 +864,16 @@ async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, por
             .join(" && "),
         None => return Ok(()),
     };
-    let output = |p: &exec::Proc| {
-        let r = p.result(false);
-        let mut text = String::from_utf8_lossy(&r.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&r.stderr));
-        let tail: Vec<&str> = text.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect();
-        (r.exit_code, tail.join("\n"))
-    };
-    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    let waited = ready_timeout.unwrap_or(READY_TIMEOUT);
+    let deadline = tokio::time::Instant::now() + waited;
     loop {
         if p.finished() {
-            let (code, tail) = output(&p);
-            return Err(ProviderError::infra(format!(
-                "the template's start command `{start}` exited ({}) before it was ready: {tail}",
-                code.map_or("killed".to_string(), |c| format!("exit {c}")),
-            )));
+            return Err(ProviderError::infra(crate::provider::registered::start_exited(start, &p.result(false))));
         }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let check = ExecRequest {
             cmd: probe.clone(),
-            timeout: Some(Duration::from_secs(10)),
+            timeout: Some(left.clamp(Duration::from_secs(1), Duration::from_secs(10))),
             user: image_user.clone(),
             ..Default::default()
         };
@@ -870,13 +884,9 @@ async fn start_template(sb: &Arc<Sandbox>, start: &str, ready: Option<&str>, por
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            let (_, tail) = output(&p);
             return Err(ProviderError::new(
                 super::ErrorKind::Timeout,
-                format!(
-                    "the template did not become ready within {}s (`{probe}`); the start command `{start}` printed: {tail}",
-                    READY_TIMEOUT.as_secs()
-                ),
+                crate::provider::registered::not_ready(&probe, waited, &r, start, &p.result(false)),
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

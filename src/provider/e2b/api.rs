@@ -453,11 +453,14 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The `network` object of a create or network update: `allowOut`, `denyOut` and, when
-/// given, `dnsServers`.
+/// given, `dnsServers` and (a create's) `allowPublicTraffic`.
 fn network_json(n: &crate::provider::NetworkPolicy) -> serde_json::Value {
     let mut v = json!({ "allowOut": n.allow_out, "denyOut": n.deny_out });
     if let Some(d) = &n.dns_servers {
         v["dnsServers"] = json!(d);
+    }
+    if let Some(public) = n.allow_public_traffic {
+        v["allowPublicTraffic"] = json!(public);
     }
     v
 }

@@ -54,6 +54,10 @@ use crate::provider::{ErrorKind, ProviderError, Result};
 use crate::templates::dockerfile::{Command, Inst, Seg, Word};
 use crate::templates::{BuildSpec, TemplateDef};
 
+/// The build request's field for template.yaml's `ready_timeout` (seconds): serve's extension
+/// of `TemplateBuildStartV2`, sent only when the template sets it.
+pub const READY_TIMEOUT_FIELD: &str = "x-scenario-run-ready-timeout";
+
 /// Interval of status polls (the SDK's).
 const POLL: Duration = Duration::from_millis(200);
 /// How long one build may take.
@@ -346,7 +350,7 @@ impl Builds {
         log: &mpsc::UnboundedSender<String>,
     ) -> Result<(Built, bool)> {
         let digest = spec.template.digest.clone();
-        if !deploy {
+        if !deploy && !spec.skip_cache {
             // Building again without the start command would take it off the deployed template.
             let deployed = self.deploys.lock().expect("builds").get(&digest).and_then(|c| c.get().cloned());
             if let Some(d) = deployed {
@@ -359,7 +363,13 @@ impl Builds {
         }
         let had_layer = self.layers.lock().expect("builds").get(&digest).is_some_and(|c| c.initialized());
         let map = if deploy { &self.deploys } else { &self.layers };
-        let cell = map.lock().expect("builds").entry(digest.clone()).or_default().clone();
+        // skip_cache: a cell of its own (which then stands for the digest), and `force`.
+        let cell = if spec.skip_cache {
+            let _ = log.send("skip_cache: building again with `force`, reusing no earlier build".to_string());
+            Default::default()
+        } else {
+            map.lock().expect("builds").entry(digest.clone()).or_default().clone()
+        };
         let mut fresh = false;
         let built = cell
             .get_or_try_init(|| async {
@@ -392,6 +402,7 @@ impl Builds {
                     start.as_deref(),
                     ready.as_deref(),
                     &dockerfile,
+                    spec.skip_cache,
                     log,
                     |id| self.record(id, spec.keep),
                 )
@@ -400,6 +411,10 @@ impl Builds {
             })
             .await?
             .clone();
+        if spec.skip_cache {
+            map.lock().expect("builds").insert(digest.clone(), cell);
+            return Ok((built, false));
+        }
         if !fresh {
             let _ = log.send(format!(
                 "cached: {} ({digest}) was built before as {}",
@@ -480,6 +495,7 @@ pub async fn build_from_image(
         def.start_command.as_deref(),
         def.ready_command.as_deref(),
         "(image)",
+        false,
         log,
         |_| {},
     )
@@ -498,6 +514,7 @@ async fn remote_build(
     start: Option<&str>,
     ready: Option<&str>,
     dockerfile: &str,
+    force: bool,
     log: &mpsc::UnboundedSender<String>,
     made: impl FnOnce(&str),
 ) -> Result<Built> {
@@ -566,7 +583,7 @@ async fn remote_build(
 
     let mut start_body = json!({
         "fromImage": plan.from_image,
-        "force": false,
+        "force": force,
         "steps": plan.steps.iter().map(|s| s.json.clone()).collect::<Vec<_>>(),
     });
     if let Some(r) = registry {
@@ -577,6 +594,11 @@ async fn remote_build(
     }
     if let Some(r) = ready {
         start_body["readyCmd"] = json!(r);
+        // Not E2B's (its bound is the platform's): only a template.yaml that sets
+        // ready_timeout sends it, and serve honours it.
+        if let Some(t) = def.ready_timeout {
+            start_body[READY_TIMEOUT_FIELD] = json!(t.as_secs_f64());
+        }
     }
     let what = format!("start build {build_id} of template {id}");
     api.call(
@@ -593,6 +615,8 @@ async fn remote_build(
     // Poll until done and the log is drained.
     let deadline = tokio::time::Instant::now() + BUILD_TIMEOUT;
     let mut offset = 0usize;
+    // The last lines of the log, for a failure the platform gives no reason for.
+    let mut recent: std::collections::VecDeque<String> = Default::default();
     let what = format!("status of build {build_id} of template {id}");
     loop {
         let path = format!("/templates/{}/builds/{}/status?logsOffset={offset}&limit=100", enc(&id), enc(&build_id));
@@ -613,7 +637,12 @@ async fn remote_build(
         offset += entries.len();
         for e in &entries {
             if let Some(m) = e["message"].as_str() {
-                let _ = log.send(clean(m));
+                let m = clean(m);
+                if recent.len() == REASON_LINES {
+                    recent.pop_front();
+                }
+                recent.push_back(m.clone());
+                let _ = log.send(m);
             }
         }
         let status = info["status"].as_str().unwrap_or("building");
@@ -622,7 +651,7 @@ async fn remote_build(
                 let _ = log.send(format!("build {build_id} of template {id} finished"));
                 return Ok(Built { template_id: id });
             }
-            let message = clean(info["reason"]["message"].as_str().unwrap_or("the build failed"));
+            let message = clean(&failure_reason(&info["reason"], recent.make_contiguous()));
             return Err(build_error(&message, &info["reason"], plan, dockerfile));
         }
         if tokio::time::Instant::now() >= deadline {
@@ -634,6 +663,29 @@ async fn remote_build(
         if entries.is_empty() {
             tokio::time::sleep(POLL).await;
         }
+    }
+}
+
+/// How many of the last log lines stand in for a reason the platform did not give.
+const REASON_LINES: usize = 5;
+
+/// Why a build failed: `reason.message`, with `reason.logEntries` the message does not repeat;
+/// without a message, the build's last log lines (E2B #1009: a build failing without its
+/// reason).
+fn failure_reason(reason: &JsonValue, recent: &[String]) -> String {
+    let message = reason["message"].as_str().map(str::trim).unwrap_or("");
+    let entries: Vec<&str> = reason["logEntries"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["message"].as_str().or_else(|| e.as_str())).collect())
+        .unwrap_or_default();
+    let extra: Vec<&str> = entries.iter().copied().filter(|e| !e.is_empty() && !message.contains(e)).collect();
+    let extra = &extra[extra.len().saturating_sub(REASON_LINES)..];
+    match (message.is_empty(), extra.is_empty()) {
+        (false, true) => message.to_string(),
+        (false, false) => format!("{message}\n{}", extra.join("\n")),
+        (true, false) => extra.join("\n"),
+        (true, true) if recent.is_empty() => "the build failed, and the platform gave no reason and no log".into(),
+        (true, true) => format!("the build failed without a reason; its last log lines:\n{}", recent.join("\n")),
     }
 }
 
@@ -686,6 +738,7 @@ mod tests {
                 template,
                 build_args: BTreeMap::from([("V".into(), "9".into())]),
                 keep: false,
+                skip_cache: false,
                 from_auth: None,
             },
         )
@@ -737,6 +790,23 @@ mod tests {
         let names: Vec<String> =
             a.entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect();
         assert_eq!(names, ["a.py"]);
+    }
+
+    #[test]
+    fn a_failed_build_says_why_even_without_a_reason_message() {
+        let lines = ["step 2 ok".to_string(), "ready command exited 3: port-not-open".to_string()];
+        assert_eq!(failure_reason(&json!({"message": "boom"}), &lines), "boom");
+        assert_eq!(
+            failure_reason(
+                &json!({"message": "boom", "logEntries": [{"message": "boom"}, {"message": "why: disk"}]}),
+                &lines
+            ),
+            "boom\nwhy: disk"
+        );
+        assert_eq!(failure_reason(&json!({"logEntries": [{"message": "why: disk"}]}), &lines), "why: disk");
+        let m = failure_reason(&JsonValue::Null, &lines);
+        assert!(m.starts_with("the build failed without a reason") && m.ends_with("port-not-open"), "{m}");
+        assert!(failure_reason(&json!({"message": " "}), &[]).contains("no reason and no log"));
     }
 
     #[test]

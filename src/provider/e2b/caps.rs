@@ -3,13 +3,60 @@
 
 use super::*;
 
+/// E2B's background processes with stdin (`commands.run(stdin=True)`, `send_stdin`,
+/// `close_stdin`): input goes to envd by pid, so any connection to the sandbox can send it.
+#[async_trait]
+impl crate::provider::LiveProcesses for E2bProvider {
+    async fn spawn_live(&self, id: &str, req: ExecRequest, open_stdin: bool) -> Result<crate::provider::LiveProcess> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("run `{}` in the background", short(&req.cmd));
+        let (proc, stream) = inner.start(&envd, &req, open_stdin, &what).await?;
+        inner.procs.insert(id, proc.clone());
+        let (tx, rx) = crate::provider::output_channel();
+        let pid = proc.pid;
+        tokio::spawn(process::drive(stream, proc, Some(tx), what, id.to_string()));
+        Ok(crate::provider::LiveProcess { pid, output: rx })
+    }
+
+    async fn spawn_with_stdin(&self, id: &str, req: ExecRequest) -> Result<u32> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let what = format!("run `{}` in the background with its stdin open", short(&req.cmd));
+        let (proc, stream) = inner.start(&envd, &req, true, &what).await?;
+        inner.procs.insert(id, proc.clone());
+        tokio::spawn(process::drive(stream, proc.clone(), None, what, id.to_string()));
+        Ok(proc.pid)
+    }
+
+    async fn write_stdin(&self, id: &str, pid: u32, data: Vec<u8>) -> Result<()> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
+        let body = json!({ "process": { "pid": pid }, "input": { "stdin": b64 } });
+        let what = format!("send stdin to process {pid}");
+        inner.process_call(&envd, id, pid, "process.Process/SendInput", &body, &what).await
+    }
+
+    async fn close_stdin(&self, id: &str, pid: u32) -> Result<()> {
+        let inner = &self.inner;
+        let envd = inner.envd(id).await?;
+        if !envd.at_least((0, 5, 2)) {
+            return Err(ProviderError::unsupported("closing a process's stdin: envd before 0.5.2 has no CloseStdin"));
+        }
+        let body = json!({ "process": { "pid": pid } });
+        let what = format!("close the stdin of process {pid}");
+        inner.process_call(&envd, id, pid, "process.Process/CloseStdin", &body, &what).await
+    }
+}
+
 #[async_trait]
 impl crate::provider::Processes for E2bProvider {
     async fn exec(&self, id: &str, req: ExecRequest, output: Option<OutputTx>) -> Result<ExecResult> {
         let inner = &self.inner;
         let envd = inner.envd(id).await?;
         let what = format!("run `{}`", short(&req.cmd));
-        let (proc, stream) = inner.start(&envd, &req, &what).await?;
+        let (proc, stream) = inner.start(&envd, &req, false, &what).await?;
         inner.procs.insert(id, proc.clone());
         let mut guard = KillOnDrop { inner: inner.clone(), envd: envd.clone(), proc: Some(proc.clone()) };
         let task = tokio::spawn(process::drive(stream, proc.clone(), output, what, id.to_string()));
@@ -33,7 +80,7 @@ impl crate::provider::Processes for E2bProvider {
         let inner = &self.inner;
         let envd = inner.envd(id).await?;
         let what = format!("run `{}` in the background", short(&req.cmd));
-        let (proc, stream) = inner.start(&envd, &req, &what).await?;
+        let (proc, stream) = inner.start(&envd, &req, false, &what).await?;
         inner.procs.insert(id, proc.clone());
         tokio::spawn(process::drive(stream, proc.clone(), None, what, id.to_string()));
         if let Some(t) = req.timeout {
@@ -320,6 +367,11 @@ impl crate::provider::Ports for E2bProvider {
 
 #[async_trait]
 impl crate::provider::Pausing for E2bProvider {
+    /// E2B's `autoResume` (the API's; this client only sends it).
+    fn resumes_on_traffic(&self) -> bool {
+        true
+    }
+
     async fn pause(&self, id: &str, keep_memory: bool) -> Result<()> {
         self.inner.api.pause(id, keep_memory).await
     }

@@ -305,10 +305,20 @@ impl Inner {
             .map(|_| ())
     }
 
-    /// Starts `req` and reads its start event; feeds stdin if given.
-    async fn start(&self, envd: &Envd, req: &ExecRequest, what: &str) -> Result<(Arc<Proc>, RpcStream)> {
+    /// Starts `req` and reads its start event; feeds stdin if given, or (`open_stdin`) leaves
+    /// its stdin open for `SendInput` by pid.
+    async fn start(
+        &self,
+        envd: &Envd,
+        req: &ExecRequest,
+        open_stdin: bool,
+        what: &str,
+    ) -> Result<(Arc<Proc>, RpcStream)> {
         let user = req.user.as_deref();
-        let body = process::start_body(req);
+        let mut body = process::start_body(req);
+        if open_stdin {
+            body["stdin"] = json!(true);
+        }
         let mut stream = envd
             .stream(self.http(), "process.Process/Start", &body, user, req.timeout, what)
             .await
@@ -323,7 +333,7 @@ impl Inner {
             })?
             .map_err(|e| e.into_provider(what, &envd.id))?;
         let proc = Proc::new(pid, req.cmd.clone(), req.max_output);
-        if let Some(input) = &req.stdin {
+        if let Some(input) = req.stdin.as_ref().filter(|_| !open_stdin) {
             let b64 = base64::engine::general_purpose::STANDARD.encode(input);
             let fed = async {
                 if !input.is_empty() {
@@ -606,7 +616,9 @@ impl Provider for E2bProvider {
         crate::provider::Features {
             pausing: e2b.then_some(self),
             snapshots: e2b.then_some(self),
-            ..crate::provider::caps::features!(self; processes, pty, files, watch_dirs, ports, builds, network_control)
+            ..crate::provider::caps::features!(
+                self; processes, live_processes, pty, files, watch_dirs, ports, builds, network_control
+            )
         }
     }
 }

@@ -105,6 +105,15 @@ pub(crate) fn own_dir(shared: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// A directory of this process's own for a `skip_cache` build of `shared`: never one an
+/// earlier build of this run made (a sandbox may still stack that one).
+pub(crate) fn own_fresh_dir(shared: &Path) -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut name = own_dir(shared).into_os_string();
+    name.push(format!(".fresh{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    PathBuf::from(name)
+}
+
 /// Writes `build.json` and the `complete` marker into the layer's directory.
 fn record(layer: &Layer) -> std::io::Result<()> {
     let json = serde_json::to_string_pretty(layer).map_err(std::io::Error::other)?;

@@ -354,6 +354,7 @@ impl crate::provider::Snapshots for LocalProvider {
             built: layer,
             start: None,
             ready: None,
+            ready_timeout: None,
             ports: Vec::new(),
             envs: BTreeMap::new(),
             cpu: None,

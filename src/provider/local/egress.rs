@@ -493,7 +493,7 @@ mod tests {
             allow_internet_access: internet,
             allow_out: allow.iter().map(|s| s.to_string()).collect(),
             deny_out: deny.iter().map(|s| s.to_string()).collect(),
-            dns_servers: None,
+            ..Default::default()
         })
         .unwrap()
     }

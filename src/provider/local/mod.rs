@@ -634,6 +634,11 @@ impl Inner {
         if !policy.is_open() && !self.namespaces {
             return Err(no_policy_without_isolation());
         }
+        if req.network.as_ref().is_some_and(|n| n.allow_public_traffic == Some(false)) {
+            return Err(ProviderError::unsupported(
+                "private ports (allow_public_traffic: false) on the local provider: it has no traffic access token (serve and the clouds have)",
+            ));
+        }
         if req.lifecycle.is_some_and(|l| l.auto_resume) {
             return Err(ProviderError::unsupported(
                 "auto_resume on the local provider: a paused local sandbox is resumed by `connect` (serve wakes one on traffic)",
@@ -773,7 +778,10 @@ impl Inner {
         core::expire_at_end(self, sb.clone());
         if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
             let t = tpl.as_ref().expect("checked");
-            if let Err(e) = start_template(&sb, &start, t.ready.as_deref(), &t.ports, t.built.user.as_deref()).await {
+            if let Err(e) =
+                start_template(&sb, &start, t.ready.as_deref(), t.ready_timeout, &t.ports, t.built.user.as_deref())
+                    .await
+            {
                 core::kill(self.as_ref(), &sb.id).await;
                 return Err(e);
             }
@@ -792,18 +800,24 @@ impl Inner {
         let digest = spec.template.digest.clone();
         // What the build is made from: the folder and the build arguments.
         let key = layer_cache::key(spec);
-        let cell = self.builds.lock().expect("builds").entry(key.clone()).or_default().clone();
+        // skip_cache: a cell of its own, which then stands for the key in this run.
+        let cell = if spec.skip_cache {
+            let _ = log.send("skip_cache: building again, reusing no earlier build".to_string());
+            Default::default()
+        } else {
+            self.builds.lock().expect("builds").entry(key.clone()).or_default().clone()
+        };
         let mut fresh = false;
         let layer = cell
             .get_or_try_init(|| async {
                 let shared = build::build_dir(&self.state_dir, &spec.template.def.name, &digest);
-                if let Some(layer) = build::reuse(&shared).filter(|l| l.keep) {
+                if let Some(layer) = build::reuse(&shared).filter(|l| l.keep && !spec.skip_cache) {
                     let _ = log.send(format!("reusing the kept build {} of {digest}", shared.display()));
                     return Ok(Arc::new(layer));
                 }
                 let cache_max = layer_cache::max_from_env().map_err(ProviderError::invalid)?;
                 let entry = layer_cache::entry(&self.state_dir, &spec.template.def.name, &key);
-                if !spec.keep && cache_max > 0 {
+                if !spec.keep && !spec.skip_cache && cache_max > 0 {
                     let e = entry.clone();
                     if let Some(layer) = blocking(move || Ok(layer_cache::take(&e))).await? {
                         let _ = log.send(format!(
@@ -814,7 +828,7 @@ impl Inner {
                     }
                 }
                 fresh = true;
-                let dir = build::own_dir(&shared);
+                let dir = if spec.skip_cache { build::own_fresh_dir(&shared) } else { build::own_dir(&shared) };
                 self.building.lock().expect("building").insert(dir.clone());
                 let net = self.nets.take().await.map_err(|e| net_error("cannot make the build's network".into(), e))?;
                 let mut r = build::build(spec, &dir, &crate::owner::token(), &self.images, net, log.clone()).await;
@@ -826,6 +840,9 @@ impl Inner {
                         })
                     })
                     .await;
+                } else if let (true, Ok(_)) = (spec.skip_cache, &r) {
+                    // The entry of this key (if any) stays as it is; this build is the run's.
+                    let _ = log.send("not cached (skip_cache): this build is this run's only".to_string());
                 } else if let (true, Ok(layer)) = (cache_max > 0, &r) {
                     // Into the cache; where that fails, the build stays this run's only.
                     let (l, to) = (layer.clone(), entry.clone());
@@ -849,6 +866,9 @@ impl Inner {
             })
             .await?
             .clone();
+        if spec.skip_cache {
+            super::registered::supersede(&mut self.builds.lock().expect("builds"), key, cell);
+        }
         if !fresh {
             let _ = log.send(format!("cached: {} ({digest}) was built before; its log:", layer.name));
             for l in &layer.log {
@@ -1057,8 +1077,9 @@ impl Provider for LocalProvider {
             pausing: ns.then_some(self),
             snapshots: ns.then_some(self),
             builds: ns.then_some(self),
+            network_control: ns.then_some(self),
             ..crate::provider::caps::features!(
-                self; processes, live_processes, files, envd_files, ports, expose_host, network_control, metrics
+                self; processes, live_processes, files, envd_files, ports, expose_host, metrics
             )
         }
     }
@@ -1108,6 +1129,7 @@ async fn start_template(
     sb: &Arc<Sandbox>,
     start: &str,
     ready: Option<&str>,
+    ready_timeout: Option<Duration>,
     ports: &[u16],
     user: Option<&str>,
 ) -> Result<()> {
@@ -1126,32 +1148,29 @@ async fn start_template(
             .join(" && "),
         None => return Ok(()),
     };
-    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    let waited = ready_timeout.unwrap_or(READY_TIMEOUT);
+    let deadline = tokio::time::Instant::now() + waited;
     loop {
         if p.finished() {
-            let r = p.result(false);
-            let err = String::from_utf8_lossy(&r.stderr);
-            let tail: Vec<&str> = err.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
-            return Err(ProviderError::infra(format!(
-                "the template's start command `{start}` exited ({}) before it was ready: {}",
-                r.exit_code.map_or("killed".to_string(), |c| format!("exit {c}")),
-                tail.join("\n")
-            )));
+            return Err(ProviderError::infra(super::registered::start_exited(start, &p.result(false))));
         }
+        // Never past the deadline: a probe that hangs is cut off with it.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let check = ExecRequest {
             cmd: probe.clone(),
-            timeout: Some(Duration::from_secs(10)),
+            timeout: Some(left.clamp(Duration::from_secs(1), Duration::from_secs(10))),
             user: user.clone(),
             ..Default::default()
         };
         let q = process::launch(&target, &env, &cwd, &check, None, false, None).await?;
-        if process::finish(&q, check.timeout).await.exit_code == Some(0) {
+        let r = process::finish(&q, check.timeout).await;
+        if r.exit_code == Some(0) {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(ProviderError::new(
                 super::ErrorKind::Timeout,
-                format!("the template did not become ready within {}s (`{probe}`)", READY_TIMEOUT.as_secs()),
+                super::registered::not_ready(&probe, waited, &r, start, &p.result(false)),
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

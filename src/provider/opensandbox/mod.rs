@@ -522,11 +522,10 @@ impl Provider for OpenSandboxProvider {
                 "a lifecycle (pause at the end, auto-resume) through the opensandbox provider",
             ));
         }
-        if req.network.as_ref().is_some_and(|n| *n != super::NetworkPolicy::default()) {
-            return Err(ProviderError::unsupported(
-                "network policies through the opensandbox provider (OpenSandbox's networkPolicy has no CIDR lists)",
-            ));
-        }
+        let network = match &req.network {
+            Some(n) if *n != super::NetworkPolicy::default() => Some(network_policy(n)?),
+            _ => None,
+        };
         if let Some(d) = req.disk_mb {
             return Err(ProviderError::unsupported(format!(
                 "a disk size ({d} MiB) through the opensandbox provider (OpenSandbox's resourceLimits have no disk)"
@@ -554,6 +553,9 @@ impl Provider for OpenSandboxProvider {
             "env": req.envs,
             "resourceLimits": limits,
         });
+        if let Some(n) = network {
+            body["networkPolicy"] = n;
+        }
         if from_snapshot {
             body.as_object_mut().expect("an object").remove("image");
             body["snapshotId"] = json!(req.template);
@@ -674,13 +676,86 @@ impl Provider for OpenSandboxProvider {
     }
 
     fn features(&self) -> crate::provider::Features<'_> {
-        crate::provider::caps::features!(self; processes, files, ports, pausing, snapshots)
+        crate::provider::caps::features!(self; processes, files, ports, pausing, snapshots, network_control)
+    }
+}
+
+/// E2B's egress rules as OpenSandbox's `networkPolicy` (first match wins, then
+/// `defaultAction`): the allowed targets first, so an allowed entry beats a denied one as on
+/// E2B, then the denied ones; denying `0.0.0.0/0` (or internet access off) is
+/// `defaultAction: deny`. What OpenSandbox's rules cannot say (ports, nameservers, private
+/// ports) is refused, never dropped.
+fn network_policy(n: &super::NetworkPolicy) -> Result<Value> {
+    const ALL: &str = "0.0.0.0/0";
+    if n.dns_servers.is_some() {
+        return Err(ProviderError::unsupported(
+            "dns_servers through the opensandbox provider (OpenSandbox's networkPolicy names no nameservers)",
+        ));
+    }
+    if n.allow_public_traffic == Some(false) {
+        return Err(ProviderError::unsupported(
+            "private ports (allow_public_traffic: false) through the opensandbox provider",
+        ));
+    }
+    let mut egress = Vec::new();
+    for (action, list) in [("allow", &n.allow_out), ("deny", &n.deny_out)] {
+        for target in list.iter().map(|t| t.trim()).filter(|t| !(action == "deny" && *t == ALL)) {
+            if target.contains(':') {
+                return Err(ProviderError::unsupported(format!(
+                    "the port in `{target}` through the opensandbox provider (OpenSandbox's egress rules have no ports)"
+                )));
+            }
+            egress.push(json!({ "action": action, "target": target }));
+        }
+    }
+    let deny_all = n.allow_internet_access == Some(false) || n.deny_out.iter().any(|t| t.trim() == ALL);
+    Ok(json!({ "defaultAction": if deny_all { "deny" } else { "allow" }, "egress": egress }))
+}
+
+#[async_trait]
+impl crate::provider::NetworkControl for OpenSandboxProvider {
+    /// The lifecycle API's `PUT /sandboxes/{id}/networkpolicy`: the whole policy is replaced,
+    /// as E2B's `update_network` replaces its lists.
+    async fn update_network(&self, id: &str, policy: super::NetworkPolicy) -> Result<()> {
+        let body = network_policy(&policy)?;
+        self.api(reqwest::Method::PUT, &format!("/sandboxes/{id}/networkpolicy"), Some(body)).await.map(|_| ())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn egress_rules_become_a_network_policy_allowed_first_or_are_refused() {
+        let p = |allow: &[&str], deny: &[&str], internet: Option<bool>| super::super::NetworkPolicy {
+            allow_internet_access: internet,
+            allow_out: allow.iter().map(|s| s.to_string()).collect(),
+            deny_out: deny.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let got = network_policy(&p(&["pypi.org", "*.npmjs.org"], &["0.0.0.0/0", "10.1.2.3"], None)).unwrap();
+        assert_eq!(
+            got,
+            json!({"defaultAction": "deny", "egress": [
+                {"action": "allow", "target": "pypi.org"},
+                {"action": "allow", "target": "*.npmjs.org"},
+                {"action": "deny", "target": "10.1.2.3"},
+            ]})
+        );
+        assert_eq!(network_policy(&p(&[], &[], Some(false))).unwrap(), json!({"defaultAction": "deny", "egress": []}));
+        assert_eq!(network_policy(&p(&[], &[], None)).unwrap(), json!({"defaultAction": "allow", "egress": []}));
+        let refused = |n: super::super::NetworkPolicy| network_policy(&n).unwrap_err().kind;
+        assert_eq!(refused(p(&["pypi.org:443"], &[], None)), ErrorKind::Unsupported);
+        assert_eq!(
+            refused(super::super::NetworkPolicy { dns_servers: Some(vec![]), ..Default::default() }),
+            ErrorKind::Unsupported
+        );
+        assert_eq!(
+            refused(super::super::NetworkPolicy { allow_public_traffic: Some(false), ..Default::default() }),
+            ErrorKind::Unsupported
+        );
+    }
 
     #[test]
     fn quoting_and_query_encoding() {

@@ -139,6 +139,7 @@ async fn build(st: &Arc<AppState>, id: &str, uri: &str, auth: Option<&ImageAuth>
         template,
         build_args: Default::default(),
         keep: false,
+        skip_cache: false,
         from_auth: auth
             .map(|a| crate::image::RegistryAuth { username: a.username.clone(), password: a.password.clone() }),
     };
