@@ -399,10 +399,10 @@ async fn the_whole_library_passes_on_docker_through_the_binary() {
             "{name} skipped for another reason: {why}"
         );
     }
-    // Whole scenarios skip only for the two cloud-only key checks and the real clients
+    // Whole scenarios skip only for the cloud-only key and limit checks and the real clients
     // driven from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here),
     // the three scenarios of one protocol, and the twelve of capabilities docker lacks.
-    assert_eq!(skipped.len(), 5 + 3 + 12, "{skipped:?}");
+    assert_eq!(skipped.len(), 6 + 3 + 12, "{skipped:?}");
     for scenario in ["declarative remote function", "network two sandboxes serve the same port"] {
         assert!(passed.iter().any(|p| p == scenario), "{scenario} did not pass: {passed:?}");
     }

@@ -285,6 +285,23 @@ async fn should_retry_false_forbids_the_retry() {
     assert_eq!(fake.requests("GET", &format!("/sandboxes/{SBX}")).len(), 1);
 }
 
+/// A 429 the client may not retry (serve's memory admission says `Should-Retry: false`) is a
+/// refusal for want of capacity, which `expect_error: { kind: capacity }` names, not an error
+/// of the platform.
+#[tokio::test]
+async fn a_429_left_after_its_retries_is_a_refusal_for_capacity() {
+    let fake = Fake::start(|req| {
+        (req.method == "GET").then(|| {
+            with_header(json_resp(429, json!({"code":429,"message":"not enough memory"})), "Should-Retry", "false")
+        })
+    })
+    .await;
+    let e = fake.provider().info(SBX).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Capacity, "{e}");
+    assert!(e.message.contains("not enough memory") && e.message.contains("429"), "{e}");
+    assert_eq!(fake.requests("GET", &format!("/sandboxes/{SBX}")).len(), 1);
+}
+
 #[tokio::test]
 async fn create_503_is_not_retried() {
     let fake = Fake::start(|_| Some(json_resp(503, json!({"code":503,"message":"service busy"})))).await;

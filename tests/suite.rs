@@ -63,12 +63,12 @@ fn the_whole_library_passes_on_the_local_provider() {
             "{name} skipped for another reason: {why}"
         );
     }
-    // Whole scenarios skip only for the cloud-only key checks, the real clients driven
+    // Whole scenarios skip only for the cloud-only key and limit checks, the real clients driven
     // from the host (the E2B SDK and CLI, agent-sandbox-client: no E2B endpoint here), and
     // the three scenarios of one protocol (E2B's private ports, OpenSandbox's egress sidecar
     // and its code contexts on execd), and E2B's resume on traffic, which a local sandbox does
     // not do (`connect` resumes it).
-    assert_eq!(skipped.len(), 9, "{skipped:?}");
+    assert_eq!(skipped.len(), 10, "{skipped:?}");
     // Issue 14: every template is built, deployed and passes its scenario here; within them
     // only the steps that call a model skip, for its missing key.
     let (built, skips) = templates_built_by_passing_scenarios(report.path());

@@ -410,7 +410,9 @@ pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<
     let memory = match st.memory.admit(declared, total, available) {
         Ok(c) => c,
         Err(r) => {
-            let mut resp = json_error(StatusCode::TOO_MANY_REQUESTS, &r.message);
+            let refused = StatusCode::TOO_MANY_REQUESTS;
+            let status = if st.mutants.has(Fault::RateLimit500) { StatusCode::INTERNAL_SERVER_ERROR } else { refused };
+            let mut resp = json_error(status, &r.message);
             if !r.may_retry {
                 resp.headers_mut().insert("should-retry", axum::http::HeaderValue::from_static("false"));
             }

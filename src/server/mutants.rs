@@ -150,7 +150,7 @@ pub static CATALOG: &[Entry] = &[
       "requests forwarded to a sandbox port lose their query string"),
     e(Fault::RateLimit500, "rate-limit-500", "platform",
       "rate limiting answers 500 instead of 429",
-      "a create past --max-sandboxes answers 500 instead of 429"),
+      "a create past --max-sandboxes or the memory admission answers 500 instead of 429"),
     e(Fault::AnyApiKey, "any-api-key", "platform",
       "an invalid API key accepted",
       "the control plane accepts any API key, and none"),

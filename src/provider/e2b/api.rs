@@ -4,7 +4,7 @@
 //!
 //! Error mapping: 401/403 → [`ErrorKind::Auth`] ("authentication failed: …", naming the key
 //! variable, never its value); 404 → [`ErrorKind::NotFound`] (kill → `false`); 400/409/422 →
-//! [`ErrorKind::Invalid`]; 507 → [`ErrorKind::Capacity`]; 429 and other 5xx → [`ErrorKind::Infra`]; a transport timeout →
+//! [`ErrorKind::Invalid`]; 507 and 429 (after its retries) → [`ErrorKind::Capacity`]; other 5xx → [`ErrorKind::Infra`]; a transport timeout →
 //! [`ErrorKind::Timeout`]. On create, 404 and template-related 400s name the template.
 //! Server messages are scrubbed of the key in case a server echoes it.
 
@@ -80,11 +80,13 @@ impl Api {
             400 | 409 | 422 => ProviderError::invalid(detail),
             // serve's answer to a declared disk the host has no room for.
             507 => ProviderError::new(ErrorKind::Capacity, detail),
-            429 => ProviderError::infra(format!(
-                "{what}: rate limited by the API after {} retries ({})",
-                retry::MAX_RETRIES,
-                f.message
-            )),
+            // Refused for want of capacity (a concurrency or rate limit, the memory a host
+            // has), once the retries a 429 allows are spent: the platform's answer, not its
+            // failure.
+            429 => ProviderError::new(
+                ErrorKind::Capacity,
+                format!("{what}: refused by the API for want of capacity or rate (429: {})", f.message),
+            ),
             _ => ProviderError::infra(detail),
         }
     }
