@@ -506,7 +506,10 @@ mod tests {
         assert_eq!(a.status_error("x", &f(403, "no")).kind, ErrorKind::Auth);
         assert_eq!(a.status_error("x", &f(404, "no")).kind, ErrorKind::NotFound);
         assert_eq!(a.status_error("x", &f(400, "bad")).kind, ErrorKind::Invalid);
-        assert_eq!(a.status_error("x", &f(429, "slow down")).kind, ErrorKind::Infra);
+        // A 429 left after its retries is the platform's refusal for want of capacity or rate.
+        let e = a.status_error("x", &f(429, "slow down"));
+        assert_eq!(e.kind, ErrorKind::Capacity);
+        assert!(e.message.contains("429: slow down"), "{}", e.message);
         assert_eq!(a.status_error("x", &f(503, "busy")).kind, ErrorKind::Infra);
         // serve's refusal of a disk the host has no room for (issue 35 item 5).
         assert_eq!(a.status_error("x", &f(507, "not enough disk space")).kind, ErrorKind::Capacity);
