@@ -118,6 +118,7 @@ use state::{inject, AppState, CreateLog, CreateOutcome, SCHEME_HEADER};
 
 /// How long in-flight requests may take to finish after shutdown was asked for.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 fn not_running(id: &str) -> Response {
     let body = serde_json::json!({
         "sandboxId": id,

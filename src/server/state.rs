@@ -30,7 +30,7 @@ pub(super) const CLIENT_ID: &str = "6532622b";
 /// 0.6.4's `allowNetworkMounts` watch flag (there are no network mounts to refuse).
 pub const ENVD_VERSION: &str = "0.6.4";
 
-/// Fault injection settings; see the module documentation.
+/// Fault injection settings; see the documentation of [`super`].
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     pub latency: Option<Duration>,
@@ -45,7 +45,7 @@ pub struct Faults {
 /// request envelope). `SendInput` carries stdin in these, base64.
 pub const RPC_BODY_LIMIT: usize = 16 << 20;
 
-/// Bounds on what clients may make serve hold; see the module documentation.
+/// Bounds on what clients may make serve hold; see the documentation of [`super`].
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Most sandboxes alive at once; a create past it answers 429.
@@ -75,7 +75,7 @@ pub(super) enum CreateOutcome {
     MaybeMade,
 }
 
-/// Creates seen, by `Idempotency-Key`; see the module documentation.
+/// Creates seen, by `Idempotency-Key`; see the documentation of [`super`].
 #[derive(Debug, Default)]
 pub(super) struct CreateLog {
     pub(super) creates: u64,
@@ -171,7 +171,7 @@ pub(crate) struct AppState {
     pub faults: Faults,
     /// Platform faults (`--fault`): host-side configuration, never a client's to switch.
     pub mutants: super::mutants::Mutants,
-    /// What a create that does not say `allowPublicTraffic` gets (see [`ServeOptions`]).
+    /// What a create that does not say `allowPublicTraffic` gets (see [`super::ServeOptions`]).
     pub public_traffic: bool,
     pub(super) requests: AtomicU64,
     pub(super) sandboxes: Mutex<HashMap<String, Arc<ServedSandbox>>>,

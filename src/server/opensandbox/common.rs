@@ -17,9 +17,6 @@ pub(crate) const EXECD_PORT: u16 = 44772;
 /// The egress sidecar's port.
 pub(crate) const EGRESS_PORT: u16 = 18080;
 
-/// The lifecycle API's key header.
-pub(crate) const API_KEY_HEADER: &str = "open-sandbox-api-key";
-
 /// The header of OpenSandbox's secured endpoints, which serve's endpoints always name.
 pub(crate) const ACCESS_HEADER: &str = "OpenSandbox-Secure-Access";
 

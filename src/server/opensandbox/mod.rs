@@ -31,11 +31,11 @@
 //!
 //! # Sandboxes
 //!
-//! A sandbox made here is one of serve's (`control::make_sandbox`: the same limits, tokens,
-//! expiry and E2B view), with what OpenSandbox adds kept in [`State`]: its startup source, its
-//! entrypoint, whether it expires, and execd's state (commands, sessions, code contexts,
-//! egress rules). The OpenSandbox API sees the sandboxes made through it; the E2B API sees
-//! them too.
+//! A sandbox made here is one of serve's (`sandboxes::make_sandbox`: the same limits, tokens,
+//! expiry and E2B view), with what OpenSandbox adds kept in [`records::State`]: its startup
+//! source, its entrypoint, whether it expires, and execd's state (commands, sessions, code
+//! contexts, egress rules). The OpenSandbox API sees the sandboxes made through it; the E2B
+//! API sees them too.
 
 // Checks return the refusal as their error; it is built once per refused request.
 #![allow(clippy::result_large_err)]
@@ -62,9 +62,11 @@ use tower::ServiceExt;
 use super::answer::{drain, error, from_e2b, not_found};
 use super::auth;
 use super::state::{inject, AppState, ServedSandbox};
-use common::{port_token, ACCESS_HEADER, API_KEY_HEADER, EGRESS_PORT, EXECD_PORT};
+use common::{port_token, ACCESS_HEADER, EGRESS_PORT, EXECD_PORT};
 use records::{OsSandbox, Routers};
 
+/// The lifecycle API's key header.
+pub(crate) const API_KEY_HEADER: &str = "open-sandbox-api-key";
 /// execd's own token header, accepted beside [`ACCESS_HEADER`] on execd's port.
 const EXECD_TOKEN_HEADER: &str = "x-execd-access-token";
 
