@@ -19,7 +19,7 @@ pub(super) fn describe(req: &Request) -> String {
         line.push('?');
         line.push_str(&mask_query(query));
     }
-    let sandbox = super::data_target(req).map(|(id, _)| id).or_else(|| sandbox_in_path(uri.path()));
+    let sandbox = super::proxy::data_target(req).map(|(id, _)| id).or_else(|| sandbox_in_path(uri.path()));
     if let Some(id) = sandbox.filter(|id| !id.is_empty()) {
         line.push_str(&format!(" (sandbox {id})"));
     }

@@ -1,9 +1,10 @@
 //! The command line of `scenario-run serve`: its flags live here, beside what they configure,
 //! so `main.rs` only wires them to the local provider.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Faults, Limits, ServeOptions};
+use super::state::{Faults, Limits};
 
 /// Where the key comes from when neither `--api-key-file` nor `--api-key` is given.
 pub const API_KEY_VAR: &str = "E2B_API_KEY";
@@ -11,6 +12,29 @@ pub const API_KEY_VAR: &str = "E2B_API_KEY";
 /// The shortest API key accepted: the key is the only credential of the control plane, and
 /// serve may listen beyond loopback. E2B's keys are `e2b_` and 40 hex digits (44).
 pub const MIN_API_KEY_LEN: usize = 32;
+
+/// Options of [`super::serve`], which [`ServeArgs::options`] makes of the flags.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The API key clients must send.
+    pub api_key: String,
+    pub faults: Faults,
+    /// Platform faults (`--fault`, see `mutants`); none by default.
+    pub mutants: super::mutants::Mutants,
+    pub limits: Limits,
+    /// HTTPS beside plain HTTP on the port (see `tls`), with these certificates.
+    pub tls: Option<Arc<super::tls::Certs>>,
+    /// Whether a sandbox whose create does not say `network.allowPublicTraffic` gets E2B's
+    /// default, public ports (`--allow-public-traffic`); otherwise its ports need its traffic
+    /// token, as with `allowPublicTraffic: false`.
+    pub public_traffic: bool,
+    /// Where OpenSandbox's volumes may come from (`--host-volume-prefix`, `--volumes-dir`).
+    pub volumes: super::opensandbox::VolumeConfig,
+    /// `SCENARIO_RUN_TEMPLATES_DIR` as the run reads it (the environment, then `./.env`).
+    pub templates_dir: Option<String>,
+    /// `-v`: one line per request on stderr (see `access_log`).
+    pub log_requests: bool,
+}
 
 /// Flags of `scenario-run serve`.
 #[derive(Debug, Clone, clap::Args)]

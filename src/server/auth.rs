@@ -52,32 +52,14 @@ use base64::Engine as _;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{json_error, now_secs, AppState, ServedSandbox};
+use super::answer::json_error;
+use super::state::{now_secs, AppState, ServedSandbox};
+use super::users::{basic_user, DEFAULT_USER};
 
 /// The header of E2B's private ingress.
 pub(crate) const TRAFFIC_HEADER: &str = "e2b-traffic-access-token";
 /// envd's token header.
 pub(crate) const ACCESS_HEADER: &str = "x-access-token";
-
-/// A sandbox's credentials (see the module documentation). `Debug` shows neither.
-pub(crate) struct Tokens {
-    pub envd: String,
-    pub traffic: String,
-}
-
-impl std::fmt::Debug for Tokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tokens { <redacted> }")
-    }
-}
-
-impl Tokens {
-    /// Two fresh tokens from the kernel's random source; an error when it cannot give one
-    /// (there is no weaker fallback for a credential).
-    pub(crate) fn new() -> std::io::Result<Self> {
-        Ok(Self { envd: crate::random::token(32)?, traffic: crate::random::token(32)? })
-    }
-}
 
 /// Equality of two secrets in time independent of where they differ and of their lengths:
 /// both sides are hashed first, then every byte of the digests is compared.
@@ -201,8 +183,8 @@ pub(crate) fn files(
 /// user when it is empty. A Basic header naming anyone else is refused, or a URL signed for
 /// the default user would read as root with `Authorization: Basic root:` (issue 23).
 fn signed_user(q: &Signed, h: &HeaderMap) -> Result<(), Response> {
-    let signed = if q.username.is_empty() { super::files::DEFAULT_USER } else { q.username.as_str() };
-    match super::envd::basic_user(h) {
+    let signed = if q.username.is_empty() { DEFAULT_USER } else { q.username.as_str() };
+    match basic_user(h) {
         Some(asked) if asked != signed => Err(unauthorized(&format!(
             "the URL was signed for user '{signed}', and the Authorization header asks for '{asked}'"
         ))),
@@ -307,6 +289,7 @@ pub(crate) fn carries(value: &[u8], secrets: &[&str]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::state::Tokens;
 
     #[test]
     fn tokens_are_random_hex() {

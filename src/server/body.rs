@@ -33,7 +33,7 @@ pub(crate) struct E2bApi;
 
 impl BadBody for E2bApi {
     fn bad_body(reason: BodyError) -> Response {
-        super::json_error(StatusCode::BAD_REQUEST, &format!("Error when parsing request: {reason}"))
+        super::answer::json_error(StatusCode::BAD_REQUEST, &format!("Error when parsing request: {reason}"))
     }
 }
 
@@ -42,7 +42,7 @@ pub(crate) struct OpenSandboxApi;
 
 impl BadBody for OpenSandboxApi {
     fn bad_body(reason: BodyError) -> Response {
-        super::opensandbox::error(
+        super::answer::error(
             StatusCode::BAD_REQUEST,
             "SANDBOX::INVALID_PARAMETER",
             format!("invalid request body: {reason}"),

@@ -5,9 +5,6 @@
 //! E2B sandbox IDs are 20 characters of `[a-z0-9]` (host routing splits on `-` and `.`), so the
 //! server gives each sandbox such an ID and maps it to the provider's own ID.
 
-// Helpers return the early response as their error; it is built once per request.
-#![allow(clippy::result_large_err)]
-
 use super::body::JsonBody;
 use super::mutants::Fault;
 use std::collections::BTreeMap;
@@ -21,13 +18,17 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{json_error, rfc3339, rfc3339_us, AppState, ServedSandbox, CLIENT_ID, ENVD_VERSION};
-use crate::provider::{CreateRequest, ErrorKind, NetworkPolicy, ProviderError, SandboxInfo, Usage};
+use super::answer::json_error;
+use super::sandboxes::{
+    make_sandbox, network_policy, not_found, pause_sandbox, provider_error, resume, sandbox_json, set_end, NewSandbox,
+    MAX_TIMEOUT_SECS,
+};
+use super::state::{
+    new_sandbox_id, now_secs, now_us, rfc3339, rfc3339_us, AppState, Sample, ServedSandbox, CLIENT_ID, ENVD_VERSION,
+    SCHEME_HEADER,
+};
+use crate::provider::{ErrorKind, NetworkPolicy, SandboxInfo, Usage};
 
-/// Sandbox lifetime when create does not say (E2B's default).
-const DEFAULT_TIMEOUT_SECS: u64 = 300;
-/// The longest lifetime accepted (Alibaba's cap; E2B Pro allows 24 h too).
-const MAX_TIMEOUT_SECS: u64 = 86_400;
 /// Page size of `GET /v2/sandboxes`, default and maximum.
 const MAX_PAGE: usize = 100;
 
@@ -109,119 +110,6 @@ async fn unimplemented_route(method: axum::http::Method, uri: axum::http::Uri) -
     }
 }
 
-pub(crate) fn provider_error(e: ProviderError) -> Response {
-    let status = match e.kind {
-        ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
-        ErrorKind::Auth => StatusCode::UNAUTHORIZED,
-        ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
-        ErrorKind::Timeout | ErrorKind::Infra => StatusCode::INTERNAL_SERVER_ERROR,
-        // A declared disk the host has no room for (the local provider's admission).
-        ErrorKind::Capacity => StatusCode::INSUFFICIENT_STORAGE,
-    };
-    json_error(status, &e.message)
-}
-
-pub(crate) fn not_found(id: &str) -> Response {
-    json_error(StatusCode::NOT_FOUND, &format!("sandbox \"{id}\" not found"))
-}
-
-/// What is wrong with an environment variable, if anything: a process cannot be given a
-/// name that is empty or holds `=` or NUL, nor a value with NUL (`execve` takes C strings).
-pub(crate) fn env_problem(name: &str, value: &str) -> Option<String> {
-    if name.is_empty() {
-        Some("environment variable names must not be empty".into())
-    } else if name.contains('=') || name.contains('\0') {
-        Some(format!("environment variable name {name:?} must not contain '=' or NUL"))
-    } else if value.contains('\0') {
-        Some(format!("environment variable {name} must not contain NUL"))
-    } else {
-        None
-    }
-}
-
-/// What a create asks for: the body of `POST /sandboxes` (the API's `NewSandbox`); a fork
-/// of a snapshot makes one too.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub(crate) struct NewSandbox {
-    #[serde(rename = "templateID")]
-    pub template_id: Option<String>,
-    pub timeout: Option<u64>,
-    pub metadata: Option<BTreeMap<String, String>>,
-    pub env_vars: Option<BTreeMap<String, String>>,
-    pub cpu_count: Option<u32>,
-    #[serde(rename = "memoryMB")]
-    pub memory_mb: Option<u64>,
-    /// Alibaba's create takes it; E2B's sizes the disk by the team's tier.
-    #[serde(rename = "diskSizeMB")]
-    pub disk_size_mb: Option<u64>,
-    pub auto_pause: Option<bool>,
-    pub auto_pause_memory: Option<bool>,
-    pub auto_resume: Option<AutoResume>,
-    pub network: Option<Value>,
-    /// The SDKs send this one snake_case.
-    #[serde(rename = "allow_internet_access")]
-    pub allow_internet_access: Option<bool>,
-    /// Host directories to bind (OpenSandbox's volumes; E2B's create has none).
-    #[serde(skip)]
-    pub mounts: Vec<crate::provider::Mount>,
-}
-
-/// Create's or a network update's egress options as the provider takes them:
-/// `allow_internet_access` (the SDKs send it snake_case, at the top level) and `allowOut` and
-/// `denyOut` of `network` (or of the update's body). What serve cannot honour is refused
-/// (501) naming it, never accepted and silently not done: transform `rules` (E2B rewrites
-/// matching requests) and an `egressProxy` (E2B sends the sandbox's traffic through a proxy
-/// of the caller's). Entries the provider cannot enforce, or that E2B refuses (a domain name
-/// in `denyOut`), are refused by the provider.
-pub(crate) fn network_policy(internet: Option<bool>, network: Option<&Value>) -> Result<NetworkPolicy, Response> {
-    let mut policy = NetworkPolicy { allow_internet_access: internet, ..Default::default() };
-    let Some(n) = network.filter(|n| !n.is_null()) else {
-        return Ok(policy);
-    };
-    let Some(n) = n.as_object() else {
-        return Err(json_error(StatusCode::BAD_REQUEST, "network must be an object"));
-    };
-    let field = |camel: &str, snake: &str| n.get(camel).or_else(|| n.get(snake)).filter(|v| !v.is_null());
-    for (camel, snake, list) in
-        [("allowOut", "allow_out", &mut policy.allow_out), ("denyOut", "deny_out", &mut policy.deny_out)]
-    {
-        if let Some(v) = field(camel, snake) {
-            let entries = v.as_array().and_then(|a| a.iter().map(|e| e.as_str().map(str::to_string)).collect());
-            let Some(entries) = entries else {
-                return Err(json_error(StatusCode::BAD_REQUEST, &format!("network.{camel} must be a list of strings")));
-            };
-            *list = entries;
-        }
-    }
-    if let Some(v) = field("dnsServers", "dns_servers") {
-        let entries: Option<Vec<String>> =
-            v.as_array().and_then(|a| a.iter().map(|e| e.as_str().map(str::to_string)).collect());
-        match entries {
-            Some(list) if list.iter().all(|e| e.trim().parse::<std::net::Ipv4Addr>().is_ok()) => {
-                policy.dns_servers = Some(list)
-            }
-            _ => {
-                return Err(json_error(StatusCode::BAD_REQUEST, "network.dnsServers must be a list of IPv4 addresses"))
-            }
-        }
-    }
-    if field("rules", "rules").is_some_and(|r| r.as_object().is_none_or(|o| !o.is_empty())) {
-        return Err(json_error(
-            StatusCode::NOT_IMPLEMENTED,
-            "network transform rules (rewriting a sandbox's requests): not supported by scenario-run serve",
-        ));
-    }
-    if field("egressProxy", "egress_proxy").is_some() {
-        return Err(json_error(
-            StatusCode::NOT_IMPLEMENTED,
-            "an egress proxy of the caller's (network.egressProxy): not supported by scenario-run serve; sandboxes reach the internet through this host's own network",
-        ));
-    }
-    Ok(policy)
-}
-
 /// Whether a sandbox under `p` reaches the internet at large (`SandboxDetail.allowInternetAccess`):
 /// E2B's `allowInternetAccess: false` is `denyOut: ["0.0.0.0/0"]`, so either says no, unless
 /// `allowOut` takes every address back.
@@ -245,71 +133,15 @@ fn network_json(p: &NetworkPolicy) -> Value {
     v
 }
 
-/// Whether create asked for ports open without the traffic token (`allowPublicTraffic`,
-/// E2B's default `true`), else serve's default (`--allow-public-traffic`).
-fn public_ports(st: &AppState, network: Option<&Value>) -> Result<bool, Response> {
-    match network.and_then(|n| n.get("allowPublicTraffic").or_else(|| n.get("allow_public_traffic"))) {
-        None | Some(Value::Null) => Ok(st.public_traffic),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(json_error(StatusCode::BAD_REQUEST, "network.allowPublicTraffic must be true or false")),
-    }
-}
-
-/// create's `network.maskRequestHost`: the `Host` a sandbox's servers are sent in place of
-/// the port host (`${PORT}` becomes the port); an error for one that is no header value.
-fn mask_host(network: Option<&Value>) -> Result<Option<String>, Response> {
-    let Some(mask) = network.and_then(|n| n.get("maskRequestHost").or_else(|| n.get("mask_request_host"))) else {
-        return Ok(None);
-    };
-    match mask {
-        Value::Null => Ok(None),
-        Value::String(m) if !m.is_empty() && axum::http::HeaderValue::from_str(&m.replace("${PORT}", "1")).is_ok() => {
-            Ok(Some(m.clone()))
-        }
-        _ => Err(json_error(
-            StatusCode::BAD_REQUEST,
-            "network.maskRequestHost must be a host name, e.g. example.com:${PORT}",
-        )),
-    }
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct AutoResume {
-    #[serde(default)]
-    enabled: bool,
-}
-
-/// What a sandbox does at its end time (E2B's `lifecycle`); serve keeps it and pauses the
-/// sandbox at its end itself (the provider is told it never ends).
-pub(crate) use crate::provider::Lifecycle;
-
-/// What the provider is told an auto-pausing sandbox lives: serve pauses it at its end.
-const NEVER_SECS: u64 = 10 * 365 * 86_400;
-
-/// The `Sandbox` body of create and connect, with both tokens (see `auth`).
-pub(crate) fn sandbox_json(st: &AppState, sb: &ServedSandbox) -> Value {
-    json!({
-        "sandboxID": sb.id,
-        "templateID": sb.template,
-        "alias": sb.alias,
-        "clientID": CLIENT_ID,
-        "envdVersion": ENVD_VERSION,
-        "envdAccessToken": sb.tokens.envd,
-        // E2B names a traffic token only for a sandbox whose ports need it.
-        "trafficAccessToken": if sb.public_ports { Value::Null } else { json!(sb.tokens.traffic) },
-        "domain": st.domain,
-    })
-}
-
 /// Where envd of every sandbox is, for a client that asks the control plane: `envdUrl`, the
-/// origin the request came to (its scheme, see `super::SCHEME_HEADER`, and its `Host`). The product's client
+/// origin the request came to (its scheme, see `SCHEME_HEADER`, and its `Host`). The product's client
 /// (`agent-sandbox-client`) takes a sandbox's envd from `envdUrl` when the platform names one,
 /// and otherwise derives `https://49983-{id}.{domain}`, which a plain-HTTP serve on one port
 /// cannot answer; it sends `E2b-Sandbox-Id` on every envd call, so `super::dispatch` routes
 /// those to the sandbox. The E2B SDKs ignore the field.
 fn with_envd_url(mut v: Value, headers: &HeaderMap) -> Value {
     let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
-    let https = headers.get(super::SCHEME_HEADER).is_some_and(|s| s.as_bytes() == b"https");
+    let https = headers.get(SCHEME_HEADER).is_some_and(|s| s.as_bytes() == b"https");
     if let Some(host) = host.filter(|h| !h.is_empty() && !h.contains(['/', '@', ' '])) {
         v["envdUrl"] = json!(format!("{}://{host}", if https { "https" } else { "http" }));
     }
@@ -362,144 +194,6 @@ async fn create(State(st): SharedState, headers: HeaderMap, JsonBody(req, _): Js
         Ok(sb) => (StatusCode::CREATED, Json(with_envd_url(sandbox_json(&st, &sb), &headers))).into_response(),
         Err(resp) => resp,
     }
-}
-
-/// Makes a sandbox as create asks (also for forks); the error is the answer to give.
-pub(crate) async fn make_sandbox(st: &Arc<AppState>, req: NewSandbox) -> Result<Arc<ServedSandbox>, Response> {
-    let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
-    if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
-        return Err(json_error(
-            StatusCode::BAD_REQUEST,
-            &format!("timeout must be between 1 and {MAX_TIMEOUT_SECS} seconds, got {timeout}"),
-        ));
-    }
-    if let Some(bad) = req.env_vars.iter().flatten().find_map(|(k, v)| env_problem(k, v)) {
-        return Err(json_error(StatusCode::BAD_REQUEST, &bad));
-    }
-    if req.metadata.iter().flatten().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
-        return Err(json_error(StatusCode::BAD_REQUEST, "metadata keys and values must not contain NUL"));
-    }
-    let mut network = network_policy(req.allow_internet_access, req.network.as_ref())?;
-    if st.mutants.has(Fault::DenyAllLeaks) && network.allow_internet_access == Some(false) {
-        network = NetworkPolicy::default();
-    }
-    let asked = req.template_id.filter(|t| !t.is_empty()).unwrap_or_else(|| "base".into());
-    // A template built here is known by its ID and its name.
-    let template = st.snapshots.resolve(&asked).unwrap_or_else(|| st.templates.resolve(&asked));
-    // A place under --max-sandboxes; forget expired sandboxes first, they hold places too.
-    // Asked before any build, so a create past the limit is refused at once.
-    st.prune().await;
-    let Ok(slot) = st.slots.clone().try_acquire_owned() else {
-        let refused = StatusCode::TOO_MANY_REQUESTS;
-        return Err(json_error(
-            if st.mutants.has(Fault::RateLimit500) { StatusCode::INTERNAL_SERVER_ERROR } else { refused },
-            &format!(
-                "you have reached the maximum number of concurrent sandboxes ({}); kill some, or raise serve --max-sandboxes",
-                st.limits.max_sandboxes
-            ),
-        ));
-    };
-    // The official templates serve builds from their folder, on the first create of each.
-    if let Err(e) = st.templates.ensure_official(&st.provider, &template).await {
-        return Err(json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()));
-    }
-    // And the memory it declares, against the host's.
-    let declared =
-        req.memory_mb.or_else(|| st.templates.memory_of(&template)).unwrap_or(super::admission::DEFAULT_MEMORY_MB);
-    let (total, available) = super::admission::host_memory_mb();
-    let memory = match st.memory.admit(declared, total, available) {
-        Ok(c) => c,
-        Err(r) => {
-            let refused = StatusCode::TOO_MANY_REQUESTS;
-            let status = if st.mutants.has(Fault::RateLimit500) { StatusCode::INTERNAL_SERVER_ERROR } else { refused };
-            let mut resp = json_error(status, &r.message);
-            if !r.may_retry {
-                resp.headers_mut().insert("should-retry", axum::http::HeaderValue::from_static("false"));
-            }
-            return Err(resp);
-        }
-    };
-    let tokens = match super::auth::Tokens::new() {
-        Ok(t) => t,
-        Err(e) => {
-            return Err(json_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("cannot make the sandbox's access tokens: {e}"),
-            ))
-        }
-    };
-    let id = super::new_sandbox_id();
-    // envd's global environment: E2B_* first, the caller's envVars over them.
-    let mut envs = BTreeMap::from([
-        ("E2B_SANDBOX".to_string(), "true".to_string()),
-        ("E2B_SANDBOX_ID".to_string(), id.clone()),
-        ("E2B_TEMPLATE_ID".to_string(), template.clone()),
-    ]);
-    let env_vars = req.env_vars.unwrap_or_default();
-    envs.extend(env_vars.clone());
-    let lifecycle = Lifecycle {
-        pause_on_timeout: req.auto_pause.unwrap_or(false),
-        keep_memory: req.auto_pause_memory.unwrap_or(true),
-        auto_resume: req.auto_resume.is_some_and(|a| a.enabled),
-    };
-    let public_ports = public_ports(st, req.network.as_ref())?;
-    let mask_host = mask_host(req.network.as_ref())?;
-    let info = match st
-        .provider
-        .create(CreateRequest {
-            template: template.clone(),
-            timeout_secs: Some(if lifecycle.pause_on_timeout { NEVER_SECS } else { timeout }),
-            metadata: req.metadata.unwrap_or_default(),
-            envs,
-            cpu: req.cpu_count,
-            memory_mb: req.memory_mb,
-            disk_mb: req.disk_size_mb,
-            network: Some(network.clone()),
-            mounts: req.mounts,
-            lifecycle: None,
-        })
-        .await
-    {
-        Ok(i) => i,
-        // E2B's answer for a template it does not know.
-        Err(e) if e.kind == ErrorKind::NotFound => {
-            return Err(json_error(StatusCode::NOT_FOUND, &format!("template '{asked}' not found")))
-        }
-        Err(e) => return Err(provider_error(e)),
-    };
-    let host = super::host_resources();
-    let sb = Arc::new(ServedSandbox {
-        id: id.clone(),
-        provider_id: info.id.clone(),
-        template,
-        alias: asked,
-        started_us: super::now_us(),
-        seq: super::next_seq(),
-        cpu_count: req.cpu_count.unwrap_or(host.0),
-        memory_mb: req.memory_mb.unwrap_or(host.1),
-        disk_mb: host.2,
-        procs: Default::default(),
-        tokens,
-        samples: Default::default(),
-        timeout_secs: timeout,
-        lifecycle,
-        paused: Default::default(),
-        end_ms: std::sync::Mutex::new(super::now_secs().saturating_add(timeout).saturating_mul(1000)),
-        end_changed: Default::default(),
-        ended: Default::default(),
-        env_vars,
-        mask_host,
-        public_ports,
-        watchers: Default::default(),
-        network: std::sync::Mutex::new(network),
-        _slot: slot,
-        _memory: memory,
-    });
-    st.register(sb.clone());
-    if lifecycle.pause_on_timeout {
-        tokio::spawn(pause_at_end(st.clone(), Arc::downgrade(&sb)));
-    }
-    Ok(sb)
 }
 
 async fn detail(State(st): SharedState, Path(id): Path<String>, headers: HeaderMap) -> Response {
@@ -615,7 +309,7 @@ async fn connect(
             Ok(()) => {
                 let mut body = sandbox_json(&st, &sb);
                 if st.mutants.has(Fault::ConnectPausedNewId) {
-                    body["sandboxID"] = json!(super::new_sandbox_id());
+                    body["sandboxID"] = json!(new_sandbox_id());
                 }
                 (StatusCode::CREATED, Json(with_envd_url(body, &headers))).into_response()
             }
@@ -626,10 +320,10 @@ async fn connect(
     if let Some(t) = req.timeout.filter(|t| *t > 0) {
         let t = t.min(MAX_TIMEOUT_SECS);
         if sb.lifecycle.pause_on_timeout {
-            if (super::now_secs() + t) * 1000 > *sb.end_ms.lock().expect("end") {
+            if (now_secs() + t) * 1000 > *sb.end_ms.lock().expect("end") {
                 set_end(&sb, t);
             }
-        } else if super::now_secs() + t > info.end_at {
+        } else if now_secs() + t > info.end_at {
             if let Err(e) = st.provider.set_timeout(&sb.provider_id, t).await {
                 return provider_error(e);
             }
@@ -643,14 +337,6 @@ async fn connect(
         }
         Err(e) => provider_error(e),
     }
-}
-
-/// One metrics sample of a sandbox.
-#[derive(Debug, Clone)]
-pub(crate) struct Sample {
-    at_us: i64,
-    usage: Usage,
-    cpu_pct: f64,
 }
 
 /// Samples kept per sandbox (at most one a second is taken, when metrics are asked for).
@@ -676,7 +362,7 @@ async fn metrics(State(st): SharedState, Path(id): Path<String>, RawQuery(q): Ra
     let Some((sb, _)) = st.lookup(&id).await else {
         return not_found(&id);
     };
-    let now = super::now_us();
+    let now = now_us();
     let fresh = sb.samples.lock().expect("samples").last().is_some_and(|s| now - s.at_us < 1_000_000);
     if !fresh {
         let usage = match st.provider.sandbox(&sb.provider_id).usage().await {
@@ -723,67 +409,6 @@ async fn metrics(State(st): SharedState, Path(id): Path<String>, RawQuery(q): Ra
         })
         .collect();
     Json(Value::Array(out)).into_response()
-}
-
-/// Moves an auto-pausing sandbox's end time `timeout_secs` from now.
-fn set_end(sb: &ServedSandbox, timeout_secs: u64) {
-    *sb.end_ms.lock().expect("end") = super::now_secs().saturating_add(timeout_secs).saturating_mul(1000);
-    sb.end_changed.notify_one();
-}
-
-/// Pauses a sandbox created with `onTimeout: pause` at its end time (which `set_timeout`
-/// and connects move), and again after each resume; ends when the sandbox goes.
-async fn pause_at_end(st: Arc<AppState>, sb: std::sync::Weak<ServedSandbox>) {
-    loop {
-        let Some(s) = sb.upgrade() else { return };
-        if st.sandbox(&s.id).is_none() {
-            return;
-        }
-        let end = *s.end_ms.lock().expect("end");
-        let now = u64::try_from(super::now_us() / 1000).unwrap_or(0);
-        if now >= end && !s.is_paused() {
-            if let Err(e) = pause_sandbox(&st, &s, s.lifecycle.keep_memory).await {
-                crate::errln!("serve: cannot auto-pause sandbox {}: {e}", s.id);
-                return;
-            }
-            continue;
-        }
-        let wait = if s.is_paused() {
-            std::time::Duration::from_secs(3600)
-        } else {
-            std::time::Duration::from_millis(end.saturating_sub(now))
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = s.end_changed.notified() => {}
-        }
-    }
-}
-
-/// Pauses the sandbox through the provider (frozen, or without `keep_memory` shut down to its
-/// filesystem, to boot again on resume) and marks it paused.
-pub(crate) async fn pause_sandbox(st: &AppState, sb: &ServedSandbox, keep_memory: bool) -> Result<(), ProviderError> {
-    st.provider.sandbox(&sb.provider_id).pause(keep_memory).await?;
-    sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
-    sb.end_changed.notify_one();
-    Ok(())
-}
-
-/// Resumes a paused sandbox for `timeout_secs`.
-pub(crate) async fn resume(st: &AppState, sb: &ServedSandbox, timeout_secs: u64) -> Result<(), ProviderError> {
-    let provider_timeout = if sb.lifecycle.pause_on_timeout { NEVER_SECS } else { timeout_secs };
-    if st.mutants.resumed(&sb.id) > 1 && st.mutants.has(Fault::SecondResumeFails) {
-        return Err(ProviderError::infra("resume failed (injected fault)"));
-    }
-    st.provider.sandbox(&sb.provider_id).resume(provider_timeout).await?;
-    sb.paused.store(false, std::sync::atomic::Ordering::SeqCst);
-    if st.mutants.has(Fault::ResumeLosesFiles) {
-        super::mutants::lose_files(st, sb).await;
-    }
-    if sb.lifecycle.pause_on_timeout {
-        set_end(sb, timeout_secs);
-    }
-    Ok(())
 }
 
 /// The body of pause: `memory: false` keeps only the filesystem (E2B's filesystem-only pause).

@@ -226,19 +226,6 @@ impl Mutants {
     }
 }
 
-/// `resume-loses-files`: what was written under /home/user since the sandbox was made, gone.
-pub(crate) async fn lose_files(st: &super::AppState, sb: &super::ServedSandbox) {
-    let since = sb.started_us.div_euclid(1_000_000);
-    let req = crate::provider::ExecRequest {
-        cmd: format!("find /home/user -xdev -type f -newermt @{since} -delete"),
-        user: Some("root".into()),
-        timeout: Some(std::time::Duration::from_secs(30)),
-        max_output: Some(4096),
-        ..Default::default()
-    };
-    let _ = st.provider.sandbox(&sb.provider_id).exec(req, None).await;
-}
-
 /// `allow-merged`: a network update's lists added to the ones it should replace.
 pub(crate) fn merged(
     old: &crate::provider::NetworkPolicy,

@@ -11,7 +11,7 @@ use axum::extract::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-use super::{AppState, ServedSandbox};
+use super::state::{AppState, ServedSandbox};
 
 /// Why a request did not get an answer from the sandbox's port.
 #[derive(Debug)]

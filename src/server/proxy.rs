@@ -17,7 +17,7 @@ use axum::http::{header, HeaderName, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{AppState, ServedSandbox};
+use super::state::{AppState, ServedSandbox, ENVD_PORT};
 
 /// Headers that belong to one hop (RFC 9110 §7.6.1), not forwarded either way.
 const HOP_BY_HOP: &[&str] =
@@ -110,6 +110,23 @@ fn strip_hop_by_hop(h: &mut axum::http::HeaderMap) {
     for n in HOP_BY_HOP {
         h.remove(*n);
     }
+}
+
+/// Where a data-plane request goes: `(sandbox id, port)` from the host or the headers.
+pub(super) fn data_target(req: &Request) -> Option<(String, u16)> {
+    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let host = host.or_else(|| req.uri().host().map(str::to_string)).unwrap_or_default();
+    if let Some((port, id)) = host_route(&host) {
+        return Some((id.to_string(), port));
+    }
+    let id = req.headers().get("e2b-sandbox-id").and_then(|v| v.to_str().ok())?;
+    let port = req
+        .headers()
+        .get("e2b-sandbox-port")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(ENVD_PORT);
+    Some((id.trim().to_string(), port))
 }
 
 #[cfg(test)]

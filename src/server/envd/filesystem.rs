@@ -10,11 +10,11 @@ use axum::body::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::resolve;
 use crate::provider::{ErrorKind, ExecRequest, FileEntry, ProviderError};
 use crate::server::connect::{self, lenient, RpcError, Unary};
 use crate::server::mutants::Fault;
-use crate::server::{AppState, ServedSandbox};
+use crate::server::state::{AppState, ServedSandbox};
+use crate::server::users::{home_of, resolve, resolve_in};
 
 #[derive(Debug, Deserialize)]
 struct PathRequest {
@@ -68,7 +68,7 @@ fn entry_json(e: &FileEntry) -> Value {
         "permissions": permissions(&e.kind, e.mode),
         "owner": owner_name(),
         "group": owner_name(),
-        "modifiedTime": crate::server::rfc3339(e.modified),
+        "modifiedTime": crate::server::state::rfc3339(e.modified),
     })
 }
 
@@ -197,7 +197,7 @@ fn denied(e: &ProviderError) -> bool {
 
 /// `path` resolved for the request's user (a relative path is under that user's home).
 fn resolve_for(path: &str, user: &str) -> Result<String, RpcError> {
-    super::resolve_in(path, &super::home_of(user))
+    resolve_in(path, &home_of(user))
 }
 
 /// Exit code of a root script whose target is missing (`$1`'s, stderr says which).

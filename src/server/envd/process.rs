@@ -16,14 +16,13 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{
-    basic_user, keepalive_header, resolve, stream_call, stream_response, timeout_header, Frame, SandboxExt, SharedState,
-};
+use super::common::{keepalive_header, stream_call, stream_response, timeout_header, Frame, SandboxExt, SharedState};
 use crate::provider::{ErrorKind, ExecRequest, OutputChunk, ProviderError};
 use crate::server::connect::{self, lenient, RpcError, Unary};
 use crate::server::mutants::{Fault, Mutants};
 use crate::server::procs::{self, Event};
-use crate::server::{AppState, ServedSandbox};
+use crate::server::state::{AppState, ServedSandbox};
+use crate::server::users::{basic_user, resolve};
 
 #[derive(Debug, Deserialize, Default)]
 struct ProcessConfig {
@@ -117,7 +116,7 @@ async fn pump(
     mut events: procs::Subscription,
     out: tokio::sync::mpsc::Sender<Frame>,
     keepalive: Duration,
-    sock: Option<crate::server::ConnSocket>,
+    sock: Option<crate::server::answer::ConnSocket>,
     (m, sandbox): (Mutants, String),
 ) {
     let b64 = base64::engine::general_purpose::STANDARD;
@@ -170,7 +169,7 @@ async fn pump(
             }
             Some(Event::Abort) => {
                 if !out.is_closed() {
-                    crate::server::reset_on_close(sock);
+                    crate::server::answer::reset_on_close(sock);
                 }
                 let _ = out.send(Err(std::io::Error::other("the sandbox went away"))).await;
                 return;
@@ -190,7 +189,7 @@ async fn pump(
 pub(super) async fn process_start(
     axum::extract::State(st): SharedState,
     Extension(sb): SandboxExt,
-    Extension(sock): Extension<Option<crate::server::ConnSocket>>,
+    Extension(sock): Extension<Option<crate::server::answer::ConnSocket>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -202,13 +201,13 @@ async fn start(
     sb: &ServedSandbox,
     headers: &HeaderMap,
     req: StartRequest,
-    sock: Option<crate::server::ConnSocket>,
+    sock: Option<crate::server::answer::ConnSocket>,
 ) -> Result<Response, RpcError> {
     let size = req.pty.as_ref().map(pty_size).transpose()?;
     if req.process.cmd.is_empty() {
         return Err(RpcError::invalid("process.cmd is required"));
     }
-    if let Some(bad) = req.process.envs.iter().find_map(|(k, v)| crate::server::control::env_problem(k, v)) {
+    if let Some(bad) = req.process.envs.iter().find_map(|(k, v)| crate::server::sandboxes::env_problem(k, v)) {
         return Err(RpcError::invalid(bad));
     }
     let cwd = match req.process.cwd.as_deref() {
@@ -303,7 +302,7 @@ fn no_process(pid: u32) -> RpcError {
 pub(super) async fn process_connect(
     axum::extract::State(st): SharedState,
     Extension(sb): SandboxExt,
-    Extension(sock): Extension<Option<crate::server::ConnSocket>>,
+    Extension(sock): Extension<Option<crate::server::answer::ConnSocket>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {

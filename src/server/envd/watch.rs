@@ -11,11 +11,12 @@ use axum::Extension;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::common::{keepalive_header, stream_call, stream_response, Frame, SandboxExt, SharedState};
 use super::filesystem::describe;
-use super::{keepalive_header, resolve, stream_call, stream_response, Frame, SandboxExt, SharedState};
 use crate::provider::ErrorKind;
 use crate::server::connect::{self, RpcError, Unary};
-use crate::server::{AppState, ServedSandbox};
+use crate::server::state::{AppState, ServedSandbox, Watcher};
+use crate::server::users::resolve;
 
 #[derive(Debug, Deserialize)]
 struct WatchRequest {
@@ -33,20 +34,6 @@ struct WatcherRequest {
     #[serde(default, alias = "watcher_id")]
     #[serde(rename = "watcherId")]
     watcher_id: String,
-}
-
-/// A directory watch and how its events are reported.
-pub(crate) struct Watcher {
-    watch: Box<dyn crate::provider::DirWatch>,
-    /// The watched directory, absolute.
-    dir: String,
-    include_entry: bool,
-}
-
-impl std::fmt::Debug for Watcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watcher").field("dir", &self.dir).finish()
-    }
 }
 
 /// Starts a watch on the request's directory: `not_found` if it is missing,
@@ -103,7 +90,7 @@ async fn events_json(
 
 unary_fn!(create_watcher, WatchRequest, |st, sb, r| {
     let w = start_watch(&st, &sb, &r).await?;
-    let id = crate::server::new_sandbox_id();
+    let id = crate::server::state::new_sandbox_id();
     sb.watchers.lock().expect("watchers").insert(id.clone(), Arc::new(w));
     Ok(json!({"watcherId": id}))
 });

@@ -21,8 +21,7 @@
 // Helpers return the early answer as their error.
 #![allow(clippy::result_large_err)]
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -36,11 +35,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::common::query_pairs;
 use super::execd::{
     bad_request, complete_event, error, error_event, frame, parse, parse_or_default, runtime_error, stream_response,
 };
-use super::OsSandbox;
-use crate::server::{AppState, ServedSandbox};
+use super::records::{Contexts, OsSandbox};
+use crate::server::state::{AppState, ServedSandbox};
 
 type Sb = Extension<Arc<ServedSandbox>>;
 type Os = Extension<Arc<OsSandbox>>;
@@ -64,15 +64,6 @@ const MIME: &[(&str, &str)] = &[
     ("data", "e2b/data"),
     ("chart", "e2b/chart"),
 ];
-
-/// The code contexts of one sandbox.
-#[derive(Default)]
-pub(crate) struct Contexts {
-    /// Context id → language.
-    by_id: Mutex<HashMap<String, String>>,
-    /// Executions under way, by context id: firing interrupts it.
-    running: Mutex<HashMap<String, oneshot::Sender<()>>>,
-}
 
 impl Contexts {
     /// Interrupts the code running in context `id`; false if none runs there. (`DELETE /code`
@@ -179,7 +170,7 @@ async fn create(State(st): St, Extension(sb): Sb, Extension(os): Os, body: Bytes
 }
 
 fn language_param(q: Option<&str>) -> Option<String> {
-    super::query_pairs(q).into_iter().find(|(k, _)| k == "language").map(|(_, v)| normalize(Some(&v)))
+    query_pairs(q).into_iter().find(|(k, _)| k == "language").map(|(_, v)| normalize(Some(&v)))
 }
 
 async fn list(Extension(os): Os, RawQuery(q): RawQuery) -> Response {

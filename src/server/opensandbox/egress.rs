@@ -32,29 +32,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::{error, provider_error, OsSandbox};
-use crate::server::{AppState, ServedSandbox};
-
-/// A sandbox's egress policy as OpenSandbox states it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Policy {
-    /// `defaultAction`: false is `allow`.
-    pub deny_by_default: bool,
-    pub rules: Vec<Rule>,
-}
-
-impl Default for Policy {
-    /// An empty policy: everything allowed.
-    fn default() -> Self {
-        Self { deny_by_default: false, rules: Vec::new() }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Rule {
-    pub allow: bool,
-    pub target: String,
-}
+use super::common::find;
+use super::records::{OsSandbox, Policy, Rule};
+use crate::server::answer::{error, provider_error};
+use crate::server::state::{AppState, ServedSandbox};
 
 fn bad(m: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER", m)
@@ -273,7 +254,7 @@ async fn apply(
     view: fn(&Policy) -> Value,
 ) -> Answer {
     let (internet, network) = policy.to_e2b()?;
-    let p = crate::server::control::network_policy(internet, Some(&network)).map_err(|_| bad("invalid policy"))?;
+    let p = crate::server::sandboxes::network_policy(internet, Some(&network)).map_err(|_| bad("invalid policy"))?;
     st.provider.sandbox(&sb.provider_id).update_network(p.clone()).await.map_err(provider_error)?;
     *sb.network.lock().expect("network") = p;
     let answer = Json(view(&policy)).into_response();
@@ -325,7 +306,7 @@ async fn sidecar_delete(State(st): St, Extension(sb): Sb, Extension(os): Os, bod
 
 /// The lifecycle's `networkpolicy` routes: the same policy, reached with the API key.
 pub(super) async fn control_get(State(st): St, Path(id): Path<String>) -> Response {
-    match super::find(&st, &id).await {
+    match find(&st, &id).await {
         Ok((_, os, _)) => Json(os.egress.lock().expect("egress").to_json()).into_response(),
         Err(r) => r,
     }
@@ -333,7 +314,7 @@ pub(super) async fn control_get(State(st): St, Path(id): Path<String>) -> Respon
 
 pub(super) async fn control_patch(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
     let incoming = rules_body(&body)?;
-    let (sb, os, _) = super::find(&st, &id).await?;
+    let (sb, os, _) = find(&st, &id).await?;
     let next = os.egress.lock().expect("egress").patched(incoming);
     apply(&st, &sb, &os, next, Policy::to_json).await
 }
@@ -341,13 +322,13 @@ pub(super) async fn control_patch(State(st): St, Path(id): Path<String>, body: B
 pub(super) async fn control_put(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
     let v: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("invalid body: {e}")))?;
     let next = Policy::parse(&v)?;
-    let (sb, os, _) = super::find(&st, &id).await?;
+    let (sb, os, _) = find(&st, &id).await?;
     apply(&st, &sb, &os, next, Policy::to_json).await
 }
 
 pub(super) async fn control_delete(State(st): St, Path(id): Path<String>, body: Bytes) -> Answer {
     let targets = targets_body(&body)?;
-    let (sb, os, _) = super::find(&st, &id).await?;
+    let (sb, os, _) = find(&st, &id).await?;
     let next = os.egress.lock().expect("egress").without(&targets);
     apply(&st, &sb, &os, next, Policy::to_json).await
 }

@@ -19,7 +19,7 @@
 // Helpers return the early answer as their error.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,9 +33,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::{channel_body, OsSandbox};
+use super::common::{channel_body, query_pairs};
+use super::records::{Command, CommandState, OsSandbox, Session};
 use crate::provider::{ExecRequest, OutputChunk};
-use crate::server::{AppState, ServedSandbox};
+use crate::server::state::{AppState, ServedSandbox};
 
 type Sb = Extension<Arc<ServedSandbox>>;
 type Os = Extension<Arc<OsSandbox>>;
@@ -48,50 +49,13 @@ const TERM_GRACE: Duration = Duration::from_secs(3);
 /// Interval of `ping` events.
 const PING_EVERY: Duration = Duration::from_secs(3);
 
-/// execd's state for one sandbox.
-#[derive(Default)]
-pub(crate) struct Execd {
-    commands: Mutex<HashMap<String, Arc<Command>>>,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
-    /// The last CPU sample for `/metrics` (unix microseconds, CPU microseconds).
-    cpu_sample: Mutex<Option<(i64, u64)>>,
-}
-
-impl Execd {
-    /// The sandbox is going: forget its commands and sessions.
-    pub(crate) fn end_all(&self) {
-        self.commands.lock().expect("commands").clear();
-        self.sessions.lock().expect("sessions").clear();
-    }
-}
-
-/// One command run through `/command`.
-struct Command {
-    content: String,
-    background: bool,
-    started_us: i64,
-    pid: Mutex<Option<u32>>,
-    state: Mutex<CommandState>,
-}
-
-#[derive(Default)]
-struct CommandState {
-    running: bool,
-    exit_code: Option<i64>,
-    error: Option<String>,
-    finished_us: Option<i64>,
-    /// A background command's combined output: what is kept, and how many bytes came before.
-    log: Vec<u8>,
-    log_base: u64,
-}
-
 impl Command {
     fn finish(&self, exit_code: i64, error: Option<String>) {
         let mut s = self.state.lock().expect("command");
         s.running = false;
         s.exit_code = Some(exit_code);
         s.error = error;
-        s.finished_us = Some(crate::server::now_us());
+        s.finished_us = Some(crate::server::state::now_us());
         *self.pid.lock().expect("pid") = None;
     }
 
@@ -106,14 +70,6 @@ impl Command {
     }
 }
 
-/// A bash session: the environment and directory its next run starts from.
-struct Session {
-    env: Mutex<BTreeMap<String, String>>,
-    cwd: Mutex<Option<String>>,
-    /// The run going on, if any (its pid), for delete and interrupt.
-    running: Mutex<Option<u32>>,
-}
-
 /// A fresh id in execd's form (a UUID).
 pub(super) fn new_id() -> String {
     let h = crate::random::hex(16);
@@ -121,12 +77,12 @@ pub(super) fn new_id() -> String {
 }
 
 pub(super) fn now_ms() -> i64 {
-    crate::server::now_us() / 1000
+    crate::server::state::now_us() / 1000
 }
 
 /// An execd error answer.
 pub(super) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    super::error(status, code, message)
+    crate::server::answer::error(status, code, message)
 }
 
 pub(super) fn bad_request(message: impl Into<String>) -> Response {
@@ -346,7 +302,7 @@ async fn run_command(State(st): State<Arc<AppState>>, Extension(sb): Sb, Extensi
         Err(r) => return r,
     };
     let envs = req.envs.unwrap_or_default();
-    if let Some(bad) = envs.iter().find_map(|(k, v)| crate::server::control::env_problem(k, v)) {
+    if let Some(bad) = envs.iter().find_map(|(k, v)| crate::server::sandboxes::env_problem(k, v)) {
         return bad_request(bad);
     }
     let exec = ExecRequest {
@@ -362,7 +318,7 @@ async fn run_command(State(st): State<Arc<AppState>>, Extension(sb): Sb, Extensi
     let cmd = Arc::new(Command {
         content: req.command,
         background: req.background,
-        started_us: crate::server::now_us(),
+        started_us: crate::server::state::now_us(),
         pid: Mutex::new(None),
         state: Mutex::new(CommandState { running: true, ..Default::default() }),
     });
@@ -580,8 +536,8 @@ fn command_json(id: &str, c: &Command) -> Value {
         "running": s.running,
         "exit_code": s.exit_code,
         "error": s.error.clone().unwrap_or_default(),
-        "started_at": crate::server::rfc3339_us(c.started_us),
-        "finished_at": s.finished_us.map(crate::server::rfc3339_us),
+        "started_at": crate::server::state::rfc3339_us(c.started_us),
+        "finished_at": s.finished_us.map(crate::server::state::rfc3339_us),
     })
 }
 
@@ -593,7 +549,7 @@ async fn command_status(Extension(os): Os, Path(id): Path<String>) -> Response {
 }
 
 async fn command_logs(Extension(os): Os, Path(id): Path<String>, RawQuery(q): RawQuery) -> Response {
-    let params = super::query_pairs(q.as_deref());
+    let params = query_pairs(q.as_deref());
     let cursor = params.iter().find(|(k, _)| k == "cursor").and_then(|(_, v)| v.parse::<u64>().ok()).unwrap_or(0);
     let Some(c) = os.execd.commands.lock().expect("commands").get(&id).cloned() else {
         return bad_request(format!("command not found: {id}"));
@@ -619,7 +575,7 @@ pub(super) async fn interrupt(
     Extension(os): Os,
     RawQuery(q): RawQuery,
 ) -> Response {
-    let params = super::query_pairs(q.as_deref());
+    let params = query_pairs(q.as_deref());
     let Some(id) = params.into_iter().find(|(k, _)| k == "id").map(|(_, v)| v).filter(|v| !v.is_empty()) else {
         return error(StatusCode::BAD_REQUEST, "MISSING_QUERY", "missing query parameter 'id'");
     };
@@ -904,8 +860,8 @@ async fn run_in_session(
 
 /// `/metrics`: the sandbox's CPU use since the last sample (or its start), its memory.
 async fn sample(st: &AppState, sb: &ServedSandbox, os: &OsSandbox) -> Result<Value, Response> {
-    let usage = st.provider.sandbox(&sb.provider_id).usage().await.map_err(super::provider_error)?;
-    let now = crate::server::now_us();
+    let usage = st.provider.sandbox(&sb.provider_id).usage().await.map_err(crate::server::answer::provider_error)?;
+    let now = crate::server::state::now_us();
     let (prev_at, prev_cpu) = os.execd.cpu_sample.lock().expect("sample").unwrap_or((sb.started_us, 0));
     *os.execd.cpu_sample.lock().expect("sample") = Some((now, usage.cpu_usec));
     let cpus = f64::from(sb.cpu_count.max(1));

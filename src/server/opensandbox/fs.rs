@@ -26,9 +26,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::common::query_pairs;
 use super::execd::{bad_request, error, parse, runtime_error};
 use crate::provider::{ErrorKind, ExecRequest, FileStream};
-use crate::server::{AppState, ServedSandbox};
+use crate::server::state::{AppState, ServedSandbox};
 
 type Sb = Extension<Arc<ServedSandbox>>;
 type St = State<Arc<AppState>>;
@@ -80,7 +81,7 @@ fn time(s: &str) -> String {
     let secs: i64 = secs.parse().unwrap_or(0);
     let digits: String = frac.chars().take(9).collect();
     let nanos: i32 = format!("{digits:0<9}").parse().unwrap_or(0);
-    jiff::Timestamp::new(secs, nanos).map(|t| t.to_string()).unwrap_or_else(|_| crate::server::rfc3339(0))
+    jiff::Timestamp::new(secs, nanos).map(|t| t.to_string()).unwrap_or_else(|_| crate::server::state::rfc3339(0))
 }
 
 /// The `FileInfo`s of `find -printf FMT` output.
@@ -113,11 +114,11 @@ fn infos(out: &[u8]) -> Vec<Value> {
 
 /// Each `path=` of the query, decoded.
 fn paths(q: Option<&str>) -> Vec<String> {
-    super::query_pairs(q).into_iter().filter(|(k, _)| k == "path").map(|(_, v)| v).collect()
+    query_pairs(q).into_iter().filter(|(k, _)| k == "path").map(|(_, v)| v).collect()
 }
 
 fn param(q: Option<&str>, name: &str) -> Option<String> {
-    super::query_pairs(q).into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    query_pairs(q).into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
 /// The query's `path=`, which must be there and not empty.

@@ -16,16 +16,16 @@
 //!   it cannot have (a Docker Hub name outside the table: Docker Hub is out of reach here) is
 //!   refused with the image layer's words (`DOCKER::SANDBOX_IMAGE_PULL_FAILED`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::response::Response;
 use sha2::{Digest, Sha256};
 
-use super::error;
 use super::lifecycle::ImageAuth;
-use crate::server::AppState;
+use super::records::Images;
+use crate::server::answer::error;
+use crate::server::state::AppState;
 
 /// An OpenSandbox image and the template of serve's it stands for.
 struct Alias {
@@ -47,12 +47,6 @@ const ALIASES: &[Alias] = &[Alias {
 /// serve's templates that are always there (the provider's `base`, the official one serve
 /// builds on first use).
 const BUILT_IN: &[&str] = &["base", "code-interpreter-v1"];
-
-/// Templates built from images, by image and login.
-#[derive(Default)]
-pub(crate) struct Images {
-    built: Mutex<HashMap<String, String>>,
-}
 
 /// A resolved `image.uri`.
 pub(super) struct Resolved {

@@ -16,7 +16,7 @@
 #![allow(clippy::result_large_err)]
 
 use crate::server::body::{JsonBody, OpenSandboxApi};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -28,8 +28,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{error, find, from_e2b, not_found, provider_error, query_pairs, OsSandbox, Source};
-use crate::server::{rfc3339, rfc3339_us, AppState, ServedSandbox};
+use super::common::{find, port_token, query_pairs, ACCESS_HEADER, EGRESS_PORT, EXECD_PORT};
+use super::records::{OsSandbox, Policy, SnapshotRecord, Snapshots, Source};
+use crate::server::answer::{error, from_e2b, not_found, provider_error};
+use crate::server::state::{rfc3339, rfc3339_us, AppState, ServedSandbox};
 
 type St = State<Arc<AppState>>;
 
@@ -355,8 +357,8 @@ async fn make(
     let mut envs: BTreeMap<String, String> =
         req.env.unwrap_or_default().into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
     let policy = match req.network_policy.as_ref().filter(|p| !p.is_null()) {
-        Some(p) => super::egress::Policy::parse(p)?,
-        None => super::egress::Policy::default(),
+        Some(p) => Policy::parse(p)?,
+        None => Policy::default(),
     };
     let (allow_internet, mut network) = policy.to_e2b()?;
     if req.secure_access == Some(true) {
@@ -389,7 +391,7 @@ async fn make(
         (None, _) => DEFAULT_ENTRYPOINT.iter().map(|s| s.to_string()).collect(),
     };
     let manual = req.timeout.is_none();
-    let new = crate::server::control::NewSandbox {
+    let new = crate::server::sandboxes::NewSandbox {
         template_id: Some(template),
         timeout: Some(req.timeout.map_or(MAX_TIMEOUT_SECS as u64, |t| t as u64)),
         metadata: Some(metadata.clone()),
@@ -402,7 +404,7 @@ async fn make(
         mounts,
         ..Default::default()
     };
-    let sb = match crate::server::control::make_sandbox(st, new).await {
+    let sb = match crate::server::sandboxes::make_sandbox(st, new).await {
         Ok(sb) => sb,
         Err(r) => return Err(from_e2b(r).await),
     };
@@ -617,7 +619,7 @@ async fn pause(State(st): St, Path(id): Path<String>) -> Response {
         return conflict("DOCKER::SANDBOX_NOT_RUNNING", format!("Sandbox {id} is not running (it is paused)."));
     }
     *os.paused_expiry.lock().expect("expiry") = Some(info.end_at);
-    match crate::server::control::pause_sandbox(&st, &sb, true).await {
+    match crate::server::sandboxes::pause_sandbox(&st, &sb, true).await {
         Ok(()) => {
             os.touch();
             StatusCode::ACCEPTED.into_response()
@@ -642,9 +644,9 @@ async fn resume(State(st): St, Path(id): Path<String>) -> Response {
     } else {
         // The expiry it had when paused, a minute at least.
         let end = os.paused_expiry.lock().expect("expiry").unwrap_or(0);
-        end.saturating_sub(crate::server::now_secs()).max(60)
+        end.saturating_sub(crate::server::state::now_secs()).max(60)
     };
-    match crate::server::control::resume(&st, &sb, secs).await {
+    match crate::server::sandboxes::resume(&st, &sb, secs).await {
         Ok(()) => {
             *os.paused_expiry.lock().expect("expiry") = None;
             os.touch();
@@ -668,7 +670,7 @@ async fn set_expiry(st: &AppState, sb: &ServedSandbox, os: &OsSandbox, end: u64)
         *os.paused_expiry.lock().expect("expiry") = Some(end);
         return Ok(());
     }
-    let secs = end.saturating_sub(crate::server::now_secs()).max(1);
+    let secs = end.saturating_sub(crate::server::state::now_secs()).max(1);
     st.provider.set_timeout(&sb.provider_id, secs).await.map_err(provider_error)
 }
 
@@ -719,7 +721,7 @@ pub(super) async fn renew_on_access(st: &AppState, sb: &ServedSandbox, os: &OsSa
         return;
     }
     let Ok(info) = st.provider.info(&sb.provider_id).await else { return };
-    let want = crate::server::now_secs() + secs;
+    let want = crate::server::state::now_secs() + secs;
     if want > info.end_at {
         let _ = set_expiry(st, sb, os, want).await;
     }
@@ -771,24 +773,9 @@ async fn endpoint(
         .map(str::to_string)
         .unwrap_or_else(|| st.base_url.trim_start_matches("http://").to_string());
     let mut v = json!({"endpoint": format!("{host}/sandboxes/{id}/proxy/{port}")});
-    let public = port != super::EXECD_PORT && port != super::EGRESS_PORT && sb.public_ports;
-    v["headers"] = if public { json!({}) } else { json!({ super::ACCESS_HEADER: super::port_token(&sb, port) }) };
+    let public = port != EXECD_PORT && port != EGRESS_PORT && sb.public_ports;
+    v["headers"] = if public { json!({}) } else { json!({ ACCESS_HEADER: port_token(&sb, port) }) };
     Json(v).into_response()
-}
-
-/// Snapshots taken through this API: by id, the template serve made of each.
-#[derive(Default)]
-pub(crate) struct Snapshots {
-    by_id: Mutex<HashMap<String, SnapshotRecord>>,
-}
-
-#[derive(Debug, Clone)]
-struct SnapshotRecord {
-    id: String,
-    sandbox_id: String,
-    name: Option<String>,
-    template: String,
-    created_us: i64,
 }
 
 impl Snapshots {
@@ -852,7 +839,7 @@ async fn snapshot(
         sandbox_id: id,
         name: req.name,
         template,
-        created_us: crate::server::now_us(),
+        created_us: crate::server::state::now_us(),
     };
     st.opensandbox.snapshots.by_id.lock().expect("snapshots").insert(rec.id.clone(), rec.clone());
     (StatusCode::ACCEPTED, Json(snapshot_json(&rec))).into_response()

@@ -31,162 +31,44 @@
 //!
 //! # Sandboxes
 //!
-//! A sandbox made here is one of serve's (`control::make_sandbox`: the same limits, tokens,
-//! expiry and E2B view), with what OpenSandbox adds kept in [`State`]: its startup source, its
-//! entrypoint, whether it expires, and execd's state (commands, sessions, code contexts,
-//! egress rules). The OpenSandbox API sees the sandboxes made through it; the E2B API sees
-//! them too.
+//! A sandbox made here is one of serve's (`sandboxes::make_sandbox`: the same limits, tokens,
+//! expiry and E2B view), with what OpenSandbox adds kept in [`records::State`]: its startup
+//! source, its entrypoint, whether it expires, and execd's state (commands, sessions, code
+//! contexts, egress rules). The OpenSandbox API sees the sandboxes made through it; the E2B
+//! API sees them too.
 
 // Checks return the refusal as their error; it is built once per refused request.
 #![allow(clippy::result_large_err)]
 
 mod code;
+mod common;
 mod egress;
 mod execd;
 mod fs;
 mod images;
 mod lifecycle;
+pub(super) mod records;
 mod volumes;
 
 pub use volumes::VolumeConfig;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Router;
-use serde_json::json;
 use tower::ServiceExt;
 
-use super::{auth, AppState, ServedSandbox};
+use super::answer::{drain, error, from_e2b, not_found};
+use super::auth;
+use super::state::{inject, AppState, ServedSandbox};
+use common::{port_token, ACCESS_HEADER, EGRESS_PORT, EXECD_PORT};
+use records::{OsSandbox, Routers};
 
-/// execd's port inside an OpenSandbox sandbox.
-pub(crate) const EXECD_PORT: u16 = 44772;
-/// The egress sidecar's port.
-pub(crate) const EGRESS_PORT: u16 = 18080;
 /// The lifecycle API's key header.
 pub(crate) const API_KEY_HEADER: &str = "open-sandbox-api-key";
-/// The header of OpenSandbox's secured endpoints, which serve's endpoints always name.
-pub(crate) const ACCESS_HEADER: &str = "OpenSandbox-Secure-Access";
 /// execd's own token header, accepted beside [`ACCESS_HEADER`] on execd's port.
 const EXECD_TOKEN_HEADER: &str = "x-execd-access-token";
-
-/// What OpenSandbox adds to serve's sandboxes, and the answers' shared helpers.
-#[derive(Default)]
-pub(crate) struct State {
-    sandboxes: Mutex<HashMap<String, Arc<OsSandbox>>>,
-    snapshots: lifecycle::Snapshots,
-    images: images::Images,
-    routers: OnceLock<Routers>,
-    volumes: VolumeConfig,
-}
-
-impl std::fmt::Debug for State {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("opensandbox::State").finish_non_exhaustive()
-    }
-}
-
-struct Routers {
-    lifecycle: Router,
-    execd: Router,
-    egress: Router,
-}
-
-impl State {
-    pub(crate) fn new(volumes: VolumeConfig) -> Self {
-        Self { volumes, ..Default::default() }
-    }
-
-    fn get(&self, id: &str) -> Option<Arc<OsSandbox>> {
-        self.sandboxes.lock().expect("opensandbox").get(id).cloned()
-    }
-
-    fn insert(&self, sb: Arc<OsSandbox>) {
-        self.sandboxes.lock().expect("opensandbox").insert(sb.id.clone(), sb);
-    }
-
-    fn remove(&self, id: &str) -> Option<Arc<OsSandbox>> {
-        self.sandboxes.lock().expect("opensandbox").remove(id)
-    }
-
-    fn all(&self) -> Vec<Arc<OsSandbox>> {
-        self.sandboxes.lock().expect("opensandbox").values().cloned().collect()
-    }
-
-    /// Templates made for OpenSandbox (images, snapshots): removed when serve stops.
-    pub(crate) fn template_ids(&self) -> Vec<String> {
-        let mut ids = self.images.template_ids();
-        ids.extend(self.snapshots.template_ids());
-        ids
-    }
-}
-
-/// What a sandbox was started from.
-#[derive(Debug, Clone)]
-pub(crate) enum Source {
-    Image(String),
-    Snapshot(String),
-    Template(String),
-}
-
-/// The OpenSandbox side of one of serve's sandboxes (same id).
-pub(crate) struct OsSandbox {
-    pub id: String,
-    pub source: Source,
-    pub entrypoint: Vec<String>,
-    /// No automatic expiration (a create with a null timeout): `expiresAt` is left out.
-    pub manual_cleanup: std::sync::atomic::AtomicBool,
-    /// create's `platform`, echoed.
-    pub platform: Option<serde_json::Value>,
-    /// Its metadata as create and the patches since made it (the E2B view keeps create's).
-    pub metadata: Mutex<std::collections::BTreeMap<String, String>>,
-    /// The expiry (unix seconds) it had when paused: a paused sandbox does not expire, and a
-    /// resume gives it back.
-    pub paused_expiry: Mutex<Option<u64>>,
-    /// A note on the state (`status.reason`, `status.message`), e.g. why the entrypoint ended.
-    pub note: Mutex<Option<(String, String)>>,
-    /// When the state last changed (unix microseconds).
-    pub transition_us: std::sync::atomic::AtomicI64,
-    /// `access.renew.extend.seconds`: traffic through the proxy moves the expiry this far out.
-    pub renew_on_access: Option<u64>,
-    pub execd: execd::Execd,
-    pub code: code::Contexts,
-    pub egress: Mutex<egress::Policy>,
-}
-
-impl OsSandbox {
-    fn touch(&self) {
-        self.transition_us.store(super::now_us(), std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// The sandbox `id` made through this API, alive; the 404 otherwise.
-pub(super) async fn find(
-    st: &Arc<AppState>,
-    id: &str,
-) -> Result<(Arc<ServedSandbox>, Arc<OsSandbox>, crate::provider::SandboxInfo), Response> {
-    let Some(os) = st.opensandbox.get(id) else {
-        return Err(not_found(id));
-    };
-    match st.lookup(id).await {
-        Some((sb, info)) => Ok((sb, os, info)),
-        None => {
-            st.opensandbox.remove(id);
-            Err(not_found(id))
-        }
-    }
-}
-
-/// Query pairs, each decoded once as a form value (what the reference server's framework
-/// hands a handler: lossy, where E2B's side refuses bytes that are not UTF-8).
-pub(super) fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
-    let dec = crate::net::form_decode;
-    crate::net::query_split(raw).map(|(k, v)| (dec(k), dec(v))).collect()
-}
 
 /// Whether OpenSandbox's side takes this request (see the module documentation).
 pub(crate) fn claims(path: &str) -> bool {
@@ -214,61 +96,6 @@ fn proxy_route(path: &str) -> Option<(&str, u16, &str)> {
     Some((id, port.parse().ok()?, rest))
 }
 
-/// An OpenSandbox error answer.
-pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    let message = message.into();
-    let body = json!({"code": code, "message": crate::server::scrub::answer(status.as_u16(), &message)});
-    (status, [(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.to_string())
-        .into_response()
-}
-
-pub(crate) fn not_found(id: &str) -> Response {
-    error(StatusCode::NOT_FOUND, "DOCKER::SANDBOX_NOT_FOUND", format!("Sandbox {id} not found."))
-}
-
-/// The code of a create whose declared disk the host has no room for (507).
-const INSUFFICIENT_STORAGE: &str = "SANDBOX::INSUFFICIENT_STORAGE";
-
-/// A provider error as an OpenSandbox answer.
-pub(crate) fn provider_error(e: crate::provider::ProviderError) -> Response {
-    use crate::provider::ErrorKind;
-    let (status, code) = match e.kind {
-        ErrorKind::NotFound => (StatusCode::NOT_FOUND, "SANDBOX::NOT_FOUND"),
-        ErrorKind::Invalid => (StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER"),
-        ErrorKind::Auth => (StatusCode::UNAUTHORIZED, "SANDBOX::UNAUTHORIZED"),
-        ErrorKind::Unsupported => (StatusCode::NOT_IMPLEMENTED, "SANDBOX::API_NOT_SUPPORTED"),
-        ErrorKind::Timeout | ErrorKind::Infra => (StatusCode::INTERNAL_SERVER_ERROR, "SANDBOX::UNKNOWN_ERROR"),
-        ErrorKind::Capacity => (StatusCode::INSUFFICIENT_STORAGE, INSUFFICIENT_STORAGE),
-    };
-    error(status, code, e.message)
-}
-
-/// An answer of serve's E2B side (`{"code": <status>, "message"}`) in OpenSandbox's shape.
-pub(crate) async fn from_e2b(resp: Response) -> Response {
-    let status = resp.status();
-    let (parts, body) = resp.into_parts();
-    let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
-    let message = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
-    let code = match status {
-        StatusCode::BAD_REQUEST => "SANDBOX::INVALID_PARAMETER",
-        StatusCode::NOT_FOUND => "SANDBOX::NOT_FOUND",
-        StatusCode::TOO_MANY_REQUESTS => "SANDBOX::RATE_LIMITED",
-        StatusCode::NOT_IMPLEMENTED => "SANDBOX::API_NOT_SUPPORTED",
-        StatusCode::INSUFFICIENT_STORAGE => INSUFFICIENT_STORAGE,
-        _ => "SANDBOX::UNKNOWN_ERROR",
-    };
-    let mut r = error(status, code, message);
-    for h in ["retry-after", "should-retry"] {
-        if let Some(v) = parts.headers.get(h) {
-            r.headers_mut().insert(h, v.clone());
-        }
-    }
-    r
-}
-
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
 }
@@ -292,16 +119,6 @@ fn check_api_key(st: &AppState, h: &HeaderMap) -> Result<(), Response> {
             "Authentication credentials are invalid. Check your API key and try again.",
         )),
         Some(_) => Ok(()),
-    }
-}
-
-/// The token that opens `port` of `sb` (execd and the egress sidecar: the envd token; any
-/// other port: the traffic token).
-fn port_token(sb: &ServedSandbox, port: u16) -> &str {
-    if port == EXECD_PORT || port == EGRESS_PORT {
-        &sb.tokens.envd
-    } else {
-        &sb.tokens.traffic
     }
 }
 
@@ -366,10 +183,10 @@ async fn route_inner(st: &Arc<AppState>, req: Request) -> Response {
         return proxy(st, &id, port, &rest, req).await;
     }
     if let Err(r) = check_api_key(st, req.headers()) {
-        super::drain(req.into_body()).await;
+        drain(req.into_body()).await;
         return r;
     }
-    if let Some(r) = super::inject(st).await {
+    if let Some(r) = inject(st).await {
         return from_e2b(r).await;
     }
     routers(st).lifecycle.clone().oneshot(req).await.into_response()
@@ -414,16 +231,16 @@ async fn proxy(st: &Arc<AppState>, id: &str, port: u16, rest: &str, mut req: Req
                     ),
                 )
             };
-            super::drain(req.into_body()).await;
+            drain(req.into_body()).await;
             return r;
         }
     };
     if let Err(r) = check_proxy(st, &sb, port, req.headers()) {
-        super::drain(req.into_body()).await;
+        drain(req.into_body()).await;
         return r;
     }
     if sb.is_paused() {
-        super::drain(req.into_body()).await;
+        drain(req.into_body()).await;
         return error(
             StatusCode::CONFLICT,
             "DOCKER::SANDBOX_NOT_RUNNING",
@@ -457,14 +274,6 @@ async fn proxy(st: &Arc<AppState>, id: &str, port: u16, rest: &str, mut req: Req
             super::proxy::forward(st, &sb, port, req).await
         }
     }
-}
-
-/// The body of an SSE-like stream of events, from a channel.
-pub(crate) fn channel_body(rx: tokio::sync::mpsc::Receiver<axum::body::Bytes>) -> Body {
-    let s = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
-    });
-    Body::from_stream(s)
 }
 
 #[cfg(test)]

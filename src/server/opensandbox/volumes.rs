@@ -24,9 +24,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::error;
 use crate::hostfs::{BeneathError, HostDir};
 use crate::provider::Mount;
+use crate::server::answer::error;
 
 /// Where volumes may come from (serve's flags).
 #[derive(Debug, Clone, Default)]

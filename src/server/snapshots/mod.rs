@@ -14,8 +14,10 @@
 //!
 //! [`Snapshots::snapshot`]: crate::provider::Snapshots::snapshot
 
+pub(super) mod store;
+
 use super::body::JsonBody;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -25,8 +27,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::control::{make_sandbox, not_found, provider_error, sandbox_json, NewSandbox};
-use super::{json_error, AppState};
+use super::answer::json_error;
+use super::sandboxes::{make_sandbox, not_found, provider_error, sandbox_json, NewSandbox};
+use super::state::{new_sandbox_id, AppState};
+use store::{Snapshot, Store};
 
 type SharedState = State<Arc<AppState>>;
 
@@ -34,25 +38,6 @@ type SharedState = State<Arc<AppState>>;
 const MAX_PAGE: usize = 100;
 /// Most forks one request may ask for.
 const MAX_FORKS: u32 = 20;
-
-#[derive(Debug, Clone)]
-struct Snapshot {
-    /// Its ID, also the provider's template name.
-    id: String,
-    names: Vec<String>,
-    /// The E2B ID of the sandbox it was taken of.
-    sandbox: String,
-    /// Taken for a fork: never listed nor found by name.
-    hidden: bool,
-}
-
-/// The snapshots of this server. `deleted` holds IDs deleted while sandboxes still ran on
-/// them, for the provider to remove at shutdown.
-#[derive(Debug, Default)]
-pub(crate) struct Store {
-    live: Mutex<Vec<Snapshot>>,
-    deleted: Mutex<Vec<String>>,
-}
 
 impl Store {
     /// The ID of the snapshot `name_or_id` names, if any.
@@ -96,7 +81,7 @@ async fn take(st: &AppState, id: &str, name: Option<String>, hidden: bool) -> Re
             return Err(json_error(StatusCode::CONFLICT, &format!("snapshot '{n}' already exists")));
         }
     }
-    let snap_id = super::new_sandbox_id();
+    let snap_id = new_sandbox_id();
     st.provider.sandbox(&sb.provider_id).snapshot(&snap_id).await.map_err(provider_error)?;
     let snap = Snapshot { id: snap_id, names: name.into_iter().collect(), sandbox: sb.id.clone(), hidden };
     st.snapshots.live.lock().expect("snapshots").push(snap.clone());

@@ -26,6 +26,8 @@
 // Helpers return the early response as their error.
 #![allow(clippy::result_large_err)]
 
+pub(super) mod store;
+
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -41,9 +43,11 @@ use serde_json::{json, Value as JsonValue};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
+use super::answer::{drain, json_error};
 use super::build_dir::BuildDir;
-use super::{json_error, rfc3339, AppState};
+use super::state::{new_sandbox_id, now_secs, rfc3339, AppState};
 use crate::templates::{BuildSpec, TemplateDir, TemplateError};
+use store::{Build, Inner, Store, Tpl};
 
 /// Why serve could not make an official template ready for a create.
 #[derive(Debug, thiserror::Error)]
@@ -118,48 +122,6 @@ type SharedState = State<Arc<AppState>>;
 
 /// Largest COPY context accepted (as uploaded, compressed).
 const MAX_UPLOAD: u64 = 1 << 30;
-
-#[derive(Default)]
-struct Build {
-    status: &'static str,
-    entries: Vec<JsonValue>,
-    reason: Option<JsonValue>,
-}
-
-struct Tpl {
-    id: String,
-    name: String,
-    cpu: Option<u64>,
-    memory: Option<u64>,
-    builds: HashMap<String, Arc<Mutex<Build>>>,
-    /// The newest build's ID (what a tag assigned now points at).
-    last_build: String,
-    /// Tags assigned to it: (tag, build ID, unix seconds).
-    tags: Vec<(String, String, u64)>,
-    /// What its newest ready build was made of, for a build `fromTemplate` it: `fromImage` and
-    /// every step, a template's it was made from first (see [`expand`]).
-    recipe: Option<JsonValue>,
-}
-
-#[derive(Default)]
-struct Inner {
-    by_id: HashMap<String, Tpl>,
-    by_name: HashMap<String, String>,
-    /// Upload token → (template ID, files hash).
-    uploads: HashMap<String, (String, String)>,
-}
-
-/// Templates made through this server.
-pub(crate) struct Store {
-    root: PathBuf,
-    inner: Mutex<Inner>,
-    /// The official templates deployed so far; held while one is built, so the creates that
-    /// wait for it wait for one build.
-    official: tokio::sync::Mutex<std::collections::HashSet<String>>,
-    /// `SCENARIO_RUN_TEMPLATES_DIR` from serve's environment and `./.env` (see
-    /// [`Store::with_templates_dir`]); `None`: the process environment's.
-    templates_dir: Option<String>,
-}
 
 impl Store {
     pub fn new(root: PathBuf) -> Self {
@@ -341,7 +303,7 @@ async fn assign_tags(State(st): SharedState, body: Bytes) -> Response {
     let build = if t.last_build.is_empty() { crate::random::uuid_v4() } else { t.last_build.clone() };
     for tag in &tags {
         t.tags.retain(|(x, _, _)| x != tag);
-        t.tags.push((tag.clone(), build.clone(), super::now_secs()));
+        t.tags.push((tag.clone(), build.clone(), now_secs()));
     }
     for tag in &tags {
         inner.by_name.insert(format!("{alias}:{tag}"), id.clone());
@@ -405,7 +367,7 @@ async fn create(State(st): SharedState, body: Bytes) -> Response {
     let id = match inner.by_name.get(&name) {
         Some(id) => id.clone(),
         None => {
-            let id = super::new_sandbox_id();
+            let id = new_sandbox_id();
             inner.by_name.insert(name.clone(), id.clone());
             inner.by_id.insert(
                 id.clone(),
@@ -502,7 +464,7 @@ async fn files(State(st): SharedState, Path((id, hash)): Path<(String, String)>)
     if st.templates.files(&id, &hash).exists() || st.mutants.has(super::mutants::Fault::StaleBuildCache) {
         return (StatusCode::CREATED, Json(json!({"present": true}))).into_response();
     }
-    let token = format!("{}{}", super::new_sandbox_id(), super::new_sandbox_id());
+    let token = format!("{}{}", new_sandbox_id(), new_sandbox_id());
     inner.uploads.insert(token.clone(), (id, hash));
     let url = format!("{}/_upload/{token}", st.base_url);
     (StatusCode::CREATED, Json(json!({"present": false, "url": url}))).into_response()
@@ -512,7 +474,7 @@ async fn files(State(st): SharedState, Path((id, hash)): Path<(String, String)>)
 /// declared body (read, so that a client reusing the connection sees the answer).
 async fn refuse_upload(body: Body, declared: Option<u64>, status: StatusCode, message: &str) -> Response {
     if declared.is_some_and(|n| n <= REFUSED_BODY_READ) {
-        super::drain(body).await;
+        drain(body).await;
     }
     json_error(status, message)
 }
@@ -761,7 +723,7 @@ fn dockerfile(req: &JsonValue) -> Result<String, BuildRequestError> {
 }
 
 fn entry(level: &str, message: &str) -> JsonValue {
-    json!({"timestamp": rfc3339(super::now_secs()), "level": level, "message": message})
+    json!({"timestamp": rfc3339(now_secs()), "level": level, "message": message})
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -21,6 +21,8 @@
 //! bytes at once; how many bytes are held so at the same time, over all requests, is capped
 //! by a budget equal to the size limit, so concurrent uploads wait rather than add up.
 
+pub(super) mod spool;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -36,9 +38,11 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::envd::{home_of, resolve_in};
-use super::{json_error, limit_body, AppState, ServedSandbox};
+use super::answer::{json_error, limit_body};
+use super::state::{AppState, ServedSandbox};
+use super::users::{basic_user, home_of, resolve_in, DEFAULT_USER};
 use crate::provider::{ErrorKind, FileEntry, ProviderError};
+use spool::Spool;
 
 /// How much a gzip body may inflate before its ratio is judged (small bodies of zeros are
 /// fine).
@@ -48,15 +52,6 @@ const CHUNKS_IN_FLIGHT: usize = 4;
 
 type SharedState = axum::extract::State<Arc<AppState>>;
 type SandboxExt = Extension<Arc<ServedSandbox>>;
-
-/// Where uploads wait on disk, and the memory budget for handing them to the provider.
-pub(crate) struct Spool {
-    dir: PathBuf,
-    next: AtomicU64,
-    /// KiB of upload bytes that may be held in memory at once, over all requests.
-    budget: Arc<tokio::sync::Semaphore>,
-    budget_kib: u32,
-}
 
 impl Spool {
     pub(crate) fn new(dir: PathBuf, max_upload: u64) -> Self {
@@ -303,16 +298,13 @@ fn files_error(e: ProviderError, path: &str) -> Response {
     }
 }
 
-/// The user a `/files` request names neither in `username=` nor in Basic auth acts as.
-pub(crate) const DEFAULT_USER: &str = "user";
-
 /// The user a `/files` request is made as: `username=` (old clients), else Basic auth's, else
 /// [`DEFAULT_USER`]. (A signed request's Basic user, if any, is the signed one: `auth`.)
 fn request_user(q: &FilesQuery, headers: &axum::http::HeaderMap) -> String {
     q.username
         .clone()
         .filter(|u| !u.is_empty())
-        .or_else(|| super::envd::basic_user(headers))
+        .or_else(|| basic_user(headers))
         .unwrap_or_else(|| DEFAULT_USER.to_string())
 }
 
@@ -402,7 +394,7 @@ pub(crate) async fn upload(axum::extract::State(st): SharedState, Extension(sb):
     let metadata = match upload_metadata(req.headers()) {
         Ok(m) => m,
         Err(e) => {
-            super::drain(req.into_body()).await;
+            super::answer::drain(req.into_body()).await;
             return json_error(StatusCode::BAD_REQUEST, &e.to_string());
         }
     };
