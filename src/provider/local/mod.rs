@@ -72,6 +72,7 @@ mod files;
 pub mod layer_cache;
 pub mod lru;
 mod netns;
+mod pool;
 mod process;
 mod proxy;
 mod pty;
@@ -206,7 +207,7 @@ struct Inner {
     disk_book: Arc<disk::Book>,
     /// What boots a sandbox, and the sandboxes booted ahead (see `warm`).
     booter: Arc<warm::Booter>,
-    warm: Arc<warm::Pool>,
+    warm: warm::Pool,
 }
 
 /// A template `create` can stack.
@@ -403,6 +404,7 @@ impl LocalProvider {
         let nets = netns::Pool::new();
         let disks = disk::Pool::new(&opts.state_dir, Box::new(move |seed: &Path| sandbox::write_disk_seed(seed, ids)));
         let booter = Arc::new(warm::Booter::new(opts.state_dir.clone(), ids, nets.clone(), disks.clone()));
+        let warm = warm::Pool::new(booter.clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 state_dir: opts.state_dir.clone(),
@@ -417,7 +419,7 @@ impl LocalProvider {
                 disks,
                 disk_book,
                 booter,
-                warm: warm::Pool::new(),
+                warm,
             }),
             isolation,
             warning,
@@ -714,7 +716,7 @@ impl Inner {
             }
             let shape = warm::Shape { lowers: lowers.clone(), limits, disk_mb };
             // A create with host mounts boots its own: the mounts are part of the boot.
-            let spare = if req.mounts.is_empty() { self.warm.take(&shape, &self.booter) } else { None };
+            let spare = if req.mounts.is_empty() { self.warm.take(&shape) } else { None };
             let booted = match spare {
                 Some(b) => b,
                 None => self.booter.boot(&shape, &req.mounts).await?,
