@@ -126,7 +126,7 @@ impl Booter {
         let dir = self.state_dir.join(&id);
         // Who owns it, so a later run can sweep it if this process dies without cleaning up.
         let d = dir.clone();
-        super::blocking(move || {
+        super::errors::blocking(move || {
             std::fs::create_dir_all(&d)
                 .and_then(|()| crate::owner::mark(&d))
                 .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))
@@ -149,7 +149,7 @@ impl Booter {
             Ok(n) => n,
             Err(e) => {
                 let _ = abandon(&layout).await;
-                return Err(super::net_error("cannot make the sandbox's network".into(), e));
+                return Err(super::errors::net_error("cannot make the sandbox's network".into(), e));
             }
         };
         layout.net = Some(net.clone());
