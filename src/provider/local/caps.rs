@@ -2,6 +2,8 @@
 //! finds the sandbox by id in the provider's table and works in it through its root, its
 //! process table or its namespaces.
 
+use super::errors::blocking;
+use super::templates::registered;
 use super::*;
 
 #[async_trait]

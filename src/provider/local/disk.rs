@@ -41,6 +41,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::pool;
+
 /// A sandbox's disk when nothing says otherwise, in MiB (E2B's Hobby tier).
 pub const DEFAULT_MB: u64 = 10 * 1024;
 /// The smallest disk a sandbox may have, in MiB (ext4 needs some room of its own).
@@ -340,19 +342,21 @@ pub(crate) fn usage(mounted_at: &Path) -> Option<(u64, u64)> {
 type SeedWriter = dyn Fn(&Path) -> io::Result<()> + Send + Sync;
 
 /// Images of the default size made ahead, in `<state>/disk-pool.<owner>`, from one seed.
-pub(crate) struct Pool {
-    dir: PathBuf,
+pub(crate) struct Pool(Arc<pool::Pool<Images>>);
+
+/// What [`Pool`] keeps: images of the default size holding the seed, in its directory.
+struct Images(Arc<Dir>);
+
+/// The pool's directory, and the seed in it.
+struct Dir {
+    path: PathBuf,
     write_seed: Box<SeedWriter>,
     seeded: std::sync::OnceLock<Result<PathBuf, SeedFailed>>,
-    ready: Mutex<Vec<PathBuf>>,
-    target: usize,
-    filling: std::sync::atomic::AtomicBool,
-    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("dir", &self.dir).field("target", &self.target).finish()
+        f.debug_struct("Pool").field("dir", &self.0.maker().0.path).field("target", &self.0.target()).finish()
     }
 }
 
@@ -365,29 +369,12 @@ struct SeedFailed(Arc<io::Error>);
 /// Images kept ready when `SCENARIO_RUN_DISK_POOL` does not say.
 const DEFAULT_POOL: usize = 3;
 
-impl Pool {
-    /// A pool in `state_dir` whose images hold what `write_seed` writes into a directory (made
-    /// once, when first needed). The directory carries the owner file, so the next run sweeps
-    /// what a killed one left.
-    pub(crate) fn new(state_dir: &Path, write_seed: Box<SeedWriter>) -> Arc<Self> {
-        let dir = state_dir.join(format!("disk-pool.{}", crate::owner::token().replace(':', ".")));
-        let target = std::env::var("SCENARIO_RUN_DISK_POOL").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_POOL);
-        Arc::new(Self {
-            dir,
-            write_seed,
-            seeded: std::sync::OnceLock::new(),
-            ready: Mutex::new(Vec::new()),
-            target: target.min(64),
-            filling: Default::default(),
-            closed: Default::default(),
-        })
-    }
-
+impl Dir {
     fn seed(&self) -> io::Result<&Path> {
         let r = self.seeded.get_or_init(|| {
-            let seed = self.dir.join("seed");
-            std::fs::create_dir_all(&self.dir)
-                .and_then(|()| crate::owner::mark(&self.dir))
+            let seed = self.path.join("seed");
+            std::fs::create_dir_all(&self.path)
+                .and_then(|()| crate::owner::mark(&self.path))
                 .and_then(|()| (self.write_seed)(&seed))
                 .map(|()| seed)
                 .map_err(|e| SeedFailed(Arc::new(e)))
@@ -397,13 +384,62 @@ impl Pool {
             Err(e) => Err(io::Error::new(e.0.kind(), e.clone())),
         }
     }
+}
+
+#[async_trait::async_trait]
+impl pool::Maker for Images {
+    type Spare = PathBuf;
+    type Kind = ();
+
+    fn next(&self, ready: &[&()], target: usize) -> Option<pool::Next<()>> {
+        (ready.len() < target).then_some(pool::Next { kind: (), evict: None })
+    }
+
+    async fn make(&self, _: &()) -> Option<PathBuf> {
+        let dir = self.0.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            let path = dir.path.join(format!("{}.img", crate::random::hex(6)));
+            match dir.seed().and_then(|seed| make_image(&path, DEFAULT_MB, seed)) {
+                Ok(()) => Some(path),
+                Err(_) => {
+                    let _ = std::fs::remove_file(&path);
+                    None
+                }
+            }
+        });
+        made.await.ok().flatten()
+    }
+
+    fn destroy_now(&self, image: PathBuf) {
+        let _ = std::fs::remove_file(image);
+    }
+
+    async fn destroy(&self, image: PathBuf) {
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(image)).await;
+    }
+}
+
+impl Pool {
+    /// A pool in `state_dir` whose images hold what `write_seed` writes into a directory (made
+    /// once, when first needed). The directory carries the owner file, so the next run sweeps
+    /// what a killed one left.
+    pub(crate) fn new(state_dir: &Path, write_seed: Box<SeedWriter>) -> Arc<Self> {
+        let path = state_dir.join(format!("disk-pool.{}", crate::owner::token().replace(':', ".")));
+        let dir = Dir { path, write_seed, seeded: std::sync::OnceLock::new() };
+        let target = pool::target_from_env("SCENARIO_RUN_DISK_POOL", DEFAULT_POOL, 64);
+        Arc::new(Self(pool::Pool::new(Images(Arc::new(dir)), target)))
+    }
 
     /// Puts a ready image of `size_mb` holding the pool's seed at `image`: one made ahead when
     /// the size is the default, else a new one. Blocking; starts the refill.
-    pub(crate) fn take(self: &Arc<Self>, image: &Path, size_mb: u64) -> io::Result<()> {
-        let seed = self.seed()?.to_path_buf();
-        let pooled = if size_mb == DEFAULT_MB { self.ready.lock().expect("pool").pop() } else { None };
-        self.refill();
+    pub(crate) fn take(&self, image: &Path, size_mb: u64) -> io::Result<()> {
+        let seed = self.0.maker().0.seed()?.to_path_buf();
+        let pooled = if size_mb == DEFAULT_MB {
+            self.0.take(&())
+        } else {
+            self.0.refill();
+            None
+        };
         if let Some(p) = pooled {
             if std::fs::rename(&p, image).is_ok() {
                 return Ok(());
@@ -413,39 +449,11 @@ impl Pool {
         make_image(image, size_mb, &seed)
     }
 
-    fn refill(self: &Arc<Self>) {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.target == 0 || self.closed.load(SeqCst) || self.filling.swap(true, SeqCst) {
-            return;
-        }
-        let pool = Arc::downgrade(self);
-        let started = std::thread::Builder::new().name("disk-pool".into()).spawn(move || loop {
-            let Some(p) = pool.upgrade() else { return };
-            if p.closed.load(SeqCst) || p.ready.lock().expect("pool").len() >= p.target {
-                p.filling.store(false, SeqCst);
-                return;
-            }
-            let path = p.dir.join(format!("{}.img", crate::random::hex(6)));
-            let made = p.seed().map(Path::to_path_buf).and_then(|seed| make_image(&path, DEFAULT_MB, &seed));
-            match made {
-                Ok(()) if !p.closed.load(SeqCst) => p.ready.lock().expect("pool").push(path),
-                _ => {
-                    let _ = std::fs::remove_file(&path);
-                    p.filling.store(false, SeqCst);
-                    return;
-                }
-            }
-        });
-        if started.is_err() {
-            self.filling.store(false, SeqCst);
-        }
-    }
-
     /// Removes every image made ahead; no more are made.
     pub(crate) fn close(&self) {
-        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.ready.lock().expect("pool").clear();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // The images go with their directory.
+        drop(self.0.close_now());
+        let _ = std::fs::remove_dir_all(&self.0.maker().0.path);
     }
 }
 

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::build::Layer;
+use super::layer::Layer;
 use super::lru;
 use crate::templates::BuildSpec;
 

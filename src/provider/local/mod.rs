@@ -12,7 +12,12 @@
 //! * `super::forward` — host loopback ports forwarded into the sandbox's network namespace;
 //! * `sys` — the few raw system calls (pidfd, openat2) and the spawner thread;
 //! * `build` — template builds: a Dockerfile applied in a networked build sandbox whose
-//!   overlay upper directory becomes a layer that `create` stacks over `/` (see there).
+//!   overlay upper directory becomes a layer that `create` stacks over `/` (see there);
+//!   `layer` — the finished layer; `templates` — builds made once per digest and registered;
+//! * `create` — a create, from its checks to its boot (`warm`, `boot`); `ready` — a deployed
+//!   template's start and ready probe;
+//! * `pool` — the refill machine of what is made ahead (networks, disk images, spares);
+//! * `kill` — the synchronous last resort; `errors` — the errors the pieces share.
 //!
 //! Templates: an unknown name (and `base`) is the host's root. A name registered by `build`
 //! stacks that layer and applies its ENV and WORKDIR; one registered by `deploy` also runs the
@@ -59,26 +64,34 @@
 //! The `user` field of an exec request is ignored: every command runs as the invoking user
 //! (root, for namespaces).
 
+mod boot;
 mod build;
 mod build_cache;
 mod caps;
 mod cgroup;
+mod create;
 mod disk;
 mod dns;
 mod egress;
 mod enter;
+mod errors;
 mod fds;
 mod files;
+mod kill;
+mod layer;
 pub mod layer_cache;
 pub mod lru;
 mod netns;
+mod pool;
 mod process;
 mod proxy;
 mod pty;
+mod ready;
 mod reaper;
 mod sandbox;
 mod seccomp;
 mod sys;
+mod templates;
 
 /// The process-lifetime thread that forks commands (their `PR_SET_PDEATHSIG` follows it).
 pub(crate) use sys::on_spawner;
@@ -87,7 +100,6 @@ mod warm;
 mod watch;
 
 use super::core::{self, no_sandbox, now_ms, Core, Host, Life, Member};
-use super::forward;
 use crate::provider::caps::*;
 use crate::provider::core::Controlled as _;
 use std::collections::{BTreeMap, HashMap};
@@ -103,10 +115,12 @@ use super::{
     Provider, ProviderError, ProviderStats, Result, SandboxInfo, Usage,
 };
 use crate::image::{IdMap, ImageStore};
-use build::Layer;
+use boot::{Boot, Freezer};
 use cgroup::Limits;
 use enter::Identity;
+use errors::{net_error, no_policy_without_isolation};
 use files::Root;
+use layer::Layer;
 use process::{ProcTable, Target};
 use sandbox::{Layout, NsSandbox};
 
@@ -129,11 +143,6 @@ pub fn seal_inherited_descriptors() {
 
 /// Sandbox lifetime when `create` does not say.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
-/// Limits when neither `create` nor the template says (E2B's defaults for `base`).
-const DEFAULT_CPUS: u32 = 2;
-const DEFAULT_MEMORY_MB: u64 = 512;
-/// Processes (and threads) a sandbox may have at once.
-const DEFAULT_PIDS: u64 = 1024;
 /// The image `base` (and a `create` with no template) starts from.
 pub const BASE_IMAGE: &str = "base";
 
@@ -206,15 +215,11 @@ struct Inner {
     disk_book: Arc<disk::Book>,
     /// What boots a sandbox, and the sandboxes booted ahead (see `warm`).
     booter: Arc<warm::Booter>,
-    warm: Arc<warm::Pool>,
+    warm: warm::Pool,
 }
 
 /// A template `create` can stack.
 type Registered = super::registered::Registered<Layer>;
-
-/// How long a deployed template's start command may take to become ready: code-interpreter-v1's
-/// servers and kernels took over 60 s on a loaded 2-core CI machine.
-const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
 enum Iso {
     /// Its current boot (replaced when a filesystem-only pause is resumed) and how to boot it.
@@ -227,27 +232,6 @@ enum Iso {
         tmp: PathBuf,
         bash_env: PathBuf,
     },
-}
-
-/// One boot of an isolated sandbox: its namespaces and what forwards ports into them.
-struct Boot {
-    ns: NsSandbox,
-    fwd: forward::Forwarder,
-}
-
-impl Boot {
-    fn new(ns: NsSandbox) -> Arc<Self> {
-        Arc::new(Self { fwd: forward::Forwarder::new(ns.pid1.pid()), ns })
-    }
-}
-
-/// What pauses a sandbox with its memory kept: the freezer of its current boot's cgroup.
-struct Freezer(Arc<Boot>);
-
-impl Freezer {
-    async fn freeze(&self, frozen: bool) -> std::io::Result<()> {
-        self.0.ns.cgroup().expect("a freezer has a cgroup").freeze(frozen).await
-    }
 }
 
 /// The local provider's record of one sandbox it runs: its directory, id range, isolation,
@@ -299,21 +283,6 @@ impl Sandbox {
             None => Err(no_policy_without_isolation()),
         }
     }
-}
-
-/// A network's failure: a refusal of the descriptor book (`fds`) is one for want of capacity.
-pub(super) fn net_error(what: String, e: std::io::Error) -> ProviderError {
-    let kind = match e.kind() {
-        std::io::ErrorKind::QuotaExceeded => super::ErrorKind::Capacity,
-        _ => super::ErrorKind::Infra,
-    };
-    ProviderError::new(kind, format!("{what}: {e}"))
-}
-
-fn no_policy_without_isolation() -> ProviderError {
-    ProviderError::unsupported(
-        "network policies need isolated sandboxes (a network namespace of their own): without isolation a sandbox shares the host's network",
-    )
 }
 
 impl Member for Sandbox {
@@ -403,6 +372,7 @@ impl LocalProvider {
         let nets = netns::Pool::new();
         let disks = disk::Pool::new(&opts.state_dir, Box::new(move |seed: &Path| sandbox::write_disk_seed(seed, ids)));
         let booter = Arc::new(warm::Booter::new(opts.state_dir.clone(), ids, nets.clone(), disks.clone()));
+        let warm = warm::Pool::new(booter.clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 state_dir: opts.state_dir.clone(),
@@ -417,7 +387,7 @@ impl LocalProvider {
                 disks,
                 disk_book,
                 booter,
-                warm: warm::Pool::new(),
+                warm,
             }),
             isolation,
             warning,
@@ -588,362 +558,9 @@ impl Sandbox {
     }
 }
 
-impl Boot {
-    /// Ends this boot: its port forwarding, every process in it, its cgroup and mount point.
-    async fn shut_down(&self) {
-        self.fwd.stop();
-        self.ns.stop().await;
-    }
-}
-
 impl Inner {
     fn get(&self, id: &str) -> Result<Arc<Sandbox>> {
         self.core.get(id)
-    }
-
-    /// Boots a sandbox paused filesystem-only again over its kept writable layer: a new init,
-    /// no processes, and a new boot id.
-    async fn reboot(&self, sb: &Sandbox) -> Result<()> {
-        let Iso::Ns { boot, layout } = &sb.iso else {
-            return Err(ProviderError::unsupported("rebooting needs isolated sandboxes"));
-        };
-        let l = layout.clone();
-        let next = tokio::task::spawn_blocking(move || l.for_reboot())
-            .await
-            .map_err(|e| ProviderError::infra(e.to_string()))?
-            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox {} to boot again: {e}", sb.id)))?;
-        // The same network (and policy): its namespace outlived the last boot's processes.
-        let ns = NsSandbox::start(next, &sb.id).await?;
-        *boot.write().expect("boot") = Boot::new(ns);
-        Ok(())
-    }
-
-    async fn create_sandbox(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Sandbox>> {
-        let tpl = self.templates.lock().expect("templates").get(&req.template).cloned();
-        if tpl.is_none() && !matches!(req.template.as_str(), "" | "base") {
-            // As a cloud answers: a typo must not silently run on the host's root.
-            return Err(ProviderError::not_found(format!(
-                "unknown template `{}`: the local provider has `base` and the templates this run built or deployed",
-                req.template
-            )));
-        }
-        let policy = match &req.network {
-            Some(p) => egress::Policy::from_request(p)?,
-            None => egress::Policy::default(),
-        };
-        if !policy.is_open() && !self.namespaces {
-            return Err(no_policy_without_isolation());
-        }
-        if req.network.as_ref().is_some_and(|n| n.allow_public_traffic == Some(false)) {
-            return Err(ProviderError::unsupported(
-                "private ports (allow_public_traffic: false) on the local provider: it has no traffic access token (serve and the clouds have)",
-            ));
-        }
-        if req.lifecycle.is_some_and(|l| l.auto_resume) {
-            return Err(ProviderError::unsupported(
-                "auto_resume on the local provider: a paused local sandbox is resumed by `connect` (serve wakes one on traffic)",
-            ));
-        }
-        if !req.mounts.is_empty() && !self.namespaces {
-            return Err(ProviderError::unsupported(
-                "host directory mounts need the local provider's isolation (namespaces)",
-            ));
-        }
-        for m in &req.mounts {
-            let path_ok = m.path.starts_with('/')
-                && Path::new(&m.path).components().skip(1).all(|c| matches!(c, std::path::Component::Normal(_)))
-                && m.path != "/";
-            if !path_ok {
-                return Err(ProviderError::invalid(format!(
-                    "mount path {:?}: must be absolute, not `/`, without `.` or `..`",
-                    m.path
-                )));
-            }
-            if !m.host.is_dir() {
-                return Err(ProviderError::invalid(format!(
-                    "mount source {}: not a directory",
-                    m.host.shown().display()
-                )));
-            }
-        }
-        let mut envs;
-        let mut workdir = None;
-        let mut lowers = Vec::new();
-        let mut net = None;
-        let mut disk_claim = None;
-        let (id, dir, iso) = if self.namespaces {
-            let limits = Limits {
-                cpus: req.cpu.or(tpl.as_ref().and_then(|t| t.cpu)).unwrap_or(DEFAULT_CPUS).clamp(1, 256),
-                memory_mb: req
-                    .memory_mb
-                    .or(tpl.as_ref().and_then(|t| t.memory_mb))
-                    .unwrap_or(DEFAULT_MEMORY_MB)
-                    .max(16),
-                pids: DEFAULT_PIDS,
-            };
-            let declared =
-                req.disk_mb.or(tpl.as_ref().and_then(|t| t.disk_mb)).map(|mb| mb.clamp(disk::MIN_MB, disk::MAX_MB));
-            // Held against the free space before anything is made (the images are sparse).
-            let free = disk::free_mb(&self.state_dir).map_err(|e| {
-                ProviderError::infra(format!("cannot read the free space of the state directory's filesystem: {e}"))
-            })?;
-            let claim =
-                self.disk_book.admit(declared, free).map_err(|m| ProviderError::new(super::ErrorKind::Capacity, m))?;
-            let disk_mb = claim.mb();
-            disk_claim = Some(claim);
-            envs = BTreeMap::new();
-            match &tpl {
-                Some(t) => {
-                    lowers.push(t.built.layer.clone());
-                    if t.built.below.is_empty() {
-                        lowers.push(t.built.image.clone());
-                    } else {
-                        lowers.extend(t.built.below.iter().cloned());
-                    }
-                    envs.extend(t.built.env.clone());
-                    envs.extend(t.envs.clone());
-                    workdir.clone_from(&t.built.workdir);
-                }
-                None => {
-                    let (log, _) = mpsc::unbounded_channel();
-                    let base = self.images.get(BASE_IMAGE, None, &log).await?;
-                    lowers.push(base.dir.clone());
-                    envs.extend(base.config.env_map());
-                    workdir.clone_from(&base.config.workdir);
-                }
-            }
-            let shape = warm::Shape { lowers: lowers.clone(), limits, disk_mb };
-            // A create with host mounts boots its own: the mounts are part of the boot.
-            let spare = if req.mounts.is_empty() { self.warm.take(&shape, &self.booter) } else { None };
-            let booted = match spare {
-                Some(b) => b,
-                None => self.booter.boot(&shape, &req.mounts).await?,
-            };
-            if !policy.is_open() {
-                if let Err(e) = booted.net.apply(policy).await {
-                    booted.discard().await;
-                    return Err(net_error("cannot set the sandbox's network policy".into(), e));
-                }
-            }
-            net = Some(booted.net);
-            let dir = booted.layout.dir.clone();
-            let iso = Iso::Ns { boot: std::sync::RwLock::new(Boot::new(booted.ns)), layout: Box::new(booted.layout) };
-            (booted.id, dir, iso)
-        } else {
-            let id = format!("sbx-{}", crate::random::hex(6));
-            let dir = self.state_dir.join(&id);
-            let (home, tmp, bash_env) = (dir.join("home"), dir.join("tmp"), dir.join("bash_env.sh"));
-            let (d, h, t, b) = (dir.clone(), home.clone(), tmp.clone(), bash_env.clone());
-            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                // Who owns it, so a later run can sweep it if this process dies without
-                // cleaning up.
-                std::fs::create_dir_all(&d)?;
-                crate::owner::mark(&d)?;
-                std::fs::create_dir_all(&h)?;
-                std::fs::create_dir_all(&t)?;
-                std::fs::write(&b, process::BASH_ENV_SCRIPT)
-            })
-            .await
-            .map_err(|e| ProviderError::infra(e.to_string()))?
-            .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))?;
-            envs = process::base_env(&home.display().to_string());
-            envs.insert("TMPDIR".into(), tmp.display().to_string());
-            (id, dir, Iso::Plain { home, tmp, bash_env })
-        };
-        let template_envs = envs.clone();
-        envs.extend(req.envs.clone());
-        let now = now_ms();
-        let timeout_ms = req.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS).saturating_mul(1000);
-        let sb = Arc::new(Sandbox {
-            id: id.clone(),
-            template: if req.template.is_empty() { "base".into() } else { req.template.clone() },
-            metadata: req.metadata.clone(),
-            envs,
-            started_at: now / 1000,
-            life: Life::new(now.saturating_add(timeout_ms)),
-            dir,
-            workdir,
-            ids: self.ids,
-            iso,
-            procs: ProcTable::default(),
-            paused: Default::default(),
-            cold: Default::default(),
-            lowers,
-            template_envs,
-            net,
-            _disk: disk_claim,
-            pause_at_end: req.lifecycle.filter(|l| l.pause_on_timeout).map(|l| l.keep_memory),
-        });
-        let sb = self.core.register(sb);
-        core::expire_at_end(self, sb.clone());
-        if let Some(start) = tpl.as_ref().and_then(|t| t.start.clone()) {
-            let t = tpl.as_ref().expect("checked");
-            if let Err(e) =
-                start_template(&sb, &start, t.ready.as_deref(), t.ready_timeout, &t.ports, t.built.user.as_deref())
-                    .await
-            {
-                core::kill(self.as_ref(), &sb.id).await;
-                return Err(e);
-            }
-        }
-        Ok(sb)
-    }
-
-    /// The build of `spec`'s digest: made now, or the one this run (or a kept earlier one)
-    /// made already. Returns the layer and whether it was reused.
-    async fn build(&self, spec: &BuildSpec, log: mpsc::UnboundedSender<String>) -> Result<(Arc<Layer>, bool)> {
-        if !self.namespaces {
-            return Err(ProviderError::unsupported(
-                "building templates needs namespace isolation (root, bubblewrap and nsenter)",
-            ));
-        }
-        let digest = spec.template.digest.clone();
-        // What the build is made from: the folder and the build arguments.
-        let key = layer_cache::key(spec);
-        // skip_cache: a cell of its own, which then stands for the key in this run.
-        let cell = if spec.skip_cache {
-            let _ = log.send("skip_cache: building again, reusing no earlier build".to_string());
-            Default::default()
-        } else {
-            self.builds.lock().expect("builds").entry(key.clone()).or_default().clone()
-        };
-        let mut fresh = false;
-        let layer = cell
-            .get_or_try_init(|| async {
-                let shared = build::build_dir(&self.state_dir, &spec.template.def.name, &digest);
-                if let Some(layer) = build::reuse(&shared).filter(|l| l.keep && !spec.skip_cache) {
-                    let _ = log.send(format!("reusing the kept build {} of {digest}", shared.display()));
-                    return Ok(Arc::new(layer));
-                }
-                let cache_max = layer_cache::max_from_env().map_err(ProviderError::invalid)?;
-                let entry = layer_cache::entry(&self.state_dir, &spec.template.def.name, &key);
-                if !spec.keep && !spec.skip_cache && cache_max > 0 {
-                    let e = entry.clone();
-                    if let Some(layer) = blocking(move || Ok(layer_cache::take(&e))).await? {
-                        let _ = log.send(format!(
-                            "reusing the cached build {} of {digest} (`scenario-run cache` lists the cache)",
-                            entry.display()
-                        ));
-                        return Ok(Arc::new(layer));
-                    }
-                }
-                fresh = true;
-                let dir = if spec.skip_cache { build::own_fresh_dir(&shared) } else { build::own_dir(&shared) };
-                self.building.lock().expect("building").insert(dir.clone());
-                let net = self.nets.take().await.map_err(|e| net_error("cannot make the build's network".into(), e))?;
-                let mut r = build::build(spec, &dir, &crate::owner::token(), &self.images, net, log.clone()).await;
-                if let (true, Ok(layer)) = (spec.keep, &r) {
-                    let (layer, to) = (layer.clone(), shared.clone());
-                    r = blocking(move || {
-                        build::publish(layer, &to).map_err(|e| {
-                            ProviderError::infra(format!("cannot keep the build as {}: {e}", to.display()))
-                        })
-                    })
-                    .await;
-                } else if let (true, Ok(_)) = (spec.skip_cache, &r) {
-                    // The entry of this key (if any) stays as it is; this build is the run's.
-                    let _ = log.send("not cached (skip_cache): this build is this run's only".to_string());
-                } else if let (true, Ok(layer)) = (cache_max > 0, &r) {
-                    // Into the cache; where that fails, the build stays this run's only.
-                    let (l, to) = (layer.clone(), entry.clone());
-                    match blocking(move || Ok(layer_cache::store(l, &to))).await? {
-                        Ok(stored) => {
-                            let _ = log.send(format!("cached as {}", entry.display()));
-                            r = Ok(stored);
-                        }
-                        Err(e) => {
-                            let _ = log.send(format!("not cached (cannot move it to {}: {e})", entry.display()));
-                        }
-                    }
-                }
-                self.building.lock().expect("building").remove(&dir);
-                if r.is_err() {
-                    // A failed build is never reused (or found by remove_builds): do not leave it.
-                    let d = dir.clone();
-                    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(d)).await;
-                }
-                r.map(Arc::new)
-            })
-            .await?
-            .clone();
-        if spec.skip_cache {
-            super::registered::supersede(&mut self.builds.lock().expect("builds"), key, cell);
-        }
-        if !fresh {
-            let _ = log.send(format!("cached: {} ({digest}) was built before; its log:", layer.name));
-            for l in &layer.log {
-                let _ = log.send(l.clone());
-            }
-        }
-        Ok((layer, !fresh))
-    }
-
-    /// The synchronous last resort: kills everything at once, then removes what is left
-    /// (waiting a moment for the processes to go) and waits for the cleanups drops handed
-    /// off. Blocks: callers on a runtime call it through `spawn_blocking`.
-    fn kill_all_now(&self) {
-        self.kill_now().remove();
-        reaper::wait(CLEANUP_WAIT);
-    }
-
-    /// What [`Inner::kill_all_now`] does at once (signals; nothing waits): SIGKILLs every
-    /// sandbox, spare and boot under way, and closes the pools. Returns what is left to remove.
-    fn kill_now(&self) -> Leftovers {
-        let spares = self.warm.close_now();
-        for b in &spares {
-            b.ns.stop_now();
-        }
-        let abandoned = self.booter.stop_booting_now();
-        self.nets.close();
-        let building: Vec<PathBuf> = self.building.lock().expect("building").drain().collect();
-        let all = self.core.everything();
-        for sb in &all {
-            sb.kill_now();
-        }
-        Leftovers { spares, abandoned, all, building, disks: self.disks.clone() }
-    }
-}
-
-/// How long the synchronous ways out wait for handed-off cleanups: a cgroup's removal retries
-/// for half a second per controller.
-const CLEANUP_WAIT: Duration = Duration::from_secs(10);
-
-/// What is left of a provider killed at once: directories, cgroups and mount points, removed
-/// once the processes are gone.
-struct Leftovers {
-    spares: Vec<warm::Booted>,
-    abandoned: Vec<warm::Abandoned>,
-    all: Vec<Arc<Sandbox>>,
-    building: Vec<PathBuf>,
-    disks: Arc<disk::Pool>,
-}
-
-impl Leftovers {
-    /// Removes them all. Blocks (bounded): on a thread that may wait.
-    fn remove(self) {
-        self.disks.close();
-        for dir in &self.building {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        if !(self.all.is_empty() && self.spares.is_empty() && self.abandoned.is_empty()) {
-            // SIGKILL is delivered at once; the PID namespaces are gone within milliseconds.
-            // Give them a moment, then remove the state directories so nothing is left on
-            // disk. Bounded: this runs on the way out after a second Ctrl-C.
-            std::thread::sleep(Duration::from_millis(150));
-        }
-        for sb in &self.all {
-            if let Some(b) = sb.boot() {
-                b.ns.remove_leftovers();
-            }
-            let _ = std::fs::remove_dir_all(&sb.dir);
-        }
-        for b in &self.spares {
-            b.ns.remove_leftovers();
-            let _ = std::fs::remove_dir_all(&b.layout.dir);
-        }
-        for a in &self.abandoned {
-            a.remove();
-        }
     }
 }
 
@@ -961,16 +578,6 @@ impl Host for Inner {
             Some(keep_memory) => sb.pause(keep_memory).await.is_ok(),
             None => false,
         }
-    }
-}
-
-impl Drop for Inner {
-    /// Dropped without destroy_all: do not leave processes behind. Kills at once, and removes
-    /// the rest on a cleanup thread (see `reaper`): a drop may run on a runtime worker, which
-    /// must not sleep while the processes go.
-    fn drop(&mut self) {
-        let left = self.kill_now();
-        reaper::run(move || left.remove());
     }
 }
 
@@ -1112,67 +719,4 @@ fn disk_usage(dir: &Path) -> (u64, u64) {
     }
     let total = rustix::fs::statvfs(dir).map_or(0, |sv| sv.f_blocks * sv.f_frsize);
     (used, total)
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ProviderError::infra(format!("file operation failed: {e}")))?
-}
-
-/// What `create` stacks for a build (`deploy`: with the start and ready commands).
-fn registered(layer: &Arc<Layer>, def: &crate::templates::TemplateDef, deploy: bool) -> Registered {
-    Registered::new(layer, def, deploy, layer.cmd.as_deref(), &layer.ports)
-}
-
-/// Starts a deployed template's start command in `sb` and waits until its ready command
-/// exits 0 (or, without one, until every port accepts connections inside the sandbox).
-async fn start_template(
-    sb: &Arc<Sandbox>,
-    start: &str,
-    ready: Option<&str>,
-    ready_timeout: Option<Duration>,
-    ports: &[u16],
-    user: Option<&str>,
-) -> Result<()> {
-    // As a container's CMD: the Dockerfile's USER, else root.
-    let user = Some(user.unwrap_or("root").to_string());
-    let req = ExecRequest { cmd: start.to_string(), user: user.clone(), ..Default::default() };
-    let (target, env, cwd) = sb.plan(&req)?;
-    let p = process::launch(&target, &env, &cwd, &req, None, false, None).await?;
-    sb.procs.insert(p.clone());
-    let probe = match ready {
-        Some(r) => r.to_string(),
-        None if !ports.is_empty() => ports
-            .iter()
-            .map(|p| format!("(echo > /dev/tcp/127.0.0.1/{p}) 2>/dev/null"))
-            .collect::<Vec<_>>()
-            .join(" && "),
-        None => return Ok(()),
-    };
-    let waited = ready_timeout.unwrap_or(READY_TIMEOUT);
-    let deadline = tokio::time::Instant::now() + waited;
-    loop {
-        if p.finished() {
-            return Err(ProviderError::infra(super::registered::start_exited(start, &p.result(false))));
-        }
-        // Never past the deadline: a probe that hangs is cut off with it.
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let check = ExecRequest {
-            cmd: probe.clone(),
-            timeout: Some(left.clamp(Duration::from_secs(1), Duration::from_secs(10))),
-            user: user.clone(),
-            ..Default::default()
-        };
-        let q = process::launch(&target, &env, &cwd, &check, None, false, None).await?;
-        let r = process::finish(&q, check.timeout).await;
-        if r.exit_code == Some(0) {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ProviderError::new(
-                super::ErrorKind::Timeout,
-                super::registered::not_ready(&probe, waited, &r, start, &p.result(false)),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }

@@ -42,7 +42,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,6 +50,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::dns;
 use super::egress::{HostNet, Policy};
 use super::fds;
+use super::pool;
 use super::proxy::{self, Proxy};
 use super::sys;
 
@@ -613,35 +614,43 @@ async fn nft(ns: &OwnedFd, script: String) -> io::Result<()> {
 }
 
 /// Networks made ahead of the creates that take them (see the module documentation).
-#[derive(Debug)]
-pub(crate) struct Pool {
-    ready: Mutex<Vec<Arc<Net>>>,
-    /// How many to keep ready; 0 makes each when it is taken.
-    target: usize,
-    filling: std::sync::atomic::AtomicBool,
-    closed: std::sync::atomic::AtomicBool,
+pub(crate) struct Pool(Arc<pool::Pool<Nets>>);
+
+/// What [`Pool`] keeps: networks with the open policy.
+struct Nets;
+
+#[async_trait::async_trait]
+impl pool::Maker for Nets {
+    type Spare = Arc<Net>;
+    type Kind = ();
+
+    fn next(&self, ready: &[&()], target: usize) -> Option<pool::Next<()>> {
+        (ready.len() < target).then_some(pool::Next { kind: (), evict: None })
+    }
+
+    async fn make(&self, _: &()) -> Option<Arc<Net>> {
+        Net::new().await.ok()
+    }
+
+    /// Dropping it ends it.
+    fn destroy_now(&self, net: Arc<Net>) {
+        drop(net);
+    }
 }
 
 /// Networks kept ready when `SCENARIO_RUN_NET_POOL` does not say.
 const DEFAULT_POOL: usize = 3;
 
 impl Pool {
+    /// How many to keep ready: `SCENARIO_RUN_NET_POOL`; 0 makes each when it is taken.
     pub(crate) fn new() -> Arc<Self> {
-        let target = std::env::var("SCENARIO_RUN_NET_POOL").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_POOL);
-        Arc::new(Self {
-            ready: Mutex::new(Vec::new()),
-            target: target.min(64),
-            filling: Default::default(),
-            closed: Default::default(),
-        })
+        Arc::new(Self(pool::Pool::new(Nets, pool::target_from_env("SCENARIO_RUN_NET_POOL", DEFAULT_POOL, 64))))
     }
 
     /// A ready network with the open policy: one made ahead, or a new one. Taking one starts
     /// the refill (the first take starts the pool).
-    pub(crate) async fn take(self: &Arc<Self>) -> io::Result<Arc<Net>> {
-        let pooled = self.ready.lock().expect("pool").pop();
-        self.refill();
-        let net = match pooled {
+    pub(crate) async fn take(&self) -> io::Result<Arc<Net>> {
+        let net = match self.0.take(&()) {
             Some(n) => n,
             None => Net::new().await?,
         };
@@ -651,42 +660,9 @@ impl Pool {
         Ok(net)
     }
 
-    fn refill(self: &Arc<Self>) {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.target == 0 || self.closed.load(SeqCst) || self.filling.swap(true, SeqCst) {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.filling.store(false, SeqCst);
-            return;
-        };
-        let pool = Arc::downgrade(self);
-        rt.spawn(async move {
-            loop {
-                let Some(p) = pool.upgrade() else { return };
-                if p.closed.load(SeqCst) || p.ready.lock().expect("pool").len() >= p.target {
-                    p.filling.store(false, SeqCst);
-                    return;
-                }
-                drop(p);
-                let made = Net::new().await;
-                let Some(p) = pool.upgrade() else { return };
-                match made {
-                    Ok(n) if !p.closed.load(SeqCst) => p.ready.lock().expect("pool").push(n),
-                    // A failure shows on the next take, which makes its own and reports it.
-                    _ => {
-                        p.filling.store(false, SeqCst);
-                        return;
-                    }
-                }
-            }
-        });
-    }
-
     /// Ends every network kept ready; no more are made.
     pub(crate) fn close(&self) {
-        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.ready.lock().expect("pool").clear();
+        drop(self.0.close_now());
     }
 }
 

@@ -18,14 +18,13 @@
 //! not find; on every other way out the provider ends them with its own sandboxes.
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::cgroup::{Cgroup, Limits};
 use super::sandbox::{Layout, NsSandbox};
 use super::userns::IdMap;
-use super::{disk, netns};
+use super::{disk, netns, pool};
 use crate::provider::{Mount, ProviderError, Result};
 
 /// What a sandbox's boot is made of: two creates of the same shape boot the same sandbox.
@@ -127,7 +126,7 @@ impl Booter {
         let dir = self.state_dir.join(&id);
         // Who owns it, so a later run can sweep it if this process dies without cleaning up.
         let d = dir.clone();
-        super::blocking(move || {
+        super::errors::blocking(move || {
             std::fs::create_dir_all(&d)
                 .and_then(|()| crate::owner::mark(&d))
                 .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))
@@ -150,7 +149,7 @@ impl Booter {
             Ok(n) => n,
             Err(e) => {
                 let _ = abandon(&layout).await;
-                return Err(super::net_error("cannot make the sandbox's network".into(), e));
+                return Err(super::errors::net_error("cannot make the sandbox's network".into(), e));
             }
         };
         layout.net = Some(net.clone());
@@ -185,227 +184,110 @@ impl Booter {
 const DEFAULT_TARGET: usize = 2;
 
 /// The spares, by shape (see the module documentation).
-pub(super) struct Pool {
-    state: Mutex<State>,
-    /// Spares per shape asked for twice; 0: none.
-    target: usize,
-    filling: AtomicBool,
-    closed: AtomicBool,
-    /// Told whenever the refill task stops.
-    idle: tokio::sync::Notify,
+pub(super) struct Pool(Arc<pool::Pool<Spares>>);
+
+/// What [`Pool`] keeps: sandboxes of the shapes wanted, booted by the booter.
+struct Spares {
+    booter: Arc<Booter>,
+    asked: Mutex<Asked>,
 }
 
 #[derive(Default)]
-struct State {
-    /// Booted spares, oldest first.
-    ready: Vec<(Shape, Booted)>,
+struct Asked {
     /// How often each shape was created.
-    asked: HashMap<Shape, u32>,
+    counts: HashMap<Shape, u32>,
     /// Shapes to keep spares of (asked for at least twice), most recently asked last.
     wanted: Vec<Shape>,
-    /// Bumped by [`Pool::clear`]: a spare whose boot began before it stands on layers that
-    /// may be gone, and is ended instead of kept.
-    generation: u64,
+}
+
+/// At most this many spares are kept over all shapes, for `target` per shape.
+fn cap(target: usize) -> usize {
+    target * 2
+}
+
+#[async_trait::async_trait]
+impl pool::Maker for Spares {
+    type Spare = Booted;
+    type Kind = Shape;
+
+    /// The most recently asked shape short of spares, making room for it from the oldest
+    /// spare of another shape if the pool is full (or none, if there is none to be had).
+    fn next(&self, ready: &[&Shape], target: usize) -> Option<pool::Next<Shape>> {
+        let asked = self.asked.lock().expect("warm pool");
+        let short = asked.wanted.iter().rev().find(|s| ready.iter().filter(|r| **r == *s).count() < target)?;
+        let evict = if ready.len() >= cap(target) { Some(ready.iter().position(|r| *r != short)?) } else { None };
+        Some(pool::Next { kind: short.clone(), evict })
+    }
+
+    /// A failure shows on the next create, which boots its own and reports it.
+    async fn make(&self, shape: &Shape) -> Option<Booted> {
+        self.booter.boot(shape, &[]).await.ok()
+    }
+
+    fn usable(&self, b: &Booted) -> bool {
+        b.ns.alive()
+    }
+
+    fn destroy_now(&self, b: Booted) {
+        b.ns.stop_now();
+        b.ns.remove_leftovers();
+        let _ = std::fs::remove_dir_all(&b.layout.dir);
+    }
+
+    async fn destroy(&self, b: Booted) {
+        b.discard().await;
+    }
 }
 
 impl Pool {
-    pub(super) fn new() -> Arc<Self> {
-        let target =
-            std::env::var("SCENARIO_RUN_SANDBOX_POOL").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_TARGET);
-        Arc::new(Self {
-            state: Mutex::new(State::default()),
-            target: target.min(16),
-            filling: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            idle: tokio::sync::Notify::new(),
-        })
-    }
-
-    fn cap(&self) -> usize {
-        self.target * 2
+    /// Spares booted by `booter`, `SCENARIO_RUN_SANDBOX_POOL` of each shape wanted.
+    pub(super) fn new(booter: Arc<Booter>) -> Self {
+        let target = pool::target_from_env("SCENARIO_RUN_SANDBOX_POOL", DEFAULT_TARGET, 16);
+        Self(pool::Pool::new(Spares { booter, asked: Mutex::default() }, target))
     }
 
     /// A spare of `shape` if one is ready and alive; counts the create either way, and starts
-    /// the refill (with `booter`) once the shape is wanted.
-    pub(super) fn take(self: &Arc<Self>, shape: &Shape, booter: &Arc<Booter>) -> Option<Booted> {
-        if self.target == 0 || self.closed.load(SeqCst) {
+    /// the refill once the shape is wanted.
+    pub(super) fn take(&self, shape: &Shape) -> Option<Booted> {
+        let target = self.0.target();
+        if target == 0 {
             return None;
         }
-        let (found, dead) = {
-            let mut st = self.state.lock().expect("warm pool");
-            let n = st.asked.entry(shape.clone()).or_insert(0);
+        {
+            let mut asked = self.0.maker().asked.lock().expect("warm pool");
+            let n = asked.counts.entry(shape.clone()).or_insert(0);
             *n = n.saturating_add(1);
             if *n >= 2 {
-                st.wanted.retain(|s| s != shape);
-                st.wanted.push(shape.clone());
-                let cap = self.cap();
-                if st.wanted.len() > cap {
-                    st.wanted.remove(0);
+                asked.wanted.retain(|s| s != shape);
+                asked.wanted.push(shape.clone());
+                if asked.wanted.len() > cap(target) {
+                    asked.wanted.remove(0);
                 }
             }
-            let mut dead = Vec::new();
-            let mut found = None;
-            while let Some(i) = st.ready.iter().rposition(|(s, _)| s == shape) {
-                let (_, b) = st.ready.remove(i);
-                if b.ns.alive() {
-                    found = Some(b);
-                    break;
-                }
-                dead.push(b);
-            }
-            (found, dead)
-        };
-        discard_later(dead);
-        self.refill(booter);
-        found
-    }
-
-    fn refill(self: &Arc<Self>, booter: &Arc<Booter>) {
-        if self.target == 0 || self.closed.load(SeqCst) || self.filling.swap(true, SeqCst) {
-            return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.filling.store(false, SeqCst);
-            return;
-        };
-        let (pool, booter) = (Arc::downgrade(self), booter.clone());
-        rt.spawn(async move {
-            loop {
-                let Some((shape, generation)) = next_wanted(&pool) else { return };
-                let made = booter.boot(&shape, &[]).await;
-                let Some(p) = pool.upgrade() else {
-                    if let Ok(b) = made {
-                        b.discard().await;
-                    }
-                    return;
-                };
-                match made {
-                    Ok(b) => {
-                        // Under the lock `close_now` and `clear` take: a spare is either
-                        // handed to them or ended here.
-                        let (closed, unkept) = {
-                            let mut st = p.state.lock().expect("warm pool");
-                            let closed = p.closed.load(SeqCst);
-                            if !closed && st.generation == generation {
-                                st.ready.push((shape, b));
-                                (false, None)
-                            } else {
-                                (closed, Some(b))
-                            }
-                        };
-                        let Some(b) = unkept else { continue };
-                        b.discard().await;
-                        if closed {
-                            p.stop_filling();
-                            return;
-                        }
-                    }
-                    // A failure shows on the next create, which boots its own and reports it.
-                    Err(_) => {
-                        p.stop_filling();
-                        return;
-                    }
-                }
-            }
-        });
-    }
-
-    fn stop_filling(&self) {
-        self.filling.store(false, SeqCst);
-        self.idle.notify_waiters();
+        self.0.take(shape)
     }
 
     /// Ends the spares of every shape and forgets what was asked (their layers are going
     /// away): a spare booting now is ended when its boot returns, and no shape is wanted again
     /// until it is created twice more.
     pub(super) async fn clear(&self) {
-        let spares: Vec<Booted> = {
-            let mut st = self.state.lock().expect("warm pool");
-            st.generation += 1;
-            st.asked.clear();
-            st.wanted.clear();
-            st.ready.drain(..).map(|(_, b)| b).collect()
-        };
-        discard_all(spares).await;
+        {
+            let mut asked = self.0.maker().asked.lock().expect("warm pool");
+            asked.counts.clear();
+            asked.wanted.clear();
+        }
+        self.0.clear().await;
     }
 
     /// No more spares: waits (bounded) for a boot under way, then ends every spare.
     pub(super) async fn close(&self) {
-        self.closed.store(true, SeqCst);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while self.filling.load(SeqCst) {
-            let idle = self.idle.notified();
-            if !self.filling.load(SeqCst) || tokio::time::timeout_at(deadline, idle).await.is_err() {
-                break;
-            }
-        }
-        self.clear().await;
+        self.0.close().await;
     }
 
     /// No more spares; hands back those ready, for the caller to end at once (the synchronous
     /// last resort). A boot under way ends its sandbox itself when it finds the pool closed.
     pub(super) fn close_now(&self) -> Vec<Booted> {
-        let mut st = self.state.lock().expect("warm pool");
-        self.closed.store(true, SeqCst);
-        st.ready.drain(..).map(|(_, b)| b).collect()
+        self.0.close_now()
     }
-}
-
-/// The shape the refill should boot next, making room for it if the pool is full, and the
-/// pool's generation then; None stops the refill.
-fn next_wanted(pool: &Weak<Pool>) -> Option<(Shape, u64)> {
-    let p = pool.upgrade()?;
-    let mut evicted = None;
-    let next = {
-        let mut st = p.state.lock().expect("warm pool");
-        let next = if p.closed.load(SeqCst) {
-            None
-        } else {
-            // The most recently asked shape short of spares.
-            let short =
-                st.wanted.iter().rev().find(|s| st.ready.iter().filter(|(r, _)| r == *s).count() < p.target).cloned();
-            match short {
-                Some(s) if st.ready.len() >= p.cap() => {
-                    // Room from the oldest spare of another shape, or none to be had.
-                    match st.ready.iter().position(|(r, _)| *r != s) {
-                        Some(i) => {
-                            evicted = Some(st.ready.remove(i).1);
-                            Some(s)
-                        }
-                        None => None,
-                    }
-                }
-                other => other,
-            }
-        };
-        if next.is_none() {
-            p.stop_filling();
-        }
-        next.map(|s| (s, st.generation))
-    };
-    discard_later(evicted.into_iter().collect());
-    next
-}
-
-fn discard_later(spares: Vec<Booted>) {
-    if spares.is_empty() {
-        return;
-    }
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn(discard_all(spares));
-    } else {
-        for b in spares {
-            b.ns.stop_now();
-            b.ns.remove_leftovers();
-            let _ = std::fs::remove_dir_all(&b.layout.dir);
-        }
-    }
-}
-
-async fn discard_all(spares: Vec<Booted>) {
-    let mut set = tokio::task::JoinSet::new();
-    for b in spares {
-        set.spawn(b.discard());
-    }
-    while set.join_next().await.is_some() {}
 }
