@@ -195,7 +195,13 @@ ends after 30m, or with `scenario-run cleanup --provider P --run-id RUN --yes`."
     },
     /// Serve the E2B API (control plane and envd on one port) over local sandboxes, for the
     /// unmodified E2B SDKs: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR, E2B_DOMAIN=localhost:PORT.
-    Serve(scenario_run::server::ServeArgs),
+    /// `scenario-run serve --help` lists its flags.
+    #[command(disable_help_flag = true)]
+    Serve {
+        /// serve's flags, parsed by the server binary this command becomes.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "FLAGS")]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -390,7 +396,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Matrix { emit, root, providers }) => cli::matrix(&emit, &root, &providers),
         Some(Command::Image { reference, username, password }) => cli::image(&reference, username, password),
-        Some(Command::Serve(args)) => cli::serve(&args),
+        Some(Command::Serve { args }) => cli::exec_serve(&args),
         Some(Command::Cache { action }) => cli::cache(matches!(action, Some(CacheAction::Prune))),
         Some(Command::Bench { provider, template, iterations, mode, stagger, json, max_p95, env_files, isolation }) => {
             cli::bench(cli::BenchArgs {

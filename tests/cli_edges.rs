@@ -138,3 +138,34 @@ fn env_files_beat_dot_env_and_the_shell_beats_both() {
         go(&["--var", "want=x", "-t", "nosuchtag", "--env-file", "a.env", "--no-scenarios", "pass"], None);
     assert_eq!(code, Some(0), "the flag beats every file: {out}");
 }
+
+/// Issue 39, a lean client: `scenario-run serve` becomes the server binary beside it, whose
+/// flags, help and errors are serve's; the client binary holds none of the server's code.
+#[test]
+fn serve_is_a_binary_of_its_own_that_the_client_becomes() {
+    let out = run(&["serve", "--help"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let help = text(&out.stdout);
+    assert!(help.contains("Usage: scenario-run serve [OPTIONS]") && help.contains("--listen"), "{help}");
+    let out = run(&["serve", "--listen", "nowhere"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("invalid value 'nowhere' for '--listen"), "{}", text(&out.stderr));
+
+    // A message only the server prints: in the server's binary, not in the client's.
+    let needle = "serve: platform faults on (--fault): ";
+    let holds = |path: &Path| {
+        let bytes = std::fs::read(path).unwrap();
+        aho_corasick::AhoCorasick::new([needle]).unwrap().find(&bytes[..]).is_some()
+    };
+    let server = bin().with_file_name("scenario-run-serve");
+    assert!(holds(&server), "{} lacks the server's message: the probe proves nothing", server.display());
+    assert!(!holds(&bin()), "{} holds the server's code", bin().display());
+
+    // Alone, without the server beside it or on PATH, the client says what is missing.
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("scenario-run");
+    std::fs::copy(bin(), &alone).unwrap();
+    let out = Command::new(&alone).args(["serve", "--help"]).env("PATH", dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot start scenario-run-serve"), "{}", text(&out.stderr));
+}

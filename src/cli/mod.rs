@@ -28,7 +28,7 @@ pub use commands::{cache, cleanup, image, matrix, steps, write_schema};
 pub use compat::{compat, CompatArgs};
 pub use last_run::Rerun;
 pub use run::{check, run, NoScenarios, RunRequest, View};
-pub use serve::serve;
+pub use serve::{exec_serve, serve, SERVE_BIN};
 pub use shell::shell;
 pub use wiring::block_on;
 

@@ -1,6 +1,11 @@
 //! `serve`: the E2B-compatible server over the local provider until SIGINT, SIGTERM, SIGHUP
 //! or SIGQUIT, then every sandbox it made is destroyed. Here: the provider, the listener, the
 //! signals and serve's certificate authority; the server itself is [`crate::server`].
+//!
+//! The server is a binary of its own, `scenario-run-serve`, installed beside `scenario-run`;
+//! `scenario-run serve` becomes it ([`exec_serve`]). So the client binary holds none of the
+//! server's code: what a client run keeps resident is mostly the code pages it touches, and
+//! serve's two protocols had made those a third larger (BENCHMARKS.md, the clients row).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -17,6 +22,24 @@ use crate::provider::local::LocalProvider;
 use crate::server::tls::{self, Ca, Certs};
 use crate::server::ServeArgs;
 use crate::{config, errln, outln};
+
+/// The server binary's name; it is built and installed beside `scenario-run`.
+pub const SERVE_BIN: &str = "scenario-run-serve";
+
+/// `scenario-run serve FLAGS…`: this process becomes the server binary (same PID, environment
+/// and standard streams; the flags are the server's to parse, `--help` too). It is looked for
+/// beside this binary, then on PATH. Returns only when it cannot be started.
+pub fn exec_serve(args: &[std::ffi::OsString]) -> Exit {
+    use std::os::unix::process::CommandExt;
+    let beside = std::env::current_exe().ok().map(|me| me.with_file_name(SERVE_BIN)).filter(|p| p.is_file());
+    let bin = beside.unwrap_or_else(|| SERVE_BIN.into());
+    let err = std::process::Command::new(&bin).args(args).exec();
+    errln!(
+        "error: serve: cannot start {}: {err} (it is built with scenario-run, `cargo build` or `cargo install`, and must be installed beside it or on PATH)",
+        bin.display()
+    );
+    Exit::Infra
+}
 
 /// `serve`, until a signal; then every sandbox it made is destroyed.
 pub fn serve(args: &ServeArgs) -> Exit {
