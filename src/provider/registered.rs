@@ -123,6 +123,66 @@ pub(crate) fn output_tail(r: &crate::provider::ExecResult) -> String {
     tail
 }
 
+/// How long a deployed template's start command may take to become ready when its
+/// template.yaml does not say (`ready_timeout`): code-interpreter-v1's servers and kernels took
+/// over 60 s on a loaded 2-core CI machine.
+pub(crate) const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// What says a started template is ready: its ready command, else every port accepting
+/// connections inside the sandbox; `None` when there is nothing to wait for.
+pub(crate) fn ready_probe(ready: Option<&str>, ports: &[u16]) -> Option<String> {
+    match ready {
+        Some(r) => Some(r.to_string()),
+        None if !ports.is_empty() => Some(
+            ports
+                .iter()
+                .map(|p| format!("(echo > /dev/tcp/127.0.0.1/{p}) 2>/dev/null"))
+                .collect::<Vec<_>>()
+                .join(" && "),
+        ),
+        None => None,
+    }
+}
+
+/// Tries `probe` every 200 ms until it exits 0, within `ready_timeout` (else [`READY_TIMEOUT`]),
+/// each try cut off at what is left of the wait (never less than 1 s, never more than 10 s).
+/// Fails as soon as the start command has ended (`start_finished`), and when the wait is
+/// over, saying why with the probe's last result and the start command's output
+/// (`start_output`). `try_probe` runs the probe once as the start command's user, bounded by
+/// the timeout it is given.
+pub(crate) async fn wait_ready<F, Fut>(
+    start: &str,
+    probe: &str,
+    ready_timeout: Option<std::time::Duration>,
+    start_finished: impl Fn() -> bool,
+    start_output: impl Fn() -> crate::provider::ExecResult,
+    mut try_probe: F,
+) -> crate::provider::Result<()>
+where
+    F: FnMut(std::time::Duration) -> Fut,
+    Fut: std::future::Future<Output = crate::provider::Result<crate::provider::ExecResult>>,
+{
+    use crate::provider::{ErrorKind, ProviderError};
+    use std::time::Duration;
+    let waited = ready_timeout.unwrap_or(READY_TIMEOUT);
+    let deadline = tokio::time::Instant::now() + waited;
+    loop {
+        if start_finished() {
+            return Err(ProviderError::infra(start_exited(start, &start_output())));
+        }
+        // Never past the deadline: a probe that hangs is cut off with it.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let r = try_probe(left.clamp(Duration::from_secs(1), Duration::from_secs(10))).await?;
+        if r.exit_code == Some(0) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ProviderError::new(ErrorKind::Timeout, not_ready(probe, waited, &r, start, &start_output())));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// How a command ended, for an error: `exit 3`, `killed by signal 9`, `timed out`.
 fn ended(r: &crate::provider::ExecResult) -> String {
     match (r.timed_out, r.exit_code, r.signal) {
@@ -170,6 +230,16 @@ pub(crate) fn start_exited(start: &str, r: &crate::provider::ExecResult) -> Stri
 mod tests {
     use super::*;
     use crate::provider::ExecResult;
+
+    #[test]
+    fn the_ready_probe_is_the_ready_command_else_every_port() {
+        assert_eq!(ready_probe(Some("curl -sf localhost:9000"), &[8080]).as_deref(), Some("curl -sf localhost:9000"));
+        assert_eq!(
+            ready_probe(None, &[8080, 9000]).as_deref(),
+            Some("(echo > /dev/tcp/127.0.0.1/8080) 2>/dev/null && (echo > /dev/tcp/127.0.0.1/9000) 2>/dev/null")
+        );
+        assert_eq!(ready_probe(None, &[]), None);
+    }
 
     fn out(code: Option<i32>, stdout: &str, stderr: &str) -> ExecResult {
         ExecResult { exit_code: code, stdout: stdout.into(), stderr: stderr.into(), ..Default::default() }

@@ -243,10 +243,6 @@ type Registered = super::registered::Registered<build::Image>;
 /// The engine's name for the offline `base` image.
 const OFFLINE_BASE: &str = "e2bdev/base:latest";
 
-/// How long `create` waits for a deployed template's ready command (code-interpreter-v1's
-/// servers and kernels took over 60 s on a loaded 2-core CI machine).
-const READY_TIMEOUT: Duration = Duration::from_secs(180);
-
 /// The docker provider's record of one sandbox, a container it made or connected to: its
 /// processes, life and port forwarder (what its `SandboxInfo` is made from).
 struct Sandbox {
@@ -855,42 +851,29 @@ async fn start_template(
     let image_user = Some(String::new());
     let req = ExecRequest { cmd: start.to_string(), user: image_user.clone(), ..Default::default() };
     let p = sb.procs.launch(&req, None, false).await?;
-    let probe = match ready {
-        Some(r) => r.to_string(),
-        None if !ports.is_empty() => ports
-            .iter()
-            .map(|p| format!("(echo > /dev/tcp/127.0.0.1/{p}) 2>/dev/null"))
-            .collect::<Vec<_>>()
-            .join(" && "),
-        None => return Ok(()),
-    };
-    let waited = ready_timeout.unwrap_or(READY_TIMEOUT);
-    let deadline = tokio::time::Instant::now() + waited;
-    loop {
-        if p.finished() {
-            return Err(ProviderError::infra(crate::provider::registered::start_exited(start, &p.result(false))));
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let check = ExecRequest {
-            cmd: probe.clone(),
-            timeout: Some(left.clamp(Duration::from_secs(1), Duration::from_secs(10))),
-            user: image_user.clone(),
-            ..Default::default()
-        };
-        let q = sb.procs.launch(&check, None, false).await?;
-        let r = q.finish(check.timeout).await;
-        sb.procs.remove(&q);
-        if r.exit_code == Some(0) {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ProviderError::new(
-                super::ErrorKind::Timeout,
-                crate::provider::registered::not_ready(&probe, waited, &r, start, &p.result(false)),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let Some(probe) = super::registered::ready_probe(ready, ports) else { return Ok(()) };
+    super::registered::wait_ready(
+        start,
+        &probe,
+        ready_timeout,
+        || p.finished(),
+        || p.result(false),
+        |timeout| {
+            let check = ExecRequest {
+                cmd: probe.clone(),
+                timeout: Some(timeout),
+                user: image_user.clone(),
+                ..Default::default()
+            };
+            async move {
+                let q = sb.procs.launch(&check, None, false).await?;
+                let r = q.finish(check.timeout).await;
+                sb.procs.remove(&q);
+                Ok(r)
+            }
+        },
+    )
+    .await
 }
 
 #[cfg(test)]
