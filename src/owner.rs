@@ -22,6 +22,32 @@ pub(crate) fn mark(dir: &Path) -> std::io::Result<()> {
     std::fs::write(dir.join(FILE), token())
 }
 
+/// Makes directory `dir` carrying this process's [`FILE`], with no moment at which it exists
+/// unowned: it is made beside its place under a name that says its owner (`.<pid>.<start
+/// time>.new-<random>`, see [`name`]), marked, and renamed into place. (Made and then marked, a
+/// run SIGKILLed between the two left a directory no sweep could tell was dead.) A `dir` that
+/// exists already is only marked.
+pub(crate) fn create_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return mark(dir);
+    }
+    let parent = dir.parent().ok_or_else(|| std::io::Error::other(format!("{} has no parent", dir.display())))?;
+    std::fs::create_dir_all(parent)?;
+    let new = parent.join(format!(".{}", name(&format!("new-{}", crate::random::hex(6)))));
+    std::fs::create_dir(&new)?;
+    let placed = mark(&new).and_then(|()| std::fs::rename(&new, dir));
+    if placed.is_err() {
+        let _ = std::fs::remove_dir_all(&new);
+    }
+    placed
+}
+
+/// Whether the directory named `file_name` is one [`create_dir`] was making when its process
+/// died (`Some(false)` while that process runs; `None` for any other name).
+pub(crate) fn unfinished_gone(file_name: &str) -> Option<bool> {
+    file_name.strip_prefix('.').filter(|n| n.contains(".new-")).and_then(name_gone)
+}
+
 /// The name of this process's `what` (a cgroup's, a mount point's): `<pid>.<start time>.<what>`.
 pub(crate) fn name(what: &str) -> String {
     format!("{}.{what}", token().replace(':', "."))
@@ -64,6 +90,28 @@ fn start_time(pid: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_is_never_unowned_and_a_dead_runs_unfinished_one_is_told_apart() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a/sbx-1");
+        create_dir(&dir).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join(FILE)).unwrap(), token());
+        // Nothing is left beside it.
+        let beside: Vec<_> =
+            std::fs::read_dir(root.path().join("a")).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(beside, ["sbx-1"]);
+        // Again: marked, kept.
+        std::fs::write(dir.join("x"), "1").unwrap();
+        create_dir(&dir).unwrap();
+        assert!(dir.join("x").exists());
+        // What a run dies leaving is named for it; a live run's is not gone.
+        let live = format!(".{}", name("new-abc"));
+        assert_eq!(unfinished_gone(&live), Some(false));
+        assert_eq!(unfinished_gone(".1.2.new-abc"), Some(true));
+        assert_eq!(unfinished_gone("sbx-1"), None);
+        assert_eq!(unfinished_gone(".cache"), None);
+    }
 
     #[test]
     fn names_and_tokens_of_this_process_are_live_and_others_are_gone() {

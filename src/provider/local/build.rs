@@ -137,12 +137,11 @@ fn stage_context(from: &Path, to: &Path, ids: IdMap) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Builds `spec` into `dir` (this process's own: [`own_dir`]), which carries `owner` until
+/// Builds `spec` into `dir` (this process's own: [`own_dir`]), which carries its owner until
 /// the build is removed or [`publish`]ed.
 pub(crate) async fn build(
     spec: &BuildSpec,
     dir: &Path,
-    owner: &str,
     images: &ImageStore,
     net: Arc<super::netns::Net>,
     tx: mpsc::UnboundedSender<String>,
@@ -151,8 +150,7 @@ pub(crate) async fn build(
     let t = &spec.template;
     let mut log = BuildLog::new(tx.clone());
     let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).map_err(|e| ProviderError::infra(format!("cannot create {}: {e}", dir.display())))?;
-    std::fs::write(dir.join(crate::owner::FILE), owner).map_err(|e| ProviderError::infra(e.to_string()))?;
+    crate::owner::create_dir(dir).map_err(|e| ProviderError::infra(format!("cannot create {}: {e}", dir.display())))?;
     log.line(format!("building template {} ({}) from {}", t.def.name, t.digest, t.dir.display()));
     let from = from_image(spec)
         .ok_or_else(|| ProviderError::invalid(format!("{}: the Dockerfile has no FROM", t.def.dockerfile)))?;

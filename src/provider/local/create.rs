@@ -150,8 +150,7 @@ impl Inner {
             tokio::task::spawn_blocking(move || -> std::io::Result<()> {
                 // Who owns it, so a later run can sweep it if this process dies without
                 // cleaning up.
-                std::fs::create_dir_all(&d)?;
-                crate::owner::mark(&d)?;
+                crate::owner::create_dir(&d)?;
                 std::fs::create_dir_all(&h)?;
                 std::fs::create_dir_all(&t)?;
                 std::fs::write(&b, process::BASH_ENV_SCRIPT)

@@ -373,8 +373,7 @@ impl Dir {
     fn seed(&self) -> io::Result<&Path> {
         let r = self.seeded.get_or_init(|| {
             let seed = self.path.join("seed");
-            std::fs::create_dir_all(&self.path)
-                .and_then(|()| crate::owner::mark(&self.path))
+            crate::owner::create_dir(&self.path)
                 .and_then(|()| (self.write_seed)(&seed))
                 .map(|()| seed)
                 .map_err(|e| SeedFailed(Arc::new(e)))

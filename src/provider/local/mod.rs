@@ -308,12 +308,14 @@ fn sweep_stale(state_dir: &std::path::Path) {
         }
         let stale = match std::fs::read_to_string(path.join(crate::owner::FILE)) {
             Ok(token) => crate::owner::token_gone(&token),
-            Err(_) => e
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > Duration::from_secs(600)),
+            // One being made (`owner::create_dir`) says its owner in its name.
+            Err(_) => crate::owner::unfinished_gone(&e.file_name().to_string_lossy()).unwrap_or_else(|| {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > Duration::from_secs(600))
+            }),
         };
         if stale {
             let _ = std::fs::remove_dir_all(&path);
@@ -719,4 +721,37 @@ fn disk_usage(dir: &Path) -> (u64, u64) {
     }
     let total = rustix::fs::statvfs(dir).map_or(0, |sv| sv.f_blocks * sv.f_frsize);
     (used, total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a dead run left is swept whether it got as far as its owner file or not; a live
+    /// run's is kept, and so is an unowned directory younger than ten minutes (not ours to
+    /// judge).
+    #[test]
+    fn the_sweep_takes_a_dead_runs_directories_made_or_half_made() {
+        let state = tempfile::tempdir().unwrap();
+        let at = |n: &str| state.path().join(n);
+        let dead_token = "1:2";
+        std::fs::create_dir(at("sbx-dead")).unwrap();
+        std::fs::write(at("sbx-dead").join(crate::owner::FILE), dead_token).unwrap();
+        // SIGKILLed between its mkdir and its rename (see owner::create_dir).
+        std::fs::create_dir(at(".1.2.new-abcdef")).unwrap();
+        crate::owner::create_dir(&at("sbx-live")).unwrap();
+        let half_live = format!(".{}", crate::owner::name("new-123456"));
+        std::fs::create_dir(at(&half_live)).unwrap();
+        std::fs::create_dir(at("sbx-unowned")).unwrap();
+        sweep_stale(state.path());
+        let mut left: Vec<String> = std::fs::read_dir(state.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = vec![half_live, "sbx-live".to_string(), "sbx-unowned".to_string()];
+        want.sort();
+        assert_eq!(left, want);
+    }
 }

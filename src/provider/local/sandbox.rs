@@ -806,6 +806,8 @@ pub(crate) fn probe(state_dir: &Path, ids: IdMap) -> std::result::Result<(), Pro
     layout.lowers.push(dir.join("lower"));
     let result = (|| {
         let prepare = |e| ProbeError::Prepare { dir: dir.display().to_string(), source: Arc::new(e) };
+        // Owned from the start, so a run killed while it probes leaves nothing the next one keeps.
+        crate::owner::create_dir(&dir).map_err(prepare)?;
         layout.create().map_err(prepare)?;
         std::fs::create_dir_all(dir.join("lower"))?;
         let ns =

@@ -51,7 +51,7 @@ impl Inner {
                 let dir = if spec.skip_cache { build::own_fresh_dir(&shared) } else { build::own_dir(&shared) };
                 self.building.lock().expect("building").insert(dir.clone());
                 let net = self.nets.take().await.map_err(|e| net_error("cannot make the build's network".into(), e))?;
-                let mut r = build::build(spec, &dir, &crate::owner::token(), &self.images, net, log.clone()).await;
+                let mut r = build::build(spec, &dir, &self.images, net, log.clone()).await;
                 if let (true, Ok(layer)) = (spec.keep, &r) {
                     let (layer, to) = (layer.clone(), shared.clone());
                     r = blocking(move || {

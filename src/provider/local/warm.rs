@@ -127,8 +127,7 @@ impl Booter {
         // Who owns it, so a later run can sweep it if this process dies without cleaning up.
         let d = dir.clone();
         super::errors::blocking(move || {
-            std::fs::create_dir_all(&d)
-                .and_then(|()| crate::owner::mark(&d))
+            crate::owner::create_dir(&d)
                 .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox directory: {e}")))
         })
         .await?;
