@@ -189,7 +189,7 @@ pub(crate) async fn build(
         .await
         .map_err(|e| ProviderError::infra(e.to_string()))?
         .map_err(|e| ProviderError::infra(format!("cannot prepare the build directory: {e}")))?;
-    let ns = NsSandbox::start(layout.clone(), &format!("build-{}", crate::random::hex(6))).await?;
+    let ns = NsSandbox::start(layout.clone(), &format!("build-{}", crate::random::hex(6)), None).await?;
     let result = run_instructions(spec, &ns, ids, &image.config, cache.is_some(), &mut log).await;
     ns.stop().await;
     layout.remove_mount_points();

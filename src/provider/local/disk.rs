@@ -18,7 +18,9 @@
 //!
 //! The size is `disk` (MiB) in `template.yaml`, else `create`'s (Alibaba's `diskSizeMB`), else
 //! [`DEFAULT_MB`]: E2B gives a Hobby-tier sandbox 10 GiB of disk. Making an image costs about
-//! 10 ms (more under load), so images of the default size are made ahead ([`Pool`]).
+//! 10 ms (more under load) and attaching one 1–9 ms, so images of the default size are made
+//! and attached ahead ([`Pool`]): a spare is its image and the loop device over it, which
+//! detaches itself when the pool lets the spare go (or the runner dies), like a sandbox's.
 //!
 //! Sparse images promise more than they take, so a create is admitted by the disk it declares
 //! ([`Book`], issue 35 item 5: 1 TiB disks were accepted on a host with 80 GiB free, and their
@@ -344,8 +346,15 @@ type SeedWriter = dyn Fn(&Path) -> io::Result<()> + Send + Sync;
 /// Images of the default size made ahead, in `<state>/disk-pool.<owner>`, from one seed.
 pub(crate) struct Pool(Arc<pool::Pool<Images>>);
 
-/// What [`Pool`] keeps: images of the default size holding the seed, in its directory.
+/// What [`Pool`] keeps: images of the default size holding the seed, in its directory, each
+/// attached to its loop device.
 struct Images(Arc<Dir>);
+
+/// One image made and attached ahead.
+struct Attached {
+    image: PathBuf,
+    dev: Loop,
+}
 
 /// The pool's directory, and the seed in it.
 struct Dir {
@@ -387,21 +396,22 @@ impl Dir {
 
 #[async_trait::async_trait]
 impl pool::Maker for Images {
-    type Spare = PathBuf;
+    type Spare = Attached;
     type Kind = ();
 
     fn next(&self, ready: &[&()], target: usize) -> Option<pool::Next<()>> {
         (ready.len() < target).then_some(pool::Next { kind: (), evict: None })
     }
 
-    async fn make(&self, _: &()) -> Option<PathBuf> {
+    async fn make(&self, _: &()) -> Option<Attached> {
         let dir = self.0.clone();
         let made = tokio::task::spawn_blocking(move || {
-            let path = dir.path.join(format!("{}.img", crate::random::hex(6)));
-            match dir.seed().and_then(|seed| make_image(&path, DEFAULT_MB, seed)) {
-                Ok(()) => Some(path),
+            let image = dir.path.join(format!("{}.img", crate::random::hex(6)));
+            let made = dir.seed().and_then(|seed| make_image(&image, DEFAULT_MB, seed));
+            match made.and_then(|()| attach(&image, false)) {
+                Ok(dev) => Some(Attached { image, dev }),
                 Err(_) => {
-                    let _ = std::fs::remove_file(&path);
+                    let _ = std::fs::remove_file(&image);
                     None
                 }
             }
@@ -409,12 +419,18 @@ impl pool::Maker for Images {
         made.await.ok().flatten()
     }
 
-    fn destroy_now(&self, image: PathBuf) {
-        let _ = std::fs::remove_file(image);
+    /// The device detaches itself once its descriptor is closed; then the image goes.
+    fn destroy_now(&self, spare: Attached) {
+        drop(spare.dev);
+        let _ = std::fs::remove_file(spare.image);
     }
 
-    async fn destroy(&self, image: PathBuf) {
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(image)).await;
+    async fn destroy(&self, spare: Attached) {
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(spare.dev);
+            std::fs::remove_file(spare.image)
+        })
+        .await;
     }
 }
 
@@ -429,9 +445,11 @@ impl Pool {
         Arc::new(Self(pool::Pool::new(Images(Arc::new(dir)), target)))
     }
 
-    /// Puts a ready image of `size_mb` holding the pool's seed at `image`: one made ahead when
-    /// the size is the default, else a new one. Blocking; starts the refill.
-    pub(crate) fn take(&self, image: &Path, size_mb: u64) -> io::Result<()> {
+    /// Puts a ready image of `size_mb` holding the pool's seed at `image` and hands back the
+    /// loop device it is attached to: one made and attached ahead when the size is the default,
+    /// else a new one. (A device follows its image's inode, not its name: the rename keeps it.)
+    /// Blocking; starts the refill.
+    pub(crate) fn take(&self, image: &Path, size_mb: u64) -> io::Result<Loop> {
         let seed = self.0.maker().0.seed()?.to_path_buf();
         let pooled = if size_mb == DEFAULT_MB {
             self.0.take(&())
@@ -439,13 +457,14 @@ impl Pool {
             self.0.refill();
             None
         };
-        if let Some(p) = pooled {
-            if std::fs::rename(&p, image).is_ok() {
-                return Ok(());
+        if let Some(spare) = pooled {
+            if std::fs::rename(&spare.image, image).is_ok() {
+                return Ok(spare.dev);
             }
-            let _ = std::fs::remove_file(&p);
+            pool::Maker::destroy_now(self.0.maker(), spare);
         }
-        make_image(image, size_mb, &seed)
+        make_image(image, size_mb, &seed)?;
+        attach(image, false)
     }
 
     /// Removes every image made ahead; no more are made.

@@ -163,12 +163,13 @@ impl Drop for Entry {
 impl Entry {
     /// Opens the namespaces of the sandbox whose pid 1 is `pid1` (a host pid), lets `sudo` work
     /// in it (see [`inner_namespace`]) and makes the inner user namespace commands run in, with
-    /// ids `0..len`.
+    /// ids `0..len`, unless `inner` is one made ahead (nested in the namespace pid 1 runs in).
     pub(crate) async fn open(
         pid1: u32,
         len: u32,
         cgroup_procs: Vec<CString>,
         rlimits: Option<Limits>,
+        inner: Option<OwnedFd>,
     ) -> io::Result<Self> {
         let kinds = [
             ("net", NsType::Network),
@@ -193,7 +194,20 @@ impl Entry {
         }
         let outer = OwnedFd::from(std::fs::File::open(format!("/proc/{pid1}/ns/user"))?);
         let mnt = std::fs::File::open(format!("/proc/{pid1}/ns/mnt"))?;
-        ns.push((inner_namespace(outer, mnt.into(), len).await?, NsType::User));
+        let inner = match inner {
+            // Made ahead in the namespace the sandbox was booted in: its root is only remounted.
+            Some(made) => {
+                if !nested_in(&made, &outer)? {
+                    return Err(io::Error::other("the user namespace made ahead is not nested in the sandbox's"));
+                }
+                inner_namespace(outer, Some(mnt.into()), len, false).await?;
+                made
+            }
+            None => inner_namespace(outer, Some(mnt.into()), len, true)
+                .await?
+                .ok_or_else(|| io::Error::other("the inner user namespace was not made"))?,
+        };
+        ns.push((inner, NsType::User));
         let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok())
@@ -263,7 +277,16 @@ impl Entry {
 /// Nothing waits for a pipe to close (a descriptor copied into a process forked meanwhile
 /// could hold it open): only for the child's one byte, the report's line and the child's end.
 /// The child ends itself after [`CHILD_LIFETIME_SECS`] should we never kill it.
-async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<OwnedFd> {
+///
+/// Either step may be done alone: the inner namespace can be made ahead, before the sandbox
+/// boots (`mnt` None: no mount namespace joined, nothing remounted; see `userns::Pool`), and
+/// then the sandbox's root is only remounted (`make_inner` false; the answer is None).
+async fn inner_namespace(
+    outer: OwnedFd,
+    mnt: Option<OwnedFd>,
+    len: u32,
+    make_inner: bool,
+) -> io::Result<Option<OwnedFd>> {
     let (report_r, report_w) = super::sys::cloexec_pipe()?;
     let map = format!("0 0 {len}\n").into_bytes();
     let report_fd = report_w.as_raw_fd();
@@ -272,7 +295,7 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let (outer_fd, mnt_fd) = (outer.as_raw_fd(), mnt.as_raw_fd());
+    let (outer_fd, mnt_fd) = (outer.as_raw_fd(), mnt.as_ref().map_or(-1, |m| m.as_raw_fd()));
     // SAFETY: `pre_exec` needs an async-signal-safe closure. This one makes raw system calls
     // only (setns, setres*id, mount, pipe2, clone, unshare, open/write/read/close, alarm,
     // pause, waitpid), on descriptors whose owners (`outer`, `mnt`, the pipe end) live until
@@ -291,15 +314,24 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
             if proc_fd < 0 {
                 return Err(io::Error::last_os_error());
             }
-            if libc::setns(outer_fd, libc::CLONE_NEWUSER) != 0 || libc::setns(mnt_fd, libc::CLONE_NEWNS) != 0 {
+            if libc::setns(outer_fd, libc::CLONE_NEWUSER) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if mnt_fd >= 0 && libc::setns(mnt_fd, libc::CLONE_NEWNS) != 0 {
                 return Err(io::Error::last_os_error());
             }
             rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT)?;
             rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)?;
-            // mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_NODEV | MS_RELATIME, ""): a bind
-            // remount takes no options, so the empty data string is as NULL was.
-            use rustix::mount::MountFlags;
-            rustix::mount::mount_remount(c"/", MountFlags::BIND | MountFlags::NODEV | MountFlags::RELATIME, c"")?;
+            if mnt_fd >= 0 {
+                // mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_NODEV | MS_RELATIME, ""): a
+                // bind remount takes no options, so the empty data string is as NULL was.
+                use rustix::mount::MountFlags;
+                let flags = MountFlags::BIND | MountFlags::NODEV | MountFlags::RELATIME;
+                rustix::mount::mount_remount(c"/", flags, c"")?;
+            }
+            if !make_inner {
+                return Ok(());
+            }
             let mut sync = [0 as libc::c_int; 2];
             if libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
                 return Err(io::Error::last_os_error());
@@ -362,6 +394,14 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
         drop((outer, mnt, report_w));
         r
     });
+    if !make_inner {
+        drop(report_r);
+        let status = spawned.await.map_err(io::Error::other)??;
+        if !status.success() {
+            return Err(io::Error::other(format!("remounting the sandbox's root failed ({status})")));
+        }
+        return Ok(None);
+    }
     let opened = async {
         let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(report_r)?;
         let mut text = Vec::new();
@@ -392,7 +432,31 @@ async fn inner_namespace(outer: OwnedFd, mnt: OwnedFd, len: u32) -> io::Result<O
     if !status.success() {
         return Err(io::Error::other(format!("/bin/true in the sandbox failed ({status})")));
     }
-    Ok(inner)
+    Ok(Some(inner))
+}
+
+/// Whether user namespace `inner` is a child of `outer` (the kernel's `NS_GET_PARENT`).
+fn nested_in(inner: &OwnedFd, outer: &OwnedFd) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    const NS_GET_PARENT: libc::c_ulong = 0xb702;
+    // SAFETY: an ioctl without argument on a descriptor we own; it answers a new descriptor.
+    let parent = unsafe { libc::ioctl(inner.as_raw_fd(), NS_GET_PARENT) };
+    if parent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just opened `parent` for us; nothing else owns it.
+    let parent = std::fs::File::from(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(parent) });
+    let outer = std::fs::File::from(outer.try_clone()?);
+    let (p, o) = (parent.metadata()?, outer.metadata()?);
+    Ok((p.dev(), p.ino()) == (o.dev(), o.ino()))
+}
+
+/// Makes the user namespace commands run in (see [`inner_namespace`]) nested in `outer`, ahead
+/// of the sandbox's boot.
+pub(crate) async fn make_inner(outer: &OwnedFd, len: u32) -> io::Result<OwnedFd> {
+    inner_namespace(outer.try_clone()?, None, len, true)
+        .await?
+        .ok_or_else(|| io::Error::other("the inner user namespace was not made"))
 }
 
 /// How long the inner namespace's holder lives at most (it is killed as soon as its namespace

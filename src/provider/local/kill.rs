@@ -22,6 +22,7 @@ impl Inner {
         }
         let abandoned = self.booter.stop_booting_now();
         self.nets.close();
+        self.booter.users.close();
         let building: Vec<PathBuf> = self.building.lock().expect("building").drain().collect();
         let all = self.core.everything();
         for sb in &all {

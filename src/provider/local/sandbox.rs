@@ -572,8 +572,13 @@ impl Drop for NsSandbox {
 }
 
 impl NsSandbox {
-    /// Starts the sandbox and waits until its root is in place. `name` names its cgroup.
-    pub(crate) async fn start(layout: Layout, name: &str) -> Result<Self> {
+    /// Starts the sandbox and waits until its root is in place. `name` names its cgroup;
+    /// `users` is the fresh user namespace it runs in (see `userns`), made here when None.
+    pub(crate) async fn start(layout: Layout, name: &str, users: Option<userns::Users>) -> Result<Self> {
+        let (users, inner) = match users {
+            Some(u) => (Some(u.outer), u.inner),
+            None => (None, None),
+        };
         let infra = |what: &str, e: std::io::Error| ProviderError::infra(format!("{what}: {}", sys::errno_text(&e)));
         // Directories and files of the cgroup filesystem: off the runtime.
         let (group, limits) = (super::cgroup::group_name(name), layout.limits);
@@ -587,7 +592,7 @@ impl NsSandbox {
                 return Err(infra("cannot create the sandbox's cgroup", e));
             }
         };
-        let (pid1, mut child) = match Self::start_in(&layout, cgroup.as_ref()).await {
+        let (pid1, mut child) = match Self::start_in(&layout, cgroup.as_ref(), users).await {
             Ok(started) => started,
             Err(e) => {
                 if let Some(c) = &cgroup {
@@ -600,7 +605,7 @@ impl NsSandbox {
         };
         let rlimits = cgroup.is_none().then_some(layout.limits);
         let procs = cgroup.as_ref().map(|c| c.procs.clone()).unwrap_or_default();
-        let opened = Entry::open(pid1.pid(), layout.ids.len, procs, rlimits).await.map(Arc::new);
+        let opened = Entry::open(pid1.pid(), layout.ids.len, procs, rlimits, inner).await.map(Arc::new);
         match opened {
             Ok(entry) => Ok(Self {
                 pid1,
@@ -624,9 +629,17 @@ impl NsSandbox {
         }
     }
 
-    async fn start_in(layout: &Layout, cgroup: Option<&Cgroup>) -> Result<(Pidfd, tokio::process::Child)> {
-        let ns = userns::create(layout.ids, userns::owner_for(layout.ids))
-            .map_err(|e| ProviderError::infra(format!("cannot create a user namespace: {}", sys::errno_text(&e))))?;
+    async fn start_in(
+        layout: &Layout,
+        cgroup: Option<&Cgroup>,
+        users: Option<OwnedFd>,
+    ) -> Result<(Pidfd, tokio::process::Child)> {
+        let ns = match users {
+            Some(ns) => ns,
+            None => userns::create(layout.ids, userns::owner_for(layout.ids)).map_err(|e| {
+                ProviderError::infra(format!("cannot create a user namespace: {}", sys::errno_text(&e)))
+            })?,
+        };
         let (info_r, info_w) = sys::cloexec_pipe()?;
         let seccomp = seccomp_pipe()?;
         let boot_id = boot_id_pipe()?;

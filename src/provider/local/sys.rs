@@ -215,10 +215,13 @@ pub(crate) fn cloexec_from(first: u32) -> io::Result<()> {
 /// waiting for that end (the exec check of a spawn, a reader waiting for end of file) would
 /// wait for this process. Async-signal-safe: `close_range` over the gaps, no allocation.
 pub(crate) fn close_all_but(keep: &[RawFd]) {
+    // A negative number names no descriptor: nothing to keep for it (it once closed the
+    // range above the last kept one and overflowed `from`).
     let mut sorted = [u32::MAX; 8];
-    let n = keep.len().min(8);
-    for (i, fd) in keep.iter().take(8).enumerate() {
-        sorted[i] = u32::try_from(*fd).unwrap_or(u32::MAX);
+    let mut n = 0;
+    for fd in keep.iter().filter_map(|fd| u32::try_from(*fd).ok()).take(8) {
+        sorted[n] = fd;
+        n += 1;
     }
     sorted[..n].sort_unstable();
     let mut from = 3u32;

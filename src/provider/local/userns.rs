@@ -24,11 +24,21 @@
 //! the change (`SECBIT_NO_SETUID_FIXUP`; it still writes nothing but the namespace). That uid
 //! runs no process on the host (a process in the parent namespace with the owner's uid would
 //! have every capability in the sandbox's), and each sandbox's use is charged to its own.
+//!
+//! **Made ahead.** The holder's fork, exec and id maps cost a create 4–5 ms, and the namespace
+//! nested in it that commands run in (`enter`) about as much again, so a [`Pool`] keeps a few
+//! pairs ready (`SCENARIO_RUN_USERNS_POOL`, default 3), as the networks and disks are. A
+//! namespace held only by our descriptor has no process in it and nothing mapped but ids; each
+//! has an owner of its own, drawn when it was made, and is handed to one sandbox only (taking
+//! it moves the descriptors out of the pool).
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use super::pool;
 
 pub(crate) use crate::image::IdMap;
 
@@ -96,6 +106,70 @@ pub(crate) fn create(map: IdMap, owner: u32) -> io::Result<OwnedFd> {
     let _ = child.kill();
     let _ = child.wait();
     result
+}
+
+/// A sandbox's user namespace, and the one nested in it that its commands run in when that was
+/// made ahead too (else the sandbox's entry makes it once the sandbox runs).
+pub(crate) struct Users {
+    pub outer: OwnedFd,
+    pub inner: Option<OwnedFd>,
+}
+
+/// User namespaces of one id map made ahead (see the module documentation).
+pub(crate) struct Pool(Arc<pool::Pool<Namespaces>>);
+
+/// What [`Pool`] keeps: namespaces with the sandboxes' id map, each owned by a uid of its own.
+struct Namespaces(IdMap);
+
+#[async_trait::async_trait]
+impl pool::Maker for Namespaces {
+    type Spare = Users;
+    type Kind = ();
+
+    fn next(&self, ready: &[&()], target: usize) -> Option<pool::Next<()>> {
+        (ready.len() < target).then_some(pool::Next { kind: (), evict: None })
+    }
+
+    async fn make(&self, _: &()) -> Option<Users> {
+        let map = self.0;
+        let outer = tokio::task::spawn_blocking(move || create(map, owner_for(map)).ok()).await.ok().flatten()?;
+        let inner = super::enter::make_inner(&outer, map.len).await.ok()?;
+        Some(Users { outer, inner: Some(inner) })
+    }
+
+    /// Closing the last descriptors ends the namespaces.
+    fn destroy_now(&self, users: Users) {
+        drop(users);
+    }
+}
+
+/// Namespaces kept ready when `SCENARIO_RUN_USERNS_POOL` does not say.
+const DEFAULT_POOL: usize = 3;
+
+impl Pool {
+    /// How many to keep ready: `SCENARIO_RUN_USERNS_POOL`; 0 makes each when it is taken.
+    pub(crate) fn new(map: IdMap) -> Arc<Self> {
+        let target = pool::target_from_env("SCENARIO_RUN_USERNS_POOL", DEFAULT_POOL, 64);
+        Arc::new(Self(pool::Pool::new(Namespaces(map), target)))
+    }
+
+    /// A fresh namespace of the pool's map, owned by a uid of its own: one made ahead with its
+    /// nested one, or a new one alone (blocking: a fork and an exec). Taking one starts the
+    /// refill.
+    pub(crate) fn take(&self) -> io::Result<Users> {
+        match self.0.take(&()) {
+            Some(users) => Ok(users),
+            None => {
+                let map = self.0.maker().0;
+                Ok(Users { outer: create(map, owner_for(map))?, inner: None })
+            }
+        }
+    }
+
+    /// Ends every namespace kept ready; no more are made.
+    pub(crate) fn close(&self) {
+        drop(self.0.close_now());
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use super::cgroup::{Cgroup, Limits};
 use super::sandbox::{Layout, NsSandbox};
-use super::userns::IdMap;
+use super::userns::{self, IdMap};
 use super::{disk, netns, pool};
 use crate::provider::{Mount, ProviderError, Result};
 
@@ -63,6 +63,8 @@ pub(super) struct Booter {
     pub ids: IdMap,
     pub nets: Arc<netns::Pool>,
     pub disks: Arc<disk::Pool>,
+    /// User namespaces made ahead (for reboots too).
+    pub users: Arc<userns::Pool>,
     /// Boots under way: id and mount point (see [`Booter::stop_booting_now`]).
     pub booting: Mutex<HashMap<String, PathBuf>>,
 }
@@ -96,7 +98,8 @@ impl Abandoned {
 
 impl Booter {
     pub(super) fn new(state_dir: PathBuf, ids: IdMap, nets: Arc<netns::Pool>, disks: Arc<disk::Pool>) -> Self {
-        Self { state_dir, ids, nets, disks, booting: Mutex::new(HashMap::new()) }
+        let users = userns::Pool::new(ids);
+        Self { state_dir, ids, nets, disks, users, booting: Mutex::new(HashMap::new()) }
     }
 
     /// The synchronous last resort for boots under way (a spare's refill, a create): kills
@@ -155,9 +158,9 @@ impl Booter {
         let (l, disks) = (layout.clone(), self.disks.clone());
         let prepared = tokio::task::spawn_blocking(move || {
             let d = l.disk.as_ref().expect("a sandbox has a disk");
-            disks.take(&d.image, d.size_mb)?;
+            let dev = disks.take(&d.image, d.size_mb)?;
             l.create()?;
-            disk::attach(&d.image, false)
+            Ok::<_, std::io::Error>(dev)
         })
         .await
         .map_err(|e| ProviderError::infra(e.to_string()))
@@ -169,7 +172,17 @@ impl Booter {
                 return Err(e);
             }
         }
-        match NsSandbox::start(layout.clone(), &id).await {
+        let users = match self.users.take() {
+            Ok(ns) => ns,
+            Err(e) => {
+                let _ = abandon(&layout).await;
+                return Err(ProviderError::infra(format!(
+                    "cannot create a user namespace: {}",
+                    super::sys::errno_text(&e)
+                )));
+            }
+        };
+        match NsSandbox::start(layout.clone(), &id, Some(users)).await {
             Ok(ns) => Ok(Booted { id, layout, ns, net }),
             Err(e) => {
                 let _ = tokio::fs::remove_dir_all(&dir).await;
