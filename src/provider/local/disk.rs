@@ -400,7 +400,7 @@ impl pool::Maker for Images {
     type Kind = ();
 
     fn next(&self, ready: &[&()], target: usize) -> Option<pool::Next<()>> {
-        (ready.len() < target).then_some(pool::Next { kind: (), evict: None })
+        pool::up_to_target(ready, target)
     }
 
     async fn make(&self, _: &()) -> Option<Attached> {

@@ -625,7 +625,7 @@ impl pool::Maker for Nets {
     type Kind = ();
 
     fn next(&self, ready: &[&()], target: usize) -> Option<pool::Next<()>> {
-        (ready.len() < target).then_some(pool::Next { kind: (), evict: None })
+        pool::up_to_target(ready, target)
     }
 
     async fn make(&self, _: &()) -> Option<Arc<Net>> {

@@ -55,6 +55,11 @@ pub(super) struct Next<K> {
     pub evict: Option<usize>,
 }
 
+/// [`Maker::next`] for a pool of one kind: one more while fewer than `target` are ready.
+pub(super) fn up_to_target(ready: &[&()], target: usize) -> Option<Next<()>> {
+    (ready.len() < target).then_some(Next { kind: (), evict: None })
+}
+
 /// A pool's target from the variable `var` (a number), else `default`; at most `max`.
 pub(super) fn target_from_env(var: &str, default: usize, max: usize) -> usize {
     std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default).min(max)
@@ -284,7 +289,7 @@ mod tests {
         type Kind = ();
 
         fn next(&self, ready: &[&()], target: usize) -> Option<Next<()>> {
-            (ready.len() < target).then_some(Next { kind: (), evict: None })
+            up_to_target(ready, target)
         }
 
         async fn make(&self, _: &()) -> Option<usize> {

@@ -127,7 +127,7 @@ impl pool::Maker for Namespaces {
     type Kind = ();
 
     fn next(&self, ready: &[&()], target: usize) -> Option<pool::Next<()>> {
-        (ready.len() < target).then_some(pool::Next { kind: (), evict: None })
+        pool::up_to_target(ready, target)
     }
 
     async fn make(&self, _: &()) -> Option<Users> {
