@@ -549,12 +549,14 @@ def row_latency(q):
     # Each binary twice: as shipped, and with no sandboxes booted ahead, where every create
     # boots its own (what a create that finds no spare costs; the networks, disks and user
     # namespaces are still made ahead, as they are for any create).
-    servers = [Serve(b, f"serve-latency-{k}") for k, b in bins]
-    cold = [Serve(b, f"serve-latency-{k}-cold", env={"SCENARIO_RUN_SANDBOX_POOL": "0"}) for k, b in bins]
+    # Each serve is made (its free port drawn) only once the one before listens: drawn all at
+    # once, two could be handed the same port before either bound it.
+    plan = [(b, f"serve-latency-{k}", {}) for k, b in bins]
+    plan += [(b, f"serve-latency-{k}-cold", {"SCENARIO_RUN_SANDBOX_POOL": "0"}) for k, b in bins]
     started = []
     try:
-        for srv in servers + cold:
-            started.append(srv.__enter__())
+        for b, name, env in plan:
+            started.append(Serve(b, name, env=env).__enter__())
         for r in range(rounds):
             order = list(zip(bins, started[:len(bins)], started[len(bins):]))
             for (k, _), srv, cold_srv in order if r % 2 == 0 else reversed(order):
