@@ -24,9 +24,7 @@ impl Inner {
             .map_err(|e| ProviderError::infra(e.to_string()))?
             .map_err(|e| ProviderError::infra(format!("cannot prepare sandbox {} to boot again: {e}", sb.id)))?;
         // The same network (and policy): its namespace outlived the last boot's processes.
-        let users = self.booter.users.take().map_err(|e| {
-            ProviderError::infra(format!("cannot create a user namespace: {}", super::sys::errno_text(&e)))
-        })?;
+        let users = self.booter.users.take().map_err(|e| userns::failed(&e))?;
         let ns = NsSandbox::start(next, &sb.id, Some(users)).await?;
         *boot.write().expect("boot") = Boot::new(ns);
         Ok(())

@@ -636,9 +636,7 @@ impl NsSandbox {
     ) -> Result<(Pidfd, tokio::process::Child)> {
         let ns = match users {
             Some(ns) => ns,
-            None => userns::create(layout.ids, userns::owner_for(layout.ids)).map_err(|e| {
-                ProviderError::infra(format!("cannot create a user namespace: {}", sys::errno_text(&e)))
-            })?,
+            None => userns::create(layout.ids, userns::owner_for(layout.ids)).map_err(|e| userns::failed(&e))?,
         };
         let (info_r, info_w) = sys::cloexec_pipe()?;
         let seccomp = seccomp_pipe()?;

@@ -108,6 +108,11 @@ pub(crate) fn create(map: IdMap, owner: u32) -> io::Result<OwnedFd> {
     result
 }
 
+/// What a sandbox's boot answers when its user namespace cannot be made.
+pub(crate) fn failed(e: &io::Error) -> crate::provider::ProviderError {
+    crate::provider::ProviderError::infra(format!("cannot create a user namespace: {}", super::sys::errno_text(e)))
+}
+
 /// A sandbox's user namespace, and the one nested in it that its commands run in when that was
 /// made ahead too (else the sandbox's entry makes it once the sandbox runs).
 pub(crate) struct Users {

@@ -176,10 +176,7 @@ impl Booter {
             Ok(ns) => ns,
             Err(e) => {
                 let _ = abandon(&layout).await;
-                return Err(ProviderError::infra(format!(
-                    "cannot create a user namespace: {}",
-                    super::sys::errno_text(&e)
-                )));
+                return Err(userns::failed(&e));
             }
         };
         match NsSandbox::start(layout.clone(), &id, Some(users)).await {
